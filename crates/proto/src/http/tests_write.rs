@@ -1,0 +1,237 @@
+//! Head writer tests: exact output for each rewrite rule.
+#![allow(clippy::unwrap_used)]
+
+use super::*;
+
+fn req(buf: &[u8], rw: &RequestRewrite) -> String {
+    let mut head = RequestHead::new();
+    assert_eq!(
+        parse_request(buf, &Limits::default(), &mut head),
+        Ok(Some(())),
+        "{:?}",
+        String::from_utf8_lossy(buf)
+    );
+    let mut out = Vec::new();
+    write_request(&head, buf, rw, &mut out);
+    String::from_utf8(out).unwrap()
+}
+
+fn res(buf: &[u8], method: Method, rw: &ResponseRewrite) -> String {
+    let mut head = ResponseHead::new();
+    assert_eq!(parse_response(buf, &Limits::default(), method, &mut head), Ok(Some(())));
+    let mut out = Vec::new();
+    write_response(&head, buf, rw, &mut out);
+    String::from_utf8(out).unwrap()
+}
+
+const NONE: RequestRewrite = RequestRewrite { via: None, forwarded_for: None, upgrade: false };
+
+#[test]
+fn request_hop_by_hop_and_host() {
+    let b = b"GET http://example.com:8080/p?q HTTP/1.1\r\nHost: wrong\r\nAccept: */*\r\n\
+Connection: keep-alive, X-Secret, x-other\r\nKeep-Alive: timeout=5\r\nX-Secret: 1\r\nX-OTHER: 2\r\n\
+Proxy-Connection: keep-alive\r\nProxy-Authorization: Basic eA==\r\nProxy-Authenticate: x\r\nTE: trailers\r\n\
+Trailer: X\r\nUpgrade: h2c\r\nUser-Agent: t\r\nX-Secret-Not: kept\r\n\r\n";
+    assert_eq!(
+        req(b, &NONE),
+        "GET /p?q HTTP/1.1\r\nHost: example.com:8080\r\nAccept: */*\r\nUser-Agent: t\r\nX-Secret-Not: kept\r\n\r\n"
+    );
+}
+
+#[test]
+fn request_line_paths() {
+    let rows: &[(&[u8], &str)] = &[
+        (b"GET http://a HTTP/1.1\r\nHost: a\r\n\r\n", "GET / HTTP/1.1\r\nHost: a\r\n\r\n"),
+        (b"GET http://a?x=1 HTTP/1.1\r\nHost: a\r\n\r\n", "GET /?x=1 HTTP/1.1\r\nHost: a\r\n\r\n"),
+        (b"GET http://[::1]:81//x HTTP/1.0\r\n\r\n", "GET //x HTTP/1.1\r\nHost: [::1]:81\r\n\r\n"),
+        (b"OPTIONS http://a HTTP/1.1\r\nHost: a\r\n\r\n", "OPTIONS / HTTP/1.1\r\nHost: a\r\n\r\n"),
+        (
+            b"PURGE https://A.b/x HTTP/1.1\r\nHost: z\r\n\r\n",
+            "PURGE /x HTTP/1.1\r\nHost: A.b\r\n\r\n",
+        ),
+        // Non-absolute forms are written as received.
+        (
+            b"CONNECT a:443 HTTP/1.1\r\nHost: b:443\r\n\r\n",
+            "CONNECT a:443 HTTP/1.1\r\nHost: a:443\r\n\r\n",
+        ),
+        (b"GET /x HTTP/1.1\r\nHost: h\r\n\r\n", "GET /x HTTP/1.1\r\nHost: h\r\n\r\n"),
+        (b"OPTIONS * HTTP/1.1\r\nHost: h\r\n\r\n", "OPTIONS * HTTP/1.1\r\nHost: h\r\n\r\n"),
+    ];
+    for (b, want) in rows {
+        assert_eq!(req(b, &NONE), *want);
+    }
+}
+
+#[test]
+fn request_framing_kept_verbatim() {
+    let b =
+        b"POST http://a/ HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: gzip, chunked\r\nX: y\r\n\r\n";
+    assert_eq!(
+        req(b, &NONE),
+        "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: gzip, chunked\r\nX: y\r\n\r\n"
+    );
+    let b = b"POST http://a/ HTTP/1.1\r\nHost: a\r\ncontent-length: 5, 5\r\n\r\n";
+    assert_eq!(req(b, &NONE), "POST / HTTP/1.1\r\nHost: a\r\ncontent-length: 5, 5\r\n\r\n");
+}
+
+#[test]
+fn max_forwards() {
+    let rows: &[(&[u8], &str)] = &[
+        (
+            b"OPTIONS http://a/ HTTP/1.1\r\nHost: a\r\nMax-Forwards: 10\r\n\r\n",
+            "Max-Forwards: 9\r\n",
+        ),
+        (b"TRACE http://a/ HTTP/1.1\r\nHost: a\r\nmax-forwards: 1\r\n\r\n", "max-forwards: 0\r\n"),
+        (b"TRACE http://a/ HTTP/1.1\r\nHost: a\r\nMax-Forwards: 0\r\n\r\n", "Max-Forwards: 0\r\n"),
+        (
+            b"TRACE http://a/ HTTP/1.1\r\nHost: a\r\nMax-Forwards: 0010\r\n\r\n",
+            "Max-Forwards: 9\r\n",
+        ),
+        (b"GET http://a/ HTTP/1.1\r\nHost: a\r\nMax-Forwards: 10\r\n\r\n", "Max-Forwards: 10\r\n"),
+    ];
+    for (b, want) in rows {
+        let out = req(b, &NONE);
+        assert!(out.contains(want), "{out:?} lacks {want:?}");
+    }
+}
+
+#[test]
+fn via_and_forwarded_added() {
+    let rw =
+        RequestRewrite { via: Some("rustle"), forwarded_for: Some("192.0.2.7"), upgrade: false };
+    assert_eq!(
+        req(b"GET http://a/ HTTP/1.1\r\nHost: a\r\n\r\n", &rw),
+        "GET / HTTP/1.1\r\nHost: a\r\nVia: 1.1 rustle\r\nX-Forwarded-For: 192.0.2.7\r\nForwarded: for=192.0.2.7\r\n\r\n"
+    );
+    // HTTP/1.0 client: Via records the version received.
+    assert_eq!(
+        req(b"GET http://a/ HTTP/1.0\r\n\r\n", &rw),
+        "GET / HTTP/1.1\r\nHost: a\r\nVia: 1.0 rustle\r\nX-Forwarded-For: 192.0.2.7\r\nForwarded: for=192.0.2.7\r\n\r\n"
+    );
+}
+
+#[test]
+fn via_and_forwarded_appended_to_last() {
+    let rw =
+        RequestRewrite { via: Some("rustle"), forwarded_for: Some("2001:db8::1"), upgrade: false };
+    let b = b"GET http://a/ HTTP/1.1\r\nHost: a\r\nVia: 1.0 fred\r\nX-Forwarded-For: 10.0.0.1\r\n\
+Via: 1.1 p2\r\nForwarded: for=10.0.0.1\r\nX-Forwarded-For: 10.0.0.2, 10.0.0.3\r\nX: y\r\n\r\n";
+    assert_eq!(
+        req(b, &rw),
+        "GET / HTTP/1.1\r\nHost: a\r\nVia: 1.0 fred\r\nX-Forwarded-For: 10.0.0.1\r\nVia: 1.1 p2, 1.1 rustle\r\n\
+Forwarded: for=10.0.0.1, for=\"[2001:db8::1]\"\r\nX-Forwarded-For: 10.0.0.2, 10.0.0.3, 2001:db8::1\r\nX: y\r\n\r\n"
+    );
+    // An empty existing value gets no leading comma.
+    let b = b"GET http://a/ HTTP/1.1\r\nHost: a\r\nX-Forwarded-For:\r\n\r\n";
+    let rw = RequestRewrite { forwarded_for: Some("10.1.1.1"), ..NONE };
+    assert_eq!(
+        req(b, &rw),
+        "GET / HTTP/1.1\r\nHost: a\r\nX-Forwarded-For: 10.1.1.1\r\nForwarded: for=10.1.1.1\r\n\r\n"
+    );
+}
+
+#[test]
+fn forwarded_node_forms() {
+    let rows = [
+        ("192.0.2.1", "for=192.0.2.1"),
+        ("::1", "for=\"[::1]\""),
+        ("[::1]", "for=\"[::1]\""),
+        ("[::1]:4711", "for=\"[::1]:4711\""),
+        ("192.0.2.1:4711", "for=\"192.0.2.1:4711\""),
+        ("unknown", "for=unknown"),
+    ];
+    for (addr, want) in rows {
+        let rw = RequestRewrite { forwarded_for: Some(addr), ..NONE };
+        let out = req(b"GET http://a/ HTTP/1.1\r\nHost: a\r\n\r\n", &rw);
+        assert!(out.contains(&format!("Forwarded: {want}\r\n")), "{out:?}");
+    }
+}
+
+#[test]
+fn injected_line_breaks_are_dropped() {
+    let rw = RequestRewrite {
+        via: Some("rus\r\nX-Evil: 1\r\ntle"),
+        forwarded_for: Some("1.2.3.4\"\r\n"),
+        upgrade: false,
+    };
+    let out = req(b"GET http://a/ HTTP/1.1\r\nHost: a\r\n\r\n", &rw);
+    assert_eq!(
+        out,
+        "GET / HTTP/1.1\r\nHost: a\r\nVia: 1.1 rusX-Evil: 1tle\r\nX-Forwarded-For: 1.2.3.4\"\r\nForwarded: for=\"1.2.3.4\"\r\n\r\n"
+    );
+    assert_eq!(out.matches("\r\n").count(), 6);
+}
+
+#[test]
+fn upgrade_kept_only_when_asked() {
+    let b =
+        b"GET http://a/chat HTTP/1.1\r\nHost: a\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
+Sec-WebSocket-Key: k\r\n\r\n";
+    assert_eq!(req(b, &NONE), "GET /chat HTTP/1.1\r\nHost: a\r\nSec-WebSocket-Key: k\r\n\r\n");
+    let rw = RequestRewrite { upgrade: true, ..NONE };
+    assert_eq!(
+        req(b, &rw),
+        "GET /chat HTTP/1.1\r\nHost: a\r\nUpgrade: websocket\r\nSec-WebSocket-Key: k\r\nConnection: upgrade\r\n\r\n"
+    );
+}
+
+#[test]
+fn writers_append() {
+    let b = b"GET http://a/ HTTP/1.1\r\nHost: a\r\n\r\n";
+    let mut head = RequestHead::new();
+    parse_request(b, &Limits::default(), &mut head).unwrap();
+    let mut out = b"prefix|".to_vec();
+    write_request(&head, b, &NONE, &mut out);
+    assert_eq!(out, b"prefix|GET / HTTP/1.1\r\nHost: a\r\n\r\n");
+}
+
+#[test]
+fn response_hop_by_hop() {
+    let b = b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nConnection: keep-alive, X-Hop\r\n\
+Keep-Alive: timeout=5\r\nX-Hop: 1\r\nProxy-Authenticate: Basic\r\nTrailer: Expires\r\nUpgrade: h2\r\n\
+Transfer-Encoding: chunked\r\nX-End: 2\r\n\r\n";
+    assert_eq!(
+        res(b, Method::Get, &ResponseRewrite::default()),
+        "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nTransfer-Encoding: chunked\r\nX-End: 2\r\n\r\n"
+    );
+}
+
+#[test]
+fn response_rewrites() {
+    let b = b"HTTP/1.0 404 Not Found\r\nContent-Length: 3\r\n\r\n";
+    let rw = ResponseRewrite { via: Some("rustle"), close: true, ..ResponseRewrite::default() };
+    assert_eq!(
+        res(b, Method::Get, &rw),
+        "HTTP/1.1 404 Not Found\r\nContent-Length: 3\r\nVia: 1.0 rustle\r\nConnection: close\r\n\r\n"
+    );
+    let rw = ResponseRewrite { keep_alive_10: true, ..ResponseRewrite::default() };
+    assert_eq!(
+        res(b, Method::Get, &rw),
+        "HTTP/1.1 404 Not Found\r\nContent-Length: 3\r\nConnection: keep-alive\r\n\r\n"
+    );
+    // close wins over keep-alive.
+    let rw = ResponseRewrite { keep_alive_10: true, close: true, ..ResponseRewrite::default() };
+    assert!(res(b, Method::Get, &rw).ends_with("\r\nConnection: close\r\n\r\n"));
+    // Existing Via is extended; empty reason keeps its SP.
+    let b = b"HTTP/1.1 204\r\nVia: 1.1 origin-cache\r\n\r\n";
+    let rw = ResponseRewrite { via: Some("rustle"), ..ResponseRewrite::default() };
+    assert_eq!(
+        res(b, Method::Get, &rw),
+        "HTTP/1.1 204 \r\nVia: 1.1 origin-cache, 1.1 rustle\r\n\r\n"
+    );
+}
+
+#[test]
+fn response_upgrade() {
+    let b = b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
+Sec-WebSocket-Accept: s\r\n\r\n";
+    let rw = ResponseRewrite { upgrade: true, ..ResponseRewrite::default() };
+    assert_eq!(
+        res(b, Method::Get, &rw),
+        "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nSec-WebSocket-Accept: s\r\nConnection: upgrade\r\n\r\n"
+    );
+    assert_eq!(
+        res(b, Method::Get, &ResponseRewrite::default()),
+        "HTTP/1.1 101 Switching Protocols\r\nSec-WebSocket-Accept: s\r\n\r\n"
+    );
+}

@@ -1,0 +1,328 @@
+//! Head writers: produce the request head sent to the origin and the
+//! response head sent back to the client, copying field bytes verbatim from
+//! the parsed buffer and dropping hop-by-hop fields (RFC 9110 7.6.1).
+//!
+//! Content-Length and Transfer-Encoding are always kept verbatim, even if a
+//! Connection header names them, because the proxy forwards body bytes
+//! unchanged and dropping their framing would desynchronise the next hop
+//! (the parsers already reject such heads; this is a second fence).
+
+use super::fields::{self, Known};
+use super::{Header, Method, RequestHead, ResponseHead, Target};
+
+/// Options for rewriting the request head sent upstream.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct RequestRewrite<'a> {
+    /// Add/extend `Via: 1.x <via>` (pseudonym like "rustle"), off when None.
+    /// The version is the one the client spoke (RFC 9110 7.6.3).
+    pub via: Option<&'a str>,
+    /// Client address text (a bare IPv4 or IPv6 address) to append to
+    /// X-Forwarded-For and as `Forwarded: for=...` (IPv6 quoted and
+    /// bracketed per RFC 7239), off when None.
+    pub forwarded_for: Option<&'a str>,
+    /// Keep Upgrade and send `Connection: upgrade` (the request is an
+    /// upgrade the proxy will relay).
+    pub upgrade: bool,
+}
+
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ResponseRewrite<'a> {
+    /// Add/extend `Via: 1.x <via>` with the origin's version.
+    pub via: Option<&'a str>,
+    /// The proxy will close the client connection after this response: write `Connection: close`.
+    pub close: bool,
+    /// The client spoke HTTP/1.0 and the connection stays open: write `Connection: keep-alive`.
+    pub keep_alive_10: bool,
+    /// 101 Switching Protocols being relayed: keep Upgrade and write `Connection: upgrade`.
+    pub upgrade: bool,
+}
+
+/// Append to `out` the request head to send to the origin: request line in
+/// origin-form (`/` when the path is empty) with HTTP/1.1, `Host:
+/// <authority>` first, the client's fields minus Host and hop-by-hop ones,
+/// Max-Forwards decremented for OPTIONS/TRACE (saturating at 0: answering a
+/// Max-Forwards: 0 request itself is the caller's job), then Via /
+/// X-Forwarded-For / Forwarded (appended to the last existing field of that
+/// name, else added), `Connection: upgrade` if asked, and the final CRLF.
+///
+/// For targets other than absolute-form the target is written as received
+/// and Host is the client's Host (or the authority, for CONNECT).
+pub fn write_request(head: &RequestHead, buf: &[u8], rw: &RequestRewrite, out: &mut Vec<u8>) {
+    let strip = Strip::new(&head.headers, buf, rw.upgrade, true);
+    out.extend_from_slice(head.method_span.get(buf));
+    out.push(b' ');
+    let host = match head.target {
+        Target::Absolute { authority, path, .. } => {
+            let p = path.get(buf);
+            // Empty path, or a bare `?query`, still needs the leading slash.
+            if p.first() != Some(&b'/') {
+                out.push(b'/');
+            }
+            out.extend_from_slice(p);
+            Some(authority)
+        }
+        Target::Authority { authority, .. } => {
+            out.extend_from_slice(head.target_span.get(buf));
+            Some(authority)
+        }
+        Target::Origin { .. } | Target::Asterisk => {
+            out.extend_from_slice(head.target_span.get(buf));
+            head.host
+        }
+    };
+    out.extend_from_slice(b" HTTP/1.1\r\n");
+    if let Some(h) = host {
+        push_field(out, b"Host", h.get(buf));
+    }
+
+    let via = rw.via.map(|v| (head.minor, v));
+    let last_via = strip.last_kept(Known::Via, via.is_some());
+    let last_xff = strip.last_kept(Known::XForwardedFor, rw.forwarded_for.is_some());
+    let last_fwd = strip.last_kept(Known::Forwarded, rw.forwarded_for.is_some());
+    let decrement = matches!(head.method, Method::Options | Method::Trace);
+    for (i, h) in head.headers.iter().enumerate() {
+        let name = h.name.get(buf);
+        let kind = Known::of(name);
+        if !strip.keep(name, kind) {
+            continue;
+        }
+        let value = h.value.get(buf);
+        out.extend_from_slice(name);
+        out.extend_from_slice(b": ");
+        let decremented = match kind {
+            Known::MaxForwards if decrement => fields::max_forwards(value).ok(),
+            _ => None,
+        };
+        match decremented {
+            Some(n) => push_u32(out, n.saturating_sub(1)),
+            None => out.extend_from_slice(value),
+        }
+        let last = Some(i);
+        match (kind, via, rw.forwarded_for) {
+            (Known::Via, Some((minor, v)), _) if last == last_via => {
+                push_list_sep(out, value);
+                push_via(out, minor, v);
+            }
+            (Known::XForwardedFor, _, Some(addr)) if last == last_xff => {
+                push_list_sep(out, value);
+                push_clean(out, addr, false);
+            }
+            (Known::Forwarded, _, Some(addr)) if last == last_fwd => {
+                push_list_sep(out, value);
+                push_forwarded_for(out, addr);
+            }
+            _ => {}
+        }
+        out.extend_from_slice(b"\r\n");
+    }
+    if let (Some((minor, v)), None) = (via, last_via) {
+        out.extend_from_slice(b"Via: ");
+        push_via(out, minor, v);
+        out.extend_from_slice(b"\r\n");
+    }
+    if let Some(addr) = rw.forwarded_for {
+        if last_xff.is_none() {
+            out.extend_from_slice(b"X-Forwarded-For: ");
+            push_clean(out, addr, false);
+            out.extend_from_slice(b"\r\n");
+        }
+        if last_fwd.is_none() {
+            out.extend_from_slice(b"Forwarded: ");
+            push_forwarded_for(out, addr);
+            out.extend_from_slice(b"\r\n");
+        }
+    }
+    if rw.upgrade {
+        out.extend_from_slice(b"Connection: upgrade\r\n");
+    }
+    out.extend_from_slice(b"\r\n");
+}
+
+/// Append to `out` the response head for the client: `HTTP/1.1 <status>
+/// <reason as received>`, fields in order minus the hop-by-hop set (and
+/// fields named in Connection), plus Via / Connection as asked, final CRLF.
+/// Connection tokens are combined into one field (`upgrade`, `close`, and
+/// `keep-alive` only when not closing).
+pub fn write_response(head: &ResponseHead, buf: &[u8], rw: &ResponseRewrite, out: &mut Vec<u8>) {
+    let strip = Strip::new(&head.headers, buf, rw.upgrade, false);
+    out.extend_from_slice(b"HTTP/1.1 ");
+    push_u32(out, u32::from(head.status));
+    out.push(b' ');
+    out.extend_from_slice(head.reason.get(buf));
+    out.extend_from_slice(b"\r\n");
+
+    let last_via = strip.last_kept(Known::Via, rw.via.is_some());
+    for (i, h) in head.headers.iter().enumerate() {
+        let name = h.name.get(buf);
+        let kind = Known::of(name);
+        if !strip.keep(name, kind) {
+            continue;
+        }
+        let value = h.value.get(buf);
+        out.extend_from_slice(name);
+        out.extend_from_slice(b": ");
+        out.extend_from_slice(value);
+        if let (Some(v), true) = (rw.via, Some(i) == last_via) {
+            push_list_sep(out, value);
+            push_via(out, head.minor, v);
+        }
+        out.extend_from_slice(b"\r\n");
+    }
+    if let (Some(v), None) = (rw.via, last_via) {
+        out.extend_from_slice(b"Via: ");
+        push_via(out, head.minor, v);
+        out.extend_from_slice(b"\r\n");
+    }
+    let keep_alive = rw.keep_alive_10 && !rw.close;
+    if rw.upgrade || rw.close || keep_alive {
+        out.extend_from_slice(b"Connection: ");
+        let mut sep = false;
+        for (on, tok) in
+            [(rw.upgrade, &b"upgrade"[..]), (rw.close, b"close"), (keep_alive, b"keep-alive")]
+        {
+            if on {
+                if sep {
+                    out.extend_from_slice(b", ");
+                }
+                out.extend_from_slice(tok);
+                sep = true;
+            }
+        }
+        out.extend_from_slice(b"\r\n");
+    }
+    out.extend_from_slice(b"\r\n");
+}
+
+/// Decides which fields survive forwarding.
+struct Strip<'h> {
+    headers: &'h [Header],
+    buf: &'h [u8],
+    keep_upgrade: bool,
+    /// Host is replaced in requests, passed through in responses.
+    drop_host: bool,
+    /// Whether any Connection field lists something besides the
+    /// close/keep-alive/upgrade options; almost never, so the per-field
+    /// lookup below is skipped in the common case.
+    nominates: bool,
+}
+
+impl<'h> Strip<'h> {
+    fn new(headers: &'h [Header], buf: &'h [u8], keep_upgrade: bool, drop_host: bool) -> Self {
+        let nominates = connection_tokens(headers, buf).any(|t| {
+            !(t.eq_ignore_ascii_case(b"close")
+                || t.eq_ignore_ascii_case(b"keep-alive")
+                || t.eq_ignore_ascii_case(b"upgrade"))
+        });
+        Strip { headers, buf, keep_upgrade, drop_host, nominates }
+    }
+
+    fn keep(&self, name: &[u8], kind: Known) -> bool {
+        match kind {
+            Known::Connection
+            | Known::ProxyConnection
+            | Known::KeepAlive
+            | Known::ProxyAuthorization
+            | Known::ProxyAuthenticate
+            | Known::Te
+            | Known::Trailer => false,
+            Known::Host if self.drop_host => false,
+            // Upgrade is always listed in Connection, so `keep_upgrade`
+            // must win over the nomination rule.
+            Known::Upgrade => self.keep_upgrade,
+            Known::ContentLength | Known::TransferEncoding => true,
+            _ => {
+                !(self.nominates
+                    && connection_tokens(self.headers, self.buf)
+                        .any(|t| t.eq_ignore_ascii_case(name)))
+            }
+        }
+    }
+
+    /// Index of the last field of `kind` that will be written, if wanted.
+    fn last_kept(&self, kind: Known, wanted: bool) -> Option<usize> {
+        if !wanted {
+            return None;
+        }
+        self.headers.iter().rposition(|h| {
+            let name = h.name.get(self.buf);
+            Known::of(name) == kind && self.keep(name, kind)
+        })
+    }
+}
+
+fn connection_tokens<'a>(headers: &'a [Header], buf: &'a [u8]) -> impl Iterator<Item = &'a [u8]> {
+    headers
+        .iter()
+        .filter(move |h| Known::of(h.name.get(buf)) == Known::Connection)
+        .flat_map(move |h| fields::tokens(h.value.get(buf)))
+}
+
+fn push_field(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
+    out.extend_from_slice(name);
+    out.extend_from_slice(b": ");
+    out.extend_from_slice(value);
+    out.extend_from_slice(b"\r\n");
+}
+
+/// Separator before an appended list element; an empty existing value
+/// gets none, so the list does not start with an empty element.
+fn push_list_sep(out: &mut Vec<u8>, existing: &[u8]) {
+    if !existing.is_empty() {
+        out.extend_from_slice(b", ");
+    }
+}
+
+fn push_via(out: &mut Vec<u8>, minor: u8, pseudonym: &str) {
+    out.extend_from_slice(b"1.");
+    push_u32(out, u32::from(minor));
+    out.push(b' ');
+    push_clean(out, pseudonym, false);
+}
+
+/// `for=` node per RFC 7239 6: IPv6 goes in brackets, and anything that is
+/// not a plain token (IPv6, a port, odd text) goes in a quoted-string.
+fn push_forwarded_for(out: &mut Vec<u8>, addr: &str) {
+    out.extend_from_slice(b"for=");
+    let a = addr.as_bytes();
+    let colons = a.iter().filter(|&&b| b == b':').count();
+    let brackets = colons > 1 && a.first() != Some(&b'[');
+    if brackets {
+        out.extend_from_slice(b"\"[");
+        push_clean(out, addr, true);
+        out.extend_from_slice(b"]\"");
+    } else if a.iter().all(|&b| fields::is_tchar(b)) {
+        push_clean(out, addr, false);
+    } else {
+        out.push(b'"');
+        push_clean(out, addr, true);
+        out.push(b'"');
+    }
+}
+
+/// Copy caller-supplied text into a field value, dropping bytes that could
+/// end the field or the head (CTLs, CR, LF) and, inside a quoted-string,
+/// `"` and `\`. Callers pass addresses and pseudonyms, so normally nothing
+/// is dropped; this only stops a misconfiguration from injecting fields.
+fn push_clean(out: &mut Vec<u8>, s: &str, quoted: bool) {
+    for &b in s.as_bytes() {
+        let ok = (0x20..0x7f).contains(&b) && !(quoted && (b == b'"' || b == b'\\'));
+        if ok {
+            out.push(b);
+        }
+    }
+}
+
+/// Decimal without allocating.
+fn push_u32(out: &mut Vec<u8>, mut v: u32) {
+    let mut tmp = [0u8; 10];
+    let mut i = tmp.len();
+    loop {
+        i -= 1;
+        tmp[i] = b'0' + (v % 10) as u8;
+        v /= 10;
+        if v == 0 {
+            break;
+        }
+    }
+    out.extend_from_slice(&tmp[i..]);
+}

@@ -1,0 +1,186 @@
+//! Streaming message bodies from one socket to another without holding them whole: the
+//! framing (length, chunked, until close) decides where a body ends, and the bytes are
+//! forwarded exactly as received.
+
+use std::io;
+use std::time::Duration;
+
+use rustle_proto::chunked::{Progress, Scanner};
+use rustle_proto::http::BodyKind;
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
+
+use crate::buf::Buf;
+use crate::error::{Error, Phase};
+
+/// Which way a body flows; it decides whose fault a failure is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Dir {
+    /// Request body, client to upstream.
+    Up,
+    /// Response body, upstream to client.
+    Down,
+}
+
+impl Dir {
+    fn read_error(self, e: io::Error) -> Error {
+        match self {
+            Dir::Up => Error::Client(e),
+            Dir::Down => Error::Upstream(e),
+        }
+    }
+
+    fn write_error(self, e: io::Error) -> Error {
+        match self {
+            Dir::Up => Error::Upstream(e),
+            Dir::Down => Error::Client(e),
+        }
+    }
+
+    fn truncated(self) -> Error {
+        match self {
+            Dir::Up => Error::ClientTruncated,
+            Dir::Down => Error::UpstreamClosed("in the middle of the response body"),
+        }
+    }
+
+    fn read_timeout(self) -> Error {
+        match self {
+            Dir::Up => Error::Timeout(Phase::ClientBody),
+            Dir::Down => Error::Timeout(Phase::UpstreamBody),
+        }
+    }
+
+    fn write_timeout(self) -> Error {
+        match self {
+            Dir::Up => Error::Timeout(Phase::UpstreamHead),
+            Dir::Down => Error::Timeout(Phase::ClientWrite),
+        }
+    }
+
+    fn framing_error(self, e: rustle_proto::chunked::ChunkError) -> Error {
+        match self {
+            Dir::Up => Error::BadRequestBody(e),
+            Dir::Down => Error::BadResponseBody(e),
+        }
+    }
+}
+
+/// Where a body is in its framing.
+#[derive(Debug, Clone)]
+pub enum State {
+    Done,
+    Remaining(u64),
+    Chunked(Scanner),
+    /// Until the sender closes (responses only).
+    UntilClose,
+}
+
+impl State {
+    pub fn new(kind: BodyKind) -> Self {
+        match kind {
+            BodyKind::None | BodyKind::Length(0) => State::Done,
+            BodyKind::Length(n) => State::Remaining(n),
+            BodyKind::Chunked => State::Chunked(Scanner::new()),
+            BodyKind::CloseDelimited => State::UntilClose,
+        }
+    }
+
+    pub fn is_done(&self) -> bool {
+        matches!(self, State::Done)
+    }
+
+    /// How many of `avail` belong to the body, advancing the framing past them.
+    fn advance(&mut self, avail: &[u8], dir: Dir) -> Result<usize, Error> {
+        match self {
+            State::Done => Ok(0),
+            State::Remaining(n) => {
+                let take = (*n).min(avail.len() as u64);
+                *n -= take;
+                if *n == 0 {
+                    *self = State::Done;
+                }
+                // take <= avail.len(), so it fits in usize.
+                Ok(take as usize)
+            }
+            State::Chunked(scanner) => {
+                let (used, progress) = scanner.scan(avail).map_err(|e| dir.framing_error(e))?;
+                if progress == Progress::Done {
+                    *self = State::Done;
+                }
+                Ok(used)
+            }
+            State::UntilClose => Ok(avail.len()),
+        }
+    }
+}
+
+/// Moves body bytes already read into `buf` onto `out` (heading for the same socket as
+/// a head just written there) while `out` stays under `limit`, so a small message goes
+/// out in one write.
+pub fn coalesce(
+    buf: &mut Buf,
+    state: &mut State,
+    out: &mut Vec<u8>,
+    limit: usize,
+    dir: Dir,
+) -> Result<u64, Error> {
+    if buf.is_empty() || state.is_done() || out.len() >= limit {
+        return Ok(0);
+    }
+    let room = limit - out.len();
+    let avail = &buf.filled()[..buf.len().min(room)];
+    let n = state.advance(avail, dir)?;
+    out.extend_from_slice(&avail[..n]);
+    buf.consume(n);
+    Ok(n as u64)
+}
+
+/// Copies the rest of a body: first what is in `buf`, then from `r`. Returns the bytes
+/// written. On return the body is complete; bytes after it stay in `buf`.
+pub async fn copy<R, W>(
+    r: &mut R,
+    buf: &mut Buf,
+    w: &mut W,
+    state: &mut State,
+    dir: Dir,
+    idle: Duration,
+) -> Result<u64, Error>
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin,
+{
+    let mut total = 0u64;
+    loop {
+        if state.is_done() {
+            return Ok(total);
+        }
+        if !buf.is_empty() {
+            let n = state.advance(buf.filled(), dir)?;
+            if n > 0 {
+                match tokio::time::timeout(idle, w.write_all(&buf.filled()[..n])).await {
+                    Ok(Ok(())) => {}
+                    Ok(Err(e)) => return Err(dir.write_error(e)),
+                    Err(_) => return Err(dir.write_timeout()),
+                }
+                buf.consume(n);
+                total += n as u64;
+                continue;
+            }
+            if state.is_done() {
+                return Ok(total);
+            }
+        }
+        let n = match tokio::time::timeout(idle, buf.read_from(r, crate::buf::READ_SIZE)).await {
+            Ok(Ok(n)) => n,
+            Ok(Err(e)) => return Err(dir.read_error(e)),
+            Err(_) => return Err(dir.read_timeout()),
+        };
+        if n == 0 {
+            if matches!(state, State::UntilClose) {
+                *state = State::Done;
+                return Ok(total);
+            }
+            return Err(dir.truncated());
+        }
+    }
+}

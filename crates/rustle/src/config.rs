@@ -1,0 +1,491 @@
+//! The configuration: a TOML file, defaults that are safe on their own, and command-line
+//! overrides for the common cases. Every problem found is reported with its line, and
+//! unknown keys are errors, so a typo never silently falls back to a default.
+
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::{Deserialize, Deserializer};
+
+/// What a listener speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ListenerKind {
+    /// HTTP/1.1 forward proxy: absolute URIs, CONNECT, upgrades.
+    Http,
+}
+
+impl fmt::Display for ListenerKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ListenerKind::Http => f.write_str("http"),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Listener {
+    #[serde(default = "default_kind")]
+    pub kind: ListenerKind,
+    pub listen: SocketAddr,
+}
+
+fn default_kind() -> ListenerKind {
+    ListenerKind::Http
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    Plain,
+    Json,
+}
+
+/// Where access-log lines go.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LogTarget {
+    Stdout,
+    Stderr,
+    Off,
+    File(PathBuf),
+}
+
+impl<'de> Deserialize<'de> for LogTarget {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        Ok(LogTarget::parse(&s))
+    }
+}
+
+impl LogTarget {
+    pub fn parse(s: &str) -> Self {
+        match s {
+            "stdout" | "-" => LogTarget::Stdout,
+            "stderr" => LogTarget::Stderr,
+            "off" | "none" => LogTarget::Off,
+            path => LogTarget::File(PathBuf::from(path)),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Log {
+    /// `stdout`, `stderr`, `off` or a file path (appended to).
+    pub access: LogTarget,
+    pub format: LogFormat,
+    /// Diagnostics filter for `tracing` (overridden by RUST_LOG).
+    pub level: String,
+}
+
+impl Default for Log {
+    fn default() -> Self {
+        Log { access: LogTarget::Stdout, format: LogFormat::Plain, level: "info".into() }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Timeouts {
+    /// From the first byte of a request head to its end: cuts off slow-header clients.
+    #[serde(deserialize_with = "duration")]
+    pub header: Duration,
+    /// How long a kept-alive client connection may wait for its next request.
+    #[serde(deserialize_with = "duration")]
+    pub keepalive: Duration,
+    /// Resolving plus connecting to an upstream (all Happy Eyeballs attempts).
+    #[serde(deserialize_with = "duration")]
+    pub connect: Duration,
+    /// Silence from either side while a request or response is in flight.
+    #[serde(deserialize_with = "duration")]
+    pub io: Duration,
+    /// A tunnel (CONNECT, upgrade) with no byte either way for this long is closed.
+    #[serde(deserialize_with = "duration")]
+    pub tunnel_idle: Duration,
+    /// On SIGTERM, how long requests and tunnels in flight may take to finish.
+    #[serde(deserialize_with = "duration")]
+    pub shutdown: Duration,
+}
+
+impl Default for Timeouts {
+    fn default() -> Self {
+        Timeouts {
+            header: Duration::from_secs(10),
+            keepalive: Duration::from_secs(60),
+            connect: Duration::from_secs(10),
+            io: Duration::from_secs(60),
+            tunnel_idle: Duration::from_secs(300),
+            shutdown: Duration::from_secs(30),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Limits {
+    /// Open client connections across all workers; more are answered 503 and closed.
+    pub max_connections: usize,
+    /// Largest request or response head; a larger request gets 431.
+    pub max_header_bytes: usize,
+    /// Most header fields in one head; more gets 431.
+    pub max_headers: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits { max_connections: 10_000, max_header_bytes: 64 * 1024, max_headers: 128 }
+    }
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Http {
+    /// Add `Via: 1.1 rustle` to requests and responses.
+    pub via: bool,
+    /// Add the client's address in `X-Forwarded-For` and `Forwarded`.
+    pub forwarded_for: bool,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Upstream {
+    /// Idle origin connections kept per origin and worker.
+    pub pool_max_idle_per_host: usize,
+    /// Idle origin connections kept per worker in all.
+    pub pool_max_idle: usize,
+    /// An idle origin connection older than this is closed, not reused.
+    #[serde(deserialize_with = "duration")]
+    pub pool_idle_timeout: Duration,
+    /// How long a resolved name is reused.
+    #[serde(deserialize_with = "duration")]
+    pub dns_cache_ttl: Duration,
+}
+
+impl Default for Upstream {
+    fn default() -> Self {
+        Upstream {
+            pool_max_idle_per_host: 256,
+            pool_max_idle: 4096,
+            pool_idle_timeout: Duration::from_secs(30),
+            dns_cache_ttl: Duration::from_secs(30),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    /// Worker threads, each with its own runtime and listening sockets; 0 = one per core.
+    #[serde(default)]
+    pub workers: usize,
+    /// Accept listeners on non-loopback addresses without any access control.
+    #[serde(default)]
+    pub allow_open_proxy: bool,
+    #[serde(default, rename = "listener")]
+    pub listeners: Vec<Listener>,
+    #[serde(default)]
+    pub log: Log,
+    #[serde(default)]
+    pub timeouts: Timeouts,
+    #[serde(default)]
+    pub limits: Limits,
+    #[serde(default)]
+    pub http: Http,
+    #[serde(default)]
+    pub upstream: Upstream,
+}
+
+/// The listener used when neither the file nor the command line names one.
+pub const DEFAULT_HTTP: &str = "127.0.0.1:3128";
+
+/// One problem in a configuration file, with where it is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Problem {
+    pub line: Option<usize>,
+    pub message: String,
+}
+
+impl fmt::Display for Problem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.line {
+            Some(line) => write!(f, "line {line}: {}", self.message),
+            None => f.write_str(&self.message),
+        }
+    }
+}
+
+/// All the problems of one file.
+#[derive(Debug)]
+pub struct Problems {
+    pub file: PathBuf,
+    pub list: Vec<Problem>,
+}
+
+impl fmt::Display for Problems {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, p) in self.list.iter().enumerate() {
+            if i > 0 {
+                f.write_str("\n")?;
+            }
+            write!(f, "{}: {p}", self.file.display())?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for Problems {}
+
+impl Config {
+    /// Reads and checks a file.
+    pub fn load(path: &Path) -> Result<Config, Problems> {
+        let text = std::fs::read_to_string(path).map_err(|e| Problems {
+            file: path.to_owned(),
+            list: vec![Problem { line: None, message: format!("cannot read: {e}") }],
+        })?;
+        Config::parse(&text).map_err(|list| Problems { file: path.to_owned(), list })
+    }
+
+    /// Parses and checks configuration text, returning every problem found.
+    pub fn parse(text: &str) -> Result<Config, Vec<Problem>> {
+        let line_of = |offset: usize| text[..offset.min(text.len())].matches('\n').count() + 1;
+        let mut unknown = Vec::new();
+        let de = toml::Deserializer::new(text);
+        let parsed: Result<Config, _> =
+            serde_ignored::deserialize(de, |path| unknown.push(path_segments(&path)));
+        let mut problems = Vec::new();
+        let doc = toml_edit::ImDocument::parse(text).ok();
+        for segs in &unknown {
+            let line = doc.as_ref().and_then(|d| key_offset(d, segs)).map(line_of);
+            problems.push(Problem { line, message: format!("unknown key `{}`", segs.join(".")) });
+        }
+        let config = match parsed {
+            Ok(c) => c,
+            Err(e) => {
+                let line = e.span().map(|s| line_of(s.start));
+                problems.push(Problem { line, message: e.message().trim().to_string() });
+                return Err(problems);
+            }
+        };
+        for (i, l) in config.listeners.iter().enumerate() {
+            let segs = vec!["listener".to_string(), i.to_string(), "listen".to_string()];
+            let line = doc.as_ref().and_then(|d| key_offset(d, &segs)).map(line_of);
+            if let Some(message) = open_proxy_problem(&config, l) {
+                problems.push(Problem { line, message });
+            }
+        }
+        if config.limits.max_header_bytes < 1024 {
+            problems.push(Problem {
+                line: None,
+                message: "limits.max_header_bytes must be at least 1024".into(),
+            });
+        }
+        if problems.is_empty() {
+            Ok(config)
+        } else {
+            Err(problems)
+        }
+    }
+
+    /// Listeners to start: those configured, or the default one.
+    pub fn effective_listeners(&self) -> Vec<Listener> {
+        if self.listeners.is_empty() {
+            // A constant that always parses.
+            let listen = DEFAULT_HTTP.parse().unwrap_or_else(|_| unreachable!());
+            vec![Listener { kind: ListenerKind::Http, listen }]
+        } else {
+            self.listeners.clone()
+        }
+    }
+
+    /// Checks that need the final listener list (after command-line overrides).
+    pub fn check_listeners(&self) -> Result<(), String> {
+        for l in self.effective_listeners() {
+            if let Some(msg) = open_proxy_problem(self, &l) {
+                return Err(msg);
+            }
+        }
+        Ok(())
+    }
+
+    /// Worker count after resolving 0 to the number of cores.
+    pub fn worker_count(&self) -> usize {
+        if self.workers > 0 {
+            self.workers
+        } else {
+            std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
+        }
+    }
+}
+
+/// rustle has no access control yet, so any listener reachable from other machines would
+/// be an open proxy: refuse it unless the operator says so explicitly.
+fn open_proxy_problem(config: &Config, l: &Listener) -> Option<String> {
+    if l.listen.ip().is_loopback() || config.allow_open_proxy {
+        return None;
+    }
+    Some(format!(
+        "listener {} on {} would be an open proxy: anyone who can reach it could use it. \
+         Bind it to a loopback address, or set `allow_open_proxy = true` at the top of the \
+         configuration if that is really what you want",
+        l.kind, l.listen
+    ))
+}
+
+fn path_segments(path: &serde_ignored::Path<'_>) -> Vec<String> {
+    use serde_ignored::Path;
+    let mut segs = Vec::new();
+    let mut p = path;
+    loop {
+        match p {
+            Path::Root => break,
+            Path::Seq { parent, index } => {
+                segs.push(index.to_string());
+                p = parent;
+            }
+            Path::Map { parent, key } => {
+                segs.push(key.clone());
+                p = parent;
+            }
+            Path::Some { parent }
+            | Path::NewtypeStruct { parent }
+            | Path::NewtypeVariant { parent } => p = parent,
+        }
+    }
+    segs.reverse();
+    segs
+}
+
+/// Byte offset of the key at `segs` (map keys and array indexes) in the document. Items
+/// are cloned as the walk goes: this runs only when reporting errors.
+fn key_offset(doc: &toml_edit::ImDocument<&str>, segs: &[String]) -> Option<usize> {
+    use toml_edit::{Item, Value};
+    let mut item = doc.as_item().clone();
+    let mut offset = None;
+    for seg in segs {
+        let next = if let Ok(i) = seg.parse::<usize>() {
+            match &item {
+                Item::ArrayOfTables(a) => {
+                    let t = a.get(i)?;
+                    offset = t.span().map(|s| s.start).or(offset);
+                    Item::Table(t.clone())
+                }
+                Item::Value(Value::Array(a)) => {
+                    let v = a.get(i)?;
+                    offset = v.span().map(|s| s.start).or(offset);
+                    Item::Value(v.clone())
+                }
+                _ => return offset,
+            }
+        } else {
+            let (key, value) = item.as_table_like()?.get_key_value(seg)?;
+            offset = key.span().map(|s| s.start).or(offset);
+            value.clone()
+        };
+        item = next;
+    }
+    offset
+}
+
+/// Accepts `"250ms"`, `"10s"`, `"5m"`, `"1h"` or a bare number of seconds.
+fn duration<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Raw {
+        Secs(u64),
+        Text(String),
+    }
+    match Raw::deserialize(d)? {
+        Raw::Secs(s) => Ok(Duration::from_secs(s)),
+        Raw::Text(t) => parse_duration(&t).map_err(serde::de::Error::custom),
+    }
+}
+
+pub fn parse_duration(t: &str) -> Result<Duration, String> {
+    let t = t.trim();
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let n: u64 = num.parse().map_err(|_| format!("invalid duration `{t}`"))?;
+    let d = match unit.trim() {
+        "ms" => Duration::from_millis(n),
+        "s" | "" => Duration::from_secs(n),
+        "m" => Duration::from_secs(n * 60),
+        "h" => Duration::from_secs(n * 3600),
+        _ => return Err(format!("invalid duration `{t}`: use ms, s, m or h")),
+    };
+    Ok(d)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn empty_file_is_the_default() {
+        let c = Config::parse("").expect("empty config");
+        assert_eq!(c.effective_listeners()[0].listen.to_string(), DEFAULT_HTTP);
+        assert_eq!(c.timeouts.header, Duration::from_secs(10));
+    }
+
+    #[test]
+    fn full_file_parses() {
+        let text = "workers = 2\n[[listener]]\nkind = \"http\"\nlisten = \"127.0.0.1:8080\"\n\
+                    [[listener]]\nlisten = \"[::1]:8081\"\n[log]\naccess = \"off\"\nformat = \"json\"\n\
+                    [timeouts]\nheader = \"500ms\"\nconnect = 3\n[http]\nvia = true\n";
+        let c = Config::parse(text).expect("valid config");
+        assert_eq!(c.workers, 2);
+        assert_eq!(c.listeners.len(), 2);
+        assert_eq!(c.log.access, LogTarget::Off);
+        assert_eq!(c.log.format, LogFormat::Json);
+        assert_eq!(c.timeouts.header, Duration::from_millis(500));
+        assert_eq!(c.timeouts.connect, Duration::from_secs(3));
+        assert!(c.http.via);
+    }
+
+    #[test]
+    fn unknown_keys_are_all_reported_with_lines() {
+        let text = "workerz = 2\n[log]\nformat = \"plain\"\ncolour = true\n\
+                    [[listener]]\nlisten = \"127.0.0.1:1\"\nport = 3\n";
+        let p = Config::parse(text).expect_err("unknown keys");
+        let shown: Vec<String> = p.iter().map(|p| p.to_string()).collect();
+        assert!(shown.contains(&"line 1: unknown key `workerz`".to_string()), "{shown:?}");
+        assert!(shown.contains(&"line 4: unknown key `log.colour`".to_string()), "{shown:?}");
+        assert!(shown.contains(&"line 7: unknown key `listener.0.port`".to_string()), "{shown:?}");
+    }
+
+    #[test]
+    fn type_errors_have_lines() {
+        let p = Config::parse("\n\n[timeouts]\nheader = \"ten seconds\"\n").expect_err("bad");
+        assert_eq!(p[0].line, Some(4), "{p:?}");
+        assert!(p[0].message.contains("invalid duration"), "{p:?}");
+        let p = Config::parse("[[listener]]\nlisten = \"nowhere\"\n").expect_err("bad");
+        assert_eq!(p[0].line, Some(2), "{p:?}");
+    }
+
+    #[test]
+    fn public_listener_needs_explicit_consent() {
+        let text = "[[listener]]\nlisten = \"0.0.0.0:3128\"\n";
+        let p = Config::parse(text).expect_err("open proxy");
+        assert_eq!(p[0].line, Some(2));
+        assert!(p[0].message.contains("open proxy"));
+        let ok = format!("allow_open_proxy = true\n{text}");
+        assert!(Config::parse(&ok).is_ok());
+    }
+
+    #[test]
+    fn the_example_file_is_valid() {
+        let text = include_str!("../../../rustle.example.toml");
+        let c = Config::parse(text).expect("rustle.example.toml must stay valid");
+        assert_eq!(c.listeners.len(), 1);
+    }
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
+        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
+        assert!(parse_duration("2 fortnights").is_err());
+        assert!(parse_duration("").is_err());
+    }
+}

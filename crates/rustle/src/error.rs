@@ -1,0 +1,145 @@
+//! The proxy's one error type. Each variant says who failed, which decides what the
+//! client is told: a fault of the client is a 4xx, a fault of the upstream a 502, a
+//! timeout waiting on the upstream a 504, and a client that went away gets nothing.
+
+use std::io;
+use std::net::SocketAddr;
+
+use rustle_proto::http::HeadError;
+
+/// The phase a timeout happened in; it decides the status and the log line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Phase {
+    /// Waiting for the client's request head.
+    ClientHead,
+    /// Waiting for request body bytes from the client.
+    ClientBody,
+    /// Resolving and connecting to the upstream.
+    Connect,
+    /// Waiting for the upstream's response head.
+    UpstreamHead,
+    /// Waiting for response body bytes from the upstream.
+    UpstreamBody,
+    /// Waiting for the client to take response bytes.
+    ClientWrite,
+    /// No bytes either way on a tunnel.
+    TunnelIdle,
+}
+
+impl Phase {
+    fn as_str(self) -> &'static str {
+        match self {
+            Phase::ClientHead => "waiting for the request head",
+            Phase::ClientBody => "waiting for the request body",
+            Phase::Connect => "connecting to the upstream",
+            Phase::UpstreamHead => "waiting for the upstream's response",
+            Phase::UpstreamBody => "waiting for the upstream's response body",
+            Phase::ClientWrite => "writing to the client",
+            Phase::TunnelIdle => "tunnel idle",
+        }
+    }
+}
+
+/// Why a name could not be turned into a connected upstream socket.
+#[derive(Debug, thiserror::Error)]
+pub enum ConnectError {
+    #[error("cannot resolve {host}: {reason}")]
+    Resolve { host: String, reason: String },
+    #[error("connection refused by {0}")]
+    Refused(SocketAddr),
+    #[error("connection reset by {0}")]
+    Reset(SocketAddr),
+    #[error("{0} is unreachable")]
+    Unreachable(SocketAddr),
+    #[error("cannot connect to {addr}: {source}")]
+    Other { addr: SocketAddr, source: io::Error },
+    #[error("timed out connecting to {0}")]
+    Timeout(String),
+}
+
+impl ConnectError {
+    pub fn from_io(addr: SocketAddr, e: io::Error) -> Self {
+        match e.kind() {
+            io::ErrorKind::ConnectionRefused => ConnectError::Refused(addr),
+            io::ErrorKind::ConnectionReset => ConnectError::Reset(addr),
+            io::ErrorKind::HostUnreachable | io::ErrorKind::NetworkUnreachable => {
+                ConnectError::Unreachable(addr)
+            }
+            io::ErrorKind::TimedOut => ConnectError::Timeout(addr.to_string()),
+            _ => ConnectError::Other { addr, source: e },
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The client sent a request the parser rejected.
+    #[error("{0}")]
+    BadRequest(#[from] HeadError),
+    /// The client sent something well-formed that a forward proxy cannot serve.
+    #[error("{0}")]
+    Unsupported(&'static str),
+    /// The request body's chunked framing was malformed.
+    #[error("malformed chunked request body: {0}")]
+    BadRequestBody(rustle_proto::chunked::ChunkError),
+    /// The client went away or its socket failed; nobody is left to answer.
+    #[error("client connection: {0}")]
+    Client(io::Error),
+    /// The client ended the request body early.
+    #[error("client closed the connection in the middle of the request body")]
+    ClientTruncated,
+    /// The upstream could not be reached.
+    #[error("{0}")]
+    Connect(#[from] ConnectError),
+    /// The upstream's socket failed.
+    #[error("upstream connection: {0}")]
+    Upstream(io::Error),
+    /// The upstream closed before or in the middle of its response.
+    #[error("upstream closed the connection {0}")]
+    UpstreamClosed(&'static str),
+    /// The upstream answered with something the parser rejected.
+    #[error("upstream sent a malformed response: {0}")]
+    BadResponse(HeadError),
+    /// The upstream's chunked framing was malformed.
+    #[error("upstream sent a malformed chunked body: {0}")]
+    BadResponseBody(rustle_proto::chunked::ChunkError),
+    /// The upstream switched protocols without being asked to, or before the request
+    /// body was complete.
+    #[error("upstream answered 101 Switching Protocols to a request that did not ask for it")]
+    BadUpgrade,
+    /// A timer ran out.
+    #[error("timed out {}", .0.as_str())]
+    Timeout(Phase),
+    /// The proxy is at its connection limit.
+    #[error("too many connections")]
+    Overloaded,
+}
+
+impl Error {
+    /// The status to answer with, if the client can still be told anything. One
+    /// exhaustive match: a new variant must decide here.
+    pub fn status(&self) -> Option<u16> {
+        match self {
+            Error::BadRequest(e) => Some(e.status()),
+            Error::Unsupported(_) => Some(400),
+            Error::BadRequestBody(_) => Some(400),
+            Error::Client(_) => None,
+            Error::ClientTruncated => None,
+            Error::Connect(ConnectError::Timeout(_)) => Some(504),
+            Error::Connect(_) => Some(502),
+            Error::Upstream(_) => Some(502),
+            Error::UpstreamClosed(_) => Some(502),
+            Error::BadResponse(_) => Some(502),
+            Error::BadResponseBody(_) => Some(502),
+            Error::BadUpgrade => Some(502),
+            Error::Timeout(phase) => match phase {
+                Phase::ClientHead | Phase::ClientBody => Some(408),
+                Phase::Connect | Phase::UpstreamHead | Phase::UpstreamBody => Some(504),
+                Phase::ClientWrite | Phase::TunnelIdle => None,
+            },
+            Error::Overloaded => Some(503),
+        }
+    }
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -1,0 +1,295 @@
+//! Forwarding one absolute-form request to its origin and the response back: an idle
+//! pooled connection when there is one, the request head rewritten (origin-form target,
+//! hop-by-hop fields removed), bodies streamed both ways, interim responses passed on,
+//! and the origin connection parked for reuse when the exchange ended cleanly.
+
+use std::io::Write as _;
+
+use rustle_proto::http::{
+    parse_response, write_request, write_response, BodyKind, Method, RequestRewrite, ResponseHead,
+    ResponseRewrite, Target,
+};
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+use crate::body::{self, Dir, State};
+use crate::buf::Buf;
+use crate::error::{Error, Phase};
+use crate::http1::{Client, Exchange, Next};
+
+/// A head and the body bytes that came with it are sent in one write while they fit in
+/// this many bytes; larger bodies are streamed after the head.
+const COALESCE: usize = 64 * 1024;
+
+/// Name of this proxy in Via headers.
+const VIA: &str = "rustle";
+
+pub async fn forward(c: &mut Client, ex: &mut Exchange) -> Result<Next, Error> {
+    let worker = c.worker.clone();
+    let cfg = &worker.cfg;
+    let Target::Absolute { host, port, .. } = c.head.target else {
+        return Err(Error::Unsupported("not an absolute-form request"));
+    };
+    let head = &c.head;
+    let filled = c.buf.filled();
+    let host = std::str::from_utf8(host.get(filled))
+        .map_err(|_| Error::Unsupported("the host name is not ASCII"))?
+        .to_ascii_lowercase();
+    let mut key = Vec::with_capacity(host.len() + 6);
+    let _ = write!(key, "{host}:{port}");
+    let upgrade = head.is_upgrade();
+    let method = head.method;
+    let client_keep_alive = head.keep_alive();
+    let client_http10 = head.minor == 0;
+    let expect_continue = head.expect_continue;
+    let peer_text;
+    let rw = RequestRewrite {
+        via: cfg.http.via.then_some(VIA),
+        forwarded_for: if cfg.http.forwarded_for {
+            peer_text = c.peer.ip().to_string();
+            Some(peer_text.as_str())
+        } else {
+            None
+        },
+        upgrade,
+    };
+    c.out.clear();
+    write_request(head, filled, &rw, &mut c.out);
+    let mut req_body = State::new(head.body);
+    c.buf.consume(head.len);
+    if !expect_continue {
+        ex.up += body::coalesce(&mut c.buf, &mut req_body, &mut c.out, COALESCE, Dir::Up)?;
+    }
+
+    // An upstream: a pooled connection, or a new one.
+    let (mut up, mut addr, mut reused) = match worker.upstreams.take(&key) {
+        Some((s, a)) => (s, a, true),
+        None => {
+            let (s, a) = worker.upstreams.connect(&host, port, cfg.timeouts.connect).await?;
+            (s, a, false)
+        }
+    };
+    ex.upstream = Some(addr);
+    let mut ubuf = Buf::new();
+    let mut rhead = ResponseHead::new();
+    let io = cfg.timeouts.io;
+
+    // The request went out whole: a pooled connection that turns out to be dead can be
+    // replaced and the request sent again, as nothing of it reached an origin that
+    // answered.
+    let whole = req_body.is_done();
+    loop {
+        let sent = write_timed(&mut up, &c.out, io).await;
+        let result = match sent {
+            Ok(()) if whole => read_response_head(&mut up, &mut ubuf, &mut rhead, method, io).await,
+            Ok(()) => Ok(()),
+            Err(e) => Err(e),
+        };
+        match result {
+            Ok(()) => break,
+            Err(Error::Upstream(_) | Error::UpstreamClosed(_)) if reused && ubuf.is_empty() => {
+                tracing::debug!("pooled connection to {addr} was dead; reconnecting");
+                let (s, a) = worker.upstreams.connect(&host, port, cfg.timeouts.connect).await?;
+                up = s;
+                addr = a;
+                reused = false;
+                ex.upstream = Some(addr);
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    let _ = reused;
+
+    let outcome = {
+        let out = &mut c.out;
+        let cbuf = &mut c.buf;
+        let (mut cr, mut cw) = c.stream.split();
+        let (mut ur, mut uw) = up.split();
+        // Stream the request body (if any is left) while watching for the response head.
+        let body_fut = async {
+            if req_body.is_done() {
+                return Ok(0);
+            }
+            body::copy(&mut cr, cbuf, &mut uw, &mut req_body, Dir::Up, io).await
+        };
+        tokio::pin!(body_fut);
+        let mut body_done = whole;
+        let mut head_ready = whole;
+        loop {
+            if head_ready {
+                head_ready = false;
+                if (100..200).contains(&rhead.status) && rhead.status != 101 {
+                    // Interim response (100 Continue and friends): pass it on, read on.
+                    out.clear();
+                    write_response(&rhead, ubuf.filled(), &ResponseRewrite::default(), out);
+                    ubuf.consume(rhead.len);
+                    write_timed(&mut cw, out, io).await.map_err(client_side)?;
+                } else {
+                    break;
+                }
+            }
+            tokio::select! {
+                r = &mut body_fut, if !body_done => {
+                    ex.up += r?;
+                    body_done = true;
+                }
+                r = read_response_head(&mut ur, &mut ubuf, &mut rhead, method, io) => {
+                    r?;
+                    head_ready = true;
+                }
+            }
+        }
+        if rhead.status == 101 {
+            if !upgrade || !body_done {
+                return Err(Error::BadUpgrade);
+            }
+            Outcome::Switch
+        } else {
+            let client_close = !client_keep_alive
+                || rhead.body == BodyKind::CloseDelimited
+                || worker.stopping.get();
+            let rrw = ResponseRewrite {
+                via: rw.via,
+                close: client_close || !body_done,
+                keep_alive_10: client_http10 && !client_close,
+                upgrade: false,
+            };
+            let mut resp_body = State::new(rhead.body);
+            out.clear();
+            write_response(&rhead, ubuf.filled(), &rrw, out);
+            ubuf.consume(rhead.len);
+            ex.down += body::coalesce(&mut ubuf, &mut resp_body, out, COALESCE, Dir::Down)?;
+            ex.status = rhead.status;
+            ex.responded = true;
+            let resp_fut = async {
+                write_timed(&mut cw, out, io).await.map_err(client_side)?;
+                body::copy(&mut ur, &mut ubuf, &mut cw, &mut resp_body, Dir::Down, io).await
+            };
+            tokio::pin!(resp_fut);
+            // A response may end before the request body does (an early error from the
+            // origin): then the rest of the request is not worth waiting for.
+            let resp_result = loop {
+                tokio::select! {
+                    r = &mut body_fut, if !body_done => {
+                        ex.up += r?;
+                        body_done = true;
+                    }
+                    r = &mut resp_fut => break r,
+                }
+            };
+            ex.down += resp_result?;
+            Outcome::Done { body_done, client_close }
+        }
+    };
+
+    match outcome {
+        Outcome::Switch => switch_protocols(c, ex, up, ubuf, rhead, rw.via).await,
+        Outcome::Done { body_done, client_close } => {
+            let upstream_reusable =
+                rhead.keep_alive() && body_done && ubuf.is_empty() && !worker.stopping.get();
+            if upstream_reusable {
+                worker.upstreams.put(&key, up, addr);
+            }
+            if client_close || !body_done {
+                let _ = c.stream.shutdown().await;
+                Ok(Next::Close)
+            } else {
+                Ok(Next::KeepAlive)
+            }
+        }
+    }
+}
+
+enum Outcome {
+    /// 101 Switching Protocols: the connection becomes a relay.
+    Switch,
+    /// The response was delivered.
+    Done { body_done: bool, client_close: bool },
+}
+
+/// A 101 to an upgrade request: the rest of the connection is a relay.
+async fn switch_protocols(
+    c: &mut Client,
+    ex: &mut Exchange,
+    mut up: TcpStream,
+    mut ubuf: Buf,
+    rhead: ResponseHead,
+    via: Option<&str>,
+) -> Result<Next, Error> {
+    let worker = c.worker.clone();
+    c.out.clear();
+    let rrw = ResponseRewrite { via, close: false, keep_alive_10: false, upgrade: true };
+    write_response(&rhead, ubuf.filled(), &rrw, &mut c.out);
+    ubuf.consume(rhead.len);
+    c.out.extend_from_slice(ubuf.filled());
+    ex.down += ubuf.len() as u64;
+    ubuf.clear();
+    write_timed(&mut c.stream, &c.out, worker.cfg.timeouts.io).await.map_err(client_side)?;
+    ex.status = 101;
+    ex.responded = true;
+    let early = c.buf.filled().to_vec();
+    c.buf.clear();
+    let (totals, result) =
+        crate::relay::run(&mut c.stream, &mut up, &early, &[], worker.cfg.timeouts.tunnel_idle)
+            .await;
+    ex.up += totals.up;
+    ex.down += totals.down;
+    result.map(|()| Next::Close)
+}
+
+/// Reads until a whole response head is in `ubuf` and parsed into `rhead`.
+async fn read_response_head<R: AsyncRead + Unpin>(
+    r: &mut R,
+    ubuf: &mut Buf,
+    rhead: &mut ResponseHead,
+    method: Method,
+    idle: std::time::Duration,
+) -> Result<(), Error> {
+    let limits = rustle_proto::http::Limits::default();
+    loop {
+        if !ubuf.is_empty() {
+            match parse_response(ubuf.filled(), &limits, method, rhead) {
+                Ok(Some(())) => return Ok(()),
+                Ok(None) => {}
+                Err(e) => return Err(Error::BadResponse(e)),
+            }
+        }
+        let n = match tokio::time::timeout(idle, ubuf.read_from(r, limits.max_head)).await {
+            Ok(Ok(n)) => n,
+            Ok(Err(e)) if e.kind() == std::io::ErrorKind::OutOfMemory => {
+                return Err(Error::BadResponse(rustle_proto::http::HeadError::HeadTooLarge))
+            }
+            Ok(Err(e)) => return Err(Error::Upstream(e)),
+            Err(_) => return Err(Error::Timeout(Phase::UpstreamHead)),
+        };
+        if n == 0 {
+            return Err(Error::UpstreamClosed(if ubuf.is_empty() {
+                "without responding"
+            } else {
+                "in the middle of the response head"
+            }));
+        }
+    }
+}
+
+/// Writes to the upstream with the I/O timeout.
+async fn write_timed<W: AsyncWrite + Unpin>(
+    w: &mut W,
+    bytes: &[u8],
+    idle: std::time::Duration,
+) -> Result<(), Error> {
+    match tokio::time::timeout(idle, w.write_all(bytes)).await {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(e)) => Err(Error::Upstream(e)),
+        Err(_) => Err(Error::Timeout(Phase::UpstreamHead)),
+    }
+}
+
+/// `write_timed` towards the client: failures are the client's.
+fn client_side(e: Error) -> Error {
+    match e {
+        Error::Upstream(io) => Error::Client(io),
+        Error::Timeout(_) => Error::Timeout(Phase::ClientWrite),
+        other => other,
+    }
+}

@@ -1,0 +1,283 @@
+//! The HTTP/1.1 side facing clients: reads request heads, answers what the proxy answers
+//! itself (errors, Max-Forwards 0), and hands absolute-form requests to `forward` and
+//! CONNECT requests to `connect`. A connection serves requests in order until either side
+//! asks to close, an error occurs, or the worker shuts down.
+
+use std::fmt;
+use std::io::Write as _;
+use std::net::SocketAddr;
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+
+use rustle_proto::http::{parse_request, Method, RequestHead, Target};
+use tokio::io::AsyncWriteExt;
+use tokio::net::TcpStream;
+
+use crate::accesslog::Entry;
+use crate::buf::Buf;
+use crate::error::{Error, Phase};
+use crate::server::{ConnGuard, Worker};
+
+/// How long an error response may take to reach a client before it is abandoned.
+const ERROR_WRITE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// What happens to a client connection after an exchange.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Next {
+    KeepAlive,
+    Close,
+}
+
+/// One client connection.
+pub struct Client {
+    pub worker: Rc<Worker>,
+    pub stream: TcpStream,
+    pub peer: SocketAddr,
+    pub buf: Buf,
+    pub head: RequestHead,
+    /// Outgoing heads are assembled here, reused across requests.
+    pub out: Vec<u8>,
+    /// Method and target of the current request, kept for its log line.
+    method: Vec<u8>,
+    target: Vec<u8>,
+}
+
+/// What the log line of one exchange says, filled in as it goes.
+pub struct Exchange {
+    pub start: Instant,
+    pub status: u16,
+    pub up: u64,
+    pub down: u64,
+    pub upstream: Option<SocketAddr>,
+    /// A status line has gone to the client: an error can no longer be answered.
+    pub responded: bool,
+}
+
+impl Exchange {
+    fn new(start: Instant) -> Self {
+        Exchange { start, status: 0, up: 0, down: 0, upstream: None, responded: false }
+    }
+}
+
+pub async fn serve(guard: ConnGuard, stream: TcpStream, peer: SocketAddr) {
+    let worker = guard.worker().clone();
+    let mut c = Client {
+        worker: worker.clone(),
+        stream,
+        peer,
+        buf: Buf::new(),
+        head: RequestHead::new(),
+        out: Vec::with_capacity(1024),
+        method: Vec::new(),
+        target: Vec::new(),
+    };
+    let mut shutdown = worker.shutdown.clone();
+    loop {
+        let start = Instant::now();
+        match c.read_head(&mut shutdown).await {
+            Ok(true) => {}
+            Ok(false) => break,
+            Err(e) => {
+                c.method.clear();
+                c.target.clear();
+                let mut ex = Exchange::new(start);
+                c.fail(&mut ex, &e).await;
+                break;
+            }
+        }
+        let mut ex = Exchange::new(Instant::now());
+        c.method.clear();
+        c.method.extend_from_slice(c.head.method_span.get(c.buf.filled()));
+        c.target.clear();
+        c.target.extend_from_slice(c.head.target_span.get(c.buf.filled()));
+        let next = match c.handle(&mut ex).await {
+            Ok(next) => {
+                c.log(&ex, None);
+                next
+            }
+            Err(e) => {
+                c.fail(&mut ex, &e).await;
+                Next::Close
+            }
+        };
+        if next == Next::Close || worker.stopping.get() {
+            break;
+        }
+    }
+    drop(guard);
+}
+
+/// Answers a connection over the limit with 503 and closes it.
+pub async fn refuse_overloaded(guard: ConnGuard, stream: TcpStream, peer: SocketAddr) {
+    let worker = guard.worker().clone();
+    let mut c = Client {
+        worker,
+        stream,
+        peer,
+        buf: Buf::new(),
+        head: RequestHead::new(),
+        out: Vec::new(),
+        method: Vec::new(),
+        target: Vec::new(),
+    };
+    let mut ex = Exchange::new(Instant::now());
+    c.fail(&mut ex, &Error::Overloaded).await;
+    drop(guard);
+}
+
+impl Client {
+    /// Reads until a whole request head is parsed. `Ok(false)`: the client closed (or the
+    /// worker is stopping) between requests, which is not an error.
+    async fn read_head(
+        &mut self,
+        shutdown: &mut tokio::sync::watch::Receiver<bool>,
+    ) -> Result<bool, Error> {
+        let limits = self.worker.limits;
+        let timeouts = &self.worker.cfg.timeouts;
+        let mut deadline = None;
+        loop {
+            if !self.buf.is_empty() {
+                if parse_request(self.buf.filled(), &limits, &mut self.head)?.is_some() {
+                    return Ok(true);
+                }
+                // A slow-header client gets the header timeout from its first byte on.
+                deadline.get_or_insert_with(|| tokio::time::Instant::now() + timeouts.header);
+            }
+            if self.worker.stopping.get() && self.buf.is_empty() {
+                return Ok(false);
+            }
+            let read = self.buf.read_from(&mut self.stream, limits.max_head);
+            let n = match deadline {
+                Some(d) => match tokio::time::timeout_at(d, read).await {
+                    Ok(r) => r,
+                    Err(_) => return Err(Error::Timeout(Phase::ClientHead)),
+                },
+                None => tokio::select! {
+                    r = tokio::time::timeout(timeouts.keepalive, read) => match r {
+                        Ok(r) => r,
+                        // An idle kept-alive connection just closes.
+                        Err(_) => return Ok(false),
+                    },
+                    _ = shutdown.changed() => return Ok(false),
+                },
+            };
+            match n {
+                Ok(0) if self.buf.is_empty() => return Ok(false),
+                Ok(0) => return Err(Error::ClientTruncated),
+                Ok(_) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::OutOfMemory => {
+                    // The buffer is at max_head and the parser still wants more.
+                    return Err(Error::BadRequest(rustle_proto::http::HeadError::HeadTooLarge));
+                }
+                Err(e) => return Err(Error::Client(e)),
+            }
+        }
+    }
+
+    async fn handle(&mut self, ex: &mut Exchange) -> Result<Next, Error> {
+        let head = &self.head;
+        if matches!(head.method, Method::Options | Method::Trace) && head.max_forwards == Some(0) {
+            return self.answer_max_forwards(ex).await;
+        }
+        match head.target {
+            Target::Authority { .. } => crate::connect::tunnel(self, ex).await,
+            Target::Absolute { scheme: rustle_proto::http::Scheme::Http, .. } => {
+                crate::forward::forward(self, ex).await
+            }
+            Target::Absolute { .. } => Err(Error::Unsupported(
+                "https:// URLs must go through a CONNECT tunnel, not as a plain proxy request",
+            )),
+            Target::Origin { .. } | Target::Asterisk => Err(Error::Unsupported(
+                "this is a forward proxy: requests need an absolute URI such as \
+                 http://host/path (or CONNECT host:port)",
+            )),
+        }
+    }
+
+    /// RFC 9110 7.6.2: an OPTIONS or TRACE with Max-Forwards 0 is answered by the proxy.
+    async fn answer_max_forwards(&mut self, ex: &mut Exchange) -> Result<Next, Error> {
+        let keep = self.head.keep_alive() && self.head.body == rustle_proto::http::BodyKind::None;
+        self.out.clear();
+        let conn = if keep { "" } else { "Connection: close\r\n" };
+        if self.head.method == Method::Trace {
+            let echoed = &self.buf.filled()[..self.head.len];
+            let _ = write!(
+                self.out,
+                "HTTP/1.1 200 OK\r\nContent-Type: message/http\r\nContent-Length: {}\r\n{conn}\r\n",
+                echoed.len()
+            );
+            self.out.extend_from_slice(echoed);
+        } else {
+            let _ = write!(
+                self.out,
+                "HTTP/1.1 200 OK\r\nAllow: GET, HEAD, POST, PUT, DELETE, OPTIONS, TRACE, PATCH, \
+                 CONNECT\r\nContent-Length: 0\r\n{conn}\r\n"
+            );
+        }
+        self.buf.consume(self.head.len);
+        ex.status = 200;
+        ex.responded = true;
+        self.stream.write_all(&self.out).await.map_err(Error::Client)?;
+        Ok(if keep { Next::KeepAlive } else { Next::Close })
+    }
+
+    /// Answers an error if the client can still be told, and logs it.
+    pub async fn fail(&mut self, ex: &mut Exchange, e: &Error) {
+        if let (false, Some(status)) = (ex.responded, e.status()) {
+            self.out.clear();
+            let body = e.to_string();
+            let _ = write!(
+                self.out,
+                "HTTP/1.1 {status} {}\r\nContent-Type: text/plain; charset=utf-8\r\n\
+                 Content-Length: {}\r\nConnection: close\r\n\r\n{body}\n",
+                reason(status),
+                body.len() + 1
+            );
+            let write = self.stream.write_all(&self.out);
+            if let Ok(Ok(())) = tokio::time::timeout(ERROR_WRITE_TIMEOUT, write).await {
+                let _ = self.stream.shutdown().await;
+            }
+            ex.status = status;
+            ex.responded = true;
+        }
+        self.log(ex, Some(e));
+    }
+
+    pub fn log(&self, ex: &Exchange, error: Option<&Error>) {
+        let log = &self.worker.log;
+        if !log.enabled() {
+            return;
+        }
+        let dash: &[u8] = b"-";
+        log.log(&Entry {
+            client: self.peer,
+            method: if self.method.is_empty() { dash } else { &self.method },
+            target: if self.target.is_empty() { dash } else { &self.target },
+            status: ex.status,
+            up: ex.up,
+            down: ex.down,
+            start: ex.start,
+            upstream: ex.upstream,
+            error: error.map(|e| e as &dyn fmt::Display),
+        });
+    }
+}
+
+pub fn reason(status: u16) -> &'static str {
+    match status {
+        200 => "OK",
+        400 => "Bad Request",
+        403 => "Forbidden",
+        407 => "Proxy Authentication Required",
+        408 => "Request Timeout",
+        413 => "Content Too Large",
+        431 => "Request Header Fields Too Large",
+        500 => "Internal Server Error",
+        501 => "Not Implemented",
+        502 => "Bad Gateway",
+        503 => "Service Unavailable",
+        504 => "Gateway Timeout",
+        505 => "HTTP Version Not Supported",
+        _ => "Error",
+    }
+}

@@ -1,0 +1,28 @@
+//! rustle: a forward proxy. The binary (`main.rs`) is a thin shell over this library.
+//!
+//! Modules, from the outside in:
+//! - `config`: the TOML configuration, its defaults and checks.
+//! - `server`: workers (one current-thread runtime per core), listeners, shutdown.
+//! - `http1`: a client's HTTP/1.1 connection: request heads, errors, dispatch.
+//! - `forward`: one absolute-form request to its origin and the response back.
+//! - `connect`: CONNECT tunnels.
+//! - `body`: streaming bodies by their framing (length, chunked, until close).
+//! - `relay`: bytes both ways between two sockets, with half-close.
+//! - `upstream`: name cache, Happy Eyeballs, the pool of idle origin connections.
+//! - `buf`: the read buffer heads are parsed in.
+//! - `accesslog`: one line per request or tunnel.
+//! - `error`: the error type and what each error tells the client.
+//!
+//! Protocol parsing lives in the `rustle-proto` crate, which does no I/O.
+
+pub mod accesslog;
+pub mod body;
+pub mod buf;
+pub mod config;
+pub mod connect;
+pub mod error;
+pub mod forward;
+pub mod http1;
+pub mod relay;
+pub mod server;
+pub mod upstream;

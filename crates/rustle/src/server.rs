@@ -1,0 +1,279 @@
+//! Workers and listeners. Each worker is a thread running a current-thread tokio runtime
+//! with its own SO_REUSEPORT listening sockets, so the kernel spreads new connections over
+//! the workers and a connection never leaves the thread that accepted it: no lock, no
+//! atomic and no cross-thread wake-up on the request path.
+
+use std::cell::Cell;
+use std::net::SocketAddr;
+use std::rc::Rc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::Context as _;
+use socket2::{Domain, Protocol, Socket, Type};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::watch;
+
+use crate::accesslog::{self, AccessLog, Sink};
+use crate::config::{Config, Listener, ListenerKind};
+use crate::upstream::Upstreams;
+
+/// Pending connections per listening socket; the kernel caps it at somaxconn.
+const BACKLOG: i32 = 4096;
+
+/// After an accept error such as EMFILE, wait this long before accepting again instead
+/// of spinning on a listener that stays readable.
+const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
+
+/// How often a worker closes expired idle origin connections.
+const SWEEP_EVERY: Duration = Duration::from_secs(1);
+
+/// What every connection task of one worker shares.
+pub struct Worker {
+    pub id: usize,
+    pub cfg: Arc<Config>,
+    pub upstreams: Upstreams,
+    pub log: AccessLog,
+    pub limits: rustle_proto::http::Limits,
+    pub shutdown: watch::Receiver<bool>,
+    /// Set once shutdown begins, read without touching the watch channel's lock.
+    pub stopping: Cell<bool>,
+    active: Cell<usize>,
+    /// Open client connections across all workers, for `limits.max_connections`.
+    open: Arc<AtomicUsize>,
+}
+
+/// Held by a connection task; releases its slot when the task ends however it ends.
+pub struct ConnGuard {
+    worker: Rc<Worker>,
+}
+
+impl Drop for ConnGuard {
+    fn drop(&mut self) {
+        self.worker.active.set(self.worker.active.get() - 1);
+        self.worker.open.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// Binds every configured listener once per worker. The first socket of a listener is
+/// bound first, so that port 0 resolves to one port shared by all workers.
+fn bind_all(
+    listeners: &[Listener],
+    workers: usize,
+) -> anyhow::Result<Vec<Vec<(ListenerKind, std::net::TcpListener)>>> {
+    let mut per_worker: Vec<Vec<_>> = (0..workers).map(|_| Vec::new()).collect();
+    for l in listeners {
+        let mut addr = l.listen;
+        for sockets in per_worker.iter_mut() {
+            let s = bind_one(addr).with_context(|| format!("cannot listen on {addr}"))?;
+            addr = s.local_addr()?;
+            sockets.push((l.kind, s));
+        }
+    }
+    Ok(per_worker)
+}
+
+fn bind_one(addr: SocketAddr) -> std::io::Result<std::net::TcpListener> {
+    let s = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
+    s.set_reuse_address(true)?;
+    s.set_reuse_port(true)?;
+    if addr.is_ipv6() {
+        s.set_only_v6(true)?;
+    }
+    // Accepted sockets inherit TCP_NODELAY from the listener on Linux: one setsockopt
+    // here instead of one per connection.
+    s.set_nodelay(true)?;
+    s.set_nonblocking(true)?;
+    s.bind(&addr.into())?;
+    s.listen(BACKLOG)?;
+    Ok(s.into())
+}
+
+/// The bound addresses, for callers that asked for port 0.
+pub struct Running {
+    pub addrs: Vec<(ListenerKind, SocketAddr)>,
+    threads: Vec<std::thread::JoinHandle<()>>,
+    stop: watch::Sender<bool>,
+}
+
+impl Running {
+    /// Begins a graceful shutdown and waits for every worker to finish.
+    pub fn stop(self) {
+        let _ = self.stop.send(true);
+        self.join();
+    }
+
+    pub fn join(self) {
+        for t in self.threads {
+            let _ = t.join();
+        }
+    }
+
+    pub fn stopper(&self) -> watch::Sender<bool> {
+        self.stop.clone()
+    }
+}
+
+/// Binds the listeners and starts the workers; returns at once.
+pub fn start(cfg: Config) -> anyhow::Result<Running> {
+    let cfg = Arc::new(cfg);
+    let workers = cfg.worker_count();
+    let listeners = cfg.effective_listeners();
+    let mut sockets = bind_all(&listeners, workers)?;
+    let mut addrs = Vec::new();
+    if let Some(first) = sockets.first() {
+        for (kind, s) in first {
+            addrs.push((*kind, s.local_addr()?));
+        }
+    }
+    let sink = Sink::open(&cfg.log.access).context("cannot open the access log")?;
+    let (stop, shutdown) = watch::channel(false);
+    let open = Arc::new(AtomicUsize::new(0));
+    let mut threads = Vec::new();
+    for (id, socks) in sockets.drain(..).enumerate() {
+        let cfg = cfg.clone();
+        let sink = sink.clone();
+        let shutdown = shutdown.clone();
+        let open = open.clone();
+        let t = std::thread::Builder::new().name(format!("rustle-w{id}")).spawn(move || {
+            let rt = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+                Ok(rt) => rt,
+                Err(e) => {
+                    tracing::error!("worker {id}: cannot start a runtime: {e}");
+                    return;
+                }
+            };
+            let local = tokio::task::LocalSet::new();
+            let log = AccessLog::new(sink, cfg.log.format);
+            let limits = rustle_proto::http::Limits {
+                max_head: cfg.limits.max_header_bytes,
+                max_headers: cfg.limits.max_headers,
+            };
+            let worker = Rc::new(Worker {
+                id,
+                upstreams: Upstreams::new(cfg.upstream.clone()),
+                cfg,
+                log,
+                limits,
+                shutdown,
+                stopping: Cell::new(false),
+                active: Cell::new(0),
+                open,
+            });
+            local.block_on(&rt, worker_main(worker, socks));
+        })?;
+        threads.push(t);
+    }
+    for (kind, addr) in &addrs {
+        tracing::info!("listening on {addr} ({kind}), {workers} worker(s)");
+    }
+    Ok(Running { addrs, threads, stop })
+}
+
+async fn worker_main(worker: Rc<Worker>, socks: Vec<(ListenerKind, std::net::TcpListener)>) {
+    for (kind, s) in socks {
+        match TcpListener::from_std(s) {
+            Ok(l) => {
+                tokio::task::spawn_local(accept_loop(worker.clone(), kind, l));
+            }
+            Err(e) => tracing::error!("worker {}: cannot use a listener: {e}", worker.id),
+        }
+    }
+    // Housekeeping: flush the access log, close expired idle origin connections.
+    let mut shutdown = worker.shutdown.clone();
+    let mut flush = tokio::time::interval(accesslog::FLUSH_EVERY);
+    let mut last_sweep = Instant::now();
+    loop {
+        tokio::select! {
+            _ = flush.tick() => {
+                worker.log.flush();
+                if last_sweep.elapsed() >= SWEEP_EVERY {
+                    worker.upstreams.sweep();
+                    last_sweep = Instant::now();
+                }
+            }
+            r = shutdown.changed() => {
+                if r.is_err() || *shutdown.borrow() {
+                    break;
+                }
+            }
+        }
+    }
+    // Draining: listeners stop on their own; wait for connections in flight.
+    worker.stopping.set(true);
+    worker.upstreams.clear();
+    let deadline = Instant::now() + worker.cfg.timeouts.shutdown;
+    while worker.active.get() > 0 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        worker.log.flush();
+    }
+    if worker.active.get() > 0 {
+        tracing::warn!(
+            "worker {}: {} connection(s) still open at the shutdown deadline; closing them",
+            worker.id,
+            worker.active.get()
+        );
+    }
+    worker.log.flush();
+}
+
+async fn accept_loop(worker: Rc<Worker>, kind: ListenerKind, listener: TcpListener) {
+    let mut shutdown = worker.shutdown.clone();
+    let local = listener.local_addr().ok();
+    loop {
+        let accepted = tokio::select! {
+            r = listener.accept() => r,
+            _ = shutdown.changed() => break,
+        };
+        let (stream, peer) = match accepted {
+            Ok(x) => x,
+            Err(e) => {
+                tracing::warn!("accept on {local:?}: {e}; pausing");
+                tokio::time::sleep(ACCEPT_BACKOFF).await;
+                continue;
+            }
+        };
+        let open = worker.open.fetch_add(1, Ordering::Relaxed) + 1;
+        worker.active.set(worker.active.get() + 1);
+        let guard = ConnGuard { worker: worker.clone() };
+        if open > worker.cfg.limits.max_connections {
+            tokio::task::spawn_local(crate::http1::refuse_overloaded(guard, stream, peer));
+            continue;
+        }
+        match kind {
+            ListenerKind::Http => {
+                tokio::task::spawn_local(crate::http1::serve(guard, stream, peer));
+            }
+        }
+    }
+}
+
+impl ConnGuard {
+    pub fn worker(&self) -> &Rc<Worker> {
+        &self.worker
+    }
+}
+
+/// Sets up the process: diagnostics, then runs until SIGINT or SIGTERM.
+pub fn run_until_signal(cfg: Config) -> anyhow::Result<()> {
+    let running = start(cfg)?;
+    let stop = running.stopper();
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    rt.block_on(async {
+        use tokio::signal::unix::{signal, SignalKind};
+        let mut term = signal(SignalKind::terminate())?;
+        let mut int = signal(SignalKind::interrupt())?;
+        tokio::select! {
+            _ = term.recv() => tracing::info!("SIGTERM: draining connections"),
+            _ = int.recv() => tracing::info!("SIGINT: draining connections"),
+        }
+        anyhow::Ok(())
+    })?;
+    let _ = stop.send(true);
+    running.join();
+    tracing::info!("stopped");
+    Ok(())
+}
+
+pub type Conn = (TcpStream, SocketAddr);
