@@ -71,6 +71,9 @@ pub enum State {
     Done,
     Remaining(u64),
     Chunked(Scanner),
+    /// Chunked on the wire, forwarded without its framing (to an HTTP/1.0 client, which
+    /// cannot read chunked; the body then ends with the connection).
+    Dechunk(Scanner),
     /// Until the sender closes (responses only).
     UntilClose,
 }
@@ -89,10 +92,37 @@ impl State {
         matches!(self, State::Done)
     }
 
-    /// How many of `avail` belong to the body, advancing the framing past them.
-    fn advance(&mut self, avail: &[u8], dir: Dir) -> Result<usize, Error> {
+    /// How many of `avail` belong to the body, advancing the framing past them, and
+    /// whether those bytes are to be forwarded (framing removed by `Dechunk` is not).
+    fn advance(&mut self, avail: &[u8], dir: Dir) -> Result<(usize, bool), Error> {
+        if let State::Dechunk(scanner) = self {
+            let remaining = scanner.data_remaining();
+            if remaining > 0 {
+                let take = remaining.min(avail.len() as u64);
+                scanner.skip_data(take);
+                // take <= avail.len(), so it fits in usize.
+                return Ok((take as usize, true));
+            }
+            // Framing: a few bytes per chunk, scanned one at a time so that data bytes
+            // are never swallowed with it.
+            let mut used = 0;
+            while used < avail.len() && scanner.data_remaining() == 0 {
+                let (n, progress) =
+                    scanner.scan(&avail[used..used + 1]).map_err(|e| dir.framing_error(e))?;
+                used += n;
+                if progress == Progress::Done {
+                    *self = State::Done;
+                    break;
+                }
+            }
+            return Ok((used, false));
+        }
+        self.advance_framed(avail, dir).map(|n| (n, true))
+    }
+
+    fn advance_framed(&mut self, avail: &[u8], dir: Dir) -> Result<usize, Error> {
         match self {
-            State::Done => Ok(0),
+            State::Done | State::Dechunk(_) => Ok(0),
             State::Remaining(n) => {
                 let take = (*n).min(avail.len() as u64);
                 *n -= take;
@@ -127,12 +157,21 @@ pub fn coalesce(
     if buf.is_empty() || state.is_done() || out.len() >= limit {
         return Ok(0);
     }
-    let room = limit - out.len();
-    let avail = &buf.filled()[..buf.len().min(room)];
-    let n = state.advance(avail, dir)?;
-    out.extend_from_slice(&avail[..n]);
-    buf.consume(n);
-    Ok(n as u64)
+    let mut total = 0;
+    while !buf.is_empty() && !state.is_done() && out.len() < limit {
+        let room = limit - out.len();
+        let avail = &buf.filled()[..buf.len().min(room)];
+        let (n, forward) = state.advance(avail, dir)?;
+        if n == 0 {
+            break;
+        }
+        if forward {
+            out.extend_from_slice(&avail[..n]);
+            total += n as u64;
+        }
+        buf.consume(n);
+    }
+    Ok(total)
 }
 
 /// Copies the rest of a body: first what is in `buf`, then from `r`. Returns the bytes
@@ -155,15 +194,17 @@ where
             return Ok(total);
         }
         if !buf.is_empty() {
-            let n = state.advance(buf.filled(), dir)?;
+            let (n, forward) = state.advance(buf.filled(), dir)?;
             if n > 0 {
-                match tokio::time::timeout(idle, w.write_all(&buf.filled()[..n])).await {
-                    Ok(Ok(())) => {}
-                    Ok(Err(e)) => return Err(dir.write_error(e)),
-                    Err(_) => return Err(dir.write_timeout()),
+                if forward {
+                    match tokio::time::timeout(idle, w.write_all(&buf.filled()[..n])).await {
+                        Ok(Ok(())) => {}
+                        Ok(Err(e)) => return Err(dir.write_error(e)),
+                        Err(_) => return Err(dir.write_timeout()),
+                    }
+                    total += n as u64;
                 }
                 buf.consume(n);
-                total += n as u64;
                 continue;
             }
             if state.is_done() {

@@ -145,16 +145,24 @@ pub async fn forward(c: &mut Client, ex: &mut Exchange) -> Result<Next, Error> {
             }
             Outcome::Switch
         } else {
+            // An HTTP/1.0 client cannot read chunked: strip the framing and close.
+            let dechunk = client_http10 && rhead.body == BodyKind::Chunked;
             let client_close = !client_keep_alive
                 || rhead.body == BodyKind::CloseDelimited
+                || dechunk
                 || worker.stopping.get();
             let rrw = ResponseRewrite {
                 via: rw.via,
                 close: client_close || !body_done,
                 keep_alive_10: client_http10 && !client_close,
                 upgrade: false,
+                dechunk,
             };
-            let mut resp_body = State::new(rhead.body);
+            let mut resp_body = if dechunk {
+                State::Dechunk(rustle_proto::chunked::Scanner::new())
+            } else {
+                State::new(rhead.body)
+            };
             out.clear();
             write_response(&rhead, ubuf.filled(), &rrw, out);
             ubuf.consume(rhead.len);
@@ -218,7 +226,7 @@ async fn switch_protocols(
 ) -> Result<Next, Error> {
     let worker = c.worker.clone();
     c.out.clear();
-    let rrw = ResponseRewrite { via, close: false, keep_alive_10: false, upgrade: true };
+    let rrw = ResponseRewrite { via, upgrade: true, ..ResponseRewrite::default() };
     write_response(&rhead, ubuf.filled(), &rrw, &mut c.out);
     ubuf.consume(rhead.len);
     c.out.extend_from_slice(ubuf.filled());

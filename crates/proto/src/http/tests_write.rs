@@ -235,3 +235,10 @@ Sec-WebSocket-Accept: s\r\n\r\n";
         "HTTP/1.1 101 Switching Protocols\r\nSec-WebSocket-Accept: s\r\n\r\n"
     );
 }
+
+#[test]
+fn response_dechunk_drops_transfer_encoding() {
+    let b = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nX-A: 1\r\n\r\n";
+    let rw = ResponseRewrite { dechunk: true, close: true, ..ResponseRewrite::default() };
+    assert_eq!(res(b, Method::Get, &rw), "HTTP/1.1 200 OK\r\nX-A: 1\r\nConnection: close\r\n\r\n");
+}

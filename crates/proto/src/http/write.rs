@@ -35,6 +35,9 @@ pub struct ResponseRewrite<'a> {
     pub keep_alive_10: bool,
     /// 101 Switching Protocols being relayed: keep Upgrade and write `Connection: upgrade`.
     pub upgrade: bool,
+    /// The proxy removes the chunked framing (for an HTTP/1.0 client, which cannot read
+    /// it): drop Transfer-Encoding; the body then ends with the connection.
+    pub dechunk: bool,
 }
 
 /// Append to `out` the request head to send to the origin: request line in
@@ -155,7 +158,7 @@ pub fn write_response(head: &ResponseHead, buf: &[u8], rw: &ResponseRewrite, out
     for (i, h) in head.headers.iter().enumerate() {
         let name = h.name.get(buf);
         let kind = Known::of(name);
-        if !strip.keep(name, kind) {
+        if !strip.keep(name, kind) || (rw.dechunk && kind == Known::TransferEncoding) {
             continue;
         }
         let value = h.value.get(buf);

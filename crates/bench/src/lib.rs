@@ -1,0 +1,52 @@
+//! Test and benchmark fixtures for rustle (and, later, its load generator).
+//!
+//! Every fixture runs on its own OS thread with its own current-thread tokio
+//! runtime, binds 127.0.0.1 port 0 unless given an address, exposes
+//! `addr()`, counts what it served with atomics, and stops (closing its
+//! listener and all connections) when dropped. Nothing is logged unless
+//! `RUSTLE_BENCH_LOG=1` is set.
+//!
+//! Module map:
+//! - [`origin`]  — `Origin`, the HTTP/1.1 origin on plain TCP (routes below).
+//! - [`tls`]     — `TlsOrigin`, the same origin behind rustls with a throwaway CA.
+//! - [`echo`]    — `TcpEcho` (echo + half-close) and `TcpServe` (answer after EOF).
+//! - [`udp`]     — `UdpEcho`, datagram echo.
+//! - [`pattern`] — the deterministic body pattern and its checksums.
+//! - [`ws`]      — WebSocket helpers (`accept_key`); the `/ws` echo itself.
+//! - `fixture`   — thread/runtime harness shared by all fixtures (private).
+//! - `conn`, `http`, `routes` — the transport-generic HTTP server (private),
+//!   shared by `Origin` and `TlsOrigin`.
+//!
+//! Origin routes (any method unless noted; HEAD returns GET's head, no body):
+//! - `/bytes/N` — N pattern bytes with Content-Length, streamed.
+//! - `/chunked/N?size=K` — the same, chunked in K-byte chunks (default
+//!   4096), with trailer `X-Trailer: done`.
+//! - `/close/N` — the same, close-delimited (`Connection: close`).
+//! - `POST|PUT /echo` — body echoed (Content-Length mirrored, else chunked);
+//!   honours `Expect: 100-continue`. The echo streams while reading, so a
+//!   client sending a body larger than the socket buffers must read
+//!   concurrently (use `/sha256` for big uploads).
+//! - `POST|PUT /sha256` — `text/plain` body `<hex sha256> <length>`.
+//! - `/status/NNN` — that status (200..=599); 204/304 have no body.
+//! - `/headers` — the raw request head as the body.
+//! - `/delay/MS` — sleeps, then 200 `ok`.
+//! - `/malformed/KIND` — see [`origin::malformed_response`].
+//! - `/ws` — WebSocket echo with `Upgrade: websocket`, else 426.
+//! - anything else — 404.
+
+pub mod echo;
+pub mod origin;
+pub mod pattern;
+pub mod tls;
+pub mod udp;
+pub mod ws;
+
+mod conn;
+mod fixture;
+mod http;
+mod routes;
+
+pub use echo::{TcpEcho, TcpServe};
+pub use origin::Origin;
+pub use tls::TlsOrigin;
+pub use udp::UdpEcho;

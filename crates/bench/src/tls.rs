@@ -1,0 +1,208 @@
+//! `TlsOrigin`: the same HTTP origin behind TLS (rustls, aws-lc-rs provider).
+//!
+//! At start it mints a throwaway CA and a leaf for `localhost`, `127.0.0.1`
+//! and `::1` signed by it. Clients trust the CA (`ca_pem`, `ca_file`,
+//! `client_config`), which works with both rustls and OpenSSL/curl; a bare
+//! self-signed leaf is rejected by some verifiers.
+
+use std::io;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, KeyPair, KeyUsagePurpose};
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
+use tokio::net::TcpListener;
+use tokio_rustls::TlsAcceptor;
+
+use crate::fixture::{self, log, Fixture};
+use crate::http::{self, HttpStats};
+
+/// A client that stalls mid-handshake must not pin a task forever.
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// HTTPS origin on its own thread; stops (and deletes its CA file) on drop.
+pub struct TlsOrigin {
+    addr: SocketAddr,
+    stats: Arc<HttpStats>,
+    ca_pem: String,
+    ca_der: CertificateDer<'static>,
+    ca_file: PathBuf,
+    _fixture: Fixture,
+}
+
+/// The aws-lc-rs provider, named explicitly: `ServerConfig::builder()` would
+/// panic if another crate in the test binary also enabled `ring`.
+fn provider() -> Arc<rustls::crypto::CryptoProvider> {
+    Arc::new(rustls::crypto::aws_lc_rs::default_provider())
+}
+
+fn other(e: impl std::fmt::Display) -> io::Error {
+    io::Error::other(e.to_string())
+}
+
+struct Identity {
+    ca_pem: String,
+    ca_der: CertificateDer<'static>,
+    chain: Vec<CertificateDer<'static>>,
+    key: PrivateKeyDer<'static>,
+}
+
+fn mint() -> Result<Identity, rcgen::Error> {
+    let mut ca_params = CertificateParams::new(Vec::<String>::new())?;
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    ca_params.distinguished_name.push(DnType::CommonName, "rustle-bench test CA");
+    ca_params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
+    let ca_key = KeyPair::generate()?;
+    let ca = ca_params.self_signed(&ca_key)?;
+
+    let names = vec!["localhost".to_string(), "127.0.0.1".to_string(), "::1".to_string()];
+    let mut leaf_params = CertificateParams::new(names)?;
+    leaf_params.distinguished_name.push(DnType::CommonName, "localhost");
+    let leaf_key = KeyPair::generate()?;
+    let leaf = leaf_params.signed_by(&leaf_key, &ca, &ca_key)?;
+
+    Ok(Identity {
+        ca_pem: ca.pem(),
+        ca_der: ca.der().clone(),
+        chain: vec![leaf.der().clone(), ca.der().clone()],
+        key: PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(leaf_key.serialize_der())),
+    })
+}
+
+impl TlsOrigin {
+    /// Starts on 127.0.0.1 with an ephemeral port.
+    pub fn start() -> io::Result<TlsOrigin> {
+        TlsOrigin::start_on(fixture::LOCALHOST_V4)
+    }
+
+    /// Starts on `addr`.
+    pub fn start_on(addr: SocketAddr) -> io::Result<TlsOrigin> {
+        let id = mint().map_err(other)?;
+        let mut config = rustls::ServerConfig::builder_with_provider(provider())
+            .with_safe_default_protocol_versions()
+            .map_err(other)?
+            .with_no_client_auth()
+            .with_single_cert(id.chain, id.key)
+            .map_err(other)?;
+        config.alpn_protocols = vec![b"http/1.1".to_vec()];
+        let acceptor = TlsAcceptor::from(Arc::new(config));
+
+        let stats = Arc::new(HttpStats::default());
+        let served = Arc::clone(&stats);
+        let (fixture, addr) = Fixture::spawn("rustle-tls-origin", move || {
+            let listener = fixture::tcp_listener(addr)?;
+            let addr = listener.local_addr()?;
+            Ok((addr, accept_loop(listener, acceptor, served)))
+        })?;
+        let ca_file = write_ca_file(&id.ca_pem, addr)?;
+        Ok(TlsOrigin {
+            addr,
+            stats,
+            ca_pem: id.ca_pem,
+            ca_der: id.ca_der,
+            ca_file,
+            _fixture: fixture,
+        })
+    }
+
+    /// The bound address.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// `https://ADDR{path}` (the certificate covers 127.0.0.1 and ::1).
+    pub fn url(&self, path: &str) -> String {
+        format!("https://{}{}", self.addr, path)
+    }
+
+    /// PEM of the CA certificate to trust (e.g. curl `--cacert`).
+    pub fn ca_pem(&self) -> String {
+        self.ca_pem.clone()
+    }
+
+    /// DER of the CA certificate.
+    pub fn ca_der(&self) -> CertificateDer<'static> {
+        self.ca_der.clone()
+    }
+
+    /// Path of a file holding `ca_pem()`; removed when the origin is dropped.
+    pub fn ca_file(&self) -> PathBuf {
+        self.ca_file.clone()
+    }
+
+    /// A rustls client config (aws-lc-rs) trusting only this origin's CA.
+    pub fn client_config(&self) -> io::Result<Arc<rustls::ClientConfig>> {
+        let mut roots = rustls::RootCertStore::empty();
+        roots.add(self.ca_der.clone()).map_err(other)?;
+        let config = rustls::ClientConfig::builder_with_provider(provider())
+            .with_safe_default_protocol_versions()
+            .map_err(other)?
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        Ok(Arc::new(config))
+    }
+
+    /// Requests answered.
+    pub fn requests(&self) -> u64 {
+        self.stats.requests.load(Ordering::Relaxed)
+    }
+
+    /// TCP connections accepted (including ones whose handshake failed).
+    pub fn connections(&self) -> u64 {
+        self.stats.connections.load(Ordering::Relaxed)
+    }
+
+    /// Complete WebSocket data messages echoed on `/ws`.
+    pub fn ws_messages(&self) -> u64 {
+        self.stats.ws_messages.load(Ordering::Relaxed)
+    }
+
+    /// Raw bytes of the most recent (decrypted) request head.
+    pub fn last_request_head(&self) -> Vec<u8> {
+        self.stats.last_head()
+    }
+}
+
+impl Drop for TlsOrigin {
+    fn drop(&mut self) {
+        // Best effort: a leftover file in the temp dir is harmless.
+        let _ = std::fs::remove_file(&self.ca_file);
+    }
+}
+
+fn write_ca_file(pem: &str, addr: SocketAddr) -> io::Result<PathBuf> {
+    static SEQ: AtomicU64 = AtomicU64::new(0);
+    let name = format!(
+        "rustle-bench-ca-{}-{}-{}.pem",
+        std::process::id(),
+        addr.port(),
+        SEQ.fetch_add(1, Ordering::Relaxed)
+    );
+    let path = std::env::temp_dir().join(name);
+    std::fs::write(&path, pem)?;
+    Ok(path)
+}
+
+async fn accept_loop(listener: TcpListener, acceptor: TlsAcceptor, stats: Arc<HttpStats>) {
+    loop {
+        match listener.accept().await {
+            Ok((stream, peer)) => {
+                stats.connections.fetch_add(1, Ordering::Relaxed);
+                let _ = stream.set_nodelay(true);
+                let acceptor = acceptor.clone();
+                let stats = Arc::clone(&stats);
+                tokio::spawn(async move {
+                    match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
+                        Ok(Ok(tls)) => http::serve(tls, stats).await,
+                        Ok(Err(e)) => log!("TLS handshake with {peer} failed: {e}"),
+                        Err(_) => log!("TLS handshake with {peer} timed out"),
+                    }
+                });
+            }
+            Err(e) => fixture::accept_backoff(e).await,
+        }
+    }
+}
