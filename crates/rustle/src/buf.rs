@@ -42,6 +42,11 @@ impl Buf {
         }
     }
 
+    /// Size of the storage (grown buffers are not pooled).
+    pub fn capacity(&self) -> usize {
+        self.data.len()
+    }
+
     pub fn clear(&mut self) {
         self.start = 0;
         self.end = 0;
@@ -61,7 +66,7 @@ impl Buf {
                 self.end -= self.start;
                 self.start = 0;
             } else if self.data.len() < max {
-                let new_len = (self.data.len() * 2).min(max);
+                let new_len = (self.data.len() * 2).max(READ_SIZE).min(max);
                 self.data.resize(new_len, 0);
             } else {
                 return Err(io::Error::new(io::ErrorKind::OutOfMemory, "buffer full"));
@@ -73,8 +78,9 @@ impl Buf {
     }
 }
 
+/// An empty buffer owns no storage; it gets some on its first read.
 impl Default for Buf {
     fn default() -> Self {
-        Buf::new()
+        Buf { data: Vec::new(), start: 0, end: 0 }
     }
 }

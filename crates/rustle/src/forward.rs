@@ -32,11 +32,15 @@ pub async fn forward(c: &mut Client, ex: &mut Exchange) -> Result<Next, Error> {
     };
     let head = &c.head;
     let filled = c.buf.filled();
-    let host = std::str::from_utf8(host.get(filled))
-        .map_err(|_| Error::Unsupported("the host name is not ASCII"))?
-        .to_ascii_lowercase();
-    let mut key = Vec::with_capacity(host.len() + 6);
-    let _ = write!(key, "{host}:{port}");
+    // The pool key, `host:port` lowercased, in a buffer the connection reuses; the host
+    // for resolving is its first part.
+    let mut key = std::mem::take(&mut c.key);
+    key.clear();
+    key.extend(host.get(filled).iter().map(u8::to_ascii_lowercase));
+    let host_len = key.len();
+    let _ = write!(key, ":{port}");
+    let host = std::str::from_utf8(&key[..host_len])
+        .map_err(|_| Error::Unsupported("the host name is not ASCII"))?;
     let upgrade = head.is_upgrade();
     let method = head.method;
     let client_keep_alive = head.keep_alive();
@@ -65,12 +69,12 @@ pub async fn forward(c: &mut Client, ex: &mut Exchange) -> Result<Next, Error> {
     let (mut up, mut addr, mut reused) = match worker.upstreams.take(&key) {
         Some((s, a)) => (s, a, true),
         None => {
-            let (s, a) = worker.upstreams.connect(&host, port, cfg.timeouts.connect).await?;
+            let (s, a) = worker.upstreams.connect(host, port, cfg.timeouts.connect).await?;
             (s, a, false)
         }
     };
     ex.upstream = Some(addr);
-    let mut ubuf = Buf::new();
+    let mut ubuf = worker.take_buf();
     let mut rhead = ResponseHead::new();
     let io = cfg.timeouts.io;
 
@@ -89,7 +93,7 @@ pub async fn forward(c: &mut Client, ex: &mut Exchange) -> Result<Next, Error> {
             Ok(()) => break,
             Err(Error::Upstream(_) | Error::UpstreamClosed(_)) if reused && ubuf.is_empty() => {
                 tracing::debug!("pooled connection to {addr} was dead; reconnecting");
-                let (s, a) = worker.upstreams.connect(&host, port, cfg.timeouts.connect).await?;
+                let (s, a) = worker.upstreams.connect(host, port, cfg.timeouts.connect).await?;
                 up = s;
                 addr = a;
                 reused = false;
@@ -195,11 +199,17 @@ pub async fn forward(c: &mut Client, ex: &mut Exchange) -> Result<Next, Error> {
         Outcome::Done { body_done, client_close } => {
             let upstream_reusable =
                 rhead.keep_alive() && body_done && ubuf.is_empty() && !worker.stopping.get();
+            worker.give_buf(ubuf);
             if upstream_reusable {
                 worker.upstreams.put(&key, up, addr);
             }
-            if client_close || !body_done {
+            c.key = key;
+            if !body_done || !c.buf.is_empty() {
+                // Unread request bytes would make close() send a reset that can destroy
+                // the response still in flight: send FIN first.
                 let _ = c.stream.shutdown().await;
+                Ok(Next::Close)
+            } else if client_close {
                 Ok(Next::Close)
             } else {
                 Ok(Next::KeepAlive)

@@ -37,6 +37,8 @@ pub struct Client {
     pub head: RequestHead,
     /// Outgoing heads are assembled here, reused across requests.
     pub out: Vec<u8>,
+    /// The current request's pool key (`host:port`), reused across requests.
+    pub key: Vec<u8>,
     /// Method and target of the current request, kept for its log line.
     method: Vec<u8>,
     target: Vec<u8>,
@@ -65,9 +67,10 @@ pub async fn serve(guard: ConnGuard, stream: TcpStream, peer: SocketAddr) {
         worker: worker.clone(),
         stream,
         peer,
-        buf: Buf::new(),
+        buf: worker.take_buf(),
         head: RequestHead::new(),
         out: Vec::with_capacity(1024),
+        key: Vec::new(),
         method: Vec::new(),
         target: Vec::new(),
     };
@@ -104,6 +107,7 @@ pub async fn serve(guard: ConnGuard, stream: TcpStream, peer: SocketAddr) {
             break;
         }
     }
+    worker.give_buf(std::mem::take(&mut c.buf));
     drop(guard);
 }
 
@@ -117,6 +121,7 @@ pub async fn refuse_overloaded(guard: ConnGuard, stream: TcpStream, peer: Socket
         buf: Buf::new(),
         head: RequestHead::new(),
         out: Vec::new(),
+        key: Vec::new(),
         method: Vec::new(),
         target: Vec::new(),
     };

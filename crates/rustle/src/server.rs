@@ -16,6 +16,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 
 use crate::accesslog::{self, AccessLog, Sink};
+use crate::buf::Buf;
 use crate::config::{Config, Listener, ListenerKind};
 use crate::upstream::Upstreams;
 
@@ -40,6 +41,8 @@ pub struct Worker {
     /// Set once shutdown begins, read without touching the watch channel's lock.
     pub stopping: Cell<bool>,
     active: Cell<usize>,
+    /// Read buffers not in use, so a request does not allocate one.
+    bufs: std::cell::RefCell<Vec<Buf>>,
     /// Open client connections across all workers, for `limits.max_connections`.
     open: Arc<AtomicUsize>,
 }
@@ -159,6 +162,7 @@ pub fn start(cfg: Config) -> anyhow::Result<Running> {
                 shutdown,
                 stopping: Cell::new(false),
                 active: Cell::new(0),
+                bufs: std::cell::RefCell::new(Vec::new()),
                 open,
             });
             local.block_on(&rt, worker_main(worker, socks));
@@ -245,6 +249,23 @@ async fn accept_loop(worker: Rc<Worker>, kind: ListenerKind, listener: TcpListen
             ListenerKind::Http => {
                 tokio::task::spawn_local(crate::http1::serve(guard, stream, peer));
             }
+        }
+    }
+}
+
+/// Spare buffers a worker keeps; beyond this, returned buffers are freed.
+const MAX_SPARE_BUFS: usize = 256;
+
+impl Worker {
+    pub fn take_buf(&self) -> Buf {
+        self.bufs.borrow_mut().pop().unwrap_or_else(Buf::new)
+    }
+
+    pub fn give_buf(&self, mut buf: Buf) {
+        let mut bufs = self.bufs.borrow_mut();
+        if bufs.len() < MAX_SPARE_BUFS && buf.capacity() == crate::buf::READ_SIZE {
+            buf.clear();
+            bufs.push(buf);
         }
     }
 }
