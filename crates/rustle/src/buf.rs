@@ -17,7 +17,7 @@ pub struct Buf {
 }
 
 impl Buf {
-    pub fn new() -> Self {
+    pub fn with_storage() -> Self {
         Buf { data: vec![0; READ_SIZE], start: 0, end: 0 }
     }
 

@@ -1,6 +1,8 @@
 //! The configuration: a TOML file, defaults that are safe on their own, and command-line
 //! overrides for the common cases. Every problem found is reported with its line, and
-//! unknown keys are errors, so a typo never silently falls back to a default.
+//! unknown keys are errors, so a typo never silently falls back to a default. Unknown keys
+//! are collected with `serde_ignored` rather than `deny_unknown_fields`, so that all of them
+//! are reported, along with the first malformed value.
 
 use std::fmt;
 use std::net::SocketAddr;
@@ -26,7 +28,6 @@ impl fmt::Display for ListenerKind {
 }
 
 #[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
 pub struct Listener {
     #[serde(default = "default_kind")]
     pub kind: ListenerKind,
@@ -72,7 +73,7 @@ impl LogTarget {
 }
 
 #[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields, default)]
+#[serde(default)]
 pub struct Log {
     /// `stdout`, `stderr`, `off` or a file path (appended to).
     pub access: LogTarget,
@@ -88,7 +89,7 @@ impl Default for Log {
 }
 
 #[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields, default)]
+#[serde(default)]
 pub struct Timeouts {
     /// From the first byte of a request head to its end: cuts off slow-header clients.
     #[serde(deserialize_with = "duration")]
@@ -124,7 +125,7 @@ impl Default for Timeouts {
 }
 
 #[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields, default)]
+#[serde(default)]
 pub struct Limits {
     /// Open client connections across all workers; more are answered 503 and closed.
     pub max_connections: usize,
@@ -141,7 +142,7 @@ impl Default for Limits {
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
-#[serde(deny_unknown_fields, default)]
+#[serde(default)]
 pub struct Http {
     /// Add `Via: 1.1 rustle` to requests and responses.
     pub via: bool,
@@ -150,7 +151,7 @@ pub struct Http {
 }
 
 #[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields, default)]
+#[serde(default)]
 pub struct Upstream {
     /// Idle origin connections kept per origin and worker.
     pub pool_max_idle_per_host: usize,
@@ -176,7 +177,6 @@ impl Default for Upstream {
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
 pub struct Config {
     /// Worker threads, each with its own runtime and listening sockets; 0 = one per core.
     #[serde(default)]

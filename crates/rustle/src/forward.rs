@@ -21,6 +21,9 @@ use crate::http1::{Client, Exchange, Next};
 /// this many bytes; larger bodies are streamed after the head.
 const COALESCE: usize = 64 * 1024;
 
+/// A timeout long enough never to fire, for waits bounded by something else.
+const UNBOUNDED: std::time::Duration = std::time::Duration::from_secs(365 * 24 * 3600);
+
 /// Name of this proxy in Via headers.
 const VIA: &str = "rustle";
 
@@ -137,7 +140,10 @@ pub async fn forward(c: &mut Client, ex: &mut Exchange) -> Result<Next, Error> {
                     ex.up += r?;
                     body_done = true;
                 }
-                r = read_response_head(&mut ur, &mut ubuf, &mut rhead, method, io) => {
+                // While the request body is still flowing, an origin that waits for all
+                // of it before answering is not idle: the body copy has its own timeout.
+                r = read_response_head(&mut ur, &mut ubuf, &mut rhead, method,
+                                       if body_done { io } else { UNBOUNDED }) => {
                     r?;
                     head_ready = true;
                 }
@@ -204,9 +210,10 @@ pub async fn forward(c: &mut Client, ex: &mut Exchange) -> Result<Next, Error> {
                 worker.upstreams.put(&key, up, addr);
             }
             c.key = key;
-            if !body_done || !c.buf.is_empty() {
+            if !body_done || (client_close && !c.buf.is_empty()) {
                 // Unread request bytes would make close() send a reset that can destroy
-                // the response still in flight: send FIN first.
+                // the response still in flight: send FIN first. (Buffered bytes on a
+                // kept-alive connection are simply the next, pipelined request.)
                 let _ = c.stream.shutdown().await;
                 Ok(Next::Close)
             } else if client_close {

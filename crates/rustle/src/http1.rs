@@ -118,7 +118,7 @@ pub async fn refuse_overloaded(guard: ConnGuard, stream: TcpStream, peer: Socket
         worker,
         stream,
         peer,
-        buf: Buf::new(),
+        buf: Buf::default(),
         head: RequestHead::new(),
         out: Vec::new(),
         key: Vec::new(),

@@ -258,7 +258,7 @@ const MAX_SPARE_BUFS: usize = 256;
 
 impl Worker {
     pub fn take_buf(&self) -> Buf {
-        self.bufs.borrow_mut().pop().unwrap_or_else(Buf::new)
+        self.bufs.borrow_mut().pop().unwrap_or_else(Buf::with_storage)
     }
 
     pub fn give_buf(&self, mut buf: Buf) {

@@ -1,0 +1,332 @@
+//! Timeouts, connection limits, the access log, graceful shutdown of the real binary, and
+//! `rustle check`.
+
+use std::io::{BufRead, BufReader, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use rustle::config::LogFormat;
+use rustle_bench::pattern::pattern;
+use rustle_bench::Origin;
+
+use crate::util::*;
+
+#[test]
+fn slow_header_client_gets_408() {
+    let origin = Origin::start().unwrap();
+    let proxy = Proxy::start_with(|c| c.timeouts.header = Duration::from_millis(500));
+    let mut s = connect(proxy.addr());
+    let mut w = s.try_clone().unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let stop_w = stop.clone();
+    let head = get(&origin.url("/bytes/1"));
+    let start = Instant::now();
+    let writer = std::thread::spawn(move || {
+        for b in head {
+            if stop_w.load(Ordering::Relaxed) || w.write_all(&[b]).is_err() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    });
+    s.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
+    let (got, closed) = read_until_close(&mut s);
+    let took = start.elapsed();
+    stop.store(true, Ordering::Relaxed);
+    writer.join().unwrap();
+    assert!(closed, "connection still open after {took:?}");
+    let r = parse_response(&got);
+    assert_eq!(r.status, 408, "{}", String::from_utf8_lossy(&got));
+    assert!(r.text().contains("timed out"), "{}", r.text());
+    assert!(
+        took >= Duration::from_millis(400) && took < Duration::from_millis(1500),
+        "closed after {took:?}, expected about 500 ms"
+    );
+    assert_eq!(origin.connections(), 0);
+}
+
+#[test]
+fn idle_keepalive_connection_is_closed() {
+    let origin = Origin::start().unwrap();
+    let proxy = Proxy::start_with(|c| c.timeouts.keepalive = Duration::from_millis(300));
+    let mut c = Conn::to_proxy(&proxy);
+    c.send(&get(&origin.url("/bytes/10")));
+    assert_eq!(c.read_response().body, pattern(10));
+    let start = Instant::now();
+    assert!(closed_within(&mut c.s, Duration::from_secs(3)), "idle connection not closed");
+    let took = start.elapsed();
+    assert!(
+        took >= Duration::from_millis(200) && took < Duration::from_millis(1500),
+        "closed after {took:?}, expected about 300 ms"
+    );
+}
+
+#[test]
+fn connection_limit_answers_503() {
+    let origin = Origin::start().unwrap();
+    let proxy = Proxy::start_with(|c| c.limits.max_connections = 2);
+    let mut held: Vec<Conn> = (0..2).map(|_| Conn::to_proxy(&proxy)).collect();
+    for c in &mut held {
+        c.send(&get(&origin.url("/bytes/1")));
+        assert_eq!(c.read_response().status, 200);
+    }
+    let mut third = Conn::to_proxy(&proxy);
+    let r = third.read_response();
+    assert_eq!(r.status, 503, "{}", r.head_text());
+    assert!(r.text().contains("too many connections"), "{}", r.text());
+    third.assert_closed();
+    // The held connections still work, and a freed slot is usable again.
+    held[0].send(&get(&origin.url("/bytes/2")));
+    assert_eq!(held[0].read_response().body, pattern(2));
+    drop(held.pop());
+    std::thread::sleep(Duration::from_millis(200));
+    let mut fourth = Conn::to_proxy(&proxy);
+    fourth.send(&get(&origin.url("/bytes/3")));
+    assert_eq!(fourth.read_response().body, pattern(3));
+}
+
+#[test]
+fn access_log_plain_line() {
+    let origin = Origin::start().unwrap();
+    let proxy = Proxy::start();
+    let mut c = Conn::to_proxy(&proxy);
+    let client = c.s.local_addr().unwrap();
+    let url = origin.url("/bytes/1234");
+    c.send(&request("POST", &url, &[], b"12345"));
+    assert_eq!(c.read_response().status, 200);
+    let line = proxy.log_line(|l| l.contains("/bytes/1234"));
+    let f: Vec<&str> = line.split(' ').collect();
+    assert_eq!(f.len(), 9, "unexpected plain line: {line}");
+    assert!(f[0].ends_with('Z') && f[0].contains('T'), "time: {line}");
+    assert_eq!(f[1], client.to_string(), "client address: {line}");
+    assert_eq!(f[2], "POST");
+    assert_eq!(f[3], url);
+    assert_eq!(f[4], "200");
+    assert_eq!(f[5], "5", "bytes up: {line}");
+    assert_eq!(f[6], "1234", "bytes down: {line}");
+    let ms = f[7].strip_suffix("ms").unwrap_or_else(|| panic!("duration: {line}"));
+    assert!(ms.parse::<f64>().is_ok_and(|v| (0.0..5000.0).contains(&v)), "duration: {line}");
+    assert_eq!(f[8], origin.addr().to_string(), "upstream: {line}");
+}
+
+#[test]
+fn access_log_json_lines() {
+    let origin = Origin::start().unwrap();
+    let proxy = Proxy::start_with(|c| c.log.format = LogFormat::Json);
+    let mut c = Conn::to_proxy(&proxy);
+    let client = c.s.local_addr().unwrap();
+    let url = origin.url("/bytes/777");
+    c.send(&get(&url));
+    assert_eq!(c.read_response().body, pattern(777));
+    let line = proxy.log_line(|l| l.contains("/bytes/777"));
+    let v: serde_json::Value = serde_json::from_str(&line).expect("log line is JSON");
+    assert_eq!(v["client"], client.to_string());
+    assert_eq!(v["method"], "GET");
+    assert_eq!(v["target"], url);
+    assert_eq!(v["status"], 200);
+    assert_eq!(v["bytes_up"], 0);
+    assert_eq!(v["bytes_down"], 777);
+    assert!(v["ms"].as_f64().is_some_and(|ms| ms >= 0.0), "{line}");
+    assert_eq!(v["upstream"], origin.addr().to_string());
+    assert!(v["time"].as_str().is_some_and(|t| t.ends_with('Z')), "{line}");
+    assert!(v.get("error").is_none(), "{line}");
+
+    // An error exchange: the cause is in the line.
+    let dead = format!("http://{}/x", closed_port());
+    let r = parse_response(&raw(&proxy, &get(&dead)));
+    assert_eq!(r.status, 502);
+    let line = proxy.log_line(|l| l.contains(&dead));
+    let v: serde_json::Value = serde_json::from_str(&line).expect("error line is JSON");
+    assert_eq!(v["status"], 502);
+    assert!(v["error"].as_str().is_some_and(|e| e.contains("refused")), "{line}");
+}
+
+#[test]
+fn access_log_names_the_cause_of_an_error() {
+    let proxy = Proxy::start();
+    let r = parse_response(&raw(&proxy, b"GET / HTTP/1.1\r\nHost: a\r\n\r\n"));
+    assert_eq!(r.status, 400);
+    let line = proxy.log_line(|l| l.contains(" 400 "));
+    assert!(line.contains("absolute URI"), "{line}");
+    assert!(line.ends_with('"'), "cause should be the quoted last field: {line}");
+}
+
+/// The real binary, started on an ephemeral port; killed on drop if still running.
+struct Binary {
+    child: Child,
+    addr: SocketAddr,
+    stderr: Arc<Mutex<String>>,
+}
+
+impl Binary {
+    fn start() -> Binary {
+        let mut child = Command::new(rustle_bin())
+            .args(["--http", "127.0.0.1:0", "--workers", "1"])
+            .env("RUST_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start rustle");
+        let stderr = Arc::new(Mutex::new(String::new()));
+        let (tx, rx) = std::sync::mpsc::channel();
+        let mut lines = BufReader::new(child.stderr.take().unwrap());
+        let seen = stderr.clone();
+        std::thread::spawn(move || {
+            let mut line = String::new();
+            while lines.read_line(&mut line).is_ok_and(|n| n > 0) {
+                if let Some(rest) = line.split("listening on ").nth(1) {
+                    if let Some(addr) = rest.split(" (http)").next() {
+                        let _ = tx.send(addr.trim().to_string());
+                    }
+                }
+                seen.lock().unwrap().push_str(&line);
+                line.clear();
+            }
+        });
+        let addr = rx.recv_timeout(Duration::from_secs(10)).unwrap_or_else(|_| {
+            let _ = child.kill();
+            panic!("rustle did not say where it listens: {}", stderr.lock().unwrap())
+        });
+        let addr = addr.parse().expect("listening address");
+        Binary { child, addr, stderr }
+    }
+
+    fn sigterm(&self) {
+        let status = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status()
+            .expect("run kill");
+        assert!(status.success());
+    }
+
+    /// Waits up to `limit` for the process to exit.
+    fn wait(&mut self, limit: Duration) -> Option<ExitStatus> {
+        let deadline = Instant::now() + limit;
+        loop {
+            if let Some(s) = self.child.try_wait().unwrap() {
+                return Some(s);
+            }
+            if Instant::now() > deadline {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    fn stderr(&self) -> String {
+        self.stderr.lock().unwrap().clone()
+    }
+}
+
+impl Drop for Binary {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+#[test]
+fn sigterm_lets_the_request_in_flight_finish() {
+    let origin = Origin::start().unwrap();
+    let mut bin = Binary::start();
+    let addr = bin.addr;
+    let url = origin.url("/delay/1000");
+    let in_flight = std::thread::spawn(move || {
+        let mut c = Conn::open(addr);
+        c.send(&get(&url));
+        let r = c.read_response();
+        let (rest, closed) = read_until_close(&mut c.s);
+        (r, rest, closed)
+    });
+    // Let the request reach the origin, then signal.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while origin.requests() == 0 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert_eq!(origin.requests(), 1, "the request did not reach the origin");
+    bin.sigterm();
+    std::thread::sleep(Duration::from_millis(200));
+    match TcpStream::connect(addr) {
+        Err(e) => assert_eq!(e.kind(), std::io::ErrorKind::ConnectionRefused),
+        Ok(_) => panic!("a new connection was accepted after SIGTERM"),
+    }
+    let (r, rest, closed) = in_flight.join().unwrap();
+    assert_eq!(r.status, 200, "{}", r.head_text());
+    assert_eq!(r.body, b"ok");
+    assert!(rest.is_empty() && closed, "connection not closed cleanly after the last response");
+    let status = bin.wait(Duration::from_secs(5)).expect("rustle did not exit after SIGTERM");
+    assert!(status.success(), "exit status {status}; stderr:\n{}", bin.stderr());
+}
+
+#[test]
+fn sigterm_with_an_idle_keepalive_client_exits_promptly() {
+    let origin = Origin::start().unwrap();
+    let mut bin = Binary::start();
+    let mut c = Conn::open(bin.addr);
+    c.send(&get(&origin.url("/bytes/10")));
+    assert_eq!(c.read_response().body, pattern(10));
+    let start = Instant::now();
+    bin.sigterm();
+    let status = bin.wait(Duration::from_secs(5)).expect("rustle did not exit after SIGTERM");
+    let took = start.elapsed();
+    assert!(status.success(), "exit status {status}; stderr:\n{}", bin.stderr());
+    assert!(took < Duration::from_millis(1000), "exit took {took:?} with an idle client");
+    assert!(closed_within(&mut c.s, Duration::from_secs(1)), "idle client not closed");
+}
+
+fn check(file: &std::path::Path) -> std::process::Output {
+    Command::new(rustle_bin())
+        .args(["check", "--config", file.to_str().unwrap()])
+        .output()
+        .expect("run rustle check")
+}
+
+#[test]
+fn check_accepts_a_valid_file() {
+    let dir = TempDir::new("check");
+    let file = dir.file("ok.toml");
+    std::fs::write(
+        &file,
+        "workers = 1\n[[listener]]\nlisten = \"127.0.0.1:3129\"\n[timeouts]\nheader = \"500ms\"\n",
+    )
+    .unwrap();
+    let out = check(&file);
+    assert_success("rustle check", &out);
+    assert!(String::from_utf8_lossy(&out.stdout).contains("ok"), "{out:?}");
+}
+
+#[test]
+fn check_reports_every_problem_with_its_line() {
+    let dir = TempDir::new("check");
+    let file = dir.file("bad.toml");
+    std::fs::write(
+        &file,
+        "workers = 1\n\
+         [log]\n\
+         format = \"plain\"\n\
+         colour = true\n\
+         [timeouts]\n\
+         header = \"ten seconds\"\n",
+    )
+    .unwrap();
+    let out = check(&file);
+    assert!(!out.status.success(), "a bad file passed: {out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    let has = |line: &str, what: &str| err.lines().any(|l| l.contains(line) && l.contains(what));
+    assert!(has("line 4", "unknown key `log.colour`"), "{err}");
+    assert!(has("line 6", "invalid duration"), "{err}");
+}
+
+#[test]
+fn check_accepts_the_example_file() {
+    let file = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../rustle.example.toml");
+    let out = check(&file);
+    assert_success("rustle check rustle.example.toml", &out);
+    assert!(String::from_utf8_lossy(&out.stdout).contains("ok"), "{out:?}");
+}

@@ -1,0 +1,15 @@
+//! Integration tests of the rustle proxy: real clients (curl, wget, ncat, reqwest and raw
+//! sockets) against in-process origin fixtures from `rustle-bench`, through a proxy started
+//! in-process (or, for signals, the real binary).
+//!
+//! Everything binds 127.0.0.1 port 0; every test starts its own proxy and origins, so tests
+//! run in parallel without sharing state.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod util;
+
+mod connect;
+mod errors;
+mod http;
+mod lifecycle;
+mod websocket;
