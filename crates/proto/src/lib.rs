@@ -1,4 +1,4 @@
-//! I/O-free HTTP/1.1 codecs for the rustle forward proxy.
+//! I/O-free HTTP/1.1 and SOCKS codecs for the rustle forward proxy.
 //!
 //! Nothing in this crate reads or writes sockets: callers hand in the bytes
 //! they have buffered and get back byte spans, framing decisions and
@@ -19,10 +19,27 @@
 //!   - `http/error.rs`: [`http::HeadError`].
 //! - [`chunked`]: a validating pass-through scanner for chunked bodies that
 //!   finds where a body ends without copying or decoding it.
+//! - [`addr`]: destinations as SOCKS clients name them ([`addr::Address`]:
+//!   an IP or an inline, validated [`addr::Domain`], plus a port).
+//! - [`socks4`]: SOCKS4/4a request parser and reply writer.
+//! - [`socks5`]: SOCKS5 (RFC 1928) greeting, request and reply codecs, the
+//!   RFC 1929 username/password sub-negotiation, and the UDP ASSOCIATE
+//!   datagram header.
+//! - [`detect`]: picks SOCKS4, SOCKS5, HTTP or TLS from a client's first
+//!   bytes, for mixed listeners.
+//!
+//! The SOCKS handshake parsers share one contract: `Ok(None)` means "need
+//! more bytes" (never an error for a merely short buffer),
+//! `Ok(Some((value, consumed)))` a complete message, and an error (which
+//! knows the protocol reply to send) as soon as the input cannot be valid.
 //!
 //! Hot-path rules: no per-request heap allocation except caller-owned `Vec`s
 //! that are cleared and reused; everything refers back to the caller's buffer
 //! through [`http::Span`]s.
 
+pub mod addr;
 pub mod chunked;
+pub mod detect;
 pub mod http;
+pub mod socks4;
+pub mod socks5;

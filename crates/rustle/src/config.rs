@@ -13,17 +13,87 @@ use serde::{Deserialize, Deserializer};
 
 /// What a listener speaks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "lowercase")]
+#[serde(rename_all = "kebab-case")]
 pub enum ListenerKind {
     /// HTTP/1.1 forward proxy: absolute URIs, CONNECT, upgrades.
     Http,
+    /// SOCKS4, SOCKS4a and SOCKS5 (told apart by the first byte).
+    Socks,
+    /// HTTP, SOCKS4 and SOCKS5 on one port, detected from the first byte.
+    Auto,
+    /// Every TCP connection is relayed to `target`.
+    Relay,
+    /// Every UDP datagram is relayed to `target`, with a session per client address.
+    UdpRelay,
+}
+
+impl ListenerKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ListenerKind::Http => "http",
+            ListenerKind::Socks => "socks",
+            ListenerKind::Auto => "auto",
+            ListenerKind::Relay => "relay",
+            ListenerKind::UdpRelay => "udp-relay",
+        }
+    }
+
+    /// Kinds that relay to a fixed target instead of one the client names.
+    pub fn needs_target(self) -> bool {
+        matches!(self, ListenerKind::Relay | ListenerKind::UdpRelay)
+    }
 }
 
 impl fmt::Display for ListenerKind {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            ListenerKind::Http => f.write_str("http"),
+        f.write_str(self.as_str())
+    }
+}
+
+/// `host:port`, `1.2.3.4:port` or `[v6]:port`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HostPort {
+    pub host: String,
+    pub port: u16,
+}
+
+impl std::str::FromStr for HostPort {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        let bad = || format!("`{s}` is not host:port");
+        let (host, port) = s.rsplit_once(':').ok_or_else(bad)?;
+        let port: u16 = port.parse().map_err(|_| bad())?;
+        let host = match host.strip_prefix('[') {
+            Some(v6) => {
+                let v6 = v6.strip_suffix(']').ok_or_else(bad)?;
+                v6.parse::<std::net::Ipv6Addr>().map_err(|_| bad())?;
+                v6
+            }
+            None if host.is_empty() || host.contains(':') => return Err(bad()),
+            None => host,
+        };
+        if port == 0 {
+            return Err(format!("`{s}`: port 0 is not a destination"));
         }
+        Ok(HostPort { host: host.to_ascii_lowercase(), port })
+    }
+}
+
+impl fmt::Display for HostPort {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.host.contains(':') {
+            write!(f, "[{}]:{}", self.host, self.port)
+        } else {
+            write!(f, "{}:{}", self.host, self.port)
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for HostPort {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        s.parse().map_err(serde::de::Error::custom)
     }
 }
 
@@ -32,6 +102,20 @@ pub struct Listener {
     #[serde(default = "default_kind")]
     pub kind: ListenerKind,
     pub listen: SocketAddr,
+    /// `relay` and `udp-relay`: where everything goes.
+    #[serde(default)]
+    pub target: Option<HostPort>,
+    /// SOCKS5 clients offering username/password are accepted whatever they send. Until
+    /// user accounts exist this is the only way to serve clients that insist on that
+    /// method; off by default.
+    #[serde(default)]
+    pub accept_any_credentials: bool,
+}
+
+impl Listener {
+    pub fn new(kind: ListenerKind, listen: SocketAddr) -> Self {
+        Listener { kind, listen, target: None, accept_any_credentials: false }
+    }
 }
 
 fn default_kind() -> ListenerKind {
@@ -106,6 +190,10 @@ pub struct Timeouts {
     /// A tunnel (CONNECT, upgrade) with no byte either way for this long is closed.
     #[serde(deserialize_with = "duration")]
     pub tunnel_idle: Duration,
+    /// A UDP association or UDP relay session with no datagram either way for this long
+    /// is closed.
+    #[serde(deserialize_with = "duration")]
+    pub udp_idle: Duration,
     /// On SIGTERM, how long requests and tunnels in flight may take to finish.
     #[serde(deserialize_with = "duration")]
     pub shutdown: Duration,
@@ -119,6 +207,7 @@ impl Default for Timeouts {
             connect: Duration::from_secs(10),
             io: Duration::from_secs(60),
             tunnel_idle: Duration::from_secs(300),
+            udp_idle: Duration::from_secs(60),
             shutdown: Duration::from_secs(30),
         }
     }
@@ -198,8 +287,10 @@ pub struct Config {
     pub upstream: Upstream,
 }
 
-/// The listener used when neither the file nor the command line names one.
-pub const DEFAULT_HTTP: &str = "127.0.0.1:3128";
+/// With no listener in the file or on the command line: HTTP and SOCKS detected on the
+/// usual HTTP proxy port, and SOCKS on the usual SOCKS port.
+pub const DEFAULT_AUTO: &str = "127.0.0.1:3128";
+pub const DEFAULT_SOCKS: &str = "127.0.0.1:1080";
 
 /// One problem in a configuration file, with where it is.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -270,10 +361,15 @@ impl Config {
             }
         };
         for (i, l) in config.listeners.iter().enumerate() {
-            let segs = vec!["listener".to_string(), i.to_string(), "listen".to_string()];
-            let line = doc.as_ref().and_then(|d| key_offset(d, &segs)).map(line_of);
+            let line_at = |key: &str| {
+                let segs = ["listener".to_string(), i.to_string(), key.to_string()];
+                doc.as_ref().and_then(|d| key_offset(d, &segs)).map(line_of)
+            };
             if let Some(message) = open_proxy_problem(&config, l) {
-                problems.push(Problem { line, message });
+                problems.push(Problem { line: line_at("listen"), message });
+            }
+            if let Some(message) = target_problem(l) {
+                problems.push(Problem { line: line_at("kind"), message });
             }
         }
         if config.limits.max_header_bytes < 1024 {
@@ -289,12 +385,13 @@ impl Config {
         }
     }
 
-    /// Listeners to start: those configured, or the default one.
+    /// Listeners to start: those configured, or the default ones.
     pub fn effective_listeners(&self) -> Vec<Listener> {
         if self.listeners.is_empty() {
-            // A constant that always parses.
-            let listen = DEFAULT_HTTP.parse().unwrap_or_else(|_| unreachable!());
-            vec![Listener { kind: ListenerKind::Http, listen }]
+            // Constants that always parse.
+            let auto = DEFAULT_AUTO.parse().unwrap_or_else(|_| unreachable!());
+            let socks = DEFAULT_SOCKS.parse().unwrap_or_else(|_| unreachable!());
+            vec![Listener::new(ListenerKind::Auto, auto), Listener::new(ListenerKind::Socks, socks)]
         } else {
             self.listeners.clone()
         }
@@ -303,7 +400,7 @@ impl Config {
     /// Checks that need the final listener list (after command-line overrides).
     pub fn check_listeners(&self) -> Result<(), String> {
         for l in self.effective_listeners() {
-            if let Some(msg) = open_proxy_problem(self, &l) {
+            if let Some(msg) = open_proxy_problem(self, &l).or_else(|| target_problem(&l)) {
                 return Err(msg);
             }
         }
@@ -332,6 +429,14 @@ fn open_proxy_problem(config: &Config, l: &Listener) -> Option<String> {
          configuration if that is really what you want",
         l.kind, l.listen
     ))
+}
+
+fn target_problem(l: &Listener) -> Option<String> {
+    match (l.kind.needs_target(), &l.target) {
+        (true, None) => Some(format!("a {} listener needs `target = \"host:port\"`", l.kind)),
+        (false, Some(_)) => Some(format!("a {} listener takes no `target`", l.kind)),
+        _ => None,
+    }
 }
 
 fn path_segments(path: &serde_ignored::Path<'_>) -> Vec<String> {
@@ -425,7 +530,10 @@ mod tests {
     #[test]
     fn empty_file_is_the_default() {
         let c = Config::parse("").expect("empty config");
-        assert_eq!(c.effective_listeners()[0].listen.to_string(), DEFAULT_HTTP);
+        let l = c.effective_listeners();
+        assert_eq!(l[0].listen.to_string(), DEFAULT_AUTO);
+        assert_eq!(l[0].kind, ListenerKind::Auto);
+        assert_eq!(l[1].listen.to_string(), DEFAULT_SOCKS);
         assert_eq!(c.timeouts.header, Duration::from_secs(10));
     }
 
@@ -479,6 +587,21 @@ mod tests {
         let text = include_str!("../../../rustle.example.toml");
         let c = Config::parse(text).expect("rustle.example.toml must stay valid");
         assert_eq!(c.listeners.len(), 1);
+    }
+
+    #[test]
+    fn relay_listeners_need_a_target() {
+        let text = "[[listener]]\nkind = \"relay\"\nlisten = \"127.0.0.1:1\"\n";
+        let p = Config::parse(text).expect_err("no target");
+        assert_eq!(p[0].line, Some(2), "{p:?}");
+        let ok = format!("{text}target = \"[::1]:80\"\n");
+        let c = Config::parse(&ok).expect("valid");
+        assert_eq!(c.listeners[0].target.as_ref().map(|t| t.to_string()), Some("[::1]:80".into()));
+        let text = "[[listener]]\nkind = \"socks\"\nlisten = \"127.0.0.1:1\"\ntarget = \"a:1\"\n";
+        assert!(Config::parse(text).is_err());
+        assert!("a:0".parse::<HostPort>().is_err());
+        assert!("::1:80".parse::<HostPort>().is_err());
+        assert_eq!("Example.COM:443".parse::<HostPort>().map(|h| h.host), Ok("example.com".into()));
     }
 
     #[test]

@@ -6,6 +6,7 @@ use std::io;
 use std::net::SocketAddr;
 
 use rustle_proto::http::HeadError;
+use rustle_proto::{socks4, socks5};
 
 /// The phase a timeout happened in; it decides the status and the log line.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -49,8 +50,10 @@ pub enum ConnectError {
     Refused(SocketAddr),
     #[error("connection reset by {0}")]
     Reset(SocketAddr),
-    #[error("{0} is unreachable")]
-    Unreachable(SocketAddr),
+    #[error("network unreachable for {0}")]
+    NetUnreachable(SocketAddr),
+    #[error("host {0} is unreachable")]
+    HostUnreachable(SocketAddr),
     #[error("cannot connect to {addr}: {source}")]
     Other { addr: SocketAddr, source: io::Error },
     #[error("timed out connecting to {0}")]
@@ -62,9 +65,8 @@ impl ConnectError {
         match e.kind() {
             io::ErrorKind::ConnectionRefused => ConnectError::Refused(addr),
             io::ErrorKind::ConnectionReset => ConnectError::Reset(addr),
-            io::ErrorKind::HostUnreachable | io::ErrorKind::NetworkUnreachable => {
-                ConnectError::Unreachable(addr)
-            }
+            io::ErrorKind::HostUnreachable => ConnectError::HostUnreachable(addr),
+            io::ErrorKind::NetworkUnreachable => ConnectError::NetUnreachable(addr),
             io::ErrorKind::TimedOut => ConnectError::Timeout(addr.to_string()),
             _ => ConnectError::Other { addr, source: e },
         }
@@ -110,6 +112,12 @@ pub enum Error {
     /// A timer ran out.
     #[error("timed out {}", .0.as_str())]
     Timeout(Phase),
+    /// A SOCKS5 client sent a malformed or unsupported handshake.
+    #[error("SOCKS5: {0}")]
+    Socks5(#[from] socks5::Error),
+    /// A SOCKS4 client sent a malformed or unsupported request.
+    #[error("SOCKS4: {0}")]
+    Socks4(#[from] socks4::Error),
     /// The proxy is at its connection limit.
     #[error("too many connections")]
     Overloaded,
@@ -138,6 +146,41 @@ impl Error {
                 Phase::ClientWrite | Phase::TunnelIdle => None,
             },
             Error::Overloaded => Some(503),
+            Error::Socks5(_) | Error::Socks4(_) => Some(400),
+        }
+    }
+}
+
+impl Error {
+    /// The SOCKS5 reply for a failure before the tunnel is up. The other of the two
+    /// mappings (with `status`); exhaustive for the same reason.
+    pub fn socks5_reply(&self) -> socks5::Reply {
+        use socks5::Reply as R;
+        match self {
+            Error::Connect(c) => match c {
+                ConnectError::Resolve { .. } => R::HostUnreachable,
+                ConnectError::Refused(_) => R::ConnectionRefused,
+                ConnectError::Reset(_) => R::ConnectionRefused,
+                ConnectError::NetUnreachable(_) => R::NetworkUnreachable,
+                ConnectError::HostUnreachable(_) => R::HostUnreachable,
+                ConnectError::Other { .. } => R::GeneralFailure,
+                ConnectError::Timeout(_) => R::TtlExpired,
+            },
+            Error::Timeout(Phase::Connect) => R::TtlExpired,
+            Error::Socks5(e) => e.reply(),
+            Error::Socks4(_) => R::GeneralFailure,
+            Error::Unsupported(_) => R::CommandNotSupported,
+            Error::BadRequest(_)
+            | Error::BadRequestBody(_)
+            | Error::Client(_)
+            | Error::ClientTruncated
+            | Error::Upstream(_)
+            | Error::UpstreamClosed(_)
+            | Error::BadResponse(_)
+            | Error::BadResponseBody(_)
+            | Error::BadUpgrade
+            | Error::Timeout(_)
+            | Error::Overloaded => R::GeneralFailure,
         }
     }
 }

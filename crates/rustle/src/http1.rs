@@ -62,12 +62,18 @@ impl Exchange {
 }
 
 pub async fn serve(guard: ConnGuard, stream: TcpStream, peer: SocketAddr) {
+    let buf = guard.worker().take_buf();
+    serve_buffered(guard, stream, peer, buf).await
+}
+
+/// Serves a connection whose first bytes may already be in `buf` (after detection).
+pub async fn serve_buffered(guard: ConnGuard, stream: TcpStream, peer: SocketAddr, buf: Buf) {
     let worker = guard.worker().clone();
     let mut c = Client {
         worker: worker.clone(),
         stream,
         peer,
-        buf: worker.take_buf(),
+        buf,
         head: RequestHead::new(),
         out: Vec::with_capacity(1024),
         key: Vec::new(),

@@ -6,6 +6,9 @@
 //! - `http1`: a client's HTTP/1.1 connection: request heads, errors, dispatch.
 //! - `forward`: one absolute-form request to its origin and the response back.
 //! - `connect`: CONNECT tunnels.
+//! - `socks`: SOCKS4/4a/5 handshakes, CONNECT and BIND; protocol detection for `auto`.
+//! - `udp`: SOCKS5 UDP ASSOCIATE and the UDP port relay.
+//! - `portmap`: the TCP port relay.
 //! - `body`: streaming bodies by their framing (length, chunked, until close).
 //! - `relay`: bytes both ways between two sockets, with half-close.
 //! - `upstream`: name cache, Happy Eyeballs, the pool of idle origin connections.
@@ -23,6 +26,9 @@ pub mod connect;
 pub mod error;
 pub mod forward;
 pub mod http1;
+pub mod portmap;
 pub mod relay;
 pub mod server;
+pub mod socks;
+pub mod udp;
 pub mod upstream;

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand, ValueEnum};
-use rustle::config::{Config, Listener, ListenerKind, LogFormat, LogTarget};
+use rustle::config::{Config, HostPort, Listener, ListenerKind, LogFormat, LogTarget};
 
 #[derive(Parser)]
 #[command(name = "rustle", version, about = "A fast, lean forward proxy")]
@@ -15,9 +15,21 @@ struct Cli {
     /// Configuration file (TOML); see rustle.example.toml.
     #[arg(long, short, global = true)]
     config: Option<PathBuf>,
-    /// HTTP proxy listener (repeatable); replaces the file's listeners.
+    /// HTTP proxy listener (repeatable). Any listener flag replaces the file's listeners.
     #[arg(long, value_name = "ADDR")]
     http: Vec<SocketAddr>,
+    /// SOCKS4/4a/5 listener (repeatable).
+    #[arg(long, value_name = "ADDR")]
+    socks: Vec<SocketAddr>,
+    /// Listener detecting HTTP, SOCKS4 and SOCKS5 from the first byte (repeatable).
+    #[arg(long, value_name = "ADDR")]
+    auto: Vec<SocketAddr>,
+    /// TCP port relay: every connection to LISTEN goes to TARGET (repeatable).
+    #[arg(long, value_name = "LISTEN=TARGET", value_parser = relay_arg)]
+    relay: Vec<(SocketAddr, HostPort)>,
+    /// UDP port relay: every datagram to LISTEN goes to TARGET (repeatable).
+    #[arg(long, value_name = "LISTEN=TARGET", value_parser = relay_arg)]
+    udp_relay: Vec<(SocketAddr, HostPort)>,
     /// Worker threads, each with its own runtime (0: one per core).
     #[arg(long, value_name = "N")]
     workers: Option<usize>,
@@ -66,9 +78,22 @@ fn main() -> ExitCode {
             }
         };
     }
-    if !cli.http.is_empty() {
-        cfg.listeners =
-            cli.http.iter().map(|&listen| Listener { kind: ListenerKind::Http, listen }).collect();
+    let mut listeners: Vec<Listener> = Vec::new();
+    let simple = [(&cli.http, ListenerKind::Http), (&cli.socks, ListenerKind::Socks)];
+    for (addrs, kind) in simple.into_iter().chain([(&cli.auto, ListenerKind::Auto)]) {
+        listeners.extend(addrs.iter().map(|&a| Listener::new(kind, a)));
+    }
+    for (list, kind) in
+        [(&cli.relay, ListenerKind::Relay), (&cli.udp_relay, ListenerKind::UdpRelay)]
+    {
+        for (listen, target) in list {
+            let mut l = Listener::new(kind, *listen);
+            l.target = Some(target.clone());
+            listeners.push(l);
+        }
+    }
+    if !listeners.is_empty() {
+        cfg.listeners = listeners;
     }
     if let Some(n) = cli.workers {
         cfg.workers = n;
@@ -94,6 +119,12 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+fn relay_arg(s: &str) -> Result<(SocketAddr, HostPort), String> {
+    let (listen, target) = s.split_once('=').ok_or("expected LISTEN=TARGET")?;
+    let listen = listen.parse().map_err(|_| format!("`{listen}` is not an address:port"))?;
+    Ok((listen, target.parse()?))
 }
 
 fn init_tracing(level: &str) {

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
-use socket2::{Domain, Protocol, Socket, Type};
+use socket2::{Domain, Protocol, Socket as Socket2, Type};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 
@@ -59,26 +59,60 @@ impl Drop for ConnGuard {
     }
 }
 
+/// A listening socket of one worker.
+pub enum Socket {
+    Tcp(std::net::TcpListener),
+    Udp(std::net::UdpSocket),
+}
+
+impl Socket {
+    fn local_addr(&self) -> std::io::Result<SocketAddr> {
+        match self {
+            Socket::Tcp(s) => s.local_addr(),
+            Socket::Udp(s) => s.local_addr(),
+        }
+    }
+}
+
 /// Binds every configured listener once per worker. The first socket of a listener is
 /// bound first, so that port 0 resolves to one port shared by all workers.
 fn bind_all(
     listeners: &[Listener],
     workers: usize,
-) -> anyhow::Result<Vec<Vec<(ListenerKind, std::net::TcpListener)>>> {
+) -> anyhow::Result<Vec<Vec<(Arc<Listener>, Socket)>>> {
     let mut per_worker: Vec<Vec<_>> = (0..workers).map(|_| Vec::new()).collect();
     for l in listeners {
-        let mut addr = l.listen;
+        let mut l = l.clone();
         for sockets in per_worker.iter_mut() {
-            let s = bind_one(addr).with_context(|| format!("cannot listen on {addr}"))?;
-            addr = s.local_addr()?;
-            sockets.push((l.kind, s));
+            let addr = l.listen;
+            let s = if l.kind == ListenerKind::UdpRelay {
+                bind_udp(addr).map(Socket::Udp)
+            } else {
+                bind_one(addr).map(Socket::Tcp)
+            }
+            .with_context(|| format!("cannot listen on {addr}"))?;
+            l.listen = s.local_addr()?;
+            sockets.push((Arc::new(l.clone()), s));
         }
     }
     Ok(per_worker)
 }
 
+fn bind_udp(addr: SocketAddr) -> std::io::Result<std::net::UdpSocket> {
+    let s = Socket2::new(Domain::for_address(addr), Type::DGRAM, Some(Protocol::UDP))?;
+    // The kernel hashes each client address to one of the workers' sockets, so a
+    // client's session stays on one worker.
+    s.set_reuse_port(true)?;
+    if addr.is_ipv6() {
+        s.set_only_v6(true)?;
+    }
+    s.set_nonblocking(true)?;
+    s.bind(&addr.into())?;
+    Ok(s.into())
+}
+
 fn bind_one(addr: SocketAddr) -> std::io::Result<std::net::TcpListener> {
-    let s = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
+    let s = Socket2::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
     s.set_reuse_address(true)?;
     s.set_reuse_port(true)?;
     if addr.is_ipv6() {
@@ -126,8 +160,8 @@ pub fn start(cfg: Config) -> anyhow::Result<Running> {
     let mut sockets = bind_all(&listeners, workers)?;
     let mut addrs = Vec::new();
     if let Some(first) = sockets.first() {
-        for (kind, s) in first {
-            addrs.push((*kind, s.local_addr()?));
+        for (l, s) in first {
+            addrs.push((l.kind, s.local_addr()?));
         }
     }
     let sink = Sink::open(&cfg.log.access).context("cannot open the access log")?;
@@ -175,13 +209,17 @@ pub fn start(cfg: Config) -> anyhow::Result<Running> {
     Ok(Running { addrs, threads, stop })
 }
 
-async fn worker_main(worker: Rc<Worker>, socks: Vec<(ListenerKind, std::net::TcpListener)>) {
-    for (kind, s) in socks {
-        match TcpListener::from_std(s) {
-            Ok(l) => {
-                tokio::task::spawn_local(accept_loop(worker.clone(), kind, l));
-            }
-            Err(e) => tracing::error!("worker {}: cannot use a listener: {e}", worker.id),
+async fn worker_main(worker: Rc<Worker>, sockets: Vec<(Arc<Listener>, Socket)>) {
+    for (l, s) in sockets {
+        let started = match s {
+            Socket::Tcp(s) => TcpListener::from_std(s)
+                .map(|s| drop(tokio::task::spawn_local(accept_loop(worker.clone(), l, s)))),
+            Socket::Udp(s) => tokio::net::UdpSocket::from_std(s).map(|s| {
+                drop(tokio::task::spawn_local(crate::udp::serve_relay(worker.clone(), l, s)))
+            }),
+        };
+        if let Err(e) = started {
+            tracing::error!("worker {}: cannot use a listener: {e}", worker.id);
         }
     }
     // Housekeeping: flush the access log, close expired idle origin connections.
@@ -222,7 +260,7 @@ async fn worker_main(worker: Rc<Worker>, socks: Vec<(ListenerKind, std::net::Tcp
     worker.log.flush();
 }
 
-async fn accept_loop(worker: Rc<Worker>, kind: ListenerKind, listener: TcpListener) {
+async fn accept_loop(worker: Rc<Worker>, config: Arc<Listener>, listener: TcpListener) {
     let mut shutdown = worker.shutdown.clone();
     let local = listener.local_addr().ok();
     loop {
@@ -242,13 +280,35 @@ async fn accept_loop(worker: Rc<Worker>, kind: ListenerKind, listener: TcpListen
         worker.active.set(worker.active.get() + 1);
         let guard = ConnGuard { worker: worker.clone() };
         if open > worker.cfg.limits.max_connections {
-            tokio::task::spawn_local(crate::http1::refuse_overloaded(guard, stream, peer));
+            if matches!(config.kind, ListenerKind::Http | ListenerKind::Auto) {
+                tokio::task::spawn_local(crate::http1::refuse_overloaded(guard, stream, peer));
+            } else {
+                tracing::warn!("{peer}: refused, {open} connections open");
+            }
             continue;
         }
-        match kind {
+        let l = config.clone();
+        match config.kind {
             ListenerKind::Http => {
                 tokio::task::spawn_local(crate::http1::serve(guard, stream, peer));
             }
+            ListenerKind::Socks => {
+                tokio::task::spawn_local(crate::socks::serve(
+                    guard,
+                    l,
+                    stream,
+                    peer,
+                    Buf::default(),
+                ));
+            }
+            ListenerKind::Auto => {
+                tokio::task::spawn_local(crate::socks::serve_auto(guard, l, stream, peer));
+            }
+            ListenerKind::Relay => {
+                tokio::task::spawn_local(crate::portmap::serve(guard, l, stream, peer));
+            }
+            // UDP listeners have no accept loop.
+            ListenerKind::UdpRelay => {}
         }
     }
 }

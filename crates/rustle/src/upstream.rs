@@ -123,6 +123,18 @@ impl Upstreams {
         }
     }
 
+    /// Connects to one known address within `timeout`.
+    pub async fn connect_addr(
+        &self,
+        addr: SocketAddr,
+        timeout: Duration,
+    ) -> Result<(TcpStream, SocketAddr), ConnectError> {
+        match tokio::time::timeout(timeout, connect_one(addr)).await {
+            Ok(r) => r,
+            Err(_) => Err(ConnectError::Timeout(addr.to_string())),
+        }
+    }
+
     /// Takes the most recently used live idle connection for `key`, if any.
     pub fn take(&self, key: &[u8]) -> Option<(TcpStream, SocketAddr)> {
         let mut pool = self.pool.borrow_mut();

@@ -66,10 +66,7 @@ impl Proxy {
         let log = dir.file("access.log");
         let mut cfg = Config {
             workers: 1,
-            listeners: vec![Listener {
-                kind: ListenerKind::Http,
-                listen: "127.0.0.1:0".parse().unwrap(),
-            }],
+            listeners: vec![Listener::new(ListenerKind::Http, "127.0.0.1:0".parse().unwrap())],
             ..Config::default()
         };
         cfg.log.access = LogTarget::File(log.clone());

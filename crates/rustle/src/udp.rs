@@ -1,0 +1,302 @@
+//! UDP: SOCKS5 UDP ASSOCIATE and the UDP port relay (3proxy's udppm). Datagrams are
+//! relayed one by one; nothing is buffered beyond the datagram in hand.
+
+use std::cell::{Cell, RefCell};
+use std::collections::{HashMap, HashSet};
+use std::io;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::Instant;
+
+use rustle_proto::addr::{Address, Host};
+use rustle_proto::socks5;
+use tokio::io::AsyncReadExt;
+use tokio::net::UdpSocket;
+
+use crate::accesslog::Entry;
+use crate::config::Listener;
+use crate::error::Error;
+use crate::server::Worker;
+use crate::socks::{reply5, Session};
+
+/// Largest UDP payload; a datagram buffer of this size never truncates.
+const MAX_DATAGRAM: usize = 65_535;
+
+/// Destinations one association may have sent to; replies are accepted only from these.
+const MAX_PEERS: usize = 4096;
+
+/// Client addresses one worker's UDP relay listener tracks at once.
+const MAX_SESSIONS: usize = 16_384;
+
+/// What an association or relay session moved, for its log line.
+#[derive(Default)]
+struct Counts {
+    up: u64,
+    down: u64,
+    dropped: u64,
+}
+
+/// UDP ASSOCIATE: a relay socket on the address the client reached us on; datagrams
+/// from the client's host carry a SOCKS5 header naming their destination; replies come
+/// back with a header naming their source. Ends with the TCP control connection or
+/// after `timeouts.udp_idle` without a datagram.
+pub async fn associate(s: &mut Session, hint: &Address) -> Result<(), Error> {
+    let local_ip = s.stream.local_addr().map_err(Error::Client)?.ip();
+    let relay = match UdpSocket::bind((local_ip, 0)).await {
+        Ok(r) => r,
+        Err(e) => {
+            reply5(s, socks5::Reply::GeneralFailure, None).await;
+            return Err(Error::Upstream(e));
+        }
+    };
+    let bound = relay.local_addr().map_err(Error::Upstream)?;
+    reply5(s, socks5::Reply::Succeeded, Some(bound)).await;
+    // RFC 1928: the client may name the address it will send from; zeros mean unknown.
+    let expected_port = match hint.host {
+        Host::Ip(ip) if !ip.is_unspecified() && hint.port != 0 => Some(hint.port),
+        _ => None,
+    };
+    let client_ip = s.peer.ip();
+    let idle = s.worker.cfg.timeouts.udp_idle;
+    let mut client_udp: Option<SocketAddr> = None;
+    let mut out4: Option<UdpSocket> = None;
+    let mut out6: Option<UdpSocket> = None;
+    let mut peers: HashSet<SocketAddr> = HashSet::new();
+    let mut from_client = vec![0u8; MAX_DATAGRAM];
+    let mut from_peer4 = vec![0u8; MAX_DATAGRAM];
+    let mut from_peer6 = vec![0u8; MAX_DATAGRAM];
+    let mut back = Vec::with_capacity(MAX_DATAGRAM + socks5::MAX_UDP_HEADER);
+    let mut counts = Counts::default();
+    let mut control = [0u8; 64];
+    let result = loop {
+        let timer = tokio::time::sleep(idle);
+        tokio::select! {
+            // The association lives as long as its TCP connection.
+            r = s.stream.read(&mut control) => match r {
+                Ok(0) | Err(_) => break Ok(()),
+                Ok(_) => continue,
+            },
+            _ = timer => break Ok(()),
+            r = relay.recv_from(&mut from_client) => {
+                let (n, src) = r.map_err(Error::Upstream)?;
+                if src.ip() != client_ip || expected_port.is_some_and(|p| p != src.port()) {
+                    counts.dropped += 1;
+                    continue;
+                }
+                client_udp.get_or_insert(src);
+                let Ok((header, offset)) = socks5::parse_udp(&from_client[..n]) else {
+                    counts.dropped += 1;
+                    continue;
+                };
+                if header.frag != 0 {
+                    // Fragmentation is optional in RFC 1928; rustle does not reassemble.
+                    counts.dropped += 1;
+                    continue;
+                }
+                let Some(dst) = resolve_udp(&s.worker, &header.dst).await else {
+                    counts.dropped += 1;
+                    continue;
+                };
+                let out = match out_socket(dst, &mut out4, &mut out6).await {
+                    Ok(o) => o,
+                    Err(_) => { counts.dropped += 1; continue; }
+                };
+                if out.send_to(&from_client[offset..n], dst).await.is_ok() {
+                    counts.up += (n - offset) as u64;
+                    if peers.len() < MAX_PEERS {
+                        peers.insert(dst);
+                    }
+                } else {
+                    counts.dropped += 1;
+                }
+            }
+            r = recv_opt(&out4, &mut from_peer4) => {
+                relay_back(r, &peers, client_udp, &relay, &from_peer4, &mut back, &mut counts).await;
+            }
+            r = recv_opt(&out6, &mut from_peer6) => {
+                relay_back(r, &peers, client_udp, &relay, &from_peer6, &mut back, &mut counts).await;
+            }
+        }
+    };
+    s.up = counts.up;
+    s.down = counts.down;
+    if counts.dropped > 0 {
+        tracing::debug!("{}: UDP association dropped {} datagram(s)", s.peer, counts.dropped);
+    }
+    result
+}
+
+/// A datagram from a destination goes back to the client with a SOCKS5 header, but only
+/// from destinations the client has sent to.
+async fn relay_back(
+    r: io::Result<(usize, SocketAddr)>,
+    peers: &HashSet<SocketAddr>,
+    client: Option<SocketAddr>,
+    relay: &UdpSocket,
+    data: &[u8],
+    back: &mut Vec<u8>,
+    counts: &mut Counts,
+) {
+    let Ok((n, src)) = r else { return };
+    let (Some(client), true) = (client, peers.contains(&src)) else {
+        counts.dropped += 1;
+        return;
+    };
+    back.clear();
+    socks5::write_udp_header(src, back);
+    back.extend_from_slice(&data[..n]);
+    if relay.send_to(back, client).await.is_ok() {
+        counts.down += n as u64;
+    } else {
+        counts.dropped += 1;
+    }
+}
+
+async fn recv_opt(sock: &Option<UdpSocket>, buf: &mut [u8]) -> io::Result<(usize, SocketAddr)> {
+    match sock {
+        Some(s) => s.recv_from(buf).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// The outgoing socket for a destination's family, made on first use.
+async fn out_socket<'a>(
+    dst: SocketAddr,
+    out4: &'a mut Option<UdpSocket>,
+    out6: &'a mut Option<UdpSocket>,
+) -> io::Result<&'a UdpSocket> {
+    let (slot, any) = match dst {
+        SocketAddr::V4(_) => (out4, IpAddr::V4(Ipv4Addr::UNSPECIFIED)),
+        SocketAddr::V6(_) => (out6, IpAddr::V6(Ipv6Addr::UNSPECIFIED)),
+    };
+    if slot.is_none() {
+        *slot = Some(UdpSocket::bind((any, 0)).await?);
+    }
+    slot.as_ref().ok_or_else(|| io::Error::other("no socket"))
+}
+
+async fn resolve_udp(worker: &Worker, dst: &Address) -> Option<SocketAddr> {
+    match &dst.host {
+        Host::Ip(ip) => Some(SocketAddr::new(*ip, dst.port)),
+        Host::Domain(d) => {
+            let ips = worker.upstreams.resolve(d.as_str()).await.ok()?;
+            ips.first().map(|ip| SocketAddr::new(*ip, dst.port))
+        }
+    }
+}
+
+struct RelaySession {
+    out: Rc<UdpSocket>,
+    last: Cell<Instant>,
+    /// Bytes from the client to the target.
+    up: Cell<u64>,
+}
+
+/// The UDP port relay: each client address gets its own connected socket towards the
+/// target, so replies need no lookup; a session ends after `timeouts.udp_idle` of silence.
+pub async fn serve_relay(worker: Rc<Worker>, listener: Arc<Listener>, socket: UdpSocket) {
+    let Some(target) = listener.target.clone() else { return };
+    let socket = Rc::new(socket);
+    let sessions: Rc<RefCell<HashMap<SocketAddr, Rc<RelaySession>>>> = Rc::default();
+    let mut shutdown = worker.shutdown.clone();
+    let mut buf = vec![0u8; MAX_DATAGRAM];
+    loop {
+        let (n, client) = tokio::select! {
+            r = socket.recv_from(&mut buf) => match r {
+                Ok(x) => x,
+                Err(e) => {
+                    tracing::debug!("udp relay {}: {e}", listener.listen);
+                    continue;
+                }
+            },
+            _ = shutdown.changed() => break,
+        };
+        let existing = sessions.borrow().get(&client).cloned();
+        let session = match existing {
+            Some(s) => s,
+            None => {
+                if sessions.borrow().len() >= MAX_SESSIONS {
+                    continue;
+                }
+                let Ok(ips) = worker.upstreams.resolve(&target.host).await else { continue };
+                let Some(ip) = ips.first() else { continue };
+                let dst = SocketAddr::new(*ip, target.port);
+                let any = if dst.is_ipv4() {
+                    IpAddr::V4(Ipv4Addr::UNSPECIFIED)
+                } else {
+                    IpAddr::V6(Ipv6Addr::UNSPECIFIED)
+                };
+                let Ok(out) = UdpSocket::bind((any, 0)).await else { continue };
+                if out.connect(dst).await.is_err() {
+                    continue;
+                }
+                let s = Rc::new(RelaySession {
+                    out: Rc::new(out),
+                    last: Cell::new(Instant::now()),
+                    up: Cell::new(0),
+                });
+                sessions.borrow_mut().insert(client, s.clone());
+                tokio::task::spawn_local(relay_session(
+                    worker.clone(),
+                    socket.clone(),
+                    sessions.clone(),
+                    client,
+                    s.clone(),
+                    format!("udp://{target}"),
+                    dst,
+                ));
+                s
+            }
+        };
+        session.last.set(Instant::now());
+        if session.out.send(&buf[..n]).await.is_ok() {
+            session.up.set(session.up.get() + n as u64);
+        }
+    }
+}
+
+/// Replies from the target go back to one client until the session goes idle.
+async fn relay_session(
+    worker: Rc<Worker>,
+    socket: Rc<UdpSocket>,
+    sessions: Rc<RefCell<HashMap<SocketAddr, Rc<RelaySession>>>>,
+    client: SocketAddr,
+    session: Rc<RelaySession>,
+    name: String,
+    dst: SocketAddr,
+) {
+    let start = Instant::now();
+    let idle = worker.cfg.timeouts.udp_idle;
+    let mut buf = vec![0u8; MAX_DATAGRAM];
+    let mut down = 0u64;
+    loop {
+        match tokio::time::timeout(idle, session.out.recv(&mut buf)).await {
+            Ok(Ok(n)) => {
+                session.last.set(Instant::now());
+                if socket.send_to(&buf[..n], client).await.is_ok() {
+                    down += n as u64;
+                }
+            }
+            Ok(Err(_)) => {}
+            Err(_) if session.last.get().elapsed() < idle => {}
+            Err(_) => break,
+        }
+        if worker.stopping.get() {
+            break;
+        }
+    }
+    sessions.borrow_mut().remove(&client);
+    let up = session.up.get();
+    worker.log.log(&Entry {
+        client,
+        method: b"UDP",
+        target: name.as_bytes(),
+        status: 0,
+        up,
+        down,
+        start,
+        upstream: Some(dst),
+        error: None,
+    });
+}
