@@ -4,7 +4,9 @@
 use super::*;
 use Protocol as P;
 
-const TABLE: &[(&[u8], Result<Option<Protocol>, UnknownProtocol>)] = &[
+type Detected = Result<Option<Protocol>, UnknownProtocol>;
+
+const TABLE: &[(&[u8], Detected)] = &[
     (b"", Ok(None)),
     (b"\x16", Ok(None)),
     (b"\x16\x03", Ok(Some(P::Tls))),
