@@ -97,6 +97,17 @@ impl<'de> Deserialize<'de> for HostPort {
     }
 }
 
+/// When a relay direction splices (moves bytes kernel-side through a pipe).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SpliceMode {
+    /// Splice once reads fill the buffer, copy again after small reads.
+    #[default]
+    Auto,
+    Always,
+    Never,
+}
+
 #[derive(Debug, Clone, Deserialize)]
 pub struct Listener {
     #[serde(default = "default_kind")]
@@ -110,11 +121,20 @@ pub struct Listener {
     /// method; off by default.
     #[serde(default)]
     pub accept_any_credentials: bool,
+    /// `auto`, `always` or `never`: splice(2) in tunnels and relays of this listener.
+    #[serde(default)]
+    pub splice: SpliceMode,
 }
 
 impl Listener {
     pub fn new(kind: ListenerKind, listen: SocketAddr) -> Self {
-        Listener { kind, listen, target: None, accept_any_credentials: false }
+        Listener {
+            kind,
+            listen,
+            target: None,
+            accept_any_credentials: false,
+            splice: SpliceMode::Auto,
+        }
     }
 }
 
@@ -265,6 +285,23 @@ impl Default for Upstream {
     }
 }
 
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default)]
+pub struct Relay {
+    /// Grace delay (like 3proxy's -g): after this many small reads in a row, a relay
+    /// direction waits `grace_delay` before reading again, so data gathers into larger
+    /// reads. 0 turns it off (the default).
+    pub grace_reads: u32,
+    #[serde(deserialize_with = "duration")]
+    pub grace_delay: Duration,
+}
+
+impl Default for Relay {
+    fn default() -> Self {
+        Relay { grace_reads: 0, grace_delay: Duration::from_millis(10) }
+    }
+}
+
 #[derive(Debug, Clone, Default, Deserialize)]
 pub struct Config {
     /// Worker threads, each with its own runtime and listening sockets; 0 = one per core.
@@ -285,6 +322,8 @@ pub struct Config {
     pub http: Http,
     #[serde(default)]
     pub upstream: Upstream,
+    #[serde(default)]
+    pub relay: Relay,
 }
 
 /// With no listener in the file or on the command line: HTTP and SOCKS detected on the

@@ -23,7 +23,7 @@ pub async fn tunnel(c: &mut Client, ex: &mut Exchange) -> Result<Next, Error> {
         .map_err(|_| Error::Unsupported("the host name is not ASCII"))?
         .to_ascii_lowercase();
     c.buf.consume(c.head.len);
-    let (mut up, addr) = worker.upstreams.connect(&host, port, cfg.timeouts.connect).await?;
+    let (up, addr) = worker.upstreams.connect(&host, port, cfg.timeouts.connect).await?;
     ex.upstream = Some(addr);
     c.stream.write_all(ESTABLISHED).await.map_err(Error::Client)?;
     ex.status = 200;
@@ -32,8 +32,11 @@ pub async fn tunnel(c: &mut Client, ex: &mut Exchange) -> Result<Next, Error> {
     // the 200: they were read with the head and go first.
     let early = c.buf.filled().to_vec();
     c.buf.clear();
+    // The tunnel holds no read buffer while it lives.
+    worker.give_buf(std::mem::take(&mut c.buf));
+    let opts = worker.relay_opts(c.listener.splice);
     let (totals, result) =
-        crate::relay::run(&mut c.stream, &mut up, &early, &[], cfg.timeouts.tunnel_idle).await;
+        crate::relay::run(&worker.relay, &c.stream, &up, &early, &[], opts).await;
     ex.up = totals.up;
     ex.down = totals.down;
     result.map(|()| Next::Close)

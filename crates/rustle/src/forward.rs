@@ -236,7 +236,7 @@ enum Outcome {
 async fn switch_protocols(
     c: &mut Client,
     ex: &mut Exchange,
-    mut up: TcpStream,
+    up: TcpStream,
     mut ubuf: Buf,
     rhead: ResponseHead,
     via: Option<&str>,
@@ -254,9 +254,11 @@ async fn switch_protocols(
     ex.responded = true;
     let early = c.buf.filled().to_vec();
     c.buf.clear();
+    worker.give_buf(std::mem::take(&mut c.buf));
+    worker.give_buf(ubuf);
+    let opts = worker.relay_opts(c.listener.splice);
     let (totals, result) =
-        crate::relay::run(&mut c.stream, &mut up, &early, &[], worker.cfg.timeouts.tunnel_idle)
-            .await;
+        crate::relay::run(&worker.relay, &c.stream, &up, &early, &[], opts).await;
     ex.up += totals.up;
     ex.down += totals.down;
     result.map(|()| Next::Close)

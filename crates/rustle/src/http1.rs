@@ -7,6 +7,7 @@ use std::fmt;
 use std::io::Write as _;
 use std::net::SocketAddr;
 use std::rc::Rc;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rustle_proto::http::{parse_request, Method, RequestHead, Target};
@@ -15,6 +16,7 @@ use tokio::net::TcpStream;
 
 use crate::accesslog::Entry;
 use crate::buf::Buf;
+use crate::config::Listener;
 use crate::error::{Error, Phase};
 use crate::server::{ConnGuard, Worker};
 
@@ -31,6 +33,7 @@ pub enum Next {
 /// One client connection.
 pub struct Client {
     pub worker: Rc<Worker>,
+    pub listener: Arc<Listener>,
     pub stream: TcpStream,
     pub peer: SocketAddr,
     pub buf: Buf,
@@ -61,16 +64,23 @@ impl Exchange {
     }
 }
 
-pub async fn serve(guard: ConnGuard, stream: TcpStream, peer: SocketAddr) {
+pub async fn serve(guard: ConnGuard, listener: Arc<Listener>, stream: TcpStream, peer: SocketAddr) {
     let buf = guard.worker().take_buf();
-    serve_buffered(guard, stream, peer, buf).await
+    serve_buffered(guard, listener, stream, peer, buf).await
 }
 
 /// Serves a connection whose first bytes may already be in `buf` (after detection).
-pub async fn serve_buffered(guard: ConnGuard, stream: TcpStream, peer: SocketAddr, buf: Buf) {
+pub async fn serve_buffered(
+    guard: ConnGuard,
+    listener: Arc<Listener>,
+    stream: TcpStream,
+    peer: SocketAddr,
+    buf: Buf,
+) {
     let worker = guard.worker().clone();
     let mut c = Client {
         worker: worker.clone(),
+        listener,
         stream,
         peer,
         buf,
@@ -118,10 +128,16 @@ pub async fn serve_buffered(guard: ConnGuard, stream: TcpStream, peer: SocketAdd
 }
 
 /// Answers a connection over the limit with 503 and closes it.
-pub async fn refuse_overloaded(guard: ConnGuard, stream: TcpStream, peer: SocketAddr) {
+pub async fn refuse_overloaded(
+    guard: ConnGuard,
+    listener: Arc<Listener>,
+    stream: TcpStream,
+    peer: SocketAddr,
+) {
     let worker = guard.worker().clone();
     let mut c = Client {
         worker,
+        listener,
         stream,
         peer,
         buf: Buf::default(),

@@ -10,7 +10,8 @@
 //! - `udp`: SOCKS5 UDP ASSOCIATE and the UDP port relay.
 //! - `portmap`: the TCP port relay.
 //! - `body`: streaming bodies by their framing (length, chunked, until close).
-//! - `relay`: bytes both ways between two sockets, with half-close.
+//! - `relay`: the relay engine: bytes both ways, no buffer while idle, splice when bulk.
+//! - `sys`: the one unsafe module: pipes and splice(2).
 //! - `upstream`: name cache, Happy Eyeballs, the pool of idle origin connections.
 //! - `buf`: the read buffer heads are parsed in.
 //! - `accesslog`: one line per request or tunnel.
@@ -30,5 +31,6 @@ pub mod portmap;
 pub mod relay;
 pub mod server;
 pub mod socks;
+pub mod sys;
 pub mod udp;
 pub mod upstream;

@@ -12,12 +12,7 @@ use crate::config::Listener;
 use crate::error::Error;
 use crate::server::ConnGuard;
 
-pub async fn serve(
-    guard: ConnGuard,
-    listener: Arc<Listener>,
-    mut stream: TcpStream,
-    peer: SocketAddr,
-) {
+pub async fn serve(guard: ConnGuard, listener: Arc<Listener>, stream: TcpStream, peer: SocketAddr) {
     let worker = guard.worker().clone();
     let start = Instant::now();
     let Some(target) = &listener.target else {
@@ -28,11 +23,11 @@ pub async fn serve(
     let mut upstream = None;
     let mut totals = crate::relay::Totals::default();
     let result: Result<(), Error> = async {
-        let (mut up, addr) =
+        let (up, addr) =
             worker.upstreams.connect(&target.host, target.port, cfg.timeouts.connect).await?;
         upstream = Some(addr);
-        let (t, r) =
-            crate::relay::run(&mut stream, &mut up, &[], &[], cfg.timeouts.tunnel_idle).await;
+        let opts = worker.relay_opts(listener.splice);
+        let (t, r) = crate::relay::run(&worker.relay, &stream, &up, &[], &[], opts).await;
         totals = t;
         r
     }

@@ -41,6 +41,8 @@ pub struct Worker {
     /// Set once shutdown begins, read without touching the watch channel's lock.
     pub stopping: Cell<bool>,
     active: Cell<usize>,
+    /// Scratch buffer, spare buffers and pipes of the relay engine.
+    pub relay: crate::relay::Pools,
     /// Read buffers not in use, so a request does not allocate one.
     bufs: std::cell::RefCell<Vec<Buf>>,
     /// Open client connections across all workers, for `limits.max_connections`.
@@ -196,6 +198,7 @@ pub fn start(cfg: Config) -> anyhow::Result<Running> {
                 shutdown,
                 stopping: Cell::new(false),
                 active: Cell::new(0),
+                relay: crate::relay::Pools::default(),
                 bufs: std::cell::RefCell::new(Vec::new()),
                 open,
             });
@@ -279,18 +282,18 @@ async fn accept_loop(worker: Rc<Worker>, config: Arc<Listener>, listener: TcpLis
         let open = worker.open.fetch_add(1, Ordering::Relaxed) + 1;
         worker.active.set(worker.active.get() + 1);
         let guard = ConnGuard { worker: worker.clone() };
+        let l = config.clone();
         if open > worker.cfg.limits.max_connections {
             if matches!(config.kind, ListenerKind::Http | ListenerKind::Auto) {
-                tokio::task::spawn_local(crate::http1::refuse_overloaded(guard, stream, peer));
+                tokio::task::spawn_local(crate::http1::refuse_overloaded(guard, l, stream, peer));
             } else {
                 tracing::warn!("{peer}: refused, {open} connections open");
             }
             continue;
         }
-        let l = config.clone();
         match config.kind {
             ListenerKind::Http => {
-                tokio::task::spawn_local(crate::http1::serve(guard, stream, peer));
+                tokio::task::spawn_local(crate::http1::serve(guard, l, stream, peer));
             }
             ListenerKind::Socks => {
                 tokio::task::spawn_local(crate::socks::serve(
@@ -317,6 +320,17 @@ async fn accept_loop(worker: Rc<Worker>, config: Arc<Listener>, listener: TcpLis
 const MAX_SPARE_BUFS: usize = 256;
 
 impl Worker {
+    /// Relay settings for a tunnel accepted on a listener with this splice mode.
+    pub fn relay_opts(&self, splice: crate::config::SpliceMode) -> crate::relay::Opts {
+        let r = &self.cfg.relay;
+        crate::relay::Opts {
+            idle: self.cfg.timeouts.tunnel_idle,
+            splice,
+            grace: (r.grace_reads > 0)
+                .then_some(crate::relay::Grace { reads: r.grace_reads, delay: r.grace_delay }),
+        }
+    }
+
     pub fn take_buf(&self) -> Buf {
         self.bufs.borrow_mut().pop().unwrap_or_else(Buf::with_storage)
     }

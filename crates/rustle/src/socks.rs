@@ -75,7 +75,7 @@ pub async fn serve_auto(
         }
     };
     match protocol {
-        Protocol::Http => crate::http1::serve_buffered(guard, stream, peer, buf).await,
+        Protocol::Http => crate::http1::serve_buffered(guard, listener, stream, peer, buf).await,
         Protocol::Socks4 | Protocol::Socks5 => serve(guard, listener, stream, peer, buf).await,
         Protocol::Tls => {
             log_failure(&worker, peer, "TLS is not served on this port yet");
@@ -189,12 +189,13 @@ impl Session {
     }
 
     /// The tunnel proper: bytes both ways until both sides are done.
-    async fn relay(&mut self, mut up: TcpStream) -> Result<(), Error> {
+    async fn relay(&mut self, up: TcpStream) -> Result<(), Error> {
         let early = self.buf.filled().to_vec();
-        self.buf.clear();
-        let idle = self.worker.cfg.timeouts.tunnel_idle;
-        let (totals, result) =
-            crate::relay::run(&mut self.stream, &mut up, &early, &[], idle).await;
+        // The tunnel holds no read buffer while it lives.
+        self.worker.give_buf(std::mem::take(&mut self.buf));
+        let opts = self.worker.relay_opts(self.listener.splice);
+        let pools = &self.worker.relay;
+        let (totals, result) = crate::relay::run(pools, &self.stream, &up, &early, &[], opts).await;
         self.up += totals.up;
         self.down += totals.down;
         result

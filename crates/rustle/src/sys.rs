@@ -1,0 +1,136 @@
+//! The only unsafe code in rustle: splice(2) through pipes, which no safe crate offers for
+//! tokio's sockets. Everything here is a thin, checked wrapper; the rest of the proxy sees
+//! a safe `Pipe`.
+#![allow(unsafe_code)]
+
+use std::io;
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+
+/// A pipe used as the in-kernel buffer between two sockets, with the count of bytes in it.
+pub struct Pipe {
+    read: OwnedFd,
+    write: OwnedFd,
+    len: usize,
+    cap: usize,
+}
+
+impl Pipe {
+    /// A non-blocking pipe, asked to hold `size` bytes (the kernel may round it, or refuse
+    /// above /proc/sys/fs/pipe-max-size, in which case the default 64 KiB stays).
+    pub fn new(size: usize) -> io::Result<Pipe> {
+        let mut fds = [0 as libc::c_int; 2];
+        // SAFETY: `fds` is a writable array of two ints, which is what pipe2 fills.
+        let rc = unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_NONBLOCK | libc::O_CLOEXEC) };
+        if rc < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: pipe2 succeeded, so both descriptors are open and owned by nobody else;
+        // OwnedFd closes each exactly once.
+        let (read, write) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+        let want = libc::c_int::try_from(size).unwrap_or(libc::c_int::MAX);
+        // SAFETY: fcntl(F_SETPIPE_SZ) on a descriptor we own, with an int argument; a
+        // failure only leaves the default size.
+        let got = unsafe { libc::fcntl(write.as_raw_fd(), libc::F_SETPIPE_SZ, want) };
+        let cap = usize::try_from(got).ok().filter(|&c| c > 0).unwrap_or(64 * 1024);
+        Ok(Pipe { read, write, len: 0, cap })
+    }
+
+    /// Bytes in the pipe, not yet passed on.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Room left in the pipe.
+    pub fn room(&self) -> usize {
+        self.cap - self.len
+    }
+
+    /// Moves up to `room()` bytes from a socket into the pipe; 0 means end of stream.
+    pub fn fill(&mut self, from: BorrowedFd<'_>) -> io::Result<usize> {
+        let n = splice(from, self.write.as_fd_ref(), self.room())?;
+        self.len += n;
+        Ok(n)
+    }
+
+    /// Moves bytes from the pipe to a socket, as many as it takes.
+    pub fn drain(&mut self, to: BorrowedFd<'_>) -> io::Result<usize> {
+        let n = splice(self.read.as_fd_ref(), to, self.len)?;
+        self.len -= n;
+        Ok(n)
+    }
+}
+
+trait AsFdRef {
+    fn as_fd_ref(&self) -> BorrowedFd<'_>;
+}
+
+impl AsFdRef for OwnedFd {
+    fn as_fd_ref(&self) -> BorrowedFd<'_> {
+        std::os::fd::AsFd::as_fd(self)
+    }
+}
+
+fn splice(from: BorrowedFd<'_>, to: BorrowedFd<'_>, len: usize) -> io::Result<usize> {
+    if len == 0 {
+        return Ok(0);
+    }
+    let flags = libc::SPLICE_F_MOVE | libc::SPLICE_F_NONBLOCK;
+    // SAFETY: both descriptors are open for the duration of the call (they are borrowed),
+    // null offsets are what splice expects for sockets and pipes, and no memory of ours is
+    // read or written by the kernel here.
+    let n = unsafe {
+        libc::splice(
+            from.as_raw_fd(),
+            std::ptr::null_mut(),
+            to.as_raw_fd(),
+            std::ptr::null_mut(),
+            len,
+            flags,
+        )
+    };
+    if n < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // n >= 0 was checked and is at most len, which is a usize.
+    Ok(n as usize)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::{Read, Write};
+    use std::os::fd::AsFd;
+
+    #[test]
+    fn splices_between_sockets() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let mut a = std::net::TcpStream::connect(addr).expect("connect");
+        let (b, _) = listener.accept().expect("accept");
+        let c = std::net::TcpStream::connect(addr).expect("connect");
+        let (mut d, _) = listener.accept().expect("accept");
+        b.set_nonblocking(true).expect("nonblocking");
+        let mut pipe = Pipe::new(1 << 20).expect("pipe");
+        assert!(pipe.room() >= 64 * 1024);
+        // Nothing to read yet: EAGAIN, not a hang.
+        let e = pipe.fill(b.as_fd()).expect_err("nothing yet");
+        assert_eq!(e.kind(), io::ErrorKind::WouldBlock);
+        a.write_all(b"hello through the kernel").expect("write");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        let n = pipe.fill(b.as_fd()).expect("fill");
+        assert_eq!(n, 24);
+        assert_eq!(pipe.len(), 24);
+        assert_eq!(pipe.drain(c.as_fd()).expect("drain"), 24);
+        assert!(pipe.is_empty());
+        let mut got = [0u8; 24];
+        d.read_exact(&mut got).expect("read");
+        assert_eq!(&got, b"hello through the kernel");
+        drop(a);
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        assert_eq!(pipe.fill(b.as_fd()).expect("eof"), 0, "end of stream reads as 0");
+    }
+}
