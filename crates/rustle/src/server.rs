@@ -61,6 +61,9 @@ impl Drop for ConnGuard {
     }
 }
 
+/// Each worker's sockets, with the listener each belongs to.
+type WorkerSockets = Vec<(Arc<Listener>, Socket)>;
+
 /// A listening socket of one worker.
 pub enum Socket {
     Tcp(std::net::TcpListener),
@@ -78,10 +81,7 @@ impl Socket {
 
 /// Binds every configured listener once per worker. The first socket of a listener is
 /// bound first, so that port 0 resolves to one port shared by all workers.
-fn bind_all(
-    listeners: &[Listener],
-    workers: usize,
-) -> anyhow::Result<Vec<Vec<(Arc<Listener>, Socket)>>> {
+fn bind_all(listeners: &[Listener], workers: usize) -> anyhow::Result<Vec<WorkerSockets>> {
     let mut per_worker: Vec<Vec<_>> = (0..workers).map(|_| Vec::new()).collect();
     for l in listeners {
         let mut l = l.clone();
