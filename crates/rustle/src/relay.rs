@@ -352,8 +352,17 @@ async fn splice_once(
         src.readable().await.map_err(|e| src_side.err(e))?;
         let room = pipe.room();
         match src.try_io(Interest::READABLE, || pipe.fill(src.as_fd())) {
+            Ok(0) => {
+                // splice reports a connection reset as end of stream (the kernel checks
+                // "done" before the pending error): look at the error before calling it
+                // a clean close.
+                if let Ok(Some(e)) = socket2::SockRef::from(src).take_error() {
+                    return Err(src_side.err(e));
+                }
+                break 0;
+            }
             Ok(n) => {
-                if n > 0 && n < room {
+                if n < room {
                     drained(src);
                 }
                 break n;
@@ -391,3 +400,6 @@ async fn write_all(dst: &TcpStream, mut bytes: &[u8]) -> io::Result<()> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,262 @@
+//! The relay engine against real loopback sockets: integrity in every splice mode, mode
+//! switches, half-close, resets, backpressure, the idle timer, and the size of the
+//! futures that every open connection keeps alive.
+
+use std::time::Duration;
+
+use sha2::{Digest, Sha256};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+use super::*;
+
+/// Two connected pairs: (client, proxy's client side) and (proxy's upstream side, origin).
+async fn pairs() -> (TcpStream, TcpStream, TcpStream, TcpStream) {
+    let l = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = l.local_addr().expect("addr");
+    let client = TcpStream::connect(addr).await.expect("connect");
+    let (proxy_client, _) = l.accept().await.expect("accept");
+    let proxy_up = TcpStream::connect(addr).await.expect("connect");
+    let (origin, _) = l.accept().await.expect("accept");
+    (client, proxy_client, proxy_up, origin)
+}
+
+fn opts(splice: SpliceMode) -> Opts {
+    Opts { idle: Duration::from_secs(10), splice, grace: None }
+}
+
+fn pattern(n: usize, seed: u8) -> Vec<u8> {
+    (0..n).map(|i| (i % 251) as u8 ^ seed).collect()
+}
+
+async fn send_and_finish(mut s: tokio::net::tcp::OwnedWriteHalf, data: Vec<u8>) {
+    s.write_all(&data).await.expect("write");
+    s.shutdown().await.expect("shutdown");
+}
+
+async fn read_all(mut s: tokio::net::tcp::OwnedReadHalf) -> Vec<u8> {
+    let mut v = Vec::new();
+    s.read_to_end(&mut v).await.expect("read");
+    v
+}
+
+#[tokio::test]
+async fn bulk_both_ways_arrives_intact_in_every_mode() {
+    for mode in [SpliceMode::Never, SpliceMode::Auto, SpliceMode::Always] {
+        let pools = Pools::default();
+        let (client, pc, pu, origin) = pairs().await;
+        let up_data = pattern(3 << 20, 1);
+        let down_data = pattern(12 << 20, 2);
+        let (cr, cw) = client.into_split();
+        let (or, ow) = origin.into_split();
+        let relay = run(&pools, &pc, &pu, b"early-up:", b"", opts(mode));
+        let (r, _, got_down, _, got_up) = tokio::join!(
+            relay,
+            send_and_finish(cw, up_data.clone()),
+            read_all(cr),
+            send_and_finish(ow, down_data.clone()),
+            read_all(or),
+        );
+        let (totals, result) = r;
+        result.expect("relay ends cleanly");
+        let mut want_up = b"early-up:".to_vec();
+        want_up.extend_from_slice(&up_data);
+        assert_eq!(Sha256::digest(&got_up), Sha256::digest(&want_up), "{mode:?} up");
+        assert_eq!(Sha256::digest(&got_down), Sha256::digest(&down_data), "{mode:?} down");
+        assert_eq!(totals.up, want_up.len() as u64);
+        assert_eq!(totals.down, down_data.len() as u64);
+        // Pipes come back to the pool empty, buffers are not held.
+        assert!(pools.idle_pipes() <= 2);
+    }
+}
+
+#[tokio::test]
+async fn auto_mode_switches_to_splice_and_back() {
+    let pools = Pools::default();
+    let (mut client, pc, pu, mut origin) = pairs().await;
+    let before = mode_switches();
+    let relay = run(&pools, &pc, &pu, b"", b"", opts(SpliceMode::Auto));
+    let script = async {
+        let mut got = vec![0u8; 4 << 20];
+        for round in 0..2u8 {
+            // Bulk: reads fill the buffer, the direction starts splicing.
+            let bulk = pattern(4 << 20, round);
+            let (w, r) = tokio::join!(origin.write_all(&bulk), client.read_exact(&mut got));
+            w.expect("write");
+            r.expect("read");
+            assert_eq!(got, bulk);
+            // Small messages one at a time: small reads, back to copying.
+            for i in 0..6u8 {
+                origin.write_all(&[i; 100]).await.expect("write");
+                let mut small = [0u8; 100];
+                client.read_exact(&mut small).await.expect("read");
+                assert_eq!(small, [i; 100]);
+            }
+        }
+        drop(client);
+        drop(origin);
+    };
+    let (r, ()) = tokio::join!(relay, script);
+    let _ = r;
+    let after = mode_switches();
+    assert!(after.0 - before.0 >= 2, "switched to splice twice: {before:?} -> {after:?}");
+    assert!(after.1 - before.1 >= 2, "switched back to copy twice: {before:?} -> {after:?}");
+}
+
+#[tokio::test]
+async fn half_close_delivers_the_rest_and_keeps_the_other_way_open() {
+    for mode in [SpliceMode::Never, SpliceMode::Always] {
+        let pools = Pools::default();
+        let (client, pc, pu, origin) = pairs().await;
+        let (mut cr, mut cw) = client.into_split();
+        let (mut or, ow) = origin.into_split();
+        let answer = pattern(2 << 20, 7);
+        let relay = run(&pools, &pc, &pu, b"", b"", opts(mode));
+        let script = async {
+            // The origin answers everything and closes its side at once...
+            send_and_finish(ow, answer.clone()).await;
+            let mut got = Vec::new();
+            cr.read_to_end(&mut got).await.expect("read");
+            assert_eq!(got.len(), answer.len(), "{mode:?}: the whole answer then EOF");
+            assert_eq!(got, answer);
+            // ...and the client can still talk to it.
+            cw.write_all(b"still here").await.expect("write");
+            cw.shutdown().await.expect("shutdown");
+            let mut rest = Vec::new();
+            or.read_to_end(&mut rest).await.expect("read");
+            assert_eq!(rest, b"still here");
+        };
+        let ((_, result), ()) = tokio::join!(relay, script);
+        result.expect("clean end");
+    }
+}
+
+#[tokio::test]
+async fn a_reset_ends_both_directions() {
+    for mode in [SpliceMode::Never, SpliceMode::Always] {
+        reset_in_mode(mode).await;
+    }
+}
+
+async fn reset_in_mode(mode: SpliceMode) {
+    let pools = Pools::default();
+    let (mut client, pc, pu, mut origin) = pairs().await;
+    // As in the proxy, the sockets close when the relay returns.
+    let relay = async {
+        let r = run(&pools, &pc, &pu, b"", b"", opts(mode)).await;
+        drop((pc, pu));
+        r
+    };
+    let script = async {
+        origin.write_all(&pattern(1 << 20, 3)).await.expect("write");
+        let mut first = vec![0u8; 1 << 20];
+        client.read_exact(&mut first).await.expect("read");
+        // Abort: RST instead of FIN.
+        socket2::SockRef::from(&origin).set_linger(Some(Duration::ZERO)).expect("linger");
+        drop(origin);
+        let mut rest = Vec::new();
+        // The client sees the end promptly (EOF or reset), not a hang.
+        let end = tokio::time::timeout(Duration::from_secs(5), client.read_to_end(&mut rest)).await;
+        assert!(end.is_ok(), "client connection closed after the origin's reset");
+    };
+    let ((_, result), ()) = tokio::join!(relay, script);
+    assert!(result.is_err(), "{mode:?}: a reset is an error, logged once: {result:?}");
+}
+
+#[tokio::test]
+async fn a_client_that_never_reads_stops_the_reading() {
+    let pools = Pools::default();
+    let (_client, pc, pu, mut origin) = pairs().await;
+    let relay = run(&pools, &pc, &pu, b"", b"", opts(SpliceMode::Auto));
+    let flood = async {
+        let chunk = vec![0u8; 64 * 1024];
+        let mut sent = 0usize;
+        loop {
+            match tokio::time::timeout(Duration::from_millis(500), origin.write_all(&chunk)).await {
+                Ok(Ok(())) => sent += chunk.len(),
+                _ => break sent,
+            }
+            if sent > 256 << 20 {
+                break sent;
+            }
+        }
+    };
+    tokio::select! {
+        _ = relay => panic!("the relay ended"),
+        sent = flood => {
+            // Socket buffers on both sides plus one pipe or one parked buffer: a few MB,
+            // not an unbounded amount held by the proxy.
+            assert!(sent < 64 << 20, "origin could push {sent} bytes into a stalled relay");
+        }
+    }
+}
+
+#[tokio::test]
+async fn silence_both_ways_ends_the_relay() {
+    let pools = Pools::default();
+    let (_client, pc, pu, _origin) = pairs().await;
+    let o = Opts { idle: Duration::from_millis(200), splice: SpliceMode::Auto, grace: None };
+    let start = std::time::Instant::now();
+    let (_, result) = run(&pools, &pc, &pu, b"", b"", o).await;
+    assert!(matches!(result, Err(Error::Timeout(Phase::TunnelIdle))), "{result:?}");
+    assert!(start.elapsed() < Duration::from_secs(2));
+}
+
+#[tokio::test]
+async fn grace_delay_still_delivers_everything() {
+    let pools = Pools::default();
+    let (client, pc, pu, origin) = pairs().await;
+    let o = Opts {
+        idle: Duration::from_secs(10),
+        splice: SpliceMode::Auto,
+        grace: Some(Grace { reads: 2, delay: Duration::from_millis(5) }),
+    };
+    let (cr, cw) = client.into_split();
+    let (or, ow) = origin.into_split();
+    let msgs: Vec<u8> = pattern(50_000, 9);
+    let relay = run(&pools, &pc, &pu, b"", b"", o);
+    let write_slowly = async move {
+        let mut w = cw;
+        for chunk in msgs.chunks(500) {
+            w.write_all(chunk).await.expect("write");
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        w.shutdown().await.expect("shutdown");
+    };
+    let ((_, result), (), got, (), _) = tokio::join!(
+        relay,
+        write_slowly,
+        read_all(or),
+        send_and_finish(ow, Vec::new()),
+        read_all(cr)
+    );
+    result.expect("clean end");
+    assert_eq!(got, pattern(50_000, 9));
+}
+
+/// Size of the future an async fn returns, without calling it.
+fn future_size<F, A, B, C, D, R>(_: &F) -> usize
+where
+    F: Fn(A, B, C, D) -> R,
+{
+    std::mem::size_of::<R>()
+}
+
+/// Every open connection is one of these futures: keep them small. The budgets are the
+/// sizes measured when they were set, plus a little room; a change that grows one past
+/// its budget should say why.
+#[test]
+fn connection_futures_stay_within_budget() {
+    let http = future_size(&crate::http1::serve);
+    let socks = |g, l, s, p| crate::socks::serve(g, l, s, p, crate::buf::Buf::default());
+    let socks = future_size(&socks);
+    let relay_port = future_size(&crate::portmap::serve);
+    eprintln!("future sizes: http1 {http}, socks {socks}, portmap {relay_port}");
+    assert!(http <= HTTP_BUDGET, "http1::serve future is {http} bytes");
+    assert!(socks <= SOCKS_BUDGET, "socks::serve future is {socks} bytes");
+    assert!(relay_port <= PORTMAP_BUDGET, "portmap::serve future is {relay_port} bytes");
+}
+
+const HTTP_BUDGET: usize = 4096;
+const SOCKS_BUDGET: usize = 3072;
+const PORTMAP_BUDGET: usize = 2048;
