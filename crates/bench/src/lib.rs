@@ -1,4 +1,4 @@
-//! Test and benchmark fixtures for rustle (and, later, its load generator).
+//! Test and benchmark fixtures for rustle, and its load generator.
 //!
 //! Every fixture runs on its own OS thread with its own current-thread tokio
 //! runtime, binds 127.0.0.1 port 0 unless given an address, exposes
@@ -13,6 +13,9 @@
 //! - [`udp`]     — `UdpEcho`, datagram echo.
 //! - [`pattern`] — the deterministic body pattern and its checksums.
 //! - [`ws`]      — WebSocket helpers (`accept_key`); the `/ws` echo itself.
+//! - [`load`]    — the load generator (`rustle-bench load`): `load::run(&Options)
+//!   -> Report`; submodules `cli`, `stats` (public), `plan`, `dial`,
+//!   `response`, `ws`, `worker` (private).
 //! - `fixture`   — thread/runtime harness shared by all fixtures (private).
 //! - `conn`, `http`, `routes` — the transport-generic HTTP server (private),
 //!   shared by `Origin` and `TlsOrigin`.
@@ -35,6 +38,7 @@
 //! - anything else — 404.
 
 pub mod echo;
+pub mod load;
 pub mod origin;
 pub mod pattern;
 pub mod tls;

@@ -4,19 +4,26 @@
 //! rustle-bench origin   [--listen ADDR] [--tls]
 //! rustle-bench tcp-echo [--listen ADDR]
 //! rustle-bench udp-echo [--listen ADDR]
+//! rustle-bench load     --target HOST:PORT [--mode M] [...]   (see `load --help`)
 //! ```
-//! Runs until SIGTERM or ctrl-c.
+//! The fixtures run until SIGTERM or ctrl-c; `load` runs for its duration and
+//! prints its report (one JSON object with `--json`).
 
 use std::net::SocketAddr;
 
 use anyhow::{bail, Context, Result};
+use rustle_bench::load;
 use rustle_bench::{Origin, TcpEcho, TlsOrigin, UdpEcho};
 
-const USAGE: &str = "usage: rustle-bench <origin [--tls] | tcp-echo | udp-echo> [--listen ADDR]";
+const USAGE: &str = "usage: rustle-bench <origin [--tls] | tcp-echo | udp-echo> [--listen ADDR]\n\
+                     \x20      rustle-bench load --target HOST:PORT [options] (load --help)";
 
 fn main() -> Result<()> {
     let mut args = std::env::args().skip(1);
     let Some(cmd) = args.next() else { bail!(USAGE) };
+    if cmd == "load" {
+        return run_load(args);
+    }
     let mut listen: SocketAddr = "127.0.0.1:0".parse().context("default address")?;
     let mut tls = false;
     while let Some(arg) = args.next() {
@@ -70,4 +77,20 @@ fn wait_for_signal() -> Result<()> {
         }
         Ok(())
     })
+}
+
+fn run_load(args: impl Iterator<Item = String>) -> Result<()> {
+    let Some(opts) =
+        load::cli::parse(args).map_err(|e| anyhow::anyhow!("{e:#}\n{}", load::cli::USAGE))?
+    else {
+        println!("{}", load::cli::USAGE);
+        return Ok(());
+    };
+    let report = load::run(&opts)?;
+    if opts.json {
+        println!("{}", report.to_json());
+    } else {
+        println!("{}", report.human());
+    }
+    Ok(())
 }

@@ -13,6 +13,8 @@ use rustle_proto::{socks4, socks5};
 pub enum Phase {
     /// Waiting for the client's request head.
     ClientHead,
+    /// Waiting for the rest of a SOCKS handshake.
+    Handshake,
     /// Waiting for request body bytes from the client.
     ClientBody,
     /// Resolving and connecting to the upstream.
@@ -31,6 +33,7 @@ impl Phase {
     fn as_str(self) -> &'static str {
         match self {
             Phase::ClientHead => "waiting for the request head",
+            Phase::Handshake => "waiting for the SOCKS handshake",
             Phase::ClientBody => "waiting for the request body",
             Phase::Connect => "connecting to the upstream",
             Phase::UpstreamHead => "waiting for the upstream's response",
@@ -90,6 +93,12 @@ pub enum Error {
     /// The client ended the request body early.
     #[error("client closed the connection in the middle of the request body")]
     ClientTruncated,
+    /// The client closed in the middle of a SOCKS handshake.
+    #[error("client closed the connection in the middle of the handshake")]
+    HandshakeTruncated,
+    /// A BIND's incoming connection came from a host the client did not name.
+    #[error("BIND: the incoming connection came from another host ({0}) than the one named")]
+    BindStranger(SocketAddr),
     /// The upstream could not be reached.
     #[error("{0}")]
     Connect(#[from] ConnectError),
@@ -133,6 +142,8 @@ impl Error {
             Error::BadRequestBody(_) => Some(400),
             Error::Client(_) => None,
             Error::ClientTruncated => None,
+            Error::HandshakeTruncated => None,
+            Error::BindStranger(_) => None,
             Error::Connect(ConnectError::Timeout(_)) => Some(504),
             Error::Connect(_) => Some(502),
             Error::Upstream(_) => Some(502),
@@ -141,7 +152,7 @@ impl Error {
             Error::BadResponseBody(_) => Some(502),
             Error::BadUpgrade => Some(502),
             Error::Timeout(phase) => match phase {
-                Phase::ClientHead | Phase::ClientBody => Some(408),
+                Phase::ClientHead | Phase::ClientBody | Phase::Handshake => Some(408),
                 Phase::Connect | Phase::UpstreamHead | Phase::UpstreamBody => Some(504),
                 Phase::ClientWrite | Phase::TunnelIdle => None,
             },
@@ -169,11 +180,13 @@ impl Error {
             Error::Timeout(Phase::Connect) => R::TtlExpired,
             Error::Socks5(e) => e.reply(),
             Error::Socks4(_) => R::GeneralFailure,
+            Error::BindStranger(_) => R::NotAllowed,
             Error::Unsupported(_) => R::CommandNotSupported,
             Error::BadRequest(_)
             | Error::BadRequestBody(_)
             | Error::Client(_)
             | Error::ClientTruncated
+            | Error::HandshakeTruncated
             | Error::Upstream(_)
             | Error::UpstreamClosed(_)
             | Error::BadResponse(_)

@@ -32,8 +32,10 @@ pub struct Session {
     pub method: &'static str,
     /// `socks5://host:port` once known.
     pub target: String,
-    /// The reply code sent, or 0 before one was.
+    /// The last reply code sent.
     pub status: u16,
+    /// A reply went out: an error can no longer be answered.
+    pub replied: bool,
     pub up: u64,
     pub down: u64,
     pub upstream: Option<SocketAddr>,
@@ -118,6 +120,7 @@ pub async fn serve(
         method: "-",
         target: String::new(),
         status: 0,
+        replied: false,
         up: 0,
         down: 0,
         upstream: None,
@@ -146,10 +149,10 @@ impl Session {
     async fn read_more(&mut self) -> Result<(), Error> {
         let read = self.buf.read_from(&mut self.stream, crate::buf::READ_SIZE);
         match tokio::time::timeout_at(self.deadline, read).await {
-            Ok(Ok(0)) => Err(Error::ClientTruncated),
+            Ok(Ok(0)) => Err(Error::HandshakeTruncated),
             Ok(Ok(_)) => Ok(()),
             Ok(Err(e)) => Err(Error::Client(e)),
-            Err(_) => Err(Error::Timeout(Phase::ClientHead)),
+            Err(_) => Err(Error::Timeout(Phase::Handshake)),
         }
     }
 
@@ -202,14 +205,17 @@ impl Session {
     }
 
     /// BIND: listen on the address the client reached us on, tell it where, accept one
-    /// connection from the expected host, tell it who came, then relay.
-    async fn bind<F>(&mut self, dst: &Address, reply: F) -> Result<(), Error>
+    /// connection from the expected host, tell it who came, then relay. `reply(ok, addr)`
+    /// encodes the protocol's reply; `codes` are its (granted, refused) status codes.
+    async fn bind<F>(&mut self, dst: &Address, codes: (u16, u16), reply: F) -> Result<(), Error>
     where
         F: Fn(bool, SocketAddr) -> Vec<u8>,
     {
         let local_ip = self.stream.local_addr().map_err(Error::Client)?.ip();
         let listener = TcpListener::bind((local_ip, 0)).await.map_err(Error::Upstream)?;
         let bound = listener.local_addr().map_err(Error::Upstream)?;
+        self.replied = true;
+        self.status = codes.0;
         self.send(&reply(true, bound)).await?;
         let wait = self.worker.cfg.timeouts.io;
         let (incoming, from) = match tokio::time::timeout(wait, listener.accept()).await {
@@ -224,8 +230,9 @@ impl Session {
             Host::Domain(d) => self.worker.upstreams.resolve(d.as_str()).await?.to_vec(),
         };
         if !expected.is_empty() && !expected.contains(&from.ip()) {
+            self.status = codes.1;
             self.send(&reply(false, from)).await?;
-            return Err(Error::Unsupported("BIND: the incoming connection came from another host"));
+            return Err(Error::BindStranger(from));
         }
         self.upstream = Some(from);
         self.send(&reply(true, from)).await?;
@@ -300,17 +307,17 @@ async fn socks5_session(s: &mut Session) -> Result<(), Error> {
         }
         socks5::Command::Bind => {
             s.method = "BIND";
+            let codes = (socks5::Reply::Succeeded as u16, socks5::Reply::NotAllowed as u16);
             let result = s
-                .bind(&request.dst, |ok, addr| {
+                .bind(&request.dst, codes, |ok, addr| {
                     let mut out = Vec::with_capacity(socks5::MAX_REPLY);
                     let rep = if ok { socks5::Reply::Succeeded } else { socks5::Reply::NotAllowed };
                     socks5::write_reply(rep, addr, &mut out);
                     out
                 })
                 .await;
-            s.status = 0;
             if let Err(e) = &result {
-                if s.upstream.is_none() {
+                if !s.replied {
                     reply5(s, e.socks5_reply(), None).await;
                 }
             }
@@ -329,6 +336,7 @@ pub async fn reply5(s: &mut Session, reply: socks5::Reply, bound: Option<SocketA
     let unspecified = SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), 0);
     socks5::write_reply(reply, bound.unwrap_or(unspecified), &mut out);
     s.status = reply as u16;
+    s.replied = true;
     let _ = s.send(&out).await;
 }
 
@@ -368,8 +376,9 @@ async fn socks4_session(s: &mut Session) -> Result<(), Error> {
         }
         socks4::Command::Bind => {
             s.method = "BIND";
+            let codes = (socks4::Reply::Granted as u16, socks4::Reply::Rejected as u16);
             let result = s
-                .bind(&request.dst, |ok, addr| {
+                .bind(&request.dst, codes, |ok, addr| {
                     let rep = if ok { socks4::Reply::Granted } else { socks4::Reply::Rejected };
                     let v4 = match addr {
                         SocketAddr::V4(a) => Some(a),
@@ -378,7 +387,7 @@ async fn socks4_session(s: &mut Session) -> Result<(), Error> {
                     socks4::reply(rep, v4).to_vec()
                 })
                 .await;
-            if result.is_err() && s.upstream.is_none() {
+            if result.is_err() && !s.replied {
                 reply4(s, socks4::Reply::Rejected, None).await;
             }
             result
@@ -388,5 +397,6 @@ async fn socks4_session(s: &mut Session) -> Result<(), Error> {
 
 async fn reply4(s: &mut Session, reply: socks4::Reply, bound: Option<SocketAddrV4>) {
     s.status = reply as u16;
+    s.replied = true;
     let _ = s.send(&socks4::reply(reply, bound)).await;
 }

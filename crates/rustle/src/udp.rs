@@ -53,10 +53,9 @@ pub async fn associate(s: &mut Session, hint: &Address) -> Result<(), Error> {
     let bound = relay.local_addr().map_err(Error::Upstream)?;
     reply5(s, socks5::Reply::Succeeded, Some(bound)).await;
     // RFC 1928: the client may name the address it will send from; zeros mean unknown.
-    let expected_port = match hint.host {
-        Host::Ip(ip) if !ip.is_unspecified() && hint.port != 0 => Some(hint.port),
-        _ => None,
-    };
+    // A socket bound to INADDR_ANY knows its port but not its address, so a port alone
+    // counts as declared. Datagrams must come from the TCP client's host in any case.
+    let expected_port = (hint.port != 0).then_some(hint.port);
     let client_ip = s.peer.ip();
     let idle = s.worker.cfg.timeouts.udp_idle;
     let mut client_udp: Option<SocketAddr> = None;

@@ -1,7 +1,7 @@
 //! CONNECT tunnels.
 
 use std::io::{Read, Write};
-use std::net::{Shutdown, SocketAddr};
+use std::net::Shutdown;
 use std::time::{Duration, Instant};
 
 use rustle_bench::pattern::{pattern, pattern_sha256_hex};
@@ -166,31 +166,6 @@ fn connect_to_an_unresolvable_name_is_502() {
     assert_eq!(r.status, 502);
     let text = r.text();
     assert!(text.contains("resolve") && text.contains("nonexistent.invalid"), "{text}");
-}
-
-/// A listener whose accept queue is full, so new SYNs are dropped and connects hang;
-/// everything stays loopback. Keep it alive while using the address.
-struct BlackHole {
-    addr: SocketAddr,
-    _listener: socket2::Socket,
-    _held: Vec<std::net::TcpStream>,
-}
-
-fn black_hole() -> BlackHole {
-    use socket2::{Domain, Socket, Type};
-    let l = Socket::new(Domain::IPV4, Type::STREAM, None).unwrap();
-    l.bind(&"127.0.0.1:0".parse::<SocketAddr>().unwrap().into()).unwrap();
-    l.listen(0).unwrap();
-    let addr = l.local_addr().unwrap().as_socket().unwrap();
-    let mut held = Vec::new();
-    for _ in 0..8 {
-        match std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(200)) {
-            Ok(s) => held.push(s),
-            // The queue is full: this SYN was dropped.
-            Err(_) => return BlackHole { addr, _listener: l, _held: held },
-        }
-    }
-    panic!("could not fill the accept queue of a backlog-0 listener");
 }
 
 #[test]

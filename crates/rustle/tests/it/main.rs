@@ -1,6 +1,7 @@
-//! Integration tests of the rustle proxy: real clients (curl, wget, ncat, reqwest and raw
-//! sockets) against in-process origin fixtures from `rustle-bench`, through a proxy started
-//! in-process (or, for signals, the real binary).
+//! Integration tests of the rustle proxy (HTTP, SOCKS4/4a/5, TCP and UDP relays): real
+//! clients (curl, wget, ncat, reqwest and raw sockets) against in-process origin fixtures
+//! from `rustle-bench`, through a proxy started in-process (or, for signals and flags, the
+//! real binary).
 //!
 //! Everything binds 127.0.0.1 port 0; every test starts its own proxy and origins, so tests
 //! run in parallel without sharing state.
@@ -12,4 +13,7 @@ mod connect;
 mod errors;
 mod http;
 mod lifecycle;
+mod relay;
+mod socks;
+mod udp;
 mod websocket;

@@ -51,6 +51,7 @@ impl Drop for TempDir {
 pub struct Proxy {
     running: Option<Running>,
     addr: SocketAddr,
+    addrs: Vec<(ListenerKind, SocketAddr)>,
     log: PathBuf,
     _dir: TempDir,
 }
@@ -74,7 +75,36 @@ impl Proxy {
         tweak(&mut cfg);
         let running = rustle::server::start(cfg).expect("proxy starts");
         let addr = running.addrs[0].1;
-        Proxy { running: Some(running), addr, log, _dir: dir }
+        let addrs = running.addrs.clone();
+        Proxy { running: Some(running), addr, addrs, log, _dir: dir }
+    }
+
+    /// A proxy with one listener of `kind` on 127.0.0.1:0 (with `target` for the relay
+    /// kinds), then whatever `tweak` changes.
+    pub fn with_listener(
+        kind: ListenerKind,
+        target: Option<SocketAddr>,
+        tweak: impl FnOnce(&mut Config),
+    ) -> Proxy {
+        Proxy::start_with(|cfg| {
+            cfg.listeners = vec![listener(kind, target)];
+            tweak(cfg);
+        })
+    }
+
+    /// A proxy with one SOCKS listener.
+    pub fn socks() -> Proxy {
+        Proxy::with_listener(ListenerKind::Socks, None, |_| {})
+    }
+
+    /// Every listener's kind and bound address, in configuration order.
+    pub fn addrs(&self) -> &[(ListenerKind, SocketAddr)] {
+        &self.addrs
+    }
+
+    /// The whole access log as written so far (no waiting).
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
     pub fn addr(&self) -> SocketAddr {
@@ -465,4 +495,227 @@ pub fn closed_port() -> SocketAddr {
     let a = l.local_addr().unwrap();
     drop(l);
     a
+}
+
+/// The fields of a plain access-log line:
+/// `TIME CLIENT METHOD TARGET STATUS UP DOWN MSms UPSTREAM ["ERROR"]`.
+#[derive(Debug, Clone)]
+pub struct LogLine {
+    pub client: String,
+    pub method: String,
+    pub target: String,
+    pub status: u16,
+    pub up: u64,
+    pub down: u64,
+    pub upstream: String,
+    /// The quoted cause, unquoted; empty when there is none.
+    pub error: String,
+}
+
+impl LogLine {
+    pub fn parse(line: &str) -> LogLine {
+        let f: Vec<&str> = line.splitn(10, ' ').collect();
+        assert!(f.len() >= 9, "not an access-log line: {line:?}");
+        LogLine {
+            client: f[1].to_string(),
+            method: f[2].to_string(),
+            target: f[3].to_string(),
+            status: f[4].parse().unwrap_or_else(|_| panic!("status in {line:?}")),
+            up: f[5].parse().unwrap_or_else(|_| panic!("up in {line:?}")),
+            down: f[6].parse().unwrap_or_else(|_| panic!("down in {line:?}")),
+            upstream: f[8].to_string(),
+            error: f.get(9).map(|e| e.trim_matches('"').to_string()).unwrap_or_default(),
+        }
+    }
+}
+
+/// A listener of `kind` on 127.0.0.1:0, relaying to `target` when given.
+pub fn listener(kind: ListenerKind, target: Option<SocketAddr>) -> Listener {
+    let mut l = Listener::new(kind, "127.0.0.1:0".parse().unwrap());
+    l.target = target.map(|t| t.to_string().parse().expect("target is host:port"));
+    l
+}
+
+/// Whether [::1] can be bound here; says so when not, for tests that then skip.
+pub fn ipv6_available() -> bool {
+    let ok = std::net::TcpListener::bind("[::1]:0").is_ok();
+    if !ok {
+        eprintln!("SKIPPED: cannot bind [::1] here; the IPv6 part of this test does not run");
+    }
+    ok
+}
+
+/// A listener whose accept queue is full, so new SYNs are dropped and connects hang;
+/// everything stays loopback. Keep it alive while using the address.
+pub struct BlackHole {
+    pub addr: SocketAddr,
+    _listener: socket2::Socket,
+    _held: Vec<TcpStream>,
+}
+
+pub fn black_hole() -> BlackHole {
+    use socket2::{Domain, Socket, Type};
+    let l = Socket::new(Domain::IPV4, Type::STREAM, None).unwrap();
+    l.bind(&"127.0.0.1:0".parse::<SocketAddr>().unwrap().into()).unwrap();
+    l.listen(0).unwrap();
+    let addr = l.local_addr().unwrap().as_socket().unwrap();
+    let mut held = Vec::new();
+    for _ in 0..8 {
+        match TcpStream::connect_timeout(&addr, Duration::from_millis(200)) {
+            Ok(s) => held.push(s),
+            // The queue is full: this SYN was dropped.
+            Err(_) => return BlackHole { addr, _listener: l, _held: held },
+        }
+    }
+    panic!("could not fill the accept queue of a backlog-0 listener");
+}
+
+/// Reads exactly `n` bytes, panicking with what was seen on EOF or timeout.
+pub fn read_exact_n(s: &mut TcpStream, n: usize) -> Vec<u8> {
+    let mut out = vec![0u8; n];
+    let mut got = 0;
+    while got < n {
+        match s.read(&mut out[got..]) {
+            Ok(0) => panic!("EOF after {got} of {n} bytes: {:?}", &out[..got]),
+            Ok(k) => got += k,
+            Err(e) => panic!("read failed after {got} of {n} bytes ({:?}): {e}", &out[..got]),
+        }
+    }
+    out
+}
+
+/// Reads until EOF (panicking on a timeout), for payloads that end with the connection.
+pub fn read_to_eof(s: &mut TcpStream) -> Vec<u8> {
+    let (got, closed) = read_until_close(s);
+    assert!(closed, "no EOF after {} bytes", got.len());
+    got
+}
+
+/// Raw SOCKS clients, written by hand so that tests control every byte.
+pub mod socks {
+    use super::*;
+    use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddrV4};
+
+    pub const CONNECT: u8 = 1;
+    pub const BIND: u8 = 2;
+    pub const UDP_ASSOCIATE: u8 = 3;
+
+    /// A SOCKS5 destination: an address or a domain name.
+    pub enum Dst<'a> {
+        Addr(SocketAddr),
+        Name(&'a str, u16),
+    }
+
+    /// SOCKS5 address bytes (ATYP, address, port).
+    pub fn addr5(dst: &Dst<'_>) -> Vec<u8> {
+        let mut out = Vec::new();
+        match dst {
+            Dst::Addr(a) => {
+                match a.ip() {
+                    IpAddr::V4(ip) => {
+                        out.push(1);
+                        out.extend_from_slice(&ip.octets());
+                    }
+                    IpAddr::V6(ip) => {
+                        out.push(4);
+                        out.extend_from_slice(&ip.octets());
+                    }
+                }
+                out.extend_from_slice(&a.port().to_be_bytes());
+            }
+            Dst::Name(name, port) => {
+                out.push(3);
+                out.push(name.len() as u8);
+                out.extend_from_slice(name.as_bytes());
+                out.extend_from_slice(&port.to_be_bytes());
+            }
+        }
+        out
+    }
+
+    /// A SOCKS5 request: VER CMD RSV then the address.
+    pub fn request5(cmd: u8, dst: &Dst<'_>) -> Vec<u8> {
+        let mut out = vec![5, cmd, 0];
+        out.extend_from_slice(&addr5(dst));
+        out
+    }
+
+    /// Sends a greeting offering `methods` and returns the method the proxy chose.
+    pub fn greet(s: &mut TcpStream, methods: &[u8]) -> u8 {
+        let mut g = vec![5, methods.len() as u8];
+        g.extend_from_slice(methods);
+        s.write_all(&g).expect("write greeting");
+        let r = read_exact_n(s, 2);
+        assert_eq!(r[0], 5, "method selection version: {r:?}");
+        r[1]
+    }
+
+    /// Reads one SOCKS5 reply: the reply code and the address it names.
+    pub fn read_reply5(s: &mut TcpStream) -> (u8, SocketAddr) {
+        let head = read_exact_n(s, 4);
+        assert_eq!(head[0], 5, "reply version: {head:?}");
+        assert_eq!(head[2], 0, "reply RSV: {head:?}");
+        let ip = match head[3] {
+            1 => {
+                let b = read_exact_n(s, 4);
+                IpAddr::V4(Ipv4Addr::new(b[0], b[1], b[2], b[3]))
+            }
+            4 => {
+                let b: [u8; 16] = read_exact_n(s, 16).try_into().unwrap();
+                IpAddr::V6(Ipv6Addr::from(b))
+            }
+            other => panic!("reply address type {other}: {head:?}"),
+        };
+        let p = read_exact_n(s, 2);
+        (head[1], SocketAddr::new(ip, u16::from_be_bytes([p[0], p[1]])))
+    }
+
+    /// Connects to a SOCKS5 proxy, offers no authentication, sends `cmd` for `dst`, and
+    /// returns the connection with the first reply.
+    pub fn open5(proxy: SocketAddr, cmd: u8, dst: &Dst<'_>) -> (TcpStream, u8, SocketAddr) {
+        let mut s = connect(proxy);
+        assert_eq!(greet(&mut s, &[0]), 0, "the proxy refused no-auth");
+        s.write_all(&request5(cmd, dst)).expect("write request");
+        let (rep, bound) = read_reply5(&mut s);
+        (s, rep, bound)
+    }
+
+    /// A SOCKS5 CONNECT tunnel to `dst`, asserting success.
+    pub fn connect5(proxy: SocketAddr, dst: &Dst<'_>) -> TcpStream {
+        let (s, rep, _) = open5(proxy, CONNECT, dst);
+        assert_eq!(rep, 0, "SOCKS5 CONNECT reply");
+        s
+    }
+
+    /// A SOCKS4 request (or SOCKS4a when `name` is given: the IP is then 0.0.0.1).
+    pub fn request4(cmd: u8, dst: SocketAddrV4, user: &str, name: Option<&str>) -> Vec<u8> {
+        let mut out = vec![4, cmd];
+        out.extend_from_slice(&dst.port().to_be_bytes());
+        match name {
+            Some(_) => out.extend_from_slice(&[0, 0, 0, 1]),
+            None => out.extend_from_slice(&dst.ip().octets()),
+        }
+        out.extend_from_slice(user.as_bytes());
+        out.push(0);
+        if let Some(n) = name {
+            out.extend_from_slice(n.as_bytes());
+            out.push(0);
+        }
+        out
+    }
+
+    /// Reads one SOCKS4 reply: the code and the address it names.
+    pub fn read_reply4(s: &mut TcpStream) -> (u8, SocketAddrV4) {
+        let r = read_exact_n(s, 8);
+        assert_eq!(r[0], 0, "SOCKS4 reply VN: {r:?}");
+        let port = u16::from_be_bytes([r[2], r[3]]);
+        (r[1], SocketAddrV4::new(Ipv4Addr::new(r[4], r[5], r[6], r[7]), port))
+    }
+
+    pub fn v4(a: SocketAddr) -> SocketAddrV4 {
+        match a {
+            SocketAddr::V4(a) => a,
+            SocketAddr::V6(_) => panic!("{a} is not IPv4"),
+        }
+    }
 }

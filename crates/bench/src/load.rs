@@ -1,0 +1,272 @@
+//! `rustle-bench load`: a cheap, accurate HTTP/1.1 load generator.
+//!
+//! It must outrun the proxies it drives on the same number of cores, so it
+//! runs one current-thread tokio runtime per thread (`threads`), spreads the
+//! connections ("lanes") over them, sends requests pre-built once per run,
+//! parses responses in place with httparse and skips bodies by framing
+//! without copying. See [`Options`] for what each mode and option does and
+//! [`Report`] for what comes back.
+//!
+//! Counting rules (correctness before features):
+//! - a request counts only when its whole, strictly framed, 2xx response
+//!   arrived; everything else is one error of one [`ErrorKind`];
+//! - no request is sent at or after the deadline, and every request sent
+//!   before it is awaited, so the count matches what the server saw;
+//! - requests *sent* during the warmup are left out of the numbers, but
+//!   errors are counted over the whole run so that none is hidden.
+//!
+//! Submodules: `plan` (addresses, hop, pre-built bytes), `dial` (TCP,
+//! CONNECT, SOCKS5, TLS), `response` (strict response reader), `ws`
+//! (WebSocket frames), `worker` (threads and lanes), [`stats`]
+//! (histogram, report, JSON) and [`cli`] (argument parsing).
+
+pub mod cli;
+mod dial;
+mod plan;
+mod response;
+pub mod stats;
+mod worker;
+mod ws;
+
+use std::path::PathBuf;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+pub use stats::{ErrorCounts, ErrorKind, HoldReport, Percentiles, Report};
+
+use plan::Plan;
+use worker::{HoldSync, Job};
+
+/// How the generator reaches the origin.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// HTTP/1.1 to the origin itself (baseline).
+    Direct,
+    /// Through an HTTP forward proxy, absolute-form requests.
+    HttpProxy,
+    /// A CONNECT tunnel through the proxy per connection, HTTP inside.
+    Connect,
+    /// A SOCKS5 tunnel (no auth) through the proxy per connection.
+    Socks5,
+    /// `--proxy` is a plain TCP relay to the origin.
+    Relay,
+    /// WebSocket echo on `/ws`: through the HTTP proxy, or directly to the
+    /// origin when no `--proxy` is given. Counts messages.
+    Ws,
+    /// TLS to a TLS-terminating relay (`--ca`, `--sni`), HTTP inside.
+    HttpsRelay,
+}
+
+impl Mode {
+    pub const ALL: [Mode; 7] = [
+        Mode::Direct,
+        Mode::HttpProxy,
+        Mode::Connect,
+        Mode::Socks5,
+        Mode::Relay,
+        Mode::Ws,
+        Mode::HttpsRelay,
+    ];
+
+    /// The `--mode` spelling.
+    pub fn name(self) -> &'static str {
+        match self {
+            Mode::Direct => "direct",
+            Mode::HttpProxy => "http-proxy",
+            Mode::Connect => "connect",
+            Mode::Socks5 => "socks5",
+            Mode::Relay => "relay",
+            Mode::Ws => "ws",
+            Mode::HttpsRelay => "https-relay",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Mode> {
+        Mode::ALL.into_iter().find(|m| m.name() == s)
+    }
+}
+
+/// A load run. Build with [`Options::new`] and adjust fields.
+#[derive(Debug, Clone)]
+pub struct Options {
+    pub mode: Mode,
+    /// The origin, `HOST:PORT` (also the `Host` header).
+    pub target: String,
+    /// The proxy or relay, `HOST:PORT`.
+    pub proxy: Option<String>,
+    /// Request path; default `/bytes/1024`, `/sha256` with `upload`, `/ws`
+    /// in ws mode.
+    pub path: Option<String>,
+    /// Concurrent connections (lanes).
+    pub connections: usize,
+    /// Worker threads, each with its own current-thread runtime.
+    pub threads: usize,
+    /// Measured time after the warmup (hold mode: how long to hold).
+    pub duration: Duration,
+    /// Excluded from the numbers (not in hold mode).
+    pub warmup: Duration,
+    /// Bound on one exchange (connect and tunnel setup included).
+    pub timeout: Duration,
+    /// A new connection per request (`Connection: close`), or per ws message.
+    pub close: bool,
+    /// POST a body of this many bytes (0: GET).
+    pub upload: usize,
+    /// Open loop: this many requests/s in total; `None`: closed loop.
+    pub rate: Option<f64>,
+    /// Mix: only this many of the connections active at once, rotating.
+    pub active: Option<usize>,
+    /// Hold mode: open this many connections, one request each, then idle.
+    pub hold: Option<usize>,
+    /// WebSocket message size in bytes.
+    pub size: usize,
+    /// PEM file of the CA to trust (https-relay).
+    pub ca: Option<PathBuf>,
+    /// TLS server name; default the proxy's host.
+    pub sni: Option<String>,
+    /// Seed for the only randomness (WebSocket masks).
+    pub seed: u64,
+    /// Print JSON instead of a human line (used by the CLI only).
+    pub json: bool,
+}
+
+impl Options {
+    pub fn new(mode: Mode, target: impl Into<String>) -> Options {
+        Options {
+            mode,
+            target: target.into(),
+            proxy: None,
+            path: None,
+            connections: 64,
+            threads: 1,
+            duration: Duration::from_secs(10),
+            warmup: Duration::from_secs(1),
+            timeout: Duration::from_secs(10),
+            close: false,
+            upload: 0,
+            rate: None,
+            active: None,
+            hold: None,
+            size: 64,
+            ca: None,
+            sni: None,
+            seed: 0,
+            json: false,
+        }
+    }
+
+    fn validate(&self) -> Result<()> {
+        if self.connections == 0 || self.threads == 0 {
+            bail!("--connections and --threads must be at least 1");
+        }
+        if let Some(r) = self.rate {
+            if !(r.is_finite() && r > 0.0) {
+                bail!("--rate must be a positive number");
+            }
+        }
+        if let Some(m) = self.active {
+            if m == 0 || m > self.connections {
+                bail!("--active must be between 1 and --connections");
+            }
+            if self.rate.is_some() || self.close {
+                bail!("--active cannot be combined with --rate or --close");
+            }
+        }
+        if let Some(n) = self.hold {
+            if n == 0 || self.mode == Mode::Ws || self.close || self.rate.is_some() {
+                bail!("--hold needs N >= 1, not ws mode, and no --close or --rate");
+            }
+            if self.active.is_some() {
+                bail!("--hold cannot be combined with --active");
+            }
+        }
+        if self.mode == Mode::Ws && self.upload > 0 {
+            bail!("--upload does not apply to ws mode");
+        }
+        Ok(())
+    }
+}
+
+/// Runs the load described by `o` on `o.threads` threads and reports.
+pub fn run(o: &Options) -> Result<Report> {
+    o.validate()?;
+    raise_nofile_limit();
+    let lanes = o.hold.unwrap_or(o.connections);
+    // Every thread gets at least one lane (and one active slot in the mix).
+    let threads = o.threads.min(lanes).min(o.active.unwrap_or(lanes));
+    let plan = Arc::new(Plan::new(o, lanes)?);
+    let (over_tx, over_rx) = watch::channel(false);
+    let hold = o.hold.map(|_| {
+        Arc::new(HoldSync {
+            settled: Default::default(),
+            established: Default::default(),
+            open: Default::default(),
+            over: over_rx,
+        })
+    });
+
+    let mut handles = Vec::with_capacity(threads);
+    for t in 0..threads {
+        let job = Job {
+            plan: Arc::clone(&plan),
+            lanes: (t..lanes).step_by(threads).collect(),
+            active: o.active.map(|m| m / threads + usize::from(t < m % threads)),
+            hold: hold.clone(),
+        };
+        let h = std::thread::Builder::new()
+            .name(format!("rustle-load-{t}"))
+            .spawn(move || worker::run_thread(job))
+            .context("spawning a worker thread")?;
+        handles.push(h);
+    }
+
+    let mut held = None;
+    if let Some(h) = &hold {
+        while h.settled.load(Ordering::Acquire) < lanes as u64 {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        // On stderr so that a script can start measuring memory now while
+        // stdout stays one JSON object.
+        eprintln!("holding {} connections", h.established.load(Ordering::Relaxed));
+        let start = Instant::now();
+        std::thread::sleep(o.duration);
+        held = Some(start.elapsed());
+        // Receivers may all be gone if every lane failed; nothing to tell then.
+        let _ = over_tx.send(true);
+    }
+
+    let mut total = stats::ThreadStats::default();
+    let mut finished = plan.warm_end;
+    for h in handles {
+        let Ok(result) = h.join() else { bail!("a worker thread panicked") };
+        let (s, end) = result.context("starting a worker runtime")?;
+        total.merge(&s);
+        finished = finished.max(end);
+    }
+    Ok(Report {
+        mode: o.mode.name(),
+        unit: if o.mode == Mode::Ws { "messages" } else { "requests" },
+        threads,
+        connections: lanes,
+        completed: total.completed,
+        bytes: total.bytes,
+        elapsed: held.unwrap_or_else(|| finished - plan.warm_end),
+        latency_us: Percentiles::of(&total.latency),
+        errors: total.errors,
+        hold: hold.map(|h| HoldReport {
+            requested: lanes as u64,
+            established: h.established.load(Ordering::Relaxed),
+            open: h.open.load(Ordering::Relaxed),
+        }),
+    })
+}
+
+/// Hold mode needs thousands of descriptors: lift the soft limit to the
+/// hard one. Best effort; running out shows up as connect errors.
+fn raise_nofile_limit() {
+    let _ = rlimit::increase_nofile_limit(u64::MAX);
+}

@@ -1,0 +1,253 @@
+//! Everything a run needs, prepared once before the first connection: the
+//! resolved addresses, the hop to dial, and the request bytes every lane
+//! sends unchanged (shared read-only across threads, so the hot path never
+//! formats or allocates a request).
+
+use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, ServerName};
+use tokio::time::Instant;
+use tokio_rustls::TlsConnector;
+
+use super::{Mode, Options};
+use crate::pattern;
+
+/// Fixed `Sec-WebSocket-Key` (RFC 6455's example): the load generator
+/// measures echo throughput, not key freshness, and a constant key lets the
+/// expected accept value be a constant too.
+pub(crate) const WS_KEY: &str = "dGhlIHNhbXBsZSBub25jZQ==";
+/// `accept_key(WS_KEY)`, checked by a unit test.
+pub(crate) const WS_ACCEPT: &str = "s3pPLMBiTxaQ9kYGzzhZRbK+xOo=";
+
+/// How a lane reaches the place it speaks HTTP to.
+pub(crate) enum Hop {
+    /// Plain TCP to this address (origin, HTTP proxy or relay).
+    Direct(SocketAddr),
+    /// TCP to the proxy, then this pre-built CONNECT request.
+    Connect { proxy: SocketAddr, request: Box<[u8]> },
+    /// TCP to the proxy, no-auth greeting, then this pre-built request.
+    Socks5 { proxy: SocketAddr, request: Box<[u8]> },
+    /// TLS to a TLS-terminating relay.
+    Tls { proxy: SocketAddr, connector: TlsConnector, name: ServerName<'static> },
+}
+
+pub(crate) struct Plan {
+    pub(crate) hop: Hop,
+    /// The HTTP request (or the WebSocket upgrade request), body included.
+    pub(crate) request: Box<[u8]>,
+    /// WebSocket message size, in ws mode.
+    pub(crate) ws_size: Option<usize>,
+    pub(crate) close: bool,
+    pub(crate) timeout: Duration,
+    pub(crate) rate: Option<f64>,
+    /// Lanes sharing `rate` (for the open-loop schedule).
+    pub(crate) connections: usize,
+    pub(crate) seed: u64,
+    /// Start of the run, end of the warmup, and when sending stops.
+    pub(crate) t0: Instant,
+    pub(crate) warm_end: Instant,
+    pub(crate) end: Instant,
+}
+
+impl Plan {
+    pub(crate) fn new(o: &Options, connections: usize) -> Result<Plan> {
+        let (host, port) = split_host_port(&o.target)?;
+        let proxy = match &o.proxy {
+            Some(p) => Some(resolve(p)?),
+            None if o.mode == Mode::Ws || o.mode == Mode::Direct => None,
+            None => bail!("--mode {} needs --proxy", o.mode.name()),
+        };
+        let hop = match (o.mode, proxy) {
+            (Mode::Direct, _) | (Mode::Ws, None) => Hop::Direct(resolve(&o.target)?),
+            (Mode::Connect, Some(proxy)) => {
+                let t = &o.target;
+                let request = format!("CONNECT {t} HTTP/1.1\r\nHost: {t}\r\n\r\n");
+                Hop::Connect { proxy, request: request.into_bytes().into() }
+            }
+            (Mode::Socks5, Some(proxy)) => {
+                Hop::Socks5 { proxy, request: socks5_request(&host, port)?.into() }
+            }
+            (Mode::HttpsRelay, Some(proxy)) => {
+                let connector = tls_connector(o)?;
+                let sni = match &o.sni {
+                    Some(s) => s.clone(),
+                    None => split_host_port(o.proxy.as_deref().unwrap_or_default())?.0,
+                };
+                let name = ServerName::try_from(sni.clone())
+                    .with_context(|| format!("bad TLS server name {sni:?}"))?;
+                Hop::Tls { proxy, connector, name }
+            }
+            (_, Some(proxy)) => Hop::Direct(proxy),
+            (_, None) => bail!("--mode {} needs --proxy", o.mode.name()),
+        };
+        let absolute = o.mode == Mode::HttpProxy || (o.mode == Mode::Ws && proxy.is_some());
+        let request =
+            if o.mode == Mode::Ws { ws_upgrade(o, absolute) } else { http_request(o, absolute) };
+        let now = Instant::now();
+        let warmup = if o.hold.is_some() { Duration::ZERO } else { o.warmup };
+        Ok(Plan {
+            hop,
+            request: request.into(),
+            ws_size: (o.mode == Mode::Ws).then_some(o.size),
+            close: o.close,
+            timeout: o.timeout,
+            rate: o.rate,
+            connections,
+            seed: o.seed,
+            t0: now,
+            warm_end: now + warmup,
+            end: now + warmup + o.duration,
+        })
+    }
+}
+
+/// The path actually requested: `--path`, else `/sha256` for uploads.
+pub(crate) fn effective_path(o: &Options) -> &str {
+    match &o.path {
+        Some(p) => p,
+        None if o.upload > 0 => "/sha256",
+        None if o.mode == Mode::Ws => "/ws",
+        None => "/bytes/1024",
+    }
+}
+
+fn request_target(o: &Options, absolute: bool) -> String {
+    let path = effective_path(o);
+    if absolute {
+        format!("http://{}{}", o.target, path)
+    } else {
+        path.to_string()
+    }
+}
+
+fn http_request(o: &Options, absolute: bool) -> Vec<u8> {
+    let method = if o.upload > 0 { "POST" } else { "GET" };
+    let mut head =
+        format!("{method} {} HTTP/1.1\r\nHost: {}\r\n", request_target(o, absolute), o.target);
+    head.push_str("User-Agent: rustle-bench\r\n");
+    if o.close {
+        head.push_str("Connection: close\r\n");
+    }
+    if o.upload > 0 {
+        head.push_str(&format!(
+            "Content-Type: application/octet-stream\r\nContent-Length: {}\r\n",
+            o.upload
+        ));
+    }
+    head.push_str("\r\n");
+    let mut bytes = head.into_bytes();
+    bytes.extend_from_slice(&pattern::pattern(o.upload));
+    bytes
+}
+
+fn ws_upgrade(o: &Options, absolute: bool) -> Vec<u8> {
+    format!(
+        "GET {} HTTP/1.1\r\nHost: {}\r\nUser-Agent: rustle-bench\r\nUpgrade: websocket\r\n\
+         Connection: Upgrade\r\nSec-WebSocket-Key: {WS_KEY}\r\nSec-WebSocket-Version: 13\r\n\r\n",
+        request_target(o, absolute),
+        o.target
+    )
+    .into_bytes()
+}
+
+/// `VER CMD RSV ATYP ADDR PORT` for the target: an IP literal goes as
+/// IPv4/IPv6, anything else as a domain name for the proxy to resolve.
+fn socks5_request(host: &str, port: u16) -> Result<Vec<u8>> {
+    let mut r = vec![5, 1, 0];
+    match host.parse::<IpAddr>() {
+        Ok(IpAddr::V4(ip)) => {
+            r.push(1);
+            r.extend_from_slice(&ip.octets());
+        }
+        Ok(IpAddr::V6(ip)) => {
+            r.push(4);
+            r.extend_from_slice(&ip.octets());
+        }
+        Err(_) => {
+            let len = u8::try_from(host.len()).context("SOCKS5 domain longer than 255 bytes")?;
+            r.push(3);
+            r.push(len);
+            r.extend_from_slice(host.as_bytes());
+        }
+    }
+    r.extend_from_slice(&port.to_be_bytes());
+    Ok(r)
+}
+
+fn tls_connector(o: &Options) -> Result<TlsConnector> {
+    let Some(ca) = &o.ca else { bail!("--mode https-relay needs --ca FILE") };
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in CertificateDer::pem_file_iter(ca)
+        .with_context(|| format!("reading CA file {}", ca.display()))?
+    {
+        roots.add(cert.context("bad certificate in CA file")?)?;
+    }
+    // aws-lc-rs named explicitly: the default-provider lookup panics when
+    // more than one provider is compiled in.
+    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+    let mut config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(TlsConnector::from(Arc::new(config)))
+}
+
+/// `HOST:PORT` or `[V6]:PORT` into the bare host and the port.
+pub(crate) fn split_host_port(s: &str) -> Result<(String, u16)> {
+    let (host, port) = s.rsplit_once(':').with_context(|| format!("{s:?} is not HOST:PORT"))?;
+    let port: u16 = port.parse().with_context(|| format!("bad port in {s:?}"))?;
+    let host = host.strip_prefix('[').and_then(|h| h.strip_suffix(']')).unwrap_or(host);
+    if host.is_empty() {
+        bail!("empty host in {s:?}");
+    }
+    Ok((host.to_string(), port))
+}
+
+fn resolve(s: &str) -> Result<SocketAddr> {
+    s.to_socket_addrs()
+        .with_context(|| format!("cannot resolve {s:?}"))?
+        .next()
+        .with_context(|| format!("{s:?} resolves to nothing"))
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn ws_accept_constant_matches() {
+        assert_eq!(crate::ws::accept_key(WS_KEY.as_bytes()), WS_ACCEPT);
+    }
+
+    #[test]
+    fn socks5_addresses() {
+        assert_eq!(socks5_request("127.0.0.1", 80).unwrap(), [5, 1, 0, 1, 127, 0, 0, 1, 0, 80]);
+        assert_eq!(socks5_request("::1", 1).unwrap().len(), 4 + 16 + 2);
+        assert_eq!(&socks5_request("ab", 2).unwrap()[3..], [3, 2, b'a', b'b', 0, 2]);
+    }
+
+    #[test]
+    fn host_port() {
+        assert_eq!(split_host_port("[::1]:8080").unwrap(), ("::1".to_string(), 8080));
+        assert_eq!(split_host_port("example.com:1").unwrap(), ("example.com".to_string(), 1));
+        assert!(split_host_port("nohost").is_err());
+    }
+
+    #[test]
+    fn requests_are_prebuilt() {
+        let mut o = Options::new(Mode::HttpProxy, "127.0.0.1:9");
+        o.upload = 3;
+        o.close = true;
+        let r = http_request(&o, true);
+        let want = "POST http://127.0.0.1:9/sha256 HTTP/1.1\r\nHost: 127.0.0.1:9\r\n\
+            User-Agent: rustle-bench\r\nConnection: close\r\nContent-Type: application/octet-stream\r\n\
+            Content-Length: 3\r\n\r\n\x00\x01\x02";
+        assert_eq!(r, want.as_bytes());
+    }
+}
