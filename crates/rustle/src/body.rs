@@ -7,10 +7,16 @@ use std::time::Duration;
 
 use rustle_proto::chunked::{Progress, Scanner};
 use rustle_proto::http::BodyKind;
-use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
+use tokio::net::tcp::{ReadHalf, WriteHalf};
 
 use crate::buf::Buf;
 use crate::error::{Error, Phase};
+use crate::relay::{splice_body, Pools, SpliceFailure};
+
+/// A body of known length is spliced while at least this much of it remains: below it,
+/// the copy through the read buffer costs less than the pipe round trip.
+pub const SPLICE_MIN: u64 = 16 * 1024;
 
 /// Which way a body flows; it decides whose fault a failure is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -176,22 +182,43 @@ pub fn coalesce(
 
 /// Copies the rest of a body: first what is in `buf`, then from `r`. Returns the bytes
 /// written. On return the body is complete; bytes after it stay in `buf`.
-pub async fn copy<R, W>(
-    r: &mut R,
+///
+/// With `splice` set, a body of known length moves kernel-side through a pipe while at
+/// least `SPLICE_MIN` bytes of it remain and none are buffered.
+pub async fn copy(
+    r: &mut ReadHalf<'_>,
     buf: &mut Buf,
-    w: &mut W,
+    w: &mut WriteHalf<'_>,
     state: &mut State,
     dir: Dir,
     idle: Duration,
-) -> Result<u64, Error>
-where
-    R: AsyncRead + Unpin,
-    W: AsyncWrite + Unpin,
-{
+    splice: Option<&Pools>,
+) -> Result<u64, Error> {
     let mut total = 0u64;
     loop {
         if state.is_done() {
             return Ok(total);
+        }
+        if let (Some(pools), State::Remaining(n)) = (splice, &mut *state) {
+            if buf.is_empty() && *n >= SPLICE_MIN {
+                let round = splice_body(pools, r.as_ref(), w.as_ref(), *n);
+                match tokio::time::timeout(idle, round).await {
+                    Err(_) => return Err(dir.read_timeout()),
+                    // No pipe to be had: copy this round instead.
+                    Ok(Ok(None)) => {}
+                    Ok(Ok(Some(0))) => return Err(dir.truncated()),
+                    Ok(Ok(Some(k))) => {
+                        *n -= k as u64;
+                        total += k as u64;
+                        if *n == 0 {
+                            *state = State::Done;
+                        }
+                        continue;
+                    }
+                    Ok(Err(SpliceFailure::Src(e))) => return Err(dir.read_error(e)),
+                    Ok(Err(SpliceFailure::Dst(e))) => return Err(dir.write_error(e)),
+                }
+            }
         }
         if !buf.is_empty() {
             let (n, forward) = state.advance(buf.filled(), dir)?;

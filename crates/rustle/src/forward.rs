@@ -14,6 +14,7 @@ use tokio::net::TcpStream;
 
 use crate::body::{self, Dir, State};
 use crate::buf::Buf;
+use crate::config::SpliceMode;
 use crate::error::{Error, Phase};
 use crate::http1::{Client, Exchange, Next};
 
@@ -107,6 +108,7 @@ pub async fn forward(c: &mut Client, ex: &mut Exchange) -> Result<Next, Error> {
     }
     let _ = reused;
 
+    let splice = (c.listener.splice != SpliceMode::Never).then_some(&worker.relay);
     let outcome = {
         let out = &mut c.out;
         let cbuf = &mut c.buf;
@@ -117,7 +119,7 @@ pub async fn forward(c: &mut Client, ex: &mut Exchange) -> Result<Next, Error> {
             if req_body.is_done() {
                 return Ok(0);
             }
-            body::copy(&mut cr, cbuf, &mut uw, &mut req_body, Dir::Up, io).await
+            body::copy(&mut cr, cbuf, &mut uw, &mut req_body, Dir::Up, io, splice).await
         };
         tokio::pin!(body_fut);
         let mut body_done = whole;
@@ -181,7 +183,7 @@ pub async fn forward(c: &mut Client, ex: &mut Exchange) -> Result<Next, Error> {
             ex.responded = true;
             let resp_fut = async {
                 write_timed(&mut cw, out, io).await.map_err(client_side)?;
-                body::copy(&mut ur, &mut ubuf, &mut cw, &mut resp_body, Dir::Down, io).await
+                body::copy(&mut ur, &mut ubuf, &mut cw, &mut resp_body, Dir::Down, io, splice).await
             };
             tokio::pin!(resp_fut);
             // A response may end before the request body does (an early error from the

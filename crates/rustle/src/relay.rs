@@ -243,7 +243,7 @@ async fn one_way(
                 splicing = false;
                 continue;
             };
-            match splice_once(p, src, dst, src_side, dst_side).await {
+            match splice_once(p, src, dst, src_side, dst_side, usize::MAX).await {
                 Ok(0) => break Ok(()),
                 Ok(n) => {
                     moved.set(moved.get() + n as u64);
@@ -340,18 +340,47 @@ async fn copy_once(
     }
 }
 
-/// One splice from the source into the pipe, then out of the pipe until it is empty.
+/// Which socket failed in `splice_body`.
+#[derive(Debug)]
+pub enum SpliceFailure {
+    Src(io::Error),
+    Dst(io::Error),
+}
+
+/// Splices up to `max` bytes of an HTTP body from `src` to `dst`, once. `Ok(None)`: no
+/// pipe could be had, so copy instead; `Ok(Some(0))`: the source ended.
+pub async fn splice_body(
+    pools: &Pools,
+    src: &TcpStream,
+    dst: &TcpStream,
+    max: u64,
+) -> Result<Option<usize>, SpliceFailure> {
+    let Some(mut pipe) = pools.take_pipe() else { return Ok(None) };
+    let max = usize::try_from(max).unwrap_or(usize::MAX);
+    let result = splice_once(&mut pipe, src, dst, Side::Client, Side::Upstream, max).await;
+    pools.give_pipe(pipe);
+    match result {
+        Ok(n) => Ok(Some(n)),
+        Err(Error::Client(e)) => Err(SpliceFailure::Src(e)),
+        Err(Error::Upstream(e)) => Err(SpliceFailure::Dst(e)),
+        Err(other) => Err(SpliceFailure::Src(io::Error::other(other.to_string()))),
+    }
+}
+
+/// One splice from the source into the pipe (at most `max` bytes), then out of the pipe
+/// until it is empty.
 async fn splice_once(
     pipe: &mut Pipe,
     src: &TcpStream,
     dst: &TcpStream,
     src_side: Side,
     dst_side: Side,
+    max: usize,
 ) -> Result<usize, Error> {
     let n = loop {
         src.readable().await.map_err(|e| src_side.err(e))?;
-        let room = pipe.room();
-        match src.try_io(Interest::READABLE, || pipe.fill(src.as_fd())) {
+        let room = pipe.room().min(max);
+        match src.try_io(Interest::READABLE, || pipe.fill_up_to(src.as_fd(), max)) {
             Ok(0) => {
                 // splice reports a connection reset as end of stream (the kernel checks
                 // "done" before the pending error): look at the error before calling it

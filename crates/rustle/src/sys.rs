@@ -51,7 +51,12 @@ impl Pipe {
 
     /// Moves up to `room()` bytes from a socket into the pipe; 0 means end of stream.
     pub fn fill(&mut self, from: BorrowedFd<'_>) -> io::Result<usize> {
-        let n = splice(from, self.write.as_fd_ref(), self.room())?;
+        self.fill_up_to(from, usize::MAX)
+    }
+
+    /// Like `fill`, moving at most `max` bytes (the rest of a body of known length).
+    pub fn fill_up_to(&mut self, from: BorrowedFd<'_>, max: usize) -> io::Result<usize> {
+        let n = splice(from, self.write.as_fd_ref(), self.room().min(max))?;
         self.len += n;
         Ok(n)
     }
