@@ -12,7 +12,7 @@ use tokio::net::tcp::{ReadHalf, WriteHalf};
 
 use crate::buf::Buf;
 use crate::error::{Error, Phase};
-use crate::relay::{splice_body, Pools, SpliceFailure};
+use crate::relay::{splice_body, SpliceFailure};
 
 /// A body of known length is spliced while at least this much of it remains: below it,
 /// the copy through the read buffer costs less than the pipe round trip.
@@ -192,16 +192,16 @@ pub async fn copy(
     state: &mut State,
     dir: Dir,
     idle: Duration,
-    splice: Option<&Pools>,
+    splice: bool,
 ) -> Result<u64, Error> {
     let mut total = 0u64;
     loop {
         if state.is_done() {
             return Ok(total);
         }
-        if let (Some(pools), State::Remaining(n)) = (splice, &mut *state) {
+        if let (true, State::Remaining(n)) = (splice, &mut *state) {
             if buf.is_empty() && *n >= SPLICE_MIN {
-                let round = splice_body(pools, r.as_ref(), w.as_ref(), *n);
+                let round = splice_body(r.as_ref(), w.as_ref(), *n);
                 match tokio::time::timeout(idle, round).await {
                     Err(_) => return Err(dir.read_timeout()),
                     // No pipe to be had: copy this round instead.

@@ -7,6 +7,7 @@ use tokio::io::AsyncWriteExt;
 
 use crate::error::Error;
 use crate::http1::{Client, Exchange, Next};
+use crate::tunnel::Handoff;
 
 const ESTABLISHED: &[u8] = b"HTTP/1.1 200 Connection established\r\n\r\n";
 
@@ -30,14 +31,7 @@ pub async fn tunnel(c: &mut Client, ex: &mut Exchange) -> Result<Next, Error> {
     ex.responded = true;
     // A client may send its first tunnel bytes (a TLS ClientHello) without waiting for
     // the 200: they were read with the head and go first.
-    let early = c.buf.filled().to_vec();
+    let early_up = c.buf.filled().to_vec();
     c.buf.clear();
-    // The tunnel holds no read buffer while it lives.
-    worker.give_buf(std::mem::take(&mut c.buf));
-    let opts = worker.relay_opts(c.listener.splice);
-    let (totals, result) =
-        crate::relay::run(&worker.relay, &c.stream, &up, &early, &[], opts).await;
-    ex.up = totals.up;
-    ex.down = totals.down;
-    result.map(|()| Next::Close)
+    Ok(Next::Tunnel(Handoff { upstream: up, early_up, early_down: Vec::new() }))
 }

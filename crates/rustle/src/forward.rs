@@ -17,6 +17,7 @@ use crate::buf::Buf;
 use crate::config::SpliceMode;
 use crate::error::{Error, Phase};
 use crate::http1::{Client, Exchange, Next};
+use crate::tunnel::Handoff;
 
 /// A head and the body bytes that came with it are sent in one write while they fit in
 /// this many bytes; larger bodies are streamed after the head.
@@ -108,7 +109,7 @@ pub async fn forward(c: &mut Client, ex: &mut Exchange) -> Result<Next, Error> {
     }
     let _ = reused;
 
-    let splice = (c.listener.splice != SpliceMode::Never).then_some(&worker.relay);
+    let splice = c.listener.splice != SpliceMode::Never;
     let outcome = {
         let out = &mut c.out;
         let cbuf = &mut c.buf;
@@ -248,22 +249,14 @@ async fn switch_protocols(
     let rrw = ResponseRewrite { via, upgrade: true, ..ResponseRewrite::default() };
     write_response(&rhead, ubuf.filled(), &rrw, &mut c.out);
     ubuf.consume(rhead.len);
-    c.out.extend_from_slice(ubuf.filled());
-    ex.down += ubuf.len() as u64;
-    ubuf.clear();
+    let early_down = ubuf.filled().to_vec();
+    worker.give_buf(ubuf);
     write_timed(&mut c.stream, &c.out, worker.cfg.timeouts.io).await.map_err(client_side)?;
     ex.status = 101;
     ex.responded = true;
-    let early = c.buf.filled().to_vec();
+    let early_up = c.buf.filled().to_vec();
     c.buf.clear();
-    worker.give_buf(std::mem::take(&mut c.buf));
-    worker.give_buf(ubuf);
-    let opts = worker.relay_opts(c.listener.splice);
-    let (totals, result) =
-        crate::relay::run(&worker.relay, &c.stream, &up, &early, &[], opts).await;
-    ex.up += totals.up;
-    ex.down += totals.down;
-    result.map(|()| Next::Close)
+    Ok(Next::Tunnel(Handoff { upstream: up, early_up, early_down }))
 }
 
 /// Reads until a whole response head is in `ubuf` and parsed into `rhead`.

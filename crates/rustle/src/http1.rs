@@ -19,15 +19,17 @@ use crate::buf::Buf;
 use crate::config::Listener;
 use crate::error::{Error, Phase};
 use crate::server::{ConnGuard, Worker};
+use crate::tunnel::{Handoff, Record};
 
 /// How long an error response may take to reach a client before it is abandoned.
 const ERROR_WRITE_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// What happens to a client connection after an exchange.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Next {
     KeepAlive,
     Close,
+    /// The connection became a tunnel (CONNECT, or an upgrade answered 101).
+    Tunnel(Handoff),
 }
 
 /// One client connection.
@@ -110,6 +112,25 @@ pub async fn serve_buffered(
         c.target.clear();
         c.target.extend_from_slice(c.head.target_span.get(c.buf.filled()));
         let next = match c.handle(&mut ex).await {
+            Ok(Next::Tunnel(handoff)) => {
+                // The tunnel logs itself when it ends; this task ends now so that the
+                // open tunnel does not keep an HTTP connection's state.
+                worker.give_buf(std::mem::take(&mut c.buf));
+                let Client { stream, peer, method, target, listener, .. } = c;
+                let record = Record {
+                    peer,
+                    method,
+                    target,
+                    status: ex.status,
+                    start: ex.start,
+                    upstream: ex.upstream,
+                    up: ex.up,
+                    down: ex.down,
+                };
+                let opts = worker.relay_opts(listener.splice);
+                crate::tunnel::spawn(guard, stream, handoff, opts, record);
+                return;
+            }
             Ok(next) => {
                 c.log(&ex, None);
                 next
@@ -119,7 +140,7 @@ pub async fn serve_buffered(
                 Next::Close
             }
         };
-        if next == Next::Close || worker.stopping.get() {
+        if matches!(next, Next::Close) || worker.stopping.get() {
             break;
         }
     }

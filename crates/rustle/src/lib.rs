@@ -11,6 +11,7 @@
 //! - `portmap`: the TCP port relay.
 //! - `body`: streaming bodies by their framing (length, chunked, until close).
 //! - `relay`: the relay engine: bytes both ways, no buffer while idle, splice when bulk.
+//! - `tunnel`: detached relay tasks that take over established tunnels.
 //! - `sys`: the one unsafe module: pipes and splice(2).
 //! - `upstream`: name cache, Happy Eyeballs, the pool of idle origin connections.
 //! - `buf`: the read buffer heads are parsed in.
@@ -32,5 +33,6 @@ pub mod relay;
 pub mod server;
 pub mod socks;
 pub mod sys;
+pub mod tunnel;
 pub mod udp;
 pub mod upstream;

@@ -9,8 +9,8 @@ use tokio::net::TcpStream;
 
 use crate::accesslog::Entry;
 use crate::config::Listener;
-use crate::error::Error;
 use crate::server::ConnGuard;
+use crate::tunnel::{Handoff, Record};
 
 pub async fn serve(guard: ConnGuard, listener: Arc<Listener>, stream: TcpStream, peer: SocketAddr) {
     let worker = guard.worker().clone();
@@ -19,32 +19,34 @@ pub async fn serve(guard: ConnGuard, listener: Arc<Listener>, stream: TcpStream,
         // The configuration check makes this impossible; close rather than panic.
         return;
     };
-    let cfg = &worker.cfg;
-    let mut upstream = None;
-    let mut totals = crate::relay::Totals::default();
-    let result: Result<(), Error> = async {
-        let (up, addr) =
-            worker.upstreams.connect(&target.host, target.port, cfg.timeouts.connect).await?;
-        upstream = Some(addr);
-        let opts = worker.relay_opts(listener.splice);
-        let (t, r) = crate::relay::run(&worker.relay, &stream, &up, &[], &[], opts).await;
-        totals = t;
-        r
-    }
-    .await;
-    if worker.log.enabled() {
-        let name = format!("relay://{target}");
-        worker.log.log(&Entry {
+    let name = format!("relay://{target}");
+    let timeout = worker.cfg.timeouts.connect;
+    match worker.upstreams.connect(&target.host, target.port, timeout).await {
+        Ok((upstream, addr)) => {
+            let record = Record {
+                peer,
+                method: b"RELAY".to_vec(),
+                target: name.into_bytes(),
+                status: 0,
+                start,
+                upstream: Some(addr),
+                up: 0,
+                down: 0,
+            };
+            let handoff = Handoff { upstream, early_up: Vec::new(), early_down: Vec::new() };
+            let opts = worker.relay_opts(listener.splice);
+            crate::tunnel::spawn(guard, stream, handoff, opts, record);
+        }
+        Err(e) => worker.log.log(&Entry {
             client: peer,
             method: b"RELAY",
             target: name.as_bytes(),
             status: 0,
-            up: totals.up,
-            down: totals.down,
+            up: 0,
+            down: 0,
             start,
-            upstream,
-            error: result.as_ref().err().map(|e| e as &dyn std::fmt::Display),
-        });
+            upstream: None,
+            error: Some(&e),
+        }),
     }
-    drop(guard);
 }

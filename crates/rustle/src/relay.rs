@@ -14,14 +14,19 @@
 //!   An error on either side ends both.
 //! - One idle timer per relay, reset only when it fires.
 
+use std::borrow::Borrow;
 use std::cell::{Cell, RefCell};
+use std::future::Future;
 use std::io;
 use std::os::fd::AsFd;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::task::{ready, Context, Poll};
 use std::time::{Duration, Instant};
 
 use tokio::io::Interest;
 use tokio::net::TcpStream;
+use tokio::time::Sleep;
 
 use crate::config::SpliceMode;
 use crate::error::{Error, Phase};
@@ -80,9 +85,19 @@ pub struct Totals {
     pub down: u64,
 }
 
+thread_local! {
+    /// Each worker is a thread: its relays share these without locks.
+    static POOLS: Pools = Pools::default();
+}
+
+/// Idle pipes this thread's pool holds.
+pub fn idle_pipes() -> usize {
+    POOLS.with(|p| p.pipes.borrow().len())
+}
+
 /// A worker's relay resources: one scratch buffer, spare buffers for partial writes,
 /// and idle pipes.
-pub struct Pools {
+struct Pools {
     scratch: RefCell<Vec<u8>>,
     spare: RefCell<Vec<Vec<u8>>>,
     pipes: RefCell<Vec<Pipe>>,
@@ -138,10 +153,6 @@ impl Pools {
             pipes.push(p);
         }
     }
-
-    pub fn idle_pipes(&self) -> usize {
-        self.pipes.borrow().len()
-    }
 }
 
 /// Which socket an error came from decides whose fault it is.
@@ -160,183 +171,306 @@ impl Side {
     }
 }
 
+/// Bytes a destination has not taken yet, in a buffer from the pool.
+struct Pending {
+    buf: Vec<u8>,
+    off: usize,
+}
+
+/// One direction of a relay. Small on purpose: an idle tunnel is two of these.
+struct Dir {
+    src: Side,
+    dst: Side,
+    splicing: bool,
+    /// Reads in a row that filled the scratch buffer (copy mode).
+    full: u8,
+    /// Small reads in a row.
+    small: u8,
+    pending: Option<Pending>,
+    pipe: Option<Pipe>,
+    /// The source ended: pass it on once everything before it is delivered.
+    eof: bool,
+    done: bool,
+    moved: u64,
+    /// Armed by the grace delay; allocated only when grace is configured.
+    grace: Option<Pin<Box<Sleep>>>,
+}
+
+impl Dir {
+    fn new(src: Side, dst: Side, opts: &Opts, early: &[u8], pools: &Pools) -> Dir {
+        Dir {
+            src,
+            dst,
+            splicing: opts.splice == SpliceMode::Always,
+            full: 0,
+            small: 0,
+            pending: (!early.is_empty()).then(|| Pending { buf: pools.park(early), off: 0 }),
+            pipe: None,
+            eof: false,
+            done: false,
+            moved: early.len() as u64,
+            grace: None,
+        }
+    }
+
+    /// Moves bytes until the source has nothing more for now (Pending), the direction
+    /// ends (Ready(Ok)), or a socket fails.
+    fn poll_move(
+        &mut self,
+        cx: &mut Context<'_>,
+        pools: &Pools,
+        src: &TcpStream,
+        dst: &TcpStream,
+        opts: &Opts,
+        last: &mut Instant,
+    ) -> Poll<Result<(), Error>> {
+        loop {
+            // Deliver what is held first: nothing more is read until it is gone.
+            if let Some(p) = &mut self.pending {
+                ready!(dst.poll_write_ready(cx)).map_err(|e| self.dst.err(e))?;
+                match dst.try_write(&p.buf[p.off..]) {
+                    Ok(n) => p.off += n,
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                    Err(e) => return Poll::Ready(Err(self.dst.err(e))),
+                }
+                if p.off == p.buf.len() {
+                    if let Some(p) = self.pending.take() {
+                        pools.unpark(p.buf);
+                    }
+                }
+                continue;
+            }
+            if let Some(pipe) = self.pipe.as_mut().filter(|p| !p.is_empty()) {
+                ready!(dst.poll_write_ready(cx)).map_err(|e| self.dst.err(e))?;
+                match dst.try_io(Interest::WRITABLE, || pipe.drain(dst.as_fd())) {
+                    Ok(_) => {}
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                    Err(e) => return Poll::Ready(Err(self.dst.err(e))),
+                }
+                continue;
+            }
+            if !self.splicing {
+                if let Some(p) = self.pipe.take() {
+                    pools.give_pipe(p);
+                }
+            }
+            if self.eof {
+                if let Some(p) = self.pipe.take() {
+                    pools.give_pipe(p);
+                }
+                // Pass the half-close on. The peer may already be gone, which is fine.
+                let _ = socket2::SockRef::from(dst).shutdown(std::net::Shutdown::Write);
+                self.done = true;
+                return Poll::Ready(Ok(()));
+            }
+            if let Some(sleep) = &mut self.grace {
+                ready!(sleep.as_mut().poll(cx));
+                self.grace = None;
+            }
+            ready!(src.poll_read_ready(cx)).map_err(|e| self.src.err(e))?;
+            let n = if self.splicing {
+                if self.pipe.is_none() {
+                    self.pipe = pools.take_pipe();
+                }
+                let Some(pipe) = self.pipe.as_mut() else {
+                    self.splicing = false;
+                    continue;
+                };
+                let room = pipe.room();
+                match src.try_io(Interest::READABLE, || pipe.fill(src.as_fd())) {
+                    Ok(0) => {
+                        // splice reports a reset as end of stream (the kernel checks
+                        // "done" before the pending error): look before calling it clean.
+                        if let Ok(Some(e)) = socket2::SockRef::from(src).take_error() {
+                            return Poll::Ready(Err(self.src.err(e)));
+                        }
+                        0
+                    }
+                    Ok(n) => {
+                        if n < room {
+                            drained(src);
+                        }
+                        n
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+                    Err(e) => return Poll::Ready(Err(self.src.err(e))),
+                }
+            } else {
+                let mut scratch = pools.scratch.borrow_mut();
+                let n = match src.try_read(&mut scratch) {
+                    Ok(n) => n,
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+                    Err(e) => return Poll::Ready(Err(self.src.err(e))),
+                };
+                if n > 0 {
+                    if n < scratch.len() {
+                        drained(src);
+                    }
+                    let taken = match dst.try_write(&scratch[..n]) {
+                        Ok(m) => m,
+                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => 0,
+                        Err(e) => return Poll::Ready(Err(self.dst.err(e))),
+                    };
+                    if taken < n {
+                        // The destination is slower: hold the rest, read nothing more.
+                        self.pending =
+                            Some(Pending { buf: pools.park(&scratch[taken..n]), off: 0 });
+                    }
+                }
+                n
+            };
+            if n == 0 {
+                self.eof = true;
+                continue;
+            }
+            self.moved += n as u64;
+            *last = Instant::now();
+            self.count(n, opts);
+        }
+    }
+
+    /// The switching rules of the automatic mode, and the grace delay.
+    fn count(&mut self, n: usize, opts: &Opts) {
+        if self.splicing {
+            self.small = if n < SCRATCH { self.small.saturating_add(1) } else { 0 };
+            if opts.splice == SpliceMode::Auto && u32::from(self.small) >= SMALL_READS_TO_COPY {
+                self.splicing = false;
+                self.small = 0;
+                TO_COPY.fetch_add(1, Ordering::Relaxed);
+            }
+            return;
+        }
+        if n == SCRATCH {
+            self.full = self.full.saturating_add(1);
+            self.small = 0;
+        } else {
+            self.full = 0;
+            self.small = self.small.saturating_add(1);
+        }
+        if opts.splice == SpliceMode::Auto && u32::from(self.full) >= FULL_READS_TO_SPLICE {
+            self.splicing = true;
+            self.full = 0;
+            TO_SPLICE.fetch_add(1, Ordering::Relaxed);
+        }
+        if let Some(g) = opts.grace {
+            if u32::from(self.small) >= g.reads {
+                self.grace = Some(Box::pin(tokio::time::sleep(g.delay)));
+            }
+        }
+    }
+
+    fn release(&mut self, pools: &Pools) {
+        if let Some(p) = self.pending.take() {
+            pools.unpark(p.buf);
+        }
+        if let Some(p) = self.pipe.take() {
+            pools.give_pipe(p);
+        }
+    }
+}
+
+/// A relay between two sockets; resolves when both directions have ended, one side
+/// failed, or the idle timeout passed. Hand-written rather than `async` so that the state
+/// an open tunnel keeps is two small `Dir`s, with no readiness futures inside.
+pub struct Relay<C, U> {
+    client: C,
+    upstream: U,
+    up: Dir,
+    down: Dir,
+    opts: Opts,
+    last: Instant,
+    timer: Pin<Box<Sleep>>,
+}
+
 /// Relays until both directions end. `early_up` and `early_down` are bytes already read
 /// (beyond a parsed head) that go out first.
-pub async fn run(
-    pools: &Pools,
-    client: &TcpStream,
-    upstream: &TcpStream,
+/// The sockets may be owned (a tunnel task) or borrowed.
+pub fn run<C, U>(
+    client: C,
+    upstream: U,
     early_up: &[u8],
     early_down: &[u8],
     opts: Opts,
-) -> (Totals, Result<(), Error>) {
-    let last = Cell::new(Instant::now());
-    let up = Cell::new(0u64);
-    let down = Cell::new(0u64);
-    let a =
-        one_way(pools, client, upstream, Side::Client, Side::Upstream, early_up, &up, &last, &opts);
-    let b = one_way(
-        pools,
-        upstream,
+) -> Relay<C, U>
+where
+    C: Borrow<TcpStream> + Unpin,
+    U: Borrow<TcpStream> + Unpin,
+{
+    let (up, down) = POOLS.with(|pools| {
+        (
+            Dir::new(Side::Client, Side::Upstream, &opts, early_up, pools),
+            Dir::new(Side::Upstream, Side::Client, &opts, early_down, pools),
+        )
+    });
+    Relay {
         client,
-        Side::Upstream,
-        Side::Client,
-        early_down,
-        &down,
-        &last,
-        &opts,
-    );
-    tokio::pin!(a, b);
-    let timer = tokio::time::sleep(opts.idle);
-    tokio::pin!(timer);
-    let (mut a_done, mut b_done) = (false, false);
-    let result = loop {
-        tokio::select! {
-            r = &mut a, if !a_done => match r {
-                Ok(()) if b_done => break Ok(()),
-                Ok(()) => a_done = true,
-                Err(e) => break Err(e),
-            },
-            r = &mut b, if !b_done => match r {
-                Ok(()) if a_done => break Ok(()),
-                Ok(()) => b_done = true,
-                Err(e) => break Err(e),
-            },
-            () = &mut timer => {
-                let quiet = last.get().elapsed();
-                if quiet >= opts.idle {
-                    break Err(Error::Timeout(Phase::TunnelIdle));
-                }
-                timer.as_mut().reset(tokio::time::Instant::now() + (opts.idle - quiet));
-            }
-        }
-    };
-    (Totals { up: up.get(), down: down.get() }, result)
+        upstream,
+        up,
+        down,
+        opts,
+        last: Instant::now(),
+        timer: Box::pin(tokio::time::sleep(opts.idle)),
+    }
 }
 
-#[allow(clippy::too_many_arguments)]
-async fn one_way(
-    pools: &Pools,
-    src: &TcpStream,
-    dst: &TcpStream,
-    src_side: Side,
-    dst_side: Side,
-    early: &[u8],
-    moved: &Cell<u64>,
-    last: &Cell<Instant>,
-    opts: &Opts,
-) -> Result<(), Error> {
-    if !early.is_empty() {
-        write_all(dst, early).await.map_err(|e| dst_side.err(e))?;
-        moved.set(moved.get() + early.len() as u64);
+impl<C, U> Relay<C, U> {
+    fn totals(&self) -> Totals {
+        Totals { up: self.up.moved, down: self.down.moved }
     }
-    let mut splicing = opts.splice == SpliceMode::Always;
-    let mut full = 0u32;
-    let mut small = 0u32;
-    let mut pipe: Option<Pipe> = None;
-    let result = loop {
-        if splicing {
-            if pipe.is_none() {
-                pipe = pools.take_pipe();
-            }
-            let Some(p) = pipe.as_mut() else {
-                splicing = false;
-                continue;
-            };
-            match splice_once(p, src, dst, src_side, dst_side, usize::MAX).await {
-                Ok(0) => break Ok(()),
-                Ok(n) => {
-                    moved.set(moved.get() + n as u64);
-                    last.set(Instant::now());
-                    small = if n < SCRATCH { small + 1 } else { 0 };
-                    if opts.splice == SpliceMode::Auto && small >= SMALL_READS_TO_COPY {
-                        splicing = false;
-                        small = 0;
-                        if let Some(p) = pipe.take() {
-                            pools.give_pipe(p);
-                        }
-                        TO_COPY.fetch_add(1, Ordering::Relaxed);
-                    }
-                }
-                Err(e) => break Err(e),
-            }
-        } else {
-            if let Some(g) = opts.grace {
-                if small >= g.reads {
-                    tokio::time::sleep(g.delay).await;
-                }
-            }
-            match copy_once(pools, src, dst, src_side, dst_side).await {
-                Ok(0) => break Ok(()),
-                Ok(n) => {
-                    moved.set(moved.get() + n as u64);
-                    last.set(Instant::now());
-                    if n == SCRATCH {
-                        full += 1;
-                        small = 0;
-                    } else {
-                        full = 0;
-                        small += 1;
-                    }
-                    if opts.splice == SpliceMode::Auto && full >= FULL_READS_TO_SPLICE {
-                        splicing = true;
-                        full = 0;
-                        TO_SPLICE.fetch_add(1, Ordering::Relaxed);
-                    }
-                }
-                Err(e) => break Err(e),
-            }
-        }
-    };
-    if let Some(p) = pipe {
-        pools.give_pipe(p);
+
+    fn finish(&mut self, result: Result<(), Error>) -> Poll<(Totals, Result<(), Error>)> {
+        POOLS.with(|pools| {
+            self.up.release(pools);
+            self.down.release(pools);
+        });
+        Poll::Ready((self.totals(), result))
     }
-    result?;
-    // Pass the half-close on. The peer may already be gone, which is fine.
-    let _ = socket2::SockRef::from(dst).shutdown(std::net::Shutdown::Write);
-    Ok(())
 }
 
-/// One read into the scratch buffer and its delivery. Returns the bytes moved, 0 at end
-/// of stream.
-async fn copy_once(
-    pools: &Pools,
-    src: &TcpStream,
-    dst: &TcpStream,
-    src_side: Side,
-    dst_side: Side,
-) -> Result<usize, Error> {
-    loop {
-        src.readable().await.map_err(|e| src_side.err(e))?;
-        let (n, rest) = {
-            let mut scratch = pools.scratch.borrow_mut();
-            let n = match src.try_read(&mut scratch) {
-                Ok(n) => n,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
-                Err(e) => return Err(src_side.err(e)),
-            };
-            if n == 0 {
-                return Ok(0);
+impl<C, U> Future for Relay<C, U>
+where
+    C: Borrow<TcpStream> + Unpin,
+    U: Borrow<TcpStream> + Unpin,
+{
+    type Output = (Totals, Result<(), Error>);
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.get_mut();
+        let mut last = this.last;
+        let (client, upstream) = (this.client.borrow(), this.upstream.borrow());
+        let (up, down, opts) = (&mut this.up, &mut this.down, &this.opts);
+        let failed = POOLS.with(|pools| {
+            if !up.done {
+                let r = up.poll_move(cx, pools, client, upstream, opts, &mut last);
+                if let Poll::Ready(Err(e)) = r {
+                    return Some(e);
+                }
             }
-            if n < scratch.len() {
-                drained(src);
+            if !down.done {
+                let r = down.poll_move(cx, pools, upstream, client, opts, &mut last);
+                if let Poll::Ready(Err(e)) = r {
+                    return Some(e);
+                }
             }
-            let rest = match dst.try_write(&scratch[..n]) {
-                Ok(m) if m == n => None,
-                Ok(m) => Some(pools.park(&scratch[m..n])),
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => Some(pools.park(&scratch[..n])),
-                Err(e) => return Err(dst_side.err(e)),
-            };
-            (n, rest)
-        };
-        if let Some(rest) = rest {
-            // The destination is slower: hold what it has not taken, and read nothing
-            // more until it has.
-            let r = write_all(dst, &rest).await;
-            pools.unpark(rest);
-            r.map_err(|e| dst_side.err(e))?;
+            None
+        });
+        if let Some(e) = failed {
+            return this.finish(Err(e));
         }
-        return Ok(n);
+        this.last = last;
+        if this.up.done && this.down.done {
+            return this.finish(Ok(()));
+        }
+        // One timer per relay, moved only when it fires.
+        while this.timer.as_mut().poll(cx).is_ready() {
+            let quiet = this.last.elapsed();
+            if quiet >= this.opts.idle {
+                return this.finish(Err(Error::Timeout(Phase::TunnelIdle)));
+            }
+            let next = tokio::time::Instant::now() + (this.opts.idle - quiet);
+            this.timer.as_mut().reset(next);
+        }
+        Poll::Pending
     }
 }
 
@@ -350,15 +484,14 @@ pub enum SpliceFailure {
 /// Splices up to `max` bytes of an HTTP body from `src` to `dst`, once. `Ok(None)`: no
 /// pipe could be had, so copy instead; `Ok(Some(0))`: the source ended.
 pub async fn splice_body(
-    pools: &Pools,
     src: &TcpStream,
     dst: &TcpStream,
     max: u64,
 ) -> Result<Option<usize>, SpliceFailure> {
-    let Some(mut pipe) = pools.take_pipe() else { return Ok(None) };
+    let Some(mut pipe) = POOLS.with(Pools::take_pipe) else { return Ok(None) };
     let max = usize::try_from(max).unwrap_or(usize::MAX);
     let result = splice_once(&mut pipe, src, dst, Side::Client, Side::Upstream, max).await;
-    pools.give_pipe(pipe);
+    POOLS.with(|pools| pools.give_pipe(pipe));
     match result {
         Ok(n) => Ok(Some(n)),
         Err(Error::Client(e)) => Err(SpliceFailure::Src(e)),
@@ -416,18 +549,6 @@ async fn splice_once(
 /// that would only say EAGAIN (tokio's own poll_read does the same).
 fn drained(s: &TcpStream) {
     let _ = s.try_io(Interest::READABLE, || Err::<(), _>(io::ErrorKind::WouldBlock.into()));
-}
-
-async fn write_all(dst: &TcpStream, mut bytes: &[u8]) -> io::Result<()> {
-    while !bytes.is_empty() {
-        dst.writable().await?;
-        match dst.try_write(bytes) {
-            Ok(n) => bytes = &bytes[n..],
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(())
 }
 
 #[cfg(test)]

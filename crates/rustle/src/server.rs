@@ -41,8 +41,6 @@ pub struct Worker {
     /// Set once shutdown begins, read without touching the watch channel's lock.
     pub stopping: Cell<bool>,
     active: Cell<usize>,
-    /// Scratch buffer, spare buffers and pipes of the relay engine.
-    pub relay: crate::relay::Pools,
     /// Read buffers not in use, so a request does not allocate one.
     bufs: std::cell::RefCell<Vec<Buf>>,
     /// Open client connections across all workers, for `limits.max_connections`.
@@ -198,7 +196,6 @@ pub fn start(cfg: Config) -> anyhow::Result<Running> {
                 shutdown,
                 stopping: Cell::new(false),
                 active: Cell::new(0),
-                relay: crate::relay::Pools::default(),
                 bufs: std::cell::RefCell::new(Vec::new()),
                 open,
             });

@@ -19,6 +19,7 @@ use crate::buf::Buf;
 use crate::config::Listener;
 use crate::error::{Error, Phase};
 use crate::server::{ConnGuard, Worker};
+use crate::tunnel::{Handoff, Record};
 
 /// One SOCKS connection and what its log line will say.
 pub struct Session {
@@ -132,10 +133,31 @@ pub async fn serve(
         Ok(()) => Err(Error::Unsupported("not a SOCKS4 or SOCKS5 handshake")),
         Err(e) => Err(e),
     };
-    s.log(result.as_ref().err());
     worker.give_buf(std::mem::take(&mut s.buf));
-    drop(guard);
+    match result {
+        Ok(Some(handoff)) => {
+            // The tunnel logs itself when it ends; the handshake's state goes now.
+            let Session { stream, peer, method, target, status, start, upstream, .. } = s;
+            let record = Record {
+                peer,
+                method: method.as_bytes().to_vec(),
+                target: target.into_bytes(),
+                status,
+                start,
+                upstream,
+                up: 0,
+                down: 0,
+            };
+            let opts = worker.relay_opts(s.listener.splice);
+            crate::tunnel::spawn(guard, stream, handoff, opts, record);
+        }
+        Ok(None) => s.log(None),
+        Err(e) => s.log(Some(&e)),
+    }
 }
+
+/// A finished handshake: a tunnel to start, or nothing more to do.
+type Outcome = Result<Option<Handoff>, Error>;
 
 impl Session {
     /// Reads until `done` says the buffer holds enough, within the handshake deadline.
@@ -191,23 +213,20 @@ impl Session {
         Ok(up)
     }
 
-    /// The tunnel proper: bytes both ways until both sides are done.
-    async fn relay(&mut self, up: TcpStream) -> Result<(), Error> {
-        let early = self.buf.filled().to_vec();
-        // The tunnel holds no read buffer while it lives.
-        self.worker.give_buf(std::mem::take(&mut self.buf));
-        let opts = self.worker.relay_opts(self.listener.splice);
-        let pools = &self.worker.relay;
-        let (totals, result) = crate::relay::run(pools, &self.stream, &up, &early, &[], opts).await;
-        self.up += totals.up;
-        self.down += totals.down;
-        result
+    /// The tunnel to start, with any client bytes read beyond the handshake.
+    fn handoff(&mut self, upstream: TcpStream) -> Handoff {
+        Handoff { upstream, early_up: self.buf.filled().to_vec(), early_down: Vec::new() }
     }
 
     /// BIND: listen on the address the client reached us on, tell it where, accept one
     /// connection from the expected host, tell it who came, then relay. `reply(ok, addr)`
     /// encodes the protocol's reply; `codes` are its (granted, refused) status codes.
-    async fn bind<F>(&mut self, dst: &Address, codes: (u16, u16), reply: F) -> Result<(), Error>
+    async fn bind<F>(
+        &mut self,
+        dst: &Address,
+        codes: (u16, u16),
+        reply: F,
+    ) -> Result<Handoff, Error>
     where
         F: Fn(bool, SocketAddr) -> Vec<u8>,
     {
@@ -237,11 +256,11 @@ impl Session {
         self.upstream = Some(from);
         self.send(&reply(true, from)).await?;
         let _ = incoming.set_nodelay(true);
-        self.relay(incoming).await
+        Ok(self.handoff(incoming))
     }
 }
 
-async fn socks5_session(s: &mut Session) -> Result<(), Error> {
+async fn socks5_session(s: &mut Session) -> Outcome {
     // ExpectGreeting
     let greeting = loop {
         if let Some((g, n)) = socks5::parse_greeting(s.buf.filled())? {
@@ -297,7 +316,7 @@ async fn socks5_session(s: &mut Session) -> Result<(), Error> {
                 Ok(up) => {
                     let bound = up.local_addr().ok();
                     reply5(s, socks5::Reply::Succeeded, bound).await;
-                    s.relay(up).await
+                    Ok(Some(s.handoff(up)))
                 }
                 Err(e) => {
                     reply5(s, e.socks5_reply(), None).await;
@@ -321,11 +340,11 @@ async fn socks5_session(s: &mut Session) -> Result<(), Error> {
                     reply5(s, e.socks5_reply(), None).await;
                 }
             }
-            result
+            result.map(Some)
         }
         socks5::Command::UdpAssociate => {
             s.method = "UDP";
-            crate::udp::associate(s, &request.dst).await
+            crate::udp::associate(s, &request.dst).await.map(|()| None)
         }
     }
 }
@@ -340,7 +359,7 @@ pub async fn reply5(s: &mut Session, reply: socks5::Reply, bound: Option<SocketA
     let _ = s.send(&out).await;
 }
 
-async fn socks4_session(s: &mut Session) -> Result<(), Error> {
+async fn socks4_session(s: &mut Session) -> Outcome {
     // ExpectRequest: SOCKS4 has no greeting.
     let request = loop {
         match socks4::parse_request(s.buf.filled()) {
@@ -366,7 +385,7 @@ async fn socks4_session(s: &mut Session) -> Result<(), Error> {
                         _ => None,
                     };
                     reply4(s, socks4::Reply::Granted, bound).await;
-                    s.relay(up).await
+                    Ok(Some(s.handoff(up)))
                 }
                 Err(e) => {
                     reply4(s, socks4::Reply::Rejected, None).await;
@@ -390,7 +409,7 @@ async fn socks4_session(s: &mut Session) -> Result<(), Error> {
             if result.is_err() && !s.replied {
                 reply4(s, socks4::Reply::Rejected, None).await;
             }
-            result
+            result.map(Some)
         }
     }
 }

@@ -1,0 +1,74 @@
+//! Detached tunnels. Once a CONNECT, SOCKS, BIND, upgrade or port-relay connection is
+//! established, the task that did the handshake ends and a small task that only relays
+//! takes over: an open tunnel then keeps the relay's state (a few hundred bytes), not the
+//! handshake's, and writes its one access-log line when it ends.
+
+use std::net::SocketAddr;
+use std::time::Instant;
+
+use tokio::net::TcpStream;
+
+use crate::accesslog::Entry;
+use crate::relay::{self, Opts};
+use crate::server::ConnGuard;
+
+/// What the handshake hands over besides the client socket.
+pub struct Handoff {
+    pub upstream: TcpStream,
+    /// Client bytes read with the handshake that belong to the tunnel.
+    pub early_up: Vec<u8>,
+    /// Upstream bytes read with a response head that belong to the tunnel.
+    pub early_down: Vec<u8>,
+}
+
+/// What the tunnel's log line says about how it began.
+pub struct Record {
+    pub peer: SocketAddr,
+    pub method: Vec<u8>,
+    pub target: Vec<u8>,
+    pub status: u16,
+    pub start: Instant,
+    pub upstream: Option<SocketAddr>,
+    /// Bytes already counted by the handshake (a 101 response's body bytes, say).
+    pub up: u64,
+    pub down: u64,
+}
+
+/// Starts the relay task; the caller's task should end right after.
+pub fn spawn(guard: ConnGuard, client: TcpStream, handoff: Handoff, opts: Opts, record: Record) {
+    tokio::task::spawn_local(task(guard, client, handoff, opts, record));
+}
+
+/// The task of an open tunnel. The relay is built before the task starts, so the task
+/// keeps exactly the relay, the log record and the connection slot.
+pub(crate) fn task(
+    guard: ConnGuard,
+    client: TcpStream,
+    handoff: Handoff,
+    opts: Opts,
+    rec: Record,
+) -> impl std::future::Future<Output = ()> {
+    let Handoff { upstream, early_up, early_down } = handoff;
+    // The relay keeps its own copy of early bytes (in a pooled buffer) until delivered.
+    let mut relay = relay::run(client, upstream, &early_up, &early_down, opts);
+    async move {
+        // Polled in place (it is Unpin): awaiting it by value would move it into a
+        // second slot of this future.
+        let (totals, result) = (&mut relay).await;
+        let log = &guard.worker().log;
+        if log.enabled() {
+            log.log(&Entry {
+                client: rec.peer,
+                method: &rec.method,
+                target: &rec.target,
+                status: rec.status,
+                up: rec.up + totals.up,
+                down: rec.down + totals.down,
+                start: rec.start,
+                upstream: rec.upstream,
+                error: result.as_ref().err().map(|e| e as &dyn std::fmt::Display),
+            });
+        }
+        drop(guard);
+    }
+}
