@@ -314,7 +314,7 @@ async fn accept_loop(worker: Rc<Worker>, config: Arc<Listener>, listener: TcpLis
 }
 
 /// Spare buffers a worker keeps; beyond this, returned buffers are freed.
-const MAX_SPARE_BUFS: usize = 256;
+const MAX_SPARE_BUFS: usize = 64;
 
 impl Worker {
     /// Relay settings for a tunnel accepted on a listener with this splice mode.

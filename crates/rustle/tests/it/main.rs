@@ -10,6 +10,7 @@
 mod util;
 
 mod connect;
+mod engine;
 mod errors;
 mod http;
 mod lifecycle;
