@@ -7,7 +7,10 @@ use std::time::Duration;
 
 use rustle_proto::chunked::{Progress, Scanner};
 use rustle_proto::http::BodyKind;
-use tokio::io::AsyncWriteExt;
+use std::future::Future;
+use std::task::Poll;
+
+use tokio::io::{AsyncWrite, AsyncWriteExt};
 use tokio::net::tcp::{ReadHalf, WriteHalf};
 
 use crate::buf::Buf;
@@ -224,10 +227,10 @@ pub async fn copy(
             let (n, forward) = state.advance(buf.filled(), dir)?;
             if n > 0 {
                 if forward {
-                    match tokio::time::timeout(idle, w.write_all(&buf.filled()[..n])).await {
-                        Ok(Ok(())) => {}
-                        Ok(Err(e)) => return Err(dir.write_error(e)),
-                        Err(_) => return Err(dir.write_timeout()),
+                    match write_all_timed(w, &buf.filled()[..n], idle).await {
+                        Ok(()) => {}
+                        Err(None) => return Err(dir.write_timeout()),
+                        Err(Some(e)) => return Err(dir.write_error(e)),
                     }
                     total += n as u64;
                 }
@@ -238,10 +241,10 @@ pub async fn copy(
                 return Ok(total);
             }
         }
-        let n = match tokio::time::timeout(idle, buf.read_from(r, crate::buf::READ_SIZE)).await {
-            Ok(Ok(n)) => n,
-            Ok(Err(e)) => return Err(dir.read_error(e)),
-            Err(_) => return Err(dir.read_timeout()),
+        let n = match timed(buf.read_from(r, crate::buf::READ_SIZE), idle).await {
+            Some(Ok(n)) => n,
+            Some(Err(e)) => return Err(dir.read_error(e)),
+            None => return Err(dir.read_timeout()),
         };
         if n == 0 {
             if matches!(state, State::UntilClose) {
@@ -250,5 +253,33 @@ pub async fn copy(
             }
             return Err(dir.truncated());
         }
+    }
+}
+
+/// Runs `fut` within `idle`. Most socket operations on a busy connection complete at
+/// once, so the first poll happens without arming a timer; only an operation that has to
+/// wait gets one. `None` is the timeout.
+pub async fn timed<F: Future>(fut: F, idle: Duration) -> Option<F::Output> {
+    let mut fut = std::pin::pin!(fut);
+    let first = std::future::poll_fn(|cx| match fut.as_mut().poll(cx) {
+        Poll::Ready(r) => Poll::Ready(Some(r)),
+        Poll::Pending => Poll::Ready(None),
+    })
+    .await;
+    match first {
+        Some(r) => Some(r),
+        None => tokio::time::timeout(idle, fut).await.ok(),
+    }
+}
+
+/// Writes everything within `idle` (see `timed`). `Err(None)` is the timeout.
+pub async fn write_all_timed<W: AsyncWrite + Unpin>(
+    w: &mut W,
+    bytes: &[u8],
+    idle: Duration,
+) -> Result<(), Option<io::Error>> {
+    match timed(w.write_all(bytes), idle).await {
+        Some(r) => r.map_err(Some),
+        None => Err(None),
     }
 }

@@ -276,13 +276,13 @@ async fn read_response_head<R: AsyncRead + Unpin>(
                 Err(e) => return Err(Error::BadResponse(e)),
             }
         }
-        let n = match tokio::time::timeout(idle, ubuf.read_from(r, limits.max_head)).await {
-            Ok(Ok(n)) => n,
-            Ok(Err(e)) if e.kind() == std::io::ErrorKind::OutOfMemory => {
+        let n = match body::timed(ubuf.read_from(r, limits.max_head), idle).await {
+            Some(Ok(n)) => n,
+            Some(Err(e)) if e.kind() == std::io::ErrorKind::OutOfMemory => {
                 return Err(Error::BadResponse(rustle_proto::http::HeadError::HeadTooLarge))
             }
-            Ok(Err(e)) => return Err(Error::Upstream(e)),
-            Err(_) => return Err(Error::Timeout(Phase::UpstreamHead)),
+            Some(Err(e)) => return Err(Error::Upstream(e)),
+            None => return Err(Error::Timeout(Phase::UpstreamHead)),
         };
         if n == 0 {
             return Err(Error::UpstreamClosed(if ubuf.is_empty() {
@@ -300,10 +300,10 @@ async fn write_timed<W: AsyncWrite + Unpin>(
     bytes: &[u8],
     idle: std::time::Duration,
 ) -> Result<(), Error> {
-    match tokio::time::timeout(idle, w.write_all(bytes)).await {
-        Ok(Ok(())) => Ok(()),
-        Ok(Err(e)) => Err(Error::Upstream(e)),
-        Err(_) => Err(Error::Timeout(Phase::UpstreamHead)),
+    match body::write_all_timed(w, bytes, idle).await {
+        Ok(()) => Ok(()),
+        Err(Some(e)) => Err(Error::Upstream(e)),
+        Err(None) => Err(Error::Timeout(Phase::UpstreamHead)),
     }
 }
 

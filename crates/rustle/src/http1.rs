@@ -4,10 +4,12 @@
 //! asks to close, an error occurs, or the worker shuts down.
 
 use std::fmt;
+use std::future::Future;
 use std::io::Write as _;
 use std::net::SocketAddr;
 use std::rc::Rc;
 use std::sync::Arc;
+use std::task::Poll;
 use std::time::{Duration, Instant};
 
 use rustle_proto::http::{parse_request, Method, RequestHead, Target};
@@ -194,20 +196,32 @@ impl Client {
             if self.worker.stopping.get() && self.buf.is_empty() {
                 return Ok(false);
             }
-            let read = self.buf.read_from(&mut self.stream, limits.max_head);
-            let n = match deadline {
-                Some(d) => match tokio::time::timeout_at(d, read).await {
-                    Ok(r) => r,
-                    Err(_) => return Err(Error::Timeout(Phase::ClientHead)),
-                },
-                None => tokio::select! {
-                    r = tokio::time::timeout(timeouts.keepalive, read) => match r {
+            let n = {
+                let mut read =
+                    std::pin::pin!(self.buf.read_from(&mut self.stream, limits.max_head));
+                // A request that is already there (pipelined, or sent right after connecting)
+                // is read without arming a timer or watching for shutdown.
+                let first = std::future::poll_fn(|cx| match read.as_mut().poll(cx) {
+                    Poll::Ready(r) => Poll::Ready(Some(r)),
+                    Poll::Pending => Poll::Ready(None),
+                })
+                .await;
+                let n = match (first, deadline) {
+                    (Some(r), _) => r,
+                    (None, Some(d)) => match tokio::time::timeout_at(d, read).await {
                         Ok(r) => r,
-                        // An idle kept-alive connection just closes.
-                        Err(_) => return Ok(false),
+                        Err(_) => return Err(Error::Timeout(Phase::ClientHead)),
                     },
-                    _ = shutdown.changed() => return Ok(false),
-                },
+                    (None, None) => tokio::select! {
+                        r = tokio::time::timeout(timeouts.keepalive, read) => match r {
+                            Ok(r) => r,
+                            // An idle kept-alive connection just closes.
+                            Err(_) => return Ok(false),
+                        },
+                        _ = shutdown.changed() => return Ok(false),
+                    },
+                };
+                n
             };
             match n {
                 Ok(0) if self.buf.is_empty() => return Ok(false),

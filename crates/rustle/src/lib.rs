@@ -21,6 +21,7 @@
 //! Protocol parsing lives in the `rustle-proto` crate, which does no I/O.
 
 pub mod accesslog;
+pub mod acl;
 pub mod body;
 pub mod buf;
 pub mod config;
@@ -28,6 +29,7 @@ pub mod connect;
 pub mod error;
 pub mod forward;
 pub mod http1;
+pub mod limits;
 pub mod portmap;
 pub mod relay;
 pub mod server;

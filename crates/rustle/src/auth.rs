@@ -1,0 +1,433 @@
+//! Proxy authentication: user accounts and their password verifiers, `Basic` credentials,
+//! a cache of verified credentials and a limit on failed attempts per client.
+//!
+//! - `Users`: accounts from a users file (`name:hash[:group,...]`, the format `htpasswd -B`
+//!   writes) and/or inline configuration, with their groups.
+//! - `basic`: decoding a `Proxy-Authorization: Basic ...` value without allocating.
+//! - `cache`: `CredentialCache`, so the deliberately slow hash runs once per `ttl`.
+//! - `limiter`: `FailureLimiter`, a token bucket of failed attempts per client address.
+//!
+//! Password material is never logged: the `Debug` impls here show names, groups and the kind
+//! of verifier, never a password or a hash, and no error message repeats a hash field (a
+//! plaintext password pasted without its `plain:` prefix would otherwise end up in a log).
+
+use std::collections::HashMap;
+use std::fmt;
+use std::path::Path;
+use std::str::FromStr;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use argon2::password_hash::rand_core::{OsRng, RngCore};
+use argon2::password_hash::{PasswordHash, PasswordHasher, PasswordVerifier, SaltString};
+use argon2::{Argon2, Params};
+use sha2::{Digest, Sha256};
+use subtle::ConstantTimeEq;
+
+mod basic;
+mod cache;
+mod limiter;
+
+pub use basic::{parse_basic, BasicError, MAX_BASIC_LEN};
+pub use cache::CredentialCache;
+pub use limiter::FailureLimiter;
+
+/// Longest user or group name, in bytes: long enough for e-mail-like names, short enough
+/// that a name is cheap to log and compare.
+pub const MAX_NAME_LEN: usize = 64;
+
+/// Highest bcrypt cost accepted: `htpasswd -C` allows 4..=17, and each step doubles the
+/// work (cost 17 is several seconds per check), so a higher one is a typo or a trap.
+pub const MAX_BCRYPT_COST: u32 = 17;
+
+/// Highest argon2id memory cost accepted, in KiB (256 MiB). Every check in flight holds
+/// this much memory; the crate's default is 19 MiB, and RFC 9106's second recommendation
+/// 64 MiB. A bigger one in a proxy's users file would let a burst of logins exhaust memory.
+pub const MAX_ARGON2_MEMORY_KIB: u32 = 256 * 1024;
+
+/// How a user's password is checked. The hash strings are kept as written (bcrypt and PHC
+/// strings carry their own salt and parameters); a `plain:` password only as its SHA-256,
+/// so that the comparison is constant-time whatever the lengths.
+#[derive(Clone)]
+enum Verifier {
+    Bcrypt(String),
+    Argon2(String),
+    Plain([u8; 32]),
+}
+
+impl Verifier {
+    fn kind(&self) -> &'static str {
+        match self {
+            Verifier::Bcrypt(_) => "bcrypt",
+            Verifier::Argon2(_) => "argon2id",
+            Verifier::Plain(_) => "plain",
+        }
+    }
+
+    /// Checks a hash field. Messages never quote the field: it may be a bare password.
+    fn parse(field: &str) -> Result<Verifier, String> {
+        if let Some(password) = field.strip_prefix("plain:") {
+            if password.is_empty() {
+                return Err("empty plain: password".into());
+            }
+            return Ok(Verifier::Plain(Sha256::digest(password.as_bytes()).into()));
+        }
+        if ["$2a$", "$2b$", "$2y$"].iter().any(|p| field.starts_with(p)) {
+            let parts = bcrypt::HashParts::from_str(field)
+                .map_err(|_| "malformed bcrypt hash (expected 60 characters)".to_string())?;
+            let cost = parts.get_cost();
+            if !(4..=MAX_BCRYPT_COST).contains(&cost) {
+                return Err(format!("bcrypt cost {cost} is outside 4..={MAX_BCRYPT_COST}"));
+            }
+            return Ok(Verifier::Bcrypt(field.to_owned()));
+        }
+        if field.starts_with("$argon2id$") {
+            let hash =
+                PasswordHash::new(field).map_err(|_| "malformed argon2id hash".to_string())?;
+            let params = Params::try_from(&hash)
+                .map_err(|e| format!("argon2id hash with bad parameters: {e}"))?;
+            if hash.salt.is_none() || hash.hash.is_none() {
+                return Err("argon2id hash without its salt or output".into());
+            }
+            if params.m_cost() > MAX_ARGON2_MEMORY_KIB {
+                return Err(format!(
+                    "argon2id memory cost {} KiB is over the limit of {MAX_ARGON2_MEMORY_KIB} KiB",
+                    params.m_cost()
+                ));
+            }
+            return Ok(Verifier::Argon2(field.to_owned()));
+        }
+        let hint = "re-create it with `htpasswd -B` or `rustle passwd`";
+        if field.starts_with("$argon2i$") || field.starts_with("$argon2d$") {
+            return Err(format!("only argon2id hashes are supported: {hint}"));
+        }
+        if field.starts_with("$2x$") {
+            return Err(format!("bcrypt $2x$ hashes (from a buggy crypt) are not supported: {hint}"));
+        }
+        if ["$apr1$", "{SHA}", "$1$", "$5$", "$6$"].iter().any(|p| field.starts_with(p)) {
+            return Err(format!("MD5, SHA and crypt hashes are not supported: {hint}"));
+        }
+        if field.is_empty() {
+            return Err("no password hash".into());
+        }
+        Err("unrecognised password hash: expected bcrypt ($2y$, $2b$, $2a$), \
+             argon2id ($argon2id$) or plain:PASSWORD"
+            .into())
+    }
+
+    fn verify(&self, password: &[u8]) -> bool {
+        match self {
+            // `verify` errs only on a malformed hash, which `parse` has ruled out. Like every
+            // bcrypt, it looks at the first 72 bytes of the password only.
+            Verifier::Bcrypt(hash) => bcrypt::verify(password, hash).unwrap_or(false),
+            Verifier::Argon2(hash) => match PasswordHash::new(hash) {
+                // The parameters come from the hash, not from `Argon2::default()`.
+                Ok(hash) => Argon2::default().verify_password(password, &hash).is_ok(),
+                Err(_) => false,
+            },
+            Verifier::Plain(digest) => {
+                let presented: [u8; 32] = Sha256::digest(password).into();
+                presented.ct_eq(digest).into()
+            }
+        }
+    }
+}
+
+impl fmt::Debug for Verifier {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.kind())
+    }
+}
+
+/// One user: name, password verifier, groups.
+#[derive(Clone)]
+pub struct User {
+    pub name: String,
+    pub groups: Vec<String>,
+    verifier: Verifier,
+}
+
+impl User {
+    pub fn in_group(&self, group: &str) -> bool {
+        self.groups.iter().any(|g| g == group)
+    }
+
+    /// Whether `password` is this user's. Slow on purpose for bcrypt and argon2id
+    /// (milliseconds to hundreds of them, by the hash's cost): call it off the event loop,
+    /// with `spawn_blocking`, and put a `CredentialCache` in front. Constant-time for plain.
+    pub fn verify(&self, password: &[u8]) -> bool {
+        self.verifier.verify(password)
+    }
+
+    /// `bcrypt`, `argon2id` or `plain`, for start-up messages.
+    pub fn verifier_kind(&self) -> &'static str {
+        self.verifier.kind()
+    }
+}
+
+impl fmt::Debug for User {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("User")
+            .field("name", &self.name)
+            .field("groups", &self.groups)
+            .field("verifier", &self.verifier)
+            .finish()
+    }
+}
+
+/// Hands out generation numbers, so that no two `Users` values with different contents
+/// share one (see `Users::generation`).
+static NEXT_GENERATION: AtomicU64 = AtomicU64::new(1);
+
+fn next_generation() -> u64 {
+    NEXT_GENERATION.fetch_add(1, Ordering::Relaxed)
+}
+
+/// A set of users (from a users file and/or inline config) and groups.
+#[derive(Clone)]
+pub struct Users {
+    by_name: HashMap<String, User>,
+    plain: usize,
+    generation: u64,
+    /// Group memberships given before the member was added: member → groups.
+    pending: HashMap<String, Vec<String>>,
+}
+
+impl Default for Users {
+    fn default() -> Self {
+        Users {
+            by_name: HashMap::new(),
+            plain: 0,
+            generation: next_generation(),
+            pending: HashMap::new(),
+        }
+    }
+}
+
+impl fmt::Debug for Users {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut names: Vec<&str> = self.by_name.keys().map(String::as_str).collect();
+        names.sort_unstable();
+        f.debug_struct("Users")
+            .field("names", &names)
+            .field("plain", &self.plain)
+            .field("generation", &self.generation)
+            .finish()
+    }
+}
+
+impl Users {
+    /// Parses a users file: one `name:hash` per line, `#` comments and blank lines ignored,
+    /// an optional third field `:group1,group2`. Lines are trimmed at both ends, so a
+    /// `plain:` password can neither start nor end with whitespace nor contain ':' here
+    /// (the next ':' starts the groups field); inline users have no such limit.
+    /// Every problem is returned with its 1-based line number.
+    pub fn parse_file(text: &str) -> Result<Users, Vec<(usize, String)>> {
+        let mut users = Users::default();
+        let mut first_line: HashMap<&str, usize> = HashMap::new();
+        let mut problems = Vec::new();
+        for (index, line) in text.lines().enumerate() {
+            let number = index + 1;
+            let line = line.trim();
+            if line.is_empty() || line.starts_with('#') {
+                continue;
+            }
+            match parse_line(line) {
+                Err(message) => problems.push((number, message)),
+                Ok((name, verifier, groups)) => {
+                    if let Some(first) = first_line.get(name) {
+                        let message = format!("duplicate user `{name}` (first on line {first})");
+                        problems.push((number, message));
+                        continue;
+                    }
+                    first_line.insert(name, number);
+                    users.insert(User { name: name.to_owned(), groups, verifier });
+                }
+            }
+        }
+        if problems.is_empty() {
+            Ok(users)
+        } else {
+            Err(problems)
+        }
+    }
+
+    /// Reads and parses a users file; the error is one `FILE: line N: problem` per line.
+    pub fn load(path: &Path) -> Result<Users, String> {
+        let file = path.display();
+        let text =
+            std::fs::read_to_string(path).map_err(|e| format!("{file}: cannot read: {e}"))?;
+        Users::parse_file(&text).map_err(|problems| {
+            let lines: Vec<String> =
+                problems.iter().map(|(n, m)| format!("{file}: line {n}: {m}")).collect();
+            lines.join("\n")
+        })
+    }
+
+    /// Adds one user given inline, with the same hash syntax as the file (a `plain:`
+    /// password may contain anything here).
+    pub fn add(&mut self, name: &str, hash: &str, groups: &[String]) -> Result<(), String> {
+        check_name("user", name)?;
+        if self.by_name.contains_key(name) {
+            return Err(format!("duplicate user `{name}`"));
+        }
+        let verifier = Verifier::parse(hash)?;
+        let mut list = Vec::with_capacity(groups.len());
+        for group in groups {
+            check_name("group", group)?;
+            if !list.contains(group) {
+                list.push(group.clone());
+            }
+        }
+        self.insert(User { name: name.to_owned(), groups: list, verifier });
+        Ok(())
+    }
+
+    /// Puts `members` in `group` (`[auth.groups] name = [members]`). A member not added yet
+    /// gets the group when it is; `undefined_members` lists those still missing.
+    pub fn add_group_members(&mut self, group: &str, members: &[String]) {
+        for member in members {
+            let groups = match self.by_name.get_mut(member) {
+                Some(user) => &mut user.groups,
+                None => self.pending.entry(member.clone()).or_default(),
+            };
+            if !groups.iter().any(|g| g == group) {
+                groups.push(group.to_owned());
+            }
+        }
+        self.generation = next_generation();
+    }
+
+    /// `(group, member)` for each group member that is no user, sorted: a configuration
+    /// mistake the caller should report.
+    pub fn undefined_members(&self) -> Vec<(String, String)> {
+        let mut missing: Vec<(String, String)> = self
+            .pending
+            .iter()
+            .flat_map(|(member, groups)| groups.iter().map(|g| (g.clone(), member.clone())))
+            .collect();
+        missing.sort();
+        missing
+    }
+
+    pub fn get(&self, name: &str) -> Option<&User> {
+        self.by_name.get(name)
+    }
+
+    pub fn len(&self) -> usize {
+        self.by_name.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.by_name.is_empty()
+    }
+
+    /// How many users have a `plain:` password, for a warning at start-up.
+    pub fn plain_count(&self) -> usize {
+        self.plain
+    }
+
+    /// A number that changes whenever this set changes and differs between sets built
+    /// separately (it comes from a process-wide counter), so passing it to
+    /// `CredentialCache::lookup` makes a reload invalidate every cached check. Clones share it.
+    pub fn generation(&self) -> u64 {
+        self.generation
+    }
+
+    fn insert(&mut self, mut user: User) {
+        if let Some(groups) = self.pending.remove(&user.name) {
+            for group in groups {
+                if !user.in_group(&group) {
+                    user.groups.push(group);
+                }
+            }
+        }
+        if matches!(user.verifier, Verifier::Plain(_)) {
+            self.plain += 1;
+        }
+        self.by_name.insert(user.name.clone(), user);
+        self.generation = next_generation();
+    }
+}
+
+/// Splits `name:hash[:groups]`; the hash of a `plain:` line is `plain:` and what follows
+/// up to the next ':'.
+fn parse_line(line: &str) -> Result<(&str, Verifier, Vec<String>), String> {
+    let (name, rest) =
+        line.split_once(':').ok_or_else(|| "expected name:hash[:group,...]".to_string())?;
+    check_name("user", name)?;
+    let skip = if rest.starts_with("plain:") { "plain:".len() } else { 0 };
+    let (hash, groups) = match rest[skip..].find(':') {
+        Some(i) => (&rest[..skip + i], Some(&rest[skip + i + 1..])),
+        None => (rest, None),
+    };
+    let verifier = Verifier::parse(hash)?;
+    let groups = match groups {
+        Some(field) => parse_groups(field)?,
+        None => Vec::new(),
+    };
+    Ok((name, verifier, groups))
+}
+
+/// The third field: `group1,group2`, spaces around commas allowed, empty for none.
+fn parse_groups(field: &str) -> Result<Vec<String>, String> {
+    if field.contains(':') {
+        return Err("too many ':'-separated fields: expected name:hash[:group,...]".into());
+    }
+    let mut groups: Vec<String> = Vec::new();
+    if field.trim().is_empty() {
+        return Ok(groups);
+    }
+    for group in field.split(',').map(str::trim) {
+        check_name("group", group)?;
+        if !groups.iter().any(|g| g == group) {
+            groups.push(group.to_owned());
+        }
+    }
+    Ok(groups)
+}
+
+/// A user or group name: 1..=64 bytes, no ':' or ',' (the file's separators), no
+/// whitespace or control characters, not starting with '#' (it would be a comment).
+fn check_name(what: &str, name: &str) -> Result<(), String> {
+    if name.is_empty() {
+        return Err(format!("empty {what} name"));
+    }
+    if name.len() > MAX_NAME_LEN {
+        return Err(format!("{what} name longer than {MAX_NAME_LEN} bytes"));
+    }
+    if name.contains(':') || name.contains(',') {
+        return Err(format!("{what} name contains ':' or ','"));
+    }
+    if name.chars().any(char::is_whitespace) {
+        return Err(format!("{what} name contains whitespace"));
+    }
+    if name.chars().any(char::is_control) {
+        return Err(format!("{what} name contains a control character"));
+    }
+    if name.starts_with('#') {
+        return Err(format!("{what} name starts with '#'"));
+    }
+    Ok(())
+}
+
+/// Hashes a password for the users file: argon2id with the argon2 crate's default
+/// parameters (19 MiB, 2 passes, 1 lane) and a random 16-byte salt from the OS. Returns
+/// the PHC string (`$argon2id$v=19$...`); see `hash_line` for a whole line.
+pub fn hash_password(password: &[u8]) -> Result<String, String> {
+    let mut salt = [0u8; 16];
+    OsRng.try_fill_bytes(&mut salt).map_err(|e| format!("no randomness from the OS: {e}"))?;
+    let salt = SaltString::encode_b64(&salt).map_err(|e| format!("cannot encode the salt: {e}"))?;
+    let hash = Argon2::default()
+        .hash_password(password, &salt)
+        .map_err(|e| format!("cannot hash the password: {e}"))?;
+    Ok(hash.to_string())
+}
+
+/// A users-file line `name:$argon2id$...` for `rustle passwd NAME`, after checking the name.
+pub fn hash_line(name: &str, password: &[u8]) -> Result<String, String> {
+    check_name("user", name)?;
+    Ok(format!("{name}:{}", hash_password(password)?))
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,574 @@
+//! Limits: bandwidth (token buckets per user and per listener), concurrent connections per
+//! client address and per user, and per-user traffic counters.
+//!
+//! Everything here is shared across workers (a user's limit applies to all of its
+//! connections on every worker), so unlike the rest of the per-worker state it is `Sync`.
+//! The costs are kept where they are cheap:
+//! - `Bucket`: one atomic compare-and-swap per read of a *limited* connection, nothing for
+//!   an unlimited one (`Throttle::is_unlimited`).
+//! - `ConnLimits`: a mutex once per connection or authentication, never per request.
+//! - `Traffic`: a mutex once per authenticated user to find its entry, then relaxed atomic
+//!   adds.
+//!
+//! # Bucket design
+//!
+//! The bucket is GCRA (the "virtual scheduling" form of a token bucket): its whole state is
+//! one `AtomicU64`, the *theoretical arrival time* `tat` in nanoseconds since the bucket was
+//! made. The bucket holds `(now + tau - max(tat, now)) * rate` bytes, where `tau` is the time
+//! the burst takes to refill; taking `n` bytes moves `tat` to `max(tat, now) + n / rate`.
+//! Because tokens and time are one word, a take is a single compare-and-swap with no torn
+//! state, a give-back is a single atomic subtraction, a stale `now` (another thread read the
+//! clock a little earlier) only sees fewer tokens, and the bucket can never hold more than
+//! its burst. A mutex around (tokens, last refill) would cost about the same uncontended
+//! but, under contention between workers, parks threads in the kernel; a failed CAS here
+//! only retries a few arithmetic instructions.
+
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant};
+
+const NANOS: u128 = 1_000_000_000;
+
+/// The default burst is at least this, and a throttled caller is never made to wait for
+/// more than this at once: the relay's scratch buffer size, so a throttled connection
+/// still moves full reads.
+pub const CHUNK: u64 = 16 * 1024;
+
+/// A throttled caller waits for at most this much of the rate at once, so slow limits
+/// move small reads often rather than 16 KiB in long pauses (64 kbit/s: 160 bytes every
+/// 20 ms instead of 16 KiB every 2 s).
+const SLICE_PER_SEC: u64 = 50;
+
+/// A token bucket for bytes, shared across workers. See the module documentation for the
+/// design.
+#[derive(Debug)]
+pub struct Bucket {
+    /// Bytes per second, at least 1.
+    rate: u64,
+    /// Capacity in bytes, at least 1.
+    burst: u64,
+    /// Time for an empty bucket to fill, in nanoseconds.
+    tau: u64,
+    /// The least a throttled caller waits for (and `take` grants): see `chunk()`.
+    chunk: u64,
+    /// Where the clock starts.
+    epoch: Instant,
+    /// Theoretical arrival time, nanoseconds since `epoch`: the bucket is full when
+    /// `tat <= now`, and holds `(now + tau - tat) * rate` bytes otherwise.
+    tat: AtomicU64,
+}
+
+impl Bucket {
+    /// `rate` bytes per second, `burst` bytes of capacity; a `burst` of 0 means the default,
+    /// `default_burst(rate)`. A rate of 0 is taken as 1 byte per second (`parse_rate` never
+    /// returns 0: "unlimited" is the absence of a bucket). The bucket starts full.
+    pub fn new(rate_bytes_per_sec: u64, burst: u64) -> Bucket {
+        let rate = rate_bytes_per_sec.max(1);
+        let burst = if burst == 0 { Bucket::default_burst(rate) } else { burst };
+        let chunk = (rate / SLICE_PER_SEC).clamp(1, CHUNK).min(burst);
+        Bucket {
+            rate,
+            burst,
+            tau: sat64(ceil_div(u128::from(burst) * NANOS, u128::from(rate))),
+            chunk,
+            epoch: Instant::now(),
+            tat: AtomicU64::new(0),
+        }
+    }
+
+    /// A tenth of a second at the rate, at least 16 KiB, so that a 10 Mbit/s limit still
+    /// moves whole 16 KiB reads.
+    pub fn default_burst(rate_bytes_per_sec: u64) -> u64 {
+        (rate_bytes_per_sec / 10).max(CHUNK)
+    }
+
+    pub fn rate(&self) -> u64 {
+        self.rate
+    }
+
+    pub fn burst(&self) -> u64 {
+        self.burst
+    }
+
+    /// The least `take` grants (unless less is wanted) and what `wait` waits for:
+    /// `min(16 KiB, burst, rate / 50)`, at least 1.
+    pub fn chunk(&self) -> u64 {
+        self.chunk
+    }
+
+    /// Takes up to `want` bytes now and returns how many may be moved: 0, or at least
+    /// `min(want, chunk())`, never more than `want`. When it returns 0, `wait` says how long
+    /// until it would not (if nobody else takes meanwhile).
+    pub fn take(&self, want: usize, now: Instant) -> usize {
+        if want == 0 {
+            return 0;
+        }
+        let want = want as u64;
+        let min = want.min(self.chunk);
+        let now = self.nanos(now);
+        let mut cur = self.tat.load(Ordering::Relaxed);
+        loop {
+            let avail = self.avail(cur, now);
+            if avail < min {
+                return 0;
+            }
+            let n = avail.min(want);
+            let next = cur.max(now).saturating_add(self.cost_ceil(n));
+            // Relaxed: the one word is the whole state and publishes nothing else; the
+            // read-modify-write order on it alone is what makes takes add up.
+            match self.tat.compare_exchange_weak(cur, next, Ordering::Relaxed, Ordering::Relaxed) {
+                // `n <= want`, which came from a usize.
+                Ok(_) => return n as usize,
+                Err(actual) => cur = actual,
+            }
+        }
+    }
+
+    /// How long until `take(want, ..)` would grant something, that is until
+    /// `min(want, chunk())` bytes are in the bucket: zero exactly when `take(want, now)`
+    /// would not return 0.
+    pub fn wait(&self, want: usize, now: Instant) -> Duration {
+        if want == 0 {
+            return Duration::ZERO;
+        }
+        let min = (want as u64).min(self.chunk);
+        let now = self.nanos(now);
+        let tat = self.tat.load(Ordering::Relaxed);
+        let room = self.room(tat, now);
+        // `avail >= min` exactly when `room >= ceil(min / rate)`.
+        Duration::from_nanos(self.cost_ceil(min).saturating_sub(room))
+    }
+
+    /// Returns unused tokens: the caller took `n` more than it moved (a read returned
+    /// fewer bytes, or another bucket granted less). The bucket still never holds more
+    /// than its burst.
+    pub fn give_back(&self, n: usize) {
+        if n == 0 {
+            return;
+        }
+        // Rounded down while takes round up, so rounding never creates bytes.
+        let ns = sat64(u128::from(n as u64) * NANOS / u128::from(self.rate));
+        // Cannot fail: the closure always returns Some.
+        let _ = self
+            .tat
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |t| Some(t.saturating_sub(ns)));
+    }
+
+    /// Bytes in the bucket now (for diagnostics and tests).
+    pub fn available(&self, now: Instant) -> u64 {
+        self.avail(self.tat.load(Ordering::Relaxed), self.nanos(now))
+    }
+
+    fn nanos(&self, now: Instant) -> u64 {
+        sat64(now.saturating_duration_since(self.epoch).as_nanos())
+    }
+
+    /// Nanoseconds' worth of bytes in the bucket.
+    fn room(&self, tat: u64, now: u64) -> u64 {
+        now.saturating_add(self.tau).saturating_sub(tat.max(now))
+    }
+
+    fn avail(&self, tat: u64, now: u64) -> u64 {
+        let bytes = u128::from(self.room(tat, now)) * u128::from(self.rate) / NANOS;
+        sat64(bytes).min(self.burst)
+    }
+
+    /// Nanoseconds `n` bytes take at the rate, rounded up.
+    fn cost_ceil(&self, n: u64) -> u64 {
+        sat64(ceil_div(u128::from(n) * NANOS, u128::from(self.rate)))
+    }
+}
+
+fn ceil_div(a: u128, b: u128) -> u128 {
+    a.div_ceil(b)
+}
+
+fn sat64(v: u128) -> u64 {
+    u64::try_from(v).unwrap_or(u64::MAX)
+}
+
+/// A direction of a connection.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Direction {
+    /// From the client towards the upstream.
+    Up,
+    /// From the upstream towards the client.
+    Down,
+}
+
+/// The buckets that limit one direction of a connection: the user's and the listener's,
+/// either may be absent. A byte moves only when every present bucket grants it.
+#[derive(Clone, Default, Debug)]
+pub struct Limit {
+    pub user: Option<Arc<Bucket>>,
+    pub listener: Option<Arc<Bucket>>,
+}
+
+impl Limit {
+    pub fn is_unlimited(&self) -> bool {
+        self.user.is_none() && self.listener.is_none()
+    }
+
+    fn buckets(&self) -> impl Iterator<Item = &Bucket> {
+        self.user.iter().chain(self.listener.iter()).map(|b| &**b)
+    }
+
+    /// The minimum over the buckets of what each grants, taken from all of them: each
+    /// bucket is asked for what the previous one granted, then those that granted more
+    /// get the excess back. Unlimited grants `want`.
+    pub fn take(&self, want: usize, now: Instant) -> usize {
+        match (&self.user, &self.listener) {
+            (None, None) => want,
+            (Some(b), None) | (None, Some(b)) => b.take(want, now),
+            (Some(a), Some(b)) => {
+                let first = a.take(want, now);
+                if first == 0 {
+                    return 0;
+                }
+                let second = b.take(first, now);
+                a.give_back(first - second);
+                second
+            }
+        }
+    }
+
+    /// How long until `take(want, ..)` would grant something: the longest wait of the
+    /// buckets.
+    pub fn wait(&self, want: usize, now: Instant) -> Duration {
+        self.buckets().map(|b| b.wait(want, now)).max().unwrap_or(Duration::ZERO)
+    }
+
+    /// Returns `n` unused bytes to every bucket.
+    pub fn give_back(&self, n: usize) {
+        for b in self.buckets() {
+            b.give_back(n);
+        }
+    }
+}
+
+/// The limits that apply to one connection, each direction. Cheap to clone (up to four
+/// `Arc`s); the default is unlimited.
+#[derive(Clone, Default, Debug)]
+pub struct Throttle {
+    pub up: Limit,
+    pub down: Limit,
+}
+
+impl Throttle {
+    pub fn is_unlimited(&self) -> bool {
+        self.up.is_unlimited() && self.down.is_unlimited()
+    }
+
+    pub fn dir(&self, dir: Direction) -> &Limit {
+        match dir {
+            Direction::Up => &self.up,
+            Direction::Down => &self.down,
+        }
+    }
+
+    /// Bytes that may move now in `dir`: 0, or at least the smallest chunk wanted of its
+    /// buckets, never more than `want`. Unlimited directions grant `want`.
+    pub fn take(&self, dir: Direction, want: usize, now: Instant) -> usize {
+        self.dir(dir).take(want, now)
+    }
+
+    /// How long until `take` in `dir` would grant something (zero exactly when it would).
+    pub fn wait(&self, dir: Direction, want: usize, now: Instant) -> Duration {
+        self.dir(dir).wait(want, now)
+    }
+
+    /// Returns bytes taken in `dir` but not moved.
+    pub fn give_back(&self, dir: Direction, n: usize) {
+        self.dir(dir).give_back(n)
+    }
+}
+
+/// A poisoned mutex here only means a thread panicked between two map updates, each of
+/// which leaves the map consistent: go on with it.
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Concurrent connections per client address and per user, across all workers. The total
+/// is counted elsewhere (`server`).
+#[derive(Debug)]
+pub struct ConnLimits {
+    per_client: Option<usize>,
+    per_user: Option<usize>,
+    clients: Mutex<HashMap<IpAddr, usize>>,
+    users: Mutex<HashMap<Box<str>, usize>>,
+}
+
+/// What a `Slot` holds.
+#[derive(Debug)]
+enum Key {
+    /// No limit applies: nothing was counted.
+    None,
+    Client(IpAddr),
+    User(Box<str>),
+}
+
+/// One counted connection; dropping it releases the count, and an address or user whose
+/// count reaches 0 leaves the map, so memory stays bounded by what is open.
+#[must_use = "the slot is released as soon as it is dropped"]
+#[derive(Debug)]
+pub struct Slot {
+    limits: Arc<ConnLimits>,
+    key: Key,
+}
+
+impl ConnLimits {
+    /// `None` is no limit (and no counting). A limit of 0 refuses everything.
+    pub fn new(per_client: Option<usize>, per_user: Option<usize>) -> Arc<ConnLimits> {
+        Arc::new(ConnLimits {
+            per_client,
+            per_user,
+            clients: Mutex::new(HashMap::new()),
+            users: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// A slot for one more connection from `ip`, or None when it already has the maximum.
+    /// IPv4-mapped IPv6 addresses count as their IPv4 address.
+    pub fn acquire_client(self: &Arc<Self>, ip: IpAddr) -> Option<Slot> {
+        let Some(max) = self.per_client else { return Some(self.unlimited()) };
+        let ip = ip.to_canonical();
+        if !acquire(&mut lock(&self.clients), ip, max) {
+            return None;
+        }
+        Some(Slot { limits: self.clone(), key: Key::Client(ip) })
+    }
+
+    /// A slot for one more connection of `user`, or None when it already has the maximum.
+    pub fn acquire_user(self: &Arc<Self>, user: &str) -> Option<Slot> {
+        let Some(max) = self.per_user else { return Some(self.unlimited()) };
+        let mut users = lock(&self.users);
+        let n = users.get(user).copied().unwrap_or(0);
+        if n >= max {
+            return None;
+        }
+        users.insert(user.into(), n + 1);
+        drop(users);
+        Some(Slot { limits: self.clone(), key: Key::User(user.into()) })
+    }
+
+    /// Open connections counted for `ip` (0 when not limited).
+    pub fn client_count(&self, ip: IpAddr) -> usize {
+        lock(&self.clients).get(&ip.to_canonical()).copied().unwrap_or(0)
+    }
+
+    /// Open connections counted for `user` (0 when not limited).
+    pub fn user_count(&self, user: &str) -> usize {
+        lock(&self.users).get(user).copied().unwrap_or(0)
+    }
+
+    /// Entries in the maps (addresses and users with an open connection).
+    pub fn tracked(&self) -> (usize, usize) {
+        (lock(&self.clients).len(), lock(&self.users).len())
+    }
+
+    fn unlimited(self: &Arc<Self>) -> Slot {
+        Slot { limits: self.clone(), key: Key::None }
+    }
+}
+
+fn acquire(map: &mut HashMap<IpAddr, usize>, key: IpAddr, max: usize) -> bool {
+    let n = map.entry(key).or_insert(0);
+    if *n >= max {
+        if *n == 0 {
+            map.remove(&key);
+        }
+        return false;
+    }
+    *n += 1;
+    true
+}
+
+fn release<K, Q>(map: &mut HashMap<K, usize>, key: &Q)
+where
+    K: std::borrow::Borrow<Q> + std::hash::Hash + Eq,
+    Q: std::hash::Hash + Eq + ?Sized,
+{
+    if let Some(n) = map.get_mut(key) {
+        *n = n.saturating_sub(1);
+        if *n == 0 {
+            map.remove(key);
+        }
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        match &self.key {
+            Key::None => {}
+            Key::Client(ip) => release(&mut lock(&self.limits.clients), ip),
+            Key::User(user) => release(&mut lock(&self.limits.users), &**user),
+        }
+    }
+}
+
+/// Bytes one user moved, each way, across all its connections.
+#[derive(Debug, Default)]
+pub struct UserTraffic {
+    /// From the client towards the upstream.
+    pub up: AtomicU64,
+    /// From the upstream towards the client.
+    pub down: AtomicU64,
+}
+
+impl UserTraffic {
+    pub fn add(&self, dir: Direction, n: u64) {
+        let c = match dir {
+            Direction::Up => &self.up,
+            Direction::Down => &self.down,
+        };
+        // Relaxed: independent counters, read only for reporting.
+        c.fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// (up, down) so far.
+    pub fn get(&self) -> (u64, u64) {
+        (self.up.load(Ordering::Relaxed), self.down.load(Ordering::Relaxed))
+    }
+}
+
+/// Per-user traffic counters, shared across workers. An entry is made the first time a
+/// user is seen and kept (users come from the configuration, so they are bounded).
+#[derive(Debug, Default)]
+pub struct Traffic {
+    users: Mutex<HashMap<Box<str>, Arc<UserTraffic>>>,
+}
+
+impl Traffic {
+    pub fn new() -> Arc<Traffic> {
+        Arc::new(Traffic::default())
+    }
+
+    /// The user's counters, made on first use: look this up once per authentication and
+    /// keep the `Arc` with the connection.
+    pub fn entry(&self, user: &str) -> Arc<UserTraffic> {
+        let mut users = lock(&self.users);
+        if let Some(t) = users.get(user) {
+            return t.clone();
+        }
+        let t = Arc::new(UserTraffic::default());
+        users.insert(user.into(), t.clone());
+        t
+    }
+
+    /// (user, up, down) for every user seen, sorted by user.
+    pub fn snapshot(&self) -> Vec<(String, u64, u64)> {
+        let mut v: Vec<_> = lock(&self.users)
+            .iter()
+            .map(|(u, t)| {
+                let (up, down) = t.get();
+                (u.to_string(), up, down)
+            })
+            .collect();
+        v.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        v
+    }
+}
+
+/// Parses a rate and returns bytes per second. A number (decimals allowed, `1.5mbit`),
+/// optional spaces, an optional unit, an optional `/s`:
+/// - bits: `bit`, `kbit`, `mbit`, `gbit`, `tbit` (any case; decimal prefixes);
+/// - bytes, always with an uppercase `B`: `B`, `kB`/`KB`, `MB`, `GB`, `TB` (decimal),
+///   `KiB`, `MiB`, `GiB`, `TiB` (binary);
+/// - no unit: bytes per second.
+///
+/// `kb`, `mb`, `Mbps` and the like are refused as ambiguous (bits or bytes?). A rate that
+/// comes to less than 1 byte per second is refused; so is 0 (no limit is no rate at all).
+pub fn parse_rate(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    if t.is_empty() {
+        return Err("empty rate".into());
+    }
+    let t = t.strip_suffix("/s").unwrap_or(t).trim_end();
+    let split = t.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(t.len());
+    let (num, unit) = (&t[..split], t[split..].trim_start());
+    if num.is_empty() {
+        return Err(format!("rate {s:?} does not start with a number"));
+    }
+    let (int, frac) = num.split_once('.').unwrap_or((num, ""));
+    if int.is_empty() && frac.is_empty() || frac.contains('.') {
+        return Err(format!("rate {s:?}: {num:?} is not a number"));
+    }
+    if frac.len() > 9 {
+        return Err(format!("rate {s:?}: more than 9 decimals"));
+    }
+    // The value is mantissa / 10^frac.len() units.
+    let mantissa: u128 =
+        format!("{int}{frac}").parse().map_err(|_| format!("rate {s:?}: {num:?} is too large"))?;
+    let scale = 10u128.pow(frac.len() as u32);
+    let (mul, bits) = unit_of(unit).ok_or_else(|| unit_error(s, unit))?;
+    let per_sec = mantissa
+        .checked_mul(mul)
+        .map(|v| v / scale / if bits { 8 } else { 1 })
+        .ok_or_else(|| format!("rate {s:?} is too large"))?;
+    if mantissa == 0 {
+        return Err(format!("rate {s:?} is zero (leave the limit out for no limit)"));
+    }
+    match u64::try_from(per_sec) {
+        Ok(0) => Err(format!("rate {s:?} is less than 1 byte per second")),
+        Ok(v) => Ok(v),
+        Err(_) => Err(format!("rate {s:?} is too large")),
+    }
+}
+
+/// (multiplier, in bits?) for a unit.
+fn unit_of(unit: &str) -> Option<(u128, bool)> {
+    const K: u128 = 1000;
+    let bytes = match unit {
+        "" | "B" => Some(1),
+        "kB" | "KB" => Some(K),
+        "MB" => Some(K.pow(2)),
+        "GB" => Some(K.pow(3)),
+        "TB" => Some(K.pow(4)),
+        "KiB" => Some(1 << 10),
+        "MiB" => Some(1 << 20),
+        "GiB" => Some(1 << 30),
+        "TiB" => Some(1 << 40),
+        _ => None,
+    };
+    if let Some(m) = bytes {
+        return Some((m, false));
+    }
+    let bits = match unit.to_ascii_lowercase().as_str() {
+        "bit" => 1,
+        "kbit" => K,
+        "mbit" => K.pow(2),
+        "gbit" => K.pow(3),
+        "tbit" => K.pow(4),
+        _ => return None,
+    };
+    Some((bits, true))
+}
+
+fn unit_error(s: &str, unit: &str) -> String {
+    let lower = unit.to_ascii_lowercase();
+    let lower = lower.strip_suffix("ps").unwrap_or(&lower);
+    let prefix = lower.strip_suffix('b').filter(|p| ["", "k", "m", "g", "t"].contains(p));
+    match prefix {
+        Some(p) => format!(
+            "rate {s:?}: unit {unit:?} is ambiguous; write {p}bit for bits or {}B for bytes \
+             per second",
+            match p {
+                "k" => "k",
+                "m" => "M",
+                "g" => "G",
+                "t" => "T",
+                _ => "",
+            }
+        ),
+        None => format!(
+            "rate {s:?}: unknown unit {unit:?} (use bit, kbit, mbit, gbit, B, kB, MB, GB, \
+             KiB, MiB or GiB)"
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests;
