@@ -539,10 +539,8 @@ impl RuleSet {
                     return false;
                 }
                 Action::Deny => {
-                    let all_hosts = rule
-                        .hosts
-                        .as_ref()
-                        .is_none_or(|h| h.iter().any(|p| *p == HostPattern::Any));
+                    let all_hosts =
+                        rule.hosts.as_ref().is_none_or(|h| h.contains(&HostPattern::Any));
                     let all_ports = rule.ports.as_ref().is_none_or(|ports| {
                         let mut sorted = ports.to_vec();
                         sorted.sort_unstable();

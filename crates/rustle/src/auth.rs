@@ -101,7 +101,9 @@ impl Verifier {
             return Err(format!("only argon2id hashes are supported: {hint}"));
         }
         if field.starts_with("$2x$") {
-            return Err(format!("bcrypt $2x$ hashes (from a buggy crypt) are not supported: {hint}"));
+            return Err(format!(
+                "bcrypt $2x$ hashes (from a buggy crypt) are not supported: {hint}"
+            ));
         }
         if ["$apr1$", "{SHA}", "$1$", "$5$", "$6$"].iter().any(|p| field.starts_with(p)) {
             return Err(format!("MD5, SHA and crypt hashes are not supported: {hint}"));

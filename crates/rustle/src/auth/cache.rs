@@ -1,0 +1,259 @@
+//! Remembers credentials that passed the slow check, for a while.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::hash::{BuildHasher, Hasher, RandomState};
+use std::time::{Duration, Instant};
+
+use argon2::password_hash::rand_core::{OsRng, RngCore};
+use hmac::{Hmac, Mac};
+use sha2::Sha256;
+
+/// HMAC-SHA256 of the presented credentials under the cache's own key.
+type Tag = [u8; 32];
+
+struct Entry {
+    generation: u64,
+    verified_at: Instant,
+}
+
+/// The verified-credentials cache. Password hashing is slow on purpose, so a successful
+/// check is remembered for `ttl`: keyed by HMAC-SHA256, under a random key made here, of the
+/// presented user and password, so the cache never holds a password nor a digest that could
+/// be attacked offline without the key. At most `max` entries: expired ones go first, then
+/// the oldest. One per worker, no locks. Only successes are cached; failures are the
+/// `FailureLimiter`'s business.
+pub struct CredentialCache {
+    /// HMAC already keyed: each tag clones it rather than hashing the key again.
+    mac: Hmac<Sha256>,
+    ttl: Duration,
+    max: usize,
+    entries: HashMap<Tag, Entry>,
+}
+
+impl fmt::Debug for CredentialCache {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CredentialCache")
+            .field("entries", &self.entries.len())
+            .field("ttl", &self.ttl)
+            .field("max", &self.max)
+            .finish_non_exhaustive()
+    }
+}
+
+impl CredentialCache {
+    /// A `ttl` of zero or a `max` of zero turns caching off.
+    pub fn new(ttl: Duration, max: usize) -> Self {
+        let key = random_key();
+        // A 64-byte key is HMAC-SHA256's block size: used as it is, never hashed first.
+        let mac = <Hmac<Sha256> as hmac::digest::KeyInit>::new(&key.into());
+        CredentialCache { mac, ttl, max, entries: HashMap::new() }
+    }
+
+    /// Whether `user` with `password` was verified within `ttl` against users of this
+    /// `generation` (`Users::generation`). A stale entry is dropped.
+    pub fn lookup(&mut self, user: &str, password: &[u8], generation: u64) -> bool {
+        self.lookup_at(user, password, generation, Instant::now())
+    }
+
+    pub fn lookup_at(
+        &mut self,
+        user: &str,
+        password: &[u8],
+        generation: u64,
+        now: Instant,
+    ) -> bool {
+        if self.entries.is_empty() {
+            return false;
+        }
+        let tag = self.tag(user, password);
+        match self.entries.get(&tag) {
+            Some(entry) if self.is_live(entry, generation, now) => true,
+            Some(_) => {
+                self.entries.remove(&tag);
+                false
+            }
+            None => false,
+        }
+    }
+
+    /// Remembers that `user` with `password` passed the check against `generation`.
+    pub fn insert(&mut self, user: &str, password: &[u8], generation: u64) {
+        self.insert_at(user, password, generation, Instant::now())
+    }
+
+    pub fn insert_at(&mut self, user: &str, password: &[u8], generation: u64, now: Instant) {
+        if self.max == 0 || self.ttl.is_zero() {
+            return;
+        }
+        let tag = self.tag(user, password);
+        if !self.entries.contains_key(&tag) && self.entries.len() >= self.max {
+            // A linear pass, but an insert follows a check that took milliseconds.
+            let (ttl, entries) = (self.ttl, &mut self.entries);
+            entries.retain(|_, e| live(e, ttl, generation, now));
+            if entries.len() >= self.max {
+                let oldest = entries.iter().min_by_key(|(_, e)| e.verified_at).map(|(t, _)| *t);
+                if let Some(oldest) = oldest {
+                    entries.remove(&oldest);
+                }
+            }
+        }
+        self.entries.insert(tag, Entry { generation, verified_at: now });
+    }
+
+    /// Forgets everything (e.g. when the users file is reloaded and memory matters).
+    pub fn clear(&mut self) {
+        self.entries.clear();
+    }
+
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    fn is_live(&self, entry: &Entry, generation: u64, now: Instant) -> bool {
+        live(entry, self.ttl, generation, now)
+    }
+
+    /// The user's length first, so that no two (user, password) pairs share an input.
+    fn tag(&self, user: &str, password: &[u8]) -> Tag {
+        let mut mac = self.mac.clone();
+        mac.update(&(user.len() as u64).to_le_bytes());
+        mac.update(user.as_bytes());
+        mac.update(password);
+        mac.finalize().into_bytes().into()
+    }
+}
+
+fn live(entry: &Entry, ttl: Duration, generation: u64, now: Instant) -> bool {
+    entry.generation == generation && now.saturating_duration_since(entry.verified_at) < ttl
+}
+
+/// 64 random bytes from the OS. Should the OS fail us (it does not on Linux once booted),
+/// std's per-process random hash keys, themselves from the OS at start, still make the key
+/// unpredictable from outside: better than refusing to start or caching nothing.
+fn random_key() -> [u8; 64] {
+    let mut key = [0u8; 64];
+    if OsRng.try_fill_bytes(&mut key).is_err() {
+        let state = RandomState::new();
+        for (i, chunk) in key.chunks_mut(8).enumerate() {
+            let mut h = state.build_hasher();
+            h.write_usize(i);
+            chunk.copy_from_slice(&h.finish().to_le_bytes());
+        }
+    }
+    key
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const TTL: Duration = Duration::from_secs(60);
+
+    #[test]
+    fn hit_miss_expiry() {
+        let t0 = Instant::now();
+        let mut cache = CredentialCache::new(TTL, 8);
+        assert!(!cache.lookup_at("alice", b"secret", 1, t0));
+        cache.insert_at("alice", b"secret", 1, t0);
+        assert!(cache.lookup_at("alice", b"secret", 1, t0));
+        assert!(cache.lookup_at("alice", b"secret", 1, t0 + TTL - Duration::from_millis(1)));
+        assert!(!cache.lookup_at("alice", b"wrong", 1, t0));
+        assert!(!cache.lookup_at("bob", b"secret", 1, t0));
+        assert!(!cache.lookup_at("alicesecret", b"", 1, t0));
+        assert!(!cache.lookup_at("alic", b"esecret", 1, t0));
+        assert!(!cache.lookup_at("alice", b"secret", 1, t0 + TTL));
+        assert!(cache.is_empty(), "an expired entry is dropped when found");
+        assert!(!cache.lookup_at("alice", b"secret", 1, t0));
+    }
+
+    #[test]
+    fn real_clock() {
+        let mut cache = CredentialCache::new(TTL, 8);
+        cache.insert("alice", b"secret", 1);
+        assert!(cache.lookup("alice", b"secret", 1));
+        let mut short = CredentialCache::new(Duration::from_millis(1), 8);
+        short.insert("alice", b"secret", 1);
+        std::thread::sleep(Duration::from_millis(5));
+        assert!(!short.lookup("alice", b"secret", 1));
+    }
+
+    #[test]
+    fn generation_invalidates() {
+        let t0 = Instant::now();
+        let mut cache = CredentialCache::new(TTL, 8);
+        cache.insert_at("alice", b"secret", 7, t0);
+        assert!(!cache.lookup_at("alice", b"secret", 8, t0));
+        assert!(!cache.lookup_at("alice", b"secret", 7, t0), "dropped by the stale lookup");
+        cache.insert_at("alice", b"secret", 8, t0);
+        assert!(cache.lookup_at("alice", b"secret", 8, t0));
+    }
+
+    #[test]
+    fn bounded() {
+        let t0 = Instant::now();
+        let mut cache = CredentialCache::new(TTL, 3);
+        for (i, user) in ["a", "b", "c", "d", "e"].iter().enumerate() {
+            cache.insert_at(user, b"pw", 1, t0 + Duration::from_secs(i as u64));
+            assert!(cache.len() <= 3);
+        }
+        // The oldest went first.
+        let now = t0 + Duration::from_secs(5);
+        let hits: Vec<bool> =
+            ["a", "b", "c", "d", "e"].iter().map(|u| cache.lookup_at(u, b"pw", 1, now)).collect();
+        assert_eq!(hits, [false, false, true, true, true]);
+
+        // Expired entries go before live ones, however old.
+        let mut cache = CredentialCache::new(Duration::from_secs(10), 3);
+        cache.insert_at("old", b"pw", 1, t0);
+        cache.insert_at("x", b"pw", 1, t0 + Duration::from_secs(8));
+        cache.insert_at("y", b"pw", 1, t0 + Duration::from_secs(9));
+        let later = t0 + Duration::from_secs(12);
+        cache.insert_at("z", b"pw", 1, later);
+        assert_eq!(cache.len(), 3);
+        assert!(cache.lookup_at("x", b"pw", 1, later));
+        assert!(cache.lookup_at("z", b"pw", 1, later));
+
+        // Re-inserting a present key does not evict another.
+        let mut cache = CredentialCache::new(TTL, 2);
+        cache.insert_at("a", b"pw", 1, t0);
+        cache.insert_at("b", b"pw", 1, t0);
+        cache.insert_at("a", b"pw", 1, t0 + Duration::from_secs(1));
+        assert!(cache.lookup_at("b", b"pw", 1, t0 + Duration::from_secs(1)));
+    }
+
+    #[test]
+    fn off() {
+        let t0 = Instant::now();
+        let mut none = CredentialCache::new(TTL, 0);
+        none.insert_at("alice", b"secret", 1, t0);
+        assert!(!none.lookup_at("alice", b"secret", 1, t0));
+        let mut zero = CredentialCache::new(Duration::ZERO, 8);
+        zero.insert_at("alice", b"secret", 1, t0);
+        assert!(!zero.lookup_at("alice", b"secret", 1, t0));
+    }
+
+    #[test]
+    fn nothing_secret_inside() {
+        let mut cache = CredentialCache::new(TTL, 8);
+        let password = b"hunter2-very-secret";
+        cache.insert("alice", password, 1);
+        let debug = format!("{cache:?}");
+        assert!(!debug.contains("hunter2") && !debug.contains("alice"), "{debug}");
+        // The tag is neither the password nor its plain SHA-256, and depends on the key.
+        let tag = cache.tag("alice", password);
+        assert!(!tag.windows(password.len()).any(|w| w == password));
+        let mut plain_input = Vec::new();
+        plain_input.extend_from_slice(&5u64.to_le_bytes());
+        plain_input.extend_from_slice(b"alice");
+        plain_input.extend_from_slice(password);
+        let unkeyed: Tag = <Sha256 as sha2::Digest>::digest(&plain_input).into();
+        assert_ne!(tag, unkeyed);
+        assert_ne!(tag, CredentialCache::new(TTL, 8).tag("alice", password), "random key");
+        assert_eq!(tag, cache.tag("alice", password));
+    }
+}
