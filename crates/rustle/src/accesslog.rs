@@ -72,6 +72,8 @@ pub struct Entry<'a> {
     pub upstream: Option<SocketAddr>,
     /// Why the exchange failed, when it did.
     pub error: Option<&'a dyn fmt::Display>,
+    /// The authenticated user (never a password).
+    pub user: Option<&'a str>,
 }
 
 pub struct AccessLog {
@@ -128,6 +130,10 @@ impl AccessLog {
                     ms,
                     up.as_deref().unwrap_or("-"),
                 )
+                .and_then(|_| match e.user {
+                    Some(u) => write!(line, " user={}", Escaped(u)),
+                    None => Ok(()),
+                })
                 .and_then(|_| match e.error {
                     Some(err) => write!(line, " \"{}\"", Escaped(&err.to_string())),
                     None => Ok(()),
@@ -150,6 +156,10 @@ impl AccessLog {
                 )
                 .and_then(|_| match e.upstream {
                     Some(a) => write!(line, ",\"upstream\":\"{a}\""),
+                    None => Ok(()),
+                })
+                .and_then(|_| match e.user {
+                    Some(u) => write!(line, ",\"user\":\"{}\"", Escaped(u)),
                     None => Ok(()),
                 })
                 .and_then(|_| match e.error {

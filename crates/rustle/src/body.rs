@@ -15,6 +15,7 @@ use tokio::net::tcp::{ReadHalf, WriteHalf};
 
 use crate::buf::Buf;
 use crate::error::{Error, Phase};
+use crate::limits::Limit;
 use crate::relay::{splice_body, SpliceFailure};
 
 /// A body of known length is spliced while at least this much of it remains: below it,
@@ -188,6 +189,9 @@ pub fn coalesce(
 ///
 /// With `splice` set, a body of known length moves kernel-side through a pipe while at
 /// least `SPLICE_MIN` bytes of it remain and none are buffered.
+// The framing state, both sockets, the buffer and the two policies (splice, bandwidth)
+// are all distinct inputs; bundling them would only move the list elsewhere.
+#[allow(clippy::too_many_arguments)]
 pub async fn copy(
     r: &mut ReadHalf<'_>,
     buf: &mut Buf,
@@ -196,8 +200,11 @@ pub async fn copy(
     dir: Dir,
     idle: Duration,
     splice: bool,
+    limit: Option<&Limit>,
 ) -> Result<u64, Error> {
     let mut total = 0u64;
+    // A limited body is copied (not spliced), so that every byte is counted.
+    let splice = splice && limit.is_none();
     loop {
         if state.is_done() {
             return Ok(total);
@@ -233,6 +240,15 @@ pub async fn copy(
                         Err(Some(e)) => return Err(dir.write_error(e)),
                     }
                     total += n as u64;
+                    if let Some(limit) = limit {
+                        // Count what moved, then wait off any debt before reading more.
+                        let now = std::time::Instant::now();
+                        limit.charge(n, now);
+                        let pause = limit.wait(crate::relay::SCRATCH, now);
+                        if !pause.is_zero() {
+                            tokio::time::sleep(pause).await;
+                        }
+                    }
                 }
                 buf.consume(n);
                 continue;

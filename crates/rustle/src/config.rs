@@ -110,9 +110,26 @@ pub enum SpliceMode {
 
 #[derive(Debug, Clone, Deserialize)]
 pub struct Listener {
+    /// A name for access rules (`listeners = [...]`) and logs.
+    #[serde(default)]
+    pub name: Option<String>,
     #[serde(default = "default_kind")]
     pub kind: ListenerKind,
     pub listen: SocketAddr,
+    /// Require authentication: HTTP Basic (`Proxy-Authorization`) and SOCKS5
+    /// username/password, checked against `[auth]` users.
+    #[serde(default)]
+    pub auth: bool,
+    /// With `auth`, accept SOCKS4 clients whose user id names a configured user (SOCKS4
+    /// carries no password: this trusts the client's word).
+    #[serde(default)]
+    pub socks4_users: bool,
+    /// Bandwidth of all this listener's connections together, client to upstream and
+    /// upstream to client: "10mbit", "512kbit", "2MB" (bytes), a number of bytes/s.
+    #[serde(default)]
+    pub rate_up: Option<String>,
+    #[serde(default)]
+    pub rate_down: Option<String>,
     /// `relay` and `udp-relay`: where everything goes.
     #[serde(default)]
     pub target: Option<HostPort>,
@@ -124,16 +141,25 @@ pub struct Listener {
     /// `auto`, `always` or `never`: splice(2) in tunnels and relays of this listener.
     #[serde(default)]
     pub splice: SpliceMode,
+    /// The buckets of `rate_up`/`rate_down`, made at start.
+    #[serde(skip)]
+    pub throttle: crate::limits::Throttle,
 }
 
 impl Listener {
     pub fn new(kind: ListenerKind, listen: SocketAddr) -> Self {
         Listener {
+            name: None,
             kind,
             listen,
+            auth: false,
+            socks4_users: false,
+            rate_up: None,
+            rate_down: None,
             target: None,
             accept_any_credentials: false,
             splice: SpliceMode::Auto,
+            throttle: Default::default(),
         }
     }
 }
@@ -242,11 +268,27 @@ pub struct Limits {
     pub max_header_bytes: usize,
     /// Most header fields in one head; more gets 431.
     pub max_headers: usize,
+    /// Open connections from one client address; more are refused (503 on HTTP).
+    pub max_connections_per_client: Option<usize>,
+    /// Open connections of one authenticated user; more are refused.
+    pub max_connections_per_user: Option<usize>,
+    /// Bandwidth of each user (all its connections together), each way; a user's own
+    /// `rate_up`/`rate_down` overrides it.
+    pub user_rate_up: Option<String>,
+    pub user_rate_down: Option<String>,
 }
 
 impl Default for Limits {
     fn default() -> Self {
-        Limits { max_connections: 10_000, max_header_bytes: 64 * 1024, max_headers: 128 }
+        Limits {
+            max_connections: 10_000,
+            max_header_bytes: 64 * 1024,
+            max_headers: 128,
+            max_connections_per_client: None,
+            max_connections_per_user: None,
+            user_rate_up: None,
+            user_rate_down: None,
+        }
     }
 }
 
@@ -302,6 +344,62 @@ impl Default for Relay {
     }
 }
 
+/// A user defined in the configuration itself.
+#[derive(Debug, Clone, Deserialize)]
+pub struct UserConfig {
+    pub name: String,
+    /// A hash as in a users file (`$2y$…` from `htpasswd -B`, `$argon2id$…` from
+    /// `rustle passwd`), or `plain:…` (discouraged).
+    pub password: String,
+    #[serde(default)]
+    pub groups: Vec<String>,
+    #[serde(default)]
+    pub rate_up: Option<String>,
+    #[serde(default)]
+    pub rate_down: Option<String>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default)]
+pub struct Auth {
+    /// A users file: `name:hash[:group,group]` per line.
+    pub users_file: Option<PathBuf>,
+    #[serde(rename = "user")]
+    pub users: Vec<UserConfig>,
+    /// Group name to member names.
+    pub groups: std::collections::BTreeMap<String, Vec<String>>,
+    /// The realm in `Proxy-Authenticate`.
+    pub realm: String,
+    /// How long a verified user/password pair is remembered (hashing is slow on purpose).
+    #[serde(deserialize_with = "duration")]
+    pub cache_ttl: Duration,
+    /// Failed attempts one client address may make at once, and how many more per minute.
+    pub failures_burst: u32,
+    pub failures_per_minute: u32,
+}
+
+impl Default for Auth {
+    fn default() -> Self {
+        Auth {
+            users_file: None,
+            users: Vec::new(),
+            groups: Default::default(),
+            realm: "rustle".into(),
+            cache_ttl: Duration::from_secs(300),
+            failures_burst: 10,
+            failures_per_minute: 10,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DefaultAction {
+    #[default]
+    Allow,
+    Deny,
+}
+
 #[derive(Debug, Clone, Default, Deserialize)]
 pub struct Config {
     /// Worker threads, each with its own runtime and listening sockets; 0 = one per core.
@@ -324,6 +422,19 @@ pub struct Config {
     pub upstream: Upstream,
     #[serde(default)]
     pub relay: Relay,
+    #[serde(default)]
+    pub auth: Auth,
+    /// Access rules, first match wins.
+    #[serde(default, rename = "rule")]
+    pub rules: Vec<crate::acl::RuleConfig>,
+    /// What happens to a request no rule matches.
+    #[serde(default)]
+    pub default_action: DefaultAction,
+    /// Refuse destinations on loopback, link-local, private (RFC 1918, ULA, CGNAT)
+    /// addresses and cloud metadata endpoints, checked on the address actually connected
+    /// to: for deployments serving untrusted clients.
+    #[serde(default)]
+    pub deny_private_destinations: bool,
 }
 
 /// With no listener in the file or on the command line: HTTP and SOCKS detected on the
@@ -410,6 +521,38 @@ impl Config {
             if let Some(message) = target_problem(l) {
                 problems.push(Problem { line: line_at("kind"), message });
             }
+            for (key, value) in [("rate_up", &l.rate_up), ("rate_down", &l.rate_down)] {
+                if let Some(Err(e)) = value.as_deref().map(crate::limits::parse_rate) {
+                    problems.push(Problem { line: line_at(key), message: format!("{key}: {e}") });
+                }
+            }
+        }
+        let line_in = |segs: &[&str]| {
+            let segs: Vec<String> = segs.iter().map(|s| s.to_string()).collect();
+            doc.as_ref().and_then(|d| key_offset(d, &segs)).map(line_of)
+        };
+        let default_allow = config.default_action == DefaultAction::Allow;
+        if let Err(errs) = crate::acl::RuleSet::compile(&config.rules, default_allow) {
+            for (i, e) in errs {
+                let line = line_in(&["rule", &i.to_string()]);
+                problems.push(Problem { line, message: format!("rule {}: {e}", i + 1) });
+            }
+        }
+        let mut users = crate::auth::Users::default();
+        for (i, u) in config.auth.users.iter().enumerate() {
+            if let Err(e) = users.add(&u.name, &u.password, &u.groups) {
+                let line = line_in(&["auth", "user", &i.to_string(), "name"]);
+                problems.push(Problem { line, message: format!("user `{}`: {e}", u.name) });
+            }
+        }
+        for (key, value) in [
+            ("user_rate_up", &config.limits.user_rate_up),
+            ("user_rate_down", &config.limits.user_rate_down),
+        ] {
+            if let Some(Err(e)) = value.as_deref().map(crate::limits::parse_rate) {
+                let line = line_in(&["limits", key]);
+                problems.push(Problem { line, message: format!("limits.{key}: {e}") });
+            }
         }
         if config.limits.max_header_bytes < 1024 {
             problems.push(Problem {
@@ -456,16 +599,28 @@ impl Config {
     }
 }
 
-/// rustle has no access control yet, so any listener reachable from other machines would
-/// be an open proxy: refuse it unless the operator says so explicitly.
+/// A listener reachable from other machines with neither authentication nor a rule
+/// restricting client addresses would be an open proxy: refuse it unless the operator
+/// says so explicitly.
 fn open_proxy_problem(config: &Config, l: &Listener) -> Option<String> {
-    if l.listen.ip().is_loopback() || config.allow_open_proxy {
+    if l.listen.ip().is_loopback() || config.allow_open_proxy || l.auth {
         return None;
+    }
+    let default_allow = config.default_action == DefaultAction::Allow;
+    if let Ok(rules) = crate::acl::RuleSet::compile(&config.rules, default_allow) {
+        let restricted = match &l.name {
+            Some(name) => rules.restricts_clients_on(name),
+            None => rules.restricts_clients(),
+        };
+        if restricted {
+            return None;
+        }
     }
     Some(format!(
         "listener {} on {} would be an open proxy: anyone who can reach it could use it. \
-         Bind it to a loopback address, or set `allow_open_proxy = true` at the top of the \
-         configuration if that is really what you want",
+         Bind it to a loopback address, set `auth = true` on it (with users in [auth]), \
+         add a [[rule]] limiting `clients`, or set `allow_open_proxy = true` at the top of \
+         the configuration if that is really what you want",
         l.kind, l.listen
     ))
 }

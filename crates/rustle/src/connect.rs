@@ -5,6 +5,7 @@
 use rustle_proto::http::{BodyKind, Target};
 use tokio::io::AsyncWriteExt;
 
+use crate::acl::Protocol;
 use crate::error::Error;
 use crate::http1::{Client, Exchange, Next};
 use crate::tunnel::Handoff;
@@ -12,8 +13,6 @@ use crate::tunnel::Handoff;
 const ESTABLISHED: &[u8] = b"HTTP/1.1 200 Connection established\r\n\r\n";
 
 pub async fn tunnel(c: &mut Client, ex: &mut Exchange) -> Result<Next, Error> {
-    let worker = c.worker.clone();
-    let cfg = &worker.cfg;
     let Target::Authority { host, port, .. } = c.head.target else {
         return Err(Error::Unsupported("CONNECT needs a host:port target"));
     };
@@ -24,7 +23,7 @@ pub async fn tunnel(c: &mut Client, ex: &mut Exchange) -> Result<Next, Error> {
         .map_err(|_| Error::Unsupported("the host name is not ASCII"))?
         .to_ascii_lowercase();
     c.buf.consume(c.head.len);
-    let (up, addr) = worker.upstreams.connect(&host, port, cfg.timeouts.connect).await?;
+    let (up, addr, _) = c.upstream(None, &host, port, Protocol::Connect).await?;
     ex.upstream = Some(addr);
     c.stream.write_all(ESTABLISHED).await.map_err(Error::Client)?;
     ex.status = 200;
@@ -33,5 +32,6 @@ pub async fn tunnel(c: &mut Client, ex: &mut Exchange) -> Result<Next, Error> {
     // the 200: they were read with the head and go first.
     let early_up = c.buf.filled().to_vec();
     c.buf.clear();
-    Ok(Next::Tunnel(Handoff { upstream: up, early_up, early_down: Vec::new() }))
+    let throttle = c.throttle();
+    Ok(Next::Tunnel(Handoff { upstream: up, early_up, early_down: Vec::new(), throttle }))
 }

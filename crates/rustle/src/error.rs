@@ -61,6 +61,9 @@ pub enum ConnectError {
     Other { addr: SocketAddr, source: io::Error },
     #[error("timed out connecting to {0}")]
     Timeout(String),
+    /// An access rule or a built-in protection refused the destination.
+    #[error("{0}")]
+    Denied(crate::policy::Denial),
 }
 
 impl ConnectError {
@@ -127,6 +130,15 @@ pub enum Error {
     /// A SOCKS4 client sent a malformed or unsupported request.
     #[error("SOCKS4: {0}")]
     Socks4(#[from] socks4::Error),
+    /// The listener requires authentication and the client did not pass it.
+    #[error("proxy authentication required: {0}")]
+    AuthRequired(&'static str),
+    /// Too many failed attempts from this client address.
+    #[error("too many failed authentication attempts")]
+    AuthRateLimited,
+    /// Per-client or per-user connection limit.
+    #[error("too many connections {0}")]
+    LimitReached(&'static str),
     /// The proxy is at its connection limit.
     #[error("too many connections")]
     Overloaded,
@@ -145,6 +157,7 @@ impl Error {
             Error::HandshakeTruncated => None,
             Error::BindStranger(_) => None,
             Error::Connect(ConnectError::Timeout(_)) => Some(504),
+            Error::Connect(ConnectError::Denied(_)) => Some(403),
             Error::Connect(_) => Some(502),
             Error::Upstream(_) => Some(502),
             Error::UpstreamClosed(_) => Some(502),
@@ -157,6 +170,9 @@ impl Error {
                 Phase::ClientWrite | Phase::TunnelIdle => None,
             },
             Error::Overloaded => Some(503),
+            Error::AuthRequired(_) => Some(407),
+            Error::AuthRateLimited => Some(429),
+            Error::LimitReached(_) => Some(503),
             Error::Socks5(_) | Error::Socks4(_) => Some(400),
         }
     }
@@ -176,6 +192,7 @@ impl Error {
                 ConnectError::HostUnreachable(_) => R::HostUnreachable,
                 ConnectError::Other { .. } => R::GeneralFailure,
                 ConnectError::Timeout(_) => R::TtlExpired,
+                ConnectError::Denied(_) => R::NotAllowed,
             },
             Error::Timeout(Phase::Connect) => R::TtlExpired,
             Error::Socks5(e) => e.reply(),
@@ -193,7 +210,9 @@ impl Error {
             | Error::BadResponseBody(_)
             | Error::BadUpgrade
             | Error::Timeout(_)
-            | Error::Overloaded => R::GeneralFailure,
+            | Error::Overloaded
+            | Error::LimitReached(_) => R::GeneralFailure,
+            Error::AuthRequired(_) | Error::AuthRateLimited => R::NotAllowed,
         }
     }
 }

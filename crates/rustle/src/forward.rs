@@ -12,6 +12,7 @@ use rustle_proto::http::{
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 
+use crate::acl::Protocol;
 use crate::body::{self, Dir, State};
 use crate::buf::Buf;
 use crate::config::SpliceMode;
@@ -71,13 +72,7 @@ pub async fn forward(c: &mut Client, ex: &mut Exchange) -> Result<Next, Error> {
     }
 
     // An upstream: a pooled connection, or a new one.
-    let (mut up, mut addr, mut reused) = match worker.upstreams.take(&key) {
-        Some((s, a)) => (s, a, true),
-        None => {
-            let (s, a) = worker.upstreams.connect(host, port, cfg.timeouts.connect).await?;
-            (s, a, false)
-        }
-    };
+    let (mut up, mut addr, mut reused) = c.upstream(Some(&key), host, port, Protocol::Http).await?;
     ex.upstream = Some(addr);
     let mut ubuf = worker.take_buf();
     let mut rhead = ResponseHead::new();
@@ -98,7 +93,7 @@ pub async fn forward(c: &mut Client, ex: &mut Exchange) -> Result<Next, Error> {
             Ok(()) => break,
             Err(Error::Upstream(_) | Error::UpstreamClosed(_)) if reused && ubuf.is_empty() => {
                 tracing::debug!("pooled connection to {addr} was dead; reconnecting");
-                let (s, a) = worker.upstreams.connect(host, port, cfg.timeouts.connect).await?;
+                let (s, a, _) = c.upstream(None, host, port, Protocol::Http).await?;
                 up = s;
                 addr = a;
                 reused = false;
@@ -110,6 +105,9 @@ pub async fn forward(c: &mut Client, ex: &mut Exchange) -> Result<Next, Error> {
     let _ = reused;
 
     let splice = c.listener.splice != SpliceMode::Never;
+    let throttle = c.throttle();
+    let limit_up = (!throttle.up.is_unlimited()).then_some(&throttle.up);
+    let limit_down = (!throttle.down.is_unlimited()).then_some(&throttle.down);
     let outcome = {
         let out = &mut c.out;
         let cbuf = &mut c.buf;
@@ -120,7 +118,7 @@ pub async fn forward(c: &mut Client, ex: &mut Exchange) -> Result<Next, Error> {
             if req_body.is_done() {
                 return Ok(0);
             }
-            body::copy(&mut cr, cbuf, &mut uw, &mut req_body, Dir::Up, io, splice).await
+            body::copy(&mut cr, cbuf, &mut uw, &mut req_body, Dir::Up, io, splice, limit_up).await
         };
         tokio::pin!(body_fut);
         let mut body_done = whole;
@@ -184,7 +182,17 @@ pub async fn forward(c: &mut Client, ex: &mut Exchange) -> Result<Next, Error> {
             ex.responded = true;
             let resp_fut = async {
                 write_timed(&mut cw, out, io).await.map_err(client_side)?;
-                body::copy(&mut ur, &mut ubuf, &mut cw, &mut resp_body, Dir::Down, io, splice).await
+                body::copy(
+                    &mut ur,
+                    &mut ubuf,
+                    &mut cw,
+                    &mut resp_body,
+                    Dir::Down,
+                    io,
+                    splice,
+                    limit_down,
+                )
+                .await
             };
             tokio::pin!(resp_fut);
             // A response may end before the request body does (an early error from the
@@ -256,7 +264,8 @@ async fn switch_protocols(
     ex.responded = true;
     let early_up = c.buf.filled().to_vec();
     c.buf.clear();
-    Ok(Next::Tunnel(Handoff { upstream: up, early_up, early_down }))
+    let throttle = c.throttle();
+    Ok(Next::Tunnel(Handoff { upstream: up, early_up, early_down, throttle }))
 }
 
 /// Reads until a whole response head is in `ubuf` and parsed into `rhead`.

@@ -19,7 +19,7 @@ use tokio::net::TcpStream;
 use crate::accesslog::Entry;
 use crate::buf::Buf;
 use crate::config::Listener;
-use crate::error::{Error, Phase};
+use crate::error::{ConnectError, Error, Phase};
 use crate::server::{ConnGuard, Worker};
 use crate::tunnel::{Handoff, Record};
 
@@ -36,6 +36,7 @@ pub enum Next {
 
 /// One client connection.
 pub struct Client {
+    pub guard: ConnGuard,
     pub worker: Rc<Worker>,
     pub listener: Arc<Listener>,
     pub stream: TcpStream,
@@ -46,6 +47,10 @@ pub struct Client {
     pub out: Vec<u8>,
     /// The current request's pool key (`host:port`), reused across requests.
     pub key: Vec<u8>,
+    /// The user this connection authenticated as, and the header value that proved it
+    /// (a later request with the same value needs no new check).
+    pub user: Option<Rc<str>>,
+    auth_seen: Vec<u8>,
     /// Method and target of the current request, kept for its log line.
     method: Vec<u8>,
     target: Vec<u8>,
@@ -83,11 +88,14 @@ pub async fn serve_buffered(
 ) {
     let worker = guard.worker().clone();
     let mut c = Client {
+        guard,
         worker: worker.clone(),
         listener,
         stream,
         peer,
         buf,
+        user: None,
+        auth_seen: Vec::new(),
         head: RequestHead::new(),
         out: Vec::with_capacity(1024),
         key: Vec::new(),
@@ -118,9 +126,10 @@ pub async fn serve_buffered(
                 // The tunnel logs itself when it ends; this task ends now so that the
                 // open tunnel does not keep an HTTP connection's state.
                 worker.give_buf(std::mem::take(&mut c.buf));
-                let Client { stream, peer, method, target, listener, .. } = c;
+                let Client { guard, stream, peer, method, target, listener, user, .. } = c;
                 let record = Record {
                     peer,
+                    user: user.map(|u| u.to_string()),
                     method,
                     target,
                     status: ex.status,
@@ -147,7 +156,6 @@ pub async fn serve_buffered(
         }
     }
     worker.give_buf(std::mem::take(&mut c.buf));
-    drop(guard);
 }
 
 /// Answers a connection over the limit with 503 and closes it.
@@ -159,7 +167,10 @@ pub async fn refuse_overloaded(
 ) {
     let worker = guard.worker().clone();
     let mut c = Client {
+        guard,
         worker,
+        user: None,
+        auth_seen: Vec::new(),
         listener,
         stream,
         peer,
@@ -172,7 +183,6 @@ pub async fn refuse_overloaded(
     };
     let mut ex = Exchange::new(Instant::now());
     c.fail(&mut ex, &Error::Overloaded).await;
-    drop(guard);
 }
 
 impl Client {
@@ -237,6 +247,9 @@ impl Client {
     }
 
     async fn handle(&mut self, ex: &mut Exchange) -> Result<Next, Error> {
+        if self.listener.auth {
+            self.authenticate().await?;
+        }
         let head = &self.head;
         if matches!(head.method, Method::Options | Method::Trace) && head.max_forwards == Some(0) {
             return self.answer_max_forwards(ex).await;
@@ -254,6 +267,65 @@ impl Client {
                  http://host/path (or CONNECT host:port)",
             )),
         }
+    }
+
+    /// `Proxy-Authorization: Basic`, checked once per connection while it stays the same.
+    async fn authenticate(&mut self) -> Result<(), Error> {
+        let Some(value) = self.head.header(self.buf.filled(), "proxy-authorization") else {
+            return Err(Error::AuthRequired("credentials required"));
+        };
+        if self.user.is_some() && value == self.auth_seen.as_slice() {
+            return Ok(());
+        }
+        let value = value.to_vec();
+        let mut scratch = Vec::new();
+        let (user, password) = crate::auth::parse_basic(&value, &mut scratch)
+            .map_err(|_| Error::AuthRequired("malformed Proxy-Authorization"))?;
+        self.worker.authenticate(self.peer.ip(), user, password).await?;
+        if !self.guard.hold_user(user) {
+            return Err(Error::LimitReached("for this user"));
+        }
+        self.user = Some(Rc::from(user));
+        self.auth_seen = value;
+        Ok(())
+    }
+
+    /// The bandwidth limits of this connection: its listener's and its user's.
+    pub fn throttle(&self) -> crate::limits::Throttle {
+        self.worker.policy().throttle(&self.listener.throttle, self.user.as_deref())
+    }
+
+    /// An upstream the access rules allow for this client: a pooled connection to an
+    /// allowed address, or a new one.
+    pub async fn upstream(
+        &self,
+        key: Option<&[u8]>,
+        host: &str,
+        port: u16,
+        protocol: crate::acl::Protocol,
+    ) -> Result<(TcpStream, SocketAddr, bool), Error> {
+        let policy = self.worker.policy();
+        let user = self.user.as_deref().and_then(|u| policy.users.get(u));
+        let access = crate::policy::Access {
+            policy: &policy,
+            listener: self.listener.name.as_deref(),
+            client: self.peer.ip(),
+            user,
+            host,
+            port,
+            protocol,
+        };
+        let filter = access.filter().map_err(|d| Error::Connect(ConnectError::Denied(d)))?;
+        if let Some(key) = key {
+            if let Some((s, a)) = self.worker.upstreams.take(key) {
+                if filter(a).is_none() {
+                    return Ok((s, a, true));
+                }
+            }
+        }
+        let timeout = self.worker.cfg.timeouts.connect;
+        let (s, a) = self.worker.upstreams.connect(host, port, timeout, &filter).await?;
+        Ok((s, a, false))
     }
 
     /// RFC 9110 7.6.2: an OPTIONS or TRACE with Max-Forwards 0 is answered by the proxy.
@@ -288,11 +360,15 @@ impl Client {
         if let (false, Some(status)) = (ex.responded, e.status()) {
             self.out.clear();
             let body = e.to_string();
+            let _ = write!(self.out, "HTTP/1.1 {status} {}\r\n", reason(status));
+            if status == 407 {
+                let realm = self.worker.policy().realm.replace(['"', '\\'], "");
+                let _ = write!(self.out, "Proxy-Authenticate: Basic realm=\"{realm}\"\r\n");
+            }
             let _ = write!(
                 self.out,
-                "HTTP/1.1 {status} {}\r\nContent-Type: text/plain; charset=utf-8\r\n\
+                "Content-Type: text/plain; charset=utf-8\r\n\
                  Content-Length: {}\r\nConnection: close\r\n\r\n{body}\n",
-                reason(status),
                 body.len() + 1
             );
             let write = self.stream.write_all(&self.out);
@@ -321,6 +397,7 @@ impl Client {
             start: ex.start,
             upstream: ex.upstream,
             error: error.map(|e| e as &dyn fmt::Display),
+            user: self.user.as_deref(),
         });
     }
 }

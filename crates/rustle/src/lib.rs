@@ -22,6 +22,7 @@
 
 pub mod accesslog;
 pub mod acl;
+pub mod auth;
 pub mod body;
 pub mod buf;
 pub mod config;
@@ -30,6 +31,7 @@ pub mod error;
 pub mod forward;
 pub mod http1;
 pub mod limits;
+pub mod policy;
 pub mod portmap;
 pub mod relay;
 pub mod server;

@@ -36,6 +36,10 @@ struct Cli {
     /// Access-log format, or `off`.
     #[arg(long, value_name = "FORMAT")]
     log: Option<LogArg>,
+    /// Users file (`name:hash` lines): every listener started from the command line (or
+    /// the default ones) then requires authentication.
+    #[arg(long, value_name = "FILE")]
+    users: Option<PathBuf>,
     /// Where access-log lines go: stdout, stderr or a file.
     #[arg(long, value_name = "PATH")]
     access_log: Option<String>,
@@ -45,6 +49,12 @@ struct Cli {
 enum Command {
     /// Check a configuration file and print every problem with its line.
     Check,
+    /// Print a users-file line (`NAME:$argon2id$...`) for a password read from the
+    /// terminal (without echo) or from standard input.
+    Passwd {
+        /// The user name.
+        name: String,
+    },
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -56,6 +66,9 @@ enum LogArg {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    if let Some(Command::Passwd { name }) = &cli.command {
+        return passwd(name);
+    }
     let mut cfg = match &cli.config {
         Some(path) => match Config::load(path) {
             Ok(c) => c,
@@ -68,10 +81,26 @@ fn main() -> ExitCode {
     };
     if let Some(Command::Check) = cli.command {
         return match &cli.config {
-            Some(path) => {
-                println!("{}: ok", path.display());
-                ExitCode::SUCCESS
-            }
+            Some(path) => match rustle::policy::Policy::build(&cfg, &[]) {
+                // Users files, group members and limits are checked as at start-up.
+                Err(problems) => {
+                    for p in problems {
+                        eprintln!("{}: {p}", path.display());
+                    }
+                    ExitCode::from(2)
+                }
+                Ok(policy) => {
+                    if policy.users.plain_count() > 0 {
+                        eprintln!(
+                            "{}: warning: {} user(s) have plaintext passwords",
+                            path.display(),
+                            policy.users.plain_count()
+                        );
+                    }
+                    println!("{}: ok", path.display());
+                    ExitCode::SUCCESS
+                }
+            },
             None => {
                 eprintln!("rustle check: give the file with --config FILE");
                 ExitCode::from(2)
@@ -92,8 +121,20 @@ fn main() -> ExitCode {
             listeners.push(l);
         }
     }
-    if !listeners.is_empty() {
+    let from_cli = !listeners.is_empty();
+    if from_cli {
         cfg.listeners = listeners;
+    }
+    if let Some(users) = &cli.users {
+        cfg.auth.users_file = Some(users.clone());
+        if from_cli || cfg.listeners.is_empty() {
+            cfg.listeners = cfg.effective_listeners();
+            for l in &mut cfg.listeners {
+                if l.kind != ListenerKind::Relay && l.kind != ListenerKind::UdpRelay {
+                    l.auth = true;
+                }
+            }
+        }
     }
     if let Some(n) = cli.workers {
         cfg.workers = n;
@@ -112,11 +153,45 @@ fn main() -> ExitCode {
         tracing::error!("{msg}");
         return ExitCode::from(2);
     }
-    match rustle::server::run_until_signal(cfg) {
+    match rustle::server::run_until_signal(cfg, cli.config.clone()) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             tracing::error!("{e:#}");
             ExitCode::FAILURE
+        }
+    }
+}
+
+fn passwd(name: &str) -> ExitCode {
+    use std::io::IsTerminal as _;
+    let password = if std::io::stdin().is_terminal() {
+        match rpassword::prompt_password(format!("password for {name}: ")) {
+            Ok(p) => p,
+            Err(e) => {
+                eprintln!("rustle passwd: {e}");
+                return ExitCode::FAILURE;
+            }
+        }
+    } else {
+        let mut line = String::new();
+        if let Err(e) = std::io::stdin().read_line(&mut line) {
+            eprintln!("rustle passwd: {e}");
+            return ExitCode::FAILURE;
+        }
+        line.trim_end_matches(['\r', '\n']).to_string()
+    };
+    if password.is_empty() {
+        eprintln!("rustle passwd: empty password");
+        return ExitCode::from(2);
+    }
+    match rustle::auth::hash_line(name, password.as_bytes()) {
+        Ok(line) => {
+            println!("{line}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("rustle passwd: {e}");
+            ExitCode::from(2)
         }
     }
 }

@@ -8,7 +8,10 @@ use std::time::Instant;
 use tokio::net::TcpStream;
 
 use crate::accesslog::Entry;
+use crate::acl::Protocol;
 use crate::config::Listener;
+use crate::error::ConnectError;
+use crate::policy::Access;
 use crate::server::ConnGuard;
 use crate::tunnel::{Handoff, Record};
 
@@ -21,11 +24,26 @@ pub async fn serve(guard: ConnGuard, listener: Arc<Listener>, stream: TcpStream,
     };
     let name = format!("relay://{target}");
     let timeout = worker.cfg.timeouts.connect;
-    match worker.upstreams.connect(&target.host, target.port, timeout).await {
+    let policy = worker.policy();
+    let access = Access {
+        policy: &policy,
+        listener: listener.name.as_deref(),
+        client: peer.ip(),
+        user: None,
+        host: &target.host,
+        port: target.port,
+        protocol: Protocol::Relay,
+    };
+    let connected = match access.filter() {
+        Ok(filter) => worker.upstreams.connect(&target.host, target.port, timeout, &filter).await,
+        Err(d) => Err(ConnectError::Denied(d)),
+    };
+    match connected {
         Ok((upstream, addr)) => {
             let record = Record {
                 peer,
                 method: b"RELAY".to_vec(),
+                user: None,
                 target: name.into_bytes(),
                 status: 0,
                 start,
@@ -33,7 +51,12 @@ pub async fn serve(guard: ConnGuard, listener: Arc<Listener>, stream: TcpStream,
                 up: 0,
                 down: 0,
             };
-            let handoff = Handoff { upstream, early_up: Vec::new(), early_down: Vec::new() };
+            let handoff = Handoff {
+                upstream,
+                early_up: Vec::new(),
+                early_down: Vec::new(),
+                throttle: listener.throttle.clone(),
+            };
             let opts = worker.relay_opts(listener.splice);
             crate::tunnel::spawn(guard, stream, handoff, opts, record);
         }
@@ -47,6 +70,7 @@ pub async fn serve(guard: ConnGuard, listener: Arc<Listener>, stream: TcpStream,
             start,
             upstream: None,
             error: Some(&e),
+            user: None,
         }),
     }
 }

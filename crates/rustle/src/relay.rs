@@ -30,6 +30,7 @@ use tokio::time::Sleep;
 
 use crate::config::SpliceMode;
 use crate::error::{Error, Phase};
+use crate::limits::{Limit, Throttle};
 use crate::sys::Pipe;
 
 /// Scratch buffer size, and the read size that counts as "full" for switching to splice.
@@ -192,8 +193,9 @@ struct Dir {
     eof: bool,
     done: bool,
     moved: u64,
-    /// Armed by the grace delay; allocated only when grace is configured.
-    grace: Option<Pin<Box<Sleep>>>,
+    /// A pause before the next read: the grace delay, or a bandwidth limit's wait.
+    /// Allocated only while pausing.
+    pause: Option<Pin<Box<Sleep>>>,
 }
 
 impl Dir {
@@ -209,10 +211,13 @@ impl Dir {
             eof: false,
             done: false,
             moved: early.len() as u64,
-            grace: None,
+            pause: None,
         }
     }
 
+    // Both sockets, the pools, the settings, the limit and the activity clock are each
+    // needed here; a struct for them would exist only to shorten this list.
+    #[allow(clippy::too_many_arguments)]
     /// Moves bytes until the source has nothing more for now (Pending), the direction
     /// ends (Ready(Ok)), or a socket fails.
     fn poll_move(
@@ -222,6 +227,7 @@ impl Dir {
         src: &TcpStream,
         dst: &TcpStream,
         opts: &Opts,
+        limit: Option<&Limit>,
         last: &mut Instant,
     ) -> Poll<Result<(), Error>> {
         loop {
@@ -263,11 +269,27 @@ impl Dir {
                 self.done = true;
                 return Poll::Ready(Ok(()));
             }
-            if let Some(sleep) = &mut self.grace {
+            if let Some(sleep) = &mut self.pause {
                 ready!(sleep.as_mut().poll(cx));
-                self.grace = None;
+                self.pause = None;
             }
             ready!(src.poll_read_ready(cx)).map_err(|e| self.src.err(e))?;
+            // A bandwidth limit grants bytes only once there is something to read, so an
+            // idle tunnel holds no tokens.
+            let mut allowed = SCRATCH;
+            if let Some(limit) = limit {
+                let now = Instant::now();
+                allowed = limit.take(SCRATCH, now);
+                if allowed == 0 {
+                    self.pause = Some(Box::pin(tokio::time::sleep(limit.wait(SCRATCH, now))));
+                    continue;
+                }
+            }
+            let unused = |got: usize| {
+                if let Some(limit) = limit {
+                    limit.give_back(allowed - got.min(allowed));
+                }
+            };
             let n = if self.splicing {
                 if self.pipe.is_none() {
                     self.pipe = pools.take_pipe();
@@ -276,8 +298,10 @@ impl Dir {
                     self.splicing = false;
                     continue;
                 };
-                let room = pipe.room();
-                match src.try_io(Interest::READABLE, || pipe.fill(src.as_fd())) {
+                let room = pipe.room().min(allowed);
+                let result = src.try_io(Interest::READABLE, || pipe.fill_up_to(src.as_fd(), room));
+                unused(*result.as_ref().unwrap_or(&0));
+                match result {
                     Ok(0) => {
                         // splice reports a reset as end of stream (the kernel checks
                         // "done" before the pending error): look before calling it clean.
@@ -297,13 +321,16 @@ impl Dir {
                 }
             } else {
                 let mut scratch = pools.scratch.borrow_mut();
-                let n = match src.try_read(&mut scratch) {
+                let want = allowed.min(scratch.len());
+                let result = src.try_read(&mut scratch[..want]);
+                unused(*result.as_ref().unwrap_or(&0));
+                let n = match result {
                     Ok(n) => n,
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
                     Err(e) => return Poll::Ready(Err(self.src.err(e))),
                 };
                 if n > 0 {
-                    if n < scratch.len() {
+                    if n < want {
                         drained(src);
                     }
                     let taken = match dst.try_write(&scratch[..n]) {
@@ -354,7 +381,7 @@ impl Dir {
         }
         if let Some(g) = opts.grace {
             if u32::from(self.small) >= g.reads {
-                self.grace = Some(Box::pin(tokio::time::sleep(g.delay)));
+                self.pause = Some(Box::pin(tokio::time::sleep(g.delay)));
             }
         }
     }
@@ -375,6 +402,8 @@ impl Dir {
 pub struct Relay<C, U> {
     client: C,
     upstream: U,
+    /// Bandwidth limits; None (no cost) for unlimited connections.
+    throttle: Option<Box<Throttle>>,
     up: Dir,
     down: Dir,
     opts: Opts,
@@ -405,6 +434,7 @@ where
     Relay {
         client,
         upstream,
+        throttle: None,
         up,
         down,
         opts,
@@ -414,6 +444,14 @@ where
 }
 
 impl<C, U> Relay<C, U> {
+    /// Applies bandwidth limits (nothing is kept for an unlimited throttle).
+    pub fn throttled(mut self, throttle: &Throttle) -> Self {
+        if !throttle.is_unlimited() {
+            self.throttle = Some(Box::new(throttle.clone()));
+        }
+        self
+    }
+
     fn totals(&self) -> Totals {
         Totals { up: self.up.moved, down: self.down.moved }
     }
@@ -439,15 +477,18 @@ where
         let mut last = this.last;
         let (client, upstream) = (this.client.borrow(), this.upstream.borrow());
         let (up, down, opts) = (&mut this.up, &mut this.down, &this.opts);
+        let throttle = this.throttle.as_deref();
         let failed = POOLS.with(|pools| {
             if !up.done {
-                let r = up.poll_move(cx, pools, client, upstream, opts, &mut last);
+                let limit = throttle.map(|t| &t.up);
+                let r = up.poll_move(cx, pools, client, upstream, opts, limit, &mut last);
                 if let Poll::Ready(Err(e)) = r {
                     return Some(e);
                 }
             }
             if !down.done {
-                let r = down.poll_move(cx, pools, upstream, client, opts, &mut last);
+                let limit = throttle.map(|t| &t.down);
+                let r = down.poll_move(cx, pools, upstream, client, opts, limit, &mut last);
                 if let Poll::Ready(Err(e)) = r {
                     return Some(e);
                 }

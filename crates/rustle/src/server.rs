@@ -12,13 +12,22 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
 use socket2::{Domain, Protocol, Socket as Socket2, Type};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 use crate::accesslog::{self, AccessLog, Sink};
+use crate::auth::{CredentialCache, FailureLimiter};
 use crate::buf::Buf;
 use crate::config::{Config, Listener, ListenerKind};
+use crate::limits::{parse_rate, Bucket, ConnLimits, Limit, Slot, Throttle};
+use crate::policy::Policy;
 use crate::upstream::Upstreams;
+
+/// Verified credentials a worker remembers.
+const CRED_CACHE_MAX: usize = 10_000;
+
+/// Client addresses whose failed attempts a worker tracks.
+const FAILURE_TRACK_MAX: usize = 10_000;
 
 /// Pending connections per listening socket; the kernel caps it at somaxconn.
 const BACKLOG: i32 = 4096;
@@ -41,6 +50,16 @@ pub struct Worker {
     /// Set once shutdown begins, read without touching the watch channel's lock.
     pub stopping: Cell<bool>,
     active: Cell<usize>,
+    /// Users, rules and limits in force; replaced on SIGHUP. `Rc` so that a connection
+    /// takes its snapshot without an atomic operation.
+    // Rc over the shared Arc on purpose: cloning the Rc costs no atomic operation.
+    #[allow(clippy::redundant_allocation)]
+    policy: std::cell::RefCell<Rc<Arc<Policy>>>,
+    policy_rx: watch::Receiver<Arc<Policy>>,
+    /// Verified credentials (this worker's; no lock).
+    creds: std::cell::RefCell<CredentialCache>,
+    failures: std::cell::RefCell<FailureLimiter>,
+    pub conn_limits: Arc<ConnLimits>,
     /// Read buffers not in use, so a request does not allocate one.
     bufs: std::cell::RefCell<Vec<Buf>>,
     /// Open client connections across all workers, for `limits.max_connections`.
@@ -50,6 +69,10 @@ pub struct Worker {
 /// Held by a connection task; releases its slot when the task ends however it ends.
 pub struct ConnGuard {
     worker: Rc<Worker>,
+    /// This client address's slot under `limits.max_connections_per_client`.
+    _client_slot: Option<Slot>,
+    /// The authenticated user's slot under `limits.max_connections_per_user`.
+    user_slot: Option<Slot>,
 }
 
 impl Drop for ConnGuard {
@@ -132,6 +155,8 @@ pub struct Running {
     pub addrs: Vec<(ListenerKind, SocketAddr)>,
     threads: Vec<std::thread::JoinHandle<()>>,
     stop: watch::Sender<bool>,
+    policy_tx: watch::Sender<Arc<Policy>>,
+    own: Vec<SocketAddr>,
 }
 
 impl Running {
@@ -150,13 +175,24 @@ impl Running {
     pub fn stopper(&self) -> watch::Sender<bool> {
         self.stop.clone()
     }
+
+    /// Puts new users, rules and limits in force (SIGHUP). Listeners and everything else
+    /// stay as they started; connections already open keep going.
+    pub fn reload(&self, cfg: &Config) -> Result<(), String> {
+        let policy = Policy::build(cfg, &self.own).map_err(|p| p.join("; "))?;
+        let _ = self.policy_tx.send(Arc::new(policy));
+        Ok(())
+    }
 }
 
 /// Binds the listeners and starts the workers; returns at once.
 pub fn start(cfg: Config) -> anyhow::Result<Running> {
     let cfg = Arc::new(cfg);
     let workers = cfg.worker_count();
-    let listeners = cfg.effective_listeners();
+    let mut listeners = cfg.effective_listeners();
+    for l in &mut listeners {
+        l.throttle = listener_throttle(l)?;
+    }
     let mut sockets = bind_all(&listeners, workers)?;
     let mut addrs = Vec::new();
     if let Some(first) = sockets.first() {
@@ -164,12 +200,27 @@ pub fn start(cfg: Config) -> anyhow::Result<Running> {
             addrs.push((l.kind, s.local_addr()?));
         }
     }
+    let own: Vec<SocketAddr> = addrs.iter().map(|(_, a)| *a).collect();
+    let policy = Policy::build(&cfg, &own).map_err(|p| anyhow::anyhow!(p.join("\n")))?;
+    if policy.users.plain_count() > 0 {
+        tracing::warn!(
+            "{} user(s) have plaintext passwords; hash them with `rustle passwd NAME`",
+            policy.users.plain_count()
+        );
+    }
+    let (policy_tx, policy_rx) = watch::channel(Arc::new(policy));
+    let conn_limits =
+        ConnLimits::new(cfg.limits.max_connections_per_client, cfg.limits.max_connections_per_user);
     let sink = Sink::open(&cfg.log.access).context("cannot open the access log")?;
     let (stop, shutdown) = watch::channel(false);
     let open = Arc::new(AtomicUsize::new(0));
     let mut threads = Vec::new();
     for (id, socks) in sockets.drain(..).enumerate() {
         let cfg = cfg.clone();
+        let policy_rx = policy_rx.clone();
+        let conn_limits = conn_limits.clone();
+        let (auth_ttl, fail_burst, fail_rate) =
+            (cfg.auth.cache_ttl, cfg.auth.failures_burst, cfg.auth.failures_per_minute);
         let sink = sink.clone();
         let shutdown = shutdown.clone();
         let open = open.clone();
@@ -187,6 +238,7 @@ pub fn start(cfg: Config) -> anyhow::Result<Running> {
                 max_head: cfg.limits.max_header_bytes,
                 max_headers: cfg.limits.max_headers,
             };
+            let initial_policy = policy_rx.borrow().clone();
             let worker = Rc::new(Worker {
                 id,
                 upstreams: Upstreams::new(cfg.upstream.clone()),
@@ -197,6 +249,15 @@ pub fn start(cfg: Config) -> anyhow::Result<Running> {
                 stopping: Cell::new(false),
                 active: Cell::new(0),
                 bufs: std::cell::RefCell::new(Vec::new()),
+                policy: std::cell::RefCell::new(Rc::new(initial_policy)),
+                creds: std::cell::RefCell::new(CredentialCache::new(auth_ttl, CRED_CACHE_MAX)),
+                failures: std::cell::RefCell::new(FailureLimiter::new(
+                    fail_burst,
+                    fail_rate,
+                    FAILURE_TRACK_MAX,
+                )),
+                policy_rx,
+                conn_limits,
                 open,
             });
             local.block_on(&rt, worker_main(worker, socks));
@@ -206,7 +267,25 @@ pub fn start(cfg: Config) -> anyhow::Result<Running> {
     for (kind, addr) in &addrs {
         tracing::info!("listening on {addr} ({kind}), {workers} worker(s)");
     }
-    Ok(Running { addrs, threads, stop })
+    Ok(Running { addrs, threads, stop, policy_tx, own })
+}
+
+/// The buckets of a listener's own bandwidth limit.
+fn listener_throttle(l: &Listener) -> anyhow::Result<Throttle> {
+    let make = |r: &Option<String>| -> anyhow::Result<Option<Arc<Bucket>>> {
+        Ok(match r {
+            Some(r) => {
+                let rate =
+                    parse_rate(r).map_err(|e| anyhow::anyhow!("listener {}: {e}", l.listen))?;
+                Some(Arc::new(Bucket::new(rate, Bucket::default_burst(rate))))
+            }
+            None => None,
+        })
+    };
+    Ok(Throttle {
+        up: Limit { user: None, listener: make(&l.rate_up)? },
+        down: Limit { user: None, listener: make(&l.rate_down)? },
+    })
 }
 
 async fn worker_main(worker: Rc<Worker>, sockets: Vec<(Arc<Listener>, Socket)>) {
@@ -224,6 +303,7 @@ async fn worker_main(worker: Rc<Worker>, sockets: Vec<(Arc<Listener>, Socket)>) 
     }
     // Housekeeping: flush the access log, close expired idle origin connections.
     let mut shutdown = worker.shutdown.clone();
+    let mut policy_rx = worker.policy_rx.clone();
     let mut flush = tokio::time::interval(accesslog::FLUSH_EVERY);
     let mut last_sweep = Instant::now();
     loop {
@@ -239,6 +319,10 @@ async fn worker_main(worker: Rc<Worker>, sockets: Vec<(Arc<Listener>, Socket)>) 
                 if r.is_err() || *shutdown.borrow() {
                     break;
                 }
+            }
+            Ok(()) = policy_rx.changed() => {
+                let new = policy_rx.borrow_and_update().clone();
+                *worker.policy.borrow_mut() = Rc::new(new);
             }
         }
     }
@@ -278,9 +362,12 @@ async fn accept_loop(worker: Rc<Worker>, config: Arc<Listener>, listener: TcpLis
         };
         let open = worker.open.fetch_add(1, Ordering::Relaxed) + 1;
         worker.active.set(worker.active.get() + 1);
-        let guard = ConnGuard { worker: worker.clone() };
+        let client_slot = worker.conn_limits.acquire_client(peer.ip());
+        let over_client = client_slot.is_none();
+        let guard =
+            ConnGuard { worker: worker.clone(), _client_slot: client_slot, user_slot: None };
         let l = config.clone();
-        if open > worker.cfg.limits.max_connections {
+        if open > worker.cfg.limits.max_connections || over_client {
             if matches!(config.kind, ListenerKind::Http | ListenerKind::Auto) {
                 tokio::task::spawn_local(crate::http1::refuse_overloaded(guard, l, stream, peer));
             } else {
@@ -317,6 +404,45 @@ async fn accept_loop(worker: Rc<Worker>, config: Arc<Listener>, listener: TcpLis
 const MAX_SPARE_BUFS: usize = 64;
 
 impl Worker {
+    /// The policy in force, for one request or handshake.
+    pub fn policy(&self) -> Rc<Arc<Policy>> {
+        self.policy.borrow().clone()
+    }
+
+    /// Checks a user name and password: the verified-credentials cache first, then the
+    /// (deliberately slow) hash, off the event loop. Failed attempts are limited per
+    /// client address.
+    pub async fn authenticate(
+        &self,
+        client: std::net::IpAddr,
+        user: &str,
+        password: &[u8],
+    ) -> Result<(), crate::error::Error> {
+        use crate::error::Error;
+        let now = Instant::now();
+        if !self.failures.borrow_mut().allowed(client, now) {
+            return Err(Error::AuthRateLimited);
+        }
+        let policy = self.policy();
+        let generation = policy.users.generation();
+        if self.creds.borrow_mut().lookup(user, password, generation) {
+            return Ok(());
+        }
+        let Some(u) = policy.users.get(user).cloned() else {
+            self.failures.borrow_mut().record_failure(client, now);
+            return Err(Error::AuthRequired("unknown user or wrong password"));
+        };
+        let pw = password.to_vec();
+        let ok = tokio::task::spawn_blocking(move || u.verify(&pw)).await.unwrap_or(false);
+        if ok {
+            self.creds.borrow_mut().insert(user, password, generation);
+            Ok(())
+        } else {
+            self.failures.borrow_mut().record_failure(client, Instant::now());
+            Err(Error::AuthRequired("unknown user or wrong password"))
+        }
+    }
+
     /// Relay settings for a tunnel accepted on a listener with this splice mode.
     pub fn relay_opts(&self, splice: crate::config::SpliceMode) -> crate::relay::Opts {
         let r = &self.cfg.relay;
@@ -345,10 +471,25 @@ impl ConnGuard {
     pub fn worker(&self) -> &Rc<Worker> {
         &self.worker
     }
+
+    /// Counts this connection against `user`'s limit (once per connection); false when
+    /// the user is at its limit.
+    pub fn hold_user(&mut self, user: &str) -> bool {
+        if self.user_slot.is_some() {
+            return true;
+        }
+        match self.worker.conn_limits.acquire_user(user) {
+            Some(slot) => {
+                self.user_slot = Some(slot);
+                true
+            }
+            None => false,
+        }
+    }
 }
 
 /// Sets up the process: diagnostics, then runs until SIGINT or SIGTERM.
-pub fn run_until_signal(cfg: Config) -> anyhow::Result<()> {
+pub fn run_until_signal(cfg: Config, path: Option<std::path::PathBuf>) -> anyhow::Result<()> {
     let running = start(cfg)?;
     let stop = running.stopper();
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
@@ -356,9 +497,13 @@ pub fn run_until_signal(cfg: Config) -> anyhow::Result<()> {
         use tokio::signal::unix::{signal, SignalKind};
         let mut term = signal(SignalKind::terminate())?;
         let mut int = signal(SignalKind::interrupt())?;
-        tokio::select! {
-            _ = term.recv() => tracing::info!("SIGTERM: draining connections"),
-            _ = int.recv() => tracing::info!("SIGINT: draining connections"),
+        let mut hup = signal(SignalKind::hangup())?;
+        loop {
+            tokio::select! {
+                _ = term.recv() => { tracing::info!("SIGTERM: draining connections"); break }
+                _ = int.recv() => { tracing::info!("SIGINT: draining connections"); break }
+                _ = hup.recv() => reload(&running, path.as_deref()),
+            }
         }
         anyhow::Ok(())
     })?;
@@ -368,4 +513,20 @@ pub fn run_until_signal(cfg: Config) -> anyhow::Result<()> {
     Ok(())
 }
 
-pub type Conn = (TcpStream, SocketAddr);
+/// SIGHUP: re-reads the file and puts its users, rules and limits in force; a file with
+/// problems changes nothing.
+fn reload(running: &Running, path: Option<&std::path::Path>) {
+    let Some(path) = path else {
+        tracing::info!("SIGHUP: no configuration file to reload");
+        return;
+    };
+    match Config::load(path) {
+        Ok(cfg) => match running.reload(&cfg) {
+            Ok(()) => {
+                tracing::info!("SIGHUP: reloaded users, rules and limits from {}", path.display())
+            }
+            Err(e) => tracing::error!("SIGHUP: {e}; keeping the previous policy"),
+        },
+        Err(problems) => tracing::error!("SIGHUP: {problems}; keeping the previous policy"),
+    }
+}

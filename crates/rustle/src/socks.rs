@@ -15,14 +15,20 @@ use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
 
 use crate::accesslog::Entry;
+use crate::acl::Protocol as AclProtocol;
 use crate::buf::Buf;
 use crate::config::Listener;
+use crate::error::ConnectError;
 use crate::error::{Error, Phase};
+use crate::policy::{Access, Policy};
 use crate::server::{ConnGuard, Worker};
 use crate::tunnel::{Handoff, Record};
 
 /// One SOCKS connection and what its log line will say.
 pub struct Session {
+    pub guard: ConnGuard,
+    /// The authenticated user, if any.
+    pub user: Option<String>,
     pub worker: Rc<Worker>,
     pub listener: Arc<Listener>,
     pub stream: TcpStream,
@@ -98,6 +104,7 @@ fn log_failure(worker: &Worker, peer: SocketAddr, why: &str) {
         start: Instant::now(),
         upstream: None,
         error: Some(&why),
+        user: None,
     });
 }
 
@@ -112,6 +119,8 @@ pub async fn serve(
     let worker = guard.worker().clone();
     let deadline = tokio::time::Instant::now() + worker.cfg.timeouts.header;
     let mut s = Session {
+        guard,
+        user: None,
         worker: worker.clone(),
         listener,
         stream,
@@ -137,9 +146,12 @@ pub async fn serve(
     match result {
         Ok(Some(handoff)) => {
             // The tunnel logs itself when it ends; the handshake's state goes now.
-            let Session { stream, peer, method, target, status, start, upstream, .. } = s;
+            let Session {
+                guard, stream, peer, method, target, status, start, upstream, user, ..
+            } = s;
             let record = Record {
                 peer,
+                user,
                 method: method.as_bytes().to_vec(),
                 target: target.into_bytes(),
                 status,
@@ -154,6 +166,36 @@ pub async fn serve(
         Ok(None) => s.log(None),
         Err(e) => s.log(Some(&e)),
     }
+}
+
+/// SOCKS5 username/password (RFC 1929): checked against the users where the listener
+/// requires authentication, accepted blindly where `accept_any_credentials` says so.
+async fn socks5_credentials(s: &mut Session) -> Result<(), Error> {
+    let (user, password) = loop {
+        if let Some((c, n)) = socks5::parse_credentials(s.buf.filled())? {
+            let pair = (String::from_utf8_lossy(c.user).into_owned(), c.password.to_vec());
+            s.buf.consume(n);
+            break pair;
+        }
+        s.read_more().await?;
+    };
+    if s.listener.auth {
+        let worker = s.worker.clone();
+        let checked = worker.authenticate(s.peer.ip(), &user, &password).await;
+        let checked = checked.and_then(|()| {
+            if s.guard.hold_user(&user) {
+                Ok(())
+            } else {
+                Err(Error::LimitReached("for this user"))
+            }
+        });
+        if let Err(e) = checked {
+            let _ = s.send(&socks5::auth_status(false)).await;
+            return Err(e);
+        }
+        s.user = Some(user);
+    }
+    s.send(&socks5::auth_status(true)).await
 }
 
 /// A finished handshake: a tunnel to start, or nothing more to do.
@@ -196,26 +238,60 @@ impl Session {
             start: self.start,
             upstream: self.upstream,
             error: error.map(|e| e as &dyn std::fmt::Display),
+            user: self.user.as_deref(),
         });
     }
 
-    /// Connects to a destination the client named.
-    pub async fn connect(&mut self, dst: &Address) -> Result<TcpStream, Error> {
+    /// Whom the access rules see: this client, its user, `host:port` by `protocol`.
+    pub fn access<'a>(
+        &'a self,
+        policy: &'a Policy,
+        host: &'a str,
+        port: u16,
+        protocol: AclProtocol,
+    ) -> Access<'a> {
+        Access {
+            policy,
+            listener: self.listener.name.as_deref(),
+            client: self.peer.ip(),
+            user: self.user.as_deref().and_then(|u| policy.users.get(u)),
+            host,
+            port,
+            protocol,
+        }
+    }
+
+    /// Connects to a destination the client named, if the access rules allow it.
+    pub async fn connect(
+        &mut self,
+        dst: &Address,
+        protocol: AclProtocol,
+    ) -> Result<TcpStream, Error> {
         let w = self.worker.clone();
+        let policy = w.policy();
         let timeout = w.cfg.timeouts.connect;
+        let host = match &dst.host {
+            Host::Ip(ip) => ip.to_string(),
+            Host::Domain(d) => d.as_str().to_string(),
+        };
+        let access = self.access(&policy, &host, dst.port, protocol);
+        let filter = access.filter().map_err(|d| Error::Connect(ConnectError::Denied(d)))?;
         let (up, addr) = match &dst.host {
             Host::Ip(ip) => {
-                w.upstreams.connect_addr(SocketAddr::new(*ip, dst.port), timeout).await?
+                w.upstreams.connect_addr(SocketAddr::new(*ip, dst.port), timeout, &filter).await?
             }
-            Host::Domain(d) => w.upstreams.connect(d.as_str(), dst.port, timeout).await?,
+            Host::Domain(d) => w.upstreams.connect(d.as_str(), dst.port, timeout, &filter).await?,
         };
+        drop(filter);
         self.upstream = Some(addr);
         Ok(up)
     }
 
     /// The tunnel to start, with any client bytes read beyond the handshake.
     fn handoff(&mut self, upstream: TcpStream) -> Handoff {
-        Handoff { upstream, early_up: self.buf.filled().to_vec(), early_down: Vec::new() }
+        let throttle = self.worker.policy().throttle(&self.listener.throttle, self.user.as_deref());
+        let early_up = self.buf.filled().to_vec();
+        Handoff { upstream, early_up, early_down: Vec::new(), throttle }
     }
 
     /// BIND: listen on the address the client reached us on, tell it where, accept one
@@ -269,7 +345,13 @@ async fn socks5_session(s: &mut Session) -> Outcome {
         }
         s.read_more().await?;
     };
-    let method = if greeting.no_auth {
+    let method = if s.listener.auth {
+        if greeting.user_pass {
+            socks5::method::USER_PASS
+        } else {
+            socks5::method::NONE_ACCEPTABLE
+        }
+    } else if greeting.no_auth {
         socks5::method::NO_AUTH
     } else if greeting.user_pass && s.listener.accept_any_credentials {
         socks5::method::USER_PASS
@@ -282,16 +364,7 @@ async fn socks5_session(s: &mut Session) -> Outcome {
     }
     // ExpectAuth
     if method == socks5::method::USER_PASS {
-        loop {
-            // Credentials are accepted whatever they are (see accept_any_credentials);
-            // they are never logged.
-            if let Some((_, n)) = socks5::parse_credentials(s.buf.filled())? {
-                s.buf.consume(n);
-                break;
-            }
-            s.read_more().await?;
-        }
-        s.send(&socks5::auth_status(true)).await?;
+        socks5_credentials(s).await?;
     }
     // ExpectRequest
     let request = loop {
@@ -312,7 +385,7 @@ async fn socks5_session(s: &mut Session) -> Outcome {
     match request.command {
         socks5::Command::Connect => {
             s.method = "CONNECT";
-            match s.connect(&request.dst).await {
+            match s.connect(&request.dst, AclProtocol::Socks5).await {
                 Ok(up) => {
                     let bound = up.local_addr().ok();
                     reply5(s, socks5::Reply::Succeeded, bound).await;
@@ -361,11 +434,12 @@ pub async fn reply5(s: &mut Session, reply: socks5::Reply, bound: Option<SocketA
 
 async fn socks4_session(s: &mut Session) -> Outcome {
     // ExpectRequest: SOCKS4 has no greeting.
-    let request = loop {
+    let (request, user_id) = loop {
         match socks4::parse_request(s.buf.filled()) {
             Ok(Some((r, n))) => {
+                let id = String::from_utf8_lossy(r.user(s.buf.filled())).into_owned();
                 s.buf.consume(n);
-                break r;
+                break (r, id);
             }
             Ok(None) => s.read_more().await?,
             Err(e) => {
@@ -378,7 +452,11 @@ async fn socks4_session(s: &mut Session) -> Outcome {
     match request.command {
         socks4::Command::Connect => {
             s.method = "CONNECT";
-            match s.connect(&request.dst).await {
+            if let Err(e) = socks4_user(s, user_id) {
+                reply4(s, socks4::Reply::Rejected, None).await;
+                return Err(e);
+            }
+            match s.connect(&request.dst, AclProtocol::Socks4).await {
                 Ok(up) => {
                     let bound = match up.local_addr() {
                         Ok(SocketAddr::V4(a)) => Some(a),
@@ -395,6 +473,10 @@ async fn socks4_session(s: &mut Session) -> Outcome {
         }
         socks4::Command::Bind => {
             s.method = "BIND";
+            if let Err(e) = socks4_user(s, user_id) {
+                reply4(s, socks4::Reply::Rejected, None).await;
+                return Err(e);
+            }
             let codes = (socks4::Reply::Granted as u16, socks4::Reply::Rejected as u16);
             let result = s
                 .bind(&request.dst, codes, |ok, addr| {
@@ -412,6 +494,26 @@ async fn socks4_session(s: &mut Session) -> Outcome {
             result.map(Some)
         }
     }
+}
+
+/// SOCKS4 carries a user id but no password: on a listener requiring authentication it
+/// is accepted only with `socks4_users`, and then the id must name a configured user.
+fn socks4_user(s: &mut Session, id: String) -> Result<(), Error> {
+    if !s.listener.auth {
+        return Ok(());
+    }
+    if !s.listener.socks4_users {
+        return Err(Error::AuthRequired("SOCKS4 cannot authenticate on this listener"));
+    }
+    let policy = s.worker.policy();
+    if policy.users.get(&id).is_none() {
+        return Err(Error::AuthRequired("unknown SOCKS4 user id"));
+    }
+    if !s.guard.hold_user(&id) {
+        return Err(Error::LimitReached("for this user"));
+    }
+    s.user = Some(id);
+    Ok(())
 }
 
 async fn reply4(s: &mut Session, reply: socks4::Reply, bound: Option<SocketAddrV4>) {

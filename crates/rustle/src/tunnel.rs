@@ -9,6 +9,7 @@ use std::time::Instant;
 use tokio::net::TcpStream;
 
 use crate::accesslog::Entry;
+use crate::limits::Throttle;
 use crate::relay::{self, Opts};
 use crate::server::ConnGuard;
 
@@ -19,6 +20,8 @@ pub struct Handoff {
     pub early_up: Vec<u8>,
     /// Upstream bytes read with a response head that belong to the tunnel.
     pub early_down: Vec<u8>,
+    /// Bandwidth limits of the listener and the user.
+    pub throttle: Throttle,
 }
 
 /// What the tunnel's log line says about how it began.
@@ -29,6 +32,8 @@ pub struct Record {
     pub status: u16,
     pub start: Instant,
     pub upstream: Option<SocketAddr>,
+    /// The authenticated user.
+    pub user: Option<String>,
     /// Bytes already counted by the handshake (a 101 response's body bytes, say).
     pub up: u64,
     pub down: u64,
@@ -48,9 +53,9 @@ pub(crate) fn task(
     opts: Opts,
     rec: Record,
 ) -> impl std::future::Future<Output = ()> {
-    let Handoff { upstream, early_up, early_down } = handoff;
+    let Handoff { upstream, early_up, early_down, throttle } = handoff;
     // The relay keeps its own copy of early bytes (in a pooled buffer) until delivered.
-    let mut relay = relay::run(client, upstream, &early_up, &early_down, opts);
+    let mut relay = relay::run(client, upstream, &early_up, &early_down, opts).throttled(&throttle);
     async move {
         // Polled in place (it is Unpin): awaiting it by value would move it into a
         // second slot of this future.
@@ -67,6 +72,7 @@ pub(crate) fn task(
                 start: rec.start,
                 upstream: rec.upstream,
                 error: result.as_ref().err().map(|e| e as &dyn std::fmt::Display),
+                user: rec.user.as_deref(),
             });
         }
         drop(guard);

@@ -15,6 +15,7 @@ use tokio::io::AsyncReadExt;
 use tokio::net::UdpSocket;
 
 use crate::accesslog::Entry;
+use crate::acl::Protocol as AclProtocol;
 use crate::config::Listener;
 use crate::error::Error;
 use crate::server::Worker;
@@ -97,6 +98,24 @@ pub async fn associate(s: &mut Session, hint: &Address) -> Result<(), Error> {
                     counts.dropped += 1;
                     continue;
                 };
+                if !peers.contains(&dst) {
+                    // A new destination: the access rules decide, as for a CONNECT.
+                    let policy = s.worker.policy();
+                    let host = match &header.dst.host {
+                        Host::Ip(ip) => ip.to_string(),
+                        Host::Domain(d) => d.as_str().to_string(),
+                    };
+                    let access = s.access(&policy, &host, dst.port(), AclProtocol::Udp);
+                    let denied = match access.filter() {
+                        Err(d) => Some(d),
+                        Ok(f) => f(dst),
+                    };
+                    if let Some(d) = denied {
+                        tracing::debug!("{}: UDP to {dst} {d}", s.peer);
+                        counts.dropped += 1;
+                        continue;
+                    }
+                }
                 let out = match out_socket(dst, &mut out4, &mut out6).await {
                     Ok(o) => o,
                     Err(_) => { counts.dropped += 1; continue; }
@@ -297,5 +316,6 @@ async fn relay_session(
         start,
         upstream: Some(dst),
         error: None,
+        user: None,
     });
 }

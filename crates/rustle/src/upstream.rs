@@ -15,6 +15,7 @@ use tokio::net::TcpStream;
 
 use crate::config::Upstream as UpstreamConfig;
 use crate::error::ConnectError;
+use crate::policy::Denial;
 
 /// RFC 8305's recommended Connection Attempt Delay: how long one address gets before the
 /// next is tried in parallel.
@@ -106,16 +107,32 @@ impl Upstreams {
         out
     }
 
-    /// Resolves and connects with Happy Eyeballs, all within `timeout`.
+    /// Resolves and connects with Happy Eyeballs, all within `timeout`. `check` vets each
+    /// resolved address before any connection attempt (access rules on the address really
+    /// connected to, so a name cannot smuggle a forbidden address past them).
     pub async fn connect(
         &self,
         host: &str,
         port: u16,
         timeout: Duration,
+        check: &dyn Fn(SocketAddr) -> Option<Denial>,
     ) -> Result<(TcpStream, SocketAddr), ConnectError> {
         let fut = async {
             let ips = self.resolve(host).await?;
-            happy_eyeballs(&ips, port).await
+            let mut allowed: Vec<IpAddr> = Vec::with_capacity(ips.len());
+            let mut denied = None;
+            for ip in ips.iter() {
+                match check(SocketAddr::new(*ip, port)) {
+                    None => allowed.push(*ip),
+                    Some(d) => denied = denied.or(Some(d)),
+                }
+            }
+            if allowed.is_empty() {
+                if let Some(d) = denied {
+                    return Err(ConnectError::Denied(d));
+                }
+            }
+            happy_eyeballs(&allowed, port).await
         };
         match tokio::time::timeout(timeout, fut).await {
             Ok(r) => r,
@@ -128,7 +145,11 @@ impl Upstreams {
         &self,
         addr: SocketAddr,
         timeout: Duration,
+        check: &dyn Fn(SocketAddr) -> Option<Denial>,
     ) -> Result<(TcpStream, SocketAddr), ConnectError> {
+        if let Some(d) = check(addr) {
+            return Err(ConnectError::Denied(d));
+        }
         match tokio::time::timeout(timeout, connect_one(addr)).await {
             Ok(r) => r,
             Err(_) => Err(ConnectError::Timeout(addr.to_string())),

@@ -265,9 +265,9 @@ fn connection_futures_stay_within_budget() {
 }
 
 /// An open tunnel is one tunnel task: the number that decides memory per tunnel.
-const TUNNEL_BUDGET: usize = 512;
+const TUNNEL_BUDGET: usize = 608;
 const RELAY_BUDGET: usize = 352;
 /// Connections still in a handshake or an HTTP exchange.
-const HTTP_BUDGET: usize = 3072;
+const HTTP_BUDGET: usize = 3584;
 const SOCKS_BUDGET: usize = 3072;
-const PORTMAP_BUDGET: usize = 1024;
+const PORTMAP_BUDGET: usize = 1280;

@@ -1,0 +1,205 @@
+//! The reloadable part of the configuration: users, access rules, built-in destination
+//! checks and bandwidth per user. Built at start and again on SIGHUP; each worker holds
+//! the current one and every connection reads it without a lock.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::{Arc, Mutex};
+
+use crate::acl::{Builtins, Protocol, Request, RuleSet, Verdict};
+use crate::auth::{User, Users};
+use crate::config::{Config, DefaultAction};
+use crate::limits::{parse_rate, Bucket, Limit, Throttle};
+
+/// Why a destination was refused; named in the 403 body, the SOCKS log line.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Denial {
+    /// The rule's name, or "built-in" for the loop and private-destination checks.
+    pub rule: String,
+    pub reason: &'static str,
+}
+
+impl fmt::Display for Denial {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "denied by {}: {}", self.rule, self.reason)
+    }
+}
+
+/// A user's buckets, client to upstream and back.
+type UserBuckets = (Option<Arc<Bucket>>, Option<Arc<Bucket>>);
+
+pub struct Policy {
+    pub users: Users,
+    pub rules: RuleSet,
+    pub builtins: Builtins,
+    pub realm: String,
+    /// Bytes per second (up, down) of each user with a limit of its own.
+    user_rates: HashMap<String, (Option<u64>, Option<u64>)>,
+    default_user_rate: (Option<u64>, Option<u64>),
+    /// Each limited user's buckets, made on first use and shared by its connections.
+    user_buckets: Mutex<HashMap<String, UserBuckets>>,
+}
+
+fn rate(r: &Option<String>, what: &str) -> Result<Option<u64>, String> {
+    r.as_deref().map(|s| parse_rate(s).map_err(|e| format!("{what}: {e}"))).transpose()
+}
+
+impl Policy {
+    /// Builds the policy; `own` are the proxy's listening addresses (for loop refusal).
+    pub fn build(cfg: &Config, own: &[SocketAddr]) -> Result<Policy, Vec<String>> {
+        let mut problems = Vec::new();
+        let mut users = match &cfg.auth.users_file {
+            Some(path) => Users::load(path).unwrap_or_else(|e| {
+                problems.push(e);
+                Users::default()
+            }),
+            None => Users::default(),
+        };
+        let mut user_rates = HashMap::new();
+        for u in &cfg.auth.users {
+            if let Err(e) = users.add(&u.name, &u.password, &u.groups) {
+                problems.push(format!("auth.user `{}`: {e}", u.name));
+            }
+            match (rate(&u.rate_up, "rate_up"), rate(&u.rate_down, "rate_down")) {
+                (Ok(None), Ok(None)) => {}
+                (Ok(up), Ok(down)) => {
+                    user_rates.insert(u.name.clone(), (up, down));
+                }
+                (Err(e), _) | (_, Err(e)) => problems.push(format!("auth.user `{}`: {e}", u.name)),
+            }
+        }
+        for (group, members) in &cfg.auth.groups {
+            users.add_group_members(group, members);
+        }
+        for (group, member) in users.undefined_members() {
+            problems.push(format!("auth.groups: `{member}` in group `{group}` is not a user"));
+        }
+        let default_allow = cfg.default_action == DefaultAction::Allow;
+        let rules = RuleSet::compile(&cfg.rules, default_allow).unwrap_or_else(|errs| {
+            for (i, e) in errs {
+                problems.push(format!("rule {}: {e}", i + 1));
+            }
+            RuleSet::compile(&[], default_allow).unwrap_or_else(|_| unreachable!())
+        });
+        let default_user_rate = match (
+            rate(&cfg.limits.user_rate_up, "limits.user_rate_up"),
+            rate(&cfg.limits.user_rate_down, "limits.user_rate_down"),
+        ) {
+            (Ok(up), Ok(down)) => (up, down),
+            (Err(e), _) | (_, Err(e)) => {
+                problems.push(e);
+                (None, None)
+            }
+        };
+        if cfg.effective_listeners().iter().any(|l| l.auth) && users.is_empty() {
+            problems.push("a listener requires authentication but [auth] defines no user".into());
+        }
+        if !problems.is_empty() {
+            return Err(problems);
+        }
+        Ok(Policy {
+            users,
+            rules,
+            builtins: Builtins {
+                own_addresses: own.to_vec(),
+                deny_private: cfg.deny_private_destinations,
+            },
+            realm: cfg.auth.realm.clone(),
+            user_rates,
+            default_user_rate,
+            user_buckets: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// The buckets limiting `user`, if any.
+    pub fn user_limits(&self, user: &str) -> (Limit, Limit) {
+        let (up, down) = self.user_rates.get(user).copied().unwrap_or(self.default_user_rate);
+        if up.is_none() && down.is_none() {
+            return (Limit::default(), Limit::default());
+        }
+        let mut map = self.user_buckets.lock().unwrap_or_else(|p| p.into_inner());
+        let (bu, bd) = map.entry(user.to_string()).or_insert_with(|| {
+            let make =
+                |r: Option<u64>| r.map(|r| Arc::new(Bucket::new(r, Bucket::default_burst(r))));
+            (make(up), make(down))
+        });
+        (Limit { user: bu.clone(), listener: None }, Limit { user: bd.clone(), listener: None })
+    }
+
+    /// The throttle for a connection: the listener's buckets plus the user's.
+    pub fn throttle(&self, listener: &Throttle, user: Option<&str>) -> Throttle {
+        let mut t = listener.clone();
+        if let Some(u) = user {
+            let (up, down) = self.user_limits(u);
+            t.up.user = up.user;
+            t.down.user = down.user;
+        }
+        t
+    }
+}
+
+/// One access decision in the making: who asks for what.
+pub struct Access<'a> {
+    pub policy: &'a Policy,
+    pub listener: Option<&'a str>,
+    pub client: IpAddr,
+    pub user: Option<&'a User>,
+    pub host: &'a str,
+    pub port: u16,
+    pub protocol: Protocol,
+}
+
+impl Access<'_> {
+    fn request(&self, dest: Option<IpAddr>) -> Request<'_> {
+        Request {
+            listener: self.listener,
+            client: self.client,
+            user: self.user.map(|u| u.name.as_str()),
+            groups: self.user.map(|u| u.groups.as_slice()).unwrap_or(&[]),
+            host: self.host,
+            port: self.port,
+            protocol: self.protocol,
+            dest,
+        }
+    }
+
+    fn denial(&self, rule: Option<usize>, reason: &'static str) -> Denial {
+        let rule = match rule {
+            Some(i) => format!("rule `{}`", self.policy.rules.rule_name(i)),
+            None => "the default action".to_string(),
+        };
+        Denial { rule, reason }
+    }
+
+    /// Before resolving: Ok(true) when the decision needs the destination address.
+    pub fn precheck(&self) -> Result<bool, Denial> {
+        match self.policy.rules.check(&self.request(None)) {
+            Verdict::Allow => Ok(false),
+            Verdict::NeedAddress => Ok(true),
+            Verdict::Deny { rule, reason } => Err(self.denial(rule, reason)),
+        }
+    }
+
+    /// The precheck, and the per-address check to hand to `Upstreams::connect`.
+    pub fn filter(&self) -> Result<impl Fn(SocketAddr) -> Option<Denial> + '_, Denial> {
+        let rules_too = self.precheck()?;
+        Ok(move |addr| self.check_addr(addr, rules_too))
+    }
+
+    /// On each address about to be connected to: the built-in checks, then (when the
+    /// precheck could not decide) the rules.
+    pub fn check_addr(&self, addr: SocketAddr, rules_too: bool) -> Option<Denial> {
+        if let Some(reason) = self.policy.builtins.check(addr) {
+            return Some(Denial { rule: "built-in protection".into(), reason });
+        }
+        if !rules_too {
+            return None;
+        }
+        match self.policy.rules.check(&self.request(Some(addr.ip()))) {
+            Verdict::Allow => None,
+            Verdict::Deny { rule, reason } => Some(self.denial(rule, reason)),
+            Verdict::NeedAddress => Some(self.denial(None, "undecidable")),
+        }
+    }
+}
