@@ -16,6 +16,11 @@
 //! - [`load`]    — the load generator (`rustle-bench load`): `load::run(&Options)
 //!   -> Report`; submodules `cli`, `stats` (public), `plan`, `dial`,
 //!   `response`, `ws`, `worker` (private).
+//! - [`campaign`] — `rustle-bench campaign`: scenarios × proxies ×
+//!   repetitions with CPU pinning, quota and namespaces, one CSV row a run;
+//!   [`campaign::record`] is the row.
+//! - [`report`]  — `rustle-bench report`: medians, markdown tables, SVG
+//!   charts; [`report::stats`] holds the tested statistics.
 //! - `fixture`   — thread/runtime harness shared by all fixtures (private).
 //! - `conn`, `http`, `routes` — the transport-generic HTTP server (private),
 //!   shared by `Origin` and `TlsOrigin`.
@@ -37,10 +42,12 @@
 //! - `/ws` — WebSocket echo with `Upgrade: websocket`, else 426.
 //! - anything else — 404.
 
+pub mod campaign;
 pub mod echo;
 pub mod load;
 pub mod origin;
 pub mod pattern;
+pub mod report;
 pub mod tls;
 pub mod udp;
 pub mod ws;

@@ -5,6 +5,8 @@
 //! rustle-bench tcp-echo [--listen ADDR]
 //! rustle-bench udp-echo [--listen ADDR]
 //! rustle-bench load     --target HOST:PORT [--mode M] [...]   (see `load --help`)
+//! rustle-bench campaign [...]                      (see `campaign --help`)
+//! rustle-bench report   --in DIR [...]             (see `report --help`)
 //! ```
 //! The fixtures run until SIGTERM or ctrl-c; `load` runs for its duration and
 //! prints its report (one JSON object with `--json`).
@@ -16,13 +18,18 @@ use rustle_bench::load;
 use rustle_bench::{Origin, TcpEcho, TlsOrigin, UdpEcho};
 
 const USAGE: &str = "usage: rustle-bench <origin [--tls] | tcp-echo | udp-echo> [--listen ADDR]\n\
-                     \x20      rustle-bench load --target HOST:PORT [options] (load --help)";
+                     \x20      rustle-bench load --target HOST:PORT [options] (load --help)\n\
+                     \x20      rustle-bench campaign [options] (campaign --help)\n\
+                     \x20      rustle-bench report --in DIR [options] (report --help)";
 
 fn main() -> Result<()> {
     let mut args = std::env::args().skip(1);
     let Some(cmd) = args.next() else { bail!(USAGE) };
-    if cmd == "load" {
-        return run_load(args);
+    match cmd.as_str() {
+        "load" => return run_load(args),
+        "campaign" => return rustle_bench::campaign::main(args),
+        "report" => return rustle_bench::report::main(args),
+        _ => {}
     }
     let mut listen: SocketAddr = "127.0.0.1:0".parse().context("default address")?;
     let mut tls = false;

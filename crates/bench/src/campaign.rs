@@ -1,0 +1,342 @@
+//! `rustle-bench campaign`: every scenario × proxy × repetition, each proxy
+//! started fresh, the order of the proxies rotated between repetitions,
+//! one CSV row per run plus a conditions file (see bench/README.md).
+//!
+//! Roles: the client (this binary's `load`) and the origin (`origin`) on
+//! CPU 1, the proxy on CPU 0, with an optional CPU quota so that the proxy
+//! sets the pace; on loopback or in network namespaces of our own.
+//!
+//! Submodules: `scenario` (names → load), `peers` (proxies and their
+//! configurations), `run` (one cell), `net` (namespaces), `children`
+//! (processes and cleanup on signals), `sys` (/proc and cgroups),
+//! [`record`] (the CSV row, shared with the report).
+
+mod children;
+mod net;
+mod peers;
+pub mod record;
+mod run;
+mod scenario;
+mod sys;
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+
+use children::Proc;
+use net::{Net, Role};
+use peers::Proxy;
+use record::{Row, Status};
+
+pub const USAGE: &str = "\
+usage: rustle-bench campaign [options]
+  --scenarios LIST     comma-separated names or groups (quick, mix, mix-3k, stream1-down,
+                       stream16, mem-tunnels-N, all); default quick
+  --proxies LIST       rustle,nginx,haproxy,haproxy-splice,squid,tinyproxy,dante,microsocks
+                       (default: all of them)
+  --extra-proxy SPEC   NAME[:http,connect,socks,relay,ws]='command {listen} {target}' (repeatable)
+  --reps N             repetitions (default 3)
+  --duration D         measured time per run (default 10s)
+  --quota F            proxy CPU quota in cores (cgroup cfs quota), e.g. 0.5
+  --netns auto|off     namespaces joined by veths, or loopback (default auto)
+  --netem 'ARGS'       tc netem on the client link, e.g. 'delay 1ms loss 0.1%' (netns only)
+  --rate-limit RATE    bandwidth of the client link, e.g. 100mbit (netns only)
+  --out DIR            results directory (default bench/results/campaign-STAMP)
+  --rustle-bin PATH    default $RUSTLE_BIN, else target/release/rustle
+  --seed N             load generator seed (default 0)
+  --smoke              http-ka-1k, 2 s, 1 rep, rustle and nginx, loopback, into a temp dir;
+                       fails unless rustle's cell ran without errors";
+
+struct Options {
+    scenarios: String,
+    proxies: Vec<String>,
+    extra: Vec<String>,
+    reps: u32,
+    duration: String,
+    quota: Option<f64>,
+    netns: bool,
+    netem: Option<String>,
+    rate_limit: Option<String>,
+    out: Option<PathBuf>,
+    rustle_bin: Option<PathBuf>,
+    seed: u64,
+    smoke: bool,
+}
+
+fn parse(args: impl Iterator<Item = String>) -> Result<Option<Options>> {
+    let mut o = Options {
+        scenarios: "quick".into(),
+        proxies: peers::KNOWN.iter().map(|s| s.to_string()).collect(),
+        extra: Vec::new(),
+        reps: 3,
+        duration: "10s".into(),
+        quota: None,
+        netns: true,
+        netem: None,
+        rate_limit: None,
+        out: None,
+        rustle_bin: std::env::var_os("RUSTLE_BIN").map(PathBuf::from),
+        seed: 0,
+        smoke: false,
+    };
+    let mut args = args.peekable();
+    while let Some(arg) = args.next() {
+        let mut value = || args.next().with_context(|| format!("{arg} needs a value"));
+        match arg.as_str() {
+            "--scenarios" => o.scenarios = value()?,
+            "--proxies" => o.proxies = value()?.split(',').map(String::from).collect(),
+            "--extra-proxy" => o.extra.push(value()?),
+            "--reps" => o.reps = value()?.parse().context("--reps")?,
+            "--duration" => {
+                let v = value()?;
+                crate::load::cli::duration(&v)?;
+                o.duration = v;
+            }
+            "--quota" => o.quota = Some(value()?.parse().context("--quota")?),
+            "--netns" => {
+                o.netns = match value()?.as_str() {
+                    "auto" => true,
+                    "off" => false,
+                    v => bail!("--netns auto|off, not {v:?}"),
+                }
+            }
+            "--netem" => o.netem = Some(value()?),
+            "--rate-limit" => o.rate_limit = Some(value()?),
+            "--out" => o.out = Some(value()?.into()),
+            "--rustle-bin" => o.rustle_bin = Some(value()?.into()),
+            "--seed" => o.seed = value()?.parse().context("--seed")?,
+            "--smoke" => o.smoke = true,
+            "-h" | "--help" => return Ok(None),
+            other => bail!("unknown argument {other:?}"),
+        }
+    }
+    if o.smoke {
+        o.scenarios = "http-ka-1k".into();
+        o.proxies = vec!["rustle".into(), "nginx".into()];
+        (o.reps, o.duration, o.quota, o.netns) = (1, "2s".into(), None, false);
+    }
+    if o.reps == 0 || o.quota.is_some_and(|q| !(q > 0.0 && q <= 64.0)) {
+        bail!("--reps must be at least 1 and --quota a positive number of cores");
+    }
+    Ok(Some(o))
+}
+
+/// Entry point for `rustle-bench campaign ARGS`.
+pub fn main(args: impl Iterator<Item = String>) -> Result<()> {
+    let Some(o) = parse(args).map_err(|e| anyhow::anyhow!("{e:#}\n{USAGE}"))? else {
+        println!("{USAGE}");
+        return Ok(());
+    };
+    children::install_signal_handler()?;
+    let result = campaign(&o);
+    children::cleanup_all();
+    result
+}
+
+fn campaign(o: &Options) -> Result<()> {
+    let stamp = utc_stamp();
+    let scenarios = scenario::expand(&o.scenarios)?;
+    let scratch = std::env::temp_dir().join(format!("rustle-campaign-{}", std::process::id()));
+    std::fs::create_dir_all(&scratch)?;
+    let out = match (&o.out, o.smoke) {
+        (Some(d), _) => d.clone(),
+        (None, true) => std::env::temp_dir().join(format!("rustle-campaign-smoke-{stamp}")),
+        (None, false) => PathBuf::from(format!("bench/results/campaign-{stamp}")),
+    };
+    std::fs::create_dir_all(&out).with_context(|| format!("creating {}", out.display()))?;
+
+    // The proxy runs from a private copy: a rebuild during the campaign
+    // must not change what is measured half-way.
+    let rustle_src = o.rustle_bin.clone().unwrap_or_else(|| "target/release/rustle".into());
+    let rustle_bin = scratch.join("rustle");
+    if rustle_src.exists() {
+        std::fs::copy(&rustle_src, &rustle_bin).context("copying the rustle binary")?;
+    }
+    let mut proxies = Vec::new();
+    for name in &o.proxies {
+        proxies.push(Proxy::named(name, &rustle_bin)?);
+    }
+    for spec in &o.extra {
+        proxies.push(Proxy::extra(spec)?);
+    }
+
+    let mut notes = Vec::new();
+    let net = if o.netns {
+        match Net::create(o.netem.as_deref(), o.rate_limit.as_deref()) {
+            Ok(n) => n,
+            Err(e) => {
+                notes.push(format!("network namespaces unavailable ({e:#}): loopback used"));
+                Net::loopback()
+            }
+        }
+    } else {
+        if o.netem.is_some() || o.rate_limit.is_some() {
+            notes.push("--netem/--rate-limit ignored on loopback".into());
+        }
+        Net::loopback()
+    };
+    notes.extend(net.notes.iter().cloned());
+    let quota = match o.quota.map(sys::Quota::create).transpose() {
+        Ok(q) => q,
+        Err(e) => bail!("cannot make the quota cgroup: {e:#}"),
+    };
+    if let Some(q) = &quota {
+        children::register_cgroup(&q.dir);
+    }
+
+    let exe = std::env::current_exe().context("finding this executable")?;
+    let origin_port = if net.is_netns() { 8080 } else { run::free_port().unwrap_or(18081) };
+    let origin_addr = format!("{}:{origin_port}", net.ip(Role::Origin));
+    let mut cmd = net.command(Role::Origin, "1", &exe.display().to_string());
+    cmd.args(["origin", "--listen", &origin_addr]);
+    let mut origin = Proc::spawn("origin", cmd, Some(&scratch))?;
+    origin.wait_listening(origin_port, Duration::from_secs(10))?;
+
+    write_conditions(o, &out, &stamp, &net, &proxies, &rustle_src, &notes)?;
+    let mut writer = record::Writer::create(&out.join("runs.csv"))?;
+    let mut bench = run::Bench {
+        net,
+        quota_cores: quota.as_ref().and(o.quota),
+        quota,
+        exe: exe.clone(),
+        scratch: scratch.clone(),
+        origin: origin_addr,
+        duration: o.duration.clone(),
+        seed: o.seed,
+        runs: 0,
+    };
+    let mut rustle_ok = false;
+    for rep in 1..=o.reps {
+        for sc in &scenarios {
+            for i in 0..proxies.len() {
+                // Rotate: repetition r starts r-1 places further along.
+                let p = &proxies[(i + rep as usize - 1) % proxies.len()];
+                let row = Row::new(&stamp, &sc.name, &p.name, rep, i as u32 + 1);
+                let row = bench.run(row, sc, p);
+                eprintln!("{}", progress(&row));
+                if p.name == "rustle"
+                    && row.status == Status::Ok
+                    && row.errors_total == Some(0)
+                    && row.completed.unwrap_or(0) > 0
+                {
+                    rustle_ok = true;
+                }
+                writer.write(&row)?;
+                if !origin.alive() {
+                    bail!("the origin died: {}", origin.stderr_tail());
+                }
+            }
+        }
+    }
+    origin.stop();
+    if let Some(q) = &bench.quota {
+        // Empty now that every proxy is stopped.
+        let _ = q.remove();
+        children::forget_cgroup(&q.dir);
+    }
+    drop(bench);
+    eprintln!("campaign: results in {}", out.display());
+    if o.smoke {
+        crate::report::write(&out, &out.join("BENCHMARKS.md"), Some(&out.join("svg")))?;
+        if !rustle_ok {
+            bail!("smoke: rustle's cell is missing or shows errors (see {})", out.display());
+        }
+    }
+    let _ = std::fs::remove_dir_all(&scratch);
+    Ok(())
+}
+
+fn progress(r: &Row) -> String {
+    let what = match r.status {
+        Status::Ok => format!(
+            "{:.1} {} errors {} pace {:?}",
+            r.throughput.unwrap_or(0.0),
+            r.unit,
+            r.errors_total.unwrap_or(0),
+            r.pace
+        ),
+        _ => format!("{:?}: {}", r.status, r.reason),
+    };
+    format!("campaign: rep {} {} {}: {what}", r.rep, r.scenario, r.proxy)
+}
+
+fn write_conditions(
+    o: &Options,
+    out: &std::path::Path,
+    stamp: &str,
+    net: &Net,
+    proxies: &[Proxy],
+    rustle: &std::path::Path,
+    notes: &[String],
+) -> Result<()> {
+    let cmd = |p: &str, a: &[&str]| {
+        std::process::Command::new(p)
+            .args(a)
+            .output()
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+            .unwrap_or_default()
+    };
+    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let model = cpuinfo.lines().find(|l| l.starts_with("model name")).unwrap_or("").to_string();
+    let mut f = std::fs::File::create(out.join("conditions.txt"))?;
+    let rev = cmd("git", &["rev-parse", "--short", "HEAD"]);
+    let dirty = if cmd("git", &["status", "--porcelain", "--untracked-files=no"]).is_empty() {
+        ""
+    } else {
+        " (with uncommitted changes)"
+    };
+    writeln!(f, "campaign: {stamp} (UTC)")?;
+    writeln!(f, "cpu: {} x {}", model.split(':').nth(1).unwrap_or("?").trim(), num_cpus())?;
+    writeln!(f, "kernel: {}", cmd("uname", &["-sr"]))?;
+    writeln!(f, "rustle: {rev}{dirty}, binary {}", rustle.display())?;
+    for p in proxies {
+        if let Some(pkg) = p.package() {
+            writeln!(f, "{}: {} {}", p.name, pkg, sys::package_version(pkg))?;
+        }
+    }
+    writeln!(
+        f,
+        "network: {}{}",
+        net.kind(),
+        if net.link.is_empty() {
+            String::new()
+        } else {
+            format!(", client link netem {}", net.link)
+        }
+    )?;
+    let q = o.quota.map_or("none".to_string(), |q| format!("{q} core (cfs quota) on the proxy"));
+    writeln!(f, "quota: {q}")?;
+    writeln!(f, "cpus: proxy on CPU 0, client and origin on CPU 1 (taskset)")?;
+    writeln!(f, "reps: {}, duration: {}, seed: {}", o.reps, o.duration, o.seed)?;
+    writeln!(f, "scenarios: {}", o.scenarios)?;
+    for n in notes {
+        writeln!(f, "note: {n}")?;
+    }
+    Ok(())
+}
+
+fn num_cpus() -> usize {
+    std::thread::available_parallelism().map(usize::from).unwrap_or(1)
+}
+
+/// `YYYYmmdd-HHMMSS` in UTC from the system clock, without a date crate.
+fn utc_stamp() -> String {
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    let (days, rem) = (secs / 86_400, secs % 86_400);
+    // Civil-from-days (Howard Hinnant's algorithm).
+    let z = days as i64 + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!("{y:04}{m:02}{d:02}-{:02}{:02}{:02}", rem / 3600, rem % 3600 / 60, rem % 60)
+}

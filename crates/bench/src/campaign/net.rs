@@ -1,0 +1,200 @@
+//! Where the three roles live: on loopback, or in three network namespaces
+//! of our own joined by veth pairs,
+//!
+//! ```text
+//! client 10.200.1.2 ── 10.200.1.1 proxy 10.200.2.1 ── 10.200.2.2 origin
+//! ```
+//!
+//! so that no two roles share a loopback and every proxy is crossed by the
+//! same path. These addresses exist only inside the namespaces, which are
+//! deleted (taking their veths with them) at the end or on interruption.
+
+use std::process::Command;
+
+use anyhow::{bail, Context, Result};
+
+use super::children;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    Client,
+    Proxy,
+    Origin,
+}
+
+pub struct Net {
+    /// Namespace names (client, proxy, origin), or None on loopback.
+    ns: Option<[String; 3]>,
+    /// Link emulation applied to the client link, for the records.
+    pub link: String,
+    /// Notes for the conditions file (ethtool missing, ...).
+    pub notes: Vec<String>,
+}
+
+impl Net {
+    pub fn loopback() -> Net {
+        Net { ns: None, link: String::new(), notes: Vec::new() }
+    }
+
+    pub fn is_netns(&self) -> bool {
+        self.ns.is_some()
+    }
+
+    pub fn kind(&self) -> &'static str {
+        if self.is_netns() {
+            "netns"
+        } else {
+            "loopback"
+        }
+    }
+
+    /// The address a role listens on (proxy: towards the client).
+    pub fn ip(&self, role: Role) -> &'static str {
+        match (self.is_netns(), role) {
+            (false, _) => "127.0.0.1",
+            (true, Role::Client) => "10.200.1.2",
+            (true, Role::Proxy) => "10.200.1.1",
+            (true, Role::Origin) => "10.200.2.2",
+        }
+    }
+
+    /// The proxy's own address on the origin side (dante's `external`).
+    pub fn proxy_external_ip(&self) -> &'static str {
+        if self.is_netns() {
+            "10.200.2.1"
+        } else {
+            "127.0.0.1"
+        }
+    }
+
+    /// The argv prefix that runs a program inside the role's namespace (if
+    /// any) pinned to `cpu` with taskset. `ip netns exec` and `taskset` both
+    /// exec, so the child's pid is the program's own.
+    pub fn prefix(&self, role: Role, cpu: &str) -> Vec<String> {
+        let mut v: Vec<String> = Vec::new();
+        if let Some(ns) = &self.ns {
+            let i = match role {
+                Role::Client => 0,
+                Role::Proxy => 1,
+                Role::Origin => 2,
+            };
+            v.extend(["ip", "netns", "exec", &ns[i]].map(String::from));
+        }
+        v.extend(["taskset", "-c", cpu].map(String::from));
+        v
+    }
+
+    /// [`Net::prefix`] followed by `program`, as a Command.
+    pub fn command(&self, role: Role, cpu: &str, program: &str) -> Command {
+        let pre = self.prefix(role, cpu);
+        let mut c = Command::new(&pre[0]);
+        c.args(&pre[1..]).arg(program);
+        c
+    }
+
+    /// Creates the namespaces and links. `netem` is tc netem arguments
+    /// (`delay 1ms loss 0.1%`), `rate` a bandwidth (`100mbit`); both are
+    /// applied to both ends of the client link, so each way.
+    pub fn create(netem: Option<&str>, rate: Option<&str>) -> Result<Net> {
+        let tag = std::process::id();
+        let names = [format!("rbc-{tag}"), format!("rbp-{tag}"), format!("rbo-{tag}")];
+        // Set before anything exists: on an early error Drop deletes what was
+        // made (deleting a namespace that is not there is harmless).
+        let mut net = Net { ns: Some(names.clone()), link: String::new(), notes: Vec::new() };
+        for n in &names {
+            children::register_netns(n);
+            ip(&["netns", "add", n])?;
+        }
+        let [c, p, o] = &names;
+        let links = [
+            (format!("rb{tag}c"), format!("rb{tag}pc"), c, p, "10.200.1.2/24", "10.200.1.1/24"),
+            (format!("rb{tag}o"), format!("rb{tag}po"), o, p, "10.200.2.2/24", "10.200.2.1/24"),
+        ];
+        for (a, b, ns_a, ns_b, ip_a, ip_b) in &links {
+            ip(&["link", "add", a, "type", "veth", "peer", "name", b])?;
+            let moved = ip(&["link", "set", a, "netns", ns_a])
+                .and_then(|_| ip(&["link", "set", b, "netns", ns_b]));
+            if let Err(e) = moved {
+                // Still in the root namespace: remove it here (takes its peer).
+                let _ = ip(&["link", "del", a]);
+                let _ = ip(&["link", "del", b]);
+                return Err(e);
+            }
+            for (ns, dev, addr) in [(ns_a, a, ip_a), (ns_b, b, ip_b)] {
+                ip(&["-n", ns, "addr", "add", addr, "dev", dev])?;
+                ip(&["-n", ns, "link", "set", dev, "up"])?;
+                net.offload_off(ns, dev);
+            }
+        }
+        for n in &names {
+            ip(&["-n", n, "link", "set", "lo", "up"])?;
+        }
+        let mut qdisc: Vec<String> = Vec::new();
+        if let Some(n) = netem {
+            qdisc.extend(n.split_whitespace().map(String::from));
+        }
+        if let Some(r) = rate {
+            qdisc.extend(["rate".to_string(), r.to_string()]);
+        }
+        if !qdisc.is_empty() {
+            let (a, b) = (&links[0].0, &links[0].1);
+            for (ns, dev) in [(c, a), (p, b)] {
+                let mut args = vec!["-n", ns, "qdisc", "add", "dev", dev, "root", "netem"];
+                args.extend(qdisc.iter().map(String::as_str));
+                run("tc", &args)?;
+            }
+            net.link = qdisc.join(" ");
+        }
+        Ok(net)
+    }
+
+    /// GSO/TSO/GRO off so that the emulated link sees real packet sizes;
+    /// skipped with a note when ethtool is not installed.
+    fn offload_off(&mut self, ns: &str, dev: &str) {
+        if super::sys::which("ethtool").is_none() {
+            let note = "ethtool not installed: segmentation offload left on".to_string();
+            if !self.notes.contains(&note) {
+                self.notes.push(note);
+            }
+            return;
+        }
+        let ok = Command::new("ip")
+            .args([
+                "netns", "exec", ns, "ethtool", "-K", dev, "gso", "off", "tso", "off", "gro", "off",
+            ])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        if !ok {
+            self.notes.push(format!("ethtool -K {dev} failed: offload left as it was"));
+        }
+    }
+}
+
+impl Drop for Net {
+    fn drop(&mut self) {
+        if let Some(names) = self.ns.take() {
+            // Deleting a namespace deletes the veth ends inside it.
+            for n in &names {
+                let _ = Command::new("ip")
+                    .args(["netns", "del", n])
+                    .stderr(std::process::Stdio::null())
+                    .status();
+                children::forget_netns(n);
+            }
+        }
+    }
+}
+
+fn ip(args: &[&str]) -> Result<()> {
+    run("ip", args)
+}
+
+fn run(prog: &str, args: &[&str]) -> Result<()> {
+    let out = Command::new(prog).args(args).output().with_context(|| format!("running {prog}"))?;
+    if !out.status.success() {
+        bail!("{prog} {}: {}", args.join(" "), String::from_utf8_lossy(&out.stderr).trim());
+    }
+    Ok(())
+}

@@ -1,0 +1,272 @@
+//! The proxies under test: what each supports, and the command line (and
+//! configuration file, from the templates in bench/peers/) that starts it
+//! with one worker or thread and no logging.
+
+use std::path::{Path as FsPath, PathBuf};
+
+use anyhow::{bail, Context, Result};
+
+use super::scenario::Path;
+use super::sys;
+
+/// A proxy the campaign knows how to start.
+#[derive(Debug, Clone)]
+pub struct Proxy {
+    pub name: String,
+    kind: Kind,
+}
+
+#[derive(Debug, Clone)]
+enum Kind {
+    Rustle(PathBuf),
+    Nginx,
+    Haproxy {
+        splice: bool,
+    },
+    Squid,
+    Tinyproxy,
+    Dante,
+    Microsocks,
+    /// `--extra-proxy NAME[:paths]=command`, with {listen} {listen_ip}
+    /// {listen_port} {target} {dir} filled in.
+    Extra {
+        paths: Vec<Path>,
+        command: String,
+    },
+}
+
+/// Where a run puts things: scratch directory and the addresses.
+pub struct Site<'a> {
+    pub dir: &'a FsPath,
+    pub listen_ip: &'a str,
+    pub listen_port: u16,
+    /// The origin, `IP:PORT`, as the proxy reaches it.
+    pub origin: &'a str,
+    /// The proxy's own address towards the origin.
+    pub external_ip: &'a str,
+}
+
+const RUSTLE: &str = include_str!("../../../../bench/peers/rustle.toml");
+const NGINX_HTTP: &str = include_str!("../../../../bench/peers/nginx-http.conf");
+const NGINX_STREAM: &str = include_str!("../../../../bench/peers/nginx-stream.conf");
+const HAPROXY_HTTP: &str = include_str!("../../../../bench/peers/haproxy-http.cfg");
+const HAPROXY_TCP: &str = include_str!("../../../../bench/peers/haproxy-tcp.cfg");
+const SQUID: &str = include_str!("../../../../bench/peers/squid.conf");
+const TINYPROXY: &str = include_str!("../../../../bench/peers/tinyproxy.conf");
+const DANTE: &str = include_str!("../../../../bench/peers/danted.conf");
+
+/// The names `--proxies` accepts.
+pub const KNOWN: &[&str] =
+    &["rustle", "nginx", "haproxy", "haproxy-splice", "squid", "tinyproxy", "dante", "microsocks"];
+
+impl Proxy {
+    pub fn named(name: &str, rustle_bin: &FsPath) -> Result<Proxy> {
+        let kind = match name {
+            "rustle" => Kind::Rustle(rustle_bin.to_path_buf()),
+            "nginx" => Kind::Nginx,
+            "haproxy" => Kind::Haproxy { splice: false },
+            "haproxy-splice" => Kind::Haproxy { splice: true },
+            "squid" => Kind::Squid,
+            "tinyproxy" => Kind::Tinyproxy,
+            "dante" => Kind::Dante,
+            "microsocks" => Kind::Microsocks,
+            _ => bail!("unknown proxy {name:?} (known: {}; or --extra-proxy)", KNOWN.join(", ")),
+        };
+        Ok(Proxy { name: name.to_string(), kind })
+    }
+
+    /// Parses `NAME[:http,connect,socks,relay,ws]=command`.
+    pub fn extra(spec: &str) -> Result<Proxy> {
+        let Some((head, command)) = spec.split_once('=') else {
+            bail!("--extra-proxy wants NAME[:paths]='command {{listen}} {{target}}'");
+        };
+        let (name, paths) = match head.split_once(':') {
+            Some((n, list)) => {
+                let mut v = Vec::new();
+                for p in list.split(',') {
+                    v.push(match p {
+                        "http" => Path::Http,
+                        "connect" => Path::Connect,
+                        "socks" => Path::Socks,
+                        "relay" => Path::Relay,
+                        "ws" => Path::Ws,
+                        _ => bail!("--extra-proxy: unknown path {p:?}"),
+                    });
+                }
+                (n, v)
+            }
+            None => (head, vec![Path::Http, Path::Connect, Path::Socks, Path::Relay, Path::Ws]),
+        };
+        Ok(Proxy {
+            name: name.to_string(),
+            kind: Kind::Extra { paths, command: command.to_string() },
+        })
+    }
+
+    /// The executable, for the "is it installed" check.
+    fn program(&self) -> String {
+        match &self.kind {
+            Kind::Rustle(p) => p.display().to_string(),
+            Kind::Nginx => "nginx".into(),
+            Kind::Haproxy { .. } => "haproxy".into(),
+            Kind::Squid => "squid".into(),
+            Kind::Tinyproxy => "tinyproxy".into(),
+            Kind::Dante => "danted".into(),
+            Kind::Microsocks => "microsocks".into(),
+            Kind::Extra { command, .. } => command.split_whitespace().next().unwrap_or("").into(),
+        }
+    }
+
+    /// The Debian package, for the versions in the conditions file.
+    pub fn package(&self) -> Option<&'static str> {
+        Some(match self.kind {
+            Kind::Nginx => "nginx-light",
+            Kind::Haproxy { .. } => "haproxy",
+            Kind::Squid => "squid",
+            Kind::Tinyproxy => "tinyproxy",
+            Kind::Dante => "dante-server",
+            Kind::Microsocks => "microsocks",
+            Kind::Rustle(_) | Kind::Extra { .. } => return None,
+        })
+    }
+
+    /// `Err(reason)` when this proxy cannot be measured on `path`.
+    pub fn supports(&self, path: Path) -> std::result::Result<(), String> {
+        let ok = match &self.kind {
+            Kind::Rustle(_) => true,
+            Kind::Nginx | Kind::Haproxy { .. } => {
+                matches!(path, Path::Http | Path::Relay | Path::Ws)
+            }
+            // Neither upgrades absolute-form requests to WebSocket.
+            Kind::Squid | Kind::Tinyproxy => matches!(path, Path::Http | Path::Connect),
+            Kind::Dante | Kind::Microsocks => path == Path::Socks,
+            Kind::Extra { paths, .. } => paths.contains(&path),
+        };
+        if ok {
+            return Ok(());
+        }
+        Err(match path {
+            Path::Http => "no HTTP proxy",
+            Path::Connect => "no CONNECT",
+            Path::Socks => "no SOCKS",
+            Path::Relay => "no TCP relay",
+            Path::Ws => "no WebSocket",
+        }
+        .to_string())
+    }
+
+    /// `Err(reason)` when the program is not installed.
+    pub fn installed(&self) -> std::result::Result<(), String> {
+        match sys::which(&self.program()) {
+            Some(_) => Ok(()),
+            None => Err("not installed".to_string()),
+        }
+    }
+
+    /// Writes the configuration into `site.dir` and returns the argv.
+    pub fn argv(&self, path: Path, site: &Site) -> Result<Vec<String>> {
+        let listen = format!("{}:{}", site.listen_ip, site.listen_port);
+        let render = |t: &str| {
+            t.replace("@dir@", &site.dir.display().to_string())
+                .replace("@listen@", &listen)
+                .replace("@ip@", site.listen_ip)
+                .replace("@port@", &site.listen_port.to_string())
+                .replace("@origin@", site.origin)
+                .replace("@external@", site.external_ip)
+        };
+        let write = |name: &str, text: String| -> Result<String> {
+            let p = site.dir.join(name);
+            std::fs::write(&p, text).with_context(|| format!("writing {}", p.display()))?;
+            Ok(p.display().to_string())
+        };
+        let dir = site.dir.display().to_string();
+        let v: Vec<String> = match &self.kind {
+            Kind::Rustle(bin) => {
+                let flag = match path {
+                    Path::Http | Path::Connect | Path::Ws => format!("--http={listen}"),
+                    Path::Socks => format!("--socks={listen}"),
+                    Path::Relay => format!("--relay={listen}={}", site.origin),
+                };
+                let conf = write("rustle.toml", RUSTLE.to_string())?;
+                let bin = bin.display().to_string();
+                let mut v = vec![bin, "--config".into(), conf, flag];
+                v.extend(["--workers", "1", "--log", "off"].map(String::from));
+                v
+            }
+            Kind::Nginx => {
+                let t = if path == Path::Relay { NGINX_STREAM } else { NGINX_HTTP };
+                let conf = write("nginx.conf", render(t))?;
+                let log = format!("{dir}/error.log");
+                vec!["nginx".into(), "-p".into(), dir, "-c".into(), conf, "-e".into(), log]
+            }
+            Kind::Haproxy { splice } => {
+                let t = if path == Path::Relay { HAPROXY_TCP } else { HAPROXY_HTTP };
+                // splice-auto: splice a direction once reads fill the buffer.
+                let line = if *splice { "    option splice-auto" } else { "" };
+                let conf = write("haproxy.cfg", render(t).replace("@splice@", line))?;
+                vec!["haproxy".into(), "-db".into(), "-f".into(), conf]
+            }
+            Kind::Squid => {
+                let conf = write("squid.conf", render(SQUID))?;
+                vec!["squid".into(), "-N".into(), "-f".into(), conf]
+            }
+            Kind::Tinyproxy => {
+                let conf = write("tinyproxy.conf", render(TINYPROXY))?;
+                vec!["tinyproxy".into(), "-d".into(), "-c".into(), conf]
+            }
+            Kind::Dante => {
+                let conf = write("danted.conf", render(DANTE))?;
+                let pid = format!("{dir}/danted.pid");
+                vec!["danted".into(), "-f".into(), conf, "-N".into(), "1".into(), "-p".into(), pid]
+            }
+            Kind::Microsocks => {
+                let port = site.listen_port.to_string();
+                vec!["microsocks".into(), "-i".into(), site.listen_ip.into(), "-p".into(), port]
+            }
+            Kind::Extra { command, .. } => command
+                .replace("{listen}", &listen)
+                .replace("{listen_ip}", site.listen_ip)
+                .replace("{listen_port}", &site.listen_port.to_string())
+                .replace("{target}", site.origin)
+                .replace("{dir}", &dir)
+                .split_whitespace()
+                .map(String::from)
+                .collect(),
+        };
+        Ok(v)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn support_matrix_and_rendering() {
+        let bin = PathBuf::from("/bin/true");
+        let nginx = Proxy::named("nginx", &bin).unwrap();
+        assert_eq!(nginx.supports(Path::Socks), Err("no SOCKS".to_string()));
+        assert!(nginx.supports(Path::Relay).is_ok());
+        assert!(Proxy::named("dante", &bin).unwrap().supports(Path::Http).is_err());
+        assert!(Proxy::named("envoy", &bin).is_err());
+        let dir = std::env::temp_dir().join(format!("rb-peers-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let site = Site {
+            dir: &dir,
+            listen_ip: "127.0.0.1",
+            listen_port: 3128,
+            origin: "127.0.0.1:8080",
+            external_ip: "127.0.0.1",
+        };
+        let hs = Proxy::named("haproxy-splice", &bin).unwrap();
+        hs.argv(Path::Relay, &site).unwrap();
+        let cfg = std::fs::read_to_string(dir.join("haproxy.cfg")).unwrap();
+        assert!(cfg.contains("option splice-auto") && cfg.contains("bind 127.0.0.1:3128"));
+        assert!(!cfg.contains('@'));
+        let x = Proxy::extra("3proxy:http,connect=/opt/3proxy -p{listen_port} {target}").unwrap();
+        assert!(x.supports(Path::Socks).is_err());
+        assert_eq!(x.argv(Path::Http, &site).unwrap()[1], "-p3128");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

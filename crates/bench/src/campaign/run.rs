@@ -1,0 +1,268 @@
+//! One cell of the campaign: start the proxy fresh, drive the load through
+//! it, read what it cost, stop it, and fill in a [`Row`].
+
+use std::io::{BufRead, BufReader, Read};
+use std::path::{Path as FsPath, PathBuf};
+use std::process::Command;
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use serde_json::Value;
+
+use super::children::Proc;
+use super::net::{Net, Role};
+use super::peers::{Proxy, Site};
+use super::record::{Row, Status};
+use super::scenario::{Kind, Scenario};
+use super::sys::{self, Quota};
+use crate::report::stats::pace_setter;
+
+/// The file limit is 20,000 per process here and a proxy holds two sockets
+/// per tunnel (plus a few of its own), so this many tunnels fit.
+pub const TUNNEL_CAP: u64 = 9_900;
+
+/// The load generator's default warmup; the measuring window starts after it.
+const WARMUP: Duration = Duration::from_secs(1);
+
+/// How long `--hold` keeps the tunnels open; memory is read early in it.
+const HOLD_FOR: &str = "4s";
+
+/// The CPUs of the roles on this 2-CPU machine.
+const PROXY_CPU: &str = "0";
+const CLIENT_CPU: &str = "1";
+
+/// What every run shares.
+pub struct Bench {
+    pub net: Net,
+    pub quota: Option<Quota>,
+    pub quota_cores: Option<f64>,
+    /// This executable, run as the client (`load`).
+    pub exe: PathBuf,
+    pub scratch: PathBuf,
+    pub origin: String,
+    pub duration: String,
+    pub seed: u64,
+    pub runs: u32,
+}
+
+impl Bench {
+    /// Runs one scenario × proxy × repetition.
+    pub fn run(&mut self, mut row: Row, sc: &Scenario, proxy: &Proxy) -> Row {
+        row.unit = sc.unit().to_string();
+        row.net = self.net.kind().to_string();
+        row.link = self.net.link.clone();
+        row.quota = self.quota_cores;
+        if let Err(r) = proxy.supports(sc.path).and_then(|_| proxy.installed()) {
+            return row.skipped(r);
+        }
+        self.runs += 1;
+        let dir = self.scratch.join(format!("run-{}", self.runs));
+        // World-writable: tinyproxy, squid and nginx workers drop to
+        // unprivileged users and still write their pid or log files here.
+        use std::os::unix::fs::PermissionsExt;
+        let made = std::fs::create_dir_all(&dir)
+            .and_then(|_| std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777)));
+        if let Err(e) = made {
+            return row.skipped(format!("scratch dir: {e}"));
+        }
+        let mut p = match self.start_proxy(sc, proxy, &dir) {
+            Ok(p) => p,
+            Err(e) => return row.skipped(short(&format!("start failed: {e:#}"))),
+        };
+        let res = self.measure(&mut row, sc, &mut p);
+        row.rss_peak_kb = Some(sys::status_kb(p.0.pid(), "VmHWM:"));
+        p.0.stop();
+        let _ = std::fs::remove_dir_all(&dir);
+        if let Err(e) = res {
+            row.status = Status::Failed;
+            row.reason = short(&format!("{e:#}"));
+        }
+        row
+    }
+
+    fn proxy_port(&self) -> u16 {
+        if self.net.is_netns() {
+            // Alone in its namespace: any fixed port is free.
+            3128
+        } else {
+            free_port().unwrap_or(3128)
+        }
+    }
+
+    fn start_proxy(&self, sc: &Scenario, proxy: &Proxy, dir: &FsPath) -> Result<(Proc, String)> {
+        let port = self.proxy_port();
+        let ip = self.net.ip(Role::Proxy);
+        let site = Site {
+            dir,
+            listen_ip: ip,
+            listen_port: port,
+            origin: &self.origin,
+            external_ip: self.net.proxy_external_ip(),
+        };
+        let argv = proxy.argv(sc.path, &site)?;
+        let mut full: Vec<String> = Vec::new();
+        if let Some(q) = &self.quota {
+            // Join the cgroup before exec, so that every process the proxy
+            // forks (nginx's worker, dante's children) is inside it too; and
+            // before `ip netns exec`, which mounts a /sys without cgroups.
+            let script = format!("echo $$ > {} && exec \"$@\"", q.procs_file().display());
+            full.extend(["sh".into(), "-c".into(), script, "sh".into()]);
+        }
+        full.extend(self.net.prefix(Role::Proxy, PROXY_CPU));
+        full.extend(argv);
+        let mut cmd = Command::new(&full[0]);
+        cmd.args(&full[1..]).current_dir(dir);
+        let mut p = Proc::spawn(&proxy.name, cmd, Some(dir))?;
+        p.wait_listening(port, Duration::from_secs(10))?;
+        Ok((p, format!("{ip}:{port}")))
+    }
+
+    fn load_command(&self, sc: &Scenario, proxy_addr: &str) -> Command {
+        let mut cmd = self.net.command(Role::Client, CLIENT_CPU, &self.exe.display().to_string());
+        cmd.args(["load", "--json", "--mode", sc.path.load_mode(), "--target", &self.origin]);
+        cmd.args(["--proxy", proxy_addr, "--seed", &self.seed.to_string()]);
+        cmd.args(&sc.load_args);
+        match sc.kind {
+            Kind::Hold(n) => {
+                let n = n.min(TUNNEL_CAP).to_string();
+                cmd.args(["--hold", &n, "--duration", HOLD_FOR, "--timeout", "60s"]);
+            }
+            // A 1 GiB answer takes seconds: one sent in the warmup would not
+            // be counted at all, so streams are measured from the start.
+            Kind::Stream => {
+                cmd.args(["--duration", &self.duration, "--warmup", "0s"]);
+            }
+            Kind::Rate => {
+                cmd.args(["--duration", &self.duration]);
+            }
+        }
+        cmd
+    }
+
+    fn measure(&self, row: &mut Row, sc: &Scenario, p: &mut (Proc, String)) -> Result<()> {
+        let pid = p.0.pid();
+        let rss_before = sys::status_kb(pid, "VmRSS:");
+        let mut load = Proc::spawn_piped("load", self.load_command(sc, &p.1))?;
+        let stdout = load.child.stdout.take().context("load stdout")?;
+        let stderr = load.child.stderr.take().context("load stderr")?;
+        let out_thread = std::thread::spawn(move || {
+            let mut s = String::new();
+            let _ = BufReader::new(stdout).read_to_string(&mut s);
+            s
+        });
+        let (held_tx, held_rx) = mpsc::channel::<u64>();
+        let err_thread = std::thread::spawn(move || {
+            let mut all = String::new();
+            for line in BufReader::new(stderr).lines().map_while(|l| l.ok()) {
+                if let Some(n) = line.strip_prefix("holding ").and_then(|r| r.split(' ').next()) {
+                    let _ = held_tx.send(n.parse().unwrap_or(0));
+                }
+                all.push_str(&line);
+                all.push('\n');
+            }
+            all
+        });
+
+        let start = Instant::now();
+        let mut before = None;
+        if let Kind::Hold(n) = sc.kind {
+            row.tunnels_requested = Some(n);
+            row.tunnel_cap = Some(TUNNEL_CAP);
+            row.rss_before_kb = Some(rss_before);
+            if let Ok(held) = held_rx.recv_timeout(Duration::from_secs(120)) {
+                // Let the last tunnels' buffers settle before reading.
+                std::thread::sleep(Duration::from_millis(500));
+                let now = sys::status_kb(pid, "VmRSS:");
+                row.tunnels_held = Some(held);
+                row.rss_held_kb = Some(now);
+                if held > 0 {
+                    let kb = now.saturating_sub(rss_before) as f64 / held as f64;
+                    row.kb_per_tunnel = Some(kb);
+                    row.throughput = Some(kb);
+                }
+            }
+        } else {
+            if sc.kind == Kind::Rate {
+                std::thread::sleep(WARMUP);
+            }
+            before = Some((Instant::now(), sys::cpu_seconds(pid), sys::cpu_jiffies()));
+        }
+        let limit = duration_s(&self.duration) + 120.0;
+        while load.alive() {
+            if start.elapsed().as_secs_f64() > limit {
+                load.stop();
+                bail!("load generator did not finish in {limit:.0}s");
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let after = (Instant::now(), sys::cpu_seconds(pid), sys::cpu_jiffies());
+        let code = load.child.wait().ok().and_then(|s| s.code());
+        load.stop();
+        let out = out_thread.join().unwrap_or_default();
+        let err = err_thread.join().unwrap_or_default();
+        let report: Value = serde_json::from_str(out.trim()).map_err(|_| {
+            anyhow::anyhow!("load exited {code:?}: {}", err.lines().last().unwrap_or(""))
+        })?;
+        fill_from_report(row, sc, &report);
+        if let Some((t0, cpu0, j0)) = before {
+            let window = (after.0 - t0).as_secs_f64();
+            let cpu = (after.1 - cpu0).max(0.0);
+            row.proxy_cpu_s = Some(cpu);
+            if let Some(n) = row.completed.filter(|n| *n > 0) {
+                row.cpu_us_per_req = Some(cpu * 1e6 / n as f64);
+            }
+            if let Some(b) = row.bytes.filter(|b| *b > 0) {
+                row.cpu_s_per_gb = Some(cpu / (b as f64 / 1e9));
+            }
+            let cores = self.quota_cores.unwrap_or(1.0);
+            let busy_proxy = (window > 0.0).then(|| cpu / (window * cores));
+            row.busy_proxy = busy_proxy;
+            row.busy_client = sys::busy_share(&j0, &after.2, 1);
+            row.pace = Some(pace_setter(busy_proxy, row.busy_client));
+        }
+        Ok(())
+    }
+}
+
+fn fill_from_report(row: &mut Row, sc: &Scenario, r: &Value) {
+    let u = |v: &Value| v.as_u64();
+    row.completed = u(&r["completed"]);
+    row.bytes = u(&r["bytes"]);
+    row.duration_s = r["duration_s"].as_f64();
+    let l = &r["latency_us"];
+    row.lat_p50_us = u(&l["p50"]);
+    row.lat_p90_us = u(&l["p90"]);
+    row.lat_p99_us = u(&l["p99"]);
+    row.lat_p99_9_us = u(&l["p99_9"]);
+    row.errors_total = u(&r["errors"]["total"]);
+    if let Some(m) = r["errors"].as_object() {
+        let parts: Vec<String> = m
+            .iter()
+            .filter(|(k, v)| *k != "total" && v.as_u64().unwrap_or(0) > 0)
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect();
+        row.errors = parts.join(";");
+    }
+    match sc.kind {
+        Kind::Rate => row.throughput = r["rate_per_s"].as_f64(),
+        Kind::Stream => row.throughput = r["gbit_per_s"].as_f64(),
+        Kind::Hold(_) => {}
+    }
+}
+
+/// First line, at most 100 characters: the report shows reasons in cells.
+fn short(s: &str) -> String {
+    let line = s.lines().next().unwrap_or("");
+    line.chars().take(100).collect()
+}
+
+fn duration_s(d: &str) -> f64 {
+    crate::load::cli::duration(d).map(|d| d.as_secs_f64()).unwrap_or(10.0)
+}
+
+/// A port free on loopback now (the proxy binds it a moment later).
+pub fn free_port() -> Option<u16> {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").ok()?;
+    Some(l.local_addr().ok()?.port())
+}

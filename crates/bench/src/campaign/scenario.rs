@@ -1,0 +1,235 @@
+//! The scenarios, named as in the reference campaign, and the load each
+//! one puts through the proxy.
+
+use anyhow::{bail, Result};
+
+/// How the client reaches the origin through the proxy, which is also
+/// which listener the proxy needs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Path {
+    /// Absolute-form HTTP requests to an HTTP proxy.
+    Http,
+    /// A CONNECT tunnel per connection.
+    Connect,
+    /// A SOCKS5 tunnel per connection.
+    Socks,
+    /// A plain TCP relay to the origin.
+    Relay,
+    /// WebSocket upgrades through the HTTP proxy.
+    Ws,
+}
+
+impl Path {
+    /// The load generator's `--mode`.
+    pub fn load_mode(self) -> &'static str {
+        match self {
+            Path::Http => "http-proxy",
+            Path::Connect => "connect",
+            Path::Socks => "socks5",
+            Path::Relay => "relay",
+            Path::Ws => "ws",
+        }
+    }
+}
+
+/// What is measured: a rate, or memory with connections held idle.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// Requests (or messages) per second.
+    Rate,
+    /// Bulk download in Gbit/s.
+    Stream,
+    /// `--hold N`: the proxy's memory per open tunnel.
+    Hold(u64),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Scenario {
+    pub name: String,
+    pub path: Path,
+    pub kind: Kind,
+    /// Arguments for `rustle-bench load` besides mode, target, proxy, duration.
+    pub load_args: Vec<String>,
+}
+
+impl Scenario {
+    pub fn unit(&self) -> &'static str {
+        match (self.kind, self.path) {
+            (Kind::Stream, _) => "Gbit/s",
+            (Kind::Hold(_), _) => "KB/tunnel",
+            (Kind::Rate, Path::Ws) => "msg/s",
+            (Kind::Rate, _) => "req/s",
+        }
+    }
+}
+
+/// Bodies: 1 GiB for one stream (reported in Gbit/s); 64 MiB for each of 16,
+/// so that the requests in flight at the deadline, which the generator
+/// waits for, do not stretch a run by more than a few seconds.
+const STREAM1_BODY: &str = "/bytes/1073741824";
+const STREAM16_BODY: &str = "/bytes/67108864";
+
+/// Every name `--scenarios` accepts, groups expanded (see [`expand`]).
+pub const GROUPS: &[(&str, &[&str])] = &[
+    ("quick", &["http-ka-1k", "http-close-1k", "connect-ka-1k", "socks-ka-1k", "relay-ka-1k"]),
+    ("mix", &["mix-http", "mix-connect", "mix-socks", "mix-relay"]),
+    ("mix-3k", &["mix-http-3k", "mix-connect-3k", "mix-socks-3k", "mix-relay-3k"]),
+    ("stream1-down", &["relay-stream1-down", "connect-stream1-down", "socks-stream1-down"]),
+    ("stream16", &["relay-stream16", "connect-stream16", "socks-stream16"]),
+];
+
+/// Expands group names (`mix`, `stream16`, `mem-tunnels-N` = the CONNECT
+/// and SOCKS variants) and `all`, keeping the order given.
+pub fn expand(list: &str) -> Result<Vec<Scenario>> {
+    let mut names: Vec<String> = Vec::new();
+    for item in list.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+        if item == "all" {
+            names.extend(all_names());
+        } else if let Some((_, members)) = GROUPS.iter().find(|(g, _)| *g == item) {
+            names.extend(members.iter().map(|s| s.to_string()));
+        } else if let Some(n) =
+            item.strip_prefix("mem-tunnels-").filter(|n| n.parse::<u64>().is_ok())
+        {
+            names.push(format!("mem-tunnels-connect-{n}"));
+            names.push(format!("mem-tunnels-socks-{n}"));
+        } else {
+            names.push(item.to_string());
+        }
+    }
+    let mut out: Vec<Scenario> = Vec::new();
+    for n in names {
+        if !out.iter().any(|s| s.name == n) {
+            out.push(parse(&n)?);
+        }
+    }
+    Ok(out)
+}
+
+fn all_names() -> Vec<String> {
+    let mut v = Vec::new();
+    for p in ["http", "connect", "socks", "relay"] {
+        for s in ["ka-1k", "ka-10k", "ka-1m", "close-1k", "ka-50k-2000"] {
+            if p == "http" || s != "ka-10k" && s != "ka-1m" {
+                v.push(format!("{p}-{s}"));
+            }
+        }
+    }
+    for p in ["relay", "connect", "socks"] {
+        v.push(format!("{p}-stream1-down"));
+        v.push(format!("{p}-stream16"));
+    }
+    v.extend(["ws-64b", "ws-64k", "ws-close"].map(String::from));
+    for n in [1000, 5000, 10000, 25000] {
+        v.push(format!("mem-tunnels-connect-{n}"));
+        v.push(format!("mem-tunnels-socks-{n}"));
+    }
+    for p in ["http", "connect", "socks", "relay"] {
+        v.push(format!("mix-{p}"));
+        v.push(format!("mix-{p}-3k"));
+    }
+    v
+}
+
+fn path_of(p: &str) -> Option<Path> {
+    Some(match p {
+        "http" => Path::Http,
+        "connect" => Path::Connect,
+        "socks" => Path::Socks,
+        "relay" => Path::Relay,
+        _ => return None,
+    })
+}
+
+fn args(s: &str) -> Vec<String> {
+    s.split_whitespace().map(String::from).collect()
+}
+
+/// One scenario by its full name.
+pub fn parse(name: &str) -> Result<Scenario> {
+    let make =
+        |path, kind, a: &str| Scenario { name: name.to_string(), path, kind, load_args: args(a) };
+    if let Some(rest) = name.strip_prefix("ws-") {
+        let a = match rest {
+            "64b" => "--connections 64 --size 64",
+            "64k" => "--connections 16 --size 65536",
+            "close" => "--connections 64 --size 64 --close",
+            _ => bail!("unknown scenario {name:?}"),
+        };
+        return Ok(make(Path::Ws, Kind::Rate, a));
+    }
+    if let Some(rest) = name.strip_prefix("mem-tunnels-") {
+        let (p, n) = rest.split_once('-').unwrap_or((rest, ""));
+        let path = match p {
+            "connect" => Path::Connect,
+            "socks" => Path::Socks,
+            _ => bail!("unknown scenario {name:?} (mem-tunnels-connect-N or -socks-N)"),
+        };
+        let Ok(n) = n.parse::<u64>() else { bail!("unknown scenario {name:?}") };
+        // The request each tunnel makes before idling is a small one.
+        return Ok(make(path, Kind::Hold(n), "--path /bytes/16"));
+    }
+    if let Some(rest) = name.strip_prefix("mix-") {
+        let (p, fixed) = match rest.strip_suffix("-3k") {
+            Some(p) => (p, true),
+            None => (rest, false),
+        };
+        let Some(path) = path_of(p) else { bail!("unknown scenario {name:?}") };
+        // Web-like: many connections open, 10 KB answers; the closed loop
+        // keeps 64 busy at a time, the open loop asks for 3000 a second.
+        let a = if fixed {
+            "--connections 2000 --rate 3000 --path /bytes/10240"
+        } else {
+            "--connections 2000 --active 64 --path /bytes/10240"
+        };
+        return Ok(make(path, Kind::Rate, a));
+    }
+    let Some((p, rest)) = name.split_once('-') else { bail!("unknown scenario {name:?}") };
+    let Some(path) = path_of(p) else { bail!("unknown scenario {name:?}") };
+    let (kind, a) = match rest {
+        "ka-1k" => (Kind::Rate, "--connections 64 --path /bytes/1024"),
+        "ka-10k" => (Kind::Rate, "--connections 64 --path /bytes/10240"),
+        "ka-1m" => (Kind::Rate, "--connections 16 --path /bytes/1048576"),
+        "close-1k" => (Kind::Rate, "--connections 64 --close --path /bytes/1024"),
+        "ka-50k-2000" => (Kind::Rate, "--connections 2000 --path /bytes/51200"),
+        "stream1-down" if path != Path::Http => (Kind::Stream, "--connections 1"),
+        "stream16" if path != Path::Http => (Kind::Stream, "--connections 16"),
+        _ => bail!("unknown scenario {name:?}"),
+    };
+    let mut s = make(path, kind, a);
+    if kind == Kind::Stream {
+        let body = if rest == "stream16" { STREAM16_BODY } else { STREAM1_BODY };
+        s.load_args.extend(["--path".to_string(), body.to_string()]);
+    }
+    Ok(s)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn every_name_in_all_parses_and_groups_expand() {
+        let all = expand("all").unwrap();
+        assert_eq!(all.len(), 39);
+        let names: Vec<String> = expand("quick,mem-tunnels-1000,stream1-down,http-ka-1k")
+            .unwrap()
+            .into_iter()
+            .map(|s| s.name)
+            .collect();
+        assert_eq!(names[0], "http-ka-1k");
+        assert!(names.contains(&"mem-tunnels-socks-1000".to_string()));
+        assert!(names.contains(&"relay-stream1-down".to_string()));
+        assert_eq!(names.iter().filter(|n| *n == "http-ka-1k").count(), 1);
+        assert!(expand("http-stream16").is_err());
+        assert!(expand("nope").is_err());
+    }
+
+    #[test]
+    fn units_follow_the_kind() {
+        assert_eq!(parse("relay-stream16").unwrap().unit(), "Gbit/s");
+        assert_eq!(parse("ws-64k").unwrap().unit(), "msg/s");
+        assert_eq!(parse("mem-tunnels-socks-5000").unwrap().kind, Kind::Hold(5000));
+        assert_eq!(parse("http-close-1k").unwrap().unit(), "req/s");
+    }
+}

@@ -1,0 +1,333 @@
+//! `rustle-bench report`: turns a campaign directory (runs.csv and
+//! conditions.txt) into markdown tables and SVG charts.
+//!
+//! Every cell is the median of the repetitions of one scenario × proxy.
+//! `*` marks the best of a row (highest throughput, lowest CPU, memory or
+//! 99th percentile; ties all marked), `‡` a cell whose runs were mostly
+//! paced by the client or the origin rather than by the proxy, `–` a cell
+//! not measured, with its reason.
+//!
+//! Submodules: [`stats`] (medians, best-of-row, pace rule), `table`
+//! (markdown), `svg` (plotters), `charts` (which charts).
+
+mod charts;
+pub mod stats;
+mod svg;
+mod table;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context, Result};
+
+use crate::campaign::record::{self, Row, Status};
+use stats::{best_of_row, client_paced, median, Better};
+use table::{num, Cell};
+
+pub const USAGE: &str = "\
+usage: rustle-bench report --in DIR [--out FILE.md] [--svg-dir DIR] [--notes FILE.md]
+  --in DIR       a campaign directory (runs.csv, conditions.txt)
+  --out FILE     markdown to write (default DIR/report.md)
+  --svg-dir DIR  where the charts go (default DIR/svg); linked relative to --out
+  --notes FILE   markdown included after the title (findings, caveats)";
+
+pub fn main(args: impl Iterator<Item = String>) -> Result<()> {
+    let (mut input, mut out, mut svg, mut notes) = (None, None, None, None);
+    let mut args = args;
+    while let Some(a) = args.next() {
+        let mut value = || args.next().with_context(|| format!("{a} needs a value"));
+        match a.as_str() {
+            "--in" => input = Some(PathBuf::from(value()?)),
+            "--out" => out = Some(PathBuf::from(value()?)),
+            "--svg-dir" => svg = Some(PathBuf::from(value()?)),
+            "--notes" => notes = Some(PathBuf::from(value()?)),
+            "-h" | "--help" => {
+                println!("{USAGE}");
+                return Ok(());
+            }
+            other => bail!("unknown argument {other:?}\n{USAGE}"),
+        }
+    }
+    let Some(input) = input else { bail!("--in DIR is required\n{USAGE}") };
+    let out = out.unwrap_or_else(|| input.join("report.md"));
+    let notes = notes.map(std::fs::read_to_string).transpose().context("reading --notes")?;
+    write_with(&input, &out, svg.as_deref(), notes.as_deref())
+}
+
+/// Writes the report of `input` to `out`, charts into `svg_dir`.
+pub fn write(input: &Path, out: &Path, svg_dir: Option<&Path>) -> Result<()> {
+    write_with(input, out, svg_dir, None)
+}
+
+fn write_with(input: &Path, out: &Path, svg_dir: Option<&Path>, notes: Option<&str>) -> Result<()> {
+    let rows = record::read(&input.join("runs.csv"))?;
+    let conditions = std::fs::read_to_string(input.join("conditions.txt")).unwrap_or_default();
+    let svg_dir = svg_dir.map_or_else(|| input.join("svg"), Path::to_path_buf);
+    std::fs::create_dir_all(&svg_dir)?;
+    let grid = Grid::new(&rows);
+    let charts = charts::draw(&grid, &svg_dir)?;
+    let md_dir = out.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let mut md = render(&grid, &conditions, notes);
+    md.push_str("\n## Charts\n\n");
+    for (title, file) in charts {
+        md.push_str(&format!("![{title}]({})\n\n", relative(&file, md_dir).display()));
+    }
+    std::fs::write(out, md).with_context(|| format!("writing {}", out.display()))?;
+    Ok(())
+}
+
+/// `file` relative to `dir` when it lies below it (the usual layout), else as given.
+fn relative(file: &Path, dir: &Path) -> PathBuf {
+    let abs = |p: &Path| std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf());
+    abs(file).strip_prefix(abs(dir)).map(Path::to_path_buf).unwrap_or_else(|_| file.to_path_buf())
+}
+
+/// The runs grouped by scenario × proxy, in the order they first appear.
+pub(crate) struct Grid<'a> {
+    pub scenarios: Vec<String>,
+    pub proxies: Vec<String>,
+    cells: BTreeMap<(String, String), Vec<&'a Row>>,
+}
+
+impl<'a> Grid<'a> {
+    fn new(rows: &'a [Row]) -> Grid<'a> {
+        let (mut scenarios, mut proxies) = (Vec::new(), Vec::new());
+        let mut cells: BTreeMap<_, Vec<&Row>> = BTreeMap::new();
+        for r in rows {
+            if !scenarios.contains(&r.scenario) {
+                scenarios.push(r.scenario.clone());
+            }
+            if !proxies.contains(&r.proxy) {
+                proxies.push(r.proxy.clone());
+            }
+            cells.entry((r.scenario.clone(), r.proxy.clone())).or_default().push(r);
+        }
+        Grid { scenarios, proxies, cells }
+    }
+
+    pub fn runs(&self, scenario: &str, proxy: &str) -> &[&'a Row] {
+        self.cells.get(&(scenario.to_string(), proxy.to_string())).map_or(&[], Vec::as_slice)
+    }
+
+    /// Runs that measured something: a run in which every exchange failed
+    /// has no throughput or latency worth a median (its errors are listed).
+    pub fn ok(&self, scenario: &str, proxy: &str) -> Vec<&'a Row> {
+        let measured = |r: &&Row| r.status == Status::Ok && r.completed != Some(0);
+        self.runs(scenario, proxy).iter().copied().filter(measured).collect()
+    }
+
+    /// Median of one field over the measured runs.
+    pub fn median(
+        &self,
+        scenario: &str,
+        proxy: &str,
+        f: impl Fn(&Row) -> Option<f64>,
+    ) -> Option<f64> {
+        let v: Vec<f64> = self.ok(scenario, proxy).into_iter().filter_map(f).collect();
+        median(&v)
+    }
+
+    pub fn unit(&self, scenario: &str) -> String {
+        self.cells
+            .iter()
+            .find(|((s, _), _)| s == scenario)
+            .and_then(|(_, v)| v.first())
+            .map_or(String::new(), |r| r.unit.clone())
+    }
+
+    /// Why a cell has no number: the first run's reason.
+    fn empty(&self, scenario: &str, proxy: &str) -> Cell {
+        let runs = self.runs(scenario, proxy);
+        let failed = runs.iter().any(|r| r.status == Status::Ok && r.completed == Some(0));
+        let reason = match runs.iter().find(|r| !r.reason.is_empty()) {
+            Some(r) => r.reason.as_str(),
+            None if failed => "every exchange failed",
+            None => "",
+        };
+        // "start failed: <detail>" shows as "start failed"; the CSV keeps the rest.
+        Cell::Empty(reason.split(':').next().unwrap_or("").to_string())
+    }
+
+    /// A row of cells for `scenario`: `value` picks the number ranked by
+    /// `better`, `text` formats the cell.
+    fn row(
+        &self,
+        scenario: &str,
+        better: Better,
+        value: &dyn Fn(&Row) -> Option<f64>,
+        text: &dyn Fn(&str, f64) -> String,
+    ) -> Vec<Cell> {
+        let meds: Vec<Option<f64>> =
+            self.proxies.iter().map(|p| self.median(scenario, p, value)).collect();
+        let best = best_of_row(&meds, better);
+        self.proxies
+            .iter()
+            .zip(meds.iter().zip(best))
+            .map(|(p, (m, b))| match m {
+                Some(v) => {
+                    let paces: Vec<_> =
+                        self.ok(scenario, p).iter().filter_map(|r| r.pace).collect();
+                    Cell::Value { text: text(p, *v), best: b, client_paced: client_paced(&paces) }
+                }
+                None => self.empty(scenario, p),
+            })
+            .collect()
+    }
+}
+
+fn is_hold(unit: &str) -> bool {
+    unit == "KB/tunnel"
+}
+
+fn render(g: &Grid, conditions: &str, notes: Option<&str>) -> String {
+    let mut md = String::from("# Benchmarks\n\n");
+    if let Some(n) = notes {
+        md.push_str(n.trim_end());
+        md.push_str("\n\n");
+    }
+    md.push_str("## Conditions\n\n");
+    for line in conditions.lines().filter(|l| !l.trim().is_empty()) {
+        md.push_str(&format!("- {line}\n"));
+    }
+    md.push_str(
+        "\nEach cell is the median of the repetitions. `*` best of the row (ties all \
+         marked), `‡` most runs were paced by the client or the origin (CPU 1 at 90% or more \
+         while the proxy was below 90% of its CPU or quota), so the proxy can do at least that \
+         much; `–` not measured, with the reason.\n",
+    );
+    let mut header = vec!["scenario".to_string()];
+    header.extend(g.proxies.iter().cloned());
+    let rate: Vec<&String> = g.scenarios.iter().filter(|s| !is_hold(&g.unit(s))).collect();
+    let hold: Vec<&String> = g.scenarios.iter().filter(|s| is_hold(&g.unit(s))).collect();
+    let plain = |_: &str, v: f64| num(v);
+
+    let mut section = |title: &str, intro: &str, rows: Vec<(String, Vec<Cell>)>| {
+        if rows.is_empty() {
+            return;
+        }
+        md.push_str(&format!("\n## {title}\n\n{intro}\n\n"));
+        md.push_str(&table::markdown(&header, &rows));
+    };
+    section(
+        "Throughput",
+        "Requests (or WebSocket messages) per second, or Gbit/s for the streams.",
+        rate.iter()
+            .map(|s| {
+                let label = format!("{s}, {}", g.unit(s));
+                (label, g.row(s, Better::Higher, &|r| r.throughput, &plain))
+            })
+            .collect(),
+    );
+    let ms = |us: Option<f64>| us.map_or("?".to_string(), |v| num(v / 1000.0));
+    section(
+        "Latency",
+        "The 50th / 99th / 99.9th percentile in ms; `*` marks the lowest 99th percentile. \
+         The closed-loop scenarios offer a slower proxy less load, so compare the spread \
+         between percentiles more than the medians.",
+        rate.iter()
+            .map(|s| {
+                let text = |p: &str, _: f64| {
+                    let f = |get: fn(&Row) -> Option<u64>| {
+                        ms(g.median(s, p, |r| get(r).map(|v| v as f64)))
+                    };
+                    format!(
+                        "{} / {} / {}",
+                        f(|r| r.lat_p50_us),
+                        f(|r| r.lat_p99_us),
+                        f(|r| r.lat_p99_9_us)
+                    )
+                };
+                let p99 = |r: &Row| r.lat_p99_us.map(|v| v as f64);
+                (s.to_string(), g.row(s, Better::Lower, &p99, &text))
+            })
+            .collect(),
+    );
+    section(
+        "Proxy CPU time",
+        "utime + stime of all the proxy's processes over the measured window, per request \
+         (µs) or per gigabyte moved (s).",
+        rate.iter()
+            .map(|s| {
+                let gb = g.unit(s) == "Gbit/s";
+                let (label, f): (String, fn(&Row) -> Option<f64>) = if gb {
+                    (format!("{s}, s/GB"), |r| r.cpu_s_per_gb)
+                } else {
+                    (format!("{s}, µs/req"), |r| r.cpu_us_per_req)
+                };
+                (label, g.row(s, Better::Lower, &f, &plain))
+            })
+            .collect(),
+    );
+    section(
+        "Proxy peak memory",
+        "VmHWM summed over the proxy's processes at the end of the run, MB.",
+        rate.iter()
+            .map(|s| {
+                let f = |r: &Row| r.rss_peak_kb.map(|k| k as f64 / 1024.0);
+                (s.to_string(), g.row(s, Better::Lower, &f, &plain))
+            })
+            .collect(),
+    );
+    section(
+        "Memory per open tunnel",
+        "The proxy's RSS with the tunnels open and idle, minus its RSS before, per tunnel, \
+         in KB (tunnels actually held in brackets). Tunnels are capped where the 20,000 file \
+         limit per process runs out.",
+        hold.iter()
+            .map(|s| {
+                let text = |p: &str, v: f64| {
+                    let held = g.median(s, p, |r| r.tunnels_held.map(|h| h as f64));
+                    format!("{} ({})", num(v), held.map_or("?".into(), num))
+                };
+                (s.to_string(), g.row(s, Better::Lower, &|r| r.kb_per_tunnel, &text))
+            })
+            .collect(),
+    );
+    section(
+        "Who set the pace",
+        "Median busy share of the proxy's CPU (of its quota when it had one) / of the \
+         client-and-origin CPU, in %.",
+        rate.iter()
+            .map(|s| {
+                let text = |p: &str, v: f64| {
+                    let c = g.median(s, p, |r| r.busy_client);
+                    format!(
+                        "{:.0} / {}",
+                        v * 100.0,
+                        c.map_or("?".into(), |c| format!("{:.0}", c * 100.0))
+                    )
+                };
+                let cells = g
+                    .row(s, Better::Higher, &|r| r.busy_proxy, &text)
+                    .into_iter()
+                    .map(|c| match c {
+                        // A best busy share means nothing: drop the star.
+                        Cell::Value { text, client_paced, .. } => {
+                            Cell::Value { text, best: false, client_paced }
+                        }
+                        e => e,
+                    })
+                    .collect();
+                (s.to_string(), cells)
+            })
+            .collect(),
+    );
+    md.push_str(&errors_section(g));
+    md
+}
+
+fn errors_section(g: &Grid) -> String {
+    let mut lines = Vec::new();
+    for s in &g.scenarios {
+        for p in &g.proxies {
+            for r in g.runs(s, p) {
+                if r.errors_total.unwrap_or(0) > 0 || r.status == Status::Failed {
+                    let what = if r.status == Status::Failed { &r.reason } else { &r.errors };
+                    lines.push(format!("- {s} / {p} / rep {}: {what}", r.rep));
+                }
+            }
+        }
+    }
+    let body = if lines.is_empty() { "None in any run.".to_string() } else { lines.join("\n") };
+    format!("\n## Errors\n\nFailed exchanges by kind, per run.\n\n{body}\n")
+}
