@@ -37,6 +37,8 @@ usage: rustle-bench campaign [options]
   --proxies LIST       rustle,nginx,haproxy,haproxy-splice,squid,tinyproxy,dante,microsocks
                        (default: all of them)
   --extra-proxy SPEC   NAME[:http,connect,socks,relay,ws]='command {listen} {target}' (repeatable)
+  --sweep LIST         connection counts, e.g. 16,64,256,1024: every closed-loop scenario
+                       (not mix-*, mem-tunnels-*) runs at each, in place of its default
   --reps N             repetitions (default 3)
   --duration D         measured time per run (default 10s)
   --quota F            proxy CPU quota in cores (cgroup cfs quota), e.g. 0.5
@@ -53,6 +55,8 @@ struct Options {
     scenarios: String,
     proxies: Vec<String>,
     extra: Vec<String>,
+    /// `--sweep` levels in the order given; empty: each scenario's default.
+    sweep: Vec<u32>,
     reps: u32,
     duration: String,
     quota: Option<f64>,
@@ -70,6 +74,7 @@ fn parse(args: impl Iterator<Item = String>) -> Result<Option<Options>> {
         scenarios: "quick".into(),
         proxies: peers::KNOWN.iter().map(|s| s.to_string()).collect(),
         extra: Vec::new(),
+        sweep: Vec::new(),
         reps: 3,
         duration: "10s".into(),
         quota: None,
@@ -88,6 +93,7 @@ fn parse(args: impl Iterator<Item = String>) -> Result<Option<Options>> {
             "--scenarios" => o.scenarios = value()?,
             "--proxies" => o.proxies = value()?.split(',').map(String::from).collect(),
             "--extra-proxy" => o.extra.push(value()?),
+            "--sweep" => o.sweep = sweep_levels(&value()?)?,
             "--reps" => o.reps = value()?.parse().context("--reps")?,
             "--duration" => {
                 let v = value()?;
@@ -123,6 +129,33 @@ fn parse(args: impl Iterator<Item = String>) -> Result<Option<Options>> {
     Ok(Some(o))
 }
 
+/// `16,64,256`: positive connection counts, duplicates dropped, order kept.
+fn sweep_levels(list: &str) -> Result<Vec<u32>> {
+    let mut levels = Vec::new();
+    for item in list.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+        let n: u32 = item.parse().with_context(|| format!("--sweep: {item:?} is not a count"))?;
+        if n == 0 {
+            bail!("--sweep: connection counts must be at least 1");
+        }
+        if !levels.contains(&n) {
+            levels.push(n);
+        }
+    }
+    if levels.is_empty() {
+        bail!("--sweep needs at least one connection count");
+    }
+    Ok(levels)
+}
+
+/// The runs of one scenario: one per `--sweep` level when it applies
+/// (recorded in the row's `connections`), else the scenario as it is.
+fn levels(sc: &scenario::Scenario, sweep: &[u32]) -> Vec<(Option<u32>, scenario::Scenario)> {
+    if sweep.is_empty() || !sc.sweepable() {
+        return vec![(sc.default_connections(), sc.clone())];
+    }
+    sweep.iter().map(|n| (Some(*n), sc.with_connections(*n))).collect()
+}
+
 /// Entry point for `rustle-bench campaign ARGS`.
 pub fn main(args: impl Iterator<Item = String>) -> Result<()> {
     let Some(o) = parse(args).map_err(|e| anyhow::anyhow!("{e:#}\n{USAGE}"))? else {
@@ -139,7 +172,8 @@ fn campaign(o: &Options) -> Result<()> {
     let stamp = utc_stamp();
     let scenarios = scenario::expand(&o.scenarios)?;
     let scratch = std::env::temp_dir().join(format!("rustle-campaign-{}", std::process::id()));
-    std::fs::create_dir_all(&scratch)?;
+    // Registered: removed by the cleanup at the end or on SIGINT/SIGTERM.
+    children::make_dir(&scratch, true)?;
     let out = match (&o.out, o.smoke) {
         (Some(d), _) => d.clone(),
         (None, true) => std::env::temp_dir().join(format!("rustle-campaign-smoke-{stamp}")),
@@ -163,6 +197,13 @@ fn campaign(o: &Options) -> Result<()> {
     }
 
     let mut notes = Vec::new();
+    if !o.sweep.is_empty() {
+        let fixed: Vec<&str> =
+            scenarios.iter().filter(|s| !s.sweepable()).map(|s| s.name.as_str()).collect();
+        if !fixed.is_empty() {
+            notes.push(format!("not swept (fixed load of their own): {}", fixed.join(", ")));
+        }
+    }
     let net = if o.netns {
         match Net::create(o.netem.as_deref(), o.rate_limit.as_deref()) {
             Ok(n) => n,
@@ -209,12 +250,13 @@ fn campaign(o: &Options) -> Result<()> {
     };
     let mut rustle_ok = false;
     for rep in 1..=o.reps {
-        for sc in &scenarios {
+        for (connections, sc) in scenarios.iter().flat_map(|sc| levels(sc, &o.sweep)) {
             for i in 0..proxies.len() {
                 // Rotate: repetition r starts r-1 places further along.
                 let p = &proxies[(i + rep as usize - 1) % proxies.len()];
-                let row = Row::new(&stamp, &sc.name, &p.name, rep, i as u32 + 1);
-                let row = bench.run(row, sc, p);
+                let mut row = Row::new(&stamp, &sc.name, &p.name, rep, i as u32 + 1);
+                row.connections = connections;
+                let row = bench.run(row, &sc, p);
                 eprintln!("{}", progress(&row));
                 if p.name == "rustle"
                     && row.status == Status::Ok
@@ -259,7 +301,8 @@ fn progress(r: &Row) -> String {
         ),
         _ => format!("{:?}: {}", r.status, r.reason),
     };
-    format!("campaign: rep {} {} {}: {what}", r.rep, r.scenario, r.proxy)
+    let conns = r.connections.map_or(String::new(), |n| format!(" ({n} conns)"));
+    format!("campaign: rep {} {}{conns} {}: {what}", r.rep, r.scenario, r.proxy)
 }
 
 fn write_conditions(
@@ -311,6 +354,10 @@ fn write_conditions(
     writeln!(f, "cpus: proxy on CPU 0, client and origin on CPU 1 (taskset)")?;
     writeln!(f, "reps: {}, duration: {}, seed: {}", o.reps, o.duration, o.seed)?;
     writeln!(f, "scenarios: {}", o.scenarios)?;
+    if !o.sweep.is_empty() {
+        let levels: Vec<String> = o.sweep.iter().map(u32::to_string).collect();
+        writeln!(f, "sweep: {} connections", levels.join(", "))?;
+    }
     for n in notes {
         writeln!(f, "note: {n}")?;
     }
@@ -339,4 +386,31 @@ fn utc_stamp() -> String {
     let m = if mp < 10 { mp + 3 } else { mp - 9 };
     let y = yoe + era * 400 + i64::from(m <= 2);
     format!("{y:04}{m:02}{d:02}-{:02}{:02}{:02}", rem / 3600, rem % 3600 / 60, rem % 60)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    fn args(s: &str) -> impl Iterator<Item = String> {
+        s.split_whitespace().map(String::from).collect::<Vec<_>>().into_iter()
+    }
+
+    #[test]
+    fn sweep_option_and_levels() {
+        let o = parse(args("--sweep 16,64,256,1024,64 --scenarios http-close-1k")).unwrap();
+        assert_eq!(o.unwrap().sweep, [16, 64, 256, 1024]);
+        assert!(parse(args("--sweep 16,0")).is_err());
+        assert!(parse(args("--sweep x")).is_err());
+        assert!(parse(args("--sweep ,")).is_err());
+        let close = scenario::parse("http-close-1k").unwrap();
+        let runs = levels(&close, &[16, 1024]);
+        assert_eq!(runs.len(), 2);
+        assert_eq!(runs[1].0, Some(1024));
+        assert_eq!(runs[1].1.default_connections(), Some(1024));
+        let mix = scenario::parse("mix-http").unwrap();
+        assert_eq!(levels(&mix, &[16, 1024]), vec![(Some(2000), mix.clone())]);
+        assert_eq!(levels(&close, &[]), vec![(Some(64), close.clone())]);
+    }
 }

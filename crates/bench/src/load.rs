@@ -132,6 +132,8 @@ pub struct Options {
     pub seed: u64,
     /// Print JSON instead of a human line (used by the CLI only).
     pub json: bool,
+    /// `user:password` sent as `Proxy-Authorization: Basic` (http-proxy and connect).
+    pub proxy_user: Option<String>,
 }
 
 impl Options {
@@ -156,6 +158,7 @@ impl Options {
             sni: None,
             seed: 0,
             json: false,
+            proxy_user: None,
         }
     }
 

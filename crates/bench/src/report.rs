@@ -7,12 +7,18 @@
 //! paced by the client or the origin rather than by the proxy, `–` a cell
 //! not measured, with its reason.
 //!
+//! A scenario run at several connection counts (`campaign --sweep`) has a
+//! row per level in every table, labelled `scenario@N`, and a section of its
+//! own with each proxy's best clean level (`sweep`).
+//!
 //! Submodules: [`stats`] (medians, best-of-row, pace rule), `table`
-//! (markdown), `svg` (plotters), `charts` (which charts).
+//! (markdown), `svg` (plotters), `charts` (which charts), `sweep` (the
+//! concurrency sweep: best clean level, its table and chart).
 
 mod charts;
 pub mod stats;
 mod svg;
+mod sweep;
 mod table;
 
 use std::collections::BTreeMap;
@@ -65,7 +71,8 @@ fn write_with(input: &Path, out: &Path, svg_dir: Option<&Path>, notes: Option<&s
     let svg_dir = svg_dir.map_or_else(|| input.join("svg"), Path::to_path_buf);
     std::fs::create_dir_all(&svg_dir)?;
     let grid = Grid::new(&rows);
-    let charts = charts::draw(&grid, &svg_dir)?;
+    let mut charts = sweep::charts(&grid, &svg_dir)?;
+    charts.extend(charts::draw(&grid, &svg_dir)?);
     let md_dir = out.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
     let mut md = render(&grid, &conditions, notes);
     md.push_str("\n## Charts\n\n");
@@ -82,27 +89,64 @@ fn relative(file: &Path, dir: &Path) -> PathBuf {
     abs(file).strip_prefix(abs(dir)).map(Path::to_path_buf).unwrap_or_else(|_| file.to_path_buf())
 }
 
-/// The runs grouped by scenario × proxy, in the order they first appear.
+/// A scenario run at several connection counts: its levels, ascending,
+/// each with the label of its row in the grid (`scenario@N`).
+pub(crate) struct Swept {
+    pub scenario: String,
+    pub levels: Vec<(u32, String)>,
+}
+
+/// The runs grouped by scenario × proxy, in the order they first appear;
+/// a swept scenario is one grid scenario per level, its levels ascending.
 pub(crate) struct Grid<'a> {
     pub scenarios: Vec<String>,
     pub proxies: Vec<String>,
+    pub swept: Vec<Swept>,
     cells: BTreeMap<(String, String), Vec<&'a Row>>,
 }
 
 impl<'a> Grid<'a> {
     fn new(rows: &'a [Row]) -> Grid<'a> {
-        let (mut scenarios, mut proxies) = (Vec::new(), Vec::new());
-        let mut cells: BTreeMap<_, Vec<&Row>> = BTreeMap::new();
+        let (mut order, mut proxies) = (Vec::<&str>::new(), Vec::new());
+        let mut levels: BTreeMap<&str, Vec<u32>> = BTreeMap::new();
         for r in rows {
-            if !scenarios.contains(&r.scenario) {
-                scenarios.push(r.scenario.clone());
+            if !order.contains(&r.scenario.as_str()) {
+                order.push(&r.scenario);
             }
             if !proxies.contains(&r.proxy) {
                 proxies.push(r.proxy.clone());
             }
-            cells.entry((r.scenario.clone(), r.proxy.clone())).or_default().push(r);
+            let l = levels.entry(&r.scenario).or_default();
+            if let Some(n) = r.connections.filter(|n| !l.contains(n)) {
+                l.push(n);
+            }
         }
-        Grid { scenarios, proxies, cells }
+        let is_swept = |s: &str| levels.get(s).is_some_and(|l| l.len() > 1);
+        let label = |r: &Row| match r.connections {
+            Some(n) if is_swept(&r.scenario) => format!("{}@{n}", r.scenario),
+            _ => r.scenario.clone(),
+        };
+        let mut cells: BTreeMap<_, Vec<&Row>> = BTreeMap::new();
+        for r in rows {
+            cells.entry((label(r), r.proxy.clone())).or_default().push(r);
+        }
+        let (mut scenarios, mut swept) = (Vec::new(), Vec::new());
+        for s in order {
+            let mut l = levels.get(s).cloned().unwrap_or_default();
+            if l.len() < 2 {
+                scenarios.push(s.to_string());
+                continue;
+            }
+            l.sort_unstable();
+            let l: Vec<(u32, String)> = l.into_iter().map(|n| (n, format!("{s}@{n}"))).collect();
+            scenarios.extend(l.iter().map(|(_, label)| label.clone()));
+            // Rows of the scenario without a count (hand-made CSVs) keep the bare name.
+            if rows.iter().any(|r| r.scenario == s && r.connections.is_none()) {
+                scenarios.push(s.to_string());
+            }
+            swept.push(Swept { scenario: s.to_string(), levels: l });
+        }
+        Grid { scenarios, proxies, swept, cells }
     }
 
     pub fn runs(&self, scenario: &str, proxy: &str) -> &[&'a Row] {
@@ -130,8 +174,9 @@ impl<'a> Grid<'a> {
     pub fn unit(&self, scenario: &str) -> String {
         self.cells
             .iter()
-            .find(|((s, _), _)| s == scenario)
-            .and_then(|(_, v)| v.first())
+            .filter(|((s, _), _)| s == scenario)
+            .flat_map(|(_, v)| v.iter())
+            .find(|r| !r.unit.is_empty())
             .map_or(String::new(), |r| r.unit.clone())
     }
 
@@ -195,6 +240,7 @@ fn render(g: &Grid, conditions: &str, notes: Option<&str>) -> String {
          while the proxy was below 90% of its CPU or quota), so the proxy can do at least that \
          much; `–` not measured, with the reason.\n",
     );
+    md.push_str(&sweep::section(g));
     let mut header = vec!["scenario".to_string()];
     header.extend(g.proxies.iter().cloned());
     let rate: Vec<&String> = g.scenarios.iter().filter(|s| !is_hold(&g.unit(s))).collect();

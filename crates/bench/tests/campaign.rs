@@ -2,7 +2,8 @@
 //! http-ka-1k for 2 s, the CSV and the report written, so the harness cannot rot.
 //! Uses the release rustle binary if there is one, else the debug one that
 //! `cargo test --workspace` builds; skipped (with a message) when neither, or
-//! nginx, is there.
+//! nginx, is there. Also: SIGTERM in the middle of a run leaves no scratch
+//! directory behind.
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -50,4 +51,49 @@ fn smoke_campaign_writes_csv_and_report() {
         .expect("conditions")
         .contains("loopback"));
     std::fs::remove_dir_all(&out).expect("cleaning up");
+}
+
+#[test]
+fn sigterm_removes_the_scratch_directory() {
+    let Some(rustle) = rustle_bin() else {
+        eprintln!("skipped: no rustle binary (cargo build -p rustle, or set RUSTLE_BIN)");
+        return;
+    };
+    if !has("taskset") {
+        eprintln!("skipped: taskset not installed");
+        return;
+    }
+    // A TMPDIR of its own (under /tmp), so that what is left is ours alone.
+    let tmp = std::env::temp_dir().join(format!("rustle-campaign-sig-{}", std::process::id()));
+    std::fs::create_dir_all(&tmp).expect("tmp dir");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_rustle-bench"))
+        .args(["campaign", "--scenarios", "http-ka-1k", "--proxies", "rustle", "--reps", "1"])
+        .args(["--duration", "30s", "--netns", "off", "--out"])
+        .arg(tmp.join("out"))
+        .arg("--rustle-bin")
+        .arg(&rustle)
+        .env("TMPDIR", &tmp)
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("starting the campaign");
+    let scratch = tmp.join(format!("rustle-campaign-{}", child.id()));
+    // Wait until the proxy runs (its run directory exists), then a moment more.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while !scratch.join("run-1").exists() && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert!(scratch.join("run-1").exists(), "the campaign never started a run");
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let killed = Command::new("kill").args(["-s", "TERM", &child.id().to_string()]).status();
+    assert!(killed.expect("kill").success());
+    let status = child.wait().expect("waiting for the campaign");
+    assert_eq!(status.code(), Some(130));
+    let left: Vec<_> = std::fs::read_dir(&tmp)
+        .expect("reading tmp")
+        .flatten()
+        .map(|e| e.file_name())
+        .filter(|n| n != "out")
+        .collect();
+    assert!(left.is_empty(), "left behind in {}: {left:?}", tmp.display());
+    std::fs::remove_dir_all(&tmp).expect("cleaning up");
 }

@@ -1,7 +1,8 @@
-//! The processes, namespaces and cgroups the campaign creates, registered
-//! as they are made so that SIGINT/SIGTERM can undo all of them: a
-//! background thread waits for the signal, stops every child by its process
-//! group and pid, deletes the namespaces and cgroups, then exits.
+//! The processes, namespaces, cgroups and scratch directories the campaign
+//! creates, registered as they are made so that SIGINT/SIGTERM can undo all
+//! of them: a background thread waits for the signal, stops every child by
+//! its process group and pid, deletes the namespaces, cgroups and scratch
+//! directories, then exits.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -18,10 +19,20 @@ struct Registry {
     groups: Vec<u32>,
     netns: Vec<String>,
     cgroups: Vec<PathBuf>,
+    /// Scratch directories (under /tmp), removed with everything in them.
+    dirs: Vec<PathBuf>,
+    /// Set once cleanup has begun: nothing new is started or created, so
+    /// that the main thread, still running, cannot leave anything behind.
+    stopping: bool,
 }
 
-static REGISTRY: Mutex<Registry> =
-    Mutex::new(Registry { groups: Vec::new(), netns: Vec::new(), cgroups: Vec::new() });
+static REGISTRY: Mutex<Registry> = Mutex::new(Registry {
+    groups: Vec::new(),
+    netns: Vec::new(),
+    cgroups: Vec::new(),
+    dirs: Vec::new(),
+    stopping: false,
+});
 
 fn with<R>(f: impl FnOnce(&mut Registry) -> R) -> R {
     // A poisoned lock only means another thread panicked mid-update; the
@@ -44,6 +55,39 @@ pub fn register_cgroup(dir: &Path) {
 
 pub fn forget_cgroup(dir: &Path) {
     with(|r| r.cgroups.retain(|d| d != dir));
+}
+
+/// Creates a directory (and its parents) unless cleanup has begun; with
+/// `remove_on_cleanup` it is registered for [`cleanup_all`] to delete.
+/// Under the registry lock, so that a directory is either made before
+/// cleanup takes the list (and deleted by it) or not made at all.
+pub fn make_dir(dir: &Path, remove_on_cleanup: bool) -> Result<()> {
+    with(|r| {
+        if r.stopping {
+            anyhow::bail!("interrupted: not creating {}", dir.display());
+        }
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+        if remove_on_cleanup {
+            r.dirs.push(dir.to_path_buf());
+        }
+        Ok(())
+    })
+}
+
+/// Registers a child's process group, or stops the child at once when
+/// cleanup has already taken the list.
+fn register_child(child: &mut Child) {
+    let id = child.id();
+    let registered = with(|r| {
+        if !r.stopping {
+            r.groups.push(id);
+        }
+        !r.stopping
+    });
+    if !registered {
+        sys::signal(id, &sys::tree(id), "KILL");
+        let _ = child.wait();
+    }
 }
 
 /// Starts the thread that cleans up and exits on SIGINT or SIGTERM.
@@ -77,7 +121,10 @@ pub fn install_signal_handler() -> Result<()> {
                 }
             });
             if got {
-                eprintln!("campaign: interrupted, stopping children and removing namespaces");
+                eprintln!(
+                    "campaign: interrupted, stopping children, removing namespaces, cgroups \
+                     and scratch files"
+                );
                 cleanup_all();
                 std::process::exit(130);
             }
@@ -86,13 +133,16 @@ pub fn install_signal_handler() -> Result<()> {
     Ok(())
 }
 
-/// Stops every registered child, then removes namespaces and cgroups.
+/// Stops every registered child, then removes namespaces, cgroups and
+/// scratch directories. Nothing new can be registered afterwards.
 pub fn cleanup_all() {
-    let (groups, netns, cgroups) = with(|r| {
+    let (groups, netns, cgroups, dirs) = with(|r| {
+        r.stopping = true;
         (
             std::mem::take(&mut r.groups),
             std::mem::take(&mut r.netns),
             std::mem::take(&mut r.cgroups),
+            std::mem::take(&mut r.dirs),
         )
     });
     for g in &groups {
@@ -106,6 +156,9 @@ pub fn cleanup_all() {
     }
     for d in cgroups {
         let _ = std::fs::remove_dir(&d);
+    }
+    for d in dirs {
+        let _ = std::fs::remove_dir_all(&d);
     }
 }
 
@@ -131,8 +184,8 @@ impl Proc {
             cmd.stdout(out).stderr(err);
             stderr_file = Some(err_path);
         }
-        let child = cmd.spawn().with_context(|| format!("starting {name}: {cmd:?}"))?;
-        with(|r| r.groups.push(child.id()));
+        let mut child = cmd.spawn().with_context(|| format!("starting {name}: {cmd:?}"))?;
+        register_child(&mut child);
         Ok(Proc { child, name: name.to_string(), stderr_file })
     }
 
@@ -140,8 +193,8 @@ impl Proc {
     pub fn spawn_piped(name: &str, mut cmd: Command) -> Result<Proc> {
         use std::os::unix::process::CommandExt;
         cmd.process_group(0).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
-        let child = cmd.spawn().with_context(|| format!("starting {name}: {cmd:?}"))?;
-        with(|r| r.groups.push(child.id()));
+        let mut child = cmd.spawn().with_context(|| format!("starting {name}: {cmd:?}"))?;
+        register_child(&mut child);
         Ok(Proc { child, name: name.to_string(), stderr_file: None })
     }
 

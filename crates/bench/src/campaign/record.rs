@@ -84,10 +84,16 @@ pub struct Row {
     pub net: String,
     /// The netem / rate settings on the client link, empty for none.
     pub link: String,
+    /// Connections of the load: the scenario's default or a `--sweep`
+    /// level; empty for the tunnel holds. Last, and optional when read:
+    /// CSVs written before it existed get the scenario's default.
+    #[serde(default)]
+    pub connections: Option<u32>,
 }
 
 impl Row {
-    /// A row with the identifying fields set and no measurements.
+    /// A row with the identifying fields set (connections: the scenario's
+    /// default) and no measurements.
     pub fn new(campaign: &str, scenario: &str, proxy: &str, rep: u32, order: u32) -> Row {
         Row {
             campaign: campaign.to_string(),
@@ -124,6 +130,7 @@ impl Row {
             quota: None,
             net: String::new(),
             link: String::new(),
+            connections: super::scenario::default_connections(scenario),
         }
     }
 
@@ -153,10 +160,20 @@ impl Writer {
     }
 }
 
+/// Reads a `runs.csv`; rows without a connection count (older CSVs) get
+/// their scenario's default.
 pub fn read(path: &Path) -> Result<Vec<Row>> {
     let mut r =
         csv::Reader::from_path(path).with_context(|| format!("opening {}", path.display()))?;
-    r.deserialize().map(|row| row.with_context(|| format!("reading {}", path.display()))).collect()
+    r.deserialize()
+        .map(|row: csv::Result<Row>| {
+            let mut row = row.with_context(|| format!("reading {}", path.display()))?;
+            if row.connections.is_none() {
+                row.connections = super::scenario::default_connections(&row.scenario);
+            }
+            Ok(row)
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -187,6 +204,60 @@ mod tests {
         assert_eq!(back, vec![a, b]);
         let header = std::fs::read_to_string(&path).unwrap();
         assert!(header.starts_with("campaign,scenario,proxy,rep,order,status,reason,unit,"));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    fn write_rows(path: &Path, rows: &[Row]) {
+        let mut w = Writer::create(path).unwrap();
+        for r in rows {
+            w.write(r).unwrap();
+        }
+    }
+
+    #[test]
+    fn csv_with_the_connections_column_keeps_sweep_levels() {
+        let dir = std::env::temp_dir().join(format!("rb-record-sweep-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("runs.csv");
+        let mut a = Row::new("c1", "http-ka-1k", "rustle", 1, 1);
+        assert_eq!(a.connections, Some(64));
+        a.connections = Some(1024);
+        let mut b = Row::new("c1", "http-close-1k", "nginx", 1, 2);
+        b.connections = Some(16);
+        let hold = Row::new("c1", "mem-tunnels-connect-1000", "rustle", 1, 1);
+        assert_eq!(hold.connections, None);
+        write_rows(&path, &[a.clone(), b.clone(), hold.clone()]);
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert!(text.lines().next().unwrap().ends_with(",link,connections"));
+        assert_eq!(read(&path).unwrap(), vec![a, b, hold]);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn csv_without_the_connections_column_gets_scenario_defaults() {
+        let dir = std::env::temp_dir().join(format!("rb-record-old-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("runs.csv");
+        let mut rows = vec![
+            Row::new("c1", "http-ka-1m", "rustle", 1, 1),
+            Row::new("c1", "mix-http", "nginx", 1, 2),
+            Row::new("c1", "mem-tunnels-socks-5000", "dante", 1, 3),
+            Row::new("c1", "custom-thing", "x", 1, 4),
+        ];
+        rows[0].throughput = Some(2.5);
+        write_rows(&path, &rows);
+        // Drop the last column, as a CSV written before it existed.
+        let old: String = std::fs::read_to_string(&path)
+            .unwrap()
+            .lines()
+            .map(|l| format!("{}\n", l.rsplit_once(',').unwrap().0))
+            .collect();
+        assert!(old.lines().next().unwrap().ends_with(",net,link"));
+        std::fs::write(&path, old).unwrap();
+        let back = read(&path).unwrap();
+        let conns: Vec<Option<u32>> = back.iter().map(|r| r.connections).collect();
+        assert_eq!(conns, [Some(16), Some(2000), None, None]);
+        assert_eq!(back, rows);
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

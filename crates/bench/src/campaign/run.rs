@@ -61,10 +61,14 @@ impl Bench {
         // World-writable: tinyproxy, squid and nginx workers drop to
         // unprivileged users and still write their pid or log files here.
         use std::os::unix::fs::PermissionsExt;
-        let made = std::fs::create_dir_all(&dir)
-            .and_then(|_| std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777)));
+        // Through the registry: once an interrupt's cleanup has removed the
+        // scratch directory, it is not made again.
+        let made = super::children::make_dir(&dir, false).and_then(|_| {
+            std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777))
+                .context("scratch dir permissions")
+        });
         if let Err(e) = made {
-            return row.skipped(format!("scratch dir: {e}"));
+            return row.skipped(format!("scratch dir: {e:#}"));
         }
         let mut p = match self.start_proxy(sc, proxy, &dir) {
             Ok(p) => p,

@@ -61,6 +61,38 @@ impl Scenario {
             (Kind::Rate, _) => "req/s",
         }
     }
+
+    /// The value of its `--connections`: 64 for `http-ka-1k`, 2000 for the
+    /// mixes; `None` for the tunnel holds, which open `--hold N` instead.
+    pub fn default_connections(&self) -> Option<u32> {
+        let i = self.load_args.iter().position(|a| a == "--connections")?;
+        self.load_args.get(i + 1)?.parse().ok()
+    }
+
+    /// True when `--sweep` applies: a closed loop in which every connection
+    /// is busy all the time, so that the connection count is the
+    /// concurrency. Not the mixes (2000 open, 64 of them active or an open
+    /// loop at a fixed rate) nor the tunnel holds.
+    pub fn sweepable(&self) -> bool {
+        let fixed = self.load_args.iter().any(|a| a == "--active" || a == "--rate");
+        !matches!(self.kind, Kind::Hold(_)) && !fixed && self.default_connections().is_some()
+    }
+
+    /// The same load with `n` connections instead of the default.
+    pub fn with_connections(&self, n: u32) -> Scenario {
+        let mut s = self.clone();
+        match s.load_args.iter().position(|a| a == "--connections") {
+            Some(i) if i + 1 < s.load_args.len() => s.load_args[i + 1] = n.to_string(),
+            _ => s.load_args.extend(["--connections".to_string(), n.to_string()]),
+        }
+        s
+    }
+}
+
+/// The connection count of a scenario by name, for CSV rows that predate
+/// the `connections` column; `None` for unknown names and tunnel holds.
+pub fn default_connections(name: &str) -> Option<u32> {
+    parse(name).ok()?.default_connections()
 }
 
 /// Bodies: 1 GiB for one stream (reported in Gbit/s); 64 MiB for each of 16,
@@ -231,5 +263,24 @@ mod tests {
         assert_eq!(parse("ws-64k").unwrap().unit(), "msg/s");
         assert_eq!(parse("mem-tunnels-socks-5000").unwrap().kind, Kind::Hold(5000));
         assert_eq!(parse("http-close-1k").unwrap().unit(), "req/s");
+    }
+
+    #[test]
+    fn connections_default_and_override() {
+        let close = parse("http-close-1k").unwrap();
+        assert_eq!(close.default_connections(), Some(64));
+        assert!(close.sweepable());
+        let swept = close.with_connections(1024);
+        assert_eq!(swept.default_connections(), Some(1024));
+        assert!(swept.load_args.contains(&"--close".to_string()));
+        assert_eq!(swept.load_args.iter().filter(|a| *a == "--connections").count(), 1);
+        assert_eq!(default_connections("http-ka-1m"), Some(16));
+        assert_eq!(default_connections("mix-http"), Some(2000));
+        assert!(!parse("mix-http").unwrap().sweepable());
+        assert!(!parse("mix-relay-3k").unwrap().sweepable());
+        assert_eq!(default_connections("mem-tunnels-socks-1000"), None);
+        assert!(!parse("mem-tunnels-socks-1000").unwrap().sweepable());
+        assert!(parse("ws-close").unwrap().sweepable());
+        assert_eq!(default_connections("nope"), None);
     }
 }

@@ -11,6 +11,7 @@ pub const USAGE: &str = "\
 usage: rustle-bench load --target HOST:PORT [options]
   --mode M          direct (default) | http-proxy | connect | socks5 | relay | ws | https-relay
   --proxy HOST:PORT proxy or relay (required except for direct; ws without it goes direct)
+  --proxy-user U:P  send Proxy-Authorization: Basic (http-proxy and connect modes)
   --path P          request path (default /bytes/1024; /sha256 with --upload; /ws in ws mode)
   --connections C   concurrent connections (default 64)
   --threads N       worker threads, one current-thread runtime each (default 1)
@@ -41,6 +42,7 @@ pub fn parse(args: impl IntoIterator<Item = String>) -> Result<Option<Options>> 
             }
             "--target" => o.target = value()?,
             "--proxy" => o.proxy = Some(value()?),
+            "--proxy-user" => o.proxy_user = Some(value()?),
             "--path" => {
                 let v = value()?;
                 if !v.starts_with('/') {

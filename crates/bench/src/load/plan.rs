@@ -65,7 +65,8 @@ impl Plan {
             (Mode::Direct, _) | (Mode::Ws, None) => Hop::Direct(resolve(&o.target)?),
             (Mode::Connect, Some(proxy)) => {
                 let t = &o.target;
-                let request = format!("CONNECT {t} HTTP/1.1\r\nHost: {t}\r\n\r\n");
+                let auth = proxy_authorization(o);
+                let request = format!("CONNECT {t} HTTP/1.1\r\nHost: {t}\r\n{auth}\r\n");
                 Hop::Connect { proxy, request: request.into_bytes().into() }
             }
             (Mode::Socks5, Some(proxy)) => {
@@ -124,11 +125,26 @@ fn request_target(o: &Options, absolute: bool) -> String {
     }
 }
 
+/// The `Proxy-Authorization` line for `--proxy-user`, or nothing.
+fn proxy_authorization(o: &Options) -> String {
+    use base64::Engine as _;
+    match &o.proxy_user {
+        Some(cred) => format!(
+            "Proxy-Authorization: Basic {}\r\n",
+            base64::engine::general_purpose::STANDARD.encode(cred)
+        ),
+        None => String::new(),
+    }
+}
+
 fn http_request(o: &Options, absolute: bool) -> Vec<u8> {
     let method = if o.upload > 0 { "POST" } else { "GET" };
     let mut head =
         format!("{method} {} HTTP/1.1\r\nHost: {}\r\n", request_target(o, absolute), o.target);
     head.push_str("User-Agent: rustle-bench\r\n");
+    if absolute {
+        head.push_str(&proxy_authorization(o));
+    }
     if o.close {
         head.push_str("Connection: close\r\n");
     }

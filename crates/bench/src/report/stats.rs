@@ -9,7 +9,7 @@ pub const PACE_THRESHOLD: f64 = 0.9;
 
 /// Two medians closer than this share of the larger count as a tie, so that
 /// rounding noise does not hand out a star.
-const TIE: f64 = 1e-9;
+pub(crate) const TIE: f64 = 1e-9;
 
 /// Median; the mean of the two middle values for an even count. NaNs are
 /// ignored; `None` for no values.
