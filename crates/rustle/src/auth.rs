@@ -425,6 +425,22 @@ pub fn hash_password(password: &[u8]) -> Result<String, String> {
     Ok(hash.to_string())
 }
 
+/// A user whose password nobody knows, hashed like the default for new users: checking an
+/// unknown name against it makes a failure take as long as a wrong password.
+pub fn decoy_user() -> Option<User> {
+    static DECOY: std::sync::OnceLock<Option<User>> = std::sync::OnceLock::new();
+    DECOY
+        .get_or_init(|| {
+            let mut secret = [0u8; 32];
+            OsRng.try_fill_bytes(&mut secret).ok()?;
+            let hash = hash_password(&secret).ok()?;
+            let mut users = Users::default();
+            users.add("decoy", &hash, &[]).ok()?;
+            users.get("decoy").cloned()
+        })
+        .clone()
+}
+
 /// A users-file line `name:$argon2id$...` for `rustle passwd NAME`, after checking the name.
 pub fn hash_line(name: &str, password: &[u8]) -> Result<String, String> {
     check_name("user", name)?;

@@ -51,6 +51,8 @@ pub struct Client {
     /// (a later request with the same value needs no new check).
     pub user: Option<Rc<str>>,
     auth_seen: Vec<u8>,
+    /// The users' generation `auth_seen` was checked against (a reload invalidates it).
+    auth_gen: u64,
     /// Method and target of the current request, kept for its log line.
     method: Vec<u8>,
     target: Vec<u8>,
@@ -96,6 +98,7 @@ pub async fn serve_buffered(
         buf,
         user: None,
         auth_seen: Vec::new(),
+        auth_gen: 0,
         head: RequestHead::new(),
         out: Vec::with_capacity(1024),
         key: Vec::new(),
@@ -171,6 +174,7 @@ pub async fn refuse_overloaded(
         worker,
         user: None,
         auth_seen: Vec::new(),
+        auth_gen: 0,
         listener,
         stream,
         peer,
@@ -274,7 +278,9 @@ impl Client {
         let Some(value) = self.head.header(self.buf.filled(), "proxy-authorization") else {
             return Err(Error::AuthRequired("credentials required"));
         };
-        if self.user.is_some() && value == self.auth_seen.as_slice() {
+        let generation = self.worker.policy().users.generation();
+        if self.user.is_some() && value == self.auth_seen.as_slice() && generation == self.auth_gen
+        {
             return Ok(());
         }
         let value = value.to_vec();
@@ -282,11 +288,16 @@ impl Client {
         let (user, password) = crate::auth::parse_basic(&value, &mut scratch)
             .map_err(|_| Error::AuthRequired("malformed Proxy-Authorization"))?;
         self.worker.authenticate(self.peer.ip(), user, password).await?;
+        if self.user.as_deref().is_some_and(|u| u != user) {
+            // The connection is counted against its first user's limit.
+            return Err(Error::AuthRequired("a connection cannot change users"));
+        }
         if !self.guard.hold_user(user) {
             return Err(Error::LimitReached("for this user"));
         }
         self.user = Some(Rc::from(user));
         self.auth_seen = value;
+        self.auth_gen = generation;
         Ok(())
     }
 

@@ -196,7 +196,14 @@ impl Access<'_> {
         if !rules_too {
             return None;
         }
-        match self.policy.rules.check(&self.request(Some(addr.ip()))) {
+        // Connecting to 0.0.0.0 or :: reaches this host: rules see it as loopback, so the
+        // unspecified address cannot slip past a rule about 127.0.0.0/8 or ::1.
+        let ip = match addr.ip() {
+            IpAddr::V4(v4) if v4.is_unspecified() => IpAddr::V4(std::net::Ipv4Addr::LOCALHOST),
+            IpAddr::V6(v6) if v6.is_unspecified() => IpAddr::V6(std::net::Ipv6Addr::LOCALHOST),
+            ip => ip,
+        };
+        match self.policy.rules.check(&self.request(Some(ip))) {
             Verdict::Allow => None,
             Verdict::Deny { rule, reason } => Some(self.denial(rule, reason)),
             Verdict::NeedAddress => Some(self.denial(None, "undecidable")),

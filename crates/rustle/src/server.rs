@@ -368,8 +368,10 @@ async fn accept_loop(worker: Rc<Worker>, config: Arc<Listener>, listener: TcpLis
             ConnGuard { worker: worker.clone(), _client_slot: client_slot, user_slot: None };
         let l = config.clone();
         if open > worker.cfg.limits.max_connections || over_client {
-            if matches!(config.kind, ListenerKind::Http | ListenerKind::Auto) {
+            if config.kind == ListenerKind::Http {
                 tokio::task::spawn_local(crate::http1::refuse_overloaded(guard, l, stream, peer));
+            } else if config.kind == ListenerKind::Auto {
+                tokio::task::spawn_local(crate::socks::refuse_auto(guard, l, stream, peer));
             } else {
                 tracing::warn!("{peer}: refused, {open} connections open");
             }
@@ -428,13 +430,19 @@ impl Worker {
         if self.creds.borrow_mut().lookup(user, password, generation) {
             return Ok(());
         }
-        let Some(u) = policy.users.get(user).cloned() else {
+        // An unknown user costs the same hash as a known one, so that timing does not
+        // tell which names exist.
+        let (u, known) = match policy.users.get(user) {
+            Some(u) => (Some(u.clone()), true),
+            None => (crate::auth::decoy_user(), false),
+        };
+        let Some(u) = u else {
             self.failures.borrow_mut().record_failure(client, now);
             return Err(Error::AuthRequired("unknown user or wrong password"));
         };
         let pw = password.to_vec();
         let ok = tokio::task::spawn_blocking(move || u.verify(&pw)).await.unwrap_or(false);
-        if ok {
+        if ok && known {
             self.creds.borrow_mut().insert(user, password, generation);
             Ok(())
         } else {
@@ -523,7 +531,11 @@ fn reload(running: &Running, path: Option<&std::path::Path>) {
     match Config::load(path) {
         Ok(cfg) => match running.reload(&cfg) {
             Ok(()) => {
-                tracing::info!("SIGHUP: reloaded users, rules and limits from {}", path.display())
+                tracing::info!(
+                    "SIGHUP: reloaded users, rules and per-user limits from {} \
+                     (listeners and connection limits stay as started)",
+                    path.display()
+                )
             }
             Err(e) => tracing::error!("SIGHUP: {e}; keeping the previous policy"),
         },

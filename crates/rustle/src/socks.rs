@@ -93,6 +93,25 @@ pub async fn serve_auto(
     }
 }
 
+/// Over a connection limit on an `auto` listener: an HTTP client gets its 503, anything
+/// else (SOCKS has no reply before the greeting) is closed.
+pub async fn refuse_auto(
+    guard: ConnGuard,
+    listener: Arc<Listener>,
+    stream: TcpStream,
+    peer: SocketAddr,
+) {
+    let mut first = [0u8; 1];
+    let wait = guard.worker().cfg.timeouts.header;
+    if let Ok(Ok(1)) = tokio::time::timeout(wait, stream.peek(&mut first)).await {
+        if let Ok(Some(Protocol::Http)) = detect(&first) {
+            crate::http1::refuse_overloaded(guard, listener, stream, peer).await;
+            return;
+        }
+    }
+    log_failure(guard.worker(), peer, "too many connections");
+}
+
 fn log_failure(worker: &Worker, peer: SocketAddr, why: &str) {
     worker.log.log(&Entry {
         client: peer,

@@ -9,12 +9,16 @@
 
 mod util;
 
+mod auth;
 mod connect;
 mod engine;
 mod errors;
 mod http;
 mod lifecycle;
+mod limits;
+mod loadgen;
 mod relay;
+mod rules;
 mod socks;
 mod udp;
 mod websocket;

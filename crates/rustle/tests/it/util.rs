@@ -510,12 +510,25 @@ pub struct LogLine {
     pub upstream: String,
     /// The quoted cause, unquoted; empty when there is none.
     pub error: String,
+    /// The authenticated user (` user=NAME`), empty when there is none.
+    pub user: String,
 }
 
 impl LogLine {
     pub fn parse(line: &str) -> LogLine {
         let f: Vec<&str> = line.splitn(10, ' ').collect();
         assert!(f.len() >= 9, "not an access-log line: {line:?}");
+        // ` user=NAME` comes between the upstream and the quoted cause.
+        let (user, error) = match f.get(9) {
+            Some(rest) => match rest.strip_prefix("user=") {
+                Some(rest) => match rest.split_once(' ') {
+                    Some((u, e)) => (u, e),
+                    None => (rest, ""),
+                },
+                None => ("", *rest),
+            },
+            None => ("", ""),
+        };
         LogLine {
             client: f[1].to_string(),
             method: f[2].to_string(),
@@ -524,7 +537,8 @@ impl LogLine {
             up: f[5].parse().unwrap_or_else(|_| panic!("up in {line:?}")),
             down: f[6].parse().unwrap_or_else(|_| panic!("down in {line:?}")),
             upstream: f[8].to_string(),
-            error: f.get(9).map(|e| e.trim_matches('"').to_string()).unwrap_or_default(),
+            error: error.trim_matches('"').to_string(),
+            user: user.to_string(),
         }
     }
 }
@@ -589,6 +603,278 @@ pub fn read_to_eof(s: &mut TcpStream) -> Vec<u8> {
     let (got, closed) = read_until_close(s);
     assert!(closed, "no EOF after {} bytes", got.len());
     got
+}
+
+/// Standard padded base64, for `Proxy-Authorization` values written by hand.
+pub fn base64(bytes: &[u8]) -> String {
+    const ABC: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
+    for chunk in bytes.chunks(3) {
+        let b = [chunk[0], *chunk.get(1).unwrap_or(&0), *chunk.get(2).unwrap_or(&0)];
+        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
+        for i in 0..4 {
+            if i <= chunk.len() {
+                out.push(ABC[(n >> (18 - 6 * i) & 63) as usize] as char);
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
+/// A `Proxy-Authorization: Basic ...` header line for `user:password`.
+pub fn proxy_auth(user: &str, password: &str) -> String {
+    format!("Proxy-Authorization: Basic {}", base64(format!("{user}:{password}").as_bytes()))
+}
+
+/// `http://user:password@127.0.0.1:PORT`, for `curl -x`.
+pub fn proxy_url_with(proxy: SocketAddr, user: &str, password: &str) -> String {
+    format!("http://{user}:{password}@{proxy}")
+}
+
+impl Proxy {
+    /// Starts from configuration text (TOML, checked like a file), with the test defaults
+    /// forced: one worker, the access log in a temporary file, a short shutdown, and an
+    /// HTTP listener on 127.0.0.1:0 when the text has none.
+    pub fn from_toml(text: &str) -> Proxy {
+        let parsed = Config::parse(text).unwrap_or_else(|p| {
+            let p: Vec<String> = p.iter().map(|p| p.to_string()).collect();
+            panic!("test configuration has problems: {p:?}\n{text}")
+        });
+        Proxy::start_with(move |cfg| {
+            let listeners = std::mem::take(&mut cfg.listeners);
+            let access = cfg.log.access.clone();
+            *cfg = parsed;
+            if cfg.listeners.is_empty() {
+                cfg.listeners = listeners;
+            }
+            cfg.workers = 1;
+            cfg.log.access = access;
+            cfg.timeouts.shutdown = Duration::from_millis(500);
+        })
+    }
+
+    /// Puts the users, rules and per-user limits of configuration text in force, as
+    /// SIGHUP does (listeners and the rest stay as started).
+    pub fn reload_toml(&self, text: &str) {
+        let cfg = Config::parse(text).unwrap_or_else(|p| {
+            let p: Vec<String> = p.iter().map(|p| p.to_string()).collect();
+            panic!("reload configuration has problems: {p:?}\n{text}")
+        });
+        let running = self.running.as_ref().expect("the proxy runs");
+        running.reload(&cfg).expect("reload");
+    }
+
+    /// The bound address of the `index`th listener (configuration order).
+    pub fn addr_of(&self, index: usize) -> SocketAddr {
+        self.addrs[index].1
+    }
+}
+
+/// Writes a users file (`lines` joined by newlines) into `dir` and returns its path.
+pub fn users_file(dir: &TempDir, lines: &[&str]) -> PathBuf {
+    let path = dir.file("users");
+    std::fs::write(&path, lines.join("\n") + "\n").expect("write users file");
+    path
+}
+
+/// A TCP connection to `addr` from the local address `from` (another loopback address
+/// such as 127.0.0.2, to look like another client).
+pub fn connect_from(from: &str, addr: SocketAddr) -> TcpStream {
+    use socket2::{Domain, Socket, Type};
+    let s = Socket::new(Domain::IPV4, Type::STREAM, None).unwrap();
+    let local: SocketAddr = format!("{from}:0").parse().expect("a local IPv4 address");
+    s.bind(&local.into()).expect("bind the client's source address");
+    s.connect(&addr.into()).expect("connect");
+    let s: TcpStream = s.into();
+    s.set_read_timeout(Some(READ_TIMEOUT)).unwrap();
+    s.set_nodelay(true).unwrap();
+    s
+}
+
+impl Conn {
+    /// A connection to `addr` from the local address `from` (see `connect_from`).
+    pub fn open_from(from: &str, addr: SocketAddr) -> Conn {
+        Conn { s: connect_from(from, addr), buf: Vec::new() }
+    }
+}
+
+/// The real `rustle` binary, started with arguments; killed on drop if still running.
+/// Its stderr (diagnostics) is collected as it comes.
+pub struct RustleProcess {
+    pub child: std::process::Child,
+    stderr: std::sync::Arc<std::sync::Mutex<String>>,
+    listening: std::sync::mpsc::Receiver<(String, String)>,
+}
+
+impl RustleProcess {
+    /// Starts `rustle ARGS` (RUST_LOG=info) without waiting for anything.
+    pub fn spawn(args: &[&str]) -> RustleProcess {
+        use std::io::{BufRead, BufReader};
+        let mut child = Command::new(rustle_bin())
+            .args(args)
+            .env("RUST_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start rustle");
+        let stderr = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+        let (tx, listening) = std::sync::mpsc::channel();
+        let mut lines = BufReader::new(child.stderr.take().unwrap());
+        let seen = stderr.clone();
+        std::thread::spawn(move || {
+            let mut line = String::new();
+            while lines.read_line(&mut line).is_ok_and(|n| n > 0) {
+                // `listening on ADDR (KIND), N worker(s)`
+                if let Some(rest) = line.split("listening on ").nth(1) {
+                    if let Some((addr, kind)) = rest.split_once(" (") {
+                        let kind = kind.split(')').next().unwrap_or_default();
+                        let _ = tx.send((addr.trim().to_string(), kind.to_string()));
+                    }
+                }
+                seen.lock().unwrap().push_str(&line);
+                line.clear();
+            }
+        });
+        RustleProcess { child, stderr, listening }
+    }
+
+    /// Starts `rustle ARGS` and waits until it says where its first listener is; returns
+    /// the process and that address (an unspecified one turned into 127.0.0.1).
+    pub fn start(args: &[&str]) -> (RustleProcess, SocketAddr) {
+        let mut p = RustleProcess::spawn(args);
+        let addr = p.next_listener();
+        (p, addr)
+    }
+
+    /// The next `listening on` address, as a loopback address one can connect to.
+    pub fn next_listener(&mut self) -> SocketAddr {
+        let (addr, _kind) =
+            self.listening.recv_timeout(Duration::from_secs(10)).unwrap_or_else(|_| {
+                let _ = self.child.kill();
+                panic!("rustle did not say where it listens; stderr:\n{}", self.stderr())
+            });
+        let mut addr: SocketAddr = addr.parse().expect("listening address");
+        if addr.ip().is_unspecified() {
+            addr.set_ip(std::net::Ipv4Addr::LOCALHOST.into());
+        }
+        addr
+    }
+
+    /// Waits up to `limit` for the process to exit.
+    pub fn wait(&mut self, limit: Duration) -> Option<std::process::ExitStatus> {
+        let deadline = Instant::now() + limit;
+        loop {
+            if let Some(s) = self.child.try_wait().unwrap() {
+                // Let the reader thread take the last lines.
+                std::thread::sleep(Duration::from_millis(50));
+                return Some(s);
+            }
+            if Instant::now() > deadline {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    pub fn stderr(&self) -> String {
+        self.stderr.lock().unwrap().clone()
+    }
+
+    /// Waits up to `limit` for stderr to contain `text`.
+    pub fn wait_for_stderr(&self, text: &str, limit: Duration) -> bool {
+        let deadline = Instant::now() + limit;
+        while Instant::now() < deadline {
+            if self.stderr().contains(text) {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        false
+    }
+
+    /// Sends a signal (`HUP`, `TERM`) with kill(1).
+    pub fn signal(&self, name: &str) {
+        let status = Command::new("kill")
+            .args([&format!("-{name}"), &self.child.id().to_string()])
+            .status()
+            .expect("run kill");
+        assert!(status.success(), "kill -{name} failed");
+    }
+}
+
+impl Drop for RustleProcess {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// Sends `CONNECT target` with `headers` on a new connection to `addr`; returns the
+/// connection (a tunnel after a 200) and the response (with its body when not 200).
+pub fn connect_with(addr: SocketAddr, target: &str, headers: &[&str]) -> (Conn, Resp) {
+    let mut c = Conn::open(addr);
+    let mut req = format!("CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n");
+    for h in headers {
+        req.push_str(h);
+        req.push_str("\r\n");
+    }
+    req.push_str("\r\n");
+    c.send(req.as_bytes());
+    let mut r = c.read_head();
+    if r.status != 200 {
+        if let Some(n) = r.header("content-length").and_then(|n| n.parse().ok()) {
+            r.body = c.take(n);
+        }
+    }
+    (c, r)
+}
+
+/// Writes `msg` on a tunnel and asserts it comes back (an echo server at the far end).
+pub fn assert_echoes(s: &mut TcpStream, msg: &[u8]) {
+    s.write_all(msg).expect("write to the tunnel");
+    assert_eq!(read_exact_n(s, msg.len()), msg, "the tunnel did not echo");
+}
+
+/// Configuration text: an HTTP listener on 127.0.0.1:0 requiring authentication, the
+/// users alice/secret and bob/hunter2 (plain passwords: fast to check), and `auth_keys`
+/// added to the `[auth]` table; more tables may follow.
+pub fn auth_http_config(auth_keys: &str) -> String {
+    format!(
+        r#"
+[[listener]]
+listen = "127.0.0.1:0"
+auth = true
+[auth]
+failures_burst = 1000
+{auth_keys}
+[[auth.user]]
+name = "alice"
+password = "plain:secret"
+[[auth.user]]
+name = "bob"
+password = "plain:hunter2"
+"#
+    )
+}
+
+/// Downloads `n` bytes of `/bytes/N` from `origin` over an established tunnel or SOCKS
+/// connection `s` (origin-form request, `Connection: close`), reading to EOF. Returns
+/// the body length and how long it took from the request on.
+pub fn timed_download(s: &mut TcpStream, origin: SocketAddr, n: u64) -> (usize, Duration) {
+    let start = Instant::now();
+    let req = format!("GET /bytes/{n} HTTP/1.1\r\nHost: {origin}\r\nConnection: close\r\n\r\n");
+    s.write_all(req.as_bytes()).expect("write request");
+    let got = read_to_eof(s);
+    let took = start.elapsed();
+    let head_end = got.windows(4).position(|w| w == b"\r\n\r\n").expect("a response head") + 4;
+    let head = parse_head(&got[..head_end]);
+    assert_eq!(head.status, 200, "{}", head.head_text());
+    (got.len() - head_end, took)
 }
 
 /// Raw SOCKS clients, written by hand so that tests control every byte.
@@ -710,6 +996,36 @@ pub mod socks {
         assert_eq!(r[0], 0, "SOCKS4 reply VN: {r:?}");
         let port = u16::from_be_bytes([r[2], r[3]]);
         (r[1], SocketAddrV4::new(Ipv4Addr::new(r[4], r[5], r[6], r[7]), port))
+    }
+
+    /// RFC 1929 sub-negotiation bytes for `user` and `password`.
+    pub fn credentials(user: &[u8], password: &[u8]) -> Vec<u8> {
+        let mut out = vec![1, user.len() as u8];
+        out.extend_from_slice(user);
+        out.push(password.len() as u8);
+        out.extend_from_slice(password);
+        out
+    }
+
+    /// Greets offering username/password only, sends the credentials and returns the
+    /// sub-negotiation status (0 is success).
+    pub fn login5(s: &mut TcpStream, user: &str, password: &str) -> u8 {
+        assert_eq!(greet(s, &[2]), 2, "the proxy did not pick username/password");
+        s.write_all(&credentials(user.as_bytes(), password.as_bytes())).expect("write creds");
+        let r = read_exact_n(s, 2);
+        assert_eq!(r[0], 1, "sub-negotiation version: {r:?}");
+        r[1]
+    }
+
+    /// A SOCKS5 CONNECT to `dst` as `user`, asserting that the login and the CONNECT
+    /// succeed.
+    pub fn connect5_as(proxy: SocketAddr, user: &str, password: &str, dst: &Dst<'_>) -> TcpStream {
+        let mut s = connect(proxy);
+        assert_eq!(login5(&mut s, user, password), 0, "login of {user} refused");
+        s.write_all(&request5(CONNECT, dst)).expect("write request");
+        let (rep, _) = read_reply5(&mut s);
+        assert_eq!(rep, 0, "SOCKS5 CONNECT reply for {user}");
+        s
     }
 
     pub fn v4(a: SocketAddr) -> SocketAddrV4 {

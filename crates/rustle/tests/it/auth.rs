@@ -1,0 +1,517 @@
+//! Proxy authentication as clients see it: HTTP Basic (407 with the realm, 200 with the
+//! right credentials, credentials kept from the origin), SOCKS5 username/password, the
+//! password formats of a users file (htpasswd bcrypt, `rustle passwd` argon2id, plain)
+//! and inline users, malformed credentials, the limit on failed attempts, the access log,
+//! `--users` on the real binary and a users file with a bad line.
+
+use std::io::Write;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use rustle_bench::pattern::pattern;
+use rustle_bench::{Origin, TcpEcho};
+
+use crate::util::socks::*;
+use crate::util::*;
+
+/// curl through `proxy_args` for `url`: (HTTP status, response headers as text).
+fn curl_status(proxy_args: &[&str], url: &str) -> Option<(u16, String)> {
+    let mut args: Vec<&str> = proxy_args.to_vec();
+    args.extend(["-D", "-", "-o", "/dev/null", "-w", "\n%{http_code}", url]);
+    let out = curl(&args)?;
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let code = text.lines().last().unwrap_or_default().trim().parse().unwrap_or_else(|_| {
+        panic!("curl {args:?}: no status; stdout {text:?}; stderr {:?}", out.stderr)
+    });
+    Some((code, text))
+}
+
+#[test]
+fn curl_without_credentials_gets_407_with_the_realm() {
+    let origin = Origin::start().unwrap();
+    let url = origin.url("/bytes/10");
+    let proxy = Proxy::from_toml(&auth_http_config(""));
+    let Some((code, head)) = curl_status(&["-x", &proxy.url()], &url) else { return };
+    assert_eq!(code, 407, "{head}");
+    assert!(head.contains("Proxy-Authenticate: Basic realm=\"rustle\"\r\n"), "{head}");
+
+    let proxy = Proxy::from_toml(&auth_http_config("realm = \"Corp Proxy\""));
+    let (code, head) = curl_status(&["-x", &proxy.url()], &url).unwrap();
+    assert_eq!(code, 407, "{head}");
+    assert!(head.contains("Proxy-Authenticate: Basic realm=\"Corp Proxy\"\r\n"), "{head}");
+    // Raw, with CONNECT too.
+    let (_, r) = connect_with(proxy.addr(), &origin.addr().to_string(), &[]);
+    assert_eq!(r.status, 407, "{}", r.head_text());
+    assert_eq!(r.header("proxy-authenticate"), Some("Basic realm=\"Corp Proxy\""));
+    assert_eq!(origin.connections(), 0, "an unauthenticated request reached the origin");
+}
+
+#[test]
+fn curl_with_credentials_gets_through_and_they_never_reach_the_origin() {
+    let origin = Origin::start().unwrap();
+    let proxy = Proxy::from_toml(&auth_http_config(""));
+    let url = origin.url("/headers");
+    let Some(out) = curl(&["-x", &proxy_url_with(proxy.addr(), "alice", "secret"), &url]) else {
+        return;
+    };
+    assert_success("curl -x http://alice:secret@", &out);
+    let seen = String::from_utf8_lossy(&out.stdout).to_ascii_lowercase();
+    assert!(seen.starts_with("get /headers"), "not the origin's /headers: {seen}");
+    assert!(!seen.contains("proxy-authorization"), "credentials reached the origin: {seen}");
+    assert!(!seen.contains(&base64(b"alice:secret").to_ascii_lowercase()), "{seen}");
+
+    // --proxy-user, another user, and a raw request: the origin never sees the field.
+    let out =
+        curl(&["--proxy-user", "bob:hunter2", "-x", &proxy.url(), "-w", "%{http_code}", &url])
+            .unwrap();
+    assert_success("curl --proxy-user", &out);
+    assert!(String::from_utf8_lossy(&out.stdout).ends_with("200"), "{out:?}");
+    let mut c = Conn::to_proxy(&proxy);
+    c.send(&request("GET", &url, &[&proxy_auth("alice", "secret")], b""));
+    let r = c.read_response();
+    assert_eq!(r.status, 200, "{}", r.head_text());
+    assert!(!r.text().to_ascii_lowercase().contains("proxy-authorization"), "{}", r.text());
+    let head = String::from_utf8_lossy(&origin.last_request_head()).to_ascii_lowercase();
+    assert!(!head.contains("proxy-authorization"), "{head}");
+    proxy.log_line(|l| l.ends_with(" user=bob"));
+}
+
+#[test]
+fn connect_with_credentials_reaches_an_echo_server() {
+    let echo = TcpEcho::start().unwrap();
+    let origin = Origin::start().unwrap();
+    let proxy = Proxy::from_toml(&auth_http_config(""));
+    let target = echo.addr().to_string();
+
+    let (_, r) = connect_with(proxy.addr(), &target, &[]);
+    assert_eq!(r.status, 407, "{}", r.head_text());
+    let (_, r) = connect_with(proxy.addr(), &target, &[&proxy_auth("alice", "wrong")]);
+    assert_eq!(r.status, 407, "{}", r.head_text());
+    assert_eq!(echo.connections(), 0, "a tunnel opened without valid credentials");
+
+    let (mut c, r) = connect_with(proxy.addr(), &target, &[&proxy_auth("alice", "secret")]);
+    assert_eq!(r.status, 200, "{}", r.head_text());
+    assert_echoes(&mut c.s, b"ping through an authenticated tunnel");
+    drop(c);
+    let line = proxy.log_line(|l| l.contains(" CONNECT ") && l.contains(" 200 "));
+    assert_eq!(LogLine::parse(&line).user, "alice", "{line}");
+
+    // curl -p: a CONNECT tunnel even for http://.
+    let dir = TempDir::new("auth-p");
+    let file = dir.file("body");
+    let proxy_url = proxy_url_with(proxy.addr(), "bob", "hunter2");
+    let url = origin.url("/bytes/5000");
+    let Some(out) = curl(&["-p", "-x", &proxy_url, "-o", file.to_str().unwrap(), &url]) else {
+        return;
+    };
+    assert_success("curl -p", &out);
+    assert_eq!(std::fs::read(&file).unwrap(), pattern(5000));
+    proxy.log_line(|l| l.contains(&format!("CONNECT {}", origin.addr())) && l.contains("user=bob"));
+}
+
+#[test]
+fn wrong_password_and_unknown_user_get_407() {
+    let origin = Origin::start().unwrap();
+    let proxy = Proxy::from_toml(&auth_http_config(""));
+    let url = origin.url("/bytes/10");
+    for (user, pw) in [("alice", "Secret"), ("alice", "hunter2"), ("mallory", "secret"), ("", "x")]
+    {
+        let mut c = Conn::to_proxy(&proxy);
+        c.send(&request("GET", &url, &[&proxy_auth(user, pw)], b""));
+        let r = c.read_response();
+        assert_eq!(r.status, 407, "{user}:{pw}: {}", r.head_text());
+        assert!(r.has_header("proxy-authenticate"), "{user}:{pw}: {}", r.head_text());
+        c.assert_closed();
+    }
+    if let Some((code, _)) = curl_status(&["-x", &proxy_url_with(proxy.addr(), "bob", "x")], &url) {
+        assert_eq!(code, 407);
+    }
+    assert_eq!(origin.requests(), 0);
+    proxy.log_line(|l| l.contains(" 407 ") && l.contains("unknown user or wrong password"));
+}
+
+/// An HTTP listener requiring auth against the users file `users`.
+fn users_file_proxy(users: &std::path::Path) -> Proxy {
+    Proxy::from_toml(&format!(
+        "[[listener]]\nlisten = \"127.0.0.1:0\"\nauth = true\n[auth]\nusers_file = {:?}\n",
+        users.to_str().unwrap()
+    ))
+}
+
+/// Asserts that `user:password` gets a 200 through `proxy` and a wrong password a 407.
+fn assert_login(proxy: &Proxy, origin: &Origin, user: &str, password: &str) {
+    let url = origin.url("/bytes/3");
+    let mut c = Conn::to_proxy(proxy);
+    c.send(&request("GET", &url, &[&proxy_auth(user, password)], b""));
+    let r = c.read_response();
+    assert_eq!(r.status, 200, "{user}: {}{}", r.head_text(), r.text());
+    let mut c = Conn::to_proxy(proxy);
+    c.send(&request("GET", &url, &[&proxy_auth(user, &format!("{password}x"))], b""));
+    let r = c.read_response();
+    assert_eq!(r.status, 407, "{user} with a wrong password: {}", r.head_text());
+}
+
+#[test]
+fn bcrypt_line_from_htpasswd_is_accepted() {
+    if !have("htpasswd") {
+        return;
+    }
+    let out = clean_command("htpasswd").args(["-nbB", "alice", "open sesame"]).output().unwrap();
+    assert_success("htpasswd -nbB", &out);
+    let line = String::from_utf8(out.stdout).unwrap().trim().to_string();
+    assert!(line.starts_with("alice:$2y$"), "{line}");
+    let dir = TempDir::new("bcrypt");
+    let proxy = users_file_proxy(&users_file(&dir, &["# from htpasswd", &line]));
+    let origin = Origin::start().unwrap();
+    assert_login(&proxy, &origin, "alice", "open sesame");
+    // curl too, with a space in the password.
+    let args = ["--proxy-user", "alice:open sesame", "-x", &proxy.url()];
+    let (code, _) = curl_status(&args, &origin.url("/bytes/1")).unwrap();
+    assert_eq!(code, 200);
+}
+
+#[test]
+fn argon2id_line_from_rustle_passwd_is_accepted() {
+    let mut child = Command::new(rustle_bin())
+        .args(["passwd", "alice"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run rustle passwd");
+    child.stdin.take().unwrap().write_all(b"correct horse\n").unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert_success("rustle passwd alice", &out);
+    let text = String::from_utf8(out.stdout).unwrap();
+    let line = text.trim();
+    assert_eq!(text.lines().count(), 1, "one line: {text:?}");
+    assert!(line.starts_with("alice:$argon2id$"), "{line}");
+    assert!(!text.contains("correct horse"), "the password was printed: {text}");
+    let dir = TempDir::new("argon");
+    let proxy = users_file_proxy(&users_file(&dir, &[line]));
+    let origin = Origin::start().unwrap();
+    assert_login(&proxy, &origin, "alice", "correct horse");
+}
+
+#[test]
+fn plain_file_lines_and_inline_users_are_accepted() {
+    let dir = TempDir::new("plain");
+    let users = users_file(&dir, &["", "# comment", "  bob:plain:hunter2:staff  "]);
+    let carol = rustle::auth::hash_line("carol", b"carol's pass").unwrap();
+    let carol_hash = carol.strip_prefix("carol:").unwrap();
+    let proxy = Proxy::from_toml(&format!(
+        r#"
+[[listener]]
+listen = "127.0.0.1:0"
+auth = true
+[auth]
+users_file = {users:?}
+[[auth.user]]
+name = "carol"
+password = "{carol_hash}"
+[[auth.user]]
+name = "dave"
+password = "plain:pass:with:colons"
+groups = ["staff"]
+"#,
+    ));
+    let origin = Origin::start().unwrap();
+    assert_login(&proxy, &origin, "bob", "hunter2");
+    assert_login(&proxy, &origin, "carol", "carol's pass");
+    assert_login(&proxy, &origin, "dave", "pass:with:colons");
+}
+
+/// A SOCKS listener requiring authentication, with alice/secret.
+fn socks_auth_proxy(auth_keys: &str) -> Proxy {
+    Proxy::from_toml(&format!(
+        r#"
+[[listener]]
+kind = "socks"
+listen = "127.0.0.1:0"
+auth = true
+[auth]
+{auth_keys}
+[[auth.user]]
+name = "alice"
+password = "plain:secret"
+"#
+    ))
+}
+
+#[test]
+fn socks5_with_username_and_password() {
+    let origin = Origin::start().unwrap();
+    let proxy = socks_auth_proxy("");
+    let url = origin.url("/bytes/100");
+    let good = format!("socks5h://alice:secret@{}", proxy.addr());
+    let Some(out) = curl(&["-x", &good, "-w", "%{http_code}", "-o", "/dev/null", &url]) else {
+        return;
+    };
+    assert_success("curl -x socks5h://alice:secret@", &out);
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "200");
+    proxy.log_line(|l| l.contains(" CONNECT socks5://") && l.ends_with(" user=alice"));
+
+    let bad = format!("socks5h://alice:wrong@{}", proxy.addr());
+    let out = curl(&["-x", &bad, "-o", "/dev/null", &url]).unwrap();
+    assert!(!out.status.success(), "curl succeeded with a wrong password: {out:?}");
+    let line = proxy.log_line(|l| l.contains("wrong password"));
+    assert!(line.contains("proxy authentication required"), "{line}");
+    assert_eq!(origin.requests(), 1, "the wrong password reached the origin");
+
+    // Raw: the failure status of RFC 1929, then the close.
+    let mut s = connect(proxy.addr());
+    assert_eq!(login5(&mut s, "alice", "wrong"), 1);
+    assert!(closed_within(&mut s, Duration::from_secs(3)), "not closed after a failed login");
+    let mut s = connect5_as(proxy.addr(), "alice", "secret", &Dst::Addr(origin.addr()));
+    let (n, _) = timed_download(&mut s, origin.addr(), 1000);
+    assert_eq!(n, 1000);
+}
+
+#[test]
+fn socks5_client_offering_only_no_auth_gets_ff() {
+    let proxy = socks_auth_proxy("");
+    let mut s = connect(proxy.addr());
+    assert_eq!(greet(&mut s, &[0]), 0xFF, "a no-auth client was accepted");
+    assert!(closed_within(&mut s, Duration::from_secs(3)), "not closed after 0xFF");
+    // GSSAPI and no-auth: still nothing acceptable.
+    let mut s = connect(proxy.addr());
+    assert_eq!(greet(&mut s, &[0, 1]), 0xFF);
+    let line = proxy.log_line(|l| l.contains("no acceptable authentication method"));
+    assert!(!line.contains("user="), "{line}");
+}
+
+#[test]
+fn malformed_proxy_authorization_gets_407_and_the_proxy_keeps_serving() {
+    let origin = Origin::start().unwrap();
+    let proxy = Proxy::from_toml(&auth_http_config(""));
+    let url = origin.url("/bytes/7");
+    let huge = format!("Proxy-Authorization: Basic {}", "QUFB".repeat(2560));
+    let cases = [
+        "Proxy-Authorization: Basic !!not*base64!!".to_string(),
+        format!("Proxy-Authorization: Basic {}", base64(b"alicesecret")),
+        format!("Proxy-Authorization: Basic {}", base64(b":secret")),
+        format!("Proxy-Authorization: Basic {}", base64(b"al\x01ice:secret")),
+        format!("Proxy-Authorization: Basic {}", base64(b"\xff\xfe:secret")),
+        huge,
+        format!("Proxy-Authorization: Bearer {}", base64(b"alice:secret")),
+        "Proxy-Authorization: Digest username=\"alice\", response=\"x\"".to_string(),
+        "Proxy-Authorization: Basic".to_string(),
+        "Proxy-Authorization: Basic   ".to_string(),
+        "Proxy-Authorization:".to_string(),
+    ];
+    for h in &cases {
+        let r = parse_response(&raw(&proxy, &request("GET", &url, &[h], b"")));
+        let shown = &h[..h.len().min(60)];
+        assert_eq!(r.status, 407, "{shown}: {}", r.head_text());
+        assert!(r.has_header("proxy-authenticate"), "{shown}: {}", r.head_text());
+        // Over CONNECT as well.
+        let (_, r) = connect_with(proxy.addr(), &origin.addr().to_string(), &[h]);
+        assert_eq!(r.status, 407, "CONNECT with {shown}: {}", r.head_text());
+    }
+    assert_eq!(origin.requests(), 0);
+    assert!(!proxy.log_text().contains(" 500 "), "{}", proxy.log_text());
+    let mut c = Conn::to_proxy(&proxy);
+    c.send(&request("GET", &url, &[&proxy_auth("alice", "secret")], b""));
+    assert_eq!(c.read_response().body, pattern(7));
+}
+
+#[test]
+fn malformed_rfc1929_subnegotiation_is_refused() {
+    let origin = Origin::start().unwrap();
+    let proxy = socks_auth_proxy("");
+    let cases: [(&str, Vec<u8>); 3] = [
+        ("version 2", {
+            let mut c = credentials(b"alice", b"secret");
+            c[0] = 2;
+            c
+        }),
+        ("ulen 0", credentials(b"", b"secret")),
+        ("plen 0", credentials(b"alice", b"")),
+    ];
+    for (what, bytes) in cases {
+        let mut s = connect(proxy.addr());
+        assert_eq!(greet(&mut s, &[2]), 2);
+        s.write_all(&bytes).unwrap();
+        // Also a request, as a client that does not wait would send.
+        let _ = s.write_all(&request5(CONNECT, &Dst::Addr(origin.addr())));
+        let (got, closed) = read_until_close(&mut s);
+        assert!(closed, "{what}: connection left open");
+        assert!(
+            got.is_empty() || (got.len() == 2 && got[0] == 1 && got[1] != 0),
+            "{what}: expected a failure status or nothing, got {got:?}"
+        );
+    }
+    assert_eq!(origin.connections(), 0);
+    let mut s = connect5_as(proxy.addr(), "alice", "secret", &Dst::Addr(origin.addr()));
+    assert_eq!(timed_download(&mut s, origin.addr(), 10).0, 10);
+}
+
+#[test]
+fn failed_attempts_are_rate_limited_per_client_address() {
+    let origin = Origin::start().unwrap();
+    let proxy = Proxy::from_toml(
+        r#"
+[[listener]]
+listen = "127.0.0.1:0"
+auth = true
+[auth]
+failures_burst = 3
+failures_per_minute = 1
+[[auth.user]]
+name = "alice"
+password = "plain:secret"
+"#,
+    );
+    let url = origin.url("/bytes/1");
+    let attempt = |from: &str, pw: &str| {
+        let mut c = Conn::open_from(from, proxy.addr());
+        c.send(&request("GET", &url, &[&proxy_auth("alice", pw)], b""));
+        c.read_response()
+    };
+    for i in 0..3 {
+        let r = attempt("127.0.0.1", "guess");
+        assert_eq!(r.status, 407, "attempt {}: {}", i + 1, r.head_text());
+    }
+    let r = attempt("127.0.0.1", "secret");
+    assert_eq!(r.status, 429, "4th attempt, right password: {}", r.head_text());
+    assert!(r.text().contains("too many failed"), "{}", r.text());
+    let r = attempt("127.0.0.1", "guess");
+    assert_eq!(r.status, 429, "{}", r.head_text());
+    // Another client address is not affected.
+    let r = attempt("127.0.0.2", "secret");
+    assert_eq!(r.status, 200, "another address was locked out too: {}", r.head_text());
+    let r = attempt("127.0.0.2", "guess");
+    assert_eq!(r.status, 407, "{}", r.head_text());
+    assert_eq!(origin.requests(), 1);
+}
+
+#[test]
+fn access_log_names_the_user_and_never_the_password() {
+    let origin = Origin::start().unwrap();
+    let echo = TcpEcho::start().unwrap();
+    let proxy = Proxy::from_toml(
+        r#"
+[[listener]]
+listen = "127.0.0.1:0"
+auth = true
+[[listener]]
+kind = "socks"
+listen = "127.0.0.1:0"
+auth = true
+[auth]
+[[auth.user]]
+name = "alice"
+password = "plain:Zebra-Quartz-42"
+"#,
+    );
+    let mut c = Conn::to_proxy(&proxy);
+    let url = origin.url("/bytes/12");
+    c.send(&request("GET", &url, &[&proxy_auth("alice", "Zebra-Quartz-42")], b""));
+    assert_eq!(c.read_response().status, 200);
+    let r = parse_response(&raw(
+        &proxy,
+        &request("GET", &url, &[&proxy_auth("alice", "Wrong-Horse-17")], b""),
+    ));
+    assert_eq!(r.status, 407);
+    let (mut t, r) = connect_with(
+        proxy.addr(),
+        &echo.addr().to_string(),
+        &[&proxy_auth("alice", "Zebra-Quartz-42")],
+    );
+    assert_eq!(r.status, 200);
+    assert_echoes(&mut t.s, b"x");
+    drop(t);
+    let mut s = connect5_as(proxy.addr_of(1), "alice", "Zebra-Quartz-42", &Dst::Addr(echo.addr()));
+    assert_echoes(&mut s, b"y");
+    drop(s);
+    let mut s = connect(proxy.addr_of(1));
+    assert_eq!(login5(&mut s, "alice", "Wrong-Horse-17"), 1);
+    drop(s);
+
+    let line = proxy.log_line(|l| l.contains(&url) && l.contains(" 200 "));
+    assert!(line.ends_with(" user=alice"), "{line}");
+    assert_eq!(LogLine::parse(&line).user, "alice");
+    let line = proxy.log_line(|l| l.contains(" CONNECT ") && l.contains(&echo.addr().to_string()));
+    assert!(line.ends_with(" user=alice"), "{line}");
+    let line = proxy.log_line(|l| l.contains("socks5://"));
+    assert!(line.ends_with(" user=alice"), "{line}");
+    // Two failures logged; then no trace of either password, plain or encoded.
+    let deadline = std::time::Instant::now() + Duration::from_secs(2);
+    while proxy.log_text().matches("wrong password").count() < 2
+        && std::time::Instant::now() < deadline
+    {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let log = proxy.log_text();
+    assert_eq!(log.matches("wrong password").count(), 2, "{log}");
+    for secret in ["Zebra", "Quartz", "Wrong-Horse", "Horse-17"] {
+        assert!(!log.contains(secret), "`{secret}` is in the log:\n{log}");
+    }
+    for pw in ["Zebra-Quartz-42", "Wrong-Horse-17"] {
+        let encoded = base64(format!("alice:{pw}").as_bytes());
+        assert!(!log.contains(&encoded[..12]), "credentials in the log:\n{log}");
+    }
+}
+
+#[test]
+fn users_flag_makes_command_line_listeners_require_auth() {
+    let dir = TempDir::new("users-flag");
+    let users = users_file(&dir, &["alice:plain:secret"]);
+    let origin = Origin::start().unwrap();
+    let args = ["--http", "127.0.0.1:0", "--workers", "1", "--users", users.to_str().unwrap()];
+    let (bin, addr) = RustleProcess::start(&args);
+    let url = origin.url("/bytes/4");
+    let r = parse_response(&raw_to(addr, &get(&url)));
+    assert_eq!(r.status, 407, "{}", r.head_text());
+    assert_eq!(r.header("proxy-authenticate"), Some("Basic realm=\"rustle\""));
+    let mut c = Conn::open(addr);
+    c.send(&request("GET", &url, &[&proxy_auth("alice", "secret")], b""));
+    let r = c.read_response();
+    assert_eq!(r.status, 200, "{}; stderr:\n{}", r.head_text(), bin.stderr());
+    assert_eq!(r.body, pattern(4));
+    assert_eq!(origin.requests(), 1);
+}
+
+#[test]
+fn users_file_with_a_bad_line_is_reported_by_check_and_refused_at_start() {
+    let dir = TempDir::new("bad-users");
+    let users = users_file(
+        &dir,
+        &["# users", "alice:plain:secret", "bob:$apr1$Q9xX$QpS1bY7eXhb1lRLnEqzYI/", "carol"],
+    );
+    let cfg = dir.file("rustle.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "workers = 1\n[[listener]]\nlisten = \"127.0.0.1:0\"\nauth = true\n\
+             [auth]\nusers_file = {:?}\n",
+            users.to_str().unwrap()
+        ),
+    )
+    .unwrap();
+    let users_shown = users.display().to_string();
+    let expect = |what: &str, text: &str| {
+        let has = |line: &str, problem: &str| {
+            text.lines()
+                .any(|l| l.contains(&users_shown) && l.contains(line) && l.contains(problem))
+        };
+        assert!(has("line 3", "MD5"), "{what}: line 3 not reported:\n{text}");
+        assert!(has("line 4", "name:hash"), "{what}: line 4 not reported:\n{text}");
+        assert!(!text.contains("QpS1bY7eXhb1"), "{what}: the hash was echoed:\n{text}");
+        assert!(!text.contains("line 2"), "{what}: a good line was reported:\n{text}");
+    };
+
+    let out = Command::new(rustle_bin())
+        .args(["check", "--config", cfg.to_str().unwrap()])
+        .output()
+        .expect("run rustle check");
+    assert!(!out.status.success(), "rustle check passed a bad users file: {out:?}");
+    expect("rustle check", &String::from_utf8_lossy(&out.stderr));
+
+    let mut bin = RustleProcess::spawn(&["--config", cfg.to_str().unwrap()]);
+    let status = bin.wait(Duration::from_secs(10)).expect("rustle started with a bad users file");
+    assert!(!status.success(), "exit status {status}");
+    let err = bin.stderr();
+    assert!(!err.contains("listening on"), "{err}");
+    expect("rustle --config", &err);
+}
