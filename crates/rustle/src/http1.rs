@@ -278,7 +278,7 @@ impl Client {
         let Some(value) = self.head.header(self.buf.filled(), "proxy-authorization") else {
             return Err(Error::AuthRequired("credentials required"));
         };
-        let generation = self.worker.policy().users.generation();
+        let generation = self.worker.users_generation();
         if self.user.is_some() && value == self.auth_seen.as_slice() && generation == self.auth_gen
         {
             return Ok(());
@@ -316,7 +316,11 @@ impl Client {
         protocol: crate::acl::Protocol,
     ) -> Result<(TcpStream, SocketAddr, bool), Error> {
         let policy = self.worker.policy();
-        let user = self.user.as_deref().and_then(|u| policy.users.get(u));
+        // Rules are the only reader of the user's groups: no lookup when there are none.
+        let user = match policy.rules.is_empty() {
+            true => None,
+            false => self.user.as_deref().and_then(|u| policy.users.get(u)),
+        };
         let access = crate::policy::Access {
             policy: &policy,
             listener: self.listener.name.as_deref(),

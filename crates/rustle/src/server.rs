@@ -406,6 +406,11 @@ async fn accept_loop(worker: Rc<Worker>, config: Arc<Listener>, listener: TcpLis
 const MAX_SPARE_BUFS: usize = 64;
 
 impl Worker {
+    /// The generation of the users in force (changes with every reload).
+    pub fn users_generation(&self) -> u64 {
+        self.policy.borrow().users.generation()
+    }
+
     /// The policy in force, for one request or handshake.
     pub fn policy(&self) -> Rc<Arc<Policy>> {
         self.policy.borrow().clone()
