@@ -53,6 +53,8 @@ pub struct Client {
     auth_seen: Vec<u8>,
     /// The users' generation `auth_seen` was checked against (a reload invalidates it).
     auth_gen: u64,
+    /// The user's traffic counters, found once per connection.
+    traffic: Option<Arc<crate::limits::UserTraffic>>,
     /// Method and target of the current request, kept for its log line.
     method: Vec<u8>,
     target: Vec<u8>,
@@ -99,6 +101,7 @@ pub async fn serve_buffered(
         user: None,
         auth_seen: Vec::new(),
         auth_gen: 0,
+        traffic: None,
         head: RequestHead::new(),
         out: Vec::with_capacity(1024),
         key: Vec::new(),
@@ -175,6 +178,7 @@ pub async fn refuse_overloaded(
         user: None,
         auth_seen: Vec::new(),
         auth_gen: 0,
+        traffic: None,
         listener,
         stream,
         peer,
@@ -295,6 +299,9 @@ impl Client {
         if !self.guard.hold_user(user) {
             return Err(Error::LimitReached("for this user"));
         }
+        if self.user.is_none() {
+            self.traffic = Some(self.worker.traffic.entry(user));
+        }
         self.user = Some(Rc::from(user));
         self.auth_seen = value;
         self.auth_gen = generation;
@@ -397,6 +404,10 @@ impl Client {
     }
 
     pub fn log(&self, ex: &Exchange, error: Option<&Error>) {
+        if let Some(t) = &self.traffic {
+            t.add(crate::limits::Direction::Up, ex.up);
+            t.add(crate::limits::Direction::Down, ex.down);
+        }
         let log = &self.worker.log;
         if !log.enabled() {
             return;

@@ -19,7 +19,7 @@ use crate::accesslog::{self, AccessLog, Sink};
 use crate::auth::{CredentialCache, FailureLimiter};
 use crate::buf::Buf;
 use crate::config::{Config, Listener, ListenerKind};
-use crate::limits::{parse_rate, Bucket, ConnLimits, Limit, Slot, Throttle};
+use crate::limits::{parse_rate, Bucket, ConnLimits, Limit, Slot, Throttle, Traffic};
 use crate::policy::Policy;
 use crate::upstream::Upstreams;
 
@@ -60,6 +60,8 @@ pub struct Worker {
     creds: std::cell::RefCell<CredentialCache>,
     failures: std::cell::RefCell<FailureLimiter>,
     pub conn_limits: Arc<ConnLimits>,
+    /// Bytes each way per authenticated user, across workers (for logs and metrics).
+    pub traffic: Arc<Traffic>,
     /// Read buffers not in use, so a request does not allocate one.
     bufs: std::cell::RefCell<Vec<Buf>>,
     /// Open client connections across all workers, for `limits.max_connections`.
@@ -157,6 +159,7 @@ pub struct Running {
     stop: watch::Sender<bool>,
     policy_tx: watch::Sender<Arc<Policy>>,
     own: Vec<SocketAddr>,
+    traffic: Arc<Traffic>,
 }
 
 impl Running {
@@ -170,6 +173,11 @@ impl Running {
         for t in self.threads {
             let _ = t.join();
         }
+    }
+
+    /// Bytes each way per authenticated user so far: (user, up, down), sorted by user.
+    pub fn traffic(&self) -> Vec<(String, u64, u64)> {
+        self.traffic.snapshot()
     }
 
     pub fn stopper(&self) -> watch::Sender<bool> {
@@ -211,6 +219,7 @@ pub fn start(cfg: Config) -> anyhow::Result<Running> {
     let (policy_tx, policy_rx) = watch::channel(Arc::new(policy));
     let conn_limits =
         ConnLimits::new(cfg.limits.max_connections_per_client, cfg.limits.max_connections_per_user);
+    let traffic = Traffic::new();
     let sink = Sink::open(&cfg.log.access).context("cannot open the access log")?;
     let (stop, shutdown) = watch::channel(false);
     let open = Arc::new(AtomicUsize::new(0));
@@ -219,6 +228,7 @@ pub fn start(cfg: Config) -> anyhow::Result<Running> {
         let cfg = cfg.clone();
         let policy_rx = policy_rx.clone();
         let conn_limits = conn_limits.clone();
+        let traffic = traffic.clone();
         let (auth_ttl, fail_burst, fail_rate) =
             (cfg.auth.cache_ttl, cfg.auth.failures_burst, cfg.auth.failures_per_minute);
         let sink = sink.clone();
@@ -258,6 +268,7 @@ pub fn start(cfg: Config) -> anyhow::Result<Running> {
                 )),
                 policy_rx,
                 conn_limits,
+                traffic,
                 open,
             });
             local.block_on(&rt, worker_main(worker, socks));
@@ -267,7 +278,7 @@ pub fn start(cfg: Config) -> anyhow::Result<Running> {
     for (kind, addr) in &addrs {
         tracing::info!("listening on {addr} ({kind}), {workers} worker(s)");
     }
-    Ok(Running { addrs, threads, stop, policy_tx, own })
+    Ok(Running { addrs, threads, stop, policy_tx, own, traffic })
 }
 
 /// The buckets of a listener's own bandwidth limit.

@@ -244,6 +244,11 @@ impl Session {
     }
 
     fn log(&self, error: Option<&Error>) {
+        if let Some(u) = &self.user {
+            let t = self.worker.traffic.entry(u);
+            t.add(crate::limits::Direction::Up, self.up);
+            t.add(crate::limits::Direction::Down, self.down);
+        }
         if !self.worker.log.enabled() {
             return;
         }

@@ -60,6 +60,11 @@ pub(crate) fn task(
         // Polled in place (it is Unpin): awaiting it by value would move it into a
         // second slot of this future.
         let (totals, result) = (&mut relay).await;
+        if let Some(u) = &rec.user {
+            let t = guard.worker().traffic.entry(u);
+            t.add(crate::limits::Direction::Up, rec.up + totals.up);
+            t.add(crate::limits::Direction::Down, rec.down + totals.down);
+        }
         let log = &guard.worker().log;
         if log.enabled() {
             log.log(&Entry {

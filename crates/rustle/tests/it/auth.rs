@@ -515,3 +515,36 @@ fn users_file_with_a_bad_line_is_reported_by_check_and_refused_at_start() {
     assert!(!err.contains("listening on"), "{err}");
     expect("rustle --config", &err);
 }
+
+#[test]
+fn per_user_traffic_is_counted_across_requests_and_tunnels() {
+    let origin = Origin::start().unwrap();
+    let echo = TcpEcho::start().unwrap();
+    let proxy = Proxy::from_toml(&auth_http_config(""));
+    let mut c = Conn::to_proxy(&proxy);
+    for _ in 0..3 {
+        let url = origin.url("/bytes/5000");
+        c.send(&request("GET", &url, &[&proxy_auth("alice", "secret")], b""));
+        assert_eq!(c.read_response().status, 200);
+    }
+    let mut t = Conn::to_proxy(&proxy);
+    let auth = proxy_auth("alice", "secret");
+    t.send(format!("CONNECT {} HTTP/1.1\r\nHost: x\r\n{auth}\r\n\r\n", echo.addr()).as_bytes());
+    assert_eq!(t.read_head().status, 200);
+    t.send(&[7u8; 1000]);
+    assert_eq!(t.take(1000), vec![7u8; 1000]);
+    drop(t);
+    drop(c);
+    let start = std::time::Instant::now();
+    loop {
+        let traffic = proxy.traffic();
+        let alice = traffic.iter().find(|(u, _, _)| u == "alice").cloned();
+        if let Some((_, up, down)) = alice {
+            if up >= 1000 && down >= 3 * 5000 + 1000 {
+                break;
+            }
+        }
+        assert!(start.elapsed() < std::time::Duration::from_secs(3), "counters: {traffic:?}");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}

@@ -97,6 +97,11 @@ impl Proxy {
         Proxy::with_listener(ListenerKind::Socks, None, |_| {})
     }
 
+    /// Bytes each way per authenticated user so far.
+    pub fn traffic(&self) -> Vec<(String, u64, u64)> {
+        self.running.as_ref().map(|r| r.traffic()).unwrap_or_default()
+    }
+
     /// Every listener's kind and bound address, in configuration order.
     pub fn addrs(&self) -> &[(ListenerKind, SocketAddr)] {
         &self.addrs
