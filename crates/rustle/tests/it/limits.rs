@@ -136,6 +136,7 @@ fn listener_rate_down_limits_a_download() {
     let (got, took) = timed_download(&mut t.s, origin.addr(), n);
     assert_eq!(got as u64, n);
     let rate = mbit_per_s(got, 125_000, took);
+    eprintln!("listener rate_down 10mbit measured {rate:.3} Mbit/s over {took:?}");
     assert!((9.0..=11.0).contains(&rate), "{rate:.2} Mbit/s in {took:?}, expected 10");
 }
 
