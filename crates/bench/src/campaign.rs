@@ -33,10 +33,11 @@ use record::{Row, Status};
 pub const USAGE: &str = "\
 usage: rustle-bench campaign [options]
   --scenarios LIST     comma-separated names or groups (quick, mix, mix-3k, stream1-down,
-                       stream16, mem-tunnels-N, all); default quick
+                       stream16, stream16-up, udp, mem-tunnels-N, all); default quick
   --proxies LIST       rustle,nginx,haproxy,haproxy-splice,squid,tinyproxy,dante,microsocks
                        (default: all of them)
-  --extra-proxy SPEC   NAME[:http,connect,socks,relay,ws]='command {listen} {target}' (repeatable)
+  --extra-proxy SPEC   NAME[:http,connect,socks,relay,ws,udp-socks,udp-relay]='command {listen}
+                       {target}' (repeatable; {target} is the UDP echo for udp-relay)
   --sweep LIST         connection counts, e.g. 16,64,256,1024: every closed-loop scenario
                        (not mix-*, mem-tunnels-*) runs at each, in place of its default
   --reps N             repetitions (default 3)
@@ -234,6 +235,13 @@ fn campaign(o: &Options) -> Result<()> {
     cmd.args(["origin", "--listen", &origin_addr]);
     let mut origin = Proc::spawn("origin", cmd, Some(&scratch))?;
     origin.wait_listening(origin_port, Duration::from_secs(10))?;
+    // The UDP scenarios' origin: a datagram echo next to the HTTP origin.
+    let udp_port = if net.is_netns() { 8081 } else { run::free_udp_port().unwrap_or(18082) };
+    let udp_addr = format!("{}:{udp_port}", net.ip(Role::Origin));
+    let mut cmd = net.command(Role::Origin, "1", &exe.display().to_string());
+    cmd.args(["udp-echo", "--listen", &udp_addr]);
+    let mut udp_origin = Proc::spawn("udp-origin", cmd, Some(&scratch))?;
+    udp_origin.wait_ready(udp_port, true, Duration::from_secs(10))?;
 
     write_conditions(o, &out, &stamp, &net, &proxies, &rustle_src, &notes)?;
     let mut writer = record::Writer::create(&out.join("runs.csv"))?;
@@ -244,6 +252,7 @@ fn campaign(o: &Options) -> Result<()> {
         exe: exe.clone(),
         scratch: scratch.clone(),
         origin: origin_addr,
+        udp_origin: udp_addr,
         duration: o.duration.clone(),
         seed: o.seed,
         runs: 0,
@@ -269,10 +278,14 @@ fn campaign(o: &Options) -> Result<()> {
                 if !origin.alive() {
                     bail!("the origin died: {}", origin.stderr_tail());
                 }
+                if !udp_origin.alive() {
+                    bail!("the UDP origin died: {}", udp_origin.stderr_tail());
+                }
             }
         }
     }
     origin.stop();
+    udp_origin.stop();
     if let Some(q) = &bench.quota {
         // Empty now that every proxy is stopped.
         let _ = q.remove();

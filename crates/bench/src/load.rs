@@ -18,13 +18,16 @@
 //! Submodules: `plan` (addresses, hop, pre-built bytes), `dial` (TCP,
 //! CONNECT, SOCKS5, TLS), `response` (strict response reader), `ws`
 //! (WebSocket frames), `worker` (threads and lanes), [`stats`]
-//! (histogram, report, JSON) and [`cli`] (argument parsing).
+//! (histogram, report, JSON), [`cli`] (argument parsing) and `udp` (the
+//! UDP modes: datagram echo, direct, through a UDP relay or SOCKS5 UDP
+//! ASSOCIATE; they count datagrams).
 
 pub mod cli;
 mod dial;
 mod plan;
 mod response;
 pub mod stats;
+mod udp;
 mod worker;
 mod ws;
 
@@ -60,10 +63,17 @@ pub enum Mode {
     Ws,
     /// TLS to a TLS-terminating relay (`--ca`, `--sni`), HTTP inside.
     HttpsRelay,
+    /// UDP datagrams of `--size` bytes to a UDP echo (`--target`). Counts
+    /// datagrams.
+    UdpDirect,
+    /// `--proxy` is a UDP port relay to the echo.
+    UdpRelay,
+    /// SOCKS5 UDP ASSOCIATE on `--proxy` per lane, datagrams for `--target`.
+    UdpSocks5,
 }
 
 impl Mode {
-    pub const ALL: [Mode; 7] = [
+    pub const ALL: [Mode; 10] = [
         Mode::Direct,
         Mode::HttpProxy,
         Mode::Connect,
@@ -71,6 +81,9 @@ impl Mode {
         Mode::Relay,
         Mode::Ws,
         Mode::HttpsRelay,
+        Mode::UdpDirect,
+        Mode::UdpRelay,
+        Mode::UdpSocks5,
     ];
 
     /// The `--mode` spelling.
@@ -83,7 +96,15 @@ impl Mode {
             Mode::Relay => "relay",
             Mode::Ws => "ws",
             Mode::HttpsRelay => "https-relay",
+            Mode::UdpDirect => "udp-direct",
+            Mode::UdpRelay => "udp-relay",
+            Mode::UdpSocks5 => "udp-socks5",
         }
+    }
+
+    /// One of the datagram modes.
+    pub fn is_udp(self) -> bool {
+        matches!(self, Mode::UdpDirect | Mode::UdpRelay | Mode::UdpSocks5)
     }
 
     pub fn parse(s: &str) -> Option<Mode> {
@@ -122,7 +143,7 @@ pub struct Options {
     pub active: Option<usize>,
     /// Hold mode: open this many connections, one request each, then idle.
     pub hold: Option<usize>,
-    /// WebSocket message size in bytes.
+    /// WebSocket message size, or UDP datagram payload size, in bytes.
     pub size: usize,
     /// PEM file of the CA to trust (https-relay).
     pub ca: Option<PathBuf>,
@@ -190,6 +211,9 @@ impl Options {
         if self.mode == Mode::Ws && self.upload > 0 {
             bail!("--upload does not apply to ws mode");
         }
+        if self.mode.is_udp() {
+            udp::validate(self)?;
+        }
         Ok(())
     }
 }
@@ -198,6 +222,22 @@ impl Options {
 pub fn run(o: &Options) -> Result<Report> {
     o.validate()?;
     raise_nofile_limit();
+    if o.mode.is_udp() {
+        let u = udp::run(o)?;
+        return Ok(Report {
+            mode: o.mode.name(),
+            unit: "datagrams",
+            threads: u.threads,
+            connections: o.connections,
+            completed: u.stats.completed,
+            bytes: u.stats.bytes,
+            upload_bytes: 0,
+            elapsed: u.elapsed,
+            latency_us: Percentiles::of(&u.stats.latency),
+            errors: u.stats.errors,
+            hold: None,
+        });
+    }
     let lanes = o.hold.unwrap_or(o.connections);
     // Every thread gets at least one lane (and one active slot in the mix).
     let threads = o.threads.min(lanes).min(o.active.unwrap_or(lanes));
@@ -257,6 +297,8 @@ pub fn run(o: &Options) -> Result<Report> {
         connections: lanes,
         completed: total.completed,
         bytes: total.bytes,
+        // Only whole, answered requests count, so each sent its whole body.
+        upload_bytes: total.completed * o.upload as u64,
         elapsed: held.unwrap_or_else(|| finished - plan.warm_end),
         latency_us: Percentiles::of(&total.latency),
         errors: total.errors,

@@ -12,6 +12,7 @@
 //! - `body`: streaming bodies by their framing (length, chunked, until close).
 //! - `relay`: the relay engine: bytes both ways, no buffer while idle, splice when bulk.
 //! - `tunnel`: detached relay tasks that take over established tunnels.
+//! - `tls`: certificates and keys from PEM files, server configs with SNI, self-signed sets.
 //! - `sys`: the one unsafe module: pipes and splice(2).
 //! - `upstream`: name cache, Happy Eyeballs, the pool of idle origin connections.
 //! - `buf`: the read buffer heads are parsed in.
@@ -37,6 +38,7 @@ pub mod relay;
 pub mod server;
 pub mod socks;
 pub mod sys;
+pub mod tls;
 pub mod tunnel;
 pub mod udp;
 pub mod upstream;

@@ -55,6 +55,16 @@ enum Command {
         /// The user name.
         name: String,
     },
+    /// Write certificates for a TLS listener.
+    Cert {
+        /// Write DIR/ca.pem (a fresh CA), DIR/NAME.pem (leaf + CA) and DIR/NAME.key for
+        /// NAME (a host name or IP address), ECDSA P-256.
+        #[arg(long, value_name = "NAME")]
+        self_signed: String,
+        /// Directory for the files (created if needed; existing files are not overwritten).
+        #[arg(long, value_name = "DIR", default_value = ".")]
+        out: PathBuf,
+    },
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -68,6 +78,9 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     if let Some(Command::Passwd { name }) = &cli.command {
         return passwd(name);
+    }
+    if let Some(Command::Cert { self_signed, out }) = &cli.command {
+        return cert(self_signed, out);
     }
     let mut cfg = match &cli.config {
         Some(path) => match Config::load(path) {
@@ -191,6 +204,30 @@ fn passwd(name: &str) -> ExitCode {
         }
         Err(e) => {
             eprintln!("rustle passwd: {e}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn cert(name: &str, out: &std::path::Path) -> ExitCode {
+    match rustle::tls::write_self_signed(name, out) {
+        Ok(files) => {
+            println!("CA certificate:    {}", files.ca.display());
+            println!("certificate chain: {}", files.chain.display());
+            println!("private key:       {}", files.key.display());
+            println!();
+            println!(
+                "Use {} and {} for a TLS listener; clients must trust {} \
+                 (e.g. curl --cacert {}). The CA's key is not kept.",
+                files.chain.display(),
+                files.key.display(),
+                files.ca.display(),
+                files.ca.display()
+            );
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("rustle cert: {e}");
             ExitCode::from(2)
         }
     }

@@ -217,9 +217,16 @@ impl Proc {
 
     /// Waits until the process listens on `port` (in its own namespace).
     pub fn wait_listening(&mut self, port: u16, within: Duration) -> Result<()> {
+        self.wait_ready(port, false, within)
+    }
+
+    /// Waits until the process listens on TCP `port`, or with `udp` has a
+    /// UDP socket bound to it.
+    pub fn wait_ready(&mut self, port: u16, udp: bool, within: Duration) -> Result<()> {
         let deadline = Instant::now() + within;
+        let ready = |p: &u32| if udp { sys::bound_udp(*p, port) } else { sys::listening(*p, port) };
         loop {
-            if sys::tree(self.pid()).iter().any(|p| sys::listening(*p, port)) {
+            if sys::tree(self.pid()).iter().any(ready) {
                 return Ok(());
             }
             if !self.alive() {

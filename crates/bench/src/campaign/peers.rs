@@ -42,6 +42,8 @@ pub struct Site<'a> {
     pub listen_port: u16,
     /// The origin, `IP:PORT`, as the proxy reaches it.
     pub origin: &'a str,
+    /// The UDP echo origin, `IP:PORT` (the UDP relay's target).
+    pub udp_origin: &'a str,
     /// The proxy's own address towards the origin.
     pub external_ip: &'a str,
 }
@@ -75,7 +77,8 @@ impl Proxy {
         Ok(Proxy { name: name.to_string(), kind })
     }
 
-    /// Parses `NAME[:http,connect,socks,relay,ws]=command`.
+    /// Parses `NAME[:http,connect,socks,relay,ws,udp-socks,udp-relay]=command`
+    /// (`{target}` is the UDP echo for `udp-relay`).
     pub fn extra(spec: &str) -> Result<Proxy> {
         let Some((head, command)) = spec.split_once('=') else {
             bail!("--extra-proxy wants NAME[:paths]='command {{listen}} {{target}}'");
@@ -90,6 +93,8 @@ impl Proxy {
                         "socks" => Path::Socks,
                         "relay" => Path::Relay,
                         "ws" => Path::Ws,
+                        "udp-socks" => Path::UdpSocks,
+                        "udp-relay" => Path::UdpRelay,
                         _ => bail!("--extra-proxy: unknown path {p:?}"),
                     });
                 }
@@ -139,7 +144,9 @@ impl Proxy {
             }
             // Neither upgrades absolute-form requests to WebSocket.
             Kind::Squid | Kind::Tinyproxy => matches!(path, Path::Http | Path::Connect),
-            Kind::Dante | Kind::Microsocks => path == Path::Socks,
+            // dante's UDP ASSOCIATE is enabled by the rules added in `argv`.
+            Kind::Dante => matches!(path, Path::Socks | Path::UdpSocks),
+            Kind::Microsocks => path == Path::Socks,
             Kind::Extra { paths, .. } => paths.contains(&path),
         };
         if ok {
@@ -151,6 +158,8 @@ impl Proxy {
             Path::Socks => "no SOCKS",
             Path::Relay => "no TCP relay",
             Path::Ws => "no WebSocket",
+            Path::UdpSocks => "no SOCKS5 UDP ASSOCIATE",
+            Path::UdpRelay => "no UDP relay measured",
         }
         .to_string())
     }
@@ -184,8 +193,9 @@ impl Proxy {
             Kind::Rustle(bin) => {
                 let flag = match path {
                     Path::Http | Path::Connect | Path::Ws => format!("--http={listen}"),
-                    Path::Socks => format!("--socks={listen}"),
+                    Path::Socks | Path::UdpSocks => format!("--socks={listen}"),
                     Path::Relay => format!("--relay={listen}={}", site.origin),
+                    Path::UdpRelay => format!("--udp-relay={listen}={}", site.udp_origin),
                 };
                 let conf = write("rustle.toml", RUSTLE.to_string())?;
                 let bin = bin.display().to_string();
@@ -215,7 +225,14 @@ impl Proxy {
                 vec!["tinyproxy".into(), "-d".into(), "-c".into(), conf]
             }
             Kind::Dante => {
-                let conf = write("danted.conf", render(DANTE))?;
+                let mut text = render(DANTE);
+                if path == Path::UdpSocks {
+                    // UDP ASSOCIATE and the datagrams coming back need their
+                    // own commands; the shared template allows CONNECT only.
+                    text =
+                        text.replace("command: connect", "command: connect udpassociate udpreply");
+                }
+                let conf = write("danted.conf", text)?;
                 let pid = format!("{dir}/danted.pid");
                 vec!["danted".into(), "-f".into(), conf, "-N".into(), "1".into(), "-p".into(), pid]
             }
@@ -227,7 +244,7 @@ impl Proxy {
                 .replace("{listen}", &listen)
                 .replace("{listen_ip}", site.listen_ip)
                 .replace("{listen_port}", &site.listen_port.to_string())
-                .replace("{target}", site.origin)
+                .replace("{target}", if path.is_udp() { site.udp_origin } else { site.origin })
                 .replace("{dir}", &dir)
                 .split_whitespace()
                 .map(String::from)
@@ -257,6 +274,7 @@ mod tests {
             listen_ip: "127.0.0.1",
             listen_port: 3128,
             origin: "127.0.0.1:8080",
+            udp_origin: "127.0.0.1:8081",
             external_ip: "127.0.0.1",
         };
         let hs = Proxy::named("haproxy-splice", &bin).unwrap();
@@ -267,6 +285,22 @@ mod tests {
         let x = Proxy::extra("3proxy:http,connect=/opt/3proxy -p{listen_port} {target}").unwrap();
         assert!(x.supports(Path::Socks).is_err());
         assert_eq!(x.argv(Path::Http, &site).unwrap()[1], "-p3128");
+        let micro = Proxy::named("microsocks", &bin).unwrap();
+        assert!(micro.supports(Path::UdpSocks).is_err());
+        let dante = Proxy::named("dante", &bin).unwrap();
+        assert!(dante.supports(Path::UdpSocks).is_ok());
+        assert!(dante.supports(Path::UdpRelay).is_err());
+        dante.argv(Path::UdpSocks, &site).unwrap();
+        let conf = std::fs::read_to_string(dir.join("danted.conf")).unwrap();
+        assert!(conf.contains("command: connect udpassociate udpreply"), "{conf}");
+        let rustle = Proxy::named("rustle", &bin).unwrap();
+        let argv = rustle.argv(Path::UdpRelay, &site).unwrap();
+        assert!(argv.contains(&"--udp-relay=127.0.0.1:3128=127.0.0.1:8081".to_string()));
+        let argv = rustle.argv(Path::UdpSocks, &site).unwrap();
+        assert!(argv.contains(&"--socks=127.0.0.1:3128".to_string()));
+        let u = Proxy::extra("u:udp-relay=/opt/u {listen} {target}").unwrap();
+        assert!(u.supports(Path::UdpRelay).is_ok() && u.supports(Path::UdpSocks).is_err());
+        assert_eq!(u.argv(Path::UdpRelay, &site).unwrap()[2], "127.0.0.1:8081");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -41,6 +41,8 @@ pub struct Bench {
     pub exe: PathBuf,
     pub scratch: PathBuf,
     pub origin: String,
+    /// The UDP echo (`udp-echo`), for the UDP scenarios.
+    pub udp_origin: String,
     pub duration: String,
     pub seed: u64,
     pub runs: u32,
@@ -102,6 +104,7 @@ impl Bench {
             listen_ip: ip,
             listen_port: port,
             origin: &self.origin,
+            udp_origin: &self.udp_origin,
             external_ip: self.net.proxy_external_ip(),
         };
         let argv = proxy.argv(sc.path, &site)?;
@@ -118,13 +121,17 @@ impl Bench {
         let mut cmd = Command::new(&full[0]);
         cmd.args(&full[1..]).current_dir(dir);
         let mut p = Proc::spawn(&proxy.name, cmd, Some(dir))?;
-        p.wait_listening(port, Duration::from_secs(10))?;
+        // A UDP relay has no TCP listener; everything else (SOCKS5 UDP
+        // ASSOCIATE included) starts on TCP.
+        let udp = sc.path == super::scenario::Path::UdpRelay;
+        p.wait_ready(port, udp, Duration::from_secs(10))?;
         Ok((p, format!("{ip}:{port}")))
     }
 
     fn load_command(&self, sc: &Scenario, proxy_addr: &str) -> Command {
         let mut cmd = self.net.command(Role::Client, CLIENT_CPU, &self.exe.display().to_string());
-        cmd.args(["load", "--json", "--mode", sc.path.load_mode(), "--target", &self.origin]);
+        let target = if sc.path.is_udp() { &self.udp_origin } else { &self.origin };
+        cmd.args(["load", "--json", "--mode", sc.path.load_mode(), "--target", target]);
         cmd.args(["--proxy", proxy_addr, "--seed", &self.seed.to_string()]);
         cmd.args(&sc.load_args);
         match sc.kind {
@@ -250,6 +257,12 @@ fn fill_from_report(row: &mut Row, sc: &Scenario, r: &Value) {
     }
     match sc.kind {
         Kind::Rate => row.throughput = r["rate_per_s"].as_f64(),
+        // Upload streams: the request bodies are the payload, and the
+        // proxy's CPU per GB is per GB uploaded.
+        Kind::Stream if sc.is_upload() => {
+            row.throughput = r["upload_gbit_per_s"].as_f64();
+            row.bytes = u(&r["upload_bytes"]);
+        }
         Kind::Stream => row.throughput = r["gbit_per_s"].as_f64(),
         Kind::Hold(_) => {}
     }
@@ -269,4 +282,10 @@ fn duration_s(d: &str) -> f64 {
 pub fn free_port() -> Option<u16> {
     let l = std::net::TcpListener::bind("127.0.0.1:0").ok()?;
     Some(l.local_addr().ok()?.port())
+}
+
+/// A UDP port free on loopback now (the UDP echo binds it a moment later).
+pub fn free_udp_port() -> Option<u16> {
+    let s = std::net::UdpSocket::bind("127.0.0.1:0").ok()?;
+    Some(s.local_addr().ok()?.port())
 }

@@ -17,6 +17,10 @@ pub enum Path {
     Relay,
     /// WebSocket upgrades through the HTTP proxy.
     Ws,
+    /// SOCKS5 UDP ASSOCIATE, datagrams to the campaign's UDP echo.
+    UdpSocks,
+    /// A UDP port relay to the campaign's UDP echo.
+    UdpRelay,
 }
 
 impl Path {
@@ -28,7 +32,14 @@ impl Path {
             Path::Socks => "socks5",
             Path::Relay => "relay",
             Path::Ws => "ws",
+            Path::UdpSocks => "udp-socks5",
+            Path::UdpRelay => "udp-relay",
         }
+    }
+
+    /// Datagrams to the UDP origin rather than HTTP to the HTTP origin.
+    pub fn is_udp(self) -> bool {
+        matches!(self, Path::UdpSocks | Path::UdpRelay)
     }
 }
 
@@ -37,7 +48,8 @@ impl Path {
 pub enum Kind {
     /// Requests (or messages) per second.
     Rate,
-    /// Bulk download in Gbit/s.
+    /// Bulk download in Gbit/s (or upload, with `--upload`; see
+    /// [`Scenario::is_upload`]).
     Stream,
     /// `--hold N`: the proxy's memory per open tunnel.
     Hold(u64),
@@ -58,8 +70,14 @@ impl Scenario {
             (Kind::Stream, _) => "Gbit/s",
             (Kind::Hold(_), _) => "KB/tunnel",
             (Kind::Rate, Path::Ws) => "msg/s",
+            (Kind::Rate, Path::UdpSocks | Path::UdpRelay) => "dgram/s",
             (Kind::Rate, _) => "req/s",
         }
+    }
+
+    /// True for the upload streams: their throughput is the request bodies.
+    pub fn is_upload(&self) -> bool {
+        self.load_args.iter().any(|a| a == "--upload")
     }
 
     /// The value of its `--connections`: 64 for `http-ka-1k`, 2000 for the
@@ -100,6 +118,9 @@ pub fn default_connections(name: &str) -> Option<u32> {
 /// waits for, do not stretch a run by more than a few seconds.
 const STREAM1_BODY: &str = "/bytes/1073741824";
 const STREAM16_BODY: &str = "/bytes/67108864";
+/// Upload streams: 16 connections each POSTing 64 MiB to `/sha256`
+/// (the load generator's default path for uploads), again and again.
+const STREAM16_UP_BODY: &str = "67108864";
 
 /// Every name `--scenarios` accepts, groups expanded (see [`expand`]).
 pub const GROUPS: &[(&str, &[&str])] = &[
@@ -108,6 +129,8 @@ pub const GROUPS: &[(&str, &[&str])] = &[
     ("mix-3k", &["mix-http-3k", "mix-connect-3k", "mix-socks-3k", "mix-relay-3k"]),
     ("stream1-down", &["relay-stream1-down", "connect-stream1-down", "socks-stream1-down"]),
     ("stream16", &["relay-stream16", "connect-stream16", "socks-stream16"]),
+    ("stream16-up", &["relay-stream16-up", "connect-stream16-up", "socks-stream16-up"]),
+    ("udp", &["udp-socks-64b", "udp-relay-64b"]),
 ];
 
 /// Expands group names (`mix`, `stream16`, `mem-tunnels-N` = the CONNECT
@@ -149,7 +172,9 @@ fn all_names() -> Vec<String> {
     for p in ["relay", "connect", "socks"] {
         v.push(format!("{p}-stream1-down"));
         v.push(format!("{p}-stream16"));
+        v.push(format!("{p}-stream16-up"));
     }
+    v.extend(["udp-socks-64b", "udp-relay-64b"].map(String::from));
     v.extend(["ws-64b", "ws-64k", "ws-close"].map(String::from));
     for n in [1000, 5000, 10000, 25000] {
         v.push(format!("mem-tunnels-connect-{n}"));
@@ -189,6 +214,16 @@ pub fn parse(name: &str) -> Result<Scenario> {
         };
         return Ok(make(Path::Ws, Kind::Rate, a));
     }
+    if let Some(rest) = name.strip_prefix("udp-") {
+        // Closed loop, one 64-byte datagram in flight per socket; a lost
+        // datagram costs a one-second timeout (counted as an error).
+        let path = match rest {
+            "socks-64b" => Path::UdpSocks,
+            "relay-64b" => Path::UdpRelay,
+            _ => bail!("unknown scenario {name:?} (udp-socks-64b or udp-relay-64b)"),
+        };
+        return Ok(make(path, Kind::Rate, "--connections 64 --size 64 --timeout 1s"));
+    }
     if let Some(rest) = name.strip_prefix("mem-tunnels-") {
         let (p, n) = rest.split_once('-').unwrap_or((rest, ""));
         let path = match p {
@@ -225,10 +260,13 @@ pub fn parse(name: &str) -> Result<Scenario> {
         "ka-50k-2000" => (Kind::Rate, "--connections 2000 --path /bytes/51200"),
         "stream1-down" if path != Path::Http => (Kind::Stream, "--connections 1"),
         "stream16" if path != Path::Http => (Kind::Stream, "--connections 16"),
+        "stream16-up" if path != Path::Http => (Kind::Stream, "--connections 16"),
         _ => bail!("unknown scenario {name:?}"),
     };
     let mut s = make(path, kind, a);
-    if kind == Kind::Stream {
+    if rest == "stream16-up" {
+        s.load_args.extend(["--upload".to_string(), STREAM16_UP_BODY.to_string()]);
+    } else if kind == Kind::Stream {
         let body = if rest == "stream16" { STREAM16_BODY } else { STREAM1_BODY };
         s.load_args.extend(["--path".to_string(), body.to_string()]);
     }
@@ -243,7 +281,7 @@ mod tests {
     #[test]
     fn every_name_in_all_parses_and_groups_expand() {
         let all = expand("all").unwrap();
-        assert_eq!(all.len(), 39);
+        assert_eq!(all.len(), 44);
         let names: Vec<String> = expand("quick,mem-tunnels-1000,stream1-down,http-ka-1k")
             .unwrap()
             .into_iter()
@@ -255,6 +293,44 @@ mod tests {
         assert_eq!(names.iter().filter(|n| *n == "http-ka-1k").count(), 1);
         assert!(expand("http-stream16").is_err());
         assert!(expand("nope").is_err());
+    }
+
+    #[test]
+    fn udp_and_upload_scenarios() {
+        let u = parse("udp-socks-64b").unwrap();
+        assert_eq!((u.path, u.kind, u.unit()), (Path::UdpSocks, Kind::Rate, "dgram/s"));
+        assert_eq!(u.path.load_mode(), "udp-socks5");
+        assert!(u.path.is_udp() && u.sweepable());
+        assert!(u.load_args.windows(2).any(|w| w == ["--size", "64"]));
+        let r = parse("udp-relay-64b").unwrap();
+        assert_eq!((r.path, r.path.load_mode()), (Path::UdpRelay, "udp-relay"));
+        assert_eq!(r.default_connections(), Some(64));
+        assert!(parse("udp-http-64b").is_err() && parse("udp-socks").is_err());
+        for p in ["relay", "connect", "socks"] {
+            let s = parse(&format!("{p}-stream16-up")).unwrap();
+            assert_eq!((s.kind, s.unit()), (Kind::Stream, "Gbit/s"));
+            assert!(s.is_upload() && !s.path.is_udp());
+            assert!(s.load_args.windows(2).any(|w| w == ["--upload", "67108864"]));
+            assert!(!s.load_args.contains(&"--path".to_string()), "POSTs go to /sha256");
+            assert_eq!(s.default_connections(), Some(16));
+        }
+        assert!(!parse("relay-stream16").unwrap().is_upload());
+        assert!(parse("http-stream16-up").is_err());
+        let names: Vec<String> =
+            expand("udp,stream16-up").unwrap().into_iter().map(|s| s.name).collect();
+        assert_eq!(
+            names,
+            [
+                "udp-socks-64b",
+                "udp-relay-64b",
+                "relay-stream16-up",
+                "connect-stream16-up",
+                "socks-stream16-up"
+            ]
+        );
+        let all: Vec<String> = expand("all").unwrap().into_iter().map(|s| s.name).collect();
+        assert!(all.contains(&"udp-relay-64b".to_string()));
+        assert!(all.contains(&"socks-stream16-up".to_string()));
     }
 
     #[test]

@@ -110,6 +110,18 @@ pub fn listening(pid: u32, port: u16) -> bool {
     })
 }
 
+/// True when `pid` has a UDP socket bound to `port` (in its namespace).
+pub fn bound_udp(pid: u32, port: u16) -> bool {
+    let want = format!(":{port:04X}");
+    ["udp", "udp6"].iter().any(|f| {
+        std::fs::read_to_string(format!("/proc/{pid}/net/{f}")).is_ok_and(|s| {
+            s.lines()
+                .skip(1)
+                .any(|l| l.split_whitespace().nth(1).is_some_and(|a| a.ends_with(&want)))
+        })
+    })
+}
+
 /// Sends `sig` (a name such as TERM or KILL) to a process group and to each
 /// listed pid, with the system `kill` so that no unsafe code is needed.
 pub fn signal(pgid: u32, pids: &[u32], sig: &str) {

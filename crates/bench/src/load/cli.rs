@@ -10,20 +10,22 @@ use super::{Mode, Options};
 pub const USAGE: &str = "\
 usage: rustle-bench load --target HOST:PORT [options]
   --mode M          direct (default) | http-proxy | connect | socks5 | relay | ws | https-relay
-  --proxy HOST:PORT proxy or relay (required except for direct; ws without it goes direct)
+                    | udp-direct | udp-relay | udp-socks5 (datagrams to a UDP echo, --size each)
+  --proxy HOST:PORT proxy or relay (required except for direct and udp-direct; ws without it
+                    goes direct; udp-relay: a UDP relay; udp-socks5: the SOCKS5 TCP port)
   --proxy-user U:P  send Proxy-Authorization: Basic (http-proxy and connect modes)
   --path P          request path (default /bytes/1024; /sha256 with --upload; /ws in ws mode)
   --connections C   concurrent connections (default 64)
   --threads N       worker threads, one current-thread runtime each (default 1)
   --duration D      measured time, e.g. 10s, 500ms, 2m (default 10s)
   --warmup D        excluded from the numbers (default 1s)
-  --timeout D       bound on one exchange, setup included (default 10s)
+  --timeout D       bound on one exchange, setup included (default 10s; UDP: per datagram)
   --close           new connection per request (Connection: close) / per ws message
   --upload BYTES    POST a body of this size
   --rate R          open loop: R requests/s in total (latency from scheduled time)
   --active M        mix: only M of the C connections active at once, rotating
   --hold N          open N connections, one request each, keep idle for --duration
-  --size BYTES      ws message size (default 64)
+  --size BYTES      ws message / UDP datagram payload size (default 64; UDP: 12 or more)
   --ca FILE         PEM CA to trust (https-relay)
   --sni NAME        TLS server name (default: the proxy host)
   --seed N          seed for the WebSocket masks (default 0)

@@ -202,14 +202,17 @@ pub struct HoldReport {
 pub struct Report {
     /// `--mode` name.
     pub mode: &'static str,
-    /// `"requests"`, or `"messages"` in ws mode.
+    /// `"requests"`, `"messages"` in ws mode, `"datagrams"` in the UDP modes.
     pub unit: &'static str,
     pub threads: usize,
     pub connections: usize,
     /// Completed requests (messages) after the warmup.
     pub completed: u64,
-    /// Response bytes received for them.
+    /// Response bytes received for them (echoed payload bytes in the UDP
+    /// modes).
     pub bytes: u64,
+    /// Request body bytes (`--upload`) of the completed requests.
+    pub upload_bytes: u64,
     /// Measured time: from the end of the warmup until the last outstanding
     /// answer arrived (or the hold ended).
     pub elapsed: Duration,
@@ -227,6 +230,11 @@ impl Report {
     /// Received payload throughput in Gbit/s.
     pub fn gbit_per_s(&self) -> f64 {
         per_second(self.bytes as f64 * 8.0, self.elapsed) / 1e9
+    }
+
+    /// Upload (request body) throughput in Gbit/s.
+    pub fn upload_gbit_per_s(&self) -> f64 {
+        per_second(self.upload_bytes as f64 * 8.0, self.elapsed) / 1e9
     }
 
     /// The JSON object printed by `--json`.
@@ -247,6 +255,8 @@ impl Report {
             "duration_s": self.elapsed.as_secs_f64(),
             "rate_per_s": self.rate(),
             "gbit_per_s": self.gbit_per_s(),
+            "upload_bytes": self.upload_bytes,
+            "upload_gbit_per_s": self.upload_gbit_per_s(),
             "latency_us": {
                 "min": l.min, "mean": l.mean, "p50": l.p50, "p90": l.p90,
                 "p99": l.p99, "p99_9": l.p99_9, "max": l.max,
@@ -370,6 +380,7 @@ mod tests {
             connections: 2,
             completed: 1000,
             bytes: 125_000_000,
+            upload_bytes: 250_000_000,
             elapsed: Duration::from_secs(2),
             latency_us: Percentiles { min: 1, mean: 2.0, p50: 2, p90: 3, p99: 4, p99_9: 5, max: 6 },
             errors,
@@ -384,6 +395,7 @@ mod tests {
         assert_eq!(v["completed"], 1000);
         assert_eq!(v["rate_per_s"], 500.0);
         assert_eq!(v["gbit_per_s"], 0.5);
+        assert_eq!(v["upload_gbit_per_s"], 1.0);
         assert_eq!(v["duration_s"], 2.0);
         for k in ["min", "mean", "p50", "p90", "p99", "p99_9", "max"] {
             assert!(v["latency_us"][k].is_number(), "{k}");
