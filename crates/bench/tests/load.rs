@@ -160,8 +160,11 @@ fn errors_are_counted_by_kind() {
     assert_eq!(r.completed, 0);
     assert!(r.errors.total() > 0);
 
-    // Nothing listens on a just-closed port: connect errors, at a bounded rate.
-    let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    // Nothing listens on a port held by a bound, never-listening socket (kept for the
+    // test, so no other test's listener can get the port): connect errors, bounded rate.
+    let holder = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    holder.bind(&"127.0.0.1:0".parse::<std::net::SocketAddr>().unwrap().into()).unwrap();
+    let port = holder.local_addr().unwrap().as_socket().unwrap();
     let mut o = opts(Mode::Direct, port);
     o.duration = Duration::from_millis(200);
     let r = load::run(&o).unwrap();

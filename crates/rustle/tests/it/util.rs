@@ -494,11 +494,15 @@ pub fn rustle_bin() -> &'static str {
     env!("CARGO_BIN_EXE_rustle")
 }
 
-/// An address nothing listens on (bound, then released).
+/// An address nothing listens on: a socket bound but never listening, kept open for the
+/// rest of the test process so that the kernel cannot hand the port to a proxy started
+/// afterwards (connections to it are refused).
 pub fn closed_port() -> SocketAddr {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let a = l.local_addr().unwrap();
-    drop(l);
+    use socket2::{Domain, Socket, Type};
+    let s = Socket::new(Domain::IPV4, Type::STREAM, None).unwrap();
+    s.bind(&"127.0.0.1:0".parse::<SocketAddr>().unwrap().into()).unwrap();
+    let a = s.local_addr().unwrap().as_socket().unwrap();
+    std::mem::forget(s);
     a
 }
 
