@@ -10,10 +10,11 @@ use rustle_proto::http::BodyKind;
 use std::future::Future;
 use std::task::Poll;
 
+use tokio::io::AsyncRead;
 use tokio::io::{AsyncWrite, AsyncWriteExt};
-use tokio::net::tcp::{ReadHalf, WriteHalf};
 
 use crate::buf::Buf;
+use crate::conn::Splice;
 use crate::error::{Error, Phase};
 use crate::limits::Limit;
 use crate::relay::{splice_body, SpliceFailure};
@@ -192,16 +193,20 @@ pub fn coalesce(
 // The framing state, both sockets, the buffer and the two policies (splice, bandwidth)
 // are all distinct inputs; bundling them would only move the list elsewhere.
 #[allow(clippy::too_many_arguments)]
-pub async fn copy(
-    r: &mut ReadHalf<'_>,
+pub async fn copy<R, W>(
+    r: &mut R,
     buf: &mut Buf,
-    w: &mut WriteHalf<'_>,
+    w: &mut W,
     state: &mut State,
     dir: Dir,
     idle: Duration,
     splice: bool,
     limit: Option<&Limit>,
-) -> Result<u64, Error> {
+) -> Result<u64, Error>
+where
+    R: AsyncRead + Splice + Unpin,
+    W: AsyncWrite + Splice + Unpin,
+{
     let mut total = 0u64;
     // A limited body is copied (not spliced), so that every byte is counted.
     let splice = splice && limit.is_none();
@@ -209,9 +214,11 @@ pub async fn copy(
         if state.is_done() {
             return Ok(total);
         }
-        if let (true, State::Remaining(n)) = (splice, &mut *state) {
+        if let (true, State::Remaining(n), Some(src), Some(dst)) =
+            (splice, &mut *state, r.tcp(), w.tcp())
+        {
             if buf.is_empty() && *n >= SPLICE_MIN {
-                let round = splice_body(r.as_ref(), w.as_ref(), *n);
+                let round = splice_body(src, dst, *n);
                 match tokio::time::timeout(idle, round).await {
                     Err(_) => return Err(dir.read_timeout()),
                     // No pipe to be had: copy this round instead.
@@ -288,13 +295,18 @@ pub async fn timed<F: Future>(fut: F, idle: Duration) -> Option<F::Output> {
     }
 }
 
-/// Writes everything within `idle` (see `timed`). `Err(None)` is the timeout.
+/// Writes and flushes everything within `idle` (see `timed`). `Err(None)` is the
+/// timeout. The flush is what makes a TLS stream send what it encrypted; on TCP it is free.
 pub async fn write_all_timed<W: AsyncWrite + Unpin>(
     w: &mut W,
     bytes: &[u8],
     idle: Duration,
 ) -> Result<(), Option<io::Error>> {
-    match timed(w.write_all(bytes), idle).await {
+    let write = async {
+        w.write_all(bytes).await?;
+        w.flush().await
+    };
+    match timed(write, idle).await {
         Some(r) => r.map_err(Some),
         None => Err(None),
     }

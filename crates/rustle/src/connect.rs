@@ -26,6 +26,7 @@ pub async fn tunnel(c: &mut Client, ex: &mut Exchange) -> Result<Next, Error> {
     let (up, addr, _) = c.upstream(None, &host, port, Protocol::Connect).await?;
     ex.upstream = Some(addr);
     c.stream.write_all(ESTABLISHED).await.map_err(Error::Client)?;
+    c.stream.flush().await.map_err(Error::Client)?;
     ex.status = 200;
     ex.responded = true;
     // A client may send its first tunnel bytes (a TLS ClientHello) without waiting for
@@ -33,5 +34,5 @@ pub async fn tunnel(c: &mut Client, ex: &mut Exchange) -> Result<Next, Error> {
     let early_up = c.buf.filled().to_vec();
     c.buf.clear();
     let throttle = c.throttle();
-    Ok(Next::Tunnel(Handoff { upstream: up, early_up, early_down: Vec::new(), throttle }))
+    Ok(Next::Tunnel(Handoff { upstream: up.into(), early_up, early_down: Vec::new(), throttle }))
 }

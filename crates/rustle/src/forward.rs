@@ -265,7 +265,7 @@ async fn switch_protocols(
     let early_up = c.buf.filled().to_vec();
     c.buf.clear();
     let throttle = c.throttle();
-    Ok(Next::Tunnel(Handoff { upstream: up, early_up, early_down, throttle }))
+    Ok(Next::Tunnel(Handoff { upstream: up.into(), early_up, early_down, throttle }))
 }
 
 /// Reads until a whole response head is in `ubuf` and parsed into `rhead`.

@@ -19,6 +19,7 @@ use tokio::net::TcpStream;
 use crate::accesslog::Entry;
 use crate::buf::Buf;
 use crate::config::Listener;
+use crate::conn::Stream;
 use crate::error::{ConnectError, Error, Phase};
 use crate::server::{ConnGuard, Worker};
 use crate::tunnel::{Handoff, Record};
@@ -39,7 +40,7 @@ pub struct Client {
     pub guard: ConnGuard,
     pub worker: Rc<Worker>,
     pub listener: Arc<Listener>,
-    pub stream: TcpStream,
+    pub stream: Stream,
     pub peer: SocketAddr,
     pub buf: Buf,
     pub head: RequestHead,
@@ -79,14 +80,14 @@ impl Exchange {
 
 pub async fn serve(guard: ConnGuard, listener: Arc<Listener>, stream: TcpStream, peer: SocketAddr) {
     let buf = guard.worker().take_buf();
-    serve_buffered(guard, listener, stream, peer, buf).await
+    serve_buffered(guard, listener, Stream::Tcp(stream), peer, buf).await
 }
 
 /// Serves a connection whose first bytes may already be in `buf` (after detection).
 pub async fn serve_buffered(
     guard: ConnGuard,
     listener: Arc<Listener>,
-    stream: TcpStream,
+    stream: Stream,
     peer: SocketAddr,
     buf: Buf,
 ) {
@@ -180,7 +181,7 @@ pub async fn refuse_overloaded(
         auth_gen: 0,
         traffic: None,
         listener,
-        stream,
+        stream: Stream::Tcp(stream),
         peer,
         buf: Buf::default(),
         head: RequestHead::new(),
@@ -374,6 +375,7 @@ impl Client {
         ex.status = 200;
         ex.responded = true;
         self.stream.write_all(&self.out).await.map_err(Error::Client)?;
+        self.stream.flush().await.map_err(Error::Client)?;
         Ok(if keep { Next::KeepAlive } else { Next::Close })
     }
 
@@ -393,7 +395,10 @@ impl Client {
                  Content-Length: {}\r\nConnection: close\r\n\r\n{body}\n",
                 body.len() + 1
             );
-            let write = self.stream.write_all(&self.out);
+            let write = async {
+                self.stream.write_all(&self.out).await?;
+                self.stream.flush().await
+            };
             if let Ok(Ok(())) = tokio::time::timeout(ERROR_WRITE_TIMEOUT, write).await {
                 let _ = self.stream.shutdown().await;
             }

@@ -9,6 +9,7 @@
 //! - `socks`: SOCKS4/4a/5 handshakes, CONNECT and BIND; protocol detection for `auto`.
 //! - `udp`: SOCKS5 UDP ASSOCIATE and the UDP port relay.
 //! - `portmap`: the TCP port relay.
+//! - `conn`: a connection's stream, plain TCP or TLS, and its halves.
 //! - `body`: streaming bodies by their framing (length, chunked, until close).
 //! - `relay`: the relay engine: bytes both ways, no buffer while idle, splice when bulk.
 //! - `tunnel`: detached relay tasks that take over established tunnels.
@@ -27,6 +28,7 @@ pub mod auth;
 pub mod body;
 pub mod buf;
 pub mod config;
+pub mod conn;
 pub mod connect;
 pub mod error;
 pub mod forward;

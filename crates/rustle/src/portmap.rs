@@ -52,13 +52,13 @@ pub async fn serve(guard: ConnGuard, listener: Arc<Listener>, stream: TcpStream,
                 down: 0,
             };
             let handoff = Handoff {
-                upstream,
+                upstream: upstream.into(),
                 early_up: Vec::new(),
                 early_down: Vec::new(),
                 throttle: listener.throttle.clone(),
             };
             let opts = worker.relay_opts(listener.splice);
-            crate::tunnel::spawn(guard, stream, handoff, opts, record);
+            crate::tunnel::spawn(guard, stream.into(), handoff, opts, record);
         }
         Err(e) => worker.log.log(&Entry {
             client: peer,

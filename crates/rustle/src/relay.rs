@@ -592,5 +592,7 @@ fn drained(s: &TcpStream) {
     let _ = s.try_io(Interest::READABLE, || Err::<(), _>(io::ErrorKind::WouldBlock.into()));
 }
 
+pub mod stream;
+
 #[cfg(test)]
 mod tests;

@@ -84,7 +84,9 @@ pub async fn serve_auto(
         }
     };
     match protocol {
-        Protocol::Http => crate::http1::serve_buffered(guard, listener, stream, peer, buf).await,
+        Protocol::Http => {
+            crate::http1::serve_buffered(guard, listener, stream.into(), peer, buf).await
+        }
         Protocol::Socks4 | Protocol::Socks5 => serve(guard, listener, stream, peer, buf).await,
         Protocol::Tls => {
             log_failure(&worker, peer, "TLS is not served on this port yet");
@@ -180,7 +182,7 @@ pub async fn serve(
                 down: 0,
             };
             let opts = worker.relay_opts(s.listener.splice);
-            crate::tunnel::spawn(guard, stream, handoff, opts, record);
+            crate::tunnel::spawn(guard, stream.into(), handoff, opts, record);
         }
         Ok(None) => s.log(None),
         Err(e) => s.log(Some(&e)),
@@ -315,7 +317,7 @@ impl Session {
     fn handoff(&mut self, upstream: TcpStream) -> Handoff {
         let throttle = self.worker.policy().throttle(&self.listener.throttle, self.user.as_deref());
         let early_up = self.buf.filled().to_vec();
-        Handoff { upstream, early_up, early_down: Vec::new(), throttle }
+        Handoff { upstream: upstream.into(), early_up, early_down: Vec::new(), throttle }
     }
 
     /// BIND: listen on the address the client reached us on, tell it where, accept one

@@ -3,19 +3,19 @@
 //! takes over: an open tunnel then keeps the relay's state (a few hundred bytes), not the
 //! handshake's, and writes its one access-log line when it ends.
 
+use std::future::Future;
 use std::net::SocketAddr;
 use std::time::Instant;
 
-use tokio::net::TcpStream;
-
 use crate::accesslog::Entry;
+use crate::conn::Stream;
 use crate::limits::Throttle;
 use crate::relay::{self, Opts};
 use crate::server::ConnGuard;
 
 /// What the handshake hands over besides the client socket.
 pub struct Handoff {
-    pub upstream: TcpStream,
+    pub upstream: Stream,
     /// Client bytes read with the handshake that belong to the tunnel.
     pub early_up: Vec<u8>,
     /// Upstream bytes read with a response head that belong to the tunnel.
@@ -39,23 +39,29 @@ pub struct Record {
     pub down: u64,
 }
 
-/// Starts the relay task; the caller's task should end right after.
-pub fn spawn(guard: ConnGuard, client: TcpStream, handoff: Handoff, opts: Opts, record: Record) {
-    tokio::task::spawn_local(task(guard, client, handoff, opts, record));
+/// Starts the relay task; the caller's task should end right after. Two plain sockets get
+/// the socket relay (splice); a TLS stream on either side gets the stream relay.
+pub fn spawn(guard: ConnGuard, client: Stream, handoff: Handoff, opts: Opts, record: Record) {
+    let Handoff { upstream, early_up, early_down, throttle } = handoff;
+    // The relay keeps its own copy of early bytes (in a pooled buffer) until delivered.
+    match (client, upstream) {
+        (Stream::Tcp(client), Stream::Tcp(upstream)) => {
+            let relay = relay::run(client, upstream, &early_up, &early_down, opts);
+            tokio::task::spawn_local(task(guard, relay.throttled(&throttle), record));
+        }
+        (client, upstream) => {
+            let relay = relay::stream::run(client, upstream, &early_up, &early_down, opts);
+            tokio::task::spawn_local(task(guard, relay.throttled(&throttle), record));
+        }
+    }
 }
 
 /// The task of an open tunnel. The relay is built before the task starts, so the task
 /// keeps exactly the relay, the log record and the connection slot.
-pub(crate) fn task(
-    guard: ConnGuard,
-    client: TcpStream,
-    handoff: Handoff,
-    opts: Opts,
-    rec: Record,
-) -> impl std::future::Future<Output = ()> {
-    let Handoff { upstream, early_up, early_down, throttle } = handoff;
-    // The relay keeps its own copy of early bytes (in a pooled buffer) until delivered.
-    let mut relay = relay::run(client, upstream, &early_up, &early_down, opts).throttled(&throttle);
+pub(crate) fn task<R>(guard: ConnGuard, mut relay: R, rec: Record) -> impl Future<Output = ()>
+where
+    R: Future<Output = (relay::Totals, Result<(), crate::error::Error>)> + Unpin,
+{
     async move {
         // Polled in place (it is Unpin): awaiting it by value would move it into a
         // second slot of this future.

@@ -235,9 +235,9 @@ where
     std::mem::size_of::<R>()
 }
 
-fn future_size5<F, A, B, C, D, E, R>(_: &F) -> usize
+fn future_size3<F, A, B, C, R>(_: &F) -> usize
 where
-    F: Fn(A, B, C, D, E) -> R,
+    F: Fn(A, B, C) -> R,
 {
     std::mem::size_of::<R>()
 }
@@ -252,7 +252,7 @@ fn connection_futures_stay_within_budget() {
     let socks = future_size(&socks);
     let relay_port = future_size(&crate::portmap::serve);
     let relay = std::mem::size_of::<Relay<TcpStream, TcpStream>>();
-    let tunnel = future_size5(&crate::tunnel::task);
+    let tunnel = future_size3(&crate::tunnel::task::<Relay<TcpStream, TcpStream>>);
     eprintln!(
         "future sizes: http1 {http}, socks {socks}, portmap {relay_port}, relay {relay}, \
          tunnel {tunnel}"
