@@ -74,6 +74,8 @@ pub struct Entry<'a> {
     pub error: Option<&'a dyn fmt::Display>,
     /// The authenticated user (never a password).
     pub user: Option<&'a str>,
+    /// The client's TLS session, on TLS ports.
+    pub tls: Option<&'a crate::tls::Session>,
 }
 
 pub struct AccessLog {
@@ -134,6 +136,16 @@ impl AccessLog {
                     Some(u) => write!(line, " user={}", Escaped(u)),
                     None => Ok(()),
                 })
+                .and_then(|_| match e.tls {
+                    Some(t) => write!(
+                        line,
+                        " tls={}/{} sni={}",
+                        t.version,
+                        t.cipher,
+                        Escaped(t.sni.as_deref().unwrap_or("-"))
+                    ),
+                    None => Ok(()),
+                })
                 .and_then(|_| match e.error {
                     Some(err) => write!(line, " \"{}\"", Escaped(&err.to_string())),
                     None => Ok(()),
@@ -160,6 +172,16 @@ impl AccessLog {
                 })
                 .and_then(|_| match e.user {
                     Some(u) => write!(line, ",\"user\":\"{}\"", Escaped(u)),
+                    None => Ok(()),
+                })
+                .and_then(|_| match e.tls {
+                    Some(t) => write!(
+                        line,
+                        ",\"tls_version\":\"{}\",\"tls_cipher\":\"{}\",\"sni\":\"{}\"",
+                        t.version,
+                        t.cipher,
+                        Escaped(t.sni.as_deref().unwrap_or(""))
+                    ),
                     None => Ok(()),
                 })
                 .and_then(|_| match e.error {

@@ -25,6 +25,8 @@ pub enum ListenerKind {
     Relay,
     /// Every UDP datagram is relayed to `target`, with a session per client address.
     UdpRelay,
+    /// HTTP forward proxy inside TLS (`curl --proxy https://...`); needs `[listener.tls]`.
+    Https,
 }
 
 impl ListenerKind {
@@ -35,6 +37,7 @@ impl ListenerKind {
             ListenerKind::Auto => "auto",
             ListenerKind::Relay => "relay",
             ListenerKind::UdpRelay => "udp-relay",
+            ListenerKind::Https => "https",
         }
     }
 
@@ -141,9 +144,132 @@ pub struct Listener {
     /// `auto`, `always` or `never`: splice(2) in tunnels and relays of this listener.
     #[serde(default)]
     pub splice: SpliceMode,
+    /// TLS towards clients: required by `https`; on `relay` it terminates TLS; on `auto`
+    /// it lets the port recognise a TLS ClientHello (HTTP inside).
+    #[serde(default)]
+    pub tls: Option<ListenTls>,
+    /// `relay` only: TLS towards the target (origination).
+    #[serde(default)]
+    pub target_tls: Option<ConnectTls>,
     /// The buckets of `rate_up`/`rate_down`, made at start.
     #[serde(skip)]
     pub throttle: crate::limits::Throttle,
+    /// Position among the listeners started (the policy's TLS settings are kept by it).
+    #[serde(skip)]
+    pub index: usize,
+}
+
+/// A certificate chain and key (PEM files), optionally for some server names only.
+#[derive(Debug, Clone, Deserialize)]
+pub struct CertFiles {
+    /// `a.example, *.b.example`: server names (SNI) this pair is chosen for, besides the
+    /// DNS names in the certificate itself.
+    #[serde(default)]
+    pub names: Option<String>,
+    pub cert: PathBuf,
+    pub key: PathBuf,
+}
+
+/// What a client without a known server name gets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum UnknownSni {
+    /// The first certificate (`cert`/`key`).
+    #[default]
+    Default,
+    /// A handshake failure.
+    Refuse,
+}
+
+/// Whether clients must present certificates (mutual TLS).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ClientCerts {
+    #[default]
+    None,
+    Optional,
+    Required,
+}
+
+/// Which part of a client certificate names the user for access rules.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CertUser {
+    /// The subject's common name.
+    #[default]
+    Cn,
+    /// The first DNS or e-mail subjectAltName.
+    San,
+    /// Certificates prove nothing about users (the user still logs in with a password).
+    None,
+}
+
+/// TLS accepted from clients.
+#[derive(Debug, Clone, Deserialize)]
+pub struct ListenTls {
+    /// The default certificate chain (leaf first) and its key.
+    pub cert: PathBuf,
+    pub key: PathBuf,
+    /// More certificates, chosen by the name the client asks for.
+    #[serde(default, rename = "sni")]
+    pub more: Vec<CertFiles>,
+    #[serde(default)]
+    pub unknown_sni: UnknownSni,
+    /// CA certificates (PEM) that client certificates must chain to.
+    #[serde(default)]
+    pub client_ca: Option<PathBuf>,
+    #[serde(default)]
+    pub client_certs: ClientCerts,
+    #[serde(default)]
+    pub client_user: CertUser,
+    /// ALPN protocols offered on a relay (the HTTPS port chooses its own).
+    #[serde(default)]
+    pub alpn: Vec<String>,
+}
+
+impl ListenTls {
+    /// One certificate, no client certificates.
+    pub fn new(cert: PathBuf, key: PathBuf) -> Self {
+        ListenTls {
+            cert,
+            key,
+            more: Vec::new(),
+            unknown_sni: UnknownSni::Default,
+            client_ca: None,
+            client_certs: ClientCerts::None,
+            client_user: CertUser::Cn,
+            alpn: Vec::new(),
+        }
+    }
+}
+
+/// TLS originated towards a relay's target.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default)]
+pub struct ConnectTls {
+    /// The name sent (SNI) and verified; the target's host by default.
+    pub server_name: Option<String>,
+    /// CA certificates (PEM) to verify the target with, instead of the system's.
+    pub ca: Option<PathBuf>,
+    /// Accept any certificate. For testing only: it gives up all protection.
+    pub insecure: bool,
+    pub alpn: Vec<String>,
+}
+
+/// Kernel TLS: after the handshake, hand the session keys to the kernel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Ktls {
+    /// Where the kernel has the `tls` module; user-space TLS otherwise (said once).
+    #[default]
+    Auto,
+    Off,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default)]
+pub struct Tls {
+    pub ktls: Ktls,
 }
 
 impl Listener {
@@ -159,7 +285,10 @@ impl Listener {
             target: None,
             accept_any_credentials: false,
             splice: SpliceMode::Auto,
+            tls: None,
+            target_tls: None,
             throttle: Default::default(),
+            index: 0,
         }
     }
 }
@@ -243,6 +372,9 @@ pub struct Timeouts {
     /// On SIGTERM, how long requests and tunnels in flight may take to finish.
     #[serde(deserialize_with = "duration")]
     pub shutdown: Duration,
+    /// A TLS handshake (from the first byte to its end, either side) must finish within.
+    #[serde(deserialize_with = "duration")]
+    pub handshake: Duration,
 }
 
 impl Default for Timeouts {
@@ -255,6 +387,7 @@ impl Default for Timeouts {
             tunnel_idle: Duration::from_secs(300),
             udp_idle: Duration::from_secs(60),
             shutdown: Duration::from_secs(30),
+            handshake: Duration::from_secs(10),
         }
     }
 }
@@ -422,6 +555,8 @@ pub struct Config {
     pub upstream: Upstream,
     #[serde(default)]
     pub relay: Relay,
+    #[serde(default)]
+    pub tls: Tls,
     #[serde(default)]
     pub auth: Auth,
     /// Access rules, first match wins.
@@ -627,10 +762,32 @@ fn open_proxy_problem(config: &Config, l: &Listener) -> Option<String> {
 
 fn target_problem(l: &Listener) -> Option<String> {
     match (l.kind.needs_target(), &l.target) {
-        (true, None) => Some(format!("a {} listener needs `target = \"host:port\"`", l.kind)),
-        (false, Some(_)) => Some(format!("a {} listener takes no `target`", l.kind)),
-        _ => None,
+        (true, None) => {
+            return Some(format!("a {} listener needs `target = \"host:port\"`", l.kind))
+        }
+        (false, Some(_)) => return Some(format!("a {} listener takes no `target`", l.kind)),
+        _ => {}
     }
+    match (l.kind, &l.tls) {
+        (ListenerKind::Https, None) => {
+            return Some(
+                "an https listener needs [listener.tls] with `cert` and `key` \
+                 (try `rustle cert --self-signed NAME`)"
+                    .into(),
+            )
+        }
+        (ListenerKind::Http, Some(_)) => {
+            return Some("an http listener takes no [listener.tls]: use kind = \"https\"".into())
+        }
+        (ListenerKind::Socks | ListenerKind::UdpRelay, Some(_)) => {
+            return Some(format!("a {} listener takes no [listener.tls]", l.kind))
+        }
+        _ => {}
+    }
+    if l.target_tls.is_some() && l.kind != ListenerKind::Relay {
+        return Some(format!("a {} listener takes no [listener.target_tls]", l.kind));
+    }
+    None
 }
 
 fn path_segments(path: &serde_ignored::Path<'_>) -> Vec<String> {

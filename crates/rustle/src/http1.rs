@@ -59,6 +59,10 @@ pub struct Client {
     /// Method and target of the current request, kept for its log line.
     method: Vec<u8>,
     target: Vec<u8>,
+    /// The TLS session of an HTTPS proxy port, for log lines.
+    pub tls: Option<Rc<crate::tls::Session>>,
+    /// The user came from a verified client certificate: no password is asked.
+    cert_auth: bool,
 }
 
 /// What the log line of one exchange says, filled in as it goes.
@@ -91,6 +95,31 @@ pub async fn serve_buffered(
     peer: SocketAddr,
     buf: Buf,
 ) {
+    serve_with(guard, listener, stream, peer, buf, None, None).await
+}
+
+/// Serves HTTP inside TLS: `user` is the one a verified client certificate names.
+pub async fn serve_tls(
+    guard: ConnGuard,
+    listener: Arc<Listener>,
+    stream: Stream,
+    peer: SocketAddr,
+    tls: Rc<crate::tls::Session>,
+    user: Option<String>,
+) {
+    let buf = guard.worker().take_buf();
+    serve_with(guard, listener, stream, peer, buf, Some(tls), user).await
+}
+
+async fn serve_with(
+    guard: ConnGuard,
+    listener: Arc<Listener>,
+    stream: Stream,
+    peer: SocketAddr,
+    buf: Buf,
+    tls: Option<Rc<crate::tls::Session>>,
+    cert_user: Option<String>,
+) {
     let worker = guard.worker().clone();
     let mut c = Client {
         guard,
@@ -108,7 +137,19 @@ pub async fn serve_buffered(
         key: Vec::new(),
         method: Vec::new(),
         target: Vec::new(),
+        tls,
+        cert_auth: false,
     };
+    if let Some(user) = cert_user {
+        if !c.guard.hold_user(&user) {
+            let mut ex = Exchange::new(Instant::now());
+            c.fail(&mut ex, &Error::LimitReached("for this user")).await;
+            return;
+        }
+        c.traffic = Some(worker.traffic.entry(&user));
+        c.user = Some(Rc::from(user));
+        c.cert_auth = true;
+    }
     let mut shutdown = worker.shutdown.clone();
     loop {
         let start = Instant::now();
@@ -133,9 +174,10 @@ pub async fn serve_buffered(
                 // The tunnel logs itself when it ends; this task ends now so that the
                 // open tunnel does not keep an HTTP connection's state.
                 worker.give_buf(std::mem::take(&mut c.buf));
-                let Client { guard, stream, peer, method, target, listener, user, .. } = c;
+                let Client { guard, stream, peer, method, target, listener, user, tls, .. } = c;
                 let record = Record {
                     peer,
+                    tls,
                     user: user.map(|u| u.to_string()),
                     method,
                     target,
@@ -189,6 +231,8 @@ pub async fn refuse_overloaded(
         key: Vec::new(),
         method: Vec::new(),
         target: Vec::new(),
+        tls: None,
+        cert_auth: false,
     };
     let mut ex = Exchange::new(Instant::now());
     c.fail(&mut ex, &Error::Overloaded).await;
@@ -256,7 +300,7 @@ impl Client {
     }
 
     async fn handle(&mut self, ex: &mut Exchange) -> Result<Next, Error> {
-        if self.listener.auth {
+        if self.listener.auth && !self.cert_auth {
             self.authenticate().await?;
         }
         let head = &self.head;
@@ -429,6 +473,7 @@ impl Client {
             upstream: ex.upstream,
             error: error.map(|e| e as &dyn fmt::Display),
             user: self.user.as_deref(),
+            tls: self.tls.as_deref(),
         });
     }
 }

@@ -4,6 +4,7 @@
 //! - `config`: the TOML configuration, its defaults and checks.
 //! - `server`: workers (one current-thread runtime per core), listeners, shutdown.
 //! - `http1`: a client's HTTP/1.1 connection: request heads, errors, dispatch.
+//! - `https`: TLS from clients: the HTTPS proxy port, TLS on `auto` ports and relays.
 //! - `forward`: one absolute-form request to its origin and the response back.
 //! - `connect`: CONNECT tunnels.
 //! - `socks`: SOCKS4/4a/5 handshakes, CONNECT and BIND; protocol detection for `auto`.
@@ -33,6 +34,7 @@ pub mod connect;
 pub mod error;
 pub mod forward;
 pub mod http1;
+pub mod https;
 pub mod limits;
 pub mod policy;
 pub mod portmap;

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand, ValueEnum};
-use rustle::config::{Config, HostPort, Listener, ListenerKind, LogFormat, LogTarget};
+use rustle::config::{Config, HostPort, ListenTls, Listener, ListenerKind, LogFormat, LogTarget};
 
 #[derive(Parser)]
 #[command(name = "rustle", version, about = "A fast, lean forward proxy")]
@@ -24,6 +24,16 @@ struct Cli {
     /// Listener detecting HTTP, SOCKS4 and SOCKS5 from the first byte (repeatable).
     #[arg(long, value_name = "ADDR")]
     auto: Vec<SocketAddr>,
+    /// HTTPS proxy listener: the HTTP proxy inside TLS (repeatable; needs --tls-cert and
+    /// --tls-key).
+    #[arg(long, value_name = "ADDR", requires_all = ["tls_cert", "tls_key"])]
+    https: Vec<SocketAddr>,
+    /// Certificate chain (PEM, leaf first) for --https listeners.
+    #[arg(long, value_name = "FILE")]
+    tls_cert: Option<PathBuf>,
+    /// Private key (PEM) of --tls-cert.
+    #[arg(long, value_name = "FILE")]
+    tls_key: Option<PathBuf>,
     /// TCP port relay: every connection to LISTEN goes to TARGET (repeatable).
     #[arg(long, value_name = "LISTEN=TARGET", value_parser = relay_arg)]
     relay: Vec<(SocketAddr, HostPort)>,
@@ -124,6 +134,13 @@ fn main() -> ExitCode {
     let simple = [(&cli.http, ListenerKind::Http), (&cli.socks, ListenerKind::Socks)];
     for (addrs, kind) in simple.into_iter().chain([(&cli.auto, ListenerKind::Auto)]) {
         listeners.extend(addrs.iter().map(|&a| Listener::new(kind, a)));
+    }
+    if let (Some(cert), Some(key)) = (&cli.tls_cert, &cli.tls_key) {
+        for &a in &cli.https {
+            let mut l = Listener::new(ListenerKind::Https, a);
+            l.tls = Some(ListenTls::new(cert.clone(), key.clone()));
+            listeners.push(l);
+        }
     }
     for (list, kind) in
         [(&cli.relay, ListenerKind::Relay), (&cli.udp_relay, ListenerKind::UdpRelay)]

@@ -39,13 +39,47 @@ pub struct Policy {
     default_user_rate: (Option<u64>, Option<u64>),
     /// Each limited user's buckets, made on first use and shared by its connections.
     user_buckets: Mutex<HashMap<String, UserBuckets>>,
+    /// TLS accepted by each listener (by `Listener::index`), certificates loaded.
+    tls_accept: Vec<Option<Arc<crate::tls::Acceptor>>>,
+    /// TLS originated by each relay listener towards its target.
+    tls_connect: Vec<Option<Arc<rustls::ClientConfig>>>,
 }
+
+/// ALPN of the HTTPS proxy port, in order of preference.
+pub const HTTPS_ALPN: &[&[u8]] = &[b"http/1.1"];
 
 fn rate(r: &Option<String>, what: &str) -> Result<Option<u64>, String> {
     r.as_deref().map(|s| parse_rate(s).map_err(|e| format!("{what}: {e}"))).transpose()
 }
 
 impl Policy {
+    /// What listener `index` accepts as TLS, if it does.
+    pub fn tls_acceptor(&self, index: usize) -> Option<&Arc<crate::tls::Acceptor>> {
+        self.tls_accept.get(index).and_then(Option::as_ref)
+    }
+
+    /// The client config of relay listener `index`'s TLS towards its target.
+    pub fn tls_connector(&self, index: usize) -> Option<&Arc<rustls::ClientConfig>> {
+        self.tls_connect.get(index).and_then(Option::as_ref)
+    }
+
+    /// Listeners started from the command line are not in a reloaded file: keep their
+    /// TLS settings as they were.
+    pub fn keep_tls_of(&mut self, old: &Policy) {
+        fn keep<T: Clone>(new: &mut Vec<Option<T>>, old: &[Option<T>]) {
+            if new.len() < old.len() {
+                new.resize(old.len(), None);
+            }
+            for (n, o) in new.iter_mut().zip(old) {
+                if n.is_none() {
+                    n.clone_from(o);
+                }
+            }
+        }
+        keep(&mut self.tls_accept, &old.tls_accept);
+        keep(&mut self.tls_connect, &old.tls_connect);
+    }
+
     /// Builds the policy; `own` are the proxy's listening addresses (for loop refusal).
     pub fn build(cfg: &Config, own: &[SocketAddr]) -> Result<Policy, Vec<String>> {
         let mut problems = Vec::new();
@@ -92,6 +126,33 @@ impl Policy {
                 (None, None)
             }
         };
+        let mut tls_accept = Vec::new();
+        let mut tls_connect = Vec::new();
+        for (i, l) in cfg.effective_listeners().iter().enumerate() {
+            let what = format!("listener {} ({})", i + 1, l.listen);
+            let alpn = match l.kind {
+                crate::config::ListenerKind::Relay => &[][..],
+                _ => HTTPS_ALPN,
+            };
+            tls_accept.push(l.tls.as_ref().and_then(|t| match crate::tls::acceptor(t, alpn) {
+                Ok(a) => Some(Arc::new(a)),
+                Err(e) => {
+                    problems.push(format!("{what}: tls: {e}"));
+                    None
+                }
+            }));
+            tls_connect.push(l.target_tls.as_ref().and_then(|t| {
+                let named =
+                    l.target.as_ref().map(|target| crate::tls::server_name(t, &target.host));
+                match named.transpose().and_then(|_| crate::tls::connector(t)) {
+                    Ok(c) => Some(c),
+                    Err(e) => {
+                        problems.push(format!("{what}: target_tls: {e}"));
+                        None
+                    }
+                }
+            }));
+        }
         if cfg.effective_listeners().iter().any(|l| l.auth) && users.is_empty() {
             problems.push("a listener requires authentication but [auth] defines no user".into());
         }
@@ -108,6 +169,8 @@ impl Policy {
             realm: cfg.auth.realm.clone(),
             user_rates,
             default_user_rate,
+            tls_accept,
+            tls_connect,
             user_buckets: Mutex::new(HashMap::new()),
         })
     }

@@ -1,7 +1,10 @@
 //! The TCP port relay (3proxy's tcppm, nginx's stream, haproxy's mode tcp): every
-//! connection accepted on the listener is relayed to the listener's fixed target.
+//! connection accepted on the listener is relayed to the listener's fixed target. With
+//! `[listener.tls]` the relay terminates TLS from clients (stunnel's server mode); with
+//! `[listener.target_tls]` it originates TLS to the target (stunnel's client mode).
 
 use std::net::SocketAddr;
+use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -10,9 +13,11 @@ use tokio::net::TcpStream;
 use crate::accesslog::Entry;
 use crate::acl::Protocol;
 use crate::config::Listener;
+use crate::conn::Stream;
 use crate::error::ConnectError;
 use crate::policy::Access;
-use crate::server::ConnGuard;
+use crate::server::{ConnGuard, Worker};
+use crate::tls::Session;
 use crate::tunnel::{Handoff, Record};
 
 pub async fn serve(guard: ConnGuard, listener: Arc<Listener>, stream: TcpStream, peer: SocketAddr) {
@@ -23,6 +28,19 @@ pub async fn serve(guard: ConnGuard, listener: Arc<Listener>, stream: TcpStream,
         return;
     };
     let name = format!("relay://{target}");
+    let fail = |why: &dyn std::fmt::Display, upstream: Option<SocketAddr>, tls| {
+        log_failure(&worker, peer, start, &name, upstream, why, tls)
+    };
+    // Boxed: the handshake's state would otherwise make every plain relay's future
+    // larger; a TLS handshake costs far more than one allocation.
+    let accepted = match listener.tls.is_some() {
+        true => Box::pin(accept_tls(&worker, &listener, stream)).await,
+        false => Ok((Stream::Tcp(stream), None)),
+    };
+    let (client, tls) = match accepted {
+        Ok(accepted) => accepted,
+        Err(why) => return fail(&why, None, None),
+    };
     let timeout = worker.cfg.timeouts.connect;
     let policy = worker.policy();
     let access = Access {
@@ -38,39 +56,108 @@ pub async fn serve(guard: ConnGuard, listener: Arc<Listener>, stream: TcpStream,
         Ok(filter) => worker.upstreams.connect(&target.host, target.port, timeout, &filter).await,
         Err(d) => Err(ConnectError::Denied(d)),
     };
-    match connected {
-        Ok((upstream, addr)) => {
-            let record = Record {
-                peer,
-                method: b"RELAY".to_vec(),
-                user: None,
-                target: name.into_bytes(),
-                status: 0,
-                start,
-                upstream: Some(addr),
-                up: 0,
-                down: 0,
-            };
-            let handoff = Handoff {
-                upstream: upstream.into(),
-                early_up: Vec::new(),
-                early_down: Vec::new(),
-                throttle: listener.throttle.clone(),
-            };
-            let opts = worker.relay_opts(listener.splice);
-            crate::tunnel::spawn(guard, stream.into(), handoff, opts, record);
+    let connector = policy.tls_connector(listener.index).cloned();
+    drop(policy);
+    let (upstream, addr) = match connected {
+        Ok(c) => c,
+        Err(e) => return fail(&e, None, tls.as_deref()),
+    };
+    let upstream = match connector {
+        None => Stream::Tcp(upstream),
+        Some(config) => {
+            let Some(t) = &listener.target_tls else { return };
+            let deadline = tokio::time::Instant::now() + worker.cfg.timeouts.handshake;
+            match Box::pin(originate(config, t, &target.host, upstream, deadline)).await {
+                Ok(s) => s,
+                Err(why) => return fail(&why, Some(addr), tls.as_deref()),
+            }
         }
-        Err(e) => worker.log.log(&Entry {
-            client: peer,
-            method: b"RELAY",
-            target: name.as_bytes(),
-            status: 0,
-            up: 0,
-            down: 0,
-            start,
-            upstream: None,
-            error: Some(&e),
-            user: None,
-        }),
+    };
+    let record = Record {
+        tls,
+        peer,
+        method: b"RELAY".to_vec(),
+        user: None,
+        target: name.into_bytes(),
+        status: 0,
+        start,
+        upstream: Some(addr),
+        up: 0,
+        down: 0,
+    };
+    let handoff = Handoff {
+        upstream,
+        early_up: Vec::new(),
+        early_down: Vec::new(),
+        throttle: listener.throttle.clone(),
+    };
+    let opts = worker.relay_opts(listener.splice);
+    crate::tunnel::spawn(guard, client, handoff, opts, record);
+}
+
+/// The client side: TLS terminated here when the listener has a certificate.
+async fn accept_tls(
+    worker: &Worker,
+    listener: &Listener,
+    mut stream: TcpStream,
+) -> Result<(Stream, Option<Rc<Session>>), String> {
+    let deadline = tokio::time::Instant::now() + worker.cfg.timeouts.handshake;
+    let mut buf = worker.take_buf();
+    let read = tokio::time::timeout_at(deadline, buf.read_from(&mut stream, crate::buf::READ_SIZE));
+    let first = match read.await {
+        Ok(Ok(n)) if n > 0 => buf.filled()[0],
+        Ok(Ok(_)) | Ok(Err(_)) => 0,
+        Err(_) => {
+            worker.give_buf(buf);
+            return Err("TLS handshake timed out".into());
+        }
+    };
+    if first != 0x16 {
+        worker.give_buf(buf);
+        return Err("not a TLS handshake on a TLS relay".into());
     }
+    let accepted = crate::https::accept(worker, listener, stream, buf, deadline).await?;
+    Ok((Stream::Server(Box::new(accepted.stream)), Some(accepted.session)))
+}
+
+/// TLS towards the target: SNI and verification as configured; the error names what
+/// verification found.
+pub async fn originate(
+    config: Arc<rustls::ClientConfig>,
+    t: &crate::config::ConnectTls,
+    host: &str,
+    upstream: TcpStream,
+    deadline: tokio::time::Instant,
+) -> Result<Stream, String> {
+    let name = crate::tls::server_name(t, host)?;
+    let connect = tokio_rustls::TlsConnector::from(config).connect(name, upstream);
+    match tokio::time::timeout_at(deadline, connect).await {
+        Ok(Ok(s)) => Ok(Stream::Client(Box::new(s))),
+        Ok(Err(e)) => Err(format!("TLS to the target failed: {e}")),
+        Err(_) => Err("TLS handshake with the target timed out".into()),
+    }
+}
+
+fn log_failure(
+    worker: &Worker,
+    peer: SocketAddr,
+    start: Instant,
+    target: &str,
+    upstream: Option<SocketAddr>,
+    why: &dyn std::fmt::Display,
+    tls: Option<&Session>,
+) {
+    worker.log.log(&Entry {
+        client: peer,
+        method: b"RELAY",
+        target: target.as_bytes(),
+        status: 0,
+        up: 0,
+        down: 0,
+        start,
+        upstream,
+        error: Some(why),
+        user: None,
+        tls,
+    });
 }

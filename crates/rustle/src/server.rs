@@ -184,10 +184,11 @@ impl Running {
         self.stop.clone()
     }
 
-    /// Puts new users, rules and limits in force (SIGHUP). Listeners and everything else
-    /// stay as they started; connections already open keep going.
+    /// Puts new users, rules, limits and certificates in force (SIGHUP). Listeners and
+    /// everything else stay as they started; connections already open keep going.
     pub fn reload(&self, cfg: &Config) -> Result<(), String> {
-        let policy = Policy::build(cfg, &self.own).map_err(|p| p.join("; "))?;
+        let mut policy = Policy::build(cfg, &self.own).map_err(|p| p.join("; "))?;
+        policy.keep_tls_of(&self.policy_tx.borrow());
         let _ = self.policy_tx.send(Arc::new(policy));
         Ok(())
     }
@@ -198,8 +199,9 @@ pub fn start(cfg: Config) -> anyhow::Result<Running> {
     let cfg = Arc::new(cfg);
     let workers = cfg.worker_count();
     let mut listeners = cfg.effective_listeners();
-    for l in &mut listeners {
+    for (i, l) in listeners.iter_mut().enumerate() {
         l.throttle = listener_throttle(l)?;
+        l.index = i;
     }
     let mut sockets = bind_all(&listeners, workers)?;
     let mut addrs = Vec::new();
@@ -406,6 +408,9 @@ async fn accept_loop(worker: Rc<Worker>, config: Arc<Listener>, listener: TcpLis
             }
             ListenerKind::Relay => {
                 tokio::task::spawn_local(crate::portmap::serve(guard, l, stream, peer));
+            }
+            ListenerKind::Https => {
+                tokio::task::spawn_local(crate::https::serve(guard, l, stream, peer));
             }
             // UDP listeners have no accept loop.
             ListenerKind::UdpRelay => {}

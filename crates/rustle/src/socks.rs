@@ -89,8 +89,9 @@ pub async fn serve_auto(
         }
         Protocol::Socks4 | Protocol::Socks5 => serve(guard, listener, stream, peer, buf).await,
         Protocol::Tls => {
-            log_failure(&worker, peer, "TLS is not served on this port yet");
-            worker.give_buf(buf);
+            // HTTP inside TLS, when the listener has a certificate.
+            let deadline = tokio::time::Instant::now() + worker.cfg.timeouts.handshake;
+            crate::https::serve_prefixed(guard, listener, stream, peer, buf, deadline).await
         }
     }
 }
@@ -126,6 +127,7 @@ fn log_failure(worker: &Worker, peer: SocketAddr, why: &str) {
         upstream: None,
         error: Some(&why),
         user: None,
+        tls: None,
     });
 }
 
@@ -171,6 +173,7 @@ pub async fn serve(
                 guard, stream, peer, method, target, status, start, upstream, user, ..
             } = s;
             let record = Record {
+                tls: None,
                 peer,
                 user,
                 method: method.as_bytes().to_vec(),
@@ -265,6 +268,7 @@ impl Session {
             upstream: self.upstream,
             error: error.map(|e| e as &dyn std::fmt::Display),
             user: self.user.as_deref(),
+            tls: None,
         });
     }
 

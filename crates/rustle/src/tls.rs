@@ -3,9 +3,11 @@
 //!
 //! rustls with the aws-lc-rs provider, always named explicitly (never the process default),
 //! so that a test binary that also links `ring` cannot make the builders panic.
-//! Not wired into any listener yet.
 
 mod der;
+mod setup;
+
+pub use setup::{acceptor, cert_user, connector, server_name, Acceptor, Session};
 
 use std::collections::HashMap;
 use std::fmt;
@@ -150,13 +152,26 @@ pub fn server_config(
     certs: Vec<(Option<String>, CertifiedKey)>,
     alpn: &[&[u8]],
 ) -> Arc<ServerConfig> {
+    server_config_with(certs, alpn, None)
+}
+
+/// `server_config`, verifying client certificates with `verifier` when given.
+pub fn server_config_with(
+    certs: Vec<(Option<String>, CertifiedKey)>,
+    alpn: &[&[u8]],
+    verifier: Option<Arc<dyn rustls::server::danger::ClientCertVerifier>>,
+) -> Arc<ServerConfig> {
     let resolver = SniResolver::new(certs);
     let builder = ServerConfig::builder_with_provider(provider())
         .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
         // Cannot fail: the aws-lc-rs provider has suites for both versions and rustls's
         // `tls12` feature is on (default features); a failure would be a build mistake.
         .expect("aws-lc-rs supports TLS 1.2 and 1.3");
-    let mut config = builder.with_no_client_auth().with_cert_resolver(Arc::new(resolver));
+    let builder = match verifier {
+        Some(v) => builder.with_client_cert_verifier(v),
+        None => builder.with_no_client_auth(),
+    };
+    let mut config = builder.with_cert_resolver(Arc::new(resolver));
     config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
     match rustls::crypto::aws_lc_rs::Ticketer::new() {
         Ok(ticketer) => config.ticketer = ticketer,

@@ -34,6 +34,8 @@ pub struct Record {
     pub upstream: Option<SocketAddr>,
     /// The authenticated user.
     pub user: Option<String>,
+    /// The client's TLS session, on TLS ports.
+    pub tls: Option<std::rc::Rc<crate::tls::Session>>,
     /// Bytes already counted by the handshake (a 101 response's body bytes, say).
     pub up: u64,
     pub down: u64,
@@ -58,6 +60,9 @@ pub fn spawn(guard: ConnGuard, client: Stream, handoff: Handoff, opts: Opts, rec
 
 /// The task of an open tunnel. The relay is built before the task starts, so the task
 /// keeps exactly the relay, the log record and the connection slot.
+// Not an `async fn`: its arguments would be kept twice in the future (once as
+// arguments, once as locals), doubling what every open tunnel holds.
+#[allow(clippy::manual_async_fn)]
 pub(crate) fn task<R>(guard: ConnGuard, mut relay: R, rec: Record) -> impl Future<Output = ()>
 where
     R: Future<Output = (relay::Totals, Result<(), crate::error::Error>)> + Unpin,
@@ -84,6 +89,7 @@ where
                 upstream: rec.upstream,
                 error: result.as_ref().err().map(|e| e as &dyn std::fmt::Display),
                 user: rec.user.as_deref(),
+                tls: rec.tls.as_deref(),
             });
         }
         drop(guard);

@@ -317,5 +317,6 @@ async fn relay_session(
         upstream: Some(dst),
         error: None,
         user: None,
+        tls: None,
     });
 }

@@ -268,6 +268,8 @@ fn connection_futures_stay_within_budget() {
 const TUNNEL_BUDGET: usize = 608;
 const RELAY_BUDGET: usize = 352;
 /// Connections still in a handshake or an HTTP exchange.
-const HTTP_BUDGET: usize = 3584;
+/// (HTTP grew by its TLS session and the plain-or-TLS stream when TLS came.)
+const HTTP_BUDGET: usize = 3712;
 const SOCKS_BUDGET: usize = 3072;
-const PORTMAP_BUDGET: usize = 1280;
+/// (The relay grew a little with its TLS options; the handshakes themselves are boxed.)
+const PORTMAP_BUDGET: usize = 1344;

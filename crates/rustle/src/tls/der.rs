@@ -1,5 +1,5 @@
-//! The two things `tls` needs from an X.509 certificate that rustls does not expose: the
-//! validity period and the subjectAltName DNS names. A minimal DER walk, no allocation
+//! What `tls` needs from an X.509 certificate that rustls does not expose: the validity
+//! period, the subjectAltName DNS and e-mail names, and the subject's common name. A minimal DER walk, no allocation
 //! beyond the returned names; anything unexpected is an error, never a panic.
 
 use std::fmt;
@@ -34,6 +34,10 @@ pub struct CertInfo {
     pub not_after: Time,
     /// subjectAltName dNSName entries, as written (may start with `*.`).
     pub dns_names: Vec<String>,
+    /// subjectAltName rfc822Name (e-mail) entries.
+    pub emails: Vec<String>,
+    /// The subject's first commonName.
+    pub common_name: Option<String>,
 }
 
 const SEQUENCE: u8 = 0x30;
@@ -45,6 +49,9 @@ const OCTET_STRING: u8 = 0x04;
 const VERSION: u8 = 0xa0; // [0] EXPLICIT
 const EXTENSIONS: u8 = 0xa3; // [3] EXPLICIT
 const DNS_NAME: u8 = 0x82; // GeneralName [2] IA5String, implicit
+const EMAIL: u8 = 0x81; // GeneralName [1] IA5String, implicit
+const SET: u8 = 0x31;
+const COMMON_NAME: &[u8] = &[0x55, 0x04, 0x03]; // 2.5.4.3
 const SUBJECT_ALT_NAME: &[u8] = &[0x55, 0x1d, 0x11]; // 2.5.29.17
 
 /// A cursor over DER bytes.
@@ -103,20 +110,40 @@ pub fn parse(der: &[u8]) -> Result<CertInfo, &'static str> {
     let mut validity = Reader(tbs.expect(SEQUENCE)?);
     let not_before = time(validity.any()?)?;
     let not_after = time(validity.any()?)?;
-    tbs.expect(SEQUENCE)?; // subject
+    let common_name = common_name(tbs.expect(SEQUENCE)?)?;
     tbs.expect(SEQUENCE)?; // subjectPublicKeyInfo
-    let mut dns_names = Vec::new();
+    let (mut dns_names, mut emails) = (Vec::new(), Vec::new());
     while !tbs.is_empty() {
         let (tag, contents) = tbs.any()?;
         if tag == EXTENSIONS {
-            dns_names = san_dns_names(Reader(contents).expect(SEQUENCE)?)?;
+            (dns_names, emails) = san_names(Reader(contents).expect(SEQUENCE)?)?;
         }
     }
-    Ok(CertInfo { not_before, not_after, dns_names })
+    Ok(CertInfo { not_before, not_after, dns_names, emails, common_name })
 }
 
-fn san_dns_names(extensions: &[u8]) -> Result<Vec<String>, &'static str> {
+/// The first commonName in a Name (a sequence of sets of type-value pairs).
+fn common_name(name: &[u8]) -> Result<Option<String>, &'static str> {
+    let mut rdns = Reader(name);
+    while !rdns.is_empty() {
+        let mut set = Reader(rdns.expect(SET)?);
+        while !set.is_empty() {
+            let mut pair = Reader(set.expect(SEQUENCE)?);
+            let oid = pair.expect(OID)?;
+            let (_, value) = pair.any()?;
+            if oid == COMMON_NAME {
+                let text = std::str::from_utf8(value).map_err(|_| "common name not UTF-8")?;
+                return Ok(Some(text.to_string()));
+            }
+        }
+    }
+    Ok(None)
+}
+
+/// (DNS names, e-mail names) of the subjectAltName extension.
+fn san_names(extensions: &[u8]) -> Result<(Vec<String>, Vec<String>), &'static str> {
     let mut names = Vec::new();
+    let mut emails = Vec::new();
     let mut exts = Reader(extensions);
     while !exts.is_empty() {
         let mut ext = Reader(exts.expect(SEQUENCE)?);
@@ -131,13 +158,16 @@ fn san_dns_names(extensions: &[u8]) -> Result<Vec<String>, &'static str> {
         let mut general_names = Reader(Reader(value).expect(SEQUENCE)?);
         while !general_names.is_empty() {
             let (tag, contents) = general_names.any()?;
-            if tag == DNS_NAME {
-                let name = std::str::from_utf8(contents).map_err(|_| "non-ASCII DNS name")?;
-                names.push(name.to_string());
+            if tag == DNS_NAME || tag == EMAIL {
+                let name = std::str::from_utf8(contents).map_err(|_| "non-ASCII name")?;
+                match tag {
+                    DNS_NAME => names.push(name.to_string()),
+                    _ => emails.push(name.to_string()),
+                }
             }
         }
     }
-    Ok(names)
+    Ok((names, emails))
 }
 
 fn time((tag, text): (u8, &[u8])) -> Result<Time, &'static str> {

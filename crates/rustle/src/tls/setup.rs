@@ -1,0 +1,202 @@
+//! rustls configurations from the configuration file's TLS sections: what a listener
+//! accepts (certificates by SNI, optional client certificates) and what a relay
+//! originates (roots, server name, resumption). Built with the policy, so a SIGHUP reloads
+//! certificates and a `rustle check` reports their problems.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
+use rustls::crypto::CryptoProvider;
+use rustls::pki_types::pem::PemObject as _;
+use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
+use rustls::server::WebPkiClientVerifier;
+use rustls::{ClientConfig, CommonState, DigitallySignedStruct, RootCertStore, SignatureScheme};
+
+use super::{der, load_certified_key, provider, server_config_with};
+use crate::config::{CertUser, ClientCerts, ConnectTls, ListenTls, UnknownSni};
+
+/// What a TLS listener accepts.
+pub struct Acceptor {
+    pub config: Arc<rustls::ServerConfig>,
+    /// How a verified client certificate names its user (`None`: it does not).
+    pub client_user: CertUser,
+}
+
+/// Builds a listener's server config. `alpn`: the protocols the listener speaks, in order
+/// of preference (the HTTPS port's; a relay's come from the file).
+pub fn acceptor(t: &ListenTls, alpn: &[&[u8]]) -> Result<Acceptor, String> {
+    let mut certs = Vec::new();
+    let default = load_certified_key(&t.cert, &t.key).map_err(|e| e.to_string())?;
+    // A refused unknown name means the first pair is chosen only by its own names.
+    let default_names = match t.unknown_sni {
+        UnknownSni::Default => None,
+        UnknownSni::Refuse => Some(String::new()),
+    };
+    certs.push((default_names, default));
+    for more in &t.more {
+        let key = load_certified_key(&more.cert, &more.key).map_err(|e| e.to_string())?;
+        certs.push((Some(more.names.clone().unwrap_or_default()), key));
+    }
+    let verifier = match (&t.client_ca, t.client_certs) {
+        (_, ClientCerts::None) => None,
+        (None, _) => {
+            return Err("tls.client_certs needs tls.client_ca (the CA client certificates \
+                        must chain to)"
+                .into())
+        }
+        (Some(ca), how) => {
+            let roots = roots_from(ca)?;
+            let builder = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider());
+            let builder = match how {
+                ClientCerts::Optional => builder.allow_unauthenticated(),
+                _ => builder,
+            };
+            Some(builder.build().map_err(|e| format!("{}: {e}", ca.display()))?)
+        }
+    };
+    let own: Vec<Vec<u8>> = t.alpn.iter().map(|p| p.as_bytes().to_vec()).collect();
+    let own: Vec<&[u8]> = own.iter().map(Vec::as_slice).collect();
+    let alpn = if own.is_empty() { alpn } else { &own };
+    let client_user =
+        if t.client_certs == ClientCerts::None { CertUser::None } else { t.client_user };
+    Ok(Acceptor { config: server_config_with(certs, alpn, verifier), client_user })
+}
+
+/// Builds the client config of a TLS-originating relay. One per listener, shared by its
+/// connections, so its session cache lets later connections resume.
+pub fn connector(t: &ConnectTls) -> Result<Arc<ClientConfig>, String> {
+    let builder = ClientConfig::builder_with_provider(provider())
+        .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
+        .map_err(|e| e.to_string())?;
+    let mut config = if t.insecure {
+        builder
+            .dangerous()
+            .with_custom_certificate_verifier(Arc::new(NoVerification(provider())))
+            .with_no_client_auth()
+    } else {
+        let roots = match &t.ca {
+            Some(ca) => roots_from(ca)?,
+            None => system_roots()?,
+        };
+        builder.with_root_certificates(roots).with_no_client_auth()
+    };
+    config.alpn_protocols = t.alpn.iter().map(|p| p.as_bytes().to_vec()).collect();
+    Ok(Arc::new(config))
+}
+
+/// The name to send and verify: the configured one, else the target's host.
+pub fn server_name(t: &ConnectTls, host: &str) -> Result<ServerName<'static>, String> {
+    let name = t.server_name.as_deref().unwrap_or(host);
+    ServerName::try_from(name.to_string()).map_err(|_| format!("`{name}` is not a server name"))
+}
+
+fn roots_from(path: &Path) -> Result<RootCertStore, String> {
+    let mut roots = RootCertStore::empty();
+    let certs = CertificateDer::pem_file_iter(path)
+        .map_err(|e| format!("{}: {e}", path.display()))?
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    for cert in certs {
+        roots.add(cert).map_err(|e| format!("{}: {e}", path.display()))?;
+    }
+    if roots.is_empty() {
+        return Err(format!("{}: no CA certificate in the file", path.display()));
+    }
+    Ok(roots)
+}
+
+fn system_roots() -> Result<RootCertStore, String> {
+    let found = rustls_native_certs::load_native_certs();
+    let mut roots = RootCertStore::empty();
+    let (added, _ignored) = roots.add_parsable_certificates(found.certs);
+    if added == 0 {
+        return Err(
+            "no system CA certificates found (install ca-certificates, or set target_tls.ca)"
+                .into(),
+        );
+    }
+    Ok(roots)
+}
+
+/// `insecure = true`: any certificate is accepted, but handshake signatures are still
+/// checked, so the session is at least with the holder of the key presented.
+#[derive(Debug)]
+struct NoVerification(Arc<CryptoProvider>);
+
+impl ServerCertVerifier for NoVerification {
+    fn verify_server_cert(
+        &self,
+        _end_entity: &CertificateDer<'_>,
+        _intermediates: &[CertificateDer<'_>],
+        _server_name: &ServerName<'_>,
+        _ocsp_response: &[u8],
+        _now: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
+        Ok(ServerCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.0.signature_verification_algorithms.supported_schemes()
+    }
+}
+
+/// What the access log says about a client's TLS session.
+#[derive(Debug, Clone)]
+pub struct Session {
+    pub version: &'static str,
+    pub cipher: &'static str,
+    pub sni: Option<Box<str>>,
+    /// The handshake resumed an earlier session.
+    pub resumed: bool,
+}
+
+impl Session {
+    pub fn of(state: &CommonState, sni: Option<&str>) -> Session {
+        let version = state.protocol_version().and_then(|v| v.as_str()).unwrap_or("-");
+        let cipher =
+            state.negotiated_cipher_suite().and_then(|s| s.suite().as_str()).unwrap_or("-");
+        let resumed = state.handshake_kind() == Some(rustls::HandshakeKind::Resumed);
+        Session { version, cipher, sni: sni.map(Box::from), resumed }
+    }
+}
+
+/// The user a verified client certificate names, if the listener maps certificates to
+/// users.
+pub fn cert_user(state: &CommonState, how: CertUser) -> Option<String> {
+    let leaf = state.peer_certificates()?.first()?;
+    let info = der::parse(leaf).ok()?;
+    match how {
+        CertUser::None => None,
+        CertUser::Cn => info.common_name,
+        CertUser::San => info.dns_names.into_iter().chain(info.emails).next(),
+    }
+}
