@@ -30,6 +30,7 @@ pub struct TlsOrigin {
     ca_pem: String,
     ca_der: CertificateDer<'static>,
     ca_file: PathBuf,
+    resumed: Arc<AtomicU64>,
     _fixture: Fixture,
 }
 
@@ -51,16 +52,32 @@ struct Identity {
 }
 
 fn mint() -> Result<Identity, rcgen::Error> {
+    mint_for(&["localhost", "127.0.0.1", "::1"], false)
+}
+
+/// A CA and a leaf for `names`; `expired`: the leaf's validity ended yesterday.
+fn mint_for(names: &[&str], expired: bool) -> Result<Identity, rcgen::Error> {
     let mut ca_params = CertificateParams::new(Vec::<String>::new())?;
     ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    ca_params.distinguished_name.push(DnType::CommonName, "rustle-bench test CA");
+    // A name of its own per CA: verifiers find issuers by name.
+    static SEQ: AtomicU64 = AtomicU64::new(0);
+    let ca_name = format!(
+        "rustle-bench test CA {}-{}",
+        std::process::id(),
+        SEQ.fetch_add(1, Ordering::Relaxed)
+    );
+    ca_params.distinguished_name.push(DnType::CommonName, ca_name);
     ca_params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
     let ca_key = KeyPair::generate()?;
     let ca = ca_params.self_signed(&ca_key)?;
 
-    let names = vec!["localhost".to_string(), "127.0.0.1".to_string(), "::1".to_string()];
-    let mut leaf_params = CertificateParams::new(names)?;
-    leaf_params.distinguished_name.push(DnType::CommonName, "localhost");
+    let names: Vec<String> = names.iter().map(|n| n.to_string()).collect();
+    let mut leaf_params = CertificateParams::new(names.clone())?;
+    leaf_params.distinguished_name.push(DnType::CommonName, names[0].as_str());
+    if expired {
+        leaf_params.not_before = rcgen::date_time_ymd(2020, 1, 1);
+        leaf_params.not_after = rcgen::date_time_ymd(2021, 1, 1);
+    }
     let leaf_key = KeyPair::generate()?;
     let leaf = leaf_params.signed_by(&leaf_key, &ca, &ca_key)?;
 
@@ -80,7 +97,16 @@ impl TlsOrigin {
 
     /// Starts on `addr`.
     pub fn start_on(addr: SocketAddr) -> io::Result<TlsOrigin> {
-        let id = mint().map_err(other)?;
+        TlsOrigin::start_identity(addr, mint().map_err(other)?)
+    }
+
+    /// Starts on 127.0.0.1 with a certificate for `names` only (the first is also its
+    /// common name), expired if asked: for testing verification failures.
+    pub fn start_with(names: &[&str], expired: bool) -> io::Result<TlsOrigin> {
+        TlsOrigin::start_identity(fixture::LOCALHOST_V4, mint_for(names, expired).map_err(other)?)
+    }
+
+    fn start_identity(addr: SocketAddr, id: Identity) -> io::Result<TlsOrigin> {
         let mut config = rustls::ServerConfig::builder_with_provider(provider())
             .with_safe_default_protocol_versions()
             .map_err(other)?
@@ -92,10 +118,12 @@ impl TlsOrigin {
 
         let stats = Arc::new(HttpStats::default());
         let served = Arc::clone(&stats);
+        let resumed = Arc::new(AtomicU64::new(0));
+        let counted = Arc::clone(&resumed);
         let (fixture, addr) = Fixture::spawn("rustle-tls-origin", move || {
             let listener = fixture::tcp_listener(addr)?;
             let addr = listener.local_addr()?;
-            Ok((addr, accept_loop(listener, acceptor, served)))
+            Ok((addr, accept_loop(listener, acceptor, served, counted)))
         })?;
         let ca_file = write_ca_file(&id.ca_pem, addr)?;
         Ok(TlsOrigin {
@@ -104,6 +132,7 @@ impl TlsOrigin {
             ca_pem: id.ca_pem,
             ca_der: id.ca_der,
             ca_file,
+            resumed,
             _fixture: fixture,
         })
     }
@@ -155,6 +184,11 @@ impl TlsOrigin {
         self.stats.connections.load(Ordering::Relaxed)
     }
 
+    /// Handshakes that resumed an earlier session (tickets or the session cache).
+    pub fn resumed(&self) -> u64 {
+        self.resumed.load(Ordering::Relaxed)
+    }
+
     /// Complete WebSocket data messages echoed on `/ws`.
     pub fn ws_messages(&self) -> u64 {
         self.stats.ws_messages.load(Ordering::Relaxed)
@@ -186,7 +220,12 @@ fn write_ca_file(pem: &str, addr: SocketAddr) -> io::Result<PathBuf> {
     Ok(path)
 }
 
-async fn accept_loop(listener: TcpListener, acceptor: TlsAcceptor, stats: Arc<HttpStats>) {
+async fn accept_loop(
+    listener: TcpListener,
+    acceptor: TlsAcceptor,
+    stats: Arc<HttpStats>,
+    resumed: Arc<AtomicU64>,
+) {
     loop {
         match listener.accept().await {
             Ok((stream, peer)) => {
@@ -194,9 +233,17 @@ async fn accept_loop(listener: TcpListener, acceptor: TlsAcceptor, stats: Arc<Ht
                 let _ = stream.set_nodelay(true);
                 let acceptor = acceptor.clone();
                 let stats = Arc::clone(&stats);
+                let resumed = Arc::clone(&resumed);
                 tokio::spawn(async move {
                     match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
-                        Ok(Ok(tls)) => http::serve(tls, stats).await,
+                        Ok(Ok(tls)) => {
+                            if tls.get_ref().1.handshake_kind()
+                                == Some(rustls::HandshakeKind::Resumed)
+                            {
+                                resumed.fetch_add(1, Ordering::Relaxed);
+                            }
+                            http::serve(tls, stats).await
+                        }
                         Ok(Err(e)) => log!("TLS handshake with {peer} failed: {e}"),
                         Err(_) => log!("TLS handshake with {peer} timed out"),
                     }

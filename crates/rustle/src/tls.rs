@@ -313,9 +313,14 @@ fn mint_with(
 ) -> Result<(String, String, String), rcgen::Error> {
     let mut ca_params = CertificateParams::new(Vec::<String>::new())?;
     ca_params.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
+    // A random tag keeps two CAs minted for the same name apart: verifiers find issuers
+    // by name, and two CAs with one name make them report bad signatures, not unknown CAs.
+    let mut tag = [0u8; 4];
+    provider().secure_random.fill(&mut tag).map_err(|_| rcgen::Error::RingUnspecified)?;
+    let tag: String = tag.iter().map(|b| format!("{b:02x}")).collect();
     ca_params
         .distinguished_name
-        .push(DnType::CommonName, format!("rustle self-signed CA for {name}"));
+        .push(DnType::CommonName, format!("rustle self-signed CA {tag} for {name}"));
     ca_params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
     // From a day ago (clock skew); the CA for ten years, the leaf for 820 days (macOS and
     // iOS refuse server certificates valid for more than 825 days, even from a private CA).

@@ -20,5 +20,6 @@ mod loadgen;
 mod relay;
 mod rules;
 mod socks;
+mod tls;
 mod udp;
 mod websocket;
