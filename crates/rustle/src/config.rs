@@ -270,6 +270,11 @@ pub enum Ktls {
 #[serde(default)]
 pub struct Tls {
     pub ktls: Ktls,
+    /// CA certificates (PEM) that origins of `https://` URLs requested in absolute form
+    /// are verified with; the system's roots when not set.
+    pub origin_ca: Option<PathBuf>,
+    /// Accept any certificate from those origins. For testing only.
+    pub origin_insecure: bool,
 }
 
 impl Listener {

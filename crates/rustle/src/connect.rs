@@ -34,5 +34,5 @@ pub async fn tunnel(c: &mut Client, ex: &mut Exchange) -> Result<Next, Error> {
     let early_up = c.buf.filled().to_vec();
     c.buf.clear();
     let throttle = c.throttle();
-    Ok(Next::Tunnel(Handoff { upstream: up.into(), early_up, early_down: Vec::new(), throttle }))
+    Ok(Next::Tunnel(Handoff { upstream: up, early_up, early_down: Vec::new(), throttle }))
 }

@@ -64,6 +64,9 @@ pub enum ConnectError {
     /// An access rule or a built-in protection refused the destination.
     #[error("{0}")]
     Denied(crate::policy::Denial),
+    /// The TLS handshake with the upstream failed (verification names what it found).
+    #[error("TLS to {addr} failed: {reason}")]
+    Tls { addr: SocketAddr, reason: String },
 }
 
 impl ConnectError {
@@ -193,6 +196,7 @@ impl Error {
                 ConnectError::Other { .. } => R::GeneralFailure,
                 ConnectError::Timeout(_) => R::TtlExpired,
                 ConnectError::Denied(_) => R::NotAllowed,
+                ConnectError::Tls { .. } => R::GeneralFailure,
             },
             Error::Timeout(Phase::Connect) => R::TtlExpired,
             Error::Socks5(e) => e.reply(),

@@ -7,16 +7,18 @@ use std::io::Write as _;
 
 use rustle_proto::http::{
     parse_response, write_request, write_response, BodyKind, Method, RequestRewrite, ResponseHead,
-    ResponseRewrite, Target,
+    ResponseRewrite, Scheme, Target,
 };
+use std::net::SocketAddr;
+
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
-use tokio::net::TcpStream;
 
 use crate::acl::Protocol;
 use crate::body::{self, Dir, State};
 use crate::buf::Buf;
 use crate::config::SpliceMode;
-use crate::error::{Error, Phase};
+use crate::conn::Stream;
+use crate::error::{ConnectError, Error, Phase};
 use crate::http1::{Client, Exchange, Next};
 use crate::tunnel::Handoff;
 
@@ -30,22 +32,57 @@ const UNBOUNDED: std::time::Duration = std::time::Duration::from_secs(365 * 24 *
 /// Name of this proxy in Via headers.
 const VIA: &str = "rustle";
 
+/// Pool keys of TLS origins start with this, so a plain connection is never reused for
+/// an https:// URL or the other way round.
+const HTTPS_KEY: &[u8] = b"https://";
+
+/// A connection to the origin: pooled or new, with TLS originated for https:// URLs
+/// (verified against `[tls] origin_ca` or the system's roots, the name sent as SNI).
+async fn origin(
+    c: &Client,
+    key: Option<&[u8]>,
+    host: &str,
+    port: u16,
+    https: bool,
+) -> Result<(Stream, SocketAddr, bool), Error> {
+    let (up, addr, reused) = c.upstream(key, host, port, Protocol::Http).await?;
+    let tcp = match up {
+        Stream::Tcp(tcp) if https => tcp,
+        up => return Ok((up, addr, reused)),
+    };
+    let tls_error = |reason: String| Error::Connect(ConnectError::Tls { addr, reason });
+    let config = c.worker.policy().https_origins().map_err(|e| tls_error(e.to_string()))?.clone();
+    let name = rustls::pki_types::ServerName::try_from(host.to_string())
+        .map_err(|_| tls_error(format!("`{host}` is not a server name")))?;
+    let connect = tokio_rustls::TlsConnector::from(config).connect(name, tcp);
+    match tokio::time::timeout(c.worker.cfg.timeouts.handshake, connect).await {
+        Ok(Ok(tls)) => Ok((Stream::Client(Box::new(tls)), addr, false)),
+        Ok(Err(e)) => Err(tls_error(e.to_string())),
+        Err(_) => Err(tls_error("the handshake timed out".into())),
+    }
+}
+
 pub async fn forward(c: &mut Client, ex: &mut Exchange) -> Result<Next, Error> {
     let worker = c.worker.clone();
     let cfg = &worker.cfg;
-    let Target::Absolute { host, port, .. } = c.head.target else {
+    let Target::Absolute { host, port, scheme, .. } = c.head.target else {
         return Err(Error::Unsupported("not an absolute-form request"));
     };
+    let https = scheme == Scheme::Https;
     let head = &c.head;
     let filled = c.buf.filled();
-    // The pool key, `host:port` lowercased, in a buffer the connection reuses; the host
-    // for resolving is its first part.
+    // The pool key, `host:port` lowercased (`https://host:port` for TLS origins), in a
+    // buffer the connection reuses; the host for resolving is in it.
     let mut key = std::mem::take(&mut c.key);
     key.clear();
+    if https {
+        key.extend_from_slice(HTTPS_KEY);
+    }
+    let host_start = key.len();
     key.extend(host.get(filled).iter().map(u8::to_ascii_lowercase));
-    let host_len = key.len();
+    let host_end = key.len();
     let _ = write!(key, ":{port}");
-    let host = std::str::from_utf8(&key[..host_len])
+    let host = std::str::from_utf8(&key[host_start..host_end])
         .map_err(|_| Error::Unsupported("the host name is not ASCII"))?;
     let upgrade = head.is_upgrade();
     let method = head.method;
@@ -72,7 +109,7 @@ pub async fn forward(c: &mut Client, ex: &mut Exchange) -> Result<Next, Error> {
     }
 
     // An upstream: a pooled connection, or a new one.
-    let (mut up, mut addr, mut reused) = c.upstream(Some(&key), host, port, Protocol::Http).await?;
+    let (mut up, mut addr, mut reused) = origin(c, Some(&key), host, port, https).await?;
     ex.upstream = Some(addr);
     let mut ubuf = worker.take_buf();
     let mut rhead = ResponseHead::new();
@@ -93,7 +130,7 @@ pub async fn forward(c: &mut Client, ex: &mut Exchange) -> Result<Next, Error> {
             Ok(()) => break,
             Err(Error::Upstream(_) | Error::UpstreamClosed(_)) if reused && ubuf.is_empty() => {
                 tracing::debug!("pooled connection to {addr} was dead; reconnecting");
-                let (s, a, _) = c.upstream(None, host, port, Protocol::Http).await?;
+                let (s, a, _) = origin(c, None, host, port, https).await?;
                 up = s;
                 addr = a;
                 reused = false;
@@ -247,7 +284,7 @@ enum Outcome {
 async fn switch_protocols(
     c: &mut Client,
     ex: &mut Exchange,
-    up: TcpStream,
+    up: Stream,
     mut ubuf: Buf,
     rhead: ResponseHead,
     via: Option<&str>,
@@ -265,7 +302,7 @@ async fn switch_protocols(
     let early_up = c.buf.filled().to_vec();
     c.buf.clear();
     let throttle = c.throttle();
-    Ok(Next::Tunnel(Handoff { upstream: up.into(), early_up, early_down, throttle }))
+    Ok(Next::Tunnel(Handoff { upstream: up, early_up, early_down, throttle }))
 }
 
 /// Reads until a whole response head is in `ubuf` and parsed into `rhead`.

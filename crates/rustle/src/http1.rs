@@ -309,12 +309,8 @@ impl Client {
         }
         match head.target {
             Target::Authority { .. } => crate::connect::tunnel(self, ex).await,
-            Target::Absolute { scheme: rustle_proto::http::Scheme::Http, .. } => {
-                crate::forward::forward(self, ex).await
-            }
-            Target::Absolute { .. } => Err(Error::Unsupported(
-                "https:// URLs must go through a CONNECT tunnel, not as a plain proxy request",
-            )),
+            // https:// in absolute form (as squid takes it): TLS is originated here.
+            Target::Absolute { .. } => crate::forward::forward(self, ex).await,
             Target::Origin { .. } | Target::Asterisk => Err(Error::Unsupported(
                 "this is a forward proxy: requests need an absolute URI such as \
                  http://host/path (or CONNECT host:port)",
@@ -366,7 +362,7 @@ impl Client {
         host: &str,
         port: u16,
         protocol: crate::acl::Protocol,
-    ) -> Result<(TcpStream, SocketAddr, bool), Error> {
+    ) -> Result<(Stream, SocketAddr, bool), Error> {
         let policy = self.worker.policy();
         // Rules are the only reader of the user's groups: no lookup when there are none.
         let user = match policy.rules.is_empty() {
@@ -392,7 +388,7 @@ impl Client {
         }
         let timeout = self.worker.cfg.timeouts.connect;
         let (s, a) = self.worker.upstreams.connect(host, port, timeout, &filter).await?;
-        Ok((s, a, false))
+        Ok((Stream::Tcp(s), a, false))
     }
 
     /// RFC 9110 7.6.2: an OPTIONS or TRACE with Max-Forwards 0 is answered by the proxy.

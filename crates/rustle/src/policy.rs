@@ -43,6 +43,9 @@ pub struct Policy {
     tls_accept: Vec<Option<Arc<crate::tls::Acceptor>>>,
     /// TLS originated by each relay listener towards its target.
     tls_connect: Vec<Option<Arc<rustls::ClientConfig>>>,
+    /// TLS towards origins of `https://` URLs, or why there is none (no CA to verify
+    /// with: such requests then get a 502 saying so).
+    https_origins: Result<Arc<rustls::ClientConfig>, String>,
 }
 
 /// ALPN of the HTTPS proxy port, in order of preference.
@@ -61,6 +64,11 @@ impl Policy {
     /// The client config of relay listener `index`'s TLS towards its target.
     pub fn tls_connector(&self, index: usize) -> Option<&Arc<rustls::ClientConfig>> {
         self.tls_connect.get(index).and_then(Option::as_ref)
+    }
+
+    /// The client config for origins of `https://` URLs.
+    pub fn https_origins(&self) -> Result<&Arc<rustls::ClientConfig>, &str> {
+        self.https_origins.as_ref().map_err(String::as_str)
     }
 
     /// Listeners started from the command line are not in a reloaded file: keep their
@@ -153,6 +161,15 @@ impl Policy {
                 }
             }));
         }
+        let origins = crate::config::ConnectTls {
+            ca: cfg.tls.origin_ca.clone(),
+            insecure: cfg.tls.origin_insecure,
+            ..Default::default()
+        };
+        let https_origins = crate::tls::connector(&origins);
+        if let (Some(_), Err(e)) = (&cfg.tls.origin_ca, &https_origins) {
+            problems.push(format!("tls.origin_ca: {e}"));
+        }
         if cfg.effective_listeners().iter().any(|l| l.auth) && users.is_empty() {
             problems.push("a listener requires authentication but [auth] defines no user".into());
         }
@@ -171,6 +188,7 @@ impl Policy {
             default_user_rate,
             tls_accept,
             tls_connect,
+            https_origins,
             user_buckets: Mutex::new(HashMap::new()),
         })
     }

@@ -218,6 +218,9 @@ pub fn start(cfg: Config) -> anyhow::Result<Running> {
             policy.users.plain_count()
         );
     }
+    if listeners.iter().any(|l| l.tls.is_some() || l.target_tls.is_some()) {
+        say_ktls(cfg.tls.ktls);
+    }
     let (policy_tx, policy_rx) = watch::channel(Arc::new(policy));
     let conn_limits =
         ConnLimits::new(cfg.limits.max_connections_per_client, cfg.limits.max_connections_per_user);
@@ -281,6 +284,24 @@ pub fn start(cfg: Config) -> anyhow::Result<Running> {
         tracing::info!("listening on {addr} ({kind}), {workers} worker(s)");
     }
     Ok(Running { addrs, threads, stop, policy_tx, own, traffic })
+}
+
+/// Kernel TLS: said once at start. rustle's TLS runs in user space (rustls); where the
+/// kernel could take the records over, the log says that it is not used yet.
+fn say_ktls(mode: crate::config::Ktls) {
+    if mode == crate::config::Ktls::Off {
+        return;
+    }
+    match crate::sys::ktls_probe() {
+        Ok(()) => tracing::info!(
+            "kernel TLS is available, but rustle does not hand sessions to it yet; \
+             TLS runs in user space (rustls)"
+        ),
+        Err(e) => tracing::info!(
+            "kernel TLS is not available here ({e}: the kernel's `tls` module is missing); \
+             TLS runs in user space (rustls)"
+        ),
+    }
 }
 
 /// The buckets of a listener's own bandwidth limit.

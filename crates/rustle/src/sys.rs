@@ -1,10 +1,35 @@
 //! The only unsafe code in rustle: splice(2) through pipes, which no safe crate offers for
-//! tokio's sockets. Everything here is a thin, checked wrapper; the rest of the proxy sees
-//! a safe `Pipe`.
+//! tokio's sockets, and the probe for kernel TLS (setsockopt TCP_ULP). Everything here is a
+//! thin, checked wrapper; the rest of the proxy sees a safe `Pipe` and a yes/no.
 #![allow(unsafe_code)]
 
 use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+
+/// Whether the kernel can take over TLS records: attaches the `tls` upper-layer protocol
+/// to a connected loopback socket (the only way to ask; ENOENT means the module is not
+/// there). The sockets are closed before this returns.
+pub fn ktls_probe() -> io::Result<()> {
+    let listener = std::net::TcpListener::bind((std::net::Ipv4Addr::LOCALHOST, 0))?;
+    let client = std::net::TcpStream::connect(listener.local_addr()?)?;
+    let _server = listener.accept()?;
+    let ulp = b"tls";
+    // SAFETY: setsockopt on a socket we own, with a pointer to `ulp` and its exact length;
+    // the kernel only reads those bytes.
+    let rc = unsafe {
+        libc::setsockopt(
+            client.as_raw_fd(),
+            libc::SOL_TCP,
+            libc::TCP_ULP,
+            ulp.as_ptr().cast(),
+            ulp.len() as libc::socklen_t,
+        )
+    };
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
 
 /// A pipe used as the in-kernel buffer between two sockets, with the count of bytes in it.
 pub struct Pipe {

@@ -14,6 +14,7 @@ use futures_util::stream::{FuturesUnordered, StreamExt};
 use tokio::net::TcpStream;
 
 use crate::config::Upstream as UpstreamConfig;
+use crate::conn::Stream;
 use crate::error::ConnectError;
 use crate::policy::Denial;
 
@@ -31,7 +32,7 @@ enum Cached {
 }
 
 struct Idle {
-    stream: TcpStream,
+    stream: Stream,
     addr: SocketAddr,
     since: Instant,
 }
@@ -157,7 +158,7 @@ impl Upstreams {
     }
 
     /// Takes the most recently used live idle connection for `key`, if any.
-    pub fn take(&self, key: &[u8]) -> Option<(TcpStream, SocketAddr)> {
+    pub fn take(&self, key: &[u8]) -> Option<(Stream, SocketAddr)> {
         let mut pool = self.pool.borrow_mut();
         let Pool { map, total } = &mut *pool;
         let list = map.get_mut(key)?;
@@ -165,7 +166,7 @@ impl Upstreams {
         while let Some(idle) = list.pop() {
             *total -= 1;
             let expired = deadline.is_some_and(|d| idle.since < d);
-            if !expired && !is_stale(&idle.stream) {
+            if !expired && !is_stale(idle.stream.socket()) {
                 return Some((idle.stream, idle.addr));
             }
         }
@@ -173,7 +174,7 @@ impl Upstreams {
     }
 
     /// Parks a connection whose last exchange ended cleanly.
-    pub fn put(&self, key: &[u8], stream: TcpStream, addr: SocketAddr) {
+    pub fn put(&self, key: &[u8], stream: Stream, addr: SocketAddr) {
         let mut pool = self.pool.borrow_mut();
         if pool.total >= self.cfg.pool_max_idle {
             return;
@@ -201,7 +202,7 @@ impl Upstreams {
         };
         let Pool { map, total } = &mut *pool;
         map.retain(|_, list| {
-            list.retain(|i| i.since >= deadline && !is_stale(&i.stream));
+            list.retain(|i| i.since >= deadline && !is_stale(i.stream.socket()));
             !list.is_empty()
         });
         *total = map.values().map(Vec::len).sum();
@@ -220,7 +221,8 @@ impl Upstreams {
 }
 
 /// An idle origin connection that has become readable has either closed or sent bytes
-/// nobody asked for; both make it unusable. The check reads tokio's cached readiness, so
+/// nobody asked for; both make it unusable (for TLS too: the byte looked at is lost, but
+/// the connection is dropped anyway). The check reads tokio's cached readiness, so
 /// it costs no syscall unless readiness is set.
 fn is_stale(stream: &TcpStream) -> bool {
     let mut cx = Context::from_waker(Waker::noop());

@@ -537,3 +537,54 @@ fn check_reports_certificate_problems() {
         assert!(err.contains(expect), "{expect}: {err}");
     }
 }
+
+fn https_origin_proxy(ca: &Path) -> Proxy {
+    Proxy::from_toml(&format!("[tls]\norigin_ca = \"{}\"\n", ca.display()))
+}
+
+#[test]
+fn https_urls_in_absolute_form_are_fetched_over_tls_and_pooled() {
+    let origin = TlsOrigin::start().unwrap();
+    let proxy = https_origin_proxy(&origin.ca_file());
+    let mut conn = Conn::to_proxy(&proxy);
+    for n in [100, 200_000, 5] {
+        let url = origin.url(&format!("/bytes/{n}"));
+        conn.send(format!("GET {url} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes());
+        let resp = conn.read_response();
+        assert_eq!(resp.status, 200, "{}", resp.text());
+        assert_eq!(resp.body.len(), n);
+    }
+    assert_eq!(origin.connections(), 1, "the TLS origin connection was not reused");
+    let line = proxy.log_line(|l| l.contains("/bytes/5"));
+    assert!(line.contains("GET https://"), "{line}");
+}
+
+#[test]
+fn a_bad_origin_certificate_gets_a_502_naming_the_verification_error() {
+    let unrelated = TlsOrigin::start().unwrap();
+    let cases = [
+        ("wrong CA", TlsOrigin::start().unwrap(), "UnknownIssuer", true),
+        (
+            "wrong name",
+            TlsOrigin::start_with(&["other.test"], false).unwrap(),
+            "not valid for name",
+            false,
+        ),
+        (
+            "expired",
+            TlsOrigin::start_with(&["127.0.0.1"], true).unwrap(),
+            "certificate expired",
+            false,
+        ),
+    ];
+    for (what, origin, named, other_ca) in &cases {
+        let ca = if *other_ca { unrelated.ca_file() } else { origin.ca_file() };
+        let proxy = https_origin_proxy(&ca);
+        let req = format!("GET {} HTTP/1.1\r\nHost: x\r\n\r\n", origin.url("/bytes/1"));
+        let resp = parse_response(&raw(&proxy, req.as_bytes()));
+        assert_eq!(resp.status, 502, "{what}");
+        assert!(resp.text().contains(named), "{what}: {}", resp.text());
+        assert!(resp.text().contains("TLS to "), "{what}: {}", resp.text());
+        assert_eq!(origin.requests(), 0, "{what}");
+    }
+}
