@@ -343,8 +343,8 @@ mod tests {
         let (server_a, _) = listener.accept().await.expect("accept");
         let b = TcpStream::connect(addr).await.expect("connect");
         let (_server_b, _) = listener.accept().await.expect("accept");
-        ups.put(b"k:1", a, addr);
-        ups.put(b"k:1", b, addr);
+        ups.put(b"k:1", a.into(), addr);
+        ups.put(b"k:1", b.into(), addr);
         assert_eq!(ups.idle_count(), 2);
         drop(server_a);
         tokio::time::sleep(Duration::from_millis(50)).await;
