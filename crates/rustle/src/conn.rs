@@ -16,6 +16,7 @@ use tokio::net::{tcp, TcpStream};
 
 pub type ServerTls = tokio_rustls::server::TlsStream<TcpStream>;
 pub type ClientTls = tokio_rustls::client::TlsStream<TcpStream>;
+pub type Ktls = ktls::KtlsStream<TcpStream>;
 
 pub enum Stream {
     Tcp(TcpStream),
@@ -24,6 +25,9 @@ pub enum Stream {
     Server(Box<ServerTls>),
     /// TLS towards an upstream (originating relay).
     Client(Box<ClientTls>),
+    /// TLS either way whose records the kernel encrypts and decrypts (kTLS); the stream
+    /// still reads through recvmsg so that alerts and other non-data records are seen.
+    Kernel(Box<Ktls>),
 }
 
 impl From<TcpStream> for Stream {
@@ -37,7 +41,7 @@ impl Stream {
     pub fn tcp(&self) -> Option<&TcpStream> {
         match self {
             Stream::Tcp(s) => Some(s),
-            Stream::Server(_) | Stream::Client(_) => None,
+            Stream::Server(_) | Stream::Client(_) | Stream::Kernel(_) => None,
         }
     }
 
@@ -47,6 +51,7 @@ impl Stream {
             Stream::Tcp(s) => s,
             Stream::Server(s) => s.get_ref().0,
             Stream::Client(s) => s.get_ref().0,
+            Stream::Kernel(s) => s.get_ref(),
         }
     }
 
@@ -129,6 +134,7 @@ impl AsyncRead for Stream {
             Stream::Tcp(s) => Pin::new(s).poll_read(cx, buf),
             Stream::Server(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
             Stream::Client(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
+            Stream::Kernel(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
         }
     }
 }
@@ -143,6 +149,7 @@ impl AsyncWrite for Stream {
             Stream::Tcp(s) => Pin::new(s).poll_write(cx, buf),
             Stream::Server(s) => Pin::new(s.as_mut()).poll_write(cx, buf),
             Stream::Client(s) => Pin::new(s.as_mut()).poll_write(cx, buf),
+            Stream::Kernel(s) => Pin::new(s.as_mut()).poll_write(cx, buf),
         }
     }
 
@@ -155,6 +162,7 @@ impl AsyncWrite for Stream {
             Stream::Tcp(s) => Pin::new(s).poll_write_vectored(cx, bufs),
             Stream::Server(s) => Pin::new(s.as_mut()).poll_write_vectored(cx, bufs),
             Stream::Client(s) => Pin::new(s.as_mut()).poll_write_vectored(cx, bufs),
+            Stream::Kernel(s) => Pin::new(s.as_mut()).poll_write_vectored(cx, bufs),
         }
     }
 
@@ -163,6 +171,7 @@ impl AsyncWrite for Stream {
             Stream::Tcp(s) => s.is_write_vectored(),
             Stream::Server(s) => s.is_write_vectored(),
             Stream::Client(s) => s.is_write_vectored(),
+            Stream::Kernel(s) => s.is_write_vectored(),
         }
     }
 
@@ -171,6 +180,7 @@ impl AsyncWrite for Stream {
             Stream::Tcp(s) => Pin::new(s).poll_flush(cx),
             Stream::Server(s) => Pin::new(s.as_mut()).poll_flush(cx),
             Stream::Client(s) => Pin::new(s.as_mut()).poll_flush(cx),
+            Stream::Kernel(s) => Pin::new(s.as_mut()).poll_flush(cx),
         }
     }
 
@@ -179,6 +189,7 @@ impl AsyncWrite for Stream {
             Stream::Tcp(s) => Pin::new(s).poll_shutdown(cx),
             Stream::Server(s) => Pin::new(s.as_mut()).poll_shutdown(cx),
             Stream::Client(s) => Pin::new(s.as_mut()).poll_shutdown(cx),
+            Stream::Kernel(s) => Pin::new(s.as_mut()).poll_shutdown(cx),
         }
     }
 }

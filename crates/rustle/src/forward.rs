@@ -54,12 +54,10 @@ async fn origin(
     let config = c.worker.policy().https_origins().map_err(|e| tls_error(e.to_string()))?.clone();
     let name = rustls::pki_types::ServerName::try_from(host.to_string())
         .map_err(|_| tls_error(format!("`{host}` is not a server name")))?;
-    let connect = tokio_rustls::TlsConnector::from(config).connect(name, tcp);
-    match tokio::time::timeout(c.worker.cfg.timeouts.handshake, connect).await {
-        Ok(Ok(tls)) => Ok((Stream::Client(Box::new(tls)), addr, false)),
-        Ok(Err(e)) => Err(tls_error(e.to_string())),
-        Err(_) => Err(tls_error("the handshake timed out".into())),
-    }
+    let timeout = c.worker.cfg.timeouts.handshake;
+    // Boxed: the handshake's state would otherwise enlarge every HTTP connection's future.
+    let tls = Box::pin(crate::tls::connect(config, name, tcp, timeout)).await.map_err(tls_error)?;
+    Ok((tls, addr, false))
 }
 
 pub async fn forward(c: &mut Client, ex: &mut Exchange) -> Result<Next, Error> {

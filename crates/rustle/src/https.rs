@@ -14,7 +14,7 @@ use tokio::net::TcpStream;
 use crate::accesslog::Entry;
 use crate::buf::Buf;
 use crate::config::Listener;
-use crate::conn::{ServerTls, Stream};
+use crate::conn::Stream;
 use crate::server::{ConnGuard, Worker};
 use crate::tls::Session;
 
@@ -26,7 +26,7 @@ const REFUSAL_WRITE_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// A TLS session with a client, and what it said about itself.
 pub struct Accepted {
-    pub stream: ServerTls,
+    pub stream: Stream,
     pub session: Rc<Session>,
     /// The user a verified client certificate names (listeners that map them).
     pub cert_user: Option<String>,
@@ -95,12 +95,12 @@ pub async fn serve_prefixed(
             return;
         }
     };
-    let stream = Stream::Server(Box::new(stream));
     crate::http1::serve_tls(guard, listener, stream, peer, session, cert_user).await
 }
 
 /// The server side of a handshake whose first bytes were already read into `buf` (which
-/// goes back to the worker's pool).
+/// goes back to the worker's pool). With kernel TLS on, the session then goes to the
+/// kernel.
 pub async fn accept(
     worker: &Worker,
     listener: &Listener,
@@ -115,12 +115,49 @@ pub async fn accept(
     };
     let (config, how) = (acceptor.config.clone(), acceptor.client_user);
     drop(policy);
+    let acceptor = tokio_rustls::TlsAcceptor::from(config);
+    if crate::tls::ktls() {
+        let io = ktls::CorkStream::new(stream);
+        let (tls, facts) = handshake(worker, &acceptor, io, buf, deadline, how).await?;
+        let kernel = ktls::config_ktls_server(tls)
+            .await
+            .map_err(|e| format!("handing the session to kernel TLS failed: {e}"))?;
+        return Ok(facts.with(Stream::Kernel(Box::new(kernel))));
+    }
+    let (tls, facts) = handshake(worker, &acceptor, stream, buf, deadline, how).await?;
+    Ok(facts.with(Stream::Server(Box::new(tls))))
+}
+
+/// What a handshake said about the client, before its stream is wrapped.
+struct Facts {
+    session: Rc<Session>,
+    cert_user: Option<String>,
+    h2: bool,
+}
+
+impl Facts {
+    fn with(self, stream: Stream) -> Accepted {
+        Accepted { stream, session: self.session, cert_user: self.cert_user, h2: self.h2 }
+    }
+}
+
+async fn handshake<IO>(
+    worker: &Worker,
+    acceptor: &tokio_rustls::TlsAcceptor,
+    io: IO,
+    buf: Buf,
+    deadline: tokio::time::Instant,
+    how: crate::config::CertUser,
+) -> Result<(tokio_rustls::server::TlsStream<IO>, Facts), String>
+where
+    IO: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
     let mut fed = Ok(());
-    let accept = tokio_rustls::TlsAcceptor::from(config).accept_with(stream, |conn| {
+    let accept = acceptor.accept_with(io, |conn| {
         fed = feed(conn, buf.filled());
     });
     worker.give_buf(buf);
-    let stream = match tokio::time::timeout_at(deadline, accept).await {
+    let tls = match tokio::time::timeout_at(deadline, accept).await {
         Err(_) => return Err("TLS handshake timed out".into()),
         Ok(Err(e)) => {
             return Err(match fed {
@@ -130,11 +167,13 @@ pub async fn accept(
         }
         Ok(Ok(s)) => s,
     };
-    let conn = stream.get_ref().1;
-    let session = Rc::new(Session::of(conn, conn.server_name()));
-    let cert_user = crate::tls::cert_user(conn, how);
-    let h2 = conn.alpn_protocol() == Some(b"h2");
-    Ok(Accepted { stream, session, cert_user, h2 })
+    let conn = tls.get_ref().1;
+    let facts = Facts {
+        session: Rc::new(Session::of(conn, conn.server_name())),
+        cert_user: crate::tls::cert_user(conn, how),
+        h2: conn.alpn_protocol() == Some(b"h2"),
+    };
+    Ok((tls, facts))
 }
 
 /// Hands bytes already read from the socket to rustls and processes them, so that the

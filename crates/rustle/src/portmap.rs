@@ -66,8 +66,8 @@ pub async fn serve(guard: ConnGuard, listener: Arc<Listener>, stream: TcpStream,
         None => Stream::Tcp(upstream),
         Some(config) => {
             let Some(t) = &listener.target_tls else { return };
-            let deadline = tokio::time::Instant::now() + worker.cfg.timeouts.handshake;
-            match Box::pin(originate(config, t, &target.host, upstream, deadline)).await {
+            let timeout = worker.cfg.timeouts.handshake;
+            match Box::pin(originate(config, t, &target.host, upstream, timeout)).await {
                 Ok(s) => s,
                 Err(why) => return fail(&why, Some(addr), tls.as_deref()),
             }
@@ -117,25 +117,21 @@ async fn accept_tls(
         return Err("not a TLS handshake on a TLS relay".into());
     }
     let accepted = crate::https::accept(worker, listener, stream, buf, deadline).await?;
-    Ok((Stream::Server(Box::new(accepted.stream)), Some(accepted.session)))
+    Ok((accepted.stream, Some(accepted.session)))
 }
 
 /// TLS towards the target: SNI and verification as configured; the error names what
 /// verification found.
-pub async fn originate(
+async fn originate(
     config: Arc<rustls::ClientConfig>,
     t: &crate::config::ConnectTls,
     host: &str,
     upstream: TcpStream,
-    deadline: tokio::time::Instant,
+    timeout: std::time::Duration,
 ) -> Result<Stream, String> {
     let name = crate::tls::server_name(t, host)?;
-    let connect = tokio_rustls::TlsConnector::from(config).connect(name, upstream);
-    match tokio::time::timeout_at(deadline, connect).await {
-        Ok(Ok(s)) => Ok(Stream::Client(Box::new(s))),
-        Ok(Err(e)) => Err(format!("TLS to the target failed: {e}")),
-        Err(_) => Err("TLS handshake with the target timed out".into()),
-    }
+    let connect = crate::tls::connect(config, name, upstream, timeout);
+    connect.await.map_err(|e| format!("TLS to the target failed: {e}"))
 }
 
 fn log_failure(

@@ -211,15 +211,17 @@ pub fn start(cfg: Config) -> anyhow::Result<Running> {
         }
     }
     let own: Vec<SocketAddr> = addrs.iter().map(|(_, a)| *a).collect();
+    // Before the policy: TLS configs are built for kernel TLS when it is on.
+    crate::tls::set_ktls(false);
+    if listeners.iter().any(|l| l.tls.is_some() || l.target_tls.is_some()) {
+        crate::tls::set_ktls(ktls_available(cfg.tls.ktls));
+    }
     let policy = Policy::build(&cfg, &own).map_err(|p| anyhow::anyhow!(p.join("\n")))?;
     if policy.users.plain_count() > 0 {
         tracing::warn!(
             "{} user(s) have plaintext passwords; hash them with `rustle passwd NAME`",
             policy.users.plain_count()
         );
-    }
-    if listeners.iter().any(|l| l.tls.is_some() || l.target_tls.is_some()) {
-        say_ktls(cfg.tls.ktls);
     }
     let (policy_tx, policy_rx) = watch::channel(Arc::new(policy));
     let conn_limits =
@@ -286,21 +288,27 @@ pub fn start(cfg: Config) -> anyhow::Result<Running> {
     Ok(Running { addrs, threads, stop, policy_tx, own, traffic })
 }
 
-/// Kernel TLS: said once at start. rustle's TLS runs in user space (rustls); where the
-/// kernel could take the records over, the log says that it is not used yet.
-fn say_ktls(mode: crate::config::Ktls) {
+/// Kernel TLS: probed and said once at start. Where the kernel has the `tls` module,
+/// finished handshakes hand their keys to it (the `ktls` crate); elsewhere TLS runs in
+/// user space (rustls).
+fn ktls_available(mode: crate::config::Ktls) -> bool {
     if mode == crate::config::Ktls::Off {
-        return;
+        return false;
     }
     match crate::sys::ktls_probe() {
-        Ok(()) => tracing::info!(
-            "kernel TLS is available, but rustle does not hand sessions to it yet; \
-             TLS runs in user space (rustls)"
-        ),
-        Err(e) => tracing::info!(
-            "kernel TLS is not available here ({e}: the kernel's `tls` module is missing); \
-             TLS runs in user space (rustls)"
-        ),
+        Ok(()) => {
+            tracing::info!(
+                "kernel TLS is available: sessions go to the kernel after the handshake"
+            );
+            true
+        }
+        Err(e) => {
+            tracing::info!(
+                "kernel TLS is not available here ({e}: the kernel's `tls` module is missing); \
+                 TLS runs in user space (rustls)"
+            );
+            false
+        }
     }
 }
 

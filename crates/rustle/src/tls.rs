@@ -7,7 +7,9 @@
 mod der;
 mod setup;
 
-pub use setup::{acceptor, cert_user, connector, server_name, Acceptor, Session};
+pub use setup::{
+    acceptor, cert_user, connect, connector, ktls, server_name, set_ktls, Acceptor, Session,
+};
 
 use std::collections::HashMap;
 use std::fmt;
@@ -173,6 +175,7 @@ pub fn server_config_with(
     };
     let mut config = builder.with_cert_resolver(Arc::new(resolver));
     config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
+    config.enable_secret_extraction = ktls();
     match rustls::crypto::aws_lc_rs::Ticketer::new() {
         Ok(ticketer) => config.ticketer = ticketer,
         // Only fails if the system RNG does; resumption then uses the session cache alone.

@@ -3,8 +3,13 @@
 //! originates (roots, server name, resumption). Built with the policy, so a SIGHUP reloads
 //! certificates and a `rustle check` reports their problems.
 
+use std::io;
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::net::TcpStream;
 
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::crypto::CryptoProvider;
@@ -15,6 +20,7 @@ use rustls::{ClientConfig, CommonState, DigitallySignedStruct, RootCertStore, Si
 
 use super::{der, load_certified_key, provider, server_config_with};
 use crate::config::{CertUser, ClientCerts, ConnectTls, ListenTls, UnknownSni};
+use crate::conn::Stream;
 
 /// What a TLS listener accepts.
 pub struct Acceptor {
@@ -82,7 +88,48 @@ pub fn connector(t: &ConnectTls) -> Result<Arc<ClientConfig>, String> {
         builder.with_root_certificates(roots).with_no_client_auth()
     };
     config.alpn_protocols = t.alpn.iter().map(|p| p.as_bytes().to_vec()).collect();
+    config.enable_secret_extraction = ktls();
     Ok(Arc::new(config))
+}
+
+/// Kernel TLS is on for this process: asked for (`ktls = "auto"`) and the probe found the
+/// kernel's `tls` module. Set once at start, before any TLS config is built.
+static KTLS: AtomicBool = AtomicBool::new(false);
+
+pub fn set_ktls(on: bool) {
+    KTLS.store(on, Ordering::Relaxed);
+}
+
+/// Whether finished handshakes are handed to the kernel.
+pub fn ktls() -> bool {
+    KTLS.load(Ordering::Relaxed)
+}
+
+/// The client side of a handshake towards an upstream, within `timeout`; with kernel TLS
+/// on, the session then goes to the kernel. The error says what failed (verification
+/// errors name what they found).
+pub async fn connect(
+    config: Arc<ClientConfig>,
+    name: ServerName<'static>,
+    tcp: TcpStream,
+    timeout: Duration,
+) -> Result<Stream, String> {
+    let connector = tokio_rustls::TlsConnector::from(config);
+    let handshake = async {
+        if ktls() {
+            let tls = connector.connect(name, ktls::CorkStream::new(tcp)).await?;
+            let kernel = ktls::config_ktls_client(tls).await.map_err(io::Error::other)?;
+            Ok::<_, io::Error>(Stream::Kernel(Box::new(kernel)))
+        } else {
+            let tls = connector.connect(name, tcp).await?;
+            Ok(Stream::Client(Box::new(tls)))
+        }
+    };
+    match tokio::time::timeout(timeout, handshake).await {
+        Ok(Ok(s)) => Ok(s),
+        Ok(Err(e)) => Err(e.to_string()),
+        Err(_) => Err("the handshake timed out".into()),
+    }
 }
 
 /// The name to send and verify: the configured one, else the target's host.

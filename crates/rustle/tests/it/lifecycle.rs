@@ -155,16 +155,22 @@ fn access_log_names_the_cause_of_an_error() {
 }
 
 /// The real binary, started on an ephemeral port; killed on drop if still running.
-struct Binary {
+pub(crate) struct Binary {
     child: Child,
-    addr: SocketAddr,
+    pub(crate) addr: SocketAddr,
     stderr: Arc<Mutex<String>>,
 }
 
 impl Binary {
     fn start() -> Binary {
+        Binary::start_with(&["--http", "127.0.0.1:0", "--workers", "1"], "http")
+    }
+
+    /// Starts with `args`; `kind` is the listener kind whose address to wait for.
+    pub(crate) fn start_with(args: &[&str], kind: &str) -> Binary {
+        let marker = format!(" ({kind})");
         let mut child = Command::new(rustle_bin())
-            .args(["--http", "127.0.0.1:0", "--workers", "1"])
+            .args(args)
             .env("RUST_LOG", "info")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -179,7 +185,7 @@ impl Binary {
             let mut line = String::new();
             while lines.read_line(&mut line).is_ok_and(|n| n > 0) {
                 if let Some(rest) = line.split("listening on ").nth(1) {
-                    if let Some(addr) = rest.split(" (http)").next() {
+                    if let Some(addr) = rest.split(marker.as_str()).next() {
                         let _ = tx.send(addr.trim().to_string());
                     }
                 }
@@ -217,7 +223,7 @@ impl Binary {
         }
     }
 
-    fn stderr(&self) -> String {
+    pub(crate) fn stderr(&self) -> String {
         self.stderr.lock().unwrap().clone()
     }
 }

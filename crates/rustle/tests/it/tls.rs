@@ -588,3 +588,33 @@ fn a_bad_origin_certificate_gets_a_502_naming_the_verification_error() {
         assert_eq!(origin.requests(), 0, "{what}");
     }
 }
+
+#[test]
+fn kernel_tls_is_probed_and_user_space_tls_serves_where_it_is_missing() {
+    let dir = TempDir::new("ktls");
+    let files = certs(&dir, "localhost");
+    let (cert, key) = (files.chain.to_str().unwrap(), files.key.to_str().unwrap());
+    let args = ["--https", "127.0.0.1:0", "--tls-cert", cert, "--tls-key", key, "--workers", "1"];
+    let bin = crate::lifecycle::Binary::start_with(&args, "https");
+    let origin = Origin::start().unwrap();
+    let config = client_config(&files.ca, None);
+    let mut tls = tls_connect(bin.addr, "localhost", &config).unwrap();
+    let req = format!("GET {} HTTP/1.1\r\nHost: x\r\n\r\n", origin.url("/bytes/64"));
+    let resp = exchange(&mut tls, req.as_bytes());
+    assert_eq!(resp.status, 200);
+    assert_eq!(resp.body.len(), 64);
+    let said = bin.stderr();
+    // One line either way: this machine's kernel lacks the module (user space serves);
+    // a kernel that has it gets the session handed over.
+    let missing = said.matches("kernel TLS is not available").count();
+    let present = said.matches("kernel TLS is available").count();
+    assert_eq!(missing + present, 1, "{said}");
+    // `ktls = "off"` does not probe at all.
+    let toml = format!("[tls]\nktls = \"off\"\n{}", https_toml(&files, ""));
+    let path = dir.file("off.toml");
+    std::fs::write(&path, toml).unwrap();
+    let off = crate::lifecycle::Binary::start_with(&["--config", path.to_str().unwrap()], "https");
+    let mut tls = tls_connect(off.addr, "localhost", &config).unwrap();
+    assert_eq!(exchange(&mut tls, req.as_bytes()).status, 200);
+    assert!(!off.stderr().contains("kernel TLS"), "{}", off.stderr());
+}
