@@ -39,7 +39,7 @@ const HTTPS_KEY: &[u8] = b"https://";
 /// A connection to the origin: pooled or new, with TLS originated for https:// URLs
 /// (verified against `[tls] origin_ca` or the system's roots, the name sent as SNI).
 async fn origin(
-    c: &Client,
+    c: &mut Client,
     key: Option<&[u8]>,
     host: &str,
     port: u16,
@@ -253,7 +253,9 @@ pub async fn forward(c: &mut Client, ex: &mut Exchange) -> Result<Next, Error> {
                 rhead.keep_alive() && body_done && ubuf.is_empty() && !worker.stopping.get();
             worker.give_buf(ubuf);
             if upstream_reusable {
-                worker.upstreams.put(&key, up, addr);
+                // Kept by this client connection for its next request (most go to the
+                // same origin); the pool gets it if the next one goes elsewhere.
+                c.park_upstream(&key, up, addr);
             }
             c.key = key;
             if !body_done || (client_close && !c.buf.is_empty()) {

@@ -63,6 +63,9 @@ pub struct Client {
     pub tls: Option<Rc<crate::tls::Session>>,
     /// The user came from a verified client certificate: no password is asked.
     cert_auth: bool,
+    /// The origin connection of the last request, kept for the next one, and its pool key.
+    sticky: Option<(Stream, SocketAddr)>,
+    sticky_key: Vec<u8>,
 }
 
 /// What the log line of one exchange says, filled in as it goes.
@@ -139,6 +142,8 @@ async fn serve_with(
         target: Vec::new(),
         tls,
         cert_auth: false,
+        sticky: None,
+        sticky_key: Vec::new(),
     };
     if let Some(user) = cert_user {
         if !c.guard.hold_user(&user) {
@@ -150,10 +155,9 @@ async fn serve_with(
         c.user = Some(Rc::from(user));
         c.cert_auth = true;
     }
-    let mut shutdown = worker.shutdown.clone();
     loop {
         let start = Instant::now();
-        match c.read_head(&mut shutdown).await {
+        match c.read_head().await {
             Ok(true) => {}
             Ok(false) => break,
             Err(e) => {
@@ -174,6 +178,7 @@ async fn serve_with(
                 // The tunnel logs itself when it ends; this task ends now so that the
                 // open tunnel does not keep an HTTP connection's state.
                 worker.give_buf(std::mem::take(&mut c.buf));
+                c.release_upstream();
                 let Client { guard, stream, peer, method, target, listener, user, tls, .. } = c;
                 let record = Record {
                     peer,
@@ -204,6 +209,7 @@ async fn serve_with(
             break;
         }
     }
+    c.release_upstream();
     worker.give_buf(std::mem::take(&mut c.buf));
 }
 
@@ -233,6 +239,8 @@ pub async fn refuse_overloaded(
         target: Vec::new(),
         tls: None,
         cert_auth: false,
+        sticky: None,
+        sticky_key: Vec::new(),
     };
     let mut ex = Exchange::new(Instant::now());
     c.fail(&mut ex, &Error::Overloaded).await;
@@ -241,10 +249,7 @@ pub async fn refuse_overloaded(
 impl Client {
     /// Reads until a whole request head is parsed. `Ok(false)`: the client closed (or the
     /// worker is stopping) between requests, which is not an error.
-    async fn read_head(
-        &mut self,
-        shutdown: &mut tokio::sync::watch::Receiver<bool>,
-    ) -> Result<bool, Error> {
+    async fn read_head(&mut self) -> Result<bool, Error> {
         let limits = self.worker.limits;
         let timeouts = &self.worker.cfg.timeouts;
         let mut deadline = None;
@@ -275,14 +280,16 @@ impl Client {
                         Ok(r) => r,
                         Err(_) => return Err(Error::Timeout(Phase::ClientHead)),
                     },
-                    (None, None) => tokio::select! {
-                        r = tokio::time::timeout(timeouts.keepalive, read) => match r {
-                            Ok(r) => r,
+                    // Between requests: the worker's waiters end the wait at the
+                    // keep-alive timeout or at shutdown (no timer of its own).
+                    (None, None) => {
+                        let deadline = std::time::Instant::now() + timeouts.keepalive;
+                        match self.worker.waiters.wait(read, deadline).await {
+                            Some(r) => r,
                             // An idle kept-alive connection just closes.
-                            Err(_) => return Ok(false),
-                        },
-                        _ = shutdown.changed() => return Ok(false),
-                    },
+                            None => return Ok(false),
+                        }
+                    }
                 };
                 n
             };
@@ -354,10 +361,27 @@ impl Client {
         self.worker.policy().throttle(&self.listener.throttle, self.user.as_deref())
     }
 
-    /// An upstream the access rules allow for this client: a pooled connection to an
-    /// allowed address, or a new one.
+    /// Keeps a clean origin connection for this client's next request.
+    pub fn park_upstream(&mut self, key: &[u8], stream: Stream, addr: SocketAddr) {
+        self.release_upstream();
+        self.sticky_key.clear();
+        self.sticky_key.extend_from_slice(key);
+        self.sticky = Some((stream, addr));
+    }
+
+    /// Gives the kept origin connection to the worker's pool.
+    fn release_upstream(&mut self) {
+        if let Some((stream, addr)) = self.sticky.take() {
+            if !self.worker.stopping.get() {
+                self.worker.upstreams.put(&self.sticky_key, stream, addr);
+            }
+        }
+    }
+
+    /// An upstream the access rules allow for this client: the connection kept from its
+    /// last request or a pooled one to an allowed address, or a new one.
     pub async fn upstream(
-        &self,
+        &mut self,
         key: Option<&[u8]>,
         host: &str,
         port: u16,
@@ -380,6 +404,15 @@ impl Client {
         };
         let filter = access.filter().map_err(|d| Error::Connect(ConnectError::Denied(d)))?;
         if let Some(key) = key {
+            if let Some((s, a)) = self.sticky.take() {
+                let same = self.sticky_key == key;
+                if same && filter(a).is_none() && !crate::upstream::is_stale(s.socket()) {
+                    return Ok((s, a, true));
+                }
+                if !same {
+                    self.worker.upstreams.put(&self.sticky_key, s, a);
+                }
+            }
             if let Some((s, a)) = self.worker.upstreams.take(key) {
                 if filter(a).is_none() {
                     return Ok((s, a, true));

@@ -5,6 +5,7 @@
 //! - `server`: workers (one current-thread runtime per core), listeners, shutdown.
 //! - `http1`: a client's HTTP/1.1 connection: request heads, errors, dispatch.
 //! - `https`: TLS from clients: the HTTPS proxy port, TLS on `auto` ports and relays.
+//! - `idle`: kept-alive connections waiting for a request, ended by the worker's tick.
 //! - `forward`: one absolute-form request to its origin and the response back.
 //! - `connect`: CONNECT tunnels.
 //! - `socks`: SOCKS4/4a/5 handshakes, CONNECT and BIND; protocol detection for `auto`.
@@ -35,6 +36,7 @@ pub mod error;
 pub mod forward;
 pub mod http1;
 pub mod https;
+pub mod idle;
 pub mod limits;
 pub mod policy;
 pub mod portmap;

@@ -64,6 +64,8 @@ pub struct Worker {
     pub traffic: Arc<Traffic>,
     /// Read buffers not in use, so a request does not allocate one.
     bufs: std::cell::RefCell<Vec<Buf>>,
+    /// Kept-alive connections waiting for their next request.
+    pub waiters: crate::idle::Waiters,
     /// Open client connections across all workers, for `limits.max_connections`.
     open: Arc<AtomicUsize>,
 }
@@ -266,6 +268,7 @@ pub fn start(cfg: Config) -> anyhow::Result<Running> {
                 stopping: Cell::new(false),
                 active: Cell::new(0),
                 bufs: std::cell::RefCell::new(Vec::new()),
+                waiters: Default::default(),
                 policy: std::cell::RefCell::new(Rc::new(initial_policy)),
                 creds: std::cell::RefCell::new(CredentialCache::new(auth_ttl, CRED_CACHE_MAX)),
                 failures: std::cell::RefCell::new(FailureLimiter::new(
@@ -352,6 +355,7 @@ async fn worker_main(worker: Rc<Worker>, sockets: Vec<(Arc<Listener>, Socket)>) 
         tokio::select! {
             _ = flush.tick() => {
                 worker.log.flush();
+                worker.waiters.sweep(Instant::now(), false);
                 if last_sweep.elapsed() >= SWEEP_EVERY {
                     worker.upstreams.sweep();
                     last_sweep = Instant::now();
@@ -368,8 +372,10 @@ async fn worker_main(worker: Rc<Worker>, sockets: Vec<(Arc<Listener>, Socket)>) 
             }
         }
     }
-    // Draining: listeners stop on their own; wait for connections in flight.
+    // Draining: listeners stop on their own; wait for connections in flight. Idle
+    // kept-alive connections are woken to close.
     worker.stopping.set(true);
+    worker.waiters.sweep(Instant::now(), true);
     worker.upstreams.clear();
     let deadline = Instant::now() + worker.cfg.timeouts.shutdown;
     while worker.active.get() > 0 && Instant::now() < deadline {
