@@ -264,34 +264,55 @@ impl Client {
             if self.worker.stopping.get() && self.buf.is_empty() {
                 return Ok(false);
             }
-            let n = {
+            // A request that is already there (pipelined, or sent right after connecting)
+            // is read without arming a timer.
+            let first = {
                 let mut read =
                     std::pin::pin!(self.buf.read_from(&mut self.stream, limits.max_head));
-                // A request that is already there (pipelined, or sent right after connecting)
-                // is read without arming a timer or watching for shutdown.
-                let first = std::future::poll_fn(|cx| match read.as_mut().poll(cx) {
+                std::future::poll_fn(|cx| match read.as_mut().poll(cx) {
                     Poll::Ready(r) => Poll::Ready(Some(r)),
                     Poll::Pending => Poll::Ready(None),
                 })
-                .await;
-                let n = match (first, deadline) {
-                    (Some(r), _) => r,
-                    (None, Some(d)) => match tokio::time::timeout_at(d, read).await {
+                .await
+            };
+            let n = match (first, deadline) {
+                (Some(r), _) => r,
+                (None, Some(d)) => {
+                    let read = self.buf.read_from(&mut self.stream, limits.max_head);
+                    match tokio::time::timeout_at(d, read).await {
                         Ok(r) => r,
                         Err(_) => return Err(Error::Timeout(Phase::ClientHead)),
-                    },
-                    // Between requests: the worker's waiters end the wait at the
-                    // keep-alive timeout or at shutdown (no timer of its own).
-                    (None, None) => {
-                        let deadline = std::time::Instant::now() + timeouts.keepalive;
-                        match self.worker.waiters.wait(read, deadline).await {
-                            Some(r) => r,
-                            // An idle kept-alive connection just closes.
-                            None => return Ok(false),
+                    }
+                }
+                // Between requests: the worker's waiters end the wait at the keep-alive
+                // timeout or at shutdown (no timer of its own).
+                (None, None) => {
+                    let deadline = std::time::Instant::now() + timeouts.keepalive;
+                    let waiters = &self.worker.waiters;
+                    match self.stream.tcp() {
+                        // A plain connection waits without its read buffer: idle
+                        // connections hold no buffer (it goes back to the worker's pool).
+                        Some(tcp) if self.buf.is_empty() => {
+                            self.worker.give_buf(std::mem::take(&mut self.buf));
+                            let ready = std::future::poll_fn(|cx| tcp.poll_read_ready(cx));
+                            let woke = waiters.wait(ready, deadline).await;
+                            self.buf = self.worker.take_buf();
+                            match woke {
+                                Some(Ok(())) => continue,
+                                Some(Err(e)) => return Err(Error::Client(e)),
+                                None => return Ok(false),
+                            }
+                        }
+                        _ => {
+                            let read = self.buf.read_from(&mut self.stream, limits.max_head);
+                            match waiters.wait(std::pin::pin!(read), deadline).await {
+                                Some(r) => r,
+                                // An idle kept-alive connection just closes.
+                                None => return Ok(false),
+                            }
                         }
                     }
-                };
-                n
+                }
             };
             match n {
                 Ok(0) if self.buf.is_empty() => return Ok(false),
