@@ -20,6 +20,7 @@ use crate::config::SpliceMode;
 use crate::conn::Stream;
 use crate::error::{ConnectError, Error, Phase};
 use crate::http1::{Client, Exchange, Next};
+use crate::server::Worker;
 use crate::tunnel::Handoff;
 
 /// A head and the body bytes that came with it are sent in one write while they fit in
@@ -120,7 +121,9 @@ pub async fn forward(c: &mut Client, ex: &mut Exchange) -> Result<Next, Error> {
     loop {
         let sent = write_timed(&mut up, &c.out, io).await;
         let result = match sent {
-            Ok(()) if whole => read_response_head(&mut up, &mut ubuf, &mut rhead, method, io).await,
+            Ok(()) if whole => {
+                read_response_head(&worker, &mut up, &mut ubuf, &mut rhead, method, io).await
+            }
             Ok(()) => Ok(()),
             Err(e) => Err(e),
         };
@@ -178,7 +181,7 @@ pub async fn forward(c: &mut Client, ex: &mut Exchange) -> Result<Next, Error> {
                 }
                 // While the request body is still flowing, an origin that waits for all
                 // of it before answering is not idle: the body copy has its own timeout.
-                r = read_response_head(&mut ur, &mut ubuf, &mut rhead, method,
+                r = read_response_head(&worker, &mut ur, &mut ubuf, &mut rhead, method,
                                        if body_done { io } else { UNBOUNDED }) => {
                     r?;
                     head_ready = true;
@@ -307,6 +310,7 @@ async fn switch_protocols(
 
 /// Reads until a whole response head is in `ubuf` and parsed into `rhead`.
 async fn read_response_head<R: AsyncRead + Unpin>(
+    worker: &Worker,
     r: &mut R,
     ubuf: &mut Buf,
     rhead: &mut ResponseHead,
@@ -322,7 +326,9 @@ async fn read_response_head<R: AsyncRead + Unpin>(
                 Err(e) => return Err(Error::BadResponse(e)),
             }
         }
-        let n = match body::timed(ubuf.read_from(r, limits.max_head), idle).await {
+        // The origin is usually still working on the answer: a coarse deadline from the
+        // worker's tick, not a timer per request.
+        let n = match worker.waiters.timed(ubuf.read_from(r, limits.max_head), idle).await {
             Some(Ok(n)) => n,
             Some(Err(e)) if e.kind() == std::io::ErrorKind::OutOfMemory => {
                 return Err(Error::BadResponse(rustle_proto::http::HeadError::HeadTooLarge))

@@ -17,6 +17,9 @@ struct Entry {
     waker: Waker,
     /// Woken by a sweep: the wait is over.
     fired: bool,
+    /// A wait between requests, which shutdown ends too (an exchange in flight is let
+    /// finish).
+    idle: bool,
 }
 
 /// A worker's waiting connections.
@@ -27,8 +30,8 @@ pub struct Waiters {
 }
 
 impl Waiters {
-    fn register(&self, deadline: Instant, waker: &Waker) -> usize {
-        let entry = Entry { deadline, waker: waker.clone(), fired: false };
+    fn register(&self, deadline: Instant, idle: bool, waker: &Waker) -> usize {
+        let entry = Entry { deadline, waker: waker.clone(), fired: false, idle };
         let mut slots = self.slots.borrow_mut();
         match self.free.borrow_mut().pop() {
             Some(i) => {
@@ -64,11 +67,12 @@ impl Waiters {
         }
     }
 
-    /// Wakes the waits past their deadline (all of them with `all`, on shutdown).
-    pub fn sweep(&self, now: Instant, all: bool) {
+    /// Wakes the waits past their deadline (and with `stopping`, every wait between
+    /// requests).
+    pub fn sweep(&self, now: Instant, stopping: bool) {
         let mut slots = self.slots.borrow_mut();
         for e in slots.iter_mut().flatten() {
-            if !e.fired && (all || e.deadline <= now) {
+            if !e.fired && ((stopping && e.idle) || e.deadline <= now) {
                 e.fired = true;
                 e.waker.wake_by_ref();
             }
@@ -80,10 +84,33 @@ impl Waiters {
         }
     }
 
-    /// Runs `fut` until it completes (`Some`) or the wait fires (`None`): the deadline
-    /// passed or the worker is stopping.
+    /// Runs `fut`, a wait between requests, until it completes (`Some`) or the wait
+    /// fires (`None`): the deadline passed or the worker is stopping.
     pub fn wait<'a, F: Future + Unpin>(&'a self, fut: F, deadline: Instant) -> Wait<'a, F> {
-        Wait { waiters: self, fut, deadline, slot: None }
+        Wait { waiters: self, fut, deadline, idle: true, slot: None }
+    }
+
+    /// Runs `fut`, part of an exchange in flight, until it completes (`Some`) or the
+    /// deadline passes (`None`); shutdown lets it go on. A coarse timeout (one tick late
+    /// at most) for waits that are long and almost never reached, such as the I/O
+    /// timeout while an origin prepares its answer.
+    pub fn within<'a, F: Future + Unpin>(&'a self, fut: F, deadline: Instant) -> Wait<'a, F> {
+        Wait { waiters: self, fut, deadline, idle: false, slot: None }
+    }
+
+    /// Runs `fut` within `limit` (`None`: it ran out). An operation that completes at
+    /// once registers nothing; one that has to wait gets a coarse deadline (`within`).
+    pub async fn timed<F: Future>(&self, fut: F, limit: std::time::Duration) -> Option<F::Output> {
+        let mut fut = std::pin::pin!(fut);
+        let first = std::future::poll_fn(|cx| match fut.as_mut().poll(cx) {
+            Poll::Ready(r) => Poll::Ready(Some(r)),
+            Poll::Pending => Poll::Ready(None),
+        })
+        .await;
+        match first {
+            Some(r) => Some(r),
+            None => self.within(fut, Instant::now() + limit).await,
+        }
     }
 
     #[cfg(test)]
@@ -97,6 +124,7 @@ pub struct Wait<'a, F> {
     waiters: &'a Waiters,
     fut: F,
     deadline: Instant,
+    idle: bool,
     slot: Option<usize>,
 }
 
@@ -109,7 +137,7 @@ impl<F: Future + Unpin> Future for Wait<'_, F> {
             return Poll::Ready(Some(r));
         }
         match this.slot {
-            None => this.slot = Some(this.waiters.register(this.deadline, cx.waker())),
+            None => this.slot = Some(this.waiters.register(this.deadline, this.idle, cx.waker())),
             Some(i) => {
                 if this.waiters.check(i, cx.waker()) {
                     return Poll::Ready(None);
@@ -165,13 +193,18 @@ mod tests {
         assert!(matches!(poll_once(&mut wait).await, Some(None)));
         drop(wait);
 
-        // Shutdown ends every wait.
+        // Shutdown ends every wait between requests, not the ones of exchanges.
         let (_tx, rx) = tokio::sync::oneshot::channel::<u8>();
         let mut wait = waiters.wait(rx, Instant::now() + Duration::from_secs(60));
+        let (_tx2, rx2) = tokio::sync::oneshot::channel::<u8>();
+        let mut busy = waiters.within(rx2, Instant::now() + Duration::from_secs(60));
         assert!(poll_once(&mut wait).await.is_none());
+        assert!(poll_once(&mut busy).await.is_none());
         waiters.sweep(Instant::now(), true);
         assert!(matches!(poll_once(&mut wait).await, Some(None)));
+        assert!(poll_once(&mut busy).await.is_none());
         drop(wait);
+        drop(busy);
         assert_eq!(waiters.registered(), 0);
     }
 }
