@@ -141,6 +141,11 @@ pub struct Listener {
     /// `auto`, `always` or `never`: splice(2) in tunnels and relays of this listener.
     #[serde(default)]
     pub splice: SpliceMode,
+    /// `http` and `auto` listeners: a connection that opens with the HTTP/2 preface is
+    /// served as HTTP/2 (h2c with prior knowledge). Off by default: a plain port that
+    /// only ever spoke HTTP/1.1 keeps answering the preface with an error.
+    #[serde(default)]
+    pub h2c: bool,
     /// The buckets of `rate_up`/`rate_down`, made at start.
     #[serde(skip)]
     pub throttle: crate::limits::Throttle,
@@ -159,6 +164,7 @@ impl Listener {
             target: None,
             accept_any_credentials: false,
             splice: SpliceMode::Auto,
+            h2c: false,
             throttle: Default::default(),
         }
     }
@@ -301,6 +307,58 @@ pub struct Http {
     pub forwarded_for: bool,
 }
 
+/// HTTP/2 connections from clients (h2c, and ALPN `h2` on TLS ports).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default)]
+pub struct Http2 {
+    /// Streams a client may have open at once on one connection. Every stream can hold
+    /// an upstream socket, so a connection costs up to this many descriptors more.
+    pub max_concurrent_streams: u32,
+    /// Largest decoded header list (HPACK-expanded) of one request; larger gets 431.
+    pub max_header_list_size: u32,
+    /// Receive window of each stream: how much a client may send on one stream before
+    /// the proxy has passed it on.
+    pub initial_stream_window: u32,
+    /// Receive window of the whole connection (all streams together).
+    pub initial_connection_window: u32,
+    /// Bytes queued for a client per stream beyond which the proxy stops reading the
+    /// upstream until they are sent.
+    pub max_send_buffer_size: usize,
+    /// Streams the client reset before the proxy accepted them that may wait in the
+    /// accept queue; more closes the connection (ENHANCE_YOUR_CALM).
+    pub max_pending_accept_reset_streams: usize,
+    /// Streams the proxy had to reset for the client's protocol errors; more closes the
+    /// connection (ENHANCE_YOUR_CALM).
+    pub max_local_error_reset_streams: usize,
+    /// The window the three flood limits below count in.
+    #[serde(deserialize_with = "duration")]
+    pub flood_window: Duration,
+    /// RST_STREAM frames a client may send per `flood_window` (rapid reset).
+    pub max_resets: u32,
+    /// PING frames a client may send per `flood_window`.
+    pub max_pings: u32,
+    /// SETTINGS frames a client may send per `flood_window`.
+    pub max_settings: u32,
+}
+
+impl Default for Http2 {
+    fn default() -> Self {
+        Http2 {
+            max_concurrent_streams: 256,
+            max_header_list_size: 64 * 1024,
+            initial_stream_window: 2 * 1024 * 1024,
+            initial_connection_window: 16 * 1024 * 1024,
+            max_send_buffer_size: 256 * 1024,
+            max_pending_accept_reset_streams: 20,
+            max_local_error_reset_streams: 1024,
+            flood_window: Duration::from_secs(10),
+            max_resets: 1000,
+            max_pings: 100,
+            max_settings: 100,
+        }
+    }
+}
+
 #[derive(Debug, Clone, Deserialize)]
 #[serde(default)]
 pub struct Upstream {
@@ -419,6 +477,8 @@ pub struct Config {
     #[serde(default)]
     pub http: Http,
     #[serde(default)]
+    pub http2: Http2,
+    #[serde(default)]
     pub upstream: Upstream,
     #[serde(default)]
     pub relay: Relay,
@@ -521,6 +581,10 @@ impl Config {
             if let Some(message) = target_problem(l) {
                 problems.push(Problem { line: line_at("kind"), message });
             }
+            if l.h2c && !matches!(l.kind, ListenerKind::Http | ListenerKind::Auto) {
+                let message = format!("h2c is for http and auto listeners, not {}", l.kind);
+                problems.push(Problem { line: line_at("h2c"), message });
+            }
             for (key, value) in [("rate_up", &l.rate_up), ("rate_down", &l.rate_down)] {
                 if let Some(Err(e)) = value.as_deref().map(crate::limits::parse_rate) {
                     problems.push(Problem { line: line_at(key), message: format!("{key}: {e}") });
@@ -560,6 +624,10 @@ impl Config {
                 message: "limits.max_header_bytes must be at least 1024".into(),
             });
         }
+        problems.extend(http2_problems(&config.http2).into_iter().map(|(key, message)| Problem {
+            line: line_in(&["http2", key]),
+            message: format!("http2.{key}: {message}"),
+        }));
         if problems.is_empty() {
             Ok(config)
         } else {
@@ -623,6 +691,34 @@ fn open_proxy_problem(config: &Config, l: &Listener) -> Option<String> {
          the configuration if that is really what you want",
         l.kind, l.listen
     ))
+}
+
+/// Values h2 would refuse (it panics on windows above 2^31-1) or that make no sense.
+fn http2_problems(h: &Http2) -> Vec<(&'static str, String)> {
+    // RFC 9113 6.9.1: a flow-control window is at most 2^31-1.
+    const MAX_WINDOW: u32 = (1 << 31) - 1;
+    let mut out = Vec::new();
+    for (key, v) in [
+        ("initial_stream_window", h.initial_stream_window),
+        ("initial_connection_window", h.initial_connection_window),
+    ] {
+        if !(65_535..=MAX_WINDOW).contains(&v) {
+            out.push((key, format!("must be between 65535 and {MAX_WINDOW}")));
+        }
+    }
+    if h.max_concurrent_streams == 0 {
+        out.push(("max_concurrent_streams", "must be at least 1".into()));
+    }
+    if h.max_header_list_size < 1024 {
+        out.push(("max_header_list_size", "must be at least 1024".into()));
+    }
+    if h.max_send_buffer_size < 16 * 1024 || h.max_send_buffer_size > MAX_WINDOW as usize {
+        out.push(("max_send_buffer_size", "must be between 16384 and 2147483647".into()));
+    }
+    if h.flood_window.is_zero() {
+        out.push(("flood_window", "must not be zero".into()));
+    }
+    out
 }
 
 fn target_problem(l: &Listener) -> Option<String> {

@@ -114,6 +114,11 @@ pub async fn serve_buffered(
         match c.read_head(&mut shutdown).await {
             Ok(true) => {}
             Ok(false) => break,
+            // h2c with prior knowledge: the connection opened with the HTTP/2 preface.
+            Err(_) if c.listener.h2c && crate::http2::is_preface(c.buf.filled()) => {
+                let Client { guard, listener, stream, peer, buf, .. } = c;
+                return crate::http2::serve_rewound(guard, listener, stream, peer, buf).await;
+            }
             Err(e) => {
                 c.method.clear();
                 c.target.clear();

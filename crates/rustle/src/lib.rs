@@ -5,6 +5,7 @@
 //! - `server`: workers (one current-thread runtime per core), listeners, shutdown.
 //! - `http1`: a client's HTTP/1.1 connection: request heads, errors, dispatch.
 //! - `forward`: one absolute-form request to its origin and the response back.
+//! - `http2`: HTTP/2 clients (h2c, and ALPN h2): requests, CONNECT and WebSocket streams.
 //! - `connect`: CONNECT tunnels.
 //! - `socks`: SOCKS4/4a/5 handshakes, CONNECT and BIND; protocol detection for `auto`.
 //! - `udp`: SOCKS5 UDP ASSOCIATE and the UDP port relay.
@@ -31,6 +32,7 @@ pub mod connect;
 pub mod error;
 pub mod forward;
 pub mod http1;
+pub mod http2;
 pub mod limits;
 pub mod policy;
 pub mod portmap;
