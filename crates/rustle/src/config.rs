@@ -880,6 +880,44 @@ mod tests {
     }
 
     #[test]
+    fn the_example_documents_http2_with_its_defaults() {
+        let text = include_str!("../../../rustle.example.toml");
+        let c = Config::parse(text).expect("valid");
+        let d = Http2::default();
+        let h = &c.http2;
+        assert_eq!(
+            (h.max_concurrent_streams, h.max_header_list_size, h.initial_stream_window),
+            (d.max_concurrent_streams, d.max_header_list_size, d.initial_stream_window)
+        );
+        assert_eq!(
+            (h.initial_connection_window, h.max_send_buffer_size, h.flood_window),
+            (d.initial_connection_window, d.max_send_buffer_size, d.flood_window)
+        );
+        assert_eq!(
+            (h.max_pending_accept_reset_streams, h.max_local_error_reset_streams),
+            (d.max_pending_accept_reset_streams, d.max_local_error_reset_streams)
+        );
+        assert_eq!(
+            (h.max_resets, h.max_pings, h.max_settings),
+            (d.max_resets, d.max_pings, d.max_settings)
+        );
+        let table: toml::Table = text.parse().expect("toml");
+        let keys = table["http2"].as_table().map_or(0, |t| t.len());
+        assert_eq!(keys, 11, "every [http2] key is in the example");
+        assert!(text.contains("\nh2c = false"));
+    }
+
+    #[test]
+    fn http2_values_are_checked() {
+        let p = Config::parse("[http2]\ninitial_stream_window = 10\n").expect_err("bad");
+        assert_eq!(p[0].line, Some(2), "{p:?}");
+        assert!(p[0].message.contains("http2.initial_stream_window"), "{p:?}");
+        let text = "[[listener]]\nkind = \"socks\"\nlisten = \"127.0.0.1:1\"\nh2c = true\n";
+        let p = Config::parse(text).expect_err("h2c on socks");
+        assert_eq!(p[0].line, Some(4), "{p:?}");
+    }
+
+    #[test]
     fn relay_listeners_need_a_target() {
         let text = "[[listener]]\nkind = \"relay\"\nlisten = \"127.0.0.1:1\"\n";
         let p = Config::parse(text).expect_err("no target");

@@ -69,11 +69,21 @@ struct Shared {
     worker: Rc<Worker>,
     listener: Arc<Listener>,
     peer: SocketAddr,
-    /// The user this connection authenticated as, with the header value that proved it
-    /// and the users' generation it was checked against.
-    auth: RefCell<Option<(Rc<str>, Vec<u8>, u64)>>,
+    /// The user this connection authenticated as, once one did.
+    auth: RefCell<Option<Authenticated>>,
     /// Stream tasks alive (tunnels included), for closing idle connections.
     streams: Cell<usize>,
+    /// The connection task, woken when the last stream ends so that its idle timer
+    /// starts then rather than at its next event.
+    driver: Cell<Option<std::task::Waker>>,
+}
+
+/// A connection's user, with the header value that proved it and the users' generation
+/// it was checked against (a later stream with the same value needs no new check).
+struct Authenticated {
+    user: Rc<str>,
+    seen: Vec<u8>,
+    generation: u64,
 }
 
 /// Counts a stream task as alive while it exists.
@@ -88,7 +98,13 @@ impl Live {
 
 impl Drop for Live {
     fn drop(&mut self) {
-        self.0.streams.set(self.0.streams.get() - 1);
+        let left = self.0.streams.get() - 1;
+        self.0.streams.set(left);
+        if left == 0 {
+            if let Some(w) = self.0.driver.take() {
+                w.wake();
+            }
+        }
     }
 }
 
@@ -130,6 +146,7 @@ where
         peer,
         auth: RefCell::new(None),
         streams: Cell::new(0),
+        driver: Cell::new(None),
     });
     let mut shutdown = worker.shutdown.clone();
     let keepalive = worker.cfg.timeouts.keepalive;
@@ -140,6 +157,8 @@ where
     let mut closing = false;
     let mut flooded = false;
     loop {
+        // A new stream is the large variant; the value lives only until it is matched.
+        #[allow(clippy::large_enum_variant)]
         enum Event {
             Stream(Request<RecvStream>, SendResponse<Bytes>),
             Closed,
@@ -169,6 +188,13 @@ where
                     return Poll::Ready(Event::Shutdown);
                 }
                 let idle = shared.streams.get() == 0;
+                if !idle {
+                    let w = match shared.driver.take() {
+                        Some(w) if w.will_wake(cx.waker()) => w,
+                        _ => cx.waker().clone(),
+                    };
+                    shared.driver.set(Some(w));
+                }
                 if idle && !idle_armed && !closing {
                     timer.as_mut().reset(tokio::time::Instant::now() + keepalive);
                 }
@@ -378,16 +404,16 @@ async fn authenticate(shared: &Shared, headers: &HeaderMap) -> Result<Rc<str>, E
     };
     let value = value.as_bytes();
     let generation = shared.worker.users_generation();
-    if let Some((user, seen, gen)) = &*shared.auth.borrow() {
-        if seen.as_slice() == value && *gen == generation {
-            return Ok(user.clone());
+    if let Some(a) = &*shared.auth.borrow() {
+        if a.seen.as_slice() == value && a.generation == generation {
+            return Ok(a.user.clone());
         }
     }
     let mut scratch = Vec::new();
     let (user, password) = crate::auth::parse_basic(value, &mut scratch)
         .map_err(|_| Error::AuthRequired("malformed Proxy-Authorization"))?;
     shared.worker.authenticate(shared.peer.ip(), user, password).await?;
-    let current = shared.auth.borrow().as_ref().map(|(u, _, _)| u.clone());
+    let current = shared.auth.borrow().as_ref().map(|a| a.user.clone());
     if current.as_deref().is_some_and(|u| u != user) {
         return Err(Error::AuthRequired("a connection cannot change users"));
     }
@@ -395,7 +421,8 @@ async fn authenticate(shared: &Shared, headers: &HeaderMap) -> Result<Rc<str>, E
         return Err(Error::LimitReached("for this user"));
     }
     let user: Rc<str> = current.unwrap_or_else(|| Rc::from(user));
-    *shared.auth.borrow_mut() = Some((user.clone(), value.to_vec(), generation));
+    *shared.auth.borrow_mut() =
+        Some(Authenticated { user: user.clone(), seen: value.to_vec(), generation });
     Ok(user)
 }
 
@@ -558,7 +585,7 @@ mod tests {
 
     #[test]
     fn authorities() {
-        let a = |s: &str| http::uri::Authority::from_maybe_shared(s.to_string()).expect("auth");
+        let a = |s: &str| s.parse::<http::uri::Authority>().expect("auth");
         assert_eq!(
             host_port(Some(&a("Example.COM:8080")), None).ok(),
             Some(("example.com".into(), 8080))

@@ -284,6 +284,9 @@ impl Tunnel {
                     self.down += data.len() as u64;
                     self.last = Instant::now();
                     self.send.send_data(data, false).map_err(client_error)?;
+                    // Give back window assigned beyond what was sent: held by a quiet
+                    // tunnel, it would starve the connection's other streams.
+                    self.send.reserve_capacity(0);
                 }
                 // Readiness was stale: give the window back and wait again.
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => self.send.reserve_capacity(0),

@@ -353,10 +353,12 @@ async fn connect_half_close_both_ways() {
 #[tokio::test]
 async fn many_tunnels_on_one_connection_and_a_reset_closes_the_upstream() {
     let echo = TcpEcho::start().unwrap();
-    let proxy = h2c_proxy(|_| {});
+    let proxy = h2c_proxy(|c| c.http2.max_concurrent_streams = 400);
     let mut c = client(proxy.addr()).await;
     let mut tunnels = Vec::new();
-    for _ in 0..50 {
+    // More tunnels than the client's connection window has room for 64 KiB each: a quiet
+    // tunnel must not keep window it does not use.
+    for _ in 0..300 {
         let (status, send, recv) = open_tunnel(&mut c, &echo.addr().to_string()).await;
         assert_eq!(status, 200);
         tunnels.push((send, recv));
@@ -371,12 +373,12 @@ async fn many_tunnels_on_one_connection_and_a_reset_closes_the_upstream() {
             .unwrap();
         assert_eq!(got, msg);
     }
-    assert_eq!(echo.connections(), 50);
+    assert_eq!(echo.connections(), 300);
     for (mut send, _) in tunnels {
         send.send_reset(h2::Reason::CANCEL);
     }
     // Each reset tunnel writes its log line when the proxy has closed its upstream.
-    wait_log(&proxy, 50, |l| l.contains("CONNECT")).await;
+    wait_log(&proxy, 300, |l| l.contains("CONNECT")).await;
 }
 
 /// One masked client WebSocket frame (RFC 6455 5.2).
@@ -461,14 +463,7 @@ async fn authentication_and_rules_apply_per_stream() {
         "{}[[rule]]\nname = \"no-closed\"\naction = \"deny\"\nports = [\"{denied_port}\"]\n",
         auth_http_config(""),
     );
-    let mut cfg = rustle::config::Config::parse(&text).unwrap();
-    cfg.listeners[0].h2c = true;
-    let proxy = Proxy::start_with(move |c| {
-        let access = c.log.access.clone();
-        *c = cfg;
-        c.workers = 1;
-        c.log.access = access;
-    });
+    let proxy = Proxy::from_toml(&text.replace("auth = true\n", "auth = true\nh2c = true\n"));
     let mut c = client(proxy.addr()).await;
     let url = origin.url("/bytes/10");
     // No credentials: 407 with the realm, on this stream only.
@@ -801,17 +796,23 @@ async fn h2c_on_an_auto_listener() {
 #[tokio::test]
 #[ignore = "opens 10,000 upstream connections; run by hand for the memory figure"]
 async fn ten_thousand_idle_connect_streams_memory() {
-    const STREAMS: usize = 10_000;
+    let streams: usize =
+        std::env::var("H2_STREAMS").ok().and_then(|s| s.parse().ok()).unwrap_or(10_000);
     let echo = TcpEcho::start().unwrap();
     let dir = TempDir::new("h2mem");
     let config = dir.file("rustle.toml");
     std::fs::write(
         &config,
-        "workers = 1\n[[listener]]\nlisten = \"127.0.0.1:0\"\nh2c = true\n[log]\naccess = \"off\"\n\
+        "workers = 1\n[[listener]]\nlisten = \"127.0.0.1:0\"\nh2c = true\n[log]\naccess = \"stderr\"\n\
          [http2]\nmax_concurrent_streams = 20000\n[limits]\nmax_connections = 100\n",
     )
     .unwrap();
-    let (mut p, addr) = RustleProcess::start(&["--config", config.to_str().unwrap()]);
+    // RUSTLE_BIN=target/release/rustle measures a release build (the default is the
+    // debug binary the tests built).
+    let (mut p, addr) = match std::env::var("RUSTLE_BIN") {
+        Ok(bin) => RustleProcess::start_bin(&bin, &["--config", config.to_str().unwrap()]),
+        Err(_) => RustleProcess::start(&["--config", config.to_str().unwrap()]),
+    };
     let pid = p.child.id();
     let rss = || -> u64 {
         let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
@@ -820,9 +821,9 @@ async fn ten_thousand_idle_connect_streams_memory() {
     };
     let before = rss();
     let mut c = client(addr).await;
-    let mut tunnels = Vec::with_capacity(STREAMS);
+    let mut tunnels = Vec::with_capacity(streams);
     let start = Instant::now();
-    for i in 0..STREAMS {
+    for i in 0..streams {
         let (status, send, recv) = open_tunnel(&mut c, &echo.addr().to_string()).await;
         assert_eq!(status, 200, "tunnel {i}");
         tunnels.push((send, recv));
@@ -831,19 +832,117 @@ async fn ten_thousand_idle_connect_streams_memory() {
     // Every tunnel works (one byte each way), then idles.
     for (send, recv) in tunnels.iter_mut() {
         send.send_data(Bytes::from_static(b"x"), false).unwrap();
-        let got = recv.data().await.unwrap().unwrap();
+        let got = match recv.data().await.unwrap() {
+            Ok(got) => got,
+            Err(e) => {
+                std::thread::sleep(Duration::from_millis(500));
+                panic!("{e}; proxy stderr:\n{}", p.stderr())
+            }
+        };
         let _ = recv.flow_control().release_capacity(got.len());
     }
     tokio::time::sleep(Duration::from_millis(500)).await;
     let after = rss();
     eprintln!(
-        "{STREAMS} idle CONNECT streams on one h2c connection: proxy VmRSS {} KiB before, {} KiB \
+        "{streams} idle CONNECT streams on one h2c connection: proxy VmRSS {} KiB before, {} KiB \
          after ({:.0} bytes per stream), opened in {opened:?}",
         before,
         after,
-        (after - before) as f64 * 1024.0 / STREAMS as f64
+        (after - before) as f64 * 1024.0 / streams as f64
     );
     assert!(after < 30 * 1024, "VmRSS {after} KiB is over 30 MB");
     drop(tunnels);
     let _ = p.child.kill();
+}
+
+/// nghttp (nghttp2-client) over h2c with prior knowledge: it has no proxy mode, but an
+/// `:authority` given with -H names the origin while the connection goes to the proxy.
+#[test]
+fn nghttp_gets_and_posts_through_the_proxy() {
+    if !have("nghttp") {
+        return;
+    }
+    let origin = Origin::start().unwrap();
+    let proxy = h2c_proxy(|_| {});
+    let authority = format!(":authority: {}", origin.addr());
+    let url = |path: &str| format!("http://{}{path}", proxy.addr());
+    let n = 1_000_000u64;
+    let out = clean_command("nghttp")
+        .args(["-H", &authority, &url(&format!("/bytes/{n}"))])
+        .output()
+        .expect("run nghttp");
+    assert_success("nghttp GET", &out);
+    assert_eq!(sha(&out.stdout), pattern_sha256_hex(n), "{} bytes", out.stdout.len());
+    let dir = TempDir::new("nghttp");
+    let file = dir.file("upload");
+    std::fs::write(&file, pattern(300_000)).unwrap();
+    let out = clean_command("nghttp")
+        .args(["-H", &authority, "-d", file.to_str().unwrap(), &url("/sha256")])
+        .output()
+        .expect("run nghttp");
+    assert_success("nghttp POST", &out);
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        format!("{} 300000", pattern_sha256_hex(300_000))
+    );
+    let line = proxy.log_line(|l| l.contains("POST"));
+    assert!(line.contains(&format!("http://{}/sha256 200 300000 ", origin.addr())), "{line}");
+}
+
+/// One bulk download through an h2 CONNECT stream and through an HTTP/1.1 CONNECT tunnel
+/// of the same proxy process (`RUSTLE_BIN` for a release build): prints both rates.
+#[tokio::test]
+#[ignore = "a measurement; run by hand with --ignored --nocapture"]
+async fn tunnel_throughput_h2_vs_http1() {
+    let n: u64 = std::env::var("H2_BYTES").ok().and_then(|s| s.parse().ok()).unwrap_or(1 << 30);
+    let origin = Origin::start().unwrap();
+    let dir = TempDir::new("h2tput");
+    let config = dir.file("rustle.toml");
+    std::fs::write(
+        &config,
+        "workers = 1\n[[listener]]\nlisten = \"127.0.0.1:0\"\nh2c = true\n[log]\naccess = \"off\"\n",
+    )
+    .unwrap();
+    let args = ["--config", config.to_str().unwrap()];
+    let (_p, addr) = match std::env::var("RUSTLE_BIN") {
+        Ok(bin) => RustleProcess::start_bin(&bin, &args),
+        Err(_) => RustleProcess::start(&args),
+    };
+    let req =
+        format!("GET /bytes/{n} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n\r\n", origin.addr());
+    for round in 0..2 {
+        // HTTP/1.1 CONNECT, read by a blocking thread.
+        let target = origin.addr().to_string();
+        let origin_addr = origin.addr();
+        let (got, took) = tokio::task::spawn_blocking(move || {
+            let (c, r) = connect_with(addr, &target, &[]);
+            assert_eq!(r.status, 200);
+            let mut s = c.s;
+            timed_download(&mut s, origin_addr, n)
+        })
+        .await
+        .unwrap();
+        assert_eq!(got as u64, n);
+        let h1 = n as f64 / took.as_secs_f64() / 1e6;
+        // h2 CONNECT.
+        let mut c = client(addr).await;
+        let (status, mut send, mut recv) = open_tunnel(&mut c, &origin.addr().to_string()).await;
+        assert_eq!(status, 200);
+        let start = Instant::now();
+        send.send_data(Bytes::from(req.clone()), false).unwrap();
+        let mut total = 0u64;
+        while let Some(chunk) = recv.data().await {
+            let chunk = chunk.unwrap();
+            let _ = recv.flow_control().release_capacity(chunk.len());
+            total += chunk.len() as u64;
+        }
+        let took = start.elapsed();
+        assert!(total > n);
+        let h2 = n as f64 / took.as_secs_f64() / 1e6;
+        eprintln!(
+            "round {round}: {n} bytes through one tunnel: HTTP/1.1 CONNECT {h1:.0} MB/s, h2 \
+             CONNECT {h2:.0} MB/s ({:.0}%)",
+            100.0 * h2 / h1
+        );
+    }
 }
