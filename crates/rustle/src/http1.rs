@@ -114,10 +114,13 @@ pub async fn serve_buffered(
         match c.read_head(&mut shutdown).await {
             Ok(true) => {}
             Ok(false) => break,
-            // h2c with prior knowledge: the connection opened with the HTTP/2 preface.
+            // h2c with prior knowledge: the connection opened with the HTTP/2 preface. A
+            // task of its own, so that this future does not grow by an HTTP/2 connection.
             Err(_) if c.listener.h2c && crate::http2::is_preface(c.buf.filled()) => {
                 let Client { guard, listener, stream, peer, buf, .. } = c;
-                return crate::http2::serve_rewound(guard, listener, stream, peer, buf).await;
+                let h2 = crate::http2::serve_rewound(guard, listener, stream, peer, buf);
+                tokio::task::spawn_local(h2);
+                return;
             }
             Err(e) => {
                 c.method.clear();
