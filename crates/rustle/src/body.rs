@@ -105,7 +105,7 @@ impl State {
 
     /// How many of `avail` belong to the body, advancing the framing past them, and
     /// whether those bytes are to be forwarded (framing removed by `Dechunk` is not).
-    fn advance(&mut self, avail: &[u8], dir: Dir) -> Result<(usize, bool), Error> {
+    pub(crate) fn advance(&mut self, avail: &[u8], dir: Dir) -> Result<(usize, bool), Error> {
         if let State::Dechunk(scanner) = self {
             let remaining = scanner.data_remaining();
             if remaining > 0 {

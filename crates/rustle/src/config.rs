@@ -151,6 +151,11 @@ pub struct Listener {
     /// `relay` only: TLS towards the target (origination).
     #[serde(default)]
     pub target_tls: Option<ConnectTls>,
+    /// `http` and `auto` listeners: a connection that opens with the HTTP/2 preface is
+    /// served as HTTP/2 (h2c with prior knowledge). Off by default: a plain port that
+    /// only ever spoke HTTP/1.1 keeps answering the preface with an error.
+    #[serde(default)]
+    pub h2c: bool,
     /// The buckets of `rate_up`/`rate_down`, made at start.
     #[serde(skip)]
     pub throttle: crate::limits::Throttle,
@@ -292,6 +297,7 @@ impl Listener {
             splice: SpliceMode::Auto,
             tls: None,
             target_tls: None,
+            h2c: false,
             throttle: Default::default(),
             index: 0,
         }
@@ -439,6 +445,58 @@ pub struct Http {
     pub forwarded_for: bool,
 }
 
+/// HTTP/2 connections from clients (h2c, and ALPN `h2` on TLS ports).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default)]
+pub struct Http2 {
+    /// Streams a client may have open at once on one connection. Every stream can hold
+    /// an upstream socket, so a connection costs up to this many descriptors more.
+    pub max_concurrent_streams: u32,
+    /// Largest decoded header list (HPACK-expanded) of one request; larger gets 431.
+    pub max_header_list_size: u32,
+    /// Receive window of each stream: how much a client may send on one stream before
+    /// the proxy has passed it on.
+    pub initial_stream_window: u32,
+    /// Receive window of the whole connection (all streams together).
+    pub initial_connection_window: u32,
+    /// Bytes queued for a client per stream beyond which the proxy stops reading the
+    /// upstream until they are sent.
+    pub max_send_buffer_size: usize,
+    /// Streams the client reset before the proxy accepted them that may wait in the
+    /// accept queue; more closes the connection (ENHANCE_YOUR_CALM).
+    pub max_pending_accept_reset_streams: usize,
+    /// Streams the proxy had to reset for the client's protocol errors; more closes the
+    /// connection (ENHANCE_YOUR_CALM).
+    pub max_local_error_reset_streams: usize,
+    /// The window the three flood limits below count in.
+    #[serde(deserialize_with = "duration")]
+    pub flood_window: Duration,
+    /// RST_STREAM frames a client may send per `flood_window` (rapid reset).
+    pub max_resets: u32,
+    /// PING frames a client may send per `flood_window`.
+    pub max_pings: u32,
+    /// SETTINGS frames a client may send per `flood_window`.
+    pub max_settings: u32,
+}
+
+impl Default for Http2 {
+    fn default() -> Self {
+        Http2 {
+            max_concurrent_streams: 256,
+            max_header_list_size: 64 * 1024,
+            initial_stream_window: 2 * 1024 * 1024,
+            initial_connection_window: 16 * 1024 * 1024,
+            max_send_buffer_size: 256 * 1024,
+            max_pending_accept_reset_streams: 20,
+            max_local_error_reset_streams: 1024,
+            flood_window: Duration::from_secs(10),
+            max_resets: 1000,
+            max_pings: 100,
+            max_settings: 100,
+        }
+    }
+}
+
 #[derive(Debug, Clone, Deserialize)]
 #[serde(default)]
 pub struct Upstream {
@@ -557,6 +615,8 @@ pub struct Config {
     #[serde(default)]
     pub http: Http,
     #[serde(default)]
+    pub http2: Http2,
+    #[serde(default)]
     pub upstream: Upstream,
     #[serde(default)]
     pub relay: Relay,
@@ -661,6 +721,10 @@ impl Config {
             if let Some(message) = target_problem(l) {
                 problems.push(Problem { line: line_at("kind"), message });
             }
+            if l.h2c && !matches!(l.kind, ListenerKind::Http | ListenerKind::Auto) {
+                let message = format!("h2c is for http and auto listeners, not {}", l.kind);
+                problems.push(Problem { line: line_at("h2c"), message });
+            }
             for (key, value) in [("rate_up", &l.rate_up), ("rate_down", &l.rate_down)] {
                 if let Some(Err(e)) = value.as_deref().map(crate::limits::parse_rate) {
                     problems.push(Problem { line: line_at(key), message: format!("{key}: {e}") });
@@ -700,6 +764,10 @@ impl Config {
                 message: "limits.max_header_bytes must be at least 1024".into(),
             });
         }
+        problems.extend(http2_problems(&config.http2).into_iter().map(|(key, message)| Problem {
+            line: line_in(&["http2", key]),
+            message: format!("http2.{key}: {message}"),
+        }));
         if problems.is_empty() {
             Ok(config)
         } else {
@@ -763,6 +831,34 @@ fn open_proxy_problem(config: &Config, l: &Listener) -> Option<String> {
          the configuration if that is really what you want",
         l.kind, l.listen
     ))
+}
+
+/// Values h2 would refuse (it panics on windows above 2^31-1) or that make no sense.
+fn http2_problems(h: &Http2) -> Vec<(&'static str, String)> {
+    // RFC 9113 6.9.1: a flow-control window is at most 2^31-1.
+    const MAX_WINDOW: u32 = (1 << 31) - 1;
+    let mut out = Vec::new();
+    for (key, v) in [
+        ("initial_stream_window", h.initial_stream_window),
+        ("initial_connection_window", h.initial_connection_window),
+    ] {
+        if !(65_535..=MAX_WINDOW).contains(&v) {
+            out.push((key, format!("must be between 65535 and {MAX_WINDOW}")));
+        }
+    }
+    if h.max_concurrent_streams == 0 {
+        out.push(("max_concurrent_streams", "must be at least 1".into()));
+    }
+    if h.max_header_list_size < 1024 {
+        out.push(("max_header_list_size", "must be at least 1024".into()));
+    }
+    if h.max_send_buffer_size < 16 * 1024 || h.max_send_buffer_size > MAX_WINDOW as usize {
+        out.push(("max_send_buffer_size", "must be between 16384 and 2147483647".into()));
+    }
+    if h.flood_window.is_zero() {
+        out.push(("flood_window", "must not be zero".into()));
+    }
+    out
 }
 
 fn target_problem(l: &Listener) -> Option<String> {
@@ -943,6 +1039,44 @@ mod tests {
         let text = include_str!("../../../rustle.example.toml");
         let c = Config::parse(text).expect("rustle.example.toml must stay valid");
         assert_eq!(c.listeners.len(), 1);
+    }
+
+    #[test]
+    fn the_example_documents_http2_with_its_defaults() {
+        let text = include_str!("../../../rustle.example.toml");
+        let c = Config::parse(text).expect("valid");
+        let d = Http2::default();
+        let h = &c.http2;
+        assert_eq!(
+            (h.max_concurrent_streams, h.max_header_list_size, h.initial_stream_window),
+            (d.max_concurrent_streams, d.max_header_list_size, d.initial_stream_window)
+        );
+        assert_eq!(
+            (h.initial_connection_window, h.max_send_buffer_size, h.flood_window),
+            (d.initial_connection_window, d.max_send_buffer_size, d.flood_window)
+        );
+        assert_eq!(
+            (h.max_pending_accept_reset_streams, h.max_local_error_reset_streams),
+            (d.max_pending_accept_reset_streams, d.max_local_error_reset_streams)
+        );
+        assert_eq!(
+            (h.max_resets, h.max_pings, h.max_settings),
+            (d.max_resets, d.max_pings, d.max_settings)
+        );
+        let table: toml::Table = text.parse().expect("toml");
+        let keys = table["http2"].as_table().map_or(0, |t| t.len());
+        assert_eq!(keys, 11, "every [http2] key is in the example");
+        assert!(text.contains("\nh2c = false"));
+    }
+
+    #[test]
+    fn http2_values_are_checked() {
+        let p = Config::parse("[http2]\ninitial_stream_window = 10\n").expect_err("bad");
+        assert_eq!(p[0].line, Some(2), "{p:?}");
+        assert!(p[0].message.contains("http2.initial_stream_window"), "{p:?}");
+        let text = "[[listener]]\nkind = \"socks\"\nlisten = \"127.0.0.1:1\"\nh2c = true\n";
+        let p = Config::parse(text).expect_err("h2c on socks");
+        assert_eq!(p[0].line, Some(4), "{p:?}");
     }
 
     #[test]

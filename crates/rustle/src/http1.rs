@@ -160,6 +160,14 @@ async fn serve_with(
         match c.read_head().await {
             Ok(true) => {}
             Ok(false) => break,
+            // h2c with prior knowledge: the connection opened with the HTTP/2 preface. A
+            // task of its own, so that this future does not grow by an HTTP/2 connection.
+            Err(_) if c.listener.h2c && crate::http2::is_preface(c.buf.filled()) => {
+                let Client { guard, listener, stream, peer, buf, .. } = c;
+                let h2 = crate::http2::serve_rewound(guard, listener, stream, peer, buf);
+                tokio::task::spawn_local(h2);
+                return;
+            }
             Err(e) => {
                 c.method.clear();
                 c.target.clear();

@@ -88,13 +88,17 @@ pub async fn serve_prefixed(
     let worker = guard.worker().clone();
     let start = Instant::now();
     let accepted = accept(&worker, &listener, stream, buf, deadline).await;
-    let Accepted { stream, session, cert_user, .. } = match accepted {
+    let Accepted { stream, session, cert_user, h2 } = match accepted {
         Ok(a) => a,
         Err(why) => {
             log_failure(&worker, peer, start, &why);
             return;
         }
     };
+    if h2 {
+        crate::http2::serve_tls(guard, listener, stream, peer, session, cert_user).await;
+        return;
+    }
     crate::http1::serve_tls(guard, listener, stream, peer, session, cert_user).await
 }
 

@@ -7,6 +7,7 @@
 //! - `https`: TLS from clients: the HTTPS proxy port, TLS on `auto` ports and relays.
 //! - `idle`: kept-alive connections waiting for a request, ended by the worker's tick.
 //! - `forward`: one absolute-form request to its origin and the response back.
+//! - `http2`: HTTP/2 clients (h2c, and ALPN h2): requests, CONNECT and WebSocket streams.
 //! - `connect`: CONNECT tunnels.
 //! - `socks`: SOCKS4/4a/5 handshakes, CONNECT and BIND; protocol detection for `auto`.
 //! - `udp`: SOCKS5 UDP ASSOCIATE and the UDP port relay.
@@ -35,6 +36,7 @@ pub mod connect;
 pub mod error;
 pub mod forward;
 pub mod http1;
+pub mod http2;
 pub mod https;
 pub mod idle;
 pub mod limits;

@@ -48,8 +48,9 @@ pub struct Policy {
     https_origins: Result<Arc<rustls::ClientConfig>, String>,
 }
 
-/// ALPN of the HTTPS proxy port, in order of preference.
-pub const HTTPS_ALPN: &[&[u8]] = &[b"http/1.1"];
+/// ALPN of the HTTPS proxy port, in order of preference: HTTP/2 when the client offers
+/// it (many tunnels on one connection), HTTP/1.1 otherwise.
+pub const HTTPS_ALPN: &[&[u8]] = &[b"h2", b"http/1.1"];
 
 fn rate(r: &Option<String>, what: &str) -> Result<Option<u64>, String> {
     r.as_deref().map(|s| parse_rate(s).map_err(|e| format!("{what}: {e}"))).transpose()

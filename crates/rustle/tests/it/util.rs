@@ -720,8 +720,13 @@ pub struct RustleProcess {
 impl RustleProcess {
     /// Starts `rustle ARGS` (RUST_LOG=info) without waiting for anything.
     pub fn spawn(args: &[&str]) -> RustleProcess {
+        RustleProcess::spawn_bin(rustle_bin(), args)
+    }
+
+    /// `spawn` with another build of the binary (a release build, for measurements).
+    pub fn spawn_bin(bin: &str, args: &[&str]) -> RustleProcess {
         use std::io::{BufRead, BufReader};
-        let mut child = Command::new(rustle_bin())
+        let mut child = Command::new(bin)
             .args(args)
             .env("RUST_LOG", "info")
             .stdin(Stdio::null())
@@ -753,7 +758,12 @@ impl RustleProcess {
     /// Starts `rustle ARGS` and waits until it says where its first listener is; returns
     /// the process and that address (an unspecified one turned into 127.0.0.1).
     pub fn start(args: &[&str]) -> (RustleProcess, SocketAddr) {
-        let mut p = RustleProcess::spawn(args);
+        RustleProcess::start_bin(rustle_bin(), args)
+    }
+
+    /// `start` with another build of the binary.
+    pub fn start_bin(bin: &str, args: &[&str]) -> (RustleProcess, SocketAddr) {
+        let mut p = RustleProcess::spawn_bin(bin, args);
         let addr = p.next_listener();
         (p, addr)
     }

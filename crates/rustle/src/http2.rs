@@ -1,0 +1,674 @@
+//! HTTP/2 to clients (RFC 9113), on the `h2` crate's server side: the crate owns framing,
+//! HPACK, stream states and flow-control arithmetic; this module decides what each stream
+//! is. A connection task drives the `h2` connection and spawns one small task per stream:
+//! a proxied request (`forward`: sent to the origin as HTTP/1.1 through the worker's
+//! pool), a CONNECT tunnel or an RFC 8441 WebSocket (`tunnel`). Authentication and access
+//! rules apply per stream as on HTTP/1.1, and every stream writes one access-log line.
+//!
+//! Abuse: the crate enforces the stream, header-list, reset-queue and send-buffer limits
+//! it is configured with; `io::Watch` counts the frames it answers on its own (PING,
+//! SETTINGS, RST_STREAM) and a connection over a limit gets GOAWAY ENHANCE_YOUR_CALM.
+//! Streams that cannot send for `timeouts.io` (a zero window) are reset.
+
+mod forward;
+mod io;
+mod tunnel;
+
+use std::cell::{Cell, RefCell};
+use std::future::Future;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::task::Poll;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use h2::server::SendResponse;
+use h2::{Reason, RecvStream, SendStream};
+use http::{HeaderMap, HeaderValue, Request, Response, StatusCode};
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::net::TcpStream;
+
+use crate::accesslog::Entry;
+use crate::buf::Buf;
+use crate::config::Listener;
+use crate::conn::Stream;
+use crate::error::{ConnectError, Error, Phase};
+use crate::server::{ConnGuard, Worker};
+
+pub use io::PREFACE;
+
+/// How long a connection closing (GOAWAY sent) may take to flush before it is dropped.
+const CLOSE_GRACE: Duration = Duration::from_secs(5);
+
+/// Whether bytes read from a new connection are (the start of) the HTTP/2 preface. Four
+/// bytes are enough: no HTTP/1 method is `PRI`.
+pub fn is_preface(bytes: &[u8]) -> bool {
+    bytes.len() >= 4 && bytes[..bytes.len().min(PREFACE.len())] == PREFACE[..bytes.len().min(24)]
+}
+
+/// h2c with prior knowledge: HTTP/1.1 read `buf` and found the preface in it. The bytes
+/// already read go first, then the socket.
+pub async fn serve_rewound<IO>(
+    guard: ConnGuard,
+    listener: Arc<Listener>,
+    io: IO,
+    peer: SocketAddr,
+    buf: Buf,
+) where
+    IO: AsyncRead + AsyncWrite + Unpin + 'static,
+{
+    let prefix = buf.filled().to_vec();
+    guard.worker().give_buf(buf);
+    serve(guard, listener, io::Rewind::new(prefix, io), peer).await
+}
+
+/// What the streams of one connection share.
+struct Shared {
+    guard: RefCell<ConnGuard>,
+    worker: Rc<Worker>,
+    listener: Arc<Listener>,
+    peer: SocketAddr,
+    /// The user this connection authenticated as, once one did.
+    auth: RefCell<Option<Authenticated>>,
+    /// The user a verified client certificate names: no password is asked.
+    cert_user: Option<Rc<str>>,
+    /// The TLS session under the connection (ALPN h2), for log lines.
+    tls: Option<Rc<crate::tls::Session>>,
+    /// Stream tasks alive (tunnels included), for closing idle connections.
+    streams: Cell<usize>,
+    /// The connection task, woken when the last stream ends so that its idle timer
+    /// starts then rather than at its next event.
+    driver: Cell<Option<std::task::Waker>>,
+}
+
+/// A connection's user, with the header value that proved it and the users' generation
+/// it was checked against (a later stream with the same value needs no new check).
+struct Authenticated {
+    user: Rc<str>,
+    seen: Vec<u8>,
+    generation: u64,
+}
+
+/// Counts a stream task as alive while it exists.
+struct Live(Rc<Shared>);
+
+impl Live {
+    fn new(shared: &Rc<Shared>) -> Live {
+        shared.streams.set(shared.streams.get() + 1);
+        Live(shared.clone())
+    }
+}
+
+impl Drop for Live {
+    fn drop(&mut self) {
+        let left = self.0.streams.get() - 1;
+        self.0.streams.set(left);
+        if left == 0 {
+            if let Some(w) = self.0.driver.take() {
+                w.wake();
+            }
+        }
+    }
+}
+
+/// Serves one client connection that speaks HTTP/2 from its first byte (the preface).
+pub async fn serve<IO>(guard: ConnGuard, listener: Arc<Listener>, io: IO, peer: SocketAddr)
+where
+    IO: AsyncRead + AsyncWrite + Unpin + 'static,
+{
+    serve_with(guard, listener, io, peer, None, None).await
+}
+
+/// HTTP/2 inside TLS (ALPN `h2`): `tls` is logged with every stream; `cert_user` is the
+/// user a verified client certificate names.
+pub async fn serve_tls<IO>(
+    guard: ConnGuard,
+    listener: Arc<Listener>,
+    io: IO,
+    peer: SocketAddr,
+    tls: Rc<crate::tls::Session>,
+    cert_user: Option<String>,
+) where
+    IO: AsyncRead + AsyncWrite + Unpin + 'static,
+{
+    serve_with(guard, listener, io, peer, Some(tls), cert_user).await
+}
+
+async fn serve_with<IO>(
+    mut guard: ConnGuard,
+    listener: Arc<Listener>,
+    io: IO,
+    peer: SocketAddr,
+    tls: Option<Rc<crate::tls::Session>>,
+    cert_user: Option<String>,
+) where
+    IO: AsyncRead + AsyncWrite + Unpin + 'static,
+{
+    if let Some(user) = &cert_user {
+        if !guard.hold_user(user) {
+            tracing::warn!("{peer}: HTTP/2 connection refused: too many connections for {user}");
+            return;
+        }
+    }
+    let worker = guard.worker().clone();
+    let cfg = &worker.cfg.http2;
+    let flood = Rc::new(io::Flood::new(cfg));
+    let io = io::Watch::new(io, flood.clone());
+    let mut builder = h2::server::Builder::new();
+    builder
+        .max_concurrent_streams(cfg.max_concurrent_streams)
+        .max_header_list_size(cfg.max_header_list_size)
+        .initial_window_size(cfg.initial_stream_window)
+        .initial_connection_window_size(cfg.initial_connection_window)
+        .max_send_buffer_size(cfg.max_send_buffer_size)
+        .max_pending_accept_reset_streams(cfg.max_pending_accept_reset_streams)
+        .max_local_error_reset_streams(Some(cfg.max_local_error_reset_streams))
+        .enable_connect_protocol();
+    let handshake = builder.handshake::<_, Bytes>(io);
+    let mut conn = match tokio::time::timeout(worker.cfg.timeouts.header, handshake).await {
+        Ok(Ok(c)) => c,
+        Ok(Err(e)) => {
+            tracing::debug!("{peer}: HTTP/2 handshake failed: {e}");
+            return;
+        }
+        Err(_) => {
+            tracing::debug!("{peer}: HTTP/2 handshake timed out");
+            return;
+        }
+    };
+    let shared = Rc::new(Shared {
+        guard: RefCell::new(guard),
+        worker: worker.clone(),
+        listener,
+        peer,
+        auth: RefCell::new(None),
+        cert_user: cert_user.map(Rc::from),
+        tls,
+        streams: Cell::new(0),
+        driver: Cell::new(None),
+    });
+    let mut shutdown = worker.shutdown.clone();
+    let keepalive = worker.cfg.timeouts.keepalive;
+    // Armed while no stream is open: an idle connection is closed like an idle HTTP/1.1
+    // one. Once closing, the same timer bounds how long the GOAWAY may take.
+    let mut timer: Pin<Box<tokio::time::Sleep>> = Box::pin(tokio::time::sleep(keepalive));
+    let mut idle_armed = false;
+    let mut closing = false;
+    let mut flooded = false;
+    loop {
+        // A new stream is the large variant; the value lives only until it is matched.
+        #[allow(clippy::large_enum_variant)]
+        enum Event {
+            Stream(Request<RecvStream>, SendResponse<Bytes>),
+            Closed,
+            Failed(h2::Error),
+            Flood(&'static str),
+            Shutdown,
+            Idle,
+        }
+        let event = {
+            let changed = shutdown.changed();
+            tokio::pin!(changed);
+            std::future::poll_fn(|cx| {
+                let r = conn.poll_accept(cx);
+                // The frames that tripped a limit were read during that poll.
+                if let (Some(why), false) = (flood.tripped(), flooded) {
+                    return Poll::Ready(Event::Flood(why));
+                }
+                match r {
+                    Poll::Ready(Some(Ok((req, respond)))) => {
+                        return Poll::Ready(Event::Stream(req, respond))
+                    }
+                    Poll::Ready(Some(Err(e))) => return Poll::Ready(Event::Failed(e)),
+                    Poll::Ready(None) => return Poll::Ready(Event::Closed),
+                    Poll::Pending => {}
+                }
+                if !closing && changed.as_mut().poll(cx).is_ready() {
+                    return Poll::Ready(Event::Shutdown);
+                }
+                let idle = shared.streams.get() == 0;
+                if !idle {
+                    let w = match shared.driver.take() {
+                        Some(w) if w.will_wake(cx.waker()) => w,
+                        _ => cx.waker().clone(),
+                    };
+                    shared.driver.set(Some(w));
+                }
+                if idle && !idle_armed && !closing {
+                    timer.as_mut().reset(tokio::time::Instant::now() + keepalive);
+                }
+                idle_armed = idle;
+                if (idle || closing) && timer.as_mut().poll(cx).is_ready() {
+                    return Poll::Ready(Event::Idle);
+                }
+                Poll::Pending
+            })
+            .await
+        };
+        match event {
+            Event::Stream(req, respond) => {
+                idle_armed = false;
+                let live = Live::new(&shared);
+                tokio::task::spawn_local(stream(live, req, respond));
+            }
+            Event::Closed => break,
+            Event::Failed(e) => {
+                log_failure(peer, &e);
+                break;
+            }
+            Event::Flood(why) => {
+                flooded = true;
+                tracing::warn!(
+                    "{peer}: HTTP/2 connection closed for abuse ({why}); GOAWAY ENHANCE_YOUR_CALM"
+                );
+                conn.abrupt_shutdown(Reason::ENHANCE_YOUR_CALM);
+                closing = true;
+                timer.as_mut().reset(tokio::time::Instant::now() + CLOSE_GRACE);
+            }
+            Event::Shutdown => {
+                conn.graceful_shutdown();
+                closing = true;
+                let grace = worker.cfg.timeouts.shutdown;
+                timer.as_mut().reset(tokio::time::Instant::now() + grace);
+            }
+            Event::Idle if closing => {
+                tracing::debug!("{peer}: HTTP/2 connection did not close in time; dropping it");
+                break;
+            }
+            Event::Idle => {
+                conn.graceful_shutdown();
+                closing = true;
+                timer.as_mut().reset(tokio::time::Instant::now() + CLOSE_GRACE);
+            }
+        }
+    }
+}
+
+/// A connection that ended with an error: abuse the h2 crate detected is worth a warning,
+/// other protocol errors and broken sockets are the client's business.
+fn log_failure(peer: SocketAddr, e: &h2::Error) {
+    if e.reason() == Some(Reason::ENHANCE_YOUR_CALM) && !e.is_remote() {
+        tracing::warn!(
+            "{peer}: HTTP/2 connection closed for abuse ({e}); GOAWAY ENHANCE_YOUR_CALM"
+        );
+    } else {
+        tracing::debug!("{peer}: HTTP/2 connection ended: {e}");
+    }
+}
+
+/// What one stream's log line says, filled in as it goes.
+struct Exchange {
+    start: Instant,
+    method: String,
+    target: String,
+    status: u16,
+    up: u64,
+    down: u64,
+    upstream: Option<SocketAddr>,
+    user: Option<Rc<str>>,
+}
+
+impl Exchange {
+    /// Moves the record out (to a tunnel task, which logs it when it ends).
+    fn take(&mut self) -> Exchange {
+        Exchange {
+            start: self.start,
+            method: std::mem::take(&mut self.method),
+            target: std::mem::take(&mut self.target),
+            status: self.status,
+            up: self.up,
+            down: self.down,
+            upstream: self.upstream,
+            user: self.user.clone(),
+        }
+    }
+
+    fn log(&self, shared: &Shared, error: Option<&Error>) {
+        if let Some(u) = &self.user {
+            let t = shared.worker.traffic.entry(u);
+            t.add(crate::limits::Direction::Up, self.up);
+            t.add(crate::limits::Direction::Down, self.down);
+        }
+        let log = &shared.worker.log;
+        if log.enabled() {
+            log.log(&Entry {
+                client: shared.peer,
+                method: self.method.as_bytes(),
+                target: self.target.as_bytes(),
+                status: self.status,
+                up: self.up,
+                down: self.down,
+                start: self.start,
+                upstream: self.upstream,
+                error: error.map(|e| e as &dyn std::fmt::Display),
+                user: self.user.as_deref(),
+                tls: shared.tls.as_deref(),
+            });
+        }
+    }
+}
+
+/// The task of one stream until its answer (a tunnel continues in a task of its own).
+async fn stream(live: Live, req: Request<RecvStream>, mut respond: SendResponse<Bytes>) {
+    let shared = live.0.clone();
+    let mut ex = Exchange {
+        start: Instant::now(),
+        method: req.method().as_str().to_string(),
+        target: target_text(&req),
+        status: 0,
+        up: 0,
+        down: 0,
+        upstream: None,
+        user: None,
+    };
+    let result = async {
+        if shared.listener.auth {
+            ex.user = Some(authenticate(&shared, req.headers()).await?);
+        } else {
+            ex.user = shared.cert_user.clone();
+        }
+        let protocol = req.extensions().get::<h2::ext::Protocol>().map(|p| p.as_str().to_owned());
+        match (req.method() == http::Method::CONNECT, protocol.as_deref()) {
+            (true, None) => tunnel::connect(&shared, &mut ex, req, &mut respond, live).await,
+            (true, Some("websocket")) => {
+                forward::websocket(&shared, &mut ex, req, &mut respond, live).await
+            }
+            (true, Some(_)) => Err(Error::Unsupported(
+                "extended CONNECT: the only :protocol supported is websocket",
+            )),
+            (false, _) => {
+                forward::forward(&shared, &mut ex, req, &mut respond).await.map(|()| None)
+            }
+        }
+    }
+    .await;
+    match result {
+        // The tunnel task logs when it ends.
+        Ok(Some(tunnel)) => {
+            tokio::task::spawn_local(tunnel);
+        }
+        Ok(None) => ex.log(&shared, None),
+        Err(e) => {
+            if ex.status == 0 {
+                ex.status = answer_error(&shared, &mut respond, &e);
+            }
+            ex.log(&shared, Some(&e));
+        }
+    }
+}
+
+/// The target as the access log shows it: `host:port` for CONNECT, the URL otherwise.
+fn target_text<B>(req: &Request<B>) -> String {
+    let uri = req.uri();
+    if req.method() == http::Method::CONNECT
+        && req.extensions().get::<h2::ext::Protocol>().is_none()
+    {
+        uri.authority().map(|a| a.as_str().to_string()).unwrap_or_else(|| "-".into())
+    } else {
+        uri.to_string()
+    }
+}
+
+/// Answers an error on a stream that has no response yet; returns the status sent (0
+/// when the stream was reset instead).
+fn answer_error(shared: &Shared, respond: &mut SendResponse<Bytes>, e: &Error) -> u16 {
+    let Some(status) = e.status() else {
+        respond.send_reset(Reason::CANCEL);
+        return 0;
+    };
+    let mut resp = Response::new(());
+    *resp.status_mut() = StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_GATEWAY);
+    let h = resp.headers_mut();
+    h.insert(http::header::CONTENT_TYPE, HeaderValue::from_static("text/plain; charset=utf-8"));
+    if status == 407 {
+        let realm = shared.worker.policy().realm.replace(['"', '\\'], "");
+        if let Ok(v) = HeaderValue::from_str(&format!("Basic realm=\"{realm}\"")) {
+            h.insert(http::header::PROXY_AUTHENTICATE, v);
+        }
+    }
+    let body = Bytes::from(format!("{e}\n"));
+    h.insert(http::header::CONTENT_LENGTH, HeaderValue::from(body.len()));
+    match respond.send_response(resp, false) {
+        // Small: fits any window the client may have left, or waits in h2's buffer.
+        Ok(mut send) => {
+            let _ = send.send_data(body, true);
+        }
+        Err(_) => return 0,
+    }
+    status
+}
+
+/// `proxy-authorization` of one stream, checked once per connection while it stays the
+/// same (as on HTTP/1.1). A connection counts against its first user's limit.
+async fn authenticate(shared: &Shared, headers: &HeaderMap) -> Result<Rc<str>, Error> {
+    if let Some(user) = &shared.cert_user {
+        return Ok(user.clone());
+    }
+    let Some(value) = headers.get(http::header::PROXY_AUTHORIZATION) else {
+        return Err(Error::AuthRequired("credentials required"));
+    };
+    let value = value.as_bytes();
+    let generation = shared.worker.users_generation();
+    if let Some(a) = &*shared.auth.borrow() {
+        if a.seen.as_slice() == value && a.generation == generation {
+            return Ok(a.user.clone());
+        }
+    }
+    let mut scratch = Vec::new();
+    let (user, password) = crate::auth::parse_basic(value, &mut scratch)
+        .map_err(|_| Error::AuthRequired("malformed Proxy-Authorization"))?;
+    shared.worker.authenticate(shared.peer.ip(), user, password).await?;
+    let current = shared.auth.borrow().as_ref().map(|a| a.user.clone());
+    if current.as_deref().is_some_and(|u| u != user) {
+        return Err(Error::AuthRequired("a connection cannot change users"));
+    }
+    if !shared.guard.borrow_mut().hold_user(user) {
+        return Err(Error::LimitReached("for this user"));
+    }
+    let user: Rc<str> = current.unwrap_or_else(|| Rc::from(user));
+    *shared.auth.borrow_mut() =
+        Some(Authenticated { user: user.clone(), seen: value.to_vec(), generation });
+    Ok(user)
+}
+
+/// An upstream the access rules allow for this stream: a pooled connection to an allowed
+/// address (when `key` is given; plain or TLS, as pooled under that key), or a new plain
+/// one. Returns whether it came from the pool.
+async fn upstream(
+    shared: &Shared,
+    user: Option<&str>,
+    key: Option<&[u8]>,
+    host: &str,
+    port: u16,
+    protocol: crate::acl::Protocol,
+) -> Result<(Stream, SocketAddr, bool), Error> {
+    let worker = &shared.worker;
+    let policy = worker.policy();
+    // Rules are the only reader of the user's groups: no lookup when there are none.
+    let user = match policy.rules.is_empty() {
+        true => None,
+        false => user.and_then(|u| policy.users.get(u)),
+    };
+    let access = crate::policy::Access {
+        policy: &policy,
+        listener: shared.listener.name.as_deref(),
+        client: shared.peer.ip(),
+        user,
+        host,
+        port,
+        protocol,
+    };
+    let filter = access.filter().map_err(|d| Error::Connect(ConnectError::Denied(d)))?;
+    if let Some((s, a)) = key.and_then(|k| worker.upstreams.take(k)) {
+        if filter(a).is_none() {
+            return Ok((s, a, true));
+        }
+    }
+    let timeout = worker.cfg.timeouts.connect;
+    let (s, a) = worker.upstreams.connect(host, port, timeout, &filter).await?;
+    Ok((Stream::Tcp(s), a, false))
+}
+
+/// A new plain connection for a tunnel (CONNECT or WebSocket stream).
+async fn upstream_tcp(
+    shared: &Shared,
+    user: Option<&str>,
+    host: &str,
+    port: u16,
+    protocol: crate::acl::Protocol,
+) -> Result<(TcpStream, SocketAddr), Error> {
+    match upstream(shared, user, None, host, port, protocol).await? {
+        (Stream::Tcp(s), a, _) => Ok((s, a)),
+        // `upstream` without a pool key only makes plain connections.
+        (_, a, _) => Err(Error::Connect(ConnectError::Tls {
+            addr: a,
+            reason: "a tunnel needs a plain connection".into(),
+        })),
+    }
+}
+
+/// `host` and `port` of an authority; `default_port` when it has none (None: required).
+fn host_port(
+    authority: Option<&http::uri::Authority>,
+    default_port: Option<u16>,
+) -> Result<(String, u16), Error> {
+    let a = authority.ok_or(Error::Unsupported("the request has no :authority"))?;
+    if a.as_str().contains('@') {
+        return Err(Error::Unsupported("user information in :authority is not allowed"));
+    }
+    let port = match (a.port_u16(), default_port) {
+        (Some(0), _) => return Err(Error::Unsupported("port 0 is not a destination")),
+        (Some(p), _) | (None, Some(p)) => p,
+        (None, None) => return Err(Error::Unsupported("CONNECT needs host:port in :authority")),
+    };
+    let host = a.host();
+    let host = host.strip_prefix('[').and_then(|h| h.strip_suffix(']')).unwrap_or(host);
+    if host.is_empty() {
+        return Err(Error::Unsupported("the :authority has no host"));
+    }
+    Ok((host.to_ascii_lowercase(), port))
+}
+
+/// Sends `data` on a stream as the client's window allows; a window that stays shut for
+/// `stall` is a client that does not read.
+async fn send_all(
+    send: &mut SendStream<Bytes>,
+    mut data: Bytes,
+    end: bool,
+    stall: Duration,
+) -> Result<(), Error> {
+    loop {
+        if data.is_empty() {
+            if end {
+                send.send_data(data, true).map_err(client_error)?;
+            }
+            return Ok(());
+        }
+        send.reserve_capacity(data.len());
+        let mut cap = send.capacity();
+        if cap == 0 {
+            cap = match crate::body::timed(std::future::poll_fn(|cx| send.poll_capacity(cx)), stall)
+                .await
+            {
+                None => return Err(Error::Timeout(Phase::ClientWrite)),
+                Some(None) => return Err(client_gone()),
+                Some(Some(r)) => r.map_err(client_error)?,
+            };
+        }
+        let piece = data.split_to(cap.min(data.len()));
+        let last = end && data.is_empty();
+        send.send_data(piece, last).map_err(client_error)?;
+        if last {
+            return Ok(());
+        }
+    }
+}
+
+fn client_error(e: h2::Error) -> Error {
+    Error::Client(std::io::Error::other(e))
+}
+
+fn client_gone() -> Error {
+    Error::Client(std::io::Error::new(std::io::ErrorKind::ConnectionReset, "stream closed"))
+}
+
+/// Header fields never forwarded from a client to an origin: HTTP/2 leaves no
+/// connection-specific fields (RFC 9113 8.2.2; the h2 crate rejects them), and these are
+/// the proxy's own or rebuilt here.
+fn is_dropped_request_field(name: &http::HeaderName) -> bool {
+    use http::header;
+    matches!(
+        *name,
+        header::HOST
+            | header::PROXY_AUTHORIZATION
+            | header::TE
+            | header::CONTENT_LENGTH
+            | header::COOKIE
+            | header::VIA
+            | header::FORWARDED
+    ) || name.as_str() == "x-forwarded-for"
+        || name.as_str() == "proxy-connection"
+        || name.as_str() == "keep-alive"
+}
+
+/// A 1-in-2^64 nonce source without a random-number dependency: the standard library's
+/// per-process random hash keys over a counter and the clock.
+fn nonce() -> [u8; 16] {
+    use std::hash::{BuildHasher, Hasher};
+    thread_local! {
+        static KEYS: (std::collections::hash_map::RandomState, Cell<u64>) = Default::default();
+    }
+    KEYS.with(|(keys, n)| {
+        n.set(n.get() + 1);
+        let mut out = [0u8; 16];
+        for (i, half) in out.chunks_mut(8).enumerate() {
+            let mut h = keys.build_hasher();
+            h.write_u64(n.get());
+            h.write_usize(i);
+            let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
+            h.write_u128(now.map_or(0, |d| d.as_nanos()));
+            half.copy_from_slice(&h.finish().to_le_bytes());
+        }
+        out
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn preface_detection() {
+        assert!(is_preface(PREFACE));
+        assert!(is_preface(b"PRI * HTTP/2.0\r\n"));
+        assert!(is_preface(&[PREFACE, b"\0\0\0\x04"].concat()));
+        assert!(!is_preface(b"PRI"));
+        assert!(!is_preface(b"GET / HTTP/1.1\r\n"));
+        assert!(!is_preface(b"PRI * HTTP/1.1\r\n"));
+    }
+
+    #[test]
+    fn authorities() {
+        let a = |s: &str| s.parse::<http::uri::Authority>().expect("auth");
+        assert_eq!(
+            host_port(Some(&a("Example.COM:8080")), None).ok(),
+            Some(("example.com".into(), 8080))
+        );
+        assert_eq!(host_port(Some(&a("[::1]:443")), None).ok(), Some(("::1".into(), 443)));
+        assert_eq!(
+            host_port(Some(&a("example.com")), Some(80)).ok(),
+            Some(("example.com".into(), 80))
+        );
+        assert!(host_port(Some(&a("example.com")), None).is_err());
+        assert!(host_port(Some(&a("u:p@example.com:80")), None).is_err());
+        assert!(host_port(Some(&a("example.com:0")), None).is_err());
+        assert!(host_port(None, Some(80)).is_err());
+    }
+
+    #[test]
+    fn nonces_differ() {
+        assert_ne!(nonce(), nonce());
+    }
+}

@@ -1,0 +1,614 @@
+//! Proxied requests on HTTP/2 streams, sent to their origin as HTTP/1.1 through the
+//! worker's pool; and RFC 8441 WebSocket streams, sent as HTTP/1.1 upgrades whose 101
+//! turns the stream into a tunnel.
+//!
+//! Request bodies are framed for HTTP/1.1 as the client framed them: a `content-length`
+//! is kept (h2 checks the DATA frames add up to it), otherwise chunked, with the client's
+//! trailers in the last chunk. A body-less request that did not say so on its HEADERS
+//! frame is recognised by waiting for its first DATA frame, so that a GET does not go
+//! out chunked. Response bodies lose their HTTP/1.1 framing; their trailers are dropped.
+
+use std::io::Write as _;
+use std::rc::Rc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use h2::server::SendResponse;
+use h2::{Reason, RecvStream, SendStream};
+use http::request::Parts;
+use http::{HeaderMap, HeaderName, HeaderValue, Request, Response, StatusCode};
+use rustle_proto::http::{parse_response, BodyKind, Method, ResponseHead};
+use tokio::io::{AsyncRead, AsyncWrite};
+
+use super::tunnel::{Task, Tunnel};
+use super::{
+    client_error, host_port, is_dropped_request_field, send_all, upstream, upstream_tcp, Exchange,
+    Live, Shared,
+};
+use crate::acl::Protocol;
+use crate::body::{self, Dir, State};
+use crate::buf::Buf;
+use crate::conn::Stream;
+use crate::error::{ConnectError, Error, Phase};
+
+/// A timeout long enough never to fire, for waits bounded by something else.
+const UNBOUNDED: Duration = Duration::from_secs(365 * 24 * 3600);
+
+/// Name of this proxy in Via headers.
+const VIA: &str = "rustle";
+
+/// How a request body goes to the origin.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Framing {
+    None,
+    Length(u64),
+    Chunked,
+}
+
+/// A proxied request (`:scheme http`).
+pub(super) async fn forward(
+    shared: &Rc<Shared>,
+    ex: &mut Exchange,
+    req: Request<RecvStream>,
+    respond: &mut SendResponse<Bytes>,
+) -> Result<(), Error> {
+    let (parts, mut body) = req.into_parts();
+    let https = match parts.uri.scheme_str() {
+        Some("https") => true,
+        _ => {
+            check_scheme(&parts)?;
+            false
+        }
+    };
+    let (host, port) = host_port(parts.uri.authority(), Some(if https { 443 } else { 80 }))?;
+    let io = shared.worker.cfg.timeouts.io;
+    let mut framing = match content_length(&parts.headers)? {
+        _ if body.is_end_stream() => Framing::None,
+        Some(n) => Framing::Length(n),
+        None => Framing::Chunked,
+    };
+    // A client waiting for 100 Continue sends nothing until it comes: do not wait for it.
+    let expect = parts.headers.get(http::header::EXPECT).is_some();
+    let mut first = None;
+    while framing == Framing::Chunked && !expect && first.is_none() {
+        match body::timed(body.data(), io).await {
+            None => return Err(Error::Timeout(Phase::ClientBody)),
+            Some(None) => framing = Framing::None,
+            // An empty DATA frame (typically the one carrying END_STREAM) says nothing.
+            Some(Some(Ok(data))) if data.is_empty() => {}
+            Some(Some(Ok(data))) => first = Some(data),
+            Some(Some(Err(e))) => return Err(client_error(e)),
+        }
+    }
+    let mut out = Vec::with_capacity(1024);
+    write_head(shared, &parts, parts.method.as_str(), framing, &mut out);
+    // Of the method, only HEAD changes how a response is framed (CONNECT never comes here).
+    let method = if parts.method == http::Method::HEAD { Method::Head } else { Method::Get };
+    // Pool keys as HTTP/1.1 makes them: TLS origins under `https://host:port`.
+    let key = format!("{}{host}:{port}", if https { "https://" } else { "" }).into_bytes();
+    let user = ex.user.clone();
+    let (mut up, mut addr, mut reused) =
+        origin(shared, user.as_deref(), Some(&key), &host, port, https).await?;
+    ex.upstream = Some(addr);
+    let worker = shared.worker.clone();
+    let mut ubuf = worker.take_buf();
+    let mut rhead = ResponseHead::new();
+
+    // A body-less request can be sent again on a new connection when a pooled one turns
+    // out dead before any response byte (as HTTP/1.1 does).
+    let whole = framing == Framing::None;
+    loop {
+        let sent = write_timed(&mut up, &out, io).await;
+        let result = match sent {
+            Ok(()) if whole => read_response_head(&mut up, &mut ubuf, &mut rhead, method, io).await,
+            other => other,
+        };
+        match result {
+            Ok(()) => break,
+            Err(Error::Upstream(_) | Error::UpstreamClosed(_)) if reused && ubuf.is_empty() => {
+                let (s, a, _) = origin(shared, user.as_deref(), None, &host, port, https).await?;
+                (up, addr, reused) = (s, a, false);
+                ex.upstream = Some(addr);
+            }
+            Err(e) => {
+                worker.give_buf(ubuf);
+                return Err(e);
+            }
+        }
+    }
+
+    let mut send: Option<SendStream<Bytes>> = None;
+    // Request body bytes sent, counted as they go: the response may end first.
+    let sent_up = std::cell::Cell::new(0);
+    let result = {
+        let (mut ur, mut uw) = up.split();
+        let body_fut = send_body(&mut body, first, &mut uw, framing, io, &sent_up);
+        tokio::pin!(body_fut);
+        let mut body_done = whole;
+        let mut head_ready = whole;
+        let mut outcome = Ok(());
+        // The response head, passing interim responses on, while the body goes up.
+        loop {
+            if head_ready {
+                head_ready = false;
+                if (100..200).contains(&rhead.status) && rhead.status != 101 {
+                    let interim = response(&rhead, ubuf.filled(), None);
+                    ubuf.consume(rhead.len);
+                    if let Ok(r) = interim {
+                        let _ = respond.send_informational(r);
+                    }
+                } else {
+                    break;
+                }
+            }
+            tokio::select! {
+                r = &mut body_fut, if !body_done => match r {
+                    Ok(_) => body_done = true,
+                    Err(e) => { outcome = Err(e); break; }
+                },
+                r = read_response_head(&mut ur, &mut ubuf, &mut rhead, method,
+                                       if body_done { io } else { UNBOUNDED }) => match r {
+                    Ok(()) => head_ready = true,
+                    Err(e) => { outcome = Err(e); break; }
+                },
+            }
+        }
+        match outcome {
+            Err(e) => Err(e),
+            Ok(()) if rhead.status == 101 => Err(Error::BadUpgrade),
+            Ok(()) => {
+                let via = shared.worker.cfg.http.via;
+                let resp = response(&rhead, ubuf.filled(), via.then_some(VIA))?;
+                ubuf.consume(rhead.len);
+                let mut state = match rhead.body {
+                    BodyKind::Chunked => State::Dechunk(rustle_proto::chunked::Scanner::new()),
+                    kind => State::new(kind),
+                };
+                let empty = state.is_done();
+                let s = respond.send_response(resp, empty).map_err(client_error)?;
+                ex.status = rhead.status;
+                let s = send.insert(s);
+                let resp_fut = send_response_body(&mut ur, &mut ubuf, s, &mut state, io);
+                tokio::pin!(resp_fut);
+                // A response may end before the request body does (an early error from
+                // the origin): then the rest of the request is not worth waiting for.
+                loop {
+                    tokio::select! {
+                        r = &mut body_fut, if !body_done => match r {
+                            Ok(_) => body_done = true,
+                            Err(e) => break Err(e),
+                        },
+                        r = &mut resp_fut => break r.map(|n| { ex.down += n; body_done }),
+                    }
+                }
+            }
+        }
+    };
+    ex.up += sent_up.get();
+    match result {
+        Ok(body_done) => {
+            let reusable =
+                rhead.keep_alive() && body_done && ubuf.is_empty() && !worker.stopping.get();
+            worker.give_buf(ubuf);
+            if reusable {
+                worker.upstreams.put(&key, up, addr);
+            }
+            Ok(())
+        }
+        Err(e) => {
+            worker.give_buf(ubuf);
+            if let Some(s) = &mut send {
+                // The response began: all that can be said now is a reset.
+                let reason = match e {
+                    Error::Client(_) => Reason::CANCEL,
+                    Error::Timeout(_) => Reason::CANCEL,
+                    _ => Reason::INTERNAL_ERROR,
+                };
+                s.send_reset(reason);
+            }
+            Err(e)
+        }
+    }
+}
+
+/// A WebSocket stream (extended CONNECT, `:protocol websocket`): an HTTP/1.1 upgrade to
+/// the origin; its 101 becomes a 200 on the stream, and the stream a tunnel.
+pub(super) async fn websocket(
+    shared: &Rc<Shared>,
+    ex: &mut Exchange,
+    req: Request<RecvStream>,
+    respond: &mut SendResponse<Bytes>,
+    live: Live,
+) -> Result<Option<Task>, Error> {
+    let (parts, body) = req.into_parts();
+    check_scheme(&parts)?;
+    let (host, port) = host_port(parts.uri.authority(), Some(80))?;
+    let io = &shared.worker.cfg.timeouts;
+    let mut out = Vec::with_capacity(1024);
+    write_head(shared, &parts, "GET", Framing::None, &mut out);
+    // write_head ended the head; the upgrade fields go before its final CRLF.
+    out.truncate(out.len() - 2);
+    use base64::Engine as _;
+    let key = base64::engine::general_purpose::STANDARD.encode(super::nonce());
+    let _ = write!(
+        out,
+        "Upgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: {key}\r\n\r\n"
+    );
+    let user = ex.user.clone();
+    let (mut up, addr) = upstream_tcp(shared, user.as_deref(), &host, port, Protocol::Http).await?;
+    ex.upstream = Some(addr);
+    write_timed(&mut up, &out, io.io).await?;
+    let mut ubuf = shared.worker.take_buf();
+    let mut rhead = ResponseHead::new();
+    let head = read_response_head(&mut up, &mut ubuf, &mut rhead, Method::Get, io.io).await;
+    let result = head.and_then(|()| {
+        let upgraded =
+            rhead.upgrade.is_some_and(|u| u.get(ubuf.filled()).eq_ignore_ascii_case(b"websocket"));
+        if rhead.status != 101 {
+            // The origin declined: its answer is the stream's answer, without the body
+            // (a WebSocket client has no use for it).
+            let mut resp = response(&rhead, ubuf.filled(), None)?;
+            resp.headers_mut().remove(http::header::CONTENT_LENGTH);
+            return Ok(Err(resp));
+        }
+        if !upgraded {
+            return Err(Error::BadUpgrade);
+        }
+        let mut resp = response(&rhead, ubuf.filled(), None)?;
+        *resp.status_mut() = StatusCode::OK;
+        resp.headers_mut().remove("sec-websocket-accept");
+        ubuf.consume(rhead.len);
+        Ok(Ok((resp, ubuf.filled().to_vec())))
+    });
+    shared.worker.give_buf(ubuf);
+    match result? {
+        Err(declined) => {
+            ex.status = declined.status().as_u16();
+            let _ = respond.send_response(declined, true);
+            Ok(None)
+        }
+        Ok((resp, early)) => {
+            let send = respond.send_response(resp, false).map_err(client_error)?;
+            ex.status = 200;
+            let mut relay = Tunnel::new(body, send, up, io.tunnel_idle, io.io);
+            relay.send_early(&early)?;
+            Ok(Some(Task::new(relay, ex.take(), live)))
+        }
+    }
+}
+
+/// A connection to the origin for a request: pooled or new, with TLS originated for
+/// `:scheme https` (as HTTP/1.1 does for https:// URLs: verified against `[tls]
+/// origin_ca` or the system's roots).
+async fn origin(
+    shared: &Rc<Shared>,
+    user: Option<&str>,
+    key: Option<&[u8]>,
+    host: &str,
+    port: u16,
+    https: bool,
+) -> Result<(Stream, std::net::SocketAddr, bool), Error> {
+    let (up, addr, reused) = upstream(shared, user, key, host, port, Protocol::Http).await?;
+    let tcp = match up {
+        Stream::Tcp(tcp) if https => tcp,
+        up => return Ok((up, addr, reused)),
+    };
+    let tls_error = |reason: String| Error::Connect(ConnectError::Tls { addr, reason });
+    let worker = &shared.worker;
+    let config = worker.policy().https_origins().map_err(|e| tls_error(e.to_string()))?.clone();
+    let name = rustls::pki_types::ServerName::try_from(host.to_string())
+        .map_err(|_| tls_error(format!("`{host}` is not a server name")))?;
+    let timeout = worker.cfg.timeouts.handshake;
+    let tls = Box::pin(crate::tls::connect(config, name, tcp, timeout)).await.map_err(tls_error)?;
+    Ok((tls, addr, false))
+}
+
+/// Only `http` requests are proxied as requests (`https` ones are handled by `forward`).
+fn check_scheme(parts: &Parts) -> Result<(), Error> {
+    match parts.uri.scheme_str() {
+        Some("http") => Ok(()),
+        Some("https") => Err(Error::Unsupported(
+            "https:// URLs must go through a CONNECT tunnel, not as a plain proxy request",
+        )),
+        _ => Err(Error::Unsupported("only http:// requests can be proxied (or CONNECT host:port)")),
+    }
+}
+
+/// The request's `content-length`: all its values must be the same number.
+fn content_length(headers: &HeaderMap) -> Result<Option<u64>, Error> {
+    let mut found = None;
+    for v in headers.get_all(http::header::CONTENT_LENGTH) {
+        let n = std::str::from_utf8(v.as_bytes())
+            .ok()
+            .filter(|s| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()))
+            .and_then(|s| s.parse::<u64>().ok())
+            .ok_or(Error::Unsupported("invalid content-length"))?;
+        if found.is_some_and(|f| f != n) {
+            return Err(Error::Unsupported("conflicting content-length values"));
+        }
+        found = Some(n);
+    }
+    Ok(found)
+}
+
+/// The HTTP/1.1 request head for the origin: origin-form target, Host from :authority,
+/// the client's fields minus those of the proxy or of HTTP/2, cookies joined into one
+/// field (RFC 9113 8.2.3), Via and X-Forwarded-For/Forwarded as `[http]` says, framing.
+fn write_head(shared: &Shared, parts: &Parts, method: &str, framing: Framing, out: &mut Vec<u8>) {
+    let uri = &parts.uri;
+    let path = uri.path_and_query().map_or("/", |p| p.as_str());
+    let authority = uri.authority().map_or("", |a| a.as_str());
+    let _ = write!(out, "{method} {path} HTTP/1.1\r\nHost: {authority}\r\n");
+    let h = &parts.headers;
+    for (name, value) in h {
+        if is_dropped_request_field(name) {
+            continue;
+        }
+        field(out, name.as_str(), &[value.as_bytes()]);
+    }
+    let cookies: Vec<&[u8]> =
+        h.get_all(http::header::COOKIE).iter().map(|v| v.as_bytes()).collect();
+    if !cookies.is_empty() {
+        out.extend_from_slice(b"cookie: ");
+        out.extend_from_slice(&cookies.join(&b"; "[..]));
+        out.extend_from_slice(b"\r\n");
+    }
+    let cfg = &shared.worker.cfg.http;
+    if cfg.via {
+        // The client spoke HTTP/2 to us: received-protocol "2".
+        let mine = format!("2 {VIA}");
+        list_field(out, "via", h.get_all(http::header::VIA), mine.as_bytes());
+    } else {
+        list_field(out, "via", h.get_all(http::header::VIA), b"");
+    }
+    let ip = shared.peer.ip();
+    let (xff, fwd) = if cfg.forwarded_for {
+        let fwd = match ip {
+            std::net::IpAddr::V4(v4) => format!("for={v4}"),
+            std::net::IpAddr::V6(v6) => format!("for=\"[{v6}]\""),
+        };
+        (ip.to_string(), fwd)
+    } else {
+        (String::new(), String::new())
+    };
+    list_field(out, "x-forwarded-for", h.get_all("x-forwarded-for"), xff.as_bytes());
+    list_field(out, "forwarded", h.get_all(http::header::FORWARDED), fwd.as_bytes());
+    match framing {
+        Framing::None => {}
+        Framing::Length(n) => {
+            let _ = write!(out, "content-length: {n}\r\n");
+        }
+        Framing::Chunked => out.extend_from_slice(b"transfer-encoding: chunked\r\n"),
+    }
+    out.extend_from_slice(b"\r\n");
+}
+
+fn field(out: &mut Vec<u8>, name: &str, values: &[&[u8]]) {
+    out.extend_from_slice(name.as_bytes());
+    out.extend_from_slice(b": ");
+    out.extend_from_slice(&values.join(&b", "[..]));
+    out.extend_from_slice(b"\r\n");
+}
+
+/// A list field: the client's values, then ours (when not empty), as one field.
+fn list_field(
+    out: &mut Vec<u8>,
+    name: &str,
+    theirs: http::header::GetAll<'_, HeaderValue>,
+    mine: &[u8],
+) {
+    let mut values: Vec<&[u8]> = theirs.iter().map(|v| v.as_bytes()).collect();
+    if !mine.is_empty() {
+        values.push(mine);
+    }
+    if !values.is_empty() {
+        field(out, name, &values);
+    }
+}
+
+/// The client's body to the origin, framed as decided; each DATA frame's window is given
+/// back once the origin took it.
+async fn send_body<W: AsyncWrite + Unpin>(
+    body: &mut RecvStream,
+    first: Option<Bytes>,
+    w: &mut W,
+    framing: Framing,
+    io: Duration,
+    sent: &std::cell::Cell<u64>,
+) -> Result<u64, Error> {
+    let mut total = 0u64;
+    let mut next = first;
+    let mut out = Vec::new();
+    loop {
+        let data = match next.take() {
+            Some(d) => d,
+            None => match body::timed(body.data(), io).await {
+                None => return Err(Error::Timeout(Phase::ClientBody)),
+                Some(None) => break,
+                Some(Some(Ok(d))) => d,
+                Some(Some(Err(e))) => return Err(client_error(e)),
+            },
+        };
+        if data.is_empty() {
+            continue;
+        }
+        if framing == Framing::Chunked {
+            out.clear();
+            let _ = write!(out, "{:x}\r\n", data.len());
+            out.extend_from_slice(&data);
+            out.extend_from_slice(b"\r\n");
+            write_timed(w, &out, io).await?;
+        } else {
+            write_timed(w, &data, io).await?;
+        }
+        let _ = body.flow_control().release_capacity(data.len());
+        total += data.len() as u64;
+        sent.set(total);
+        if framing == Framing::Length(total) {
+            // All of it: h2 resets the stream if more comes, so the exchange need not
+            // wait for END_STREAM (which may trail the response).
+            return Ok(total);
+        }
+    }
+    if framing == Framing::Chunked {
+        out.clear();
+        out.extend_from_slice(b"0\r\n");
+        let trailers = match body::timed(body.trailers(), io).await {
+            None => return Err(Error::Timeout(Phase::ClientBody)),
+            Some(r) => r.map_err(client_error)?,
+        };
+        for (name, value) in trailers.iter().flatten() {
+            if !is_dropped_request_field(name) {
+                field(&mut out, name.as_str(), &[value.as_bytes()]);
+            }
+        }
+        out.extend_from_slice(b"\r\n");
+        write_timed(w, &out, io).await?;
+    }
+    Ok(total)
+}
+
+/// The origin's body to the client without its HTTP/1.1 framing, as the client's window
+/// allows. Returns the body bytes sent.
+async fn send_response_body<R: AsyncRead + Unpin>(
+    r: &mut R,
+    ubuf: &mut Buf,
+    send: &mut SendStream<Bytes>,
+    state: &mut State,
+    io: Duration,
+) -> Result<u64, Error> {
+    let mut total = 0u64;
+    loop {
+        if state.is_done() {
+            return Ok(total);
+        }
+        if !ubuf.is_empty() {
+            let (n, forward) = state.advance(ubuf.filled(), Dir::Down)?;
+            if n > 0 {
+                if forward {
+                    let data = Bytes::copy_from_slice(&ubuf.filled()[..n]);
+                    total += n as u64;
+                    ubuf.consume(n);
+                    send_all(send, data, state.is_done(), io).await?;
+                } else {
+                    ubuf.consume(n);
+                    if state.is_done() {
+                        send_all(send, Bytes::new(), true, io).await?;
+                    }
+                }
+                continue;
+            }
+        }
+        let n = match body::timed(ubuf.read_from(r, crate::buf::READ_SIZE), io).await {
+            Some(Ok(n)) => n,
+            Some(Err(e)) => return Err(Error::Upstream(e)),
+            None => return Err(Error::Timeout(Phase::UpstreamBody)),
+        };
+        if n == 0 {
+            if matches!(state, State::UntilClose) {
+                *state = State::Done;
+                send_all(send, Bytes::new(), true, io).await?;
+                return Ok(total);
+            }
+            return Err(Error::UpstreamClosed("in the middle of the response body"));
+        }
+    }
+}
+
+/// An HTTP/2 response from an HTTP/1.1 head: hop-by-hop fields (and those Connection
+/// names) removed, Via added when asked.
+fn response(rhead: &ResponseHead, buf: &[u8], via: Option<&str>) -> Result<Response<()>, Error> {
+    let mut resp = Response::new(());
+    *resp.status_mut() = StatusCode::from_u16(rhead.status)
+        .map_err(|_| Error::BadResponse(rustle_proto::http::HeadError::MalformedStartLine))?;
+    let named: Vec<Vec<u8>> = rhead
+        .headers
+        .iter()
+        .filter(|h| h.name.get(buf).eq_ignore_ascii_case(b"connection"))
+        .flat_map(|h| h.value.get(buf).split(|&b| b == b','))
+        .map(|t| t.trim_ascii().to_ascii_lowercase())
+        .collect();
+    let headers = resp.headers_mut();
+    for h in &rhead.headers {
+        let Ok(name) = HeaderName::from_bytes(h.name.get(buf)) else { continue };
+        if is_hop_by_hop(&name) || named.iter().any(|n| n.as_slice() == name.as_str().as_bytes()) {
+            continue;
+        }
+        let Ok(value) = HeaderValue::from_bytes(h.value.get(buf)) else { continue };
+        headers.append(name, value);
+    }
+    if let Some(v) = via {
+        let mut values: Vec<String> = headers
+            .get_all(http::header::VIA)
+            .iter()
+            .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned())
+            .collect();
+        values.push(format!("1.{} {v}", rhead.minor));
+        if let Ok(value) = HeaderValue::from_str(&values.join(", ")) {
+            headers.insert(http::header::VIA, value);
+        }
+    }
+    Ok(resp)
+}
+
+/// Fields that describe the HTTP/1.1 connection, not the message (RFC 9113 8.2.2).
+fn is_hop_by_hop(name: &HeaderName) -> bool {
+    use http::header;
+    matches!(
+        *name,
+        header::CONNECTION
+            | header::TRANSFER_ENCODING
+            | header::UPGRADE
+            | header::TE
+            | header::PROXY_AUTHENTICATE
+    ) || name.as_str() == "keep-alive"
+        || name.as_str() == "proxy-connection"
+}
+
+/// Reads until a whole response head is in `ubuf` and parsed into `rhead`.
+async fn read_response_head<R: AsyncRead + Unpin>(
+    r: &mut R,
+    ubuf: &mut Buf,
+    rhead: &mut ResponseHead,
+    method: Method,
+    idle: Duration,
+) -> Result<(), Error> {
+    let limits = rustle_proto::http::Limits::default();
+    loop {
+        if !ubuf.is_empty() {
+            match parse_response(ubuf.filled(), &limits, method, rhead) {
+                Ok(Some(())) => return Ok(()),
+                Ok(None) => {}
+                Err(e) => return Err(Error::BadResponse(e)),
+            }
+        }
+        let n = match body::timed(ubuf.read_from(r, limits.max_head), idle).await {
+            Some(Ok(n)) => n,
+            Some(Err(e)) if e.kind() == std::io::ErrorKind::OutOfMemory => {
+                return Err(Error::BadResponse(rustle_proto::http::HeadError::HeadTooLarge))
+            }
+            Some(Err(e)) => return Err(Error::Upstream(e)),
+            None => return Err(Error::Timeout(Phase::UpstreamHead)),
+        };
+        if n == 0 {
+            return Err(Error::UpstreamClosed(if ubuf.is_empty() {
+                "without responding"
+            } else {
+                "in the middle of the response head"
+            }));
+        }
+    }
+}
+
+/// Writes to the upstream with the I/O timeout.
+async fn write_timed<W: AsyncWrite + Unpin>(
+    w: &mut W,
+    bytes: &[u8],
+    idle: Duration,
+) -> Result<(), Error> {
+    match body::write_all_timed(w, bytes, idle).await {
+        Ok(()) => Ok(()),
+        Err(Some(e)) => Err(Error::Upstream(e)),
+        Err(None) => Err(Error::Timeout(Phase::UpstreamHead)),
+    }
+}

@@ -1,0 +1,280 @@
+//! The two wrappers around a client connection's byte stream: `Rewind` gives back bytes
+//! that HTTP/1.1 read before it saw the HTTP/2 preface, and `Watch` reads the frame
+//! headers going by to count the frames the h2 crate answers without telling us (PING,
+//! SETTINGS, RST_STREAM), so that floods of them can be stopped.
+
+use std::cell::Cell;
+use std::io;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+
+/// The client connection preface (RFC 9113 3.4).
+pub const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+
+/// A stream whose first bytes come from a buffer: what was read before the protocol was
+/// known.
+pub struct Rewind<IO> {
+    prefix: Vec<u8>,
+    pos: usize,
+    io: IO,
+}
+
+impl<IO> Rewind<IO> {
+    pub fn new(prefix: Vec<u8>, io: IO) -> Self {
+        Rewind { prefix, pos: 0, io }
+    }
+}
+
+impl<IO: AsyncRead + Unpin> AsyncRead for Rewind<IO> {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        if this.pos < this.prefix.len() {
+            let n = (this.prefix.len() - this.pos).min(buf.remaining());
+            buf.put_slice(&this.prefix[this.pos..this.pos + n]);
+            this.pos += n;
+            if this.pos == this.prefix.len() {
+                // Replayed: free it rather than keep it for the connection's life.
+                this.prefix = Vec::new();
+                this.pos = 0;
+            }
+            return Poll::Ready(Ok(()));
+        }
+        Pin::new(&mut this.io).poll_read(cx, buf)
+    }
+}
+
+impl<IO: AsyncWrite + Unpin> AsyncWrite for Rewind<IO> {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.get_mut().io).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.get_mut().io).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().io).poll_shutdown(cx)
+    }
+}
+
+/// Frame types counted (RFC 9113 6).
+const RST_STREAM: u8 = 0x3;
+const SETTINGS: u8 = 0x4;
+const PING: u8 = 0x6;
+/// The ACK flag of SETTINGS and PING: acknowledgements answer our own frames.
+const ACK: u8 = 0x1;
+
+/// Frame counts of one connection in the current window, and the limits.
+pub struct Flood {
+    window: Duration,
+    max: [u32; 3],
+    counts: [Cell<u32>; 3],
+    since: Cell<Instant>,
+    /// Set when a limit is passed: what happened, for the log line.
+    tripped: Cell<Option<&'static str>>,
+}
+
+const RESETS: usize = 0;
+const PINGS: usize = 1;
+const SETTINGS_FRAMES: usize = 2;
+
+impl Flood {
+    pub fn new(cfg: &crate::config::Http2) -> Self {
+        Flood {
+            window: cfg.flood_window,
+            max: [cfg.max_resets, cfg.max_pings, cfg.max_settings],
+            counts: Default::default(),
+            since: Cell::new(Instant::now()),
+            tripped: Cell::new(None),
+        }
+    }
+
+    /// The cause, once a limit was passed.
+    pub fn tripped(&self) -> Option<&'static str> {
+        self.tripped.get()
+    }
+
+    fn count(&self, which: usize) {
+        let now = Instant::now();
+        if now.duration_since(self.since.get()) >= self.window {
+            self.since.set(now);
+            for c in &self.counts {
+                c.set(0);
+            }
+        }
+        let n = self.counts[which].get().saturating_add(1);
+        self.counts[which].set(n);
+        if n > self.max[which] && self.tripped.get().is_none() {
+            self.tripped.set(Some(match which {
+                RESETS => "rapid reset: too many RST_STREAM frames",
+                PINGS => "PING flood: too many PING frames",
+                _ => "SETTINGS flood: too many SETTINGS frames",
+            }));
+        }
+    }
+}
+
+/// Reads frame headers as the bytes go by; never changes a byte.
+pub struct Watch<IO> {
+    io: IO,
+    flood: std::rc::Rc<Flood>,
+    /// Preface bytes still to pass before the first frame.
+    preface: u8,
+    /// The frame header being assembled.
+    head: [u8; 9],
+    head_len: u8,
+    /// Payload bytes of the current frame still to pass.
+    skip: u32,
+}
+
+impl<IO> Watch<IO> {
+    pub fn new(io: IO, flood: std::rc::Rc<Flood>) -> Self {
+        Watch { io, flood, preface: PREFACE.len() as u8, head: [0; 9], head_len: 0, skip: 0 }
+    }
+
+    fn scan(&mut self, mut bytes: &[u8]) {
+        while !bytes.is_empty() {
+            if self.preface > 0 {
+                let n = bytes.len().min(usize::from(self.preface));
+                self.preface -= n as u8;
+                bytes = &bytes[n..];
+                continue;
+            }
+            if self.skip > 0 {
+                let n = bytes.len().min(self.skip as usize);
+                self.skip -= n as u32;
+                bytes = &bytes[n..];
+                continue;
+            }
+            let have = usize::from(self.head_len);
+            let n = bytes.len().min(9 - have);
+            self.head[have..have + n].copy_from_slice(&bytes[..n]);
+            self.head_len += n as u8;
+            bytes = &bytes[n..];
+            if self.head_len == 9 {
+                self.head_len = 0;
+                let h = &self.head;
+                self.skip = u32::from_be_bytes([0, h[0], h[1], h[2]]);
+                match (h[3], h[4] & ACK) {
+                    (RST_STREAM, _) => self.flood.count(RESETS),
+                    (PING, 0) => self.flood.count(PINGS),
+                    (SETTINGS, 0) => self.flood.count(SETTINGS_FRAMES),
+                    _ => {}
+                }
+            }
+        }
+    }
+}
+
+impl<IO: AsyncRead + Unpin> AsyncRead for Watch<IO> {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        let before = buf.filled().len();
+        let r = Pin::new(&mut this.io).poll_read(cx, buf);
+        if let Poll::Ready(Ok(())) = r {
+            let filled = buf.filled();
+            let new = &filled[before..];
+            // Scanning needs `this` mutably while `new` borrows `buf`, not `this`.
+            this.scan(new);
+        }
+        r
+    }
+}
+
+impl<IO: AsyncWrite + Unpin> AsyncWrite for Watch<IO> {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.get_mut().io).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.get_mut().io).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().io).poll_shutdown(cx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn frame(kind: u8, flags: u8, payload: &[u8]) -> Vec<u8> {
+        let len = payload.len() as u32;
+        let mut f = len.to_be_bytes()[1..].to_vec();
+        f.extend_from_slice(&[kind, flags, 0, 0, 0, 1]);
+        f.extend_from_slice(payload);
+        f
+    }
+
+    fn watch(max_pings: u32) -> Watch<()> {
+        let cfg = crate::config::Http2 { max_pings, ..Default::default() };
+        Watch::new((), std::rc::Rc::new(Flood::new(&cfg)))
+    }
+
+    #[test]
+    fn counts_pings_split_anywhere_and_ignores_acks_and_payloads() {
+        let mut bytes = PREFACE.to_vec();
+        // A DATA frame whose payload looks like PING headers must not count.
+        let fake = frame(PING, 0, &[0; 8]);
+        bytes.extend(frame(0x0, 0, &fake.repeat(3)));
+        bytes.extend(frame(PING, ACK, &[0; 8]));
+        for _ in 0..3 {
+            bytes.extend(frame(PING, 0, &[0; 8]));
+        }
+        for split in 1..bytes.len() {
+            let mut w = watch(2);
+            for piece in bytes.chunks(split) {
+                w.scan(piece);
+            }
+            assert_eq!(w.flood.counts[PINGS].get(), 3, "split {split}");
+            assert!(w.flood.tripped().is_some_and(|t| t.contains("PING")));
+        }
+        let mut w = watch(3);
+        w.scan(&bytes);
+        assert_eq!(w.flood.tripped(), None);
+    }
+}
