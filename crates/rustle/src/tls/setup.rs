@@ -89,7 +89,106 @@ pub fn connector(t: &ConnectTls) -> Result<Arc<ClientConfig>, String> {
     };
     config.alpn_protocols = t.alpn.iter().map(|p| p.as_bytes().to_vec()).collect();
     config.enable_secret_extraction = ktls();
+    config.resumption = rustls::client::Resumption::store(Arc::new(Tickets::default()));
     Ok(Arc::new(config))
+}
+
+/// Servers whose sessions the ticket store keeps (the least recently stored go first).
+const TICKET_SERVERS: usize = 1024;
+
+/// TLS 1.3 tickets kept per server. rustls's own store keeps 8, and each ticket is used
+/// once: 64 connections opening at once then resume 8 times and do 56 full handshakes
+/// (the campaign measured 22% resumed against 94-100% for nginx, haproxy and stunnel,
+/// which reuse one session). Servers send a ticket or two per handshake, so a deep store
+/// fills during the first burst and stays full.
+const TICKETS_PER_SERVER: usize = 256;
+
+/// The client session store of originating connections: rustls's rules (a ticket is used
+/// at most once), a deeper store per server.
+#[derive(Debug, Default)]
+struct Tickets {
+    servers: std::sync::Mutex<std::collections::HashMap<ServerName<'static>, Saved>>,
+}
+
+#[derive(Debug, Default)]
+struct Saved {
+    kx_hint: Option<rustls::NamedGroup>,
+    tls12: Option<rustls::client::Tls12ClientSessionValue>,
+    tls13: std::collections::VecDeque<rustls::client::Tls13ClientSessionValue>,
+    /// When this entry last changed, for eviction.
+    stamp: u64,
+}
+
+impl Tickets {
+    fn with<R>(&self, name: ServerName<'static>, f: impl FnOnce(&mut Saved) -> R) -> R {
+        let mut servers = self.servers.lock().unwrap_or_else(|e| e.into_inner());
+        if servers.len() >= TICKET_SERVERS && !servers.contains_key(&name) {
+            let oldest = servers.iter().min_by_key(|(_, s)| s.stamp).map(|(n, _)| n.clone());
+            if let Some(oldest) = oldest {
+                servers.remove(&oldest);
+            }
+        }
+        let stamp = servers.values().map(|s| s.stamp).max().unwrap_or(0) + 1;
+        let saved = servers.entry(name).or_default();
+        saved.stamp = stamp;
+        f(saved)
+    }
+
+    fn get<R>(&self, name: &ServerName<'_>, f: impl FnOnce(&mut Saved) -> R) -> Option<R> {
+        let mut servers = self.servers.lock().unwrap_or_else(|e| e.into_inner());
+        // Owned for the lookup: the map's keys are 'static (a few bytes per handshake).
+        servers.get_mut(&name.to_owned()).map(f)
+    }
+}
+
+impl rustls::client::ClientSessionStore for Tickets {
+    fn set_kx_hint(&self, name: ServerName<'static>, group: rustls::NamedGroup) {
+        self.with(name, |s| s.kx_hint = Some(group));
+    }
+
+    fn kx_hint(&self, name: &ServerName<'_>) -> Option<rustls::NamedGroup> {
+        self.get(name, |s| s.kx_hint).flatten()
+    }
+
+    fn set_tls12_session(
+        &self,
+        name: ServerName<'static>,
+        value: rustls::client::Tls12ClientSessionValue,
+    ) {
+        self.with(name, |s| s.tls12 = Some(value));
+    }
+
+    fn tls12_session(
+        &self,
+        name: &ServerName<'_>,
+    ) -> Option<rustls::client::Tls12ClientSessionValue> {
+        self.get(name, |s| s.tls12.clone()).flatten()
+    }
+
+    fn remove_tls12_session(&self, name: &ServerName<'static>) {
+        self.get(name, |s| s.tls12 = None);
+    }
+
+    fn insert_tls13_ticket(
+        &self,
+        name: ServerName<'static>,
+        value: rustls::client::Tls13ClientSessionValue,
+    ) {
+        self.with(name, |s| {
+            if s.tls13.len() >= TICKETS_PER_SERVER {
+                s.tls13.pop_front();
+            }
+            s.tls13.push_back(value);
+        });
+    }
+
+    fn take_tls13_ticket(
+        &self,
+        name: &ServerName<'static>,
+    ) -> Option<rustls::client::Tls13ClientSessionValue> {
+        // The newest first: it has the most lifetime left.
+        self.get(name, |s| s.tls13.pop_back()).flatten()
+    }
 }
 
 /// Kernel TLS is on for this process: asked for (`ktls = "auto"`) and the probe found the

@@ -436,6 +436,27 @@ fn an_originating_relay_verifies_the_target_and_resumes_sessions() {
     }
     // The relay's client config keeps sessions: later connections resume.
     assert!(origin.resumed() >= 1, "no resumed handshake in {}", origin.connections());
+    // Even a burst of connections opening at once: every handshake leaves tickets behind,
+    // and the store keeps enough of them for the next burst.
+    let burst = |n: usize| {
+        let threads: Vec<_> = (0..n)
+            .map(|_| {
+                let addr = proxy.addr();
+                std::thread::spawn(move || {
+                    let req = b"GET /bytes/10 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+                    parse_response(&raw_to(addr, req)).status
+                })
+            })
+            .collect();
+        for t in threads {
+            assert_eq!(t.join().unwrap(), 200);
+        }
+    };
+    burst(24);
+    let before = origin.resumed();
+    burst(24);
+    let resumed = origin.resumed() - before;
+    assert!(resumed >= 20, "only {resumed} of 24 connections opened together resumed");
     // A configured server name is what is verified (and sent).
     let named = originating_relay(&origin, &format!("{ca}\nserver_name = \"localhost\""));
     assert_eq!(parse_response(&plain_get(&named, "/bytes/1")).status, 200);
