@@ -33,11 +33,13 @@ use record::{Row, Status};
 pub const USAGE: &str = "\
 usage: rustle-bench campaign [options]
   --scenarios LIST     comma-separated names or groups (quick, mix, mix-3k, stream1-down,
-                       stream16, stream16-up, udp, mem-tunnels-N, all); default quick
-  --proxies LIST       rustle,nginx,haproxy,haproxy-splice,squid,tinyproxy,dante,microsocks
-                       (default: all of them)
-  --extra-proxy SPEC   NAME[:http,connect,socks,relay,ws,udp-socks,udp-relay]='command {listen}
-                       {target}' (repeatable; {target} is the UDP echo for udp-relay)
+                       stream16, stream16-up, udp, tls, mem-tunnels-N, all); default quick
+  --proxies LIST       rustle,nginx,haproxy,haproxy-splice,squid,tinyproxy,dante,microsocks,
+                       stunnel (default: all of them)
+  --extra-proxy SPEC   NAME[:http,connect,socks,relay,ws,udp-socks,udp-relay,tls-term,tls-orig]=
+                       'command {listen} {target}' (repeatable; {target} is the UDP echo for
+                       udp-relay, the HTTPS origin for tls-orig; TLS: {cert} {key} {combined}
+                       {origin_ca} {origin_name})
   --sweep LIST         connection counts, e.g. 16,64,256,1024: every closed-loop scenario
                        (not mix-*, mem-tunnels-*) runs at each, in place of its default
   --reps N             repetitions (default 3)
@@ -243,6 +245,39 @@ fn campaign(o: &Options) -> Result<()> {
     let mut udp_origin = Proc::spawn("udp-origin", cmd, Some(&scratch))?;
     udp_origin.wait_ready(udp_port, true, Duration::from_secs(10))?;
 
+    // The TLS scenarios: the proxy's certificate and an HTTPS origin next
+    // to the plain one, its CA written for the proxies to verify it with.
+    let (mut tls_files, mut tls_origin, mut origin_stats, mut https_origin) =
+        (None, None, None, None);
+    if scenarios.iter().any(|s| s.path.is_tls()) {
+        let files = make_certificates(&rustle_bin, &scratch.join("tls"))?;
+        let port = if net.is_netns() { 8443 } else { run::free_port().unwrap_or(18443) };
+        let addr = format!("{}:{port}", net.ip(Role::Origin));
+        let stats = scratch.join("origin-tls.stats");
+        let mut cmd = net.command(Role::Origin, "1", &exe.display().to_string());
+        cmd.args(["origin", "--tls", "--listen", &addr, "--tickets", "--kx", "x25519"]);
+        cmd.arg("--ca-out").arg(&files.origin_ca).arg("--stats").arg(&stats);
+        let mut p = Proc::spawn("https-origin", cmd, Some(&scratch))?;
+        p.wait_listening(port, Duration::from_secs(10))?;
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while !(files.origin_ca.exists() && stats.exists()) {
+            if std::time::Instant::now() > deadline {
+                bail!("the HTTPS origin wrote no CA or stats file: {}", p.stderr_tail());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        notes.push(format!(
+            "TLS: TLS 1.3, ECDSA P-256 certificates (rustle cert --self-signed), X25519 key \
+             exchange (the client and the HTTPS origin offer nothing else); the client verifies \
+             {} against the proxy's CA; the proxies verify the HTTPS origin ({addr}, \
+             rustle-bench on rustls, stateless session tickets) as {} against its CA; \
+             tls-term-close offers no resumption (a full handshake per request)",
+            files.name, files.origin_name
+        ));
+        (tls_files, tls_origin, origin_stats, https_origin) =
+            (Some(files), Some(addr), Some(stats), Some(p));
+    }
+
     write_conditions(o, &out, &stamp, &net, &proxies, &rustle_src, &notes)?;
     let mut writer = record::Writer::create(&out.join("runs.csv"))?;
     let mut bench = run::Bench {
@@ -253,6 +288,9 @@ fn campaign(o: &Options) -> Result<()> {
         scratch: scratch.clone(),
         origin: origin_addr,
         udp_origin: udp_addr,
+        tls_origin,
+        origin_stats,
+        tls: tls_files,
         duration: o.duration.clone(),
         seed: o.seed,
         runs: 0,
@@ -281,11 +319,19 @@ fn campaign(o: &Options) -> Result<()> {
                 if !udp_origin.alive() {
                     bail!("the UDP origin died: {}", udp_origin.stderr_tail());
                 }
+                if let Some(h) = https_origin.as_mut() {
+                    if !h.alive() {
+                        bail!("the HTTPS origin died: {}", h.stderr_tail());
+                    }
+                }
             }
         }
     }
     origin.stop();
     udp_origin.stop();
+    if let Some(h) = https_origin {
+        h.stop();
+    }
     if let Some(q) = &bench.quota {
         // Empty now that every proxy is stopped.
         let _ = q.remove();
@@ -301,6 +347,39 @@ fn campaign(o: &Options) -> Result<()> {
     }
     let _ = std::fs::remove_dir_all(&scratch);
     Ok(())
+}
+
+/// The name in the proxy's certificate, which the client verifies.
+const PROXY_NAME: &str = "proxy.rustle-bench.test";
+
+/// `rustle cert --self-signed` into `dir` (ECDSA P-256): the proxy's chain,
+/// key and CA, and chain + key in one file for haproxy. The HTTPS origin's
+/// CA is written into `dir` by the origin itself; its certificate names
+/// `localhost`.
+fn make_certificates(rustle: &std::path::Path, dir: &std::path::Path) -> Result<peers::TlsFiles> {
+    if !rustle.exists() {
+        bail!("the TLS scenarios need the rustle binary (rustle cert --self-signed)");
+    }
+    let out = std::process::Command::new(rustle)
+        .args(["cert", "--self-signed", PROXY_NAME, "--out"])
+        .arg(dir)
+        .output()
+        .context("running rustle cert")?;
+    if !out.status.success() {
+        bail!("rustle cert failed: {}", String::from_utf8_lossy(&out.stderr).trim());
+    }
+    let files = peers::TlsFiles {
+        chain: dir.join(format!("{PROXY_NAME}.pem")),
+        key: dir.join(format!("{PROXY_NAME}.key")),
+        combined: dir.join("combined.pem"),
+        ca: dir.join("ca.pem"),
+        name: PROXY_NAME.to_string(),
+        origin_ca: dir.join("origin-ca.pem"),
+        origin_name: "localhost".to_string(),
+    };
+    let combined = std::fs::read_to_string(&files.chain)? + &std::fs::read_to_string(&files.key)?;
+    std::fs::write(&files.combined, combined).context("writing combined.pem")?;
+    Ok(files)
 }
 
 fn progress(r: &Row) -> String {
@@ -350,6 +429,11 @@ fn write_conditions(
     for p in proxies {
         if let Some(pkg) = p.package() {
             writeln!(f, "{}: {} {}", p.name, pkg, sys::package_version(pkg))?;
+        }
+    }
+    if scenario::expand(&o.scenarios).is_ok_and(|v| v.iter().any(|s| s.path.is_tls())) {
+        for pkg in ["libnginx-mod-stream", "libssl3"] {
+            writeln!(f, "{pkg}: {}", sys::package_version(pkg))?;
         }
     }
     writeln!(

@@ -101,7 +101,10 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<S> {
             self.io.write_all(&self.out).await?;
             self.out.clear();
         }
-        Ok(())
+        // A no-op on TCP; over TLS (TlsOrigin) it writes the records a
+        // `write_all` left in the session when the socket was full, without
+        // which the tail of an answer waits for the next write, forever.
+        self.io.flush().await
     }
 
     /// Queues `data`, writing it through directly when it is large so big

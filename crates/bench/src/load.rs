@@ -149,6 +149,12 @@ pub struct Options {
     pub ca: Option<PathBuf>,
     /// TLS server name; default the proxy's host.
     pub sni: Option<String>,
+    /// https-relay: offer no session resumption, so that every connection
+    /// is a full handshake.
+    pub no_resume: bool,
+    /// https-relay: offer only X25519 (rustls would also offer, and a
+    /// rustls server pick, the X25519MLKEM768 hybrid); `false`: rustls's defaults.
+    pub x25519_only: bool,
     /// Seed for the only randomness (WebSocket masks).
     pub seed: u64,
     /// Print JSON instead of a human line (used by the CLI only).
@@ -177,6 +183,8 @@ impl Options {
             size: 64,
             ca: None,
             sni: None,
+            no_resume: false,
+            x25519_only: false,
             seed: 0,
             json: false,
             proxy_user: None,

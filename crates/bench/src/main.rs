@@ -1,7 +1,7 @@
 //! `rustle-bench`: runs fixtures in the foreground for manual tests/scripts.
 //!
 //! ```text
-//! rustle-bench origin   [--listen ADDR] [--tls]
+//! rustle-bench origin   [--listen ADDR] [--tls [--ca-out FILE] [--stats FILE] [--tickets] [--kx x25519]]
 //! rustle-bench tcp-echo [--listen ADDR]
 //! rustle-bench udp-echo [--listen ADDR]
 //! rustle-bench load     --target HOST:PORT [--mode M] [...]   (see `load --help`)
@@ -15,9 +15,13 @@ use std::net::SocketAddr;
 
 use anyhow::{bail, Context, Result};
 use rustle_bench::load;
+use rustle_bench::tls::TlsOriginOptions;
 use rustle_bench::{Origin, TcpEcho, TlsOrigin, UdpEcho};
 
 const USAGE: &str = "usage: rustle-bench <origin [--tls] | tcp-echo | udp-echo> [--listen ADDR]\n\
+                     \x20      origin --tls also takes: --ca-out FILE (copy of the CA), --stats FILE\n\
+                     \x20        (connections, resumed handshakes, requests; rewritten every 100 ms),\n\
+                     \x20        --tickets (stateless session tickets), --kx x25519 (X25519 only)\n\
                      \x20      rustle-bench load --target HOST:PORT [options] (load --help)\n\
                      \x20      rustle-bench campaign [options] (campaign --help)\n\
                      \x20      rustle-bench report --in DIR [options] (report --help)";
@@ -33,8 +37,17 @@ fn main() -> Result<()> {
     }
     let mut listen: SocketAddr = "127.0.0.1:0".parse().context("default address")?;
     let mut tls = false;
+    let (mut ca_out, mut stats, mut options) = (None, None, TlsOriginOptions::default());
     while let Some(arg) = args.next() {
         match arg.as_str() {
+            "--ca-out" => ca_out = Some(args.next().context("--ca-out needs a file")?),
+            "--stats" => stats = Some(args.next().context("--stats needs a file")?),
+            "--tickets" => options.tickets = true,
+            "--kx" => match args.next().as_deref() {
+                Some("x25519") => options.x25519_only = true,
+                Some("default") => options.x25519_only = false,
+                v => bail!("--kx default|x25519, not {v:?}"),
+            },
             "--listen" => {
                 let v = args.next().context("--listen needs an address")?;
                 listen = v.parse().with_context(|| format!("bad address {v:?}"))?;
@@ -55,7 +68,14 @@ fn main() -> Result<()> {
             Box::new(o)
         }
         ("origin", true) => {
-            let o = TlsOrigin::start_on(listen)?;
+            let o = std::sync::Arc::new(TlsOrigin::start_with_options(listen, options)?);
+            if let Some(f) = &ca_out {
+                std::fs::write(f, o.ca_pem()).with_context(|| format!("writing {f}"))?;
+            }
+            if let Some(f) = stats {
+                let o = std::sync::Arc::clone(&o);
+                std::thread::spawn(move || write_stats(&o, &f));
+            }
             println!("listening on https://{} (CA: {})", o.addr(), o.ca_file().display());
             Box::new(o)
         }
@@ -72,6 +92,24 @@ fn main() -> Result<()> {
         _ => bail!(USAGE),
     };
     wait_for_signal()
+}
+
+/// Rewrites `file` (through a rename, so a reader never sees half of it)
+/// with the origin's counters every 100 ms, until the process ends.
+fn write_stats(o: &TlsOrigin, file: &str) {
+    let tmp = format!("{file}.tmp");
+    loop {
+        let text = format!(
+            "connections {}\nresumed {}\nrequests {}\n",
+            o.connections(),
+            o.resumed(),
+            o.requests()
+        );
+        if std::fs::write(&tmp, text).is_ok() {
+            let _ = std::fs::rename(&tmp, file);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
 }
 
 fn wait_for_signal() -> Result<()> {

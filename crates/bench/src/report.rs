@@ -20,6 +20,7 @@ pub mod stats;
 mod svg;
 mod sweep;
 mod table;
+mod tls;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -73,6 +74,7 @@ fn write_with(input: &Path, out: &Path, svg_dir: Option<&Path>, notes: Option<&s
     let grid = Grid::new(&rows);
     let mut charts = sweep::charts(&grid, &svg_dir)?;
     charts.extend(charts::draw(&grid, &svg_dir)?);
+    charts.extend(tls::charts(&grid, &svg_dir)?);
     let md_dir = out.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
     let mut md = render(&grid, &conditions, notes);
     md.push_str("\n## Charts\n\n");
@@ -358,6 +360,7 @@ fn render(g: &Grid, conditions: &str, notes: Option<&str>) -> String {
             })
             .collect(),
     );
+    md.push_str(&tls::section(g));
     md.push_str(&errors_section(g));
     md
 }

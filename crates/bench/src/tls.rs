@@ -34,6 +34,18 @@ pub struct TlsOrigin {
     _fixture: Fixture,
 }
 
+/// Settings of the campaign's HTTPS origin that differ from the test fixture's.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TlsOriginOptions {
+    /// Accept X25519 only, as OpenSSL 3.0 clients offer: a rustls client
+    /// (which also offers the X25519MLKEM768 hybrid) then does the same work.
+    pub x25519_only: bool,
+    /// Stateless session tickets (as most HTTPS servers issue), reusable
+    /// by clients that keep one session for many connections; without them
+    /// resumption uses the session cache, whose TLS 1.3 tickets work once.
+    pub tickets: bool,
+}
+
 /// The aws-lc-rs provider, named explicitly: `ServerConfig::builder()` would
 /// panic if another crate in the test binary also enabled `ring`.
 fn provider() -> Arc<rustls::crypto::CryptoProvider> {
@@ -97,23 +109,44 @@ impl TlsOrigin {
 
     /// Starts on `addr`.
     pub fn start_on(addr: SocketAddr) -> io::Result<TlsOrigin> {
-        TlsOrigin::start_identity(addr, mint().map_err(other)?)
+        TlsOrigin::start_identity(addr, mint().map_err(other)?, TlsOriginOptions::default())
+    }
+
+    /// Starts on `addr` with `options` (the benchmark campaign's origin).
+    pub fn start_with_options(
+        addr: SocketAddr,
+        options: TlsOriginOptions,
+    ) -> io::Result<TlsOrigin> {
+        TlsOrigin::start_identity(addr, mint().map_err(other)?, options)
     }
 
     /// Starts on 127.0.0.1 with a certificate for `names` only (the first is also its
     /// common name), expired if asked: for testing verification failures.
     pub fn start_with(names: &[&str], expired: bool) -> io::Result<TlsOrigin> {
-        TlsOrigin::start_identity(fixture::LOCALHOST_V4, mint_for(names, expired).map_err(other)?)
+        let id = mint_for(names, expired).map_err(other)?;
+        TlsOrigin::start_identity(fixture::LOCALHOST_V4, id, TlsOriginOptions::default())
     }
 
-    fn start_identity(addr: SocketAddr, id: Identity) -> io::Result<TlsOrigin> {
-        let mut config = rustls::ServerConfig::builder_with_provider(provider())
+    fn start_identity(
+        addr: SocketAddr,
+        id: Identity,
+        options: TlsOriginOptions,
+    ) -> io::Result<TlsOrigin> {
+        let mut provider = rustls::crypto::aws_lc_rs::default_provider();
+        if options.x25519_only {
+            provider.kx_groups = vec![rustls::crypto::aws_lc_rs::kx_group::X25519];
+        }
+        let mut config = rustls::ServerConfig::builder_with_provider(Arc::new(provider))
             .with_safe_default_protocol_versions()
             .map_err(other)?
             .with_no_client_auth()
             .with_single_cert(id.chain, id.key)
             .map_err(other)?;
         config.alpn_protocols = vec![b"http/1.1".to_vec()];
+        if options.tickets {
+            config.ticketer = rustls::crypto::aws_lc_rs::Ticketer::new().map_err(other)?;
+            config.session_storage = rustls::server::ServerSessionMemoryCache::new(4096);
+        }
         let acceptor = TlsAcceptor::from(Arc::new(config));
 
         let stats = Arc::new(HttpStats::default());

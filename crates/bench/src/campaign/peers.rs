@@ -27,12 +27,29 @@ enum Kind {
     Tinyproxy,
     Dante,
     Microsocks,
+    /// stunnel (Debian's stunnel4): TLS relays only.
+    Stunnel,
     /// `--extra-proxy NAME[:paths]=command`, with {listen} {listen_ip}
     /// {listen_port} {target} {dir} filled in.
     Extra {
         paths: Vec<Path>,
         command: String,
     },
+}
+
+/// The files of the TLS scenarios, made once per campaign.
+#[derive(Debug, Clone)]
+pub struct TlsFiles {
+    /// The proxy's chain (leaf, then CA), its key, and both in one file (haproxy).
+    pub chain: PathBuf,
+    pub key: PathBuf,
+    pub combined: PathBuf,
+    /// The CA the client verifies the proxy with, and the name it verifies.
+    pub ca: PathBuf,
+    pub name: String,
+    /// The HTTPS origin's CA, and the name its certificate carries.
+    pub origin_ca: PathBuf,
+    pub origin_name: String,
 }
 
 /// Where a run puts things: scratch directory and the addresses.
@@ -46,6 +63,8 @@ pub struct Site<'a> {
     pub udp_origin: &'a str,
     /// The proxy's own address towards the origin.
     pub external_ip: &'a str,
+    /// Certificates, for the TLS paths.
+    pub tls: Option<&'a TlsFiles>,
 }
 
 const RUSTLE: &str = include_str!("../../../../bench/peers/rustle.toml");
@@ -56,10 +75,27 @@ const HAPROXY_TCP: &str = include_str!("../../../../bench/peers/haproxy-tcp.cfg"
 const SQUID: &str = include_str!("../../../../bench/peers/squid.conf");
 const TINYPROXY: &str = include_str!("../../../../bench/peers/tinyproxy.conf");
 const DANTE: &str = include_str!("../../../../bench/peers/danted.conf");
+const RUSTLE_TLS_TERM: &str = include_str!("../../../../bench/peers/rustle-tls-term.toml");
+const RUSTLE_TLS_ORIG: &str = include_str!("../../../../bench/peers/rustle-tls-orig.toml");
+const NGINX_TLS_TERM: &str = include_str!("../../../../bench/peers/nginx-tls-term.conf");
+const NGINX_TLS_ORIG: &str = include_str!("../../../../bench/peers/nginx-tls-orig.conf");
+const HAPROXY_TLS_TERM: &str = include_str!("../../../../bench/peers/haproxy-tls-term.cfg");
+const HAPROXY_TLS_ORIG: &str = include_str!("../../../../bench/peers/haproxy-tls-orig.cfg");
+const STUNNEL_TLS_TERM: &str = include_str!("../../../../bench/peers/stunnel-tls-term.conf");
+const STUNNEL_TLS_ORIG: &str = include_str!("../../../../bench/peers/stunnel-tls-orig.conf");
 
 /// The names `--proxies` accepts.
-pub const KNOWN: &[&str] =
-    &["rustle", "nginx", "haproxy", "haproxy-splice", "squid", "tinyproxy", "dante", "microsocks"];
+pub const KNOWN: &[&str] = &[
+    "rustle",
+    "nginx",
+    "haproxy",
+    "haproxy-splice",
+    "squid",
+    "tinyproxy",
+    "dante",
+    "microsocks",
+    "stunnel",
+];
 
 impl Proxy {
     pub fn named(name: &str, rustle_bin: &FsPath) -> Result<Proxy> {
@@ -72,13 +108,16 @@ impl Proxy {
             "tinyproxy" => Kind::Tinyproxy,
             "dante" => Kind::Dante,
             "microsocks" => Kind::Microsocks,
+            "stunnel" => Kind::Stunnel,
             _ => bail!("unknown proxy {name:?} (known: {}; or --extra-proxy)", KNOWN.join(", ")),
         };
         Ok(Proxy { name: name.to_string(), kind })
     }
 
-    /// Parses `NAME[:http,connect,socks,relay,ws,udp-socks,udp-relay]=command`
-    /// (`{target}` is the UDP echo for `udp-relay`).
+    /// Parses `NAME[:http,connect,socks,relay,ws,udp-socks,udp-relay,tls-term,tls-orig]=command`
+    /// (`{target}` is the UDP echo for `udp-relay`, the HTTPS origin for
+    /// `tls-orig`; `{cert}`, `{key}`, `{combined}`, `{origin_ca}` and
+    /// `{origin_name}` are the TLS files).
     pub fn extra(spec: &str) -> Result<Proxy> {
         let Some((head, command)) = spec.split_once('=') else {
             bail!("--extra-proxy wants NAME[:paths]='command {{listen}} {{target}}'");
@@ -95,6 +134,8 @@ impl Proxy {
                         "ws" => Path::Ws,
                         "udp-socks" => Path::UdpSocks,
                         "udp-relay" => Path::UdpRelay,
+                        "tls-term" => Path::TlsTerm,
+                        "tls-orig" => Path::TlsOrig,
                         _ => bail!("--extra-proxy: unknown path {p:?}"),
                     });
                 }
@@ -118,6 +159,7 @@ impl Proxy {
             Kind::Tinyproxy => "tinyproxy".into(),
             Kind::Dante => "danted".into(),
             Kind::Microsocks => "microsocks".into(),
+            Kind::Stunnel => "stunnel4".into(),
             Kind::Extra { command, .. } => command.split_whitespace().next().unwrap_or("").into(),
         }
     }
@@ -131,6 +173,7 @@ impl Proxy {
             Kind::Tinyproxy => "tinyproxy",
             Kind::Dante => "dante-server",
             Kind::Microsocks => "microsocks",
+            Kind::Stunnel => "stunnel4",
             Kind::Rustle(_) | Kind::Extra { .. } => return None,
         })
     }
@@ -139,9 +182,12 @@ impl Proxy {
     pub fn supports(&self, path: Path) -> std::result::Result<(), String> {
         let ok = match &self.kind {
             Kind::Rustle(_) => true,
-            Kind::Nginx | Kind::Haproxy { .. } => {
-                matches!(path, Path::Http | Path::Relay | Path::Ws)
+            Kind::Nginx | Kind::Haproxy { splice: false } => {
+                matches!(path, Path::Http | Path::Relay | Path::Ws | Path::TlsTerm | Path::TlsOrig)
             }
+            // splice() cannot move TLS records: the TLS paths are haproxy's.
+            Kind::Haproxy { splice: true } => matches!(path, Path::Http | Path::Relay | Path::Ws),
+            Kind::Stunnel => path.is_tls(),
             // Neither upgrades absolute-form requests to WebSocket.
             Kind::Squid | Kind::Tinyproxy => matches!(path, Path::Http | Path::Connect),
             // dante's UDP ASSOCIATE is enabled by the rules added in `argv`.
@@ -160,6 +206,8 @@ impl Proxy {
             Path::Ws => "no WebSocket",
             Path::UdpSocks => "no SOCKS5 UDP ASSOCIATE",
             Path::UdpRelay => "no UDP relay measured",
+            Path::TlsTerm => "no TLS termination measured",
+            Path::TlsOrig => "no TLS origination measured",
         }
         .to_string())
     }
@@ -175,8 +223,21 @@ impl Proxy {
     /// Writes the configuration into `site.dir` and returns the argv.
     pub fn argv(&self, path: Path, site: &Site) -> Result<Vec<String>> {
         let listen = format!("{}:{}", site.listen_ip, site.listen_port);
+        if path.is_tls() && site.tls.is_none() {
+            bail!("the TLS paths need the campaign's certificates");
+        }
+        let tls = |t: String| match site.tls {
+            Some(f) => t
+                .replace("@cert@", &f.chain.display().to_string())
+                .replace("@key@", &f.key.display().to_string())
+                .replace("@combined@", &f.combined.display().to_string())
+                .replace("@origin_ca@", &f.origin_ca.display().to_string())
+                .replace("@origin_name@", &f.origin_name),
+            None => t,
+        };
         let render = |t: &str| {
-            t.replace("@dir@", &site.dir.display().to_string())
+            tls(t.to_string())
+                .replace("@dir@", &site.dir.display().to_string())
                 .replace("@listen@", &listen)
                 .replace("@ip@", site.listen_ip)
                 .replace("@port@", &site.listen_port.to_string())
@@ -191,26 +252,42 @@ impl Proxy {
         let dir = site.dir.display().to_string();
         let v: Vec<String> = match &self.kind {
             Kind::Rustle(bin) => {
-                let flag = match path {
-                    Path::Http | Path::Connect | Path::Ws => format!("--http={listen}"),
-                    Path::Socks | Path::UdpSocks => format!("--socks={listen}"),
-                    Path::Relay => format!("--relay={listen}={}", site.origin),
-                    Path::UdpRelay => format!("--udp-relay={listen}={}", site.udp_origin),
+                // The TLS relays are listeners of the configuration file.
+                let (flag, listener) = match path {
+                    Path::Http | Path::Connect | Path::Ws => (Some(format!("--http={listen}")), ""),
+                    Path::Socks | Path::UdpSocks => (Some(format!("--socks={listen}")), ""),
+                    Path::Relay => (Some(format!("--relay={listen}={}", site.origin)), ""),
+                    Path::UdpRelay => {
+                        (Some(format!("--udp-relay={listen}={}", site.udp_origin)), "")
+                    }
+                    Path::TlsTerm => (None, RUSTLE_TLS_TERM),
+                    Path::TlsOrig => (None, RUSTLE_TLS_ORIG),
                 };
-                let conf = write("rustle.toml", RUSTLE.to_string())?;
+                let conf = write("rustle.toml", format!("{RUSTLE}\n{}", render(listener)))?;
                 let bin = bin.display().to_string();
-                let mut v = vec![bin, "--config".into(), conf, flag];
+                let mut v = vec![bin, "--config".into(), conf];
+                v.extend(flag);
                 v.extend(["--workers", "1", "--log", "off"].map(String::from));
                 v
             }
             Kind::Nginx => {
-                let t = if path == Path::Relay { NGINX_STREAM } else { NGINX_HTTP };
+                let t = match path {
+                    Path::Relay => NGINX_STREAM,
+                    Path::TlsTerm => NGINX_TLS_TERM,
+                    Path::TlsOrig => NGINX_TLS_ORIG,
+                    _ => NGINX_HTTP,
+                };
                 let conf = write("nginx.conf", render(t))?;
                 let log = format!("{dir}/error.log");
                 vec!["nginx".into(), "-p".into(), dir, "-c".into(), conf, "-e".into(), log]
             }
             Kind::Haproxy { splice } => {
-                let t = if path == Path::Relay { HAPROXY_TCP } else { HAPROXY_HTTP };
+                let t = match path {
+                    Path::Relay => HAPROXY_TCP,
+                    Path::TlsTerm => HAPROXY_TLS_TERM,
+                    Path::TlsOrig => HAPROXY_TLS_ORIG,
+                    _ => HAPROXY_HTTP,
+                };
                 // splice-auto: splice a direction once reads fill the buffer.
                 let line = if *splice { "    option splice-auto" } else { "" };
                 let conf = write("haproxy.cfg", render(t).replace("@splice@", line))?;
@@ -240,15 +317,25 @@ impl Proxy {
                 let port = site.listen_port.to_string();
                 vec!["microsocks".into(), "-i".into(), site.listen_ip.into(), "-p".into(), port]
             }
-            Kind::Extra { command, .. } => command
-                .replace("{listen}", &listen)
-                .replace("{listen_ip}", site.listen_ip)
-                .replace("{listen_port}", &site.listen_port.to_string())
-                .replace("{target}", if path.is_udp() { site.udp_origin } else { site.origin })
-                .replace("{dir}", &dir)
-                .split_whitespace()
-                .map(String::from)
-                .collect(),
+            Kind::Stunnel => {
+                let t = if path == Path::TlsTerm { STUNNEL_TLS_TERM } else { STUNNEL_TLS_ORIG };
+                let conf = write("stunnel.conf", render(t))?;
+                vec!["stunnel4".into(), conf]
+            }
+            Kind::Extra { command, .. } => tls(command
+                .replace("{cert}", "@cert@")
+                .replace("{key}", "@key@")
+                .replace("{combined}", "@combined@")
+                .replace("{origin_ca}", "@origin_ca@")
+                .replace("{origin_name}", "@origin_name@"))
+            .replace("{listen}", &listen)
+            .replace("{listen_ip}", site.listen_ip)
+            .replace("{listen_port}", &site.listen_port.to_string())
+            .replace("{target}", if path.is_udp() { site.udp_origin } else { site.origin })
+            .replace("{dir}", &dir)
+            .split_whitespace()
+            .map(String::from)
+            .collect(),
         };
         Ok(v)
     }
@@ -276,6 +363,7 @@ mod tests {
             origin: "127.0.0.1:8080",
             udp_origin: "127.0.0.1:8081",
             external_ip: "127.0.0.1",
+            tls: None,
         };
         let hs = Proxy::named("haproxy-splice", &bin).unwrap();
         hs.argv(Path::Relay, &site).unwrap();
@@ -301,6 +389,86 @@ mod tests {
         let u = Proxy::extra("u:udp-relay=/opt/u {listen} {target}").unwrap();
         assert!(u.supports(Path::UdpRelay).is_ok() && u.supports(Path::UdpSocks).is_err());
         assert_eq!(u.argv(Path::UdpRelay, &site).unwrap()[2], "127.0.0.1:8081");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn tls_peers_render_their_files() {
+        let bin = PathBuf::from("/bin/true");
+        let dir = std::env::temp_dir().join(format!("rb-peers-tls-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let files = TlsFiles {
+            chain: "/t/p.pem".into(),
+            key: "/t/p.key".into(),
+            combined: "/t/p.combined.pem".into(),
+            ca: "/t/ca.pem".into(),
+            name: "proxy.test".into(),
+            origin_ca: "/t/origin-ca.pem".into(),
+            origin_name: "localhost".into(),
+        };
+        let mut site = Site {
+            dir: &dir,
+            listen_ip: "10.200.1.1",
+            listen_port: 3128,
+            origin: "10.200.2.2:8443",
+            udp_origin: "10.200.2.2:8081",
+            external_ip: "10.200.2.1",
+            tls: Some(&files),
+        };
+        let read = |name: &str| std::fs::read_to_string(dir.join(name)).unwrap();
+        let rustle = Proxy::named("rustle", &bin).unwrap();
+        let argv = rustle.argv(Path::TlsOrig, &site).unwrap();
+        assert!(!argv.iter().any(|a| a.starts_with("--relay")), "{argv:?}");
+        let conf = read("rustle.toml");
+        assert!(conf.contains("allow_open_proxy = true") && conf.contains("[listener.target_tls]"));
+        assert!(
+            conf.contains("ca = \"/t/origin-ca.pem\"")
+                && conf.contains("target = \"10.200.2.2:8443\"")
+        );
+        rustle.argv(Path::TlsTerm, &site).unwrap();
+        assert!(read("rustle.toml").contains("cert = \"/t/p.pem\""));
+        let nginx = Proxy::named("nginx", &bin).unwrap();
+        nginx.argv(Path::TlsTerm, &site).unwrap();
+        let conf = read("nginx.conf");
+        assert!(
+            conf.contains("listen 10.200.1.1:3128 ssl")
+                && conf.contains("ssl_certificate_key /t/p.key;")
+        );
+        nginx.argv(Path::TlsOrig, &site).unwrap();
+        let conf = read("nginx.conf");
+        assert!(conf.contains("proxy_ssl_trusted_certificate /t/origin-ca.pem;"));
+        assert!(
+            conf.contains("proxy_ssl_name localhost;")
+                && conf.contains("proxy_ssl_session_reuse on;")
+        );
+        let haproxy = Proxy::named("haproxy", &bin).unwrap();
+        haproxy.argv(Path::TlsTerm, &site).unwrap();
+        assert!(read("haproxy.cfg").contains("ssl crt /t/p.combined.pem ssl-min-ver TLSv1.3"));
+        haproxy.argv(Path::TlsOrig, &site).unwrap();
+        assert!(read("haproxy.cfg")
+            .contains("verify required ca-file /t/origin-ca.pem verifyhost localhost"));
+        assert!(Proxy::named("haproxy-splice", &bin).unwrap().supports(Path::TlsTerm).is_err());
+        let stunnel = Proxy::named("stunnel", &bin).unwrap();
+        assert!(stunnel.supports(Path::Relay).is_err() && stunnel.supports(Path::TlsOrig).is_ok());
+        assert_eq!(stunnel.package(), Some("stunnel4"));
+        let argv = stunnel.argv(Path::TlsOrig, &site).unwrap();
+        assert_eq!(argv[0], "stunnel4");
+        let conf = read("stunnel.conf");
+        assert!(conf.contains("client = yes") && conf.contains("checkHost = localhost"));
+        assert!(
+            conf.contains("accept = 10.200.1.1:3128") && conf.contains("connect = 10.200.2.2:8443")
+        );
+        stunnel.argv(Path::TlsTerm, &site).unwrap();
+        let conf = read("stunnel.conf");
+        assert!(!conf.contains("client = yes") && conf.contains("cert = /t/p.pem"));
+        for f in ["rustle.toml", "nginx.conf", "haproxy.cfg", "stunnel.conf"] {
+            assert!(!read(f).contains('@'), "{f} has a placeholder left");
+        }
+        let x = Proxy::extra("x:tls-term=/opt/x {listen} {cert} {key} {target}").unwrap();
+        let argv = x.argv(Path::TlsTerm, &site).unwrap();
+        assert_eq!(argv[2..], ["/t/p.pem", "/t/p.key", "10.200.2.2:8443"]);
+        site.tls = None;
+        assert!(nginx.argv(Path::TlsTerm, &site).is_err());
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -89,6 +89,13 @@ pub struct Row {
     /// CSVs written before it existed get the scenario's default.
     #[serde(default)]
     pub connections: Option<u32>,
+    /// TLS-originating scenarios: TLS connections the HTTPS origin accepted
+    /// over the measured window, and how many of them resumed a session.
+    /// Optional when read, like `connections`.
+    #[serde(default)]
+    pub origin_tls_handshakes: Option<u64>,
+    #[serde(default)]
+    pub origin_tls_resumed: Option<u64>,
 }
 
 impl Row {
@@ -131,6 +138,8 @@ impl Row {
             net: String::new(),
             link: String::new(),
             connections: super::scenario::default_connections(scenario),
+            origin_tls_handshakes: None,
+            origin_tls_resumed: None,
         }
     }
 
@@ -228,7 +237,8 @@ mod tests {
         assert_eq!(hold.connections, None);
         write_rows(&path, &[a.clone(), b.clone(), hold.clone()]);
         let text = std::fs::read_to_string(&path).unwrap();
-        assert!(text.lines().next().unwrap().ends_with(",link,connections"));
+        let header = text.lines().next().unwrap();
+        assert!(header.ends_with(",link,connections,origin_tls_handshakes,origin_tls_resumed"));
         assert_eq!(read(&path).unwrap(), vec![a, b, hold]);
         std::fs::remove_dir_all(&dir).unwrap();
     }
@@ -246,11 +256,17 @@ mod tests {
         ];
         rows[0].throughput = Some(2.5);
         write_rows(&path, &rows);
-        // Drop the last column, as a CSV written before it existed.
+        // Drop the last three columns, as a CSV written before they existed.
         let old: String = std::fs::read_to_string(&path)
             .unwrap()
             .lines()
-            .map(|l| format!("{}\n", l.rsplit_once(',').unwrap().0))
+            .map(|l| {
+                let mut l = l;
+                for _ in 0..3 {
+                    l = l.rsplit_once(',').unwrap().0;
+                }
+                format!("{l}\n")
+            })
             .collect();
         assert!(old.lines().next().unwrap().ends_with(",net,link"));
         std::fs::write(&path, old).unwrap();

@@ -12,9 +12,9 @@ use serde_json::Value;
 
 use super::children::Proc;
 use super::net::{Net, Role};
-use super::peers::{Proxy, Site};
+use super::peers::{Proxy, Site, TlsFiles};
 use super::record::{Row, Status};
-use super::scenario::{Kind, Scenario};
+use super::scenario::{Kind, Path, Scenario};
 use super::sys::{self, Quota};
 use crate::report::stats::pace_setter;
 
@@ -43,6 +43,11 @@ pub struct Bench {
     pub origin: String,
     /// The UDP echo (`udp-echo`), for the UDP scenarios.
     pub udp_origin: String,
+    /// The HTTPS origin (`IP:PORT`) and the file its counters are written
+    /// to, and the certificates: only when TLS scenarios are run.
+    pub tls_origin: Option<String>,
+    pub origin_stats: Option<PathBuf>,
+    pub tls: Option<TlsFiles>,
     pub duration: String,
     pub seed: u64,
     pub runs: u32,
@@ -96,16 +101,28 @@ impl Bench {
         }
     }
 
+    /// The origin a scenario's proxy relays to: the HTTPS one for tls-orig.
+    fn origin_for(&self, sc: &Scenario) -> &str {
+        match (&self.tls_origin, sc.path) {
+            (Some(o), Path::TlsOrig) => o,
+            _ => &self.origin,
+        }
+    }
+
     fn start_proxy(&self, sc: &Scenario, proxy: &Proxy, dir: &FsPath) -> Result<(Proc, String)> {
         let port = self.proxy_port();
         let ip = self.net.ip(Role::Proxy);
+        if sc.path == Path::TlsOrig && self.tls_origin.is_none() {
+            bail!("no HTTPS origin");
+        }
         let site = Site {
             dir,
             listen_ip: ip,
             listen_port: port,
-            origin: &self.origin,
+            origin: self.origin_for(sc),
             udp_origin: &self.udp_origin,
             external_ip: self.net.proxy_external_ip(),
+            tls: self.tls.as_ref(),
         };
         let argv = proxy.argv(sc.path, &site)?;
         let mut full: Vec<String> = Vec::new();
@@ -123,16 +140,19 @@ impl Bench {
         let mut p = Proc::spawn(&proxy.name, cmd, Some(dir))?;
         // A UDP relay has no TCP listener; everything else (SOCKS5 UDP
         // ASSOCIATE included) starts on TCP.
-        let udp = sc.path == super::scenario::Path::UdpRelay;
+        let udp = sc.path == Path::UdpRelay;
         p.wait_ready(port, udp, Duration::from_secs(10))?;
         Ok((p, format!("{ip}:{port}")))
     }
 
     fn load_command(&self, sc: &Scenario, proxy_addr: &str) -> Command {
         let mut cmd = self.net.command(Role::Client, CLIENT_CPU, &self.exe.display().to_string());
-        let target = if sc.path.is_udp() { &self.udp_origin } else { &self.origin };
+        let target = if sc.path.is_udp() { &self.udp_origin } else { self.origin_for(sc) };
         cmd.args(["load", "--json", "--mode", sc.path.load_mode(), "--target", target]);
         cmd.args(["--proxy", proxy_addr, "--seed", &self.seed.to_string()]);
+        if let (Path::TlsTerm, Some(tls)) = (sc.path, &self.tls) {
+            cmd.arg("--ca").arg(&tls.ca).args(["--sni", &tls.name]);
+        }
         cmd.args(&sc.load_args);
         match sc.kind {
             Kind::Hold(n) => {
@@ -199,6 +219,8 @@ impl Bench {
             }
             before = Some((Instant::now(), sys::cpu_seconds(pid), sys::cpu_jiffies()));
         }
+        let stats = self.origin_stats.as_deref().filter(|_| sc.path == Path::TlsOrig);
+        let origin_before = stats.and_then(origin_counters);
         let limit = duration_s(&self.duration) + 120.0;
         while load.alive() {
             if start.elapsed().as_secs_f64() > limit {
@@ -208,6 +230,14 @@ impl Bench {
             std::thread::sleep(Duration::from_millis(5));
         }
         let after = (Instant::now(), sys::cpu_seconds(pid), sys::cpu_jiffies());
+        if let (Some(file), Some(b)) = (stats, origin_before) {
+            // The origin rewrites its counters every 100 ms.
+            std::thread::sleep(Duration::from_millis(250));
+            if let Some(a) = origin_counters(file) {
+                row.origin_tls_handshakes = Some(a.0.saturating_sub(b.0));
+                row.origin_tls_resumed = Some(a.1.saturating_sub(b.1));
+            }
+        }
         let code = load.child.wait().ok().and_then(|s| s.code());
         load.stop();
         let out = out_thread.join().unwrap_or_default();
@@ -266,6 +296,14 @@ fn fill_from_report(row: &mut Row, sc: &Scenario, r: &Value) {
         Kind::Stream => row.throughput = r["gbit_per_s"].as_f64(),
         Kind::Hold(_) => {}
     }
+}
+
+/// (connections, resumed) from the HTTPS origin's `--stats` file.
+fn origin_counters(file: &FsPath) -> Option<(u64, u64)> {
+    let text = std::fs::read_to_string(file).ok()?;
+    let get =
+        |key: &str| text.lines().find_map(|l| l.strip_prefix(key)?.trim().parse::<u64>().ok());
+    Some((get("connections ")?, get("resumed ")?))
 }
 
 /// First line, at most 100 characters: the report shows reasons in cells.

@@ -21,6 +21,12 @@ pub enum Path {
     UdpSocks,
     /// A UDP port relay to the campaign's UDP echo.
     UdpRelay,
+    /// A relay that terminates TLS from the client (TLS 1.3, the campaign's
+    /// certificate) and speaks plain TCP to the HTTP origin.
+    TlsTerm,
+    /// A relay that takes plain TCP from the client and originates TLS to
+    /// the campaign's HTTPS origin, verifying it against the origin's CA.
+    TlsOrig,
 }
 
 impl Path {
@@ -34,7 +40,14 @@ impl Path {
             Path::Ws => "ws",
             Path::UdpSocks => "udp-socks5",
             Path::UdpRelay => "udp-relay",
+            Path::TlsTerm => "https-relay",
+            Path::TlsOrig => "relay",
         }
+    }
+
+    /// Needs the campaign's certificates or its HTTPS origin.
+    pub fn is_tls(self) -> bool {
+        matches!(self, Path::TlsTerm | Path::TlsOrig)
     }
 
     /// Datagrams to the UDP origin rather than HTTP to the HTTP origin.
@@ -131,6 +144,17 @@ pub const GROUPS: &[(&str, &[&str])] = &[
     ("stream16", &["relay-stream16", "connect-stream16", "socks-stream16"]),
     ("stream16-up", &["relay-stream16-up", "connect-stream16-up", "socks-stream16-up"]),
     ("udp", &["udp-socks-64b", "udp-relay-64b"]),
+    (
+        "tls",
+        &[
+            "tls-term-1k",
+            "tls-term-1m",
+            "tls-term-close",
+            "tls-orig-1k",
+            "tls-orig-1m",
+            "tls-orig-close",
+        ],
+    ),
 ];
 
 /// Expands group names (`mix`, `stream16`, `mem-tunnels-N` = the CONNECT
@@ -175,6 +199,9 @@ fn all_names() -> Vec<String> {
         v.push(format!("{p}-stream16-up"));
     }
     v.extend(["udp-socks-64b", "udp-relay-64b"].map(String::from));
+    for p in ["term", "orig"] {
+        v.extend(["1k", "1m", "close"].map(|s| format!("tls-{p}-{s}")));
+    }
     v.extend(["ws-64b", "ws-64k", "ws-close"].map(String::from));
     for n in [1000, 5000, 10000, 25000] {
         v.push(format!("mem-tunnels-connect-{n}"));
@@ -213,6 +240,30 @@ pub fn parse(name: &str) -> Result<Scenario> {
             _ => bail!("unknown scenario {name:?}"),
         };
         return Ok(make(Path::Ws, Kind::Rate, a));
+    }
+    if let Some(rest) = name.strip_prefix("tls-") {
+        // TLS 1.3 relays: 64 kept-alive connections with 1 KB answers, 16
+        // with 1 MB ones, or a new connection per 1 KB request. The client
+        // offers X25519 only (what OpenSSL 3.0 peers would pick anyway) and,
+        // for tls-term-close, no resumption: a full handshake per request.
+        let (path, size) = match rest.split_once('-') {
+            Some(("term", s)) => (Path::TlsTerm, s),
+            Some(("orig", s)) => (Path::TlsOrig, s),
+            _ => bail!("unknown scenario {name:?} (tls-term-* or tls-orig-*)"),
+        };
+        let mut a = match size {
+            "1k" => "--connections 64 --path /bytes/1024".to_string(),
+            "1m" => "--connections 16 --path /bytes/1048576".to_string(),
+            "close" => "--connections 64 --close --path /bytes/1024".to_string(),
+            _ => bail!("unknown scenario {name:?} (1k, 1m or close)"),
+        };
+        if path == Path::TlsTerm {
+            a.push_str(" --kx x25519");
+            if size == "close" {
+                a.push_str(" --no-resume");
+            }
+        }
+        return Ok(make(path, Kind::Rate, &a));
     }
     if let Some(rest) = name.strip_prefix("udp-") {
         // Closed loop, one 64-byte datagram in flight per socket; a lost
@@ -281,7 +332,7 @@ mod tests {
     #[test]
     fn every_name_in_all_parses_and_groups_expand() {
         let all = expand("all").unwrap();
-        assert_eq!(all.len(), 44);
+        assert_eq!(all.len(), 50);
         let names: Vec<String> = expand("quick,mem-tunnels-1000,stream1-down,http-ka-1k")
             .unwrap()
             .into_iter()
@@ -331,6 +382,30 @@ mod tests {
         let all: Vec<String> = expand("all").unwrap().into_iter().map(|s| s.name).collect();
         assert!(all.contains(&"udp-relay-64b".to_string()));
         assert!(all.contains(&"socks-stream16-up".to_string()));
+    }
+
+    #[test]
+    fn tls_scenarios() {
+        let names: Vec<String> = expand("tls").unwrap().into_iter().map(|s| s.name).collect();
+        assert_eq!(names.len(), 6);
+        let t = parse("tls-term-close").unwrap();
+        assert_eq!((t.path, t.path.load_mode(), t.unit()), (Path::TlsTerm, "https-relay", "req/s"));
+        assert!(t.path.is_tls() && t.sweepable());
+        assert!(t.load_args.contains(&"--no-resume".to_string()));
+        assert!(t.load_args.windows(2).any(|w| w == ["--kx", "x25519"]));
+        assert!(t.load_args.contains(&"--close".to_string()));
+        let k = parse("tls-term-1k").unwrap();
+        assert!(!k.load_args.contains(&"--no-resume".to_string()));
+        assert_eq!(k.default_connections(), Some(64));
+        let o = parse("tls-orig-1m").unwrap();
+        assert_eq!((o.path, o.path.load_mode()), (Path::TlsOrig, "relay"));
+        assert_eq!(o.default_connections(), Some(16));
+        assert!(o.load_args.windows(2).any(|w| w == ["--path", "/bytes/1048576"]));
+        assert!(!o.load_args.contains(&"--kx".to_string()), "plain TCP from the client");
+        assert!(parse("tls-orig-close").unwrap().load_args.contains(&"--close".to_string()));
+        assert!(!Path::Relay.is_tls());
+        assert!(parse("tls-term-10k").is_err() && parse("tls-mitm-1k").is_err());
+        assert!(expand("all").unwrap().iter().any(|s| s.name == "tls-orig-close"));
     }
 
     #[test]

@@ -28,6 +28,8 @@ usage: rustle-bench load --target HOST:PORT [options]
   --size BYTES      ws message / UDP datagram payload size (default 64; UDP: 12 or more)
   --ca FILE         PEM CA to trust (https-relay)
   --sni NAME        TLS server name (default: the proxy host)
+  --no-resume       https-relay: no session resumption, a full handshake per connection
+  --kx GROUP        https-relay: key exchange groups offered: default (rustls's) or x25519
   --seed N          seed for the WebSocket masks (default 0)
   --json            print one JSON object on stdout";
 
@@ -68,6 +70,14 @@ pub fn parse(args: impl IntoIterator<Item = String>) -> Result<Option<Options>> 
             "--size" => o.size = number(&value()?)?,
             "--ca" => o.ca = Some(value()?.into()),
             "--sni" => o.sni = Some(value()?),
+            "--no-resume" => o.no_resume = true,
+            "--kx" => {
+                o.x25519_only = match value()?.as_str() {
+                    "x25519" => true,
+                    "default" => false,
+                    v => bail!("--kx default|x25519, not {v:?}"),
+                }
+            }
             "--seed" => o.seed = number(&value()?)?,
             "--json" => o.json = true,
             "-h" | "--help" => return Ok(None),
@@ -115,7 +125,7 @@ mod tests {
         let o = parse(args(
             "--mode socks5 --target [::1]:80 --proxy 127.0.0.1:1080 --path /x -c 8 -t 2 \
              --duration 2s --warmup 100ms --timeout 1m --close --upload 10 --rate 99.5 \
-             --active 3 --hold 5 --size 7 --ca ca.pem --sni localhost --seed 42 --json",
+             --active 3 --hold 5 --size 7 --ca ca.pem --sni localhost --no-resume --kx x25519 --seed 42 --json",
         ))
         .unwrap()
         .unwrap();
@@ -125,7 +135,7 @@ mod tests {
         assert_eq!(o.warmup, Duration::from_millis(100));
         assert_eq!(o.timeout, Duration::from_secs(60));
         assert_eq!((o.rate, o.active, o.hold), (Some(99.5), Some(3), Some(5)));
-        assert!(o.close && o.json);
+        assert!(o.close && o.json && o.no_resume && o.x25519_only);
         assert_eq!(o.path.as_deref(), Some("/x"));
         assert_eq!(o.sni.as_deref(), Some("localhost"));
     }
@@ -136,6 +146,7 @@ mod tests {
         assert!(parse(args("--connections")).is_err());
         assert!(parse(args("--duration 1x --target a:1")).is_err());
         assert!(parse(args("--mode direct")).is_err());
+        assert!(parse(args("--kx mlkem --target a:1")).is_err());
         assert!(parse(args("--help")).unwrap().is_none());
     }
 }

@@ -204,12 +204,19 @@ fn tls_connector(o: &Options) -> Result<TlsConnector> {
     }
     // aws-lc-rs named explicitly: the default-provider lookup panics when
     // more than one provider is compiled in.
-    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+    let mut provider = rustls::crypto::aws_lc_rs::default_provider();
+    if o.x25519_only {
+        provider.kx_groups = vec![rustls::crypto::aws_lc_rs::kx_group::X25519];
+    }
+    let provider = Arc::new(provider);
     let mut config = rustls::ClientConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()?
         .with_root_certificates(roots)
         .with_no_client_auth();
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    if o.no_resume {
+        config.resumption = rustls::client::Resumption::disabled();
+    }
     Ok(TlsConnector::from(Arc::new(config)))
 }
 
