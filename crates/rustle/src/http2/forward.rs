@@ -478,6 +478,10 @@ async fn send_response_body<R: AsyncRead + Unpin>(
     io: Duration,
 ) -> Result<u64, Error> {
     let mut total = 0u64;
+    // Chunked framing read since the last data: at the end it holds the last chunk and
+    // the trailer section, which go to the client as HTTP/2 trailers.
+    let mut tail = Vec::new();
+    let chunked = matches!(state, State::Dechunk(_));
     loop {
         if state.is_done() {
             return Ok(total);
@@ -486,14 +490,21 @@ async fn send_response_body<R: AsyncRead + Unpin>(
             let (n, forward) = state.advance(ubuf.filled(), Dir::Down)?;
             if n > 0 {
                 if forward {
+                    tail.clear();
                     let data = Bytes::copy_from_slice(&ubuf.filled()[..n]);
                     total += n as u64;
                     ubuf.consume(n);
                     send_all(send, data, state.is_done(), io).await?;
                 } else {
+                    if chunked && tail.len() < TRAILERS_MAX {
+                        tail.extend_from_slice(&ubuf.filled()[..n]);
+                    }
                     ubuf.consume(n);
                     if state.is_done() {
-                        send_all(send, Bytes::new(), true, io).await?;
+                        match trailers(&tail) {
+                            Some(map) => send.send_trailers(map).map_err(client_error)?,
+                            None => send_all(send, Bytes::new(), true, io).await?,
+                        }
                     }
                 }
                 continue;
@@ -513,6 +524,44 @@ async fn send_response_body<R: AsyncRead + Unpin>(
             return Err(Error::UpstreamClosed("in the middle of the response body"));
         }
     }
+}
+
+/// Trailer sections larger than this are dropped (the chunked scanner bounds them too).
+const TRAILERS_MAX: usize = 16 * 1024;
+
+/// The trailer fields at the end of a chunked body, from the framing after its last data:
+/// `CRLF`, the last chunk (`0[;ext]CRLF`), then fields up to an empty line. `None` when
+/// there are none worth sending (fields that must not be trailers are left out).
+fn trailers(tail: &[u8]) -> Option<HeaderMap> {
+    let mut rest = tail;
+    // Skip to just after the last-chunk line.
+    loop {
+        let end = rest.windows(2).position(|w| w == b"\r\n")?;
+        let line = &rest[..end];
+        rest = &rest[end + 2..];
+        let size = line.split(|&b| b == b';').next().unwrap_or_default();
+        if !size.is_empty() && size.iter().all(|&b| b == b'0') {
+            break;
+        }
+    }
+    let mut fields = [httparse::EMPTY_HEADER; 32];
+    let httparse::Status::Complete((_, fields)) =
+        httparse::parse_headers(rest, &mut fields).ok()?
+    else {
+        return None;
+    };
+    let mut map = HeaderMap::new();
+    for f in fields.iter() {
+        let (Ok(name), Ok(value)) =
+            (HeaderName::from_bytes(f.name.as_bytes()), HeaderValue::from_bytes(f.value))
+        else {
+            continue;
+        };
+        if !is_hop_by_hop(&name) && !is_dropped_request_field(&name) {
+            map.append(name, value);
+        }
+    }
+    (!map.is_empty()).then_some(map)
 }
 
 /// An HTTP/2 response from an HTTP/1.1 head: hop-by-hop fields (and those Connection

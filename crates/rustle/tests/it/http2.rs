@@ -1072,3 +1072,25 @@ fn nghttp_over_the_tls_port() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+#[tokio::test]
+async fn response_trailers_of_a_chunked_origin_reach_the_client() {
+    let origin = Origin::start().unwrap();
+    let proxy = h2c_proxy(|_| {});
+    let c = client(proxy.addr()).await;
+    let mut c = c.ready().await.unwrap();
+    let req = request(Method::GET, &origin.url("/chunked/20000?size=3000")).body(()).unwrap();
+    let (resp, _) = c.send_request(req, true).expect("send");
+    let resp = tokio::time::timeout(Duration::from_secs(20), resp).await.unwrap().unwrap();
+    assert_eq!(resp.status(), 200);
+    let mut body = resp.into_body();
+    let mut got = Vec::new();
+    while let Some(chunk) = body.data().await {
+        let chunk = chunk.unwrap();
+        let _ = body.flow_control().release_capacity(chunk.len());
+        got.extend_from_slice(&chunk);
+    }
+    assert_eq!(got, pattern(20_000));
+    let trailers = body.trailers().await.expect("trailers").expect("some trailers");
+    assert_eq!(trailers.get("x-trailer").map(|v| v.as_bytes()), Some(&b"done"[..]));
+}
