@@ -64,6 +64,8 @@ pub struct Worker {
     pub traffic: Arc<Traffic>,
     /// Read buffers not in use, so a request does not allocate one.
     bufs: std::cell::RefCell<Vec<Buf>>,
+    /// The fewest spare buffers since the last trim: that many were not needed.
+    bufs_low: Cell<usize>,
     /// Kept-alive connections waiting for their next request.
     pub waiters: crate::idle::Waiters,
     /// Open client connections across all workers, for `limits.max_connections`.
@@ -268,6 +270,7 @@ pub fn start(cfg: Config) -> anyhow::Result<Running> {
                 stopping: Cell::new(false),
                 active: Cell::new(0),
                 bufs: std::cell::RefCell::new(Vec::new()),
+                bufs_low: Cell::new(0),
                 waiters: Default::default(),
                 policy: std::cell::RefCell::new(Rc::new(initial_policy)),
                 creds: std::cell::RefCell::new(CredentialCache::new(auth_ttl, CRED_CACHE_MAX)),
@@ -358,6 +361,7 @@ async fn worker_main(worker: Rc<Worker>, sockets: Vec<(Arc<Listener>, Socket)>) 
                 worker.waiters.sweep(Instant::now(), false);
                 if last_sweep.elapsed() >= SWEEP_EVERY {
                     worker.upstreams.sweep();
+                    worker.trim_bufs();
                     last_sweep = Instant::now();
                 }
             }
@@ -453,8 +457,11 @@ async fn accept_loop(worker: Rc<Worker>, config: Arc<Listener>, listener: TcpLis
     }
 }
 
-/// Spare buffers a worker keeps; beyond this, returned buffers are freed.
-const MAX_SPARE_BUFS: usize = 64;
+/// Spare buffers a worker may keep; beyond this, returned buffers are freed. Idle
+/// kept-alive connections give their buffer back between requests, so a busy worker
+/// needs about one per active connection: a small cap made them allocate (and zero
+/// 16 KiB) on most requests. What the last second did not use is freed by `trim_bufs`.
+const MAX_SPARE_BUFS: usize = 4096;
 
 impl Worker {
     /// The generation of the users in force (changes with every reload).
@@ -519,7 +526,21 @@ impl Worker {
     }
 
     pub fn take_buf(&self) -> Buf {
-        self.bufs.borrow_mut().pop().unwrap_or_else(Buf::with_storage)
+        let mut bufs = self.bufs.borrow_mut();
+        let buf = bufs.pop().unwrap_or_else(Buf::with_storage);
+        self.bufs_low.set(self.bufs_low.get().min(bufs.len()));
+        buf
+    }
+
+    /// Frees the spare buffers that went unused since the last trim (run every second),
+    /// so the pool follows the load down.
+    fn trim_bufs(&self) {
+        let mut bufs = self.bufs.borrow_mut();
+        let unused = self.bufs_low.get().min(bufs.len());
+        let keep = bufs.len() - unused;
+        bufs.truncate(keep);
+        bufs.shrink_to(keep.max(16));
+        self.bufs_low.set(bufs.len());
     }
 
     pub fn give_buf(&self, mut buf: Buf) {
