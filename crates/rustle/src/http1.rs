@@ -177,10 +177,13 @@ async fn serve_with(
             }
         }
         let mut ex = Exchange::new(Instant::now());
-        c.method.clear();
-        c.method.extend_from_slice(c.head.method_span.get(c.buf.filled()));
-        c.target.clear();
-        c.target.extend_from_slice(c.head.target_span.get(c.buf.filled()));
+        // Kept for the log line (the head is consumed by then); nothing to keep without one.
+        if worker.log.enabled() {
+            c.method.clear();
+            c.method.extend_from_slice(c.head.method_span.get(c.buf.filled()));
+            c.target.clear();
+            c.target.extend_from_slice(c.head.target_span.get(c.buf.filled()));
+        }
         let next = match c.handle(&mut ex).await {
             Ok(Next::Tunnel(handoff)) => {
                 // The tunnel logs itself when it ends; this task ends now so that the
