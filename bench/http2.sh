@@ -78,7 +78,8 @@ for rep in $(seq 1 "$REPS"); do
 done
 } | tee "$DIR/runs.csv"
 echo
-awk -F, 'NR > 1 { v[$1] = v[$1] " " $7; r[$1] = r[$1] " " $5 }
-  END { for (p in v) { n = split(v[p], a, " "); asort(a); m = split(r[p], b, " "); asort(b);
-        printf "%s: median CPU %.2f us/request, median %.0f requests/s (%d runs)\n",
-               p, a[int((n + 1) / 2)], b[int((m + 1) / 2)], n } }' "$DIR/runs.csv"
+for proto in h2 h1; do
+  cpu=$(awk -F, -v p=$proto '$1 == p {print $7}' "$DIR/runs.csv" | sort -n | awk '{a[NR] = $1} END {print a[int((NR + 1) / 2)]}')
+  rps=$(awk -F, -v p=$proto '$1 == p {print $5}' "$DIR/runs.csv" | sort -n | awk '{a[NR] = $1} END {print a[int((NR + 1) / 2)]}')
+  echo "$proto: median CPU $cpu us/request, median $rps requests/s"
+done

@@ -353,10 +353,12 @@ impl Exchange {
 /// The task of one stream until its answer (a tunnel continues in a task of its own).
 async fn stream(live: Live, req: Request<RecvStream>, mut respond: SendResponse<Bytes>) {
     let shared = live.0.clone();
+    // The log line's method and target, formatted only when there is a log.
+    let logged = shared.worker.log.enabled();
     let mut ex = Exchange {
         start: Instant::now(),
-        method: req.method().as_str().to_string(),
-        target: target_text(&req),
+        method: if logged { req.method().as_str().to_string() } else { String::new() },
+        target: if logged { target_text(&req) } else { String::new() },
         status: 0,
         up: 0,
         down: 0,
