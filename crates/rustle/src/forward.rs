@@ -308,8 +308,9 @@ async fn switch_protocols(
     Ok(Next::Tunnel(Handoff { upstream: up, early_up, early_down, throttle }))
 }
 
-/// Reads until a whole response head is in `ubuf` and parsed into `rhead`.
-async fn read_response_head<R: AsyncRead + Unpin>(
+/// Reads until a whole response head is in `ubuf` and parsed into `rhead` (HTTP/2 streams
+/// use it too).
+pub(crate) async fn read_response_head<R: AsyncRead + Unpin>(
     worker: &Worker,
     r: &mut R,
     ubuf: &mut Buf,
@@ -347,7 +348,7 @@ async fn read_response_head<R: AsyncRead + Unpin>(
 }
 
 /// Writes to the upstream with the I/O timeout.
-async fn write_timed<W: AsyncWrite + Unpin>(
+pub(crate) async fn write_timed<W: AsyncWrite + Unpin>(
     w: &mut W,
     bytes: &[u8],
     idle: std::time::Duration,

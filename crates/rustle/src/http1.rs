@@ -4,12 +4,10 @@
 //! asks to close, an error occurs, or the worker shuts down.
 
 use std::fmt;
-use std::future::Future;
 use std::io::Write as _;
 use std::net::SocketAddr;
 use std::rc::Rc;
 use std::sync::Arc;
-use std::task::Poll;
 use std::time::{Duration, Instant};
 
 use rustle_proto::http::{parse_request, Method, RequestHead, Target};
@@ -278,13 +276,8 @@ impl Client {
             // A request that is already there (pipelined, or sent right after connecting)
             // is read without arming a timer.
             let first = {
-                let mut read =
-                    std::pin::pin!(self.buf.read_from(&mut self.stream, limits.max_head));
-                std::future::poll_fn(|cx| match read.as_mut().poll(cx) {
-                    Poll::Ready(r) => Poll::Ready(Some(r)),
-                    Poll::Pending => Poll::Ready(None),
-                })
-                .await
+                let read = self.buf.read_from(&mut self.stream, limits.max_head);
+                crate::body::poll_once(std::pin::pin!(read)).await
             };
             let n = match (first, deadline) {
                 (Some(r), _) => r,

@@ -102,12 +102,7 @@ impl Waiters {
     /// once registers nothing; one that has to wait gets a coarse deadline (`within`).
     pub async fn timed<F: Future>(&self, fut: F, limit: std::time::Duration) -> Option<F::Output> {
         let mut fut = std::pin::pin!(fut);
-        let first = std::future::poll_fn(|cx| match fut.as_mut().poll(cx) {
-            Poll::Ready(r) => Poll::Ready(Some(r)),
-            Poll::Pending => Poll::Ready(None),
-        })
-        .await;
-        match first {
+        match crate::body::poll_once(fut.as_mut()).await {
             Some(r) => Some(r),
             None => self.within(fut, Instant::now() + limit).await,
         }

@@ -502,17 +502,29 @@ where
         if this.up.done && this.down.done {
             return this.finish(Ok(()));
         }
-        // One timer per relay, moved only when it fires.
-        while this.timer.as_mut().poll(cx).is_ready() {
-            let quiet = this.last.elapsed();
-            if quiet >= this.opts.idle {
-                return this.finish(Err(Error::Timeout(Phase::TunnelIdle)));
-            }
-            let next = tokio::time::Instant::now() + (this.opts.idle - quiet);
-            this.timer.as_mut().reset(next);
+        if idle_expired(&mut this.timer, this.last, this.opts.idle, cx) {
+            return this.finish(Err(Error::Timeout(Phase::TunnelIdle)));
         }
         Poll::Pending
     }
+}
+
+/// A relay's one idle timer, moved only when it fires: true once `idle` has passed since
+/// the last byte (`last`).
+fn idle_expired(
+    timer: &mut Pin<Box<Sleep>>,
+    last: Instant,
+    idle: Duration,
+    cx: &mut Context<'_>,
+) -> bool {
+    while timer.as_mut().poll(cx).is_ready() {
+        let quiet = last.elapsed();
+        if quiet >= idle {
+            return true;
+        }
+        timer.as_mut().reset(tokio::time::Instant::now() + (idle - quiet));
+    }
+    false
 }
 
 /// Which socket failed in `splice_body`.

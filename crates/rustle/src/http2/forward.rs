@@ -17,7 +17,7 @@ use h2::server::SendResponse;
 use h2::{Reason, RecvStream, SendStream};
 use http::request::Parts;
 use http::{HeaderMap, HeaderName, HeaderValue, Request, Response, StatusCode};
-use rustle_proto::http::{parse_response, BodyKind, Method, ResponseHead};
+use rustle_proto::http::{BodyKind, Method, ResponseHead};
 use tokio::io::{AsyncRead, AsyncWrite};
 
 use super::tunnel::{Task, Tunnel};
@@ -30,6 +30,7 @@ use crate::body::{self, Dir, State};
 use crate::buf::Buf;
 use crate::conn::Stream;
 use crate::error::{ConnectError, Error, Phase};
+use crate::forward::{read_response_head, write_timed};
 
 /// A timeout long enough never to fire, for waits bounded by something else.
 const UNBOUNDED: Duration = Duration::from_secs(365 * 24 * 3600);
@@ -100,7 +101,9 @@ pub(super) async fn forward(
     loop {
         let sent = write_timed(&mut up, &out, io).await;
         let result = match sent {
-            Ok(()) if whole => read_response_head(&mut up, &mut ubuf, &mut rhead, method, io).await,
+            Ok(()) if whole => {
+                read_response_head(&worker, &mut up, &mut ubuf, &mut rhead, method, io).await
+            }
             other => other,
         };
         match result {
@@ -146,7 +149,7 @@ pub(super) async fn forward(
                     Ok(_) => body_done = true,
                     Err(e) => { outcome = Err(e); break; }
                 },
-                r = read_response_head(&mut ur, &mut ubuf, &mut rhead, method,
+                r = read_response_head(&worker, &mut ur, &mut ubuf, &mut rhead, method,
                                        if body_done { io } else { UNBOUNDED }) => match r {
                     Ok(()) => head_ready = true,
                     Err(e) => { outcome = Err(e); break; }
@@ -240,7 +243,9 @@ pub(super) async fn websocket(
     write_timed(&mut up, &out, io.io).await?;
     let mut ubuf = shared.worker.take_buf();
     let mut rhead = ResponseHead::new();
-    let head = read_response_head(&mut up, &mut ubuf, &mut rhead, Method::Get, io.io).await;
+    let head =
+        read_response_head(&shared.worker, &mut up, &mut ubuf, &mut rhead, Method::Get, io.io)
+            .await;
     let result = head.and_then(|()| {
         let upgraded =
             rhead.upgrade.is_some_and(|u| u.get(ubuf.filled()).eq_ignore_ascii_case(b"websocket"));
@@ -612,52 +617,4 @@ fn is_hop_by_hop(name: &HeaderName) -> bool {
             | header::PROXY_AUTHENTICATE
     ) || name.as_str() == "keep-alive"
         || name.as_str() == "proxy-connection"
-}
-
-/// Reads until a whole response head is in `ubuf` and parsed into `rhead`.
-async fn read_response_head<R: AsyncRead + Unpin>(
-    r: &mut R,
-    ubuf: &mut Buf,
-    rhead: &mut ResponseHead,
-    method: Method,
-    idle: Duration,
-) -> Result<(), Error> {
-    let limits = rustle_proto::http::Limits::default();
-    loop {
-        if !ubuf.is_empty() {
-            match parse_response(ubuf.filled(), &limits, method, rhead) {
-                Ok(Some(())) => return Ok(()),
-                Ok(None) => {}
-                Err(e) => return Err(Error::BadResponse(e)),
-            }
-        }
-        let n = match body::timed(ubuf.read_from(r, limits.max_head), idle).await {
-            Some(Ok(n)) => n,
-            Some(Err(e)) if e.kind() == std::io::ErrorKind::OutOfMemory => {
-                return Err(Error::BadResponse(rustle_proto::http::HeadError::HeadTooLarge))
-            }
-            Some(Err(e)) => return Err(Error::Upstream(e)),
-            None => return Err(Error::Timeout(Phase::UpstreamHead)),
-        };
-        if n == 0 {
-            return Err(Error::UpstreamClosed(if ubuf.is_empty() {
-                "without responding"
-            } else {
-                "in the middle of the response head"
-            }));
-        }
-    }
-}
-
-/// Writes to the upstream with the I/O timeout.
-async fn write_timed<W: AsyncWrite + Unpin>(
-    w: &mut W,
-    bytes: &[u8],
-    idle: Duration,
-) -> Result<(), Error> {
-    match body::write_all_timed(w, bytes, idle).await {
-        Ok(()) => Ok(()),
-        Err(Some(e)) => Err(Error::Upstream(e)),
-        Err(None) => Err(Error::Timeout(Phase::UpstreamHead)),
-    }
 }

@@ -258,13 +258,8 @@ where
         if this.up.done && this.down.done {
             return this.finish(Ok(()));
         }
-        while this.timer.as_mut().poll(cx).is_ready() {
-            let quiet = this.last.elapsed();
-            if quiet >= this.opts.idle {
-                return this.finish(Err(Error::Timeout(Phase::TunnelIdle)));
-            }
-            let next = tokio::time::Instant::now() + (this.opts.idle - quiet);
-            this.timer.as_mut().reset(next);
+        if super::idle_expired(&mut this.timer, this.last, this.opts.idle, cx) {
+            return this.finish(Err(Error::Timeout(Phase::TunnelIdle)));
         }
         Poll::Pending
     }

@@ -266,9 +266,10 @@ fn system_roots() -> Result<RootCertStore, String> {
 }
 
 /// `insecure = true`: any certificate is accepted, but handshake signatures are still
-/// checked, so the session is at least with the holder of the key presented.
+/// checked, so the session is at least with the holder of the key presented. (Tests use it
+/// to see which certificate a server chose for a name it does not cover.)
 #[derive(Debug)]
-struct NoVerification(Arc<CryptoProvider>);
+pub(super) struct NoVerification(pub(super) Arc<CryptoProvider>);
 
 impl ServerCertVerifier for NoVerification {
     fn verify_server_cert(
