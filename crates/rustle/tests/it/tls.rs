@@ -639,3 +639,26 @@ fn kernel_tls_is_probed_and_user_space_tls_serves_where_it_is_missing() {
     assert_eq!(exchange(&mut tls, req.as_bytes()).status, 200);
     assert!(!off.stderr().contains("kernel TLS"), "{}", off.stderr());
 }
+
+#[test]
+fn tls_1_2_clients_are_served_too() {
+    let dir = TempDir::new("tls12");
+    let files = certs(&dir, "localhost");
+    let proxy = Proxy::from_toml(&https_toml(&files, ""));
+    let origin = Origin::start().unwrap();
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in CertificateDer::pem_file_iter(&files.ca).unwrap() {
+        roots.add(cert.unwrap()).unwrap();
+    }
+    let config = rustls::ClientConfig::builder_with_provider(provider())
+        .with_protocol_versions(&[&rustls::version::TLS12])
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    let mut tls = tls_connect(proxy.addr(), "localhost", &Arc::new(config)).unwrap();
+    assert_eq!(tls.conn.protocol_version(), Some(rustls::ProtocolVersion::TLSv1_2));
+    let req = format!("GET {} HTTP/1.1\r\nHost: x\r\n\r\n", origin.url("/bytes/9"));
+    assert_eq!(exchange(&mut tls, req.as_bytes()).status, 200);
+    let line = proxy.log_line(|l| l.contains("/bytes/9"));
+    assert!(line.contains("tls=TLSv1_2/"), "{line}");
+}
