@@ -61,7 +61,7 @@ pub async fn serve_rewound<IO>(
 {
     let prefix = buf.filled().to_vec();
     guard.worker().give_buf(buf);
-    serve(guard, listener, io::Rewind::new(prefix, io), peer).await
+    serve_with(guard, listener, io, peer, None, None, prefix).await
 }
 
 /// What the streams of one connection share.
@@ -118,7 +118,7 @@ pub async fn serve<IO>(guard: ConnGuard, listener: Arc<Listener>, io: IO, peer: 
 where
     IO: AsyncRead + AsyncWrite + Unpin + 'static,
 {
-    serve_with(guard, listener, io, peer, None, None).await
+    serve_with(guard, listener, io, peer, None, None, Vec::new()).await
 }
 
 /// HTTP/2 inside TLS (ALPN `h2`): `tls` is logged with every stream; `cert_user` is the
@@ -133,7 +133,7 @@ pub async fn serve_tls<IO>(
 ) where
     IO: AsyncRead + AsyncWrite + Unpin + 'static,
 {
-    serve_with(guard, listener, io, peer, Some(tls), cert_user).await
+    serve_with(guard, listener, io, peer, Some(tls), cert_user, Vec::new()).await
 }
 
 async fn serve_with<IO>(
@@ -143,6 +143,7 @@ async fn serve_with<IO>(
     peer: SocketAddr,
     tls: Option<Rc<crate::tls::Session>>,
     cert_user: Option<String>,
+    prefix: Vec<u8>,
 ) where
     IO: AsyncRead + AsyncWrite + Unpin + 'static,
 {
@@ -155,7 +156,7 @@ async fn serve_with<IO>(
     let worker = guard.worker().clone();
     let cfg = &worker.cfg.http2;
     let flood = Rc::new(io::Flood::new(cfg));
-    let io = io::Watch::new(io, flood.clone());
+    let io = io::Watch::new(io, flood.clone(), prefix);
     let mut builder = h2::server::Builder::new();
     builder
         .max_concurrent_streams(cfg.max_concurrent_streams)

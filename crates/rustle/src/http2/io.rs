@@ -1,7 +1,7 @@
-//! The two wrappers around a client connection's byte stream: `Rewind` gives back bytes
-//! that HTTP/1.1 read before it saw the HTTP/2 preface, and `Watch` reads the frame
-//! headers going by to count the frames the h2 crate answers without telling us (PING,
-//! SETTINGS, RST_STREAM), so that floods of them can be stopped.
+//! The wrapper around a client connection's byte stream: `Watch` gives back first the
+//! bytes HTTP/1.1 read before it saw the HTTP/2 preface (h2c), and reads the frame headers
+//! going by to count the frames the h2 crate answers without telling us (PING, SETTINGS,
+//! RST_STREAM), so that floods of them can be stopped.
 
 use std::cell::Cell;
 use std::io;
@@ -13,72 +13,6 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 /// The client connection preface (RFC 9113 3.4).
 pub const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
-
-/// A stream whose first bytes come from a buffer: what was read before the protocol was
-/// known.
-pub struct Rewind<IO> {
-    prefix: Vec<u8>,
-    pos: usize,
-    io: IO,
-}
-
-impl<IO> Rewind<IO> {
-    pub fn new(prefix: Vec<u8>, io: IO) -> Self {
-        Rewind { prefix, pos: 0, io }
-    }
-}
-
-impl<IO: AsyncRead + Unpin> AsyncRead for Rewind<IO> {
-    fn poll_read(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
-        let this = self.get_mut();
-        if this.pos < this.prefix.len() {
-            let n = (this.prefix.len() - this.pos).min(buf.remaining());
-            buf.put_slice(&this.prefix[this.pos..this.pos + n]);
-            this.pos += n;
-            if this.pos == this.prefix.len() {
-                // Replayed: free it rather than keep it for the connection's life.
-                this.prefix = Vec::new();
-                this.pos = 0;
-            }
-            return Poll::Ready(Ok(()));
-        }
-        Pin::new(&mut this.io).poll_read(cx, buf)
-    }
-}
-
-impl<IO: AsyncWrite + Unpin> AsyncWrite for Rewind<IO> {
-    fn poll_write(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.get_mut().io).poll_write(cx, buf)
-    }
-
-    fn poll_write_vectored(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[io::IoSlice<'_>],
-    ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.get_mut().io).poll_write_vectored(cx, bufs)
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        self.io.is_write_vectored()
-    }
-
-    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().io).poll_flush(cx)
-    }
-
-    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().io).poll_shutdown(cx)
-    }
-}
 
 /// Frame types counted (RFC 9113 6).
 const RST_STREAM: u8 = 0x3;
@@ -140,6 +74,9 @@ impl Flood {
 /// Reads frame headers as the bytes go by; never changes a byte.
 pub struct Watch<IO> {
     io: IO,
+    /// Bytes read before the protocol was known, given back first.
+    prefix: Vec<u8>,
+    pos: usize,
     flood: std::rc::Rc<Flood>,
     /// Preface bytes still to pass before the first frame.
     preface: u8,
@@ -151,8 +88,9 @@ pub struct Watch<IO> {
 }
 
 impl<IO> Watch<IO> {
-    pub fn new(io: IO, flood: std::rc::Rc<Flood>) -> Self {
-        Watch { io, flood, preface: PREFACE.len() as u8, head: [0; 9], head_len: 0, skip: 0 }
+    pub fn new(io: IO, flood: std::rc::Rc<Flood>, prefix: Vec<u8>) -> Self {
+        let preface = PREFACE.len() as u8;
+        Watch { io, prefix, pos: 0, flood, preface, head: [0; 9], head_len: 0, skip: 0 }
     }
 
     fn scan(&mut self, mut bytes: &[u8]) {
@@ -197,6 +135,18 @@ impl<IO: AsyncRead + Unpin> AsyncRead for Watch<IO> {
     ) -> Poll<io::Result<()>> {
         let this = self.get_mut();
         let before = buf.filled().len();
+        if this.pos < this.prefix.len() {
+            let n = (this.prefix.len() - this.pos).min(buf.remaining());
+            buf.put_slice(&this.prefix[this.pos..this.pos + n]);
+            this.pos += n;
+            if this.pos == this.prefix.len() {
+                // Replayed: free it rather than keep it for the connection's life.
+                this.prefix = Vec::new();
+                this.pos = 0;
+            }
+            this.scan(&buf.filled()[before..]);
+            return Poll::Ready(Ok(()));
+        }
         let r = Pin::new(&mut this.io).poll_read(cx, buf);
         if let Poll::Ready(Ok(())) = r {
             let filled = buf.filled();
@@ -252,7 +202,7 @@ mod tests {
 
     fn watch(max_pings: u32) -> Watch<()> {
         let cfg = crate::config::Http2 { max_pings, ..Default::default() };
-        Watch::new((), std::rc::Rc::new(Flood::new(&cfg)))
+        Watch::new((), std::rc::Rc::new(Flood::new(&cfg)), Vec::new())
     }
 
     #[test]
