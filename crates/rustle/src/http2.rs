@@ -83,6 +83,14 @@ struct Shared {
     driver: Cell<Option<std::task::Waker>>,
 }
 
+impl Shared {
+    /// The bandwidth limits of one stream: its listener's and its user's, as for an
+    /// HTTP/1.1 connection.
+    fn throttle(&self, user: Option<&str>) -> crate::limits::Throttle {
+        self.worker.policy().throttle(&self.listener.throttle, user)
+    }
+}
+
 /// A connection's user, with the header value that proved it and the users' generation
 /// it was checked against (a later stream with the same value needs no new check).
 struct Authenticated {
@@ -532,11 +540,27 @@ async fn upstream_tcp(
     }
 }
 
+/// The authority a proxied request names: its `:authority`, which a proxied request must
+/// carry (RFC 9113 8.3.1: clients generating HTTP/2 requests use it, not Host). A Host
+/// field alone cannot stand in, as the h2 crate then drops `:scheme` and an `https`
+/// request could not be told from an `http` one. A Host field that names another host
+/// than the `:authority` makes the request malformed.
+fn authority(parts: &http::request::Parts) -> Result<http::uri::Authority, Error> {
+    let a = parts.uri.authority().ok_or(Error::Unsupported("the request has no :authority"))?;
+    match parts.headers.get(http::header::HOST) {
+        Some(h) if !h.as_bytes().eq_ignore_ascii_case(a.as_str().as_bytes()) => {
+            Err(Error::Unsupported("host differs from :authority"))
+        }
+        _ => Ok(a.clone()),
+    }
+}
+
 /// `host` and `port` of an authority; `default_port` when it has none (None: required).
+/// The host is lower-cased (borrowed when it already is).
 fn host_port(
     authority: Option<&http::uri::Authority>,
     default_port: Option<u16>,
-) -> Result<(String, u16), Error> {
+) -> Result<(std::borrow::Cow<'_, str>, u16), Error> {
     let a = authority.ok_or(Error::Unsupported("the request has no :authority"))?;
     if a.as_str().contains('@') {
         return Err(Error::Unsupported("user information in :authority is not allowed"));
@@ -551,7 +575,11 @@ fn host_port(
     if host.is_empty() {
         return Err(Error::Unsupported("the :authority has no host"));
     }
-    Ok((host.to_ascii_lowercase(), port))
+    let host = match host.bytes().any(|b| b.is_ascii_uppercase()) {
+        true => std::borrow::Cow::Owned(host.to_ascii_lowercase()),
+        false => std::borrow::Cow::Borrowed(host),
+    };
+    Ok((host, port))
 }
 
 /// Sends `data` on a stream as the client's window allows; a window that stays shut for
@@ -668,6 +696,23 @@ mod tests {
         assert!(host_port(Some(&a("u:p@example.com:80")), None).is_err());
         assert!(host_port(Some(&a("example.com:0")), None).is_err());
         assert!(host_port(None, Some(80)).is_err());
+    }
+
+    #[test]
+    fn authority_or_host() {
+        let parts = |uri: &str, host: Option<&str>| {
+            let mut b = Request::builder().uri(uri);
+            if let Some(h) = host {
+                b = b.header("host", h);
+            }
+            b.body(()).expect("request").into_parts().0
+        };
+        let got = |p| authority(&p).map(|a| a.to_string()).map_err(|e| e.to_string());
+        assert_eq!(got(parts("http://a.example:81/", None)), Ok("a.example:81".into()));
+        assert!(got(parts("/x", Some("b.example"))).is_err());
+        assert_eq!(got(parts("http://A.example/", Some("a.EXAMPLE"))), Ok("A.example".into()));
+        assert!(got(parts("http://a.example/", Some("c.example"))).is_err());
+        assert!(got(parts("/x", None)).is_err());
     }
 
     #[test]

@@ -9,6 +9,10 @@
 //! client's window has room, and sends a copy of exactly what was read. Client bytes stay
 //! in the `Bytes` h2 handed over until the upstream took them, and only then is their
 //! window given back, so a slow upstream slows the client down.
+//!
+//! Bandwidth limits (the listener's and the user's, as on HTTP/1.1 tunnels) are asked
+//! before each write up and each read down; a direction the limit stops sleeps until its
+//! buckets refill. An unlimited tunnel carries no limit state at all.
 
 use std::cell::RefCell;
 use std::future::Future;
@@ -29,6 +33,7 @@ use tokio::time::Sleep;
 use super::{client_error, client_gone, host_port, upstream_tcp, Exchange, Live, Shared};
 use crate::acl::Protocol;
 use crate::error::{Error, Phase};
+use crate::limits::{Direction, Throttle};
 
 /// Most bytes read from an upstream at once (and sent as one `send_data`, which h2 cuts
 /// into frames). Bulk transfers move in few syscalls; the copy is made at the size read.
@@ -55,7 +60,8 @@ pub(super) async fn connect(
     let send = respond.send_response(Response::new(()), false).map_err(client_error)?;
     ex.status = 200;
     let io = &shared.worker.cfg.timeouts;
-    let relay = Tunnel::new(req.into_body(), send, up, io.tunnel_idle, io.io);
+    let relay = Tunnel::new(req.into_body(), send, up, io.tunnel_idle, io.io)
+        .throttled(&shared.throttle(user.as_deref()));
     Ok(Some(Task { relay, ex: ex.take(), _live: live }))
 }
 
@@ -117,6 +123,46 @@ pub(super) struct Tunnel {
     idle: Duration,
     stall: Duration,
     timer: Pin<Box<Sleep>>,
+    /// Bandwidth limits; None (nothing kept) for an unlimited tunnel.
+    limits: Option<Box<Limits>>,
+}
+
+/// A limited tunnel's buckets, and each direction's wait for them to refill.
+struct Limits {
+    throttle: Throttle,
+    up: Option<Pin<Box<Sleep>>>,
+    down: Option<Pin<Box<Sleep>>>,
+}
+
+impl Limits {
+    /// Bytes that may move in `dir` now, at most `want`; 0 after arming that direction's
+    /// wait, which must then be polled.
+    fn take(&mut self, dir: Direction, want: usize) -> usize {
+        let now = Instant::now();
+        let n = self.throttle.take(dir, want, now);
+        if n == 0 {
+            let sleep = Box::pin(tokio::time::sleep(self.throttle.wait(dir, want, now)));
+            *self.pause(dir) = Some(sleep);
+        }
+        n
+    }
+
+    fn pause(&mut self, dir: Direction) -> &mut Option<Pin<Box<Sleep>>> {
+        match dir {
+            Direction::Up => &mut self.up,
+            Direction::Down => &mut self.down,
+        }
+    }
+
+    /// Ready once `dir` is not waiting for its buckets.
+    fn poll_pause(&mut self, dir: Direction, cx: &mut Context<'_>) -> Poll<()> {
+        let pause = self.pause(dir);
+        if let Some(sleep) = pause {
+            ready!(sleep.as_mut().poll(cx));
+            *pause = None;
+        }
+        Poll::Ready(())
+    }
 }
 
 impl Tunnel {
@@ -147,7 +193,17 @@ impl Tunnel {
             idle,
             stall,
             timer: Box::pin(tokio::time::sleep(idle.min(stall))),
+            limits: None,
         }
+    }
+
+    /// Applies bandwidth limits (nothing is kept for an unlimited throttle).
+    pub(super) fn throttled(mut self, throttle: &Throttle) -> Tunnel {
+        if !throttle.is_unlimited() {
+            self.limits =
+                Some(Box::new(Limits { throttle: throttle.clone(), up: None, down: None }));
+        }
+        self
     }
 
     /// Bytes that came with the upstream's response head (a WebSocket's first frames):
@@ -212,15 +268,34 @@ impl Tunnel {
     fn poll_up(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Error>> {
         loop {
             if !self.pending.is_empty() {
-                ready!(self.upstream.poll_write_ready(cx)).map_err(Error::Upstream)?;
-                match self.upstream.try_write(&self.pending) {
+                let mut allowed = self.pending.len();
+                if let Some(limits) = &mut self.limits {
+                    ready!(limits.poll_pause(Direction::Up, cx));
+                    allowed = limits.take(Direction::Up, allowed);
+                    if allowed == 0 {
+                        continue;
+                    }
+                }
+                let written = match self.upstream.poll_write_ready(cx) {
+                    Poll::Ready(Ok(())) => self.upstream.try_write(&self.pending[..allowed]),
+                    Poll::Ready(Err(e)) => Err(e),
+                    Poll::Pending => Err(io::ErrorKind::WouldBlock.into()),
+                };
+                if let Some(limits) = &self.limits {
+                    let n = *written.as_ref().unwrap_or(&0);
+                    limits.throttle.give_back(Direction::Up, allowed - n);
+                }
+                match written {
                     Ok(n) => {
                         self.pending.advance(n);
                         let _ = self.recv.flow_control().release_capacity(n);
                         self.up += n as u64;
                         self.last = Instant::now();
                     }
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                        // Not writable yet (or readiness was stale): wait for epoll.
+                        ready!(self.upstream.poll_write_ready(cx)).map_err(Error::Upstream)?;
+                    }
                     Err(e) => return Poll::Ready(Err(Error::Upstream(e))),
                 }
                 continue;
@@ -245,6 +320,9 @@ impl Tunnel {
     fn poll_down(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Error>> {
         loop {
             if !self.reserved {
+                if let Some(limits) = &mut self.limits {
+                    ready!(limits.poll_pause(Direction::Down, cx));
+                }
                 ready!(self.upstream.poll_read_ready(cx)).map_err(Error::Upstream)?;
                 self.send.reserve_capacity(READ);
                 self.reserved = true;
@@ -262,13 +340,26 @@ impl Tunnel {
                 }
             }
             self.stalled = None;
-            let want = cap.min(READ);
+            let mut want = cap.min(READ);
+            if let Some(limits) = &mut self.limits {
+                want = limits.take(Direction::Down, want);
+                if want == 0 {
+                    // Wait for the buckets without holding the client's window.
+                    self.send.reserve_capacity(0);
+                    self.reserved = false;
+                    continue;
+                }
+            }
             let upstream = &self.upstream;
             let read = SCRATCH.with(|s| {
                 let mut s = s.borrow_mut();
                 upstream.try_read(&mut s[..want]).map(|n| Bytes::copy_from_slice(&s[..n]))
             });
             self.reserved = false;
+            if let Some(limits) = &self.limits {
+                let n = read.as_ref().map_or(0, |d| d.len());
+                limits.throttle.give_back(Direction::Down, want - n);
+            }
             match read {
                 Ok(data) if data.is_empty() => {
                     self.send.reserve_capacity(0);

@@ -456,6 +456,46 @@ async fn websocket_over_extended_connect_echoes() {
 }
 
 #[tokio::test]
+async fn a_websocket_origin_with_a_wrong_accept_gets_502() {
+    // An origin that upgrades without proving it read the key.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let origin = std::thread::spawn(move || {
+        let (mut s, _) = listener.accept().unwrap();
+        let mut head = Vec::new();
+        let mut byte = [0u8; 1];
+        while !head.ends_with(b"\r\n\r\n") && s.read(&mut byte).unwrap() == 1 {
+            head.push(byte[0]);
+        }
+        let _ = s.write_all(
+            b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
+              Sec-WebSocket-Accept: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n",
+        );
+        let _ = s.read(&mut byte);
+        String::from_utf8_lossy(&head).into_owned()
+    });
+    let proxy = h2c_proxy(|_| {});
+    let mut c = client(proxy.addr()).await;
+    for _ in 0..200 {
+        if c.is_extended_connect_protocol_enabled() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let mut req = Request::builder()
+        .method(Method::CONNECT)
+        .uri(format!("http://{addr}/ws"))
+        .header("sec-websocket-version", "13")
+        .body(())
+        .unwrap();
+    req.extensions_mut().insert(h2::ext::Protocol::from("websocket"));
+    let (resp, _body) = exchange(&mut c, req, None).await;
+    assert_eq!(resp.status(), 502);
+    let head = origin.join().unwrap().to_ascii_lowercase();
+    assert!(head.contains("sec-websocket-key: "), "{head}");
+}
+
+#[tokio::test]
 async fn authentication_and_rules_apply_per_stream() {
     let origin = Origin::start().unwrap();
     let denied_port = closed_port().port();
@@ -1093,4 +1133,100 @@ async fn response_trailers_of_a_chunked_origin_reach_the_client() {
     assert_eq!(got, pattern(20_000));
     let trailers = body.trailers().await.expect("trailers").expect("some trailers");
     assert_eq!(trailers.get("x-trailer").map(|v| v.as_bytes()), Some(&b"done"[..]));
+}
+
+#[test]
+fn requests_need_an_authority_that_host_agrees_with() {
+    let origin = Origin::start().unwrap();
+    let proxy = h2c_proxy(|_| {});
+    let mut s = raw_h2(proxy.addr());
+    let host = origin.addr().to_string();
+    let error_body = |s: &mut std::net::TcpStream, id: u32| {
+        let (_, _, body) =
+            read_frame_until(s, |t, _, i, _| t == DATA && i == id).expect("error body");
+        String::from_utf8_lossy(&body).into_owned()
+    };
+    // No :authority, only Host: h2 hides the :scheme then, so the request cannot be
+    // forwarded safely; a 400 on that stream.
+    let block =
+        hpack(&[(":method", "GET"), (":scheme", "http"), (":path", "/bytes/7"), ("host", &host)]);
+    s.write_all(&frame(HEADERS, END_HEADERS | END_STREAM, 1, &block)).unwrap();
+    assert!(error_body(&mut s, 1).contains("no :authority"));
+    // Both, naming different hosts: malformed.
+    let block = hpack(&[
+        (":method", "GET"),
+        (":scheme", "http"),
+        (":authority", &host),
+        (":path", "/bytes/7"),
+        ("host", "elsewhere.example"),
+    ]);
+    s.write_all(&frame(HEADERS, END_HEADERS | END_STREAM, 3, &block)).unwrap();
+    assert!(error_body(&mut s, 3).contains("host differs from :authority"));
+    // Both, agreeing: forwarded, with one Host line.
+    let block = hpack(&[
+        (":method", "GET"),
+        (":scheme", "http"),
+        (":authority", &host),
+        (":path", "/bytes/7"),
+        ("host", &host),
+    ]);
+    s.write_all(&frame(HEADERS, END_HEADERS | END_STREAM, 5, &block)).unwrap();
+    let (_, _, body) =
+        read_frame_until(&mut s, |t, _, id, _| t == DATA && id == 5).expect("response body");
+    assert_eq!(body, &pattern(7)[..]);
+    let head = String::from_utf8_lossy(&origin.last_request_head()).to_ascii_lowercase();
+    assert_eq!(head.matches("host:").count(), 1, "{head}");
+    assert_eq!(origin.requests(), 1);
+}
+
+/// Mbit/s of `bytes` beyond the buckets' initial burst (a tenth of a second's worth).
+fn limited_rate(bytes: usize, mbit: f64, took: Duration) -> f64 {
+    (bytes as f64 - mbit * 1e6 / 8.0 / 10.0) * 8.0 / took.as_secs_f64() / 1e6
+}
+
+#[tokio::test]
+async fn bandwidth_limits_apply_to_every_kind_of_stream() {
+    let origin = Origin::start().unwrap();
+    let echo = TcpEcho::start().unwrap();
+    let proxy = h2c_proxy(|c| {
+        c.listeners[0].rate_down = Some("8mbit".into());
+        c.listeners[0].rate_up = Some("8mbit".into());
+    });
+    let mut c = client(proxy.addr()).await;
+    let in_range = |rate: f64| (7.0..=9.0).contains(&rate);
+    // A download: 1.5 MB at 8 Mbit/s (1 MB/s) is about 1.4 s after the burst.
+    let n = 1_500_000;
+    let start = Instant::now();
+    let req = request(Method::GET, &origin.url(&format!("/bytes/{n}"))).body(()).unwrap();
+    let (resp, body) = exchange(&mut c, req, None).await;
+    let rate = limited_rate(n, 8.0, start.elapsed());
+    assert_eq!((resp.status(), body.len()), (StatusCode::OK, n));
+    assert!(in_range(rate), "download at {rate:.2} Mbit/s, expected 8");
+    // An upload.
+    let start = Instant::now();
+    let req = request(Method::POST, &origin.url("/sha256"))
+        .header("content-length", n.to_string())
+        .body(())
+        .unwrap();
+    let (resp, body) = exchange(&mut c, req, Some(pattern(n))).await;
+    let rate = limited_rate(n, 8.0, start.elapsed());
+    assert_eq!(resp.status(), 200);
+    assert_eq!(String::from_utf8_lossy(&body), format!("{} {n}", pattern_sha256_hex(n as u64)));
+    assert!(in_range(rate), "upload at {rate:.2} Mbit/s, expected 8");
+    // A CONNECT stream to an echo server: both directions limited, the bytes intact.
+    let (status, mut send, recv) = open_tunnel(&mut c, &echo.addr().to_string()).await;
+    assert_eq!(status, 200);
+    let data = pattern(n);
+    let to_send = Bytes::from(data.clone());
+    let start = Instant::now();
+    let writer = tokio::spawn(async move {
+        send_all(&mut send, to_send).await;
+        send.send_data(Bytes::new(), true).unwrap();
+        send
+    });
+    let got = tokio::time::timeout(Duration::from_secs(20), read_all(recv)).await.expect("in time");
+    let rate = limited_rate(n, 8.0, start.elapsed());
+    let _send = writer.await.unwrap();
+    assert!(got == data, "echoed bytes differ ({} of {n})", got.len());
+    assert!(in_range(rate), "tunnel at {rate:.2} Mbit/s, expected 8");
 }
