@@ -164,7 +164,8 @@ async fn serve_with<IO>(
     let worker = guard.worker().clone();
     let cfg = &worker.cfg.http2;
     let flood = Rc::new(io::Flood::new(cfg));
-    let io = io::Watch::new(io, flood.clone(), prefix);
+    let out = io::Out::new(io);
+    let io = io::Watch::new(out.clone(), flood.clone(), prefix);
     let mut builder = h2::server::Builder::new();
     builder
         .max_concurrent_streams(cfg.max_concurrent_streams)
@@ -187,6 +188,8 @@ async fn serve_with<IO>(
             return;
         }
     };
+    // From here on the connection task sends h2's writes, once per poll (see `io`).
+    out.borrow_mut().gather();
     let shared = Rc::new(Shared {
         guard: RefCell::new(guard),
         worker: worker.clone(),
@@ -214,6 +217,7 @@ async fn serve_with<IO>(
             Closed,
             Failed(h2::Error),
             Flood(&'static str),
+            WriteFailed(std::io::Error),
             Shutdown,
             Idle,
         }
@@ -222,6 +226,11 @@ async fn serve_with<IO>(
             tokio::pin!(changed);
             std::future::poll_fn(|cx| {
                 let r = conn.poll_accept(cx);
+                // What that poll wrote, in one go; if the socket is full, its readiness
+                // wakes this task, which polls the connection again and sends the rest.
+                if let Poll::Ready(Err(e)) = out.borrow_mut().poll_send(cx) {
+                    return Poll::Ready(Event::WriteFailed(e));
+                }
                 // The frames that tripped a limit were read during that poll.
                 if let (Some(why), false) = (flood.tripped(), flooded) {
                     return Poll::Ready(Event::Flood(why));
@@ -263,6 +272,10 @@ async fn serve_with<IO>(
                 tokio::task::spawn_local(stream(live, req, respond));
             }
             Event::Closed => break,
+            Event::WriteFailed(e) => {
+                tracing::debug!("{peer}: HTTP/2 connection lost: {e}");
+                break;
+            }
             Event::Failed(e) => {
                 log_failure(peer, &e);
                 break;
@@ -293,6 +306,9 @@ async fn serve_with<IO>(
             }
         }
     }
+    // What the last poll gathered (a GOAWAY after an error), given a moment to go out.
+    let send = std::future::poll_fn(|cx| out.borrow_mut().poll_send(cx));
+    let _ = tokio::time::timeout(CLOSE_GRACE, send).await;
 }
 
 /// A connection that ended with an error: abuse the h2 crate detected is worth a warning,

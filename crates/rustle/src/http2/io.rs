@@ -2,11 +2,20 @@
 //! bytes HTTP/1.1 read before it saw the HTTP/2 preface (h2c), and reads the frame headers
 //! going by to count the frames the h2 crate answers without telling us (PING, SETTINGS,
 //! RST_STREAM), so that floods of them can be stopped.
+//!
+//! It also gathers writes. The h2 crate flushes its encoder whenever a DATA frame of more
+//! than 256 bytes is queued behind another, so with the stream alone every 1 KB response
+//! cost its own write (and TLS record), even when twenty were answered in one wakeup.
+//! Once the handshake is done, small writes are copied into `Out` and h2's flushes are
+//! no-ops; the connection task sends what gathered after each poll of the connection
+//! (`Out::poll_send`): one write per wakeup. Large writes with nothing gathered go
+//! straight through, so bulk DATA is not copied twice.
 
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 use std::io;
 use std::pin::Pin;
-use std::task::{Context, Poll};
+use std::rc::Rc;
+use std::task::{ready, Context, Poll};
 use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
@@ -71,9 +80,70 @@ impl Flood {
     }
 }
 
+/// Most bytes gathered before writes go to the stream inside `poll_write`.
+const GATHER_MAX: usize = 64 * 1024;
+/// A write at least this large, with nothing gathered, goes straight through.
+const DIRECT: usize = 16 * 1024;
+/// Gathering capacity kept between sends (more is freed once sent).
+const KEEP: usize = 16 * 1024;
+
+/// The client stream's write side, shared by `Watch` (inside h2) and the connection task
+/// (which sends what gathered).
+pub struct Out<IO> {
+    io: IO,
+    buf: Vec<u8>,
+    /// Bytes of `buf` already written.
+    off: usize,
+    /// Whether writes are gathered (after the handshake) or go straight through.
+    gather: bool,
+    /// Written to `io` since its last flush.
+    dirty: bool,
+}
+
+impl<IO> Out<IO> {
+    pub fn new(io: IO) -> Rc<RefCell<Out<IO>>> {
+        Rc::new(RefCell::new(Out { io, buf: Vec::new(), off: 0, gather: false, dirty: false }))
+    }
+
+    /// From now on, writes are gathered until `poll_send`.
+    pub fn gather(&mut self) {
+        self.gather = true;
+    }
+}
+
+impl<IO: AsyncWrite + Unpin> Out<IO> {
+    /// Writes out what gathered.
+    fn poll_drain(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        while self.off < self.buf.len() {
+            let n = ready!(Pin::new(&mut self.io).poll_write(cx, &self.buf[self.off..]))?;
+            if n == 0 {
+                return Poll::Ready(Err(io::ErrorKind::WriteZero.into()));
+            }
+            self.off += n;
+            self.dirty = true;
+        }
+        self.buf.clear();
+        self.off = 0;
+        if self.buf.capacity() > KEEP {
+            self.buf = Vec::new();
+        }
+        Poll::Ready(Ok(()))
+    }
+
+    /// Sends what gathered and flushes the stream (a TLS stream's last record).
+    pub fn poll_send(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        ready!(self.poll_drain(cx))?;
+        if self.dirty {
+            ready!(Pin::new(&mut self.io).poll_flush(cx))?;
+            self.dirty = false;
+        }
+        Poll::Ready(Ok(()))
+    }
+}
+
 /// Reads frame headers as the bytes go by; never changes a byte.
 pub struct Watch<IO> {
-    io: IO,
+    out: Rc<RefCell<Out<IO>>>,
     /// Bytes read before the protocol was known, given back first.
     prefix: Vec<u8>,
     pos: usize,
@@ -88,9 +158,9 @@ pub struct Watch<IO> {
 }
 
 impl<IO> Watch<IO> {
-    pub fn new(io: IO, flood: std::rc::Rc<Flood>, prefix: Vec<u8>) -> Self {
+    pub fn new(out: Rc<RefCell<Out<IO>>>, flood: Rc<Flood>, prefix: Vec<u8>) -> Self {
         let preface = PREFACE.len() as u8;
-        Watch { io, prefix, pos: 0, flood, preface, head: [0; 9], head_len: 0, skip: 0 }
+        Watch { out, prefix, pos: 0, flood, preface, head: [0; 9], head_len: 0, skip: 0 }
     }
 
     fn scan(&mut self, mut bytes: &[u8]) {
@@ -147,7 +217,7 @@ impl<IO: AsyncRead + Unpin> AsyncRead for Watch<IO> {
             this.scan(&buf.filled()[before..]);
             return Poll::Ready(Ok(()));
         }
-        let r = Pin::new(&mut this.io).poll_read(cx, buf);
+        let r = Pin::new(&mut this.out.borrow_mut().io).poll_read(cx, buf);
         if let Poll::Ready(Ok(())) = r {
             let filled = buf.filled();
             let new = &filled[before..];
@@ -164,7 +234,7 @@ impl<IO: AsyncWrite + Unpin> AsyncWrite for Watch<IO> {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.get_mut().io).poll_write(cx, buf)
+        self.poll_write_vectored(cx, &[io::IoSlice::new(buf)])
     }
 
     fn poll_write_vectored(
@@ -172,19 +242,50 @@ impl<IO: AsyncWrite + Unpin> AsyncWrite for Watch<IO> {
         cx: &mut Context<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.get_mut().io).poll_write_vectored(cx, bufs)
+        let mut out = self.out.borrow_mut();
+        let out = &mut *out;
+        if !out.gather {
+            out.dirty = true;
+            return Pin::new(&mut out.io).poll_write_vectored(cx, bufs);
+        }
+        if out.buf.len() >= GATHER_MAX {
+            ready!(out.poll_drain(cx))?;
+        }
+        let total: usize = bufs.iter().map(|b| b.len()).sum();
+        if out.buf.is_empty() && total >= DIRECT {
+            out.dirty = true;
+            return Pin::new(&mut out.io).poll_write_vectored(cx, bufs);
+        }
+        let room = GATHER_MAX - out.buf.len();
+        let mut n = 0;
+        for b in bufs {
+            let take = b.len().min(room - n);
+            out.buf.extend_from_slice(&b[..take]);
+            n += take;
+            if n == room {
+                break;
+            }
+        }
+        Poll::Ready(Ok(n))
     }
 
     fn is_write_vectored(&self) -> bool {
-        self.io.is_write_vectored()
+        true
     }
 
+    /// Gathering, h2's flushes wait for the connection task's `Out::poll_send`.
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().io).poll_flush(cx)
+        let mut out = self.out.borrow_mut();
+        if out.gather {
+            return Poll::Ready(Ok(()));
+        }
+        out.poll_send(cx)
     }
 
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().io).poll_shutdown(cx)
+        let mut out = self.out.borrow_mut();
+        ready!(out.poll_send(cx))?;
+        Pin::new(&mut out.io).poll_shutdown(cx)
     }
 }
 
@@ -202,7 +303,7 @@ mod tests {
 
     fn watch(max_pings: u32) -> Watch<()> {
         let cfg = crate::config::Http2 { max_pings, ..Default::default() };
-        Watch::new((), std::rc::Rc::new(Flood::new(&cfg)), Vec::new())
+        Watch::new(Out::new(()), std::rc::Rc::new(Flood::new(&cfg)), Vec::new())
     }
 
     #[test]
