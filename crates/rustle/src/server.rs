@@ -533,7 +533,8 @@ impl Worker {
     }
 
     /// Frees the spare buffers that went unused since the last trim (run every second),
-    /// so the pool follows the load down.
+    /// so the pool follows the load down; when that freed a burst's worth (256 KiB or
+    /// more), the allocator is asked to give its free pages back, so that RSS follows too.
     fn trim_bufs(&self) {
         let mut bufs = self.bufs.borrow_mut();
         let unused = self.bufs_low.get().min(bufs.len());
@@ -541,6 +542,10 @@ impl Worker {
         bufs.truncate(keep);
         bufs.shrink_to(keep.max(16));
         self.bufs_low.set(bufs.len());
+        drop(bufs);
+        if unused >= 16 {
+            crate::sys::release_free_memory();
+        }
     }
 
     pub fn give_buf(&self, mut buf: Buf) {

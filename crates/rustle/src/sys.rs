@@ -1,10 +1,24 @@
 //! The only unsafe code in rustle: splice(2) through pipes, which no safe crate offers for
-//! tokio's sockets, and the probe for kernel TLS (setsockopt TCP_ULP). Everything here is a
-//! thin, checked wrapper; the rest of the proxy sees a safe `Pipe` and a yes/no.
+//! tokio's sockets, the probe for kernel TLS (setsockopt TCP_ULP), and handing the C
+//! allocator's free pages back to the kernel (malloc_trim). Everything here is a thin,
+//! checked wrapper; the rest of the proxy sees a safe `Pipe`, a yes/no and a hint.
 #![allow(unsafe_code)]
 
 use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+
+/// Returns the C allocator's free memory to the kernel. glibc keeps what is freed for
+/// reuse, so after a burst (thousands of connections set up at once, each with a request
+/// buffer) a worker's RSS would stay at its peak although the memory is free. Called when
+/// a worker's buffer pool shrank; a no-op where the C library is not glibc.
+pub fn release_free_memory() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: malloc_trim takes no pointers; it walks glibc's own heap bookkeeping under
+    // glibc's locks and only releases pages no allocation uses.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}
 
 /// Whether the kernel can take over TLS records: attaches the `tls` upper-layer protocol
 /// to a connected loopback socket (the only way to ask; ENOENT means the module is not
