@@ -48,6 +48,9 @@ usage: rustle-bench campaign [options]
   --netns auto|off     namespaces joined by veths, or loopback (default auto)
   --netem 'ARGS'       tc netem on the client link, e.g. 'delay 1ms loss 0.1%' (netns only)
   --rate-limit RATE    bandwidth of the client link, e.g. 100mbit (netns only)
+  --offload auto|on|off  GSO/TSO/GRO on the veths: auto (default) turns them off only with
+                       --netem or --rate-limit, as the reference campaign did for its
+                       emulated link; on leaves the kernel's defaults; off always
   --out DIR            results directory (default bench/results/campaign-STAMP)
   --rustle-bin PATH    default $RUSTLE_BIN, else target/release/rustle
   --seed N             load generator seed (default 0)
@@ -66,6 +69,8 @@ struct Options {
     netns: bool,
     netem: Option<String>,
     rate_limit: Option<String>,
+    /// None: auto (off only with an emulated link).
+    offload: Option<bool>,
     out: Option<PathBuf>,
     rustle_bin: Option<PathBuf>,
     seed: u64,
@@ -84,6 +89,7 @@ fn parse(args: impl Iterator<Item = String>) -> Result<Option<Options>> {
         netns: true,
         netem: None,
         rate_limit: None,
+        offload: None,
         out: None,
         rustle_bin: std::env::var_os("RUSTLE_BIN").map(PathBuf::from),
         seed: 0,
@@ -113,6 +119,14 @@ fn parse(args: impl Iterator<Item = String>) -> Result<Option<Options>> {
             }
             "--netem" => o.netem = Some(value()?),
             "--rate-limit" => o.rate_limit = Some(value()?),
+            "--offload" => {
+                o.offload = match value()?.as_str() {
+                    "auto" => None,
+                    "on" => Some(true),
+                    "off" => Some(false),
+                    v => bail!("--offload auto|on|off, not {v:?}"),
+                }
+            }
             "--out" => o.out = Some(value()?.into()),
             "--rustle-bin" => o.rustle_bin = Some(value()?.into()),
             "--seed" => o.seed = value()?.parse().context("--seed")?,
@@ -208,7 +222,9 @@ fn campaign(o: &Options) -> Result<()> {
         }
     }
     let net = if o.netns {
-        match Net::create(o.netem.as_deref(), o.rate_limit.as_deref()) {
+        let shaped = o.netem.is_some() || o.rate_limit.is_some();
+        let offload = o.offload.unwrap_or(!shaped);
+        match Net::create(o.netem.as_deref(), o.rate_limit.as_deref(), offload) {
             Ok(n) => n,
             Err(e) => {
                 notes.push(format!("network namespaces unavailable ({e:#}): loopback used"));

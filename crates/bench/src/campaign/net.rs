@@ -94,13 +94,18 @@ impl Net {
 
     /// Creates the namespaces and links. `netem` is tc netem arguments
     /// (`delay 1ms loss 0.1%`), `rate` a bandwidth (`100mbit`); both are
-    /// applied to both ends of the client link, so each way.
-    pub fn create(netem: Option<&str>, rate: Option<&str>) -> Result<Net> {
+    /// applied to both ends of the client link, so each way. `offload` false
+    /// turns GSO/TSO/GRO off on every veth.
+    pub fn create(netem: Option<&str>, rate: Option<&str>, offload: bool) -> Result<Net> {
         let tag = std::process::id();
         let names = [format!("rbc-{tag}"), format!("rbp-{tag}"), format!("rbo-{tag}")];
         // Set before anything exists: on an early error Drop deletes what was
         // made (deleting a namespace that is not there is harmless).
         let mut net = Net { ns: Some(names.clone()), link: String::new(), notes: Vec::new() };
+        net.notes.push(match offload {
+            true => "veth offloads (GSO, TSO, GRO) left as the kernel sets them".into(),
+            false => "veth offloads (GSO, TSO, GRO) turned off".into(),
+        });
         for n in &names {
             children::register_netns(n);
             ip(&["netns", "add", n])?;
@@ -123,7 +128,9 @@ impl Net {
             for (ns, dev, addr) in [(ns_a, a, ip_a), (ns_b, b, ip_b)] {
                 ip(&["-n", ns, "addr", "add", addr, "dev", dev])?;
                 ip(&["-n", ns, "link", "set", dev, "up"])?;
-                net.offload_off(ns, dev);
+                if !offload {
+                    net.offload_off(ns, dev);
+                }
             }
         }
         for n in &names {
