@@ -25,8 +25,15 @@ pub const TUNNEL_CAP: u64 = 9_900;
 /// The load generator's default warmup; the measuring window starts after it.
 const WARMUP: Duration = Duration::from_secs(1);
 
-/// How long `--hold` keeps the tunnels open; memory is read early in it.
-const HOLD_FOR: &str = "4s";
+/// How long `--hold` keeps the tunnels open; memory is read in it, `SETTLE` after the
+/// last tunnel opened.
+const HOLD_FOR: &str = "6s";
+
+/// Idle time before the memory of held tunnels is read: long enough for a proxy that
+/// frees idle buffers on a timer (rustle trims its pool every second, of what the last
+/// second did not use) to have done so, so that the figure is what idle tunnels keep,
+/// not what their setup burst left spare.
+const SETTLE: Duration = Duration::from_millis(2500);
 
 /// The CPUs of the roles on this 2-CPU machine.
 const PROXY_CPU: &str = "0";
@@ -203,7 +210,7 @@ impl Bench {
             row.rss_before_kb = Some(rss_before);
             if let Ok(held) = held_rx.recv_timeout(Duration::from_secs(120)) {
                 // Let the last tunnels' buffers settle before reading.
-                std::thread::sleep(Duration::from_millis(500));
+                std::thread::sleep(SETTLE);
                 let now = sys::status_kb(pid, "VmRSS:");
                 row.tunnels_held = Some(held);
                 row.rss_held_kb = Some(now);
