@@ -297,7 +297,8 @@ async fn serve_with<IO>(
             }
             Event::Idle if closing => {
                 tracing::debug!("{peer}: HTTP/2 connection did not close in time; dropping it");
-                break;
+                // Its grace is used up: nothing more is waited for.
+                return;
             }
             Event::Idle => {
                 conn.graceful_shutdown();
@@ -563,11 +564,19 @@ async fn upstream_tcp(
 /// than the `:authority` makes the request malformed.
 fn authority(parts: &http::request::Parts) -> Result<http::uri::Authority, Error> {
     let a = parts.uri.authority().ok_or(Error::Unsupported("the request has no :authority"))?;
-    match parts.headers.get(http::header::HOST) {
-        Some(h) if !h.as_bytes().eq_ignore_ascii_case(a.as_str().as_bytes()) => {
-            Err(Error::Unsupported("host differs from :authority"))
-        }
-        _ => Ok(a.clone()),
+    let Some(host) = parts.headers.get(http::header::HOST) else { return Ok(a.clone()) };
+    // Compared as RFC 9113 8.3.1 asks, after normalising: host names case-insensitively,
+    // a missing or empty port as the scheme's default.
+    let default = if parts.uri.scheme_str() == Some("https") { 443 } else { 80 };
+    let normal = |s: &[u8]| -> Option<(String, u16)> {
+        let s = std::str::from_utf8(s).ok()?;
+        let s = s.strip_suffix(':').unwrap_or(s);
+        let a = s.parse::<http::uri::Authority>().ok()?;
+        Some((a.host().to_ascii_lowercase(), a.port_u16().unwrap_or(default)))
+    };
+    match (normal(a.as_str().as_bytes()), normal(host.as_bytes())) {
+        (Some(x), Some(y)) if x == y => Ok(a.clone()),
+        _ => Err(Error::Unsupported("host differs from :authority")),
     }
 }
 
@@ -728,6 +737,11 @@ mod tests {
         assert!(got(parts("/x", Some("b.example"))).is_err());
         assert_eq!(got(parts("http://A.example/", Some("a.EXAMPLE"))), Ok("A.example".into()));
         assert!(got(parts("http://a.example/", Some("c.example"))).is_err());
+        assert!(got(parts("http://a.example/", Some("a.example:80"))).is_ok());
+        assert!(got(parts("http://a.example:80/", Some("a.example:"))).is_ok());
+        assert!(got(parts("https://a.example/", Some("a.example:443"))).is_ok());
+        assert!(got(parts("https://a.example/", Some("a.example:80"))).is_err());
+        assert!(got(parts("http://a.example:81/", Some("a.example"))).is_err());
         assert!(got(parts("/x", None)).is_err());
     }
 

@@ -66,6 +66,8 @@ pub struct Worker {
     bufs: std::cell::RefCell<Vec<Buf>>,
     /// The fewest spare buffers since the last trim: that many were not needed.
     bufs_low: Cell<usize>,
+    /// When the allocator was last asked to give free pages back.
+    released: Cell<Instant>,
     /// Kept-alive connections waiting for their next request.
     pub waiters: crate::idle::Waiters,
     /// Open client connections across all workers, for `limits.max_connections`.
@@ -271,6 +273,9 @@ pub fn start(cfg: Config) -> anyhow::Result<Running> {
                 active: Cell::new(0),
                 bufs: std::cell::RefCell::new(Vec::new()),
                 bufs_low: Cell::new(0),
+                released: Cell::new(
+                    Instant::now().checked_sub(RELEASE_EVERY).unwrap_or_else(Instant::now),
+                ),
                 waiters: Default::default(),
                 policy: std::cell::RefCell::new(Rc::new(initial_policy)),
                 creds: std::cell::RefCell::new(CredentialCache::new(auth_ttl, CRED_CACHE_MAX)),
@@ -463,6 +468,9 @@ async fn accept_loop(worker: Rc<Worker>, config: Arc<Listener>, listener: TcpLis
 /// 16 KiB) on most requests. What the last second did not use is freed by `trim_bufs`.
 const MAX_SPARE_BUFS: usize = 4096;
 
+/// Least time between two hand-backs of free memory to the kernel (`trim_bufs`).
+const RELEASE_EVERY: Duration = Duration::from_secs(10);
+
 impl Worker {
     /// The generation of the users in force (changes with every reload).
     pub fn users_generation(&self) -> u64 {
@@ -543,7 +551,11 @@ impl Worker {
         bufs.shrink_to(keep.max(16));
         self.bufs_low.set(bufs.len());
         drop(bufs);
-        if unused >= 16 {
+        // At most every 10 s: a load that swings would otherwise give pages back and fault
+        // them in again every second, and glibc's trim walks every arena.
+        let now = Instant::now();
+        if unused >= 16 && now.duration_since(self.released.get()) >= RELEASE_EVERY {
+            self.released.set(now);
             crate::sys::release_free_memory();
         }
     }

@@ -10,8 +10,8 @@
 //! chunked response becomes the stream's trailers.
 //!
 //! Per request, allocations are kept few (malloc and free were a tenth of the CPU time of
-//! a 1 KB exchange): the pool key is formatted on the stack, the origin's response head is
-//! copied once and its field values are slices of that copy.
+//! a 1 KB exchange): the pool key is formatted on the stack, heads are written without
+//! intermediate strings.
 
 use std::io::Write as _;
 use std::rc::Rc;
@@ -270,7 +270,7 @@ pub(super) async fn websocket(
             resp.headers_mut().remove(http::header::CONTENT_LENGTH);
             return Ok(Err(resp));
         }
-        if !upgraded || !accept_matches(&rhead, ubuf.filled(), &key) {
+        if !upgraded || !rhead.conn.upgrade || !accept_matches(&rhead, ubuf.filled(), &key) {
             return Err(Error::BadUpgrade);
         }
         let mut resp = response(&rhead, ubuf.filled(), None)?;
@@ -660,8 +660,9 @@ fn response(rhead: &ResponseHead, buf: &[u8], via: Option<&str>) -> Result<Respo
         .flat_map(|h| h.value.get(buf).split(|&b| b == b','))
         .map(|t| t.trim_ascii().to_ascii_lowercase())
         .collect();
-    // One copy of the head; the values are slices of it (one allocation, not one each).
-    let head = Bytes::copy_from_slice(&buf[..rhead.len]);
+    // Each value is its own small copy: h2's HPACK table keeps the values it indexes for
+    // the connection's life, and a slice of one shared copy of the head would keep the
+    // whole head alive with it.
     let headers = resp.headers_mut();
     headers.reserve(rhead.headers.len());
     for h in &rhead.headers {
@@ -669,11 +670,7 @@ fn response(rhead: &ResponseHead, buf: &[u8], via: Option<&str>) -> Result<Respo
         if is_hop_by_hop(&name) || named.iter().any(|n| n.as_slice() == name.as_str().as_bytes()) {
             continue;
         }
-        let (start, end) = (h.value.start as usize, h.value.end as usize);
-        if start > end || end > head.len() {
-            continue;
-        }
-        let Ok(value) = HeaderValue::from_maybe_shared(head.slice(start..end)) else { continue };
+        let Ok(value) = HeaderValue::from_bytes(h.value.get(buf)) else { continue };
         headers.append(name, value);
     }
     if let Some(v) = via {

@@ -84,8 +84,6 @@ impl Flood {
 const GATHER_MAX: usize = 64 * 1024;
 /// A write at least this large, with nothing gathered, goes straight through.
 const DIRECT: usize = 16 * 1024;
-/// Gathering capacity kept between sends (more is freed once sent).
-const KEEP: usize = 16 * 1024;
 
 /// The client stream's write side, shared by `Watch` (inside h2) and the connection task
 /// (which sends what gathered).
@@ -122,11 +120,10 @@ impl<IO: AsyncWrite + Unpin> Out<IO> {
             self.off += n;
             self.dirty = true;
         }
-        self.buf.clear();
+        // Freed once sent: an idle connection keeps no gathering buffer (one allocation
+        // per wakeup that wrote, shared by all it wrote).
+        self.buf = Vec::new();
         self.off = 0;
-        if self.buf.capacity() > KEEP {
-            self.buf = Vec::new();
-        }
         Poll::Ready(Ok(()))
     }
 

@@ -212,6 +212,9 @@ impl Tunnel {
         if !early.is_empty() {
             self.send.send_data(Bytes::copy_from_slice(early), false).map_err(client_error)?;
             self.down += early.len() as u64;
+            if let Some(limits) = &self.limits {
+                limits.throttle.charge(Direction::Down, early.len(), Instant::now());
+            }
         }
         Ok(())
     }
