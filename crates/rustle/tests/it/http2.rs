@@ -397,11 +397,9 @@ fn ws_frame(opcode: u8, payload: &[u8]) -> Vec<u8> {
     f
 }
 
-#[tokio::test]
-async fn websocket_over_extended_connect_echoes() {
-    let origin = Origin::start().unwrap();
-    let proxy = h2c_proxy(|_| {});
-    let mut c = client(proxy.addr()).await;
+/// A client whose connection has seen the proxy's SETTINGS_ENABLE_CONNECT_PROTOCOL.
+async fn websocket_client(addr: SocketAddr) -> SendRequest<Bytes> {
+    let c = client(addr).await;
     // The server's SETTINGS may not have been read yet.
     for _ in 0..200 {
         if c.is_extended_connect_protocol_enabled() {
@@ -413,13 +411,27 @@ async fn websocket_over_extended_connect_echoes() {
         c.is_extended_connect_protocol_enabled(),
         "SETTINGS_ENABLE_CONNECT_PROTOCOL not offered"
     );
+    c
+}
+
+/// An RFC 8441 WebSocket request for `url`.
+fn websocket_request(url: &str) -> Request<()> {
     let mut req = Request::builder()
         .method(Method::CONNECT)
-        .uri(origin.url("/ws"))
+        .uri(url)
         .header("sec-websocket-version", "13")
         .body(())
         .unwrap();
     req.extensions_mut().insert(h2::ext::Protocol::from("websocket"));
+    req
+}
+
+#[tokio::test]
+async fn websocket_over_extended_connect_echoes() {
+    let origin = Origin::start().unwrap();
+    let proxy = h2c_proxy(|_| {});
+    let mut c = websocket_client(proxy.addr()).await;
+    let req = websocket_request(&origin.url("/ws"));
     let (resp, mut send) = c.send_request(req, false).expect("send extended CONNECT");
     let resp = resp.await.expect("response");
     assert_eq!(resp.status(), 200);
@@ -475,20 +487,8 @@ async fn a_websocket_origin_with_a_wrong_accept_gets_502() {
         String::from_utf8_lossy(&head).into_owned()
     });
     let proxy = h2c_proxy(|_| {});
-    let mut c = client(proxy.addr()).await;
-    for _ in 0..200 {
-        if c.is_extended_connect_protocol_enabled() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    let mut req = Request::builder()
-        .method(Method::CONNECT)
-        .uri(format!("http://{addr}/ws"))
-        .header("sec-websocket-version", "13")
-        .body(())
-        .unwrap();
-    req.extensions_mut().insert(h2::ext::Protocol::from("websocket"));
+    let mut c = websocket_client(proxy.addr()).await;
+    let req = websocket_request(&format!("http://{addr}/ws"));
     let (resp, _body) = exchange(&mut c, req, None).await;
     assert_eq!(resp.status(), 502);
     let head = origin.join().unwrap().to_ascii_lowercase();
@@ -1152,25 +1152,16 @@ fn requests_need_an_authority_that_host_agrees_with() {
         hpack(&[(":method", "GET"), (":scheme", "http"), (":path", "/bytes/7"), ("host", &host)]);
     s.write_all(&frame(HEADERS, END_HEADERS | END_STREAM, 1, &block)).unwrap();
     assert!(error_body(&mut s, 1).contains("no :authority"));
-    // Both, naming different hosts: malformed.
-    let block = hpack(&[
-        (":method", "GET"),
-        (":scheme", "http"),
-        (":authority", &host),
-        (":path", "/bytes/7"),
-        ("host", "elsewhere.example"),
-    ]);
-    s.write_all(&frame(HEADERS, END_HEADERS | END_STREAM, 3, &block)).unwrap();
+    // Both: naming different hosts is malformed; agreeing, the request is forwarded with
+    // one Host line.
+    let with_host = |h: &str| {
+        let a = [(":method", "GET"), (":scheme", "http"), (":authority", &host)];
+        hpack(&[&a[..], &[(":path", "/bytes/7"), ("host", h)]].concat())
+    };
+    s.write_all(&frame(HEADERS, END_HEADERS | END_STREAM, 3, &with_host("elsewhere.example")))
+        .unwrap();
     assert!(error_body(&mut s, 3).contains("host differs from :authority"));
-    // Both, agreeing: forwarded, with one Host line.
-    let block = hpack(&[
-        (":method", "GET"),
-        (":scheme", "http"),
-        (":authority", &host),
-        (":path", "/bytes/7"),
-        ("host", &host),
-    ]);
-    s.write_all(&frame(HEADERS, END_HEADERS | END_STREAM, 5, &block)).unwrap();
+    s.write_all(&frame(HEADERS, END_HEADERS | END_STREAM, 5, &with_host(&host))).unwrap();
     let (_, _, body) =
         read_frame_until(&mut s, |t, _, id, _| t == DATA && id == 5).expect("response body");
     assert_eq!(body, &pattern(7)[..]);
