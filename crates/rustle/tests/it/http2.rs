@@ -208,6 +208,51 @@ async fn hundred_concurrent_streams() {
     assert_eq!(origin.connections(), before, "a pooled origin connection was not reused");
 }
 
+/// The connection's writes are gathered and sent once per wakeup, except large ones with
+/// nothing gathered: bulk tunnel frames and many small answers interleaved on one
+/// connection must all arrive whole and in order.
+#[tokio::test]
+async fn a_bulk_tunnel_and_many_small_answers_share_a_connection_intact() {
+    let payload = pattern(20 * 1024 * 1024);
+    let server = TcpServe::start_with(payload.clone()).unwrap();
+    let origin = Origin::start().unwrap();
+    let proxy = h2c_proxy(|_| {});
+    let mut c = client(proxy.addr()).await;
+    let (status, mut send, recv) = open_tunnel(&mut c, &server.addr().to_string()).await;
+    assert_eq!(status, 200);
+    send.send_data(Bytes::new(), true).unwrap();
+    // Read slowly, so the tunnel's frames keep coming while the small answers do.
+    let bulk = tokio::spawn(async move {
+        let mut recv = recv;
+        let mut got = Vec::new();
+        while let Some(chunk) = recv.data().await {
+            let chunk = chunk.expect("tunnel data");
+            let _ = recv.flow_control().release_capacity(chunk.len());
+            got.extend_from_slice(&chunk);
+            tokio::time::sleep(Duration::from_micros(500)).await;
+        }
+        got
+    });
+    let mut small = Vec::new();
+    for i in 0..300u64 {
+        let mut c = c.clone();
+        let n = if i % 50 == 0 { 60_000 + i } else { 1 + i * 7 };
+        let url = origin.url(&format!("/bytes/{n}"));
+        small.push(tokio::spawn(async move {
+            let (resp, body) =
+                exchange(&mut c, request(Method::GET, &url).body(()).unwrap(), None).await;
+            assert_eq!(resp.status(), 200);
+            assert_eq!(sha(&body), pattern_sha256_hex(n), "/bytes/{n}");
+        }));
+    }
+    for t in small {
+        tokio::time::timeout(Duration::from_secs(30), t).await.expect("in time").unwrap();
+    }
+    let got = tokio::time::timeout(Duration::from_secs(30), bulk).await.expect("in time").unwrap();
+    assert!(got == payload, "tunnel bytes corrupted ({} of {} bytes)", got.len(), payload.len());
+    let _send = send;
+}
+
 /// A CONNECT stream: the response and both halves of the stream.
 async fn open_tunnel(
     c: &mut SendRequest<Bytes>,
