@@ -446,9 +446,7 @@ where
 impl<C, U> Relay<C, U> {
     /// Applies bandwidth limits (nothing is kept for an unlimited throttle).
     pub fn throttled(mut self, throttle: &Throttle) -> Self {
-        if !throttle.is_unlimited() {
-            self.throttle = Some(Box::new(throttle.clone()));
-        }
+        self.throttle = throttle.boxed();
         self
     }
 

@@ -192,9 +192,7 @@ where
 
 impl<C, U> Relay<C, U> {
     pub fn throttled(mut self, throttle: &Throttle) -> Self {
-        if !throttle.is_unlimited() {
-            self.throttle = Some(Box::new(throttle.clone()));
-        }
+        self.throttle = throttle.boxed();
         self
     }
 
