@@ -210,6 +210,9 @@ where
     let mut total = 0u64;
     // A limited body is copied (not spliced), so that every byte is counted.
     let splice = splice && limit.is_none();
+    if splice && matches!(state, State::Remaining(n) if *n >= SPLICE_MIN) {
+        w.prepare_splice();
+    }
     loop {
         if state.is_done() {
             return Ok(total);

@@ -20,6 +20,14 @@ pub type Ktls = ktls::KtlsStream<TcpStream>;
 
 pub enum Stream {
     Tcp(TcpStream),
+    /// A plain client connection not yet registered with the event loop (non-blocking).
+    /// Reads and writes are tried directly; the first one that would block registers the
+    /// socket and the stream becomes `Tcp`. A `Connection: close` exchange whose request
+    /// is already there when it is accepted and whose answer fits the send buffer never
+    /// registers at all, which saves the two epoll_ctl calls and the readiness round of
+    /// every new connection.
+    /// (None only after a registration failed: every operation then fails.)
+    Fresh(Option<std::net::TcpStream>),
     /// TLS from a client (HTTPS proxy port, terminating relay). Boxed: the rustls state is
     /// large and plain connections should not pay for its size.
     Server(Box<ServerTls>),
@@ -30,6 +38,10 @@ pub enum Stream {
     Kernel(Box<Ktls>),
 }
 
+fn unregistered() -> io::Error {
+    io::Error::new(io::ErrorKind::NotConnected, "socket could not be registered")
+}
+
 impl From<TcpStream> for Stream {
     fn from(s: TcpStream) -> Self {
         Stream::Tcp(s)
@@ -38,34 +50,82 @@ impl From<TcpStream> for Stream {
 
 impl Stream {
     /// The socket, when bytes on it are the payload itself (splice can move them).
+    /// (None for a `Fresh` stream: `register` it first.)
     pub fn tcp(&self) -> Option<&TcpStream> {
         match self {
             Stream::Tcp(s) => Some(s),
-            Stream::Server(_) | Stream::Client(_) | Stream::Kernel(_) => None,
+            Stream::Fresh(_) | Stream::Server(_) | Stream::Client(_) | Stream::Kernel(_) => None,
         }
     }
 
-    /// The TCP socket underneath, whatever runs over it.
-    pub fn socket(&self) -> &TcpStream {
+    /// The registered TCP socket underneath, whatever runs over it (None while `Fresh`).
+    pub fn socket(&self) -> Option<&TcpStream> {
         match self {
-            Stream::Tcp(s) => s,
-            Stream::Server(s) => s.get_ref().0,
-            Stream::Client(s) => s.get_ref().0,
-            Stream::Kernel(s) => s.get_ref(),
+            Stream::Tcp(s) => Some(s),
+            Stream::Fresh(_) => None,
+            Stream::Server(s) => Some(s.get_ref().0),
+            Stream::Client(s) => Some(s.get_ref().0),
+            Stream::Kernel(s) => Some(s.get_ref()),
         }
     }
 
     pub fn local_addr(&self) -> io::Result<SocketAddr> {
-        self.socket().local_addr()
+        match (self, self.socket()) {
+            (Stream::Fresh(Some(s)), _) => s.local_addr(),
+            (_, Some(s)) => s.local_addr(),
+            (_, None) => Err(io::ErrorKind::NotConnected.into()),
+        }
     }
 
     pub fn is_tls(&self) -> bool {
-        !matches!(self, Stream::Tcp(_))
+        !matches!(self, Stream::Tcp(_) | Stream::Fresh(_))
+    }
+
+    /// Registers a `Fresh` socket with the event loop (it becomes `Tcp`); other streams
+    /// are left as they are.
+    pub fn register(&mut self) -> io::Result<()> {
+        let Stream::Fresh(fresh) = self else { return Ok(()) };
+        let s = fresh.take().ok_or_else(unregistered)?;
+        *self = Stream::Tcp(TcpStream::from_std(s)?);
+        Ok(())
+    }
+
+    /// One try of `op` on a fresh socket: its result, or None when it would block (the
+    /// socket is then registered and `self` is `Tcp`, to be polled the usual way).
+    fn try_fresh<T>(
+        &mut self,
+        mut op: impl FnMut(&std::net::TcpStream) -> io::Result<T>,
+    ) -> Option<io::Result<T>> {
+        let Stream::Fresh(Some(s)) = self else { return Some(Err(unregistered())) };
+        loop {
+            match op(s) {
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                r => return Some(r),
+            }
+        }
+        match self.register() {
+            Ok(()) => None,
+            Err(e) => Some(Err(e)),
+        }
+    }
+
+    /// Halves for one exchange: `read` says whether the read half will be used (a request
+    /// body to stream). Without it the write half is the whole stream, which keeps a
+    /// `Fresh` socket unregistered; with it, `split`.
+    pub fn halves(&mut self, read: bool) -> (ReadHalf<'_>, WriteHalf<'_>) {
+        match self {
+            Stream::Fresh(_) if !read => (ReadHalf::Unused, WriteHalf::Whole(self)),
+            _ => self.split(),
+        }
     }
 
     /// Halves that can be used at once (a request body read while a response is
     /// written). Plain TCP splits for free; TLS shares one session between the halves.
     pub fn split(&mut self) -> (ReadHalf<'_>, WriteHalf<'_>) {
+        // A fresh socket that cannot be registered still works through the shared halves
+        // (each operation then reports the error).
+        let _ = self.register();
         match self {
             Stream::Tcp(s) => {
                 let (r, w) = s.split();
@@ -82,6 +142,10 @@ impl Stream {
 /// Gives splice(2) the socket behind a reader or writer when its bytes are the payload.
 pub trait Splice {
     fn tcp(&self) -> Option<&TcpStream>;
+
+    /// A large body is about to go through: make the socket spliceable if it can be (a
+    /// `Fresh` stream is registered). Nothing to do for most.
+    fn prepare_splice(&mut self) {}
 }
 
 impl Splice for tcp::ReadHalf<'_> {
@@ -99,18 +163,23 @@ impl Splice for tcp::WriteHalf<'_> {
 pub enum ReadHalf<'a> {
     Tcp(tcp::ReadHalf<'a>),
     Shared(tokio::io::ReadHalf<&'a mut Stream>),
+    /// The read half of `halves(false)`: never to be read (reading fails).
+    Unused,
 }
 
 pub enum WriteHalf<'a> {
     Tcp(tcp::WriteHalf<'a>),
     Shared(tokio::io::WriteHalf<&'a mut Stream>),
+    /// The whole stream, when nothing is read meanwhile (`halves(false)`): a fresh socket
+    /// stays unregistered unless a write would block.
+    Whole(&'a mut Stream),
 }
 
 impl Splice for ReadHalf<'_> {
     fn tcp(&self) -> Option<&TcpStream> {
         match self {
             ReadHalf::Tcp(r) => Some(r.as_ref()),
-            ReadHalf::Shared(_) => None,
+            ReadHalf::Shared(_) | ReadHalf::Unused => None,
         }
     }
 }
@@ -120,6 +189,14 @@ impl Splice for WriteHalf<'_> {
         match self {
             WriteHalf::Tcp(w) => Some(w.as_ref()),
             WriteHalf::Shared(_) => None,
+            WriteHalf::Whole(s) => s.tcp(),
+        }
+    }
+
+    fn prepare_splice(&mut self) {
+        if let WriteHalf::Whole(s) = self {
+            // Failure shows on the next write; copying goes on meanwhile.
+            let _ = s.register();
         }
     }
 }
@@ -130,7 +207,20 @@ impl AsyncRead for Stream {
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
-        match self.get_mut() {
+        let this = self.get_mut();
+        if let Stream::Fresh(_) = this {
+            let dst = buf.initialize_unfilled();
+            match this.try_fresh(|mut s| io::Read::read(&mut s, dst)) {
+                Some(Ok(n)) => {
+                    buf.advance(n);
+                    return Poll::Ready(Ok(()));
+                }
+                Some(Err(e)) => return Poll::Ready(Err(e)),
+                None => {}
+            }
+        }
+        match this {
+            Stream::Fresh(_) => Poll::Ready(Err(unregistered())),
             Stream::Tcp(s) => Pin::new(s).poll_read(cx, buf),
             Stream::Server(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
             Stream::Client(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
@@ -145,7 +235,14 @@ impl AsyncWrite for Stream {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        match self.get_mut() {
+        let this = self.get_mut();
+        if let Stream::Fresh(_) = this {
+            if let Some(r) = this.try_fresh(|mut s| io::Write::write(&mut s, buf)) {
+                return Poll::Ready(r);
+            }
+        }
+        match this {
+            Stream::Fresh(_) => Poll::Ready(Err(unregistered())),
             Stream::Tcp(s) => Pin::new(s).poll_write(cx, buf),
             Stream::Server(s) => Pin::new(s.as_mut()).poll_write(cx, buf),
             Stream::Client(s) => Pin::new(s.as_mut()).poll_write(cx, buf),
@@ -158,7 +255,14 @@ impl AsyncWrite for Stream {
         cx: &mut Context<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
-        match self.get_mut() {
+        let this = self.get_mut();
+        if let Stream::Fresh(_) = this {
+            if let Some(r) = this.try_fresh(|mut s| io::Write::write_vectored(&mut s, bufs)) {
+                return Poll::Ready(r);
+            }
+        }
+        match this {
+            Stream::Fresh(_) => Poll::Ready(Err(unregistered())),
             Stream::Tcp(s) => Pin::new(s).poll_write_vectored(cx, bufs),
             Stream::Server(s) => Pin::new(s.as_mut()).poll_write_vectored(cx, bufs),
             Stream::Client(s) => Pin::new(s.as_mut()).poll_write_vectored(cx, bufs),
@@ -169,6 +273,7 @@ impl AsyncWrite for Stream {
     fn is_write_vectored(&self) -> bool {
         match self {
             Stream::Tcp(s) => s.is_write_vectored(),
+            Stream::Fresh(_) => true,
             Stream::Server(s) => s.is_write_vectored(),
             Stream::Client(s) => s.is_write_vectored(),
             Stream::Kernel(s) => s.is_write_vectored(),
@@ -177,6 +282,7 @@ impl AsyncWrite for Stream {
 
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         match self.get_mut() {
+            Stream::Fresh(_) => Poll::Ready(Ok(())),
             Stream::Tcp(s) => Pin::new(s).poll_flush(cx),
             Stream::Server(s) => Pin::new(s.as_mut()).poll_flush(cx),
             Stream::Client(s) => Pin::new(s.as_mut()).poll_flush(cx),
@@ -186,6 +292,8 @@ impl AsyncWrite for Stream {
 
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         match self.get_mut() {
+            Stream::Fresh(Some(s)) => Poll::Ready(s.shutdown(std::net::Shutdown::Write)),
+            Stream::Fresh(None) => Poll::Ready(Err(unregistered())),
             Stream::Tcp(s) => Pin::new(s).poll_shutdown(cx),
             Stream::Server(s) => Pin::new(s.as_mut()).poll_shutdown(cx),
             Stream::Client(s) => Pin::new(s.as_mut()).poll_shutdown(cx),
@@ -203,6 +311,7 @@ impl AsyncRead for ReadHalf<'_> {
         match self.get_mut() {
             ReadHalf::Tcp(r) => Pin::new(r).poll_read(cx, buf),
             ReadHalf::Shared(r) => Pin::new(r).poll_read(cx, buf),
+            ReadHalf::Unused => Poll::Ready(Err(io::Error::other("read half not taken"))),
         }
     }
 }
@@ -216,6 +325,7 @@ impl AsyncWrite for WriteHalf<'_> {
         match self.get_mut() {
             WriteHalf::Tcp(w) => Pin::new(w).poll_write(cx, buf),
             WriteHalf::Shared(w) => Pin::new(w).poll_write(cx, buf),
+            WriteHalf::Whole(w) => Pin::new(&mut **w).poll_write(cx, buf),
         }
     }
 
@@ -223,6 +333,7 @@ impl AsyncWrite for WriteHalf<'_> {
         match self.get_mut() {
             WriteHalf::Tcp(w) => Pin::new(w).poll_flush(cx),
             WriteHalf::Shared(w) => Pin::new(w).poll_flush(cx),
+            WriteHalf::Whole(w) => Pin::new(&mut **w).poll_flush(cx),
         }
     }
 
@@ -230,6 +341,77 @@ impl AsyncWrite for WriteHalf<'_> {
         match self.get_mut() {
             WriteHalf::Tcp(w) => Pin::new(w).poll_shutdown(cx),
             WriteHalf::Shared(w) => Pin::new(w).poll_shutdown(cx),
+            WriteHalf::Whole(w) => Pin::new(&mut **w).poll_shutdown(cx),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write as _;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    fn fresh_pair() -> (Stream, std::net::TcpStream) {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").expect("test socket");
+        let client = std::net::TcpStream::connect(l.local_addr().expect("test socket"))
+            .expect("test socket");
+        let (s, _) = l.accept().expect("test socket");
+        s.set_nonblocking(true).expect("test socket");
+        (Stream::Fresh(Some(s)), client)
+    }
+
+    /// A fresh socket is read and written without registering while nothing blocks; the
+    /// first read that would block registers it, and it then waits like any other.
+    #[tokio::test]
+    async fn fresh_stream_registers_only_when_a_read_would_block() {
+        let (mut s, mut client) = fresh_pair();
+        client.write_all(b"GET").expect("test socket");
+        let mut buf = [0u8; 16];
+        // The bytes may take a moment to arrive on loopback: a read that finds nothing
+        // registers, and the wait ends when they come.
+        let n = s.read(&mut buf).await.expect("test socket");
+        assert_eq!(&buf[..n], b"GET");
+        s.write_all(b"answer").await.expect("test socket");
+        let mut got = [0u8; 6];
+        std::io::Read::read_exact(&mut client, &mut got).expect("test socket");
+        assert_eq!(&got, b"answer");
+
+        // Nothing to read now: the read registers the socket and waits.
+        let writer = std::thread::spawn(move || {
+            std::thread::sleep(std::time::Duration::from_millis(50));
+            client.write_all(b"more").expect("test socket");
+            client
+        });
+        let n = s.read(&mut buf).await.expect("test socket");
+        assert_eq!(&buf[..n], b"more");
+        assert!(matches!(s, Stream::Tcp(_)), "a blocked read registers the socket");
+        assert!(s.tcp().is_some());
+        drop(writer.join().expect("test socket"));
+        // End of stream reads as 0 bytes.
+        assert_eq!(s.read(&mut buf).await.expect("test socket"), 0);
+    }
+
+    /// An exchange that never blocks leaves the socket unregistered; `halves(false)` hands
+    /// out the whole stream for writing and a read half that refuses to read.
+    #[tokio::test]
+    async fn fresh_stream_answers_without_registering() {
+        let (mut s, mut client) = fresh_pair();
+        {
+            let (mut r, mut w) = s.halves(false);
+            w.write_all(b"HTTP/1.1 200 OK\r\n\r\n").await.expect("test socket");
+            w.flush().await.expect("test socket");
+            let mut b = [0u8; 1];
+            assert!(r.read(&mut b).await.is_err());
+        }
+        assert!(matches!(s, Stream::Fresh(Some(_))), "nothing blocked: still unregistered");
+        assert!(s.local_addr().is_ok());
+        s.shutdown().await.expect("test socket");
+        let mut got = Vec::new();
+        std::io::Read::read_to_end(&mut client, &mut got).expect("test socket");
+        assert_eq!(got, b"HTTP/1.1 200 OK\r\n\r\n");
+        // Splitting for a body registers it (both halves wait at once).
+        let _ = s.split();
+        assert!(matches!(s, Stream::Tcp(_)));
     }
 }

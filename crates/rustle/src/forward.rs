@@ -149,7 +149,9 @@ pub async fn forward(c: &mut Client, ex: &mut Exchange) -> Result<Next, Error> {
     let outcome = {
         let out = &mut c.out;
         let cbuf = &mut c.buf;
-        let (mut cr, mut cw) = c.stream.split();
+        // No request body left: the client side is only written (a fresh connection
+        // stays unregistered unless a write blocks).
+        let (mut cr, mut cw) = c.stream.halves(!whole);
         let (mut ur, mut uw) = up.split();
         // Stream the request body (if any is left) while watching for the response head.
         let body_fut = async {

@@ -12,7 +12,6 @@ use std::time::{Duration, Instant};
 
 use rustle_proto::http::{parse_request, Method, RequestHead, Target};
 use tokio::io::AsyncWriteExt;
-use tokio::net::TcpStream;
 
 use crate::accesslog::Entry;
 use crate::buf::Buf;
@@ -83,9 +82,11 @@ impl Exchange {
     }
 }
 
-pub async fn serve(guard: ConnGuard, listener: Arc<Listener>, stream: TcpStream, peer: SocketAddr) {
+/// Serves a plain HTTP proxy connection (`Stream::Fresh` from the accept loop: it is
+/// registered with the event loop only once a read or write would block).
+pub async fn serve(guard: ConnGuard, listener: Arc<Listener>, stream: Stream, peer: SocketAddr) {
     let buf = guard.worker().take_buf();
-    serve_buffered(guard, listener, Stream::Tcp(stream), peer, buf).await
+    serve_buffered(guard, listener, stream, peer, buf).await
 }
 
 /// Serves a connection whose first bytes may already be in `buf` (after detection).
@@ -226,7 +227,7 @@ async fn serve_with(
 pub async fn refuse_overloaded(
     guard: ConnGuard,
     listener: Arc<Listener>,
-    stream: TcpStream,
+    stream: Stream,
     peer: SocketAddr,
 ) {
     let worker = guard.worker().clone();
@@ -238,7 +239,7 @@ pub async fn refuse_overloaded(
         auth_gen: 0,
         traffic: None,
         listener,
-        stream: Stream::Tcp(stream),
+        stream,
         peer,
         buf: Buf::default(),
         head: RequestHead::new(),

@@ -12,13 +12,16 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
 use socket2::{Domain, Protocol, Socket as Socket2, Type};
-use tokio::net::TcpListener;
+use tokio::io::unix::AsyncFd;
+use tokio::io::Interest;
+use tokio::net::TcpStream;
 use tokio::sync::watch;
 
 use crate::accesslog::{self, AccessLog, Sink};
 use crate::auth::{CredentialCache, FailureLimiter};
 use crate::buf::Buf;
 use crate::config::{Config, Listener, ListenerKind};
+use crate::conn::Stream;
 use crate::limits::{parse_rate, Bucket, ConnLimits, Limit, Slot, Throttle, Traffic};
 use crate::policy::Policy;
 use crate::upstream::Upstreams;
@@ -119,7 +122,7 @@ fn bind_all(listeners: &[Listener], workers: usize) -> anyhow::Result<Vec<Worker
             let s = if l.kind == ListenerKind::UdpRelay {
                 bind_udp(addr).map(Socket::Udp)
             } else {
-                bind_one(addr).map(Socket::Tcp)
+                bind_one(addr, l.kind).map(Socket::Tcp)
             }
             .with_context(|| format!("cannot listen on {addr}"))?;
             l.listen = s.local_addr()?;
@@ -142,7 +145,11 @@ fn bind_udp(addr: SocketAddr) -> std::io::Result<std::net::UdpSocket> {
     Ok(s.into())
 }
 
-fn bind_one(addr: SocketAddr) -> std::io::Result<std::net::TcpListener> {
+/// How long a plain HTTP listener lets the kernel hold a connection that has sent nothing
+/// yet (TCP_DEFER_ACCEPT) before handing it over.
+const DEFER_ACCEPT_SECS: u32 = 1;
+
+fn bind_one(addr: SocketAddr, kind: ListenerKind) -> std::io::Result<std::net::TcpListener> {
     let s = Socket2::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
     s.set_reuse_address(true)?;
     s.set_reuse_port(true)?;
@@ -152,6 +159,11 @@ fn bind_one(addr: SocketAddr) -> std::io::Result<std::net::TcpListener> {
     // Accepted sockets inherit TCP_NODELAY from the listener on Linux: one setsockopt
     // here instead of one per connection.
     s.set_nodelay(true)?;
+    // A plain HTTP connection starts unregistered and reads at once (`Stream::Fresh`):
+    // accepted only with its request there, it is served without waiting on epoll.
+    if kind == ListenerKind::Http {
+        crate::sys::defer_accept(&s, DEFER_ACCEPT_SECS)?;
+    }
     s.set_nonblocking(true)?;
     s.bind(&addr.into())?;
     s.listen(BACKLOG)?;
@@ -344,7 +356,7 @@ fn listener_throttle(l: &Listener) -> anyhow::Result<Throttle> {
 async fn worker_main(worker: Rc<Worker>, sockets: Vec<(Arc<Listener>, Socket)>) {
     for (l, s) in sockets {
         let started = match s {
-            Socket::Tcp(s) => TcpListener::from_std(s)
+            Socket::Tcp(s) => crate::sys::watch_listener(s)
                 .map(|s| drop(tokio::task::spawn_local(accept_loop(worker.clone(), l, s)))),
             Socket::Udp(s) => tokio::net::UdpSocket::from_std(s).map(|s| {
                 drop(tokio::task::spawn_local(crate::udp::serve_relay(worker.clone(), l, s)))
@@ -401,12 +413,29 @@ async fn worker_main(worker: Rc<Worker>, sockets: Vec<(Arc<Listener>, Socket)>) 
     worker.log.flush();
 }
 
-async fn accept_loop(worker: Rc<Worker>, config: Arc<Listener>, listener: TcpListener) {
+/// Takes one connection: a non-blocking socket, not yet registered with the event loop.
+fn accept_one(
+    listener: &std::net::TcpListener,
+) -> std::io::Result<(std::net::TcpStream, SocketAddr)> {
+    let (s, addr) =
+        socket2::SockRef::from(listener).accept4(libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC)?;
+    let peer = addr.as_socket().ok_or_else(|| std::io::Error::other("accepted a non-IP socket"))?;
+    Ok((s.into(), peer))
+}
+
+/// Accepts on one listener until shutdown. Sockets are taken with accept4 rather than
+/// through tokio's listener, which would register each with epoll at once: plain HTTP
+/// connections start unregistered (`conn::Stream::Fresh`).
+async fn accept_loop(
+    worker: Rc<Worker>,
+    config: Arc<Listener>,
+    listener: AsyncFd<std::net::TcpListener>,
+) {
     let mut shutdown = worker.shutdown.clone();
-    let local = listener.local_addr().ok();
+    let local = listener.get_ref().local_addr().ok();
     loop {
         let accepted = tokio::select! {
-            r = listener.accept() => r,
+            r = listener.async_io(Interest::READABLE, accept_one) => r,
             _ = shutdown.changed() => break,
         };
         let (stream, peer) = match accepted {
@@ -424,10 +453,26 @@ async fn accept_loop(worker: Rc<Worker>, config: Arc<Listener>, listener: TcpLis
         let guard =
             ConnGuard { worker: worker.clone(), _client_slot: client_slot, user_slot: None };
         let l = config.clone();
-        if open > worker.cfg.limits.max_connections || over_client {
-            if config.kind == ListenerKind::Http {
+        let overloaded = open > worker.cfg.limits.max_connections || over_client;
+        if config.kind == ListenerKind::Http {
+            let stream = Stream::Fresh(Some(stream));
+            if overloaded {
                 tokio::task::spawn_local(crate::http1::refuse_overloaded(guard, l, stream, peer));
-            } else if config.kind == ListenerKind::Auto {
+            } else {
+                tokio::task::spawn_local(crate::http1::serve(guard, l, stream, peer));
+            }
+            continue;
+        }
+        // Every other kind waits on the socket at once: register it now.
+        let stream = match TcpStream::from_std(stream) {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::warn!("{peer}: cannot register the connection: {e}");
+                continue;
+            }
+        };
+        if overloaded {
+            if config.kind == ListenerKind::Auto {
                 tokio::task::spawn_local(crate::socks::refuse_auto(guard, l, stream, peer));
             } else {
                 tracing::warn!("{peer}: refused, {open} connections open");
@@ -435,9 +480,7 @@ async fn accept_loop(worker: Rc<Worker>, config: Arc<Listener>, listener: TcpLis
             continue;
         }
         match config.kind {
-            ListenerKind::Http => {
-                tokio::task::spawn_local(crate::http1::serve(guard, l, stream, peer));
-            }
+            ListenerKind::Http => {}
             ListenerKind::Socks => {
                 tokio::task::spawn_local(crate::socks::serve(
                     guard,

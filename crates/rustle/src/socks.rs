@@ -108,7 +108,7 @@ pub async fn refuse_auto(
     let wait = guard.worker().cfg.timeouts.header;
     if let Ok(Ok(1)) = tokio::time::timeout(wait, stream.peek(&mut first)).await {
         if let Ok(Some(Protocol::Http)) = detect(&first) {
-            crate::http1::refuse_overloaded(guard, listener, stream, peer).await;
+            crate::http1::refuse_overloaded(guard, listener, stream.into(), peer).await;
             return;
         }
     }

@@ -1,6 +1,7 @@
 //! The only unsafe code in rustle: splice(2) through pipes, which no safe crate offers for
-//! tokio's sockets, the probe for kernel TLS (setsockopt TCP_ULP), and handing the C
-//! allocator's free pages back to the kernel (malloc_trim). Everything here is a thin,
+//! tokio's sockets, the probe for kernel TLS (setsockopt TCP_ULP), handing the C
+//! allocator's free pages back to the kernel (malloc_trim), and registering a listening
+//! socket with tokio's event loop without its accept (which registers every connection). Everything here is a thin,
 //! checked wrapper; the rest of the proxy sees a safe `Pipe`, a yes/no and a hint.
 #![allow(unsafe_code)]
 
@@ -17,6 +18,46 @@ pub fn release_free_memory() {
     // glibc's locks and only releases pages no allocation uses.
     unsafe {
         libc::malloc_trim(0);
+    }
+}
+
+/// A listening socket whose readiness tokio watches, so that connections can be taken
+/// with accept4 and registered only when needed (tokio's own listener registers each one
+/// as it accepts it).
+pub fn watch_listener(
+    listener: std::net::TcpListener,
+) -> io::Result<tokio::io::unix::AsyncFd<std::net::TcpListener>> {
+    listener.set_nonblocking(true)?;
+    // SAFETY: the AsyncFd takes the listener by value and owns it until it is dropped: the
+    // descriptor stays open, refers to the same socket, and `as_raw_fd` keeps returning
+    // it for as long as it is registered (std's listener never changes its fd).
+    unsafe {
+        tokio::io::unix::AsyncFd::register_with_interest(listener, tokio::io::Interest::READABLE)
+    }
+    .map_err(|e| e.into_parts().1)
+}
+
+/// Asks the kernel to hand over connections on this listener only once their first bytes
+/// have arrived (TCP_DEFER_ACCEPT, for protocols whose client speaks first): the
+/// proxy's first read then finds the request, and a client that never sends costs no
+/// accept. A connection still silent after about `secs` seconds is handed over anyway.
+pub fn defer_accept(listener: &impl AsRawFd, secs: u32) -> io::Result<()> {
+    let secs = libc::c_int::try_from(secs).unwrap_or(libc::c_int::MAX);
+    // SAFETY: setsockopt on a descriptor the caller owns, with a pointer to `secs` and its
+    // exact size; the kernel only reads those bytes.
+    let rc = unsafe {
+        libc::setsockopt(
+            listener.as_raw_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_DEFER_ACCEPT,
+            (&secs as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
     }
 }
 

@@ -43,12 +43,17 @@ pub struct Record {
 
 /// Starts the relay task; the caller's task should end right after. Two plain sockets get
 /// the socket relay (splice); a TLS stream on either side gets the stream relay.
-pub fn spawn(guard: ConnGuard, client: Stream, handoff: Handoff, opts: Opts, record: Record) {
+pub fn spawn(guard: ConnGuard, mut client: Stream, handoff: Handoff, opts: Opts, record: Record) {
     let Handoff { upstream, early_up, early_down, throttle } = handoff;
+    // A relay waits on both sockets: a client not yet registered is registered now.
+    if let Err(e) = client.register() {
+        tracing::warn!("{}: tunnel not started: {e}", record.peer);
+        return;
+    }
     // The relay keeps its own copy of early bytes (in a pooled buffer) until delivered.
     match (client, upstream) {
         (Stream::Tcp(client), Stream::Tcp(upstream)) => {
-            let relay = relay::run(client, upstream, &early_up, &early_down, opts);
+            let relay = relay::run(client, upstream, &early_up, &early_down, opts).closing();
             tokio::task::spawn_local(task(guard, relay.throttled(&throttle), record));
         }
         (client, upstream) => {

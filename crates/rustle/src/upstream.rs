@@ -224,7 +224,9 @@ impl Upstreams {
 /// nobody asked for; both make it unusable (for TLS too: the byte looked at is lost, but
 /// the connection is dropped anyway). The check reads tokio's cached readiness, so
 /// it costs no syscall unless readiness is set.
-pub fn is_stale(stream: &TcpStream) -> bool {
+/// (Origin connections are always registered; one that is not counts as stale.)
+pub fn is_stale(stream: Option<&TcpStream>) -> bool {
+    let Some(stream) = stream else { return true };
     let mut cx = Context::from_waker(Waker::noop());
     match stream.poll_read_ready(&mut cx) {
         Poll::Pending => false,
