@@ -90,6 +90,15 @@ impl Stream {
         Ok(())
     }
 
+    /// The plain socket, registered (a `Fresh` one is registered now); an error for TLS.
+    pub fn into_tcp(mut self) -> io::Result<TcpStream> {
+        self.register()?;
+        match self {
+            Stream::Tcp(s) => Ok(s),
+            _ => Err(io::Error::other("not a plain TCP stream")),
+        }
+    }
+
     /// One try of `op` on a fresh socket: its result, or None when it would block (the
     /// socket is then registered and `self` is `Tcp`, to be polled the usual way).
     fn try_fresh<T>(

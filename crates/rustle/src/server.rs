@@ -145,7 +145,7 @@ fn bind_udp(addr: SocketAddr) -> std::io::Result<std::net::UdpSocket> {
     Ok(s.into())
 }
 
-/// How long a plain HTTP listener lets the kernel hold a connection that has sent nothing
+/// How long a plain HTTP or auto listener lets the kernel hold a connection that has sent nothing
 /// yet (TCP_DEFER_ACCEPT) before handing it over.
 const DEFER_ACCEPT_SECS: u32 = 1;
 
@@ -159,9 +159,10 @@ fn bind_one(addr: SocketAddr, kind: ListenerKind) -> std::io::Result<std::net::T
     // Accepted sockets inherit TCP_NODELAY from the listener on Linux: one setsockopt
     // here instead of one per connection.
     s.set_nodelay(true)?;
-    // A plain HTTP connection starts unregistered and reads at once (`Stream::Fresh`):
-    // accepted only with its request there, it is served without waiting on epoll.
-    if kind == ListenerKind::Http {
+    // A plain HTTP (or auto-detected) connection starts unregistered and reads at once
+    // (`Stream::Fresh`): accepted only with its first bytes there, it is served without
+    // waiting on epoll. Every protocol of these listeners has the client speak first.
+    if matches!(kind, ListenerKind::Http | ListenerKind::Auto) {
         crate::sys::defer_accept(&s, DEFER_ACCEPT_SECS)?;
     }
     s.set_nonblocking(true)?;
@@ -463,6 +464,11 @@ async fn accept_loop(
             }
             continue;
         }
+        if config.kind == ListenerKind::Auto && !overloaded {
+            let stream = Stream::Fresh(Some(stream));
+            tokio::task::spawn_local(crate::socks::serve_auto(guard, l, stream, peer));
+            continue;
+        }
         // Every other kind waits on the socket at once: register it now.
         let stream = match TcpStream::from_std(stream) {
             Ok(s) => s,
@@ -490,9 +496,8 @@ async fn accept_loop(
                     Buf::default(),
                 ));
             }
-            ListenerKind::Auto => {
-                tokio::task::spawn_local(crate::socks::serve_auto(guard, l, stream, peer));
-            }
+            // Served above, unregistered.
+            ListenerKind::Auto => {}
             ListenerKind::Relay => {
                 tokio::task::spawn_local(crate::portmap::serve(guard, l, stream, peer));
             }

@@ -56,7 +56,7 @@ pub struct Session {
 pub async fn serve_auto(
     guard: ConnGuard,
     listener: Arc<Listener>,
-    mut stream: TcpStream,
+    mut stream: crate::conn::Stream,
     peer: SocketAddr,
 ) {
     let worker = guard.worker().clone();
@@ -83,10 +83,20 @@ pub async fn serve_auto(
             }
         }
     };
-    match protocol {
-        Protocol::Http => {
-            crate::http1::serve_buffered(guard, listener, stream.into(), peer, buf).await
+    if protocol == Protocol::Http {
+        // HTTP keeps a fresh socket unregistered until it must wait.
+        return crate::http1::serve_buffered(guard, listener, stream, peer, buf).await;
+    }
+    let stream = match stream.into_tcp() {
+        Ok(s) => s,
+        Err(e) => {
+            log_failure(&worker, peer, &format!("cannot register the connection: {e}"));
+            worker.give_buf(buf);
+            return;
         }
+    };
+    match protocol {
+        Protocol::Http => {}
         Protocol::Socks4 | Protocol::Socks5 => serve(guard, listener, stream, peer, buf).await,
         Protocol::Tls => {
             // HTTP inside TLS, when the listener has a certificate.

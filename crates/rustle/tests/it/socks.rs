@@ -489,6 +489,36 @@ fn auto_listener_serves_http_socks4_and_socks5_on_one_port() {
     curl_download(&["--socks5", &p], &host, 10);
 }
 
+/// HTTP and auto ports have the kernel hold a connection until its first bytes arrive
+/// (TCP_DEFER_ACCEPT) and serve it without registering it first: a client that waits
+/// before speaking, past the deferral, is still served, on each protocol.
+#[test]
+fn clients_that_wait_before_speaking_are_served() {
+    let origin = Origin::start().unwrap();
+    let echo = TcpEcho::start().unwrap();
+    let http = Proxy::start();
+    let auto = Proxy::with_listener(ListenerKind::Auto, None, |_| {});
+    let wait = Duration::from_millis(1500);
+    for proxy in [&http, &auto] {
+        let mut c = Conn::to_proxy(proxy);
+        std::thread::sleep(wait);
+        c.send(&get(&origin.url("/bytes/10")));
+        assert_eq!(c.read_response().body, pattern(10));
+        // Kept alive: a second request after another pause.
+        std::thread::sleep(Duration::from_millis(300));
+        c.send(&get(&origin.url("/bytes/20")));
+        assert_eq!(c.read_response().body, pattern(20));
+    }
+    let mut s = connect(auto.addr());
+    std::thread::sleep(wait);
+    assert_eq!(greet(&mut s, &[0]), 0);
+    s.write_all(&request5(CONNECT, &Dst::Addr(echo.addr()))).unwrap();
+    assert_eq!(read_reply5(&mut s).0, 0);
+    s.write_all(b"late but served").unwrap();
+    assert_eq!(read_exact_n(&mut s, 15), b"late but served");
+    assert_eq!(origin.requests(), 4);
+}
+
 #[test]
 fn default_listeners_are_auto_on_3128_and_socks_on_1080() {
     let l = Config::default().effective_listeners();
