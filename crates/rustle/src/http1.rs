@@ -193,9 +193,8 @@ async fn serve_with(
                 let record = Record {
                     peer,
                     tls,
-                    user: user.map(|u| u.to_string()),
-                    method,
-                    target,
+                    user,
+                    label: crate::tunnel::Label::new(&method, &target),
                     status: ex.status,
                     start: ex.start,
                     upstream: ex.upstream,

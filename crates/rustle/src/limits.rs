@@ -363,6 +363,13 @@ pub struct Slot {
     key: Key,
 }
 
+impl Slot {
+    /// Whether the slot counts against a limit (an unlimited one need not be kept).
+    pub fn counts(&self) -> bool {
+        !matches!(self.key, Key::None)
+    }
+}
+
 impl ConnLimits {
     /// `None` is no limit (and no counting). A limit of 0 refuses everything.
     pub fn new(per_client: Option<usize>, per_user: Option<usize>) -> Arc<ConnLimits> {

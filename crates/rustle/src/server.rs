@@ -80,10 +80,17 @@ pub struct Worker {
 /// Held by a connection task; releases its slot when the task ends however it ends.
 pub struct ConnGuard {
     worker: Rc<Worker>,
+    /// The connection's slots under the per-client and per-user limits; boxed, and only
+    /// when a limit holds one, because every open connection and tunnel keeps its guard.
+    slots: Option<Box<Slots>>,
+}
+
+#[derive(Default)]
+struct Slots {
     /// This client address's slot under `limits.max_connections_per_client`.
-    _client_slot: Option<Slot>,
+    _client: Option<Slot>,
     /// The authenticated user's slot under `limits.max_connections_per_user`.
-    user_slot: Option<Slot>,
+    user: Option<Slot>,
 }
 
 impl Drop for ConnGuard {
@@ -451,8 +458,12 @@ async fn accept_loop(
         worker.active.set(worker.active.get() + 1);
         let client_slot = worker.conn_limits.acquire_client(peer.ip());
         let over_client = client_slot.is_none();
-        let guard =
-            ConnGuard { worker: worker.clone(), _client_slot: client_slot, user_slot: None };
+        let guard = ConnGuard {
+            worker: worker.clone(),
+            slots: client_slot
+                .filter(Slot::counts)
+                .map(|c| Box::new(Slots { _client: Some(c), user: None })),
+        };
         let l = config.clone();
         let overloaded = open > worker.cfg.limits.max_connections || over_client;
         if config.kind == ListenerKind::Http {
@@ -625,12 +636,14 @@ impl ConnGuard {
     /// Counts this connection against `user`'s limit (once per connection); false when
     /// the user is at its limit.
     pub fn hold_user(&mut self, user: &str) -> bool {
-        if self.user_slot.is_some() {
+        if self.slots.as_ref().is_some_and(|s| s.user.is_some()) {
             return true;
         }
         match self.worker.conn_limits.acquire_user(user) {
             Some(slot) => {
-                self.user_slot = Some(slot);
+                if slot.counts() {
+                    self.slots.get_or_insert_with(Box::default).user = Some(slot);
+                }
                 true
             }
             None => false,

@@ -185,9 +185,8 @@ pub async fn serve(
             let record = Record {
                 tls: None,
                 peer,
-                user,
-                method: method.as_bytes().to_vec(),
-                target: target.into_bytes(),
+                user: user.map(std::rc::Rc::from),
+                label: crate::tunnel::Label::new(method.as_bytes(), target.as_bytes()),
                 status,
                 start,
                 upstream,

@@ -27,18 +27,39 @@ pub struct Handoff {
 /// What the tunnel's log line says about how it began.
 pub struct Record {
     pub peer: SocketAddr,
-    pub method: Vec<u8>,
-    pub target: Vec<u8>,
+    /// Method and target, for the log line.
+    pub label: Label,
     pub status: u16,
     pub start: Instant,
     pub upstream: Option<SocketAddr>,
     /// The authenticated user.
-    pub user: Option<String>,
+    pub user: Option<std::rc::Rc<str>>,
     /// The client's TLS session, on TLS ports.
     pub tls: Option<std::rc::Rc<crate::tls::Session>>,
     /// Bytes already counted by the handshake (a 101 response's body bytes, say).
     pub up: u64,
     pub down: u64,
+}
+
+/// A log line's method and target in one allocation (none when both are empty): an open
+/// tunnel keeps it for as long as it lasts.
+pub struct Label {
+    bytes: Box<[u8]>,
+    method_len: usize,
+}
+
+impl Label {
+    pub fn new(method: &[u8], target: &[u8]) -> Label {
+        Label { bytes: [method, target].concat().into(), method_len: method.len() }
+    }
+
+    pub fn method(&self) -> &[u8] {
+        &self.bytes[..self.method_len]
+    }
+
+    pub fn target(&self) -> &[u8] {
+        &self.bytes[self.method_len..]
+    }
 }
 
 /// Starts the relay task; the caller's task should end right after. Two plain sockets get
@@ -85,8 +106,8 @@ where
         if log.enabled() {
             log.log(&Entry {
                 client: rec.peer,
-                method: &rec.method,
-                target: &rec.target,
+                method: rec.label.method(),
+                target: rec.label.target(),
                 status: rec.status,
                 up: rec.up + totals.up,
                 down: rec.down + totals.down,

@@ -251,6 +251,7 @@ pub fn read_until_close(s: &mut TcpStream) -> (Vec<u8>, bool) {
         match s.read(&mut buf) {
             Ok(0) => return (out, true),
             Ok(n) => out.extend_from_slice(&buf[..n]),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
             Err(e) if e.kind() == io::ErrorKind::ConnectionReset => return (out, true),
             Err(e)
                 if e.kind() == io::ErrorKind::WouldBlock || e.kind() == io::ErrorKind::TimedOut =>
@@ -266,7 +267,13 @@ pub fn read_until_close(s: &mut TcpStream) -> (Vec<u8>, bool) {
 pub fn closed_within(s: &mut TcpStream, within: Duration) -> bool {
     s.set_read_timeout(Some(within)).unwrap();
     let mut buf = [0u8; 1024];
-    let r = match s.read(&mut buf) {
+    let read = loop {
+        match s.read(&mut buf) {
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            r => break r,
+        }
+    };
+    let r = match read {
         Ok(0) => true,
         Ok(n) => {
             panic!("expected the connection to close, got {:?}", String::from_utf8_lossy(&buf[..n]))
@@ -350,7 +357,14 @@ impl Conn {
     /// Reads more bytes; 0 on EOF.
     fn more(&mut self) -> usize {
         let mut tmp = vec![0u8; 64 * 1024];
-        match self.s.read(&mut tmp) {
+        // A signal to the test process (a child exiting) may interrupt the read: retry.
+        let read = loop {
+            match self.s.read(&mut tmp) {
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                r => break r,
+            }
+        };
+        match read {
             Ok(n) => {
                 self.buf.extend_from_slice(&tmp[..n]);
                 n
@@ -601,6 +615,7 @@ pub fn read_exact_n(s: &mut TcpStream, n: usize) -> Vec<u8> {
         match s.read(&mut out[got..]) {
             Ok(0) => panic!("EOF after {got} of {n} bytes: {:?}", &out[..got]),
             Ok(k) => got += k,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
             Err(e) => panic!("read failed after {got} of {n} bytes ({:?}): {e}", &out[..got]),
         }
     }
