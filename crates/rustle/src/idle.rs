@@ -6,7 +6,7 @@
 //! insertion and removal per request. The price is precision: a keep-alive timeout ends
 //! up to one tick late, which nobody can tell from a network delay.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll, Waker};
@@ -67,6 +67,17 @@ impl Waiters {
         }
     }
 
+    /// Moves the deadline of slot `i` (and clears its firing).
+    fn rearm(&self, i: usize, deadline: Instant, waker: &Waker) {
+        if let Some(e) = self.slots.borrow_mut().get_mut(i).and_then(Option::as_mut) {
+            e.deadline = deadline;
+            e.fired = false;
+            if !e.waker.will_wake(waker) {
+                e.waker = waker.clone();
+            }
+        }
+    }
+
     /// Wakes the waits past their deadline (and with `stopping`, every wait between
     /// requests).
     pub fn sweep(&self, now: Instant, stopping: bool) {
@@ -111,6 +122,58 @@ impl Waiters {
     #[cfg(test)]
     fn registered(&self) -> usize {
         self.slots.borrow().iter().flatten().count()
+    }
+}
+
+thread_local! {
+    /// The idle deadlines of this thread's relays (open tunnels), swept with the worker's
+    /// other waits.
+    static RELAYS: Waiters = Waiters::default();
+    /// Whether this thread sweeps `RELAYS` (a worker does; a bare runtime in a test does
+    /// not, and its relays use tokio timers).
+    static SWEPT: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Marks the current thread as one whose housekeeping calls `sweep_relays`.
+pub fn sweep_relays_here() {
+    SWEPT.with(|s| s.set(true));
+}
+
+/// Wakes the relays of this thread whose idle deadline has passed.
+pub fn sweep_relays(now: Instant) {
+    RELAYS.with(|w| w.sweep(now, false));
+}
+
+/// A coarse deadline for a relay's idle timeout: a slot in the thread's registry (a
+/// deadline and a waker, about 40 bytes) where a tokio timer is a 112-byte allocation per
+/// open tunnel. Fires up to one housekeeping tick (100 ms) late.
+pub struct Coarse {
+    slot: usize,
+}
+
+impl Coarse {
+    /// None when this thread does not sweep relays.
+    pub fn arm(deadline: Instant, waker: &Waker) -> Option<Coarse> {
+        if !SWEPT.with(Cell::get) {
+            return None;
+        }
+        Some(Coarse { slot: RELAYS.with(|w| w.register(deadline, false, waker)) })
+    }
+
+    /// Whether the deadline has passed (a sweep saw it); refreshes the waker otherwise.
+    pub fn fired(&self, waker: &Waker) -> bool {
+        RELAYS.with(|w| w.check(self.slot, waker))
+    }
+
+    pub fn rearm(&self, deadline: Instant, waker: &Waker) {
+        RELAYS.with(|w| w.rearm(self.slot, deadline, waker));
+    }
+}
+
+impl Drop for Coarse {
+    fn drop(&mut self) {
+        // A thread being torn down has dropped its registry already.
+        let _ = RELAYS.try_with(|w| w.remove(self.slot));
     }
 }
 

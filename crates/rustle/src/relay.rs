@@ -12,7 +12,8 @@
 //! - Half-close: end of stream in one direction is passed on (shutdown of the write side)
 //!   once everything read before it was delivered; the other direction keeps flowing.
 //!   An error on either side ends both.
-//! - One idle timer per relay, reset only when it fires.
+//! - One idle deadline per relay, moved only when it fires: on a worker, a slot in the
+//!   worker's coarse registry (`idle::Coarse`), swept every 100 ms; elsewhere a tokio timer.
 
 use std::borrow::Borrow;
 use std::cell::{Cell, RefCell};
@@ -415,7 +416,7 @@ pub struct Relay<C, U> {
     down: Dir,
     opts: Opts,
     last: Instant,
-    timer: Pin<Box<Sleep>>,
+    timer: IdleTimer,
     /// The sockets are closed as soon as the relay ends (see `closing`).
     closes: bool,
 }
@@ -448,7 +449,7 @@ where
         down,
         opts,
         last: Instant::now(),
-        timer: Box::pin(tokio::time::sleep(opts.idle)),
+        timer: IdleTimer::Unarmed,
         closes: false,
     }
 }
@@ -528,22 +529,53 @@ where
     }
 }
 
-/// A relay's one idle timer, moved only when it fires: true once `idle` has passed since
-/// the last byte (`last`).
+/// A relay's one idle timer, moved only when it fires. On a worker it is a coarse
+/// deadline in the worker's registry (no allocation); elsewhere a tokio timer.
+pub(crate) enum IdleTimer {
+    /// Armed at the first poll, which has the waker.
+    Unarmed,
+    Coarse(crate::idle::Coarse),
+    Tokio(Pin<Box<Sleep>>),
+}
+
+/// True once `idle` has passed since the last byte (`last`).
 fn idle_expired(
-    timer: &mut Pin<Box<Sleep>>,
+    timer: &mut IdleTimer,
     last: Instant,
     idle: Duration,
     cx: &mut Context<'_>,
 ) -> bool {
-    while timer.as_mut().poll(cx).is_ready() {
-        let quiet = last.elapsed();
-        if quiet >= idle {
-            return true;
-        }
-        timer.as_mut().reset(tokio::time::Instant::now() + (idle - quiet));
+    if let IdleTimer::Unarmed = timer {
+        let deadline = last + idle;
+        *timer = match crate::idle::Coarse::arm(deadline, cx.waker()) {
+            Some(c) => IdleTimer::Coarse(c),
+            None => IdleTimer::Tokio(Box::pin(tokio::time::sleep_until(deadline.into()))),
+        };
     }
-    false
+    match timer {
+        IdleTimer::Unarmed => false,
+        IdleTimer::Coarse(c) => {
+            if !c.fired(cx.waker()) {
+                return false;
+            }
+            let quiet = last.elapsed();
+            if quiet >= idle {
+                return true;
+            }
+            c.rearm(Instant::now() + (idle - quiet), cx.waker());
+            false
+        }
+        IdleTimer::Tokio(sleep) => {
+            while sleep.as_mut().poll(cx).is_ready() {
+                let quiet = last.elapsed();
+                if quiet >= idle {
+                    return true;
+                }
+                sleep.as_mut().reset(tokio::time::Instant::now() + (idle - quiet));
+            }
+            false
+        }
+    }
 }
 
 /// Which socket failed in `splice_body`.

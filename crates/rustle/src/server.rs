@@ -374,7 +374,9 @@ async fn worker_main(worker: Rc<Worker>, sockets: Vec<(Arc<Listener>, Socket)>) 
             tracing::error!("worker {}: cannot use a listener: {e}", worker.id);
         }
     }
-    // Housekeeping: flush the access log, close expired idle origin connections.
+    // Housekeeping: flush the access log, close expired idle origin connections, end
+    // idle tunnels (their deadlines are swept here rather than timed one by one).
+    crate::idle::sweep_relays_here();
     let mut shutdown = worker.shutdown.clone();
     let mut policy_rx = worker.policy_rx.clone();
     let mut flush = tokio::time::interval(accesslog::FLUSH_EVERY);
@@ -383,7 +385,9 @@ async fn worker_main(worker: Rc<Worker>, sockets: Vec<(Arc<Listener>, Socket)>) 
         tokio::select! {
             _ = flush.tick() => {
                 worker.log.flush();
-                worker.waiters.sweep(Instant::now(), false);
+                let now = Instant::now();
+                worker.waiters.sweep(now, false);
+                crate::idle::sweep_relays(now);
                 if last_sweep.elapsed() >= SWEEP_EVERY {
                     worker.upstreams.sweep();
                     worker.trim_bufs();
@@ -409,6 +413,7 @@ async fn worker_main(worker: Rc<Worker>, sockets: Vec<(Arc<Listener>, Socket)>) 
     let deadline = Instant::now() + worker.cfg.timeouts.shutdown;
     while worker.active.get() > 0 && Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(20)).await;
+        crate::idle::sweep_relays(Instant::now());
         worker.log.flush();
     }
     if worker.active.get() > 0 {

@@ -157,7 +157,7 @@ pub struct Relay<C, U> {
     down: Dir,
     opts: Opts,
     last: Instant,
-    timer: Pin<Box<Sleep>>,
+    timer: super::IdleTimer,
 }
 
 /// Relays until both directions end; `early_up`/`early_down` go out first.
@@ -186,7 +186,7 @@ where
         down,
         opts,
         last: Instant::now(),
-        timer: Box::pin(tokio::time::sleep(opts.idle)),
+        timer: super::IdleTimer::Unarmed,
     }
 }
 

@@ -180,3 +180,39 @@ fn connect_timeout_is_504() {
     assert!(r.text().contains("timed out"), "{}", r.text());
     assert!(took >= Duration::from_millis(250) && took < Duration::from_secs(3), "{took:?}");
 }
+
+/// The tunnel idle timeout (swept by the worker, up to one 100 ms tick late): a quiet
+/// tunnel is closed after it, with a log line naming the cause; a tunnel that keeps
+/// talking outlives it.
+#[test]
+fn idle_tunnels_are_closed_and_busy_ones_are_not() {
+    let echo = TcpEcho::start().unwrap();
+    let proxy = Proxy::start_with(|c| c.timeouts.tunnel_idle = Duration::from_millis(400));
+    let target = echo.addr().to_string();
+
+    let mut busy = tunnel(&proxy, &target);
+    let mut quiet = tunnel(&proxy, &target);
+    let start = Instant::now();
+    // Busy: a message every 100 ms for 1.2 s, three times the idle timeout.
+    for i in 0..12u8 {
+        busy.send(&[i; 10]);
+        assert_eq!(busy.take(10), vec![i; 10], "busy tunnel, message {i}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // Quiet: closed long ago (its timeout passed while the busy one talked).
+    assert!(closed_within(&mut quiet.s, Duration::from_secs(1)), "quiet tunnel still open");
+    let line = proxy.log_line(|l| l.contains("CONNECT") && l.contains("timed out"));
+    assert!(line.contains(&target), "{line}");
+    let took = start.elapsed();
+    assert!(took >= Duration::from_millis(1200), "{took:?}");
+    // The busy one still works, then goes quiet and is closed in turn.
+    busy.send(b"last");
+    assert_eq!(busy.take(4), b"last");
+    let quiet_from = Instant::now();
+    assert!(closed_within(&mut busy.s, Duration::from_secs(2)), "busy tunnel never closed");
+    let waited = quiet_from.elapsed();
+    assert!(
+        waited >= Duration::from_millis(300) && waited < Duration::from_millis(1000),
+        "closed {waited:?} after its last byte, timeout 400 ms"
+    );
+}
