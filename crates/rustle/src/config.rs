@@ -955,9 +955,21 @@ fn duration<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
         Text(String),
     }
     match Raw::deserialize(d)? {
-        Raw::Secs(s) => Ok(Duration::from_secs(s)),
-        Raw::Text(t) => parse_duration(&t).map_err(serde::de::Error::custom),
+        Raw::Secs(s) => at_most_a_year(Duration::from_secs(s), &s.to_string()),
+        Raw::Text(t) => parse_duration(&t),
     }
+    .map_err(serde::de::Error::custom)
+}
+
+/// The longest duration a setting takes: deadlines are instants, and "forever" written as a
+/// huge number must be an error, not an overflow.
+pub const MAX_DURATION: Duration = Duration::from_secs(365 * 24 * 3600);
+
+fn at_most_a_year(d: Duration, text: &str) -> Result<Duration, String> {
+    if d > MAX_DURATION {
+        return Err(format!("duration `{text}` is too long: at most 365 days"));
+    }
+    Ok(d)
 }
 
 pub fn parse_duration(t: &str) -> Result<Duration, String> {
@@ -965,14 +977,15 @@ pub fn parse_duration(t: &str) -> Result<Duration, String> {
     let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
     let (num, unit) = t.split_at(split);
     let n: u64 = num.parse().map_err(|_| format!("invalid duration `{t}`"))?;
+    let too_long = || format!("duration `{t}` is too long: at most 365 days");
     let d = match unit.trim() {
         "ms" => Duration::from_millis(n),
         "s" | "" => Duration::from_secs(n),
-        "m" => Duration::from_secs(n * 60),
-        "h" => Duration::from_secs(n * 3600),
+        "m" => Duration::from_secs(n.checked_mul(60).ok_or_else(too_long)?),
+        "h" => Duration::from_secs(n.checked_mul(3600).ok_or_else(too_long)?),
         _ => return Err(format!("invalid duration `{t}`: use ms, s, m or h")),
     };
-    Ok(d)
+    at_most_a_year(d, t)
 }
 
 #[cfg(test)]
@@ -1100,5 +1113,14 @@ mod tests {
         assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
         assert!(parse_duration("2 fortnights").is_err());
         assert!(parse_duration("").is_err());
+        // "Forever" as a huge number is refused, not overflowed.
+        assert_eq!(parse_duration("8760h"), Ok(MAX_DURATION));
+        assert!(parse_duration("8761h").expect_err("over a year").contains("too long"));
+        assert!(parse_duration("99999999999999999999h").is_err());
+        assert!(parse_duration("18446744073709551615m")
+            .expect_err("overflow")
+            .contains("too long"));
+        let e = Config::parse("[timeouts]\ntunnel_idle = 9223372036854775807\n").expect_err("huge");
+        assert!(format!("{e:?}").contains("too long"), "{e:?}");
     }
 }

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rustle_proto::http::{parse_request, Method, RequestHead, Target};
-use tokio::io::AsyncWriteExt;
+use tokio::io::{AsyncRead, AsyncWriteExt, ReadBuf};
 
 use crate::accesslog::Entry;
 use crate::buf::Buf;
@@ -251,6 +251,15 @@ pub async fn refuse_overloaded(
         sticky: None,
         sticky_key: Vec::new(),
     };
+    // Read what the client already sent (its request is usually there: the listener defers
+    // accepts until it is), so that closing after the answer sends a FIN, not a reset that
+    // could discard the 503 before the client reads it.
+    let mut scratch = [0u8; 4096];
+    let mut read = ReadBuf::new(&mut scratch);
+    let _ = crate::body::poll_once(std::pin::pin!(std::future::poll_fn(|cx| {
+        std::pin::Pin::new(&mut c.stream).poll_read(cx, &mut read)
+    })))
+    .await;
     let mut ex = Exchange::new(Instant::now());
     c.fail(&mut ex, &Error::Overloaded).await;
 }

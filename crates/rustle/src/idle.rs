@@ -149,6 +149,8 @@ pub fn sweep_relays(now: Instant) {
 /// open tunnel. Fires up to one housekeeping tick (100 ms) late.
 pub struct Coarse {
     slot: usize,
+    /// A slot number means something only on the thread that made it: not Send.
+    _thread: std::marker::PhantomData<*const ()>,
 }
 
 impl Coarse {
@@ -157,7 +159,8 @@ impl Coarse {
         if !SWEPT.with(Cell::get) {
             return None;
         }
-        Some(Coarse { slot: RELAYS.with(|w| w.register(deadline, false, waker)) })
+        let slot = RELAYS.with(|w| w.register(deadline, false, waker));
+        Some(Coarse { slot, _thread: std::marker::PhantomData })
     }
 
     /// Whether the deadline has passed (a sweep saw it); refreshes the waker otherwise.

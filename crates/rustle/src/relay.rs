@@ -545,6 +545,8 @@ fn idle_expired(
     idle: Duration,
     cx: &mut Context<'_>,
 ) -> bool {
+    // Settings are at most a year (config), but a relay built elsewhere may pass more.
+    let idle = idle.min(crate::config::MAX_DURATION);
     if let IdleTimer::Unarmed = timer {
         let deadline = last + idle;
         *timer = match crate::idle::Coarse::arm(deadline, cx.waker()) {

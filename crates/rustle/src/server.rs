@@ -489,7 +489,10 @@ async fn accept_loop(
         let stream = match TcpStream::from_std(stream) {
             Ok(s) => s,
             Err(e) => {
-                tracing::warn!("{peer}: cannot register the connection: {e}");
+                // Out of epoll room or memory: pause as after a failed accept.
+                tracing::warn!("{peer}: cannot register the connection: {e}; pausing");
+                drop(guard);
+                tokio::time::sleep(ACCEPT_BACKOFF).await;
                 continue;
             }
         };

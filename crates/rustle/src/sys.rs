@@ -1,7 +1,8 @@
 //! The only unsafe code in rustle: splice(2) through pipes, which no safe crate offers for
 //! tokio's sockets, the probe for kernel TLS (setsockopt TCP_ULP), handing the C
-//! allocator's free pages back to the kernel (malloc_trim), and registering a listening
-//! socket with tokio's event loop without its accept (which registers every connection). Everything here is a thin,
+//! allocator's free pages back to the kernel (malloc_trim), TCP_DEFER_ACCEPT on listeners,
+//! and registering a listening socket with tokio's event loop without its accept (which
+//! registers every connection). Everything here is a thin,
 //! checked wrapper; the rest of the proxy sees a safe `Pipe`, a yes/no and a hint.
 #![allow(unsafe_code)]
 

@@ -69,6 +69,7 @@ pub fn spawn(guard: ConnGuard, mut client: Stream, handoff: Handoff, opts: Opts,
     // A relay waits on both sockets: a client not yet registered is registered now.
     if let Err(e) = client.register() {
         tracing::warn!("{}: tunnel not started: {e}", record.peer);
+        finish(&guard, &record, relay::Totals::default(), Err(crate::error::Error::Client(e)));
         return;
     }
     // The relay keeps its own copy of early bytes (in a pooled buffer) until delivered.
@@ -97,27 +98,37 @@ where
         // Polled in place (it is Unpin): awaiting it by value would move it into a
         // second slot of this future.
         let (totals, result) = (&mut relay).await;
-        if let Some(u) = &rec.user {
-            let t = guard.worker().traffic.entry(u);
-            t.add(crate::limits::Direction::Up, rec.up + totals.up);
-            t.add(crate::limits::Direction::Down, rec.down + totals.down);
-        }
-        let log = &guard.worker().log;
-        if log.enabled() {
-            log.log(&Entry {
-                client: rec.peer,
-                method: rec.label.method(),
-                target: rec.label.target(),
-                status: rec.status,
-                up: rec.up + totals.up,
-                down: rec.down + totals.down,
-                start: rec.start,
-                upstream: rec.upstream,
-                error: result.as_ref().err().map(|e| e as &dyn std::fmt::Display),
-                user: rec.user.as_deref(),
-                tls: rec.tls.as_deref(),
-            });
-        }
+        finish(&guard, &rec, totals, result);
         drop(guard);
+    }
+}
+
+/// A tunnel's end: its bytes to the user's traffic, its access-log line.
+fn finish(
+    guard: &ConnGuard,
+    rec: &Record,
+    totals: relay::Totals,
+    result: Result<(), crate::error::Error>,
+) {
+    if let Some(u) = &rec.user {
+        let t = guard.worker().traffic.entry(u);
+        t.add(crate::limits::Direction::Up, rec.up + totals.up);
+        t.add(crate::limits::Direction::Down, rec.down + totals.down);
+    }
+    let log = &guard.worker().log;
+    if log.enabled() {
+        log.log(&Entry {
+            client: rec.peer,
+            method: rec.label.method(),
+            target: rec.label.target(),
+            status: rec.status,
+            up: rec.up + totals.up,
+            down: rec.down + totals.down,
+            start: rec.start,
+            upstream: rec.upstream,
+            error: result.as_ref().err().map(|e| e as &dyn std::fmt::Display),
+            user: rec.user.as_deref(),
+            tls: rec.tls.as_deref(),
+        });
     }
 }
