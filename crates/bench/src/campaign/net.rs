@@ -136,6 +136,21 @@ impl Net {
         for n in &names {
             ip(&["-n", n, "link", "set", "lo", "up"])?;
         }
+        // The client opens tens of thousands of connections to the same proxy address in a
+        // few minutes (held tunnels, a new connection per request), each left in TIME_WAIT
+        // on its side: reuse those and widen the port range, in its namespace only, so that
+        // a run does not fail to connect because an earlier one used up the ports.
+        let tuned = Command::new("ip")
+            .args(["netns", "exec", c, "sysctl", "-q", "-w", "net.ipv4.tcp_tw_reuse=1"])
+            .args(["net.ipv4.ip_local_port_range=1024 65000"])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        net.notes.push(match tuned {
+            true => "client namespace: tcp_tw_reuse=1, local ports 1024-65000".into(),
+            false => "client namespace: could not set tcp_tw_reuse (sysctl missing?)".into(),
+        });
         let mut qdisc: Vec<String> = Vec::new();
         if let Some(n) = netem {
             qdisc.extend(n.split_whitespace().map(String::from));
