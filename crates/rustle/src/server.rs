@@ -152,8 +152,8 @@ fn bind_udp(addr: SocketAddr) -> std::io::Result<std::net::UdpSocket> {
     Ok(s.into())
 }
 
-/// How long a plain HTTP or auto listener lets the kernel hold a connection that has sent nothing
-/// yet (TCP_DEFER_ACCEPT) before handing it over.
+/// How long an HTTP, HTTPS, SOCKS or auto listener lets the kernel hold a connection that
+/// has sent nothing yet (TCP_DEFER_ACCEPT) before handing it over.
 const DEFER_ACCEPT_SECS: u32 = 1;
 
 fn bind_one(addr: SocketAddr, kind: ListenerKind) -> std::io::Result<std::net::TcpListener> {
@@ -168,8 +168,13 @@ fn bind_one(addr: SocketAddr, kind: ListenerKind) -> std::io::Result<std::net::T
     s.set_nodelay(true)?;
     // A plain HTTP (or auto-detected) connection starts unregistered and reads at once
     // (`Stream::Fresh`): accepted only with its first bytes there, it is served without
-    // waiting on epoll. Every protocol of these listeners has the client speak first.
-    if matches!(kind, ListenerKind::Http | ListenerKind::Auto) {
+    // waiting on epoll. SOCKS and TLS clients speak first too: their connections come with
+    // their greeting or ClientHello, one wake-up instead of two. (A port relay does not
+    // know who speaks first: no deferral there.)
+    if matches!(
+        kind,
+        ListenerKind::Http | ListenerKind::Auto | ListenerKind::Socks | ListenerKind::Https
+    ) {
         crate::sys::defer_accept(&s, DEFER_ACCEPT_SECS)?;
     }
     s.set_nonblocking(true)?;

@@ -489,9 +489,9 @@ fn auto_listener_serves_http_socks4_and_socks5_on_one_port() {
     curl_download(&["--socks5", &p], &host, 10);
 }
 
-/// HTTP and auto ports have the kernel hold a connection until its first bytes arrive
-/// (TCP_DEFER_ACCEPT) and serve it without registering it first: a client that waits
-/// before speaking, past the deferral, is still served, on each protocol.
+/// HTTP, auto and SOCKS ports have the kernel hold a connection until its first bytes
+/// arrive (TCP_DEFER_ACCEPT; HTTP and auto serve it without registering it first): a
+/// client that waits before speaking, past the deferral, is still served, on each protocol.
 #[test]
 fn clients_that_wait_before_speaking_are_served() {
     let origin = Origin::start().unwrap();
@@ -509,13 +509,17 @@ fn clients_that_wait_before_speaking_are_served() {
         c.send(&get(&origin.url("/bytes/20")));
         assert_eq!(c.read_response().body, pattern(20));
     }
-    let mut s = connect(auto.addr());
-    std::thread::sleep(wait);
-    assert_eq!(greet(&mut s, &[0]), 0);
-    s.write_all(&request5(CONNECT, &Dst::Addr(echo.addr()))).unwrap();
-    assert_eq!(read_reply5(&mut s).0, 0);
-    s.write_all(b"late but served").unwrap();
-    assert_eq!(read_exact_n(&mut s, 15), b"late but served");
+    // SOCKS5 on the auto port and on a SOCKS port (which defers its accepts too).
+    let socks = Proxy::socks();
+    for addr in [auto.addr(), socks.addr()] {
+        let mut s = connect(addr);
+        std::thread::sleep(wait);
+        assert_eq!(greet(&mut s, &[0]), 0);
+        s.write_all(&request5(CONNECT, &Dst::Addr(echo.addr()))).unwrap();
+        assert_eq!(read_reply5(&mut s).0, 0);
+        s.write_all(b"late but served").unwrap();
+        assert_eq!(read_exact_n(&mut s, 15), b"late but served");
+    }
     assert_eq!(origin.requests(), 4);
 }
 
