@@ -528,7 +528,8 @@ impl Default for Upstream {
 pub struct Relay {
     /// Grace delay (like 3proxy's -g): after this many small reads in a row, a relay
     /// direction waits `grace_delay` before reading again, so data gathers into larger
-    /// reads. 0 turns it off (the default).
+    /// reads; while splicing, a direction is woken only once 256 KiB are queued or
+    /// `grace_delay` after it began waiting. 0 turns it off (the default).
     pub grace_reads: u32,
     #[serde(deserialize_with = "duration")]
     pub grace_delay: Duration,

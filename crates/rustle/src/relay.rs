@@ -48,6 +48,12 @@ const FULL_READS_TO_SPLICE: u32 = 2;
 /// sender has queued; the default pipe-max-size (1 MiB) allows it unprivileged.
 const PIPE_SIZE: usize = 1 << 20;
 
+/// With a grace delay, a splicing direction asks to be woken only once this much is
+/// queued (SO_RCVLOWAT), and reads what is there anyway after the delay: a sender slower
+/// than the proxy is then read in large pieces rather than a wakeup, a splice in and a
+/// splice out for each few segments, and the tail of a burst waits at most the delay.
+const LOWAT: usize = 256 * 1024;
+
 /// Idle pipes and spare buffers a worker keeps.
 const MAX_SPARE: usize = 64;
 
@@ -62,7 +68,9 @@ pub fn mode_switches() -> (u64, u64) {
 }
 
 /// Optional grace delay (3proxy's `-g`): after `reads` small reads in a row, wait `delay`
-/// before reading again so that data gathers into larger reads.
+/// before reading again so that data gathers into larger reads. While splicing, a
+/// direction is woken only once `LOWAT` bytes are queued, or `delay` after it last
+/// waited.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Grace {
     pub reads: u32,
@@ -97,6 +105,12 @@ pub fn idle_pipes() -> usize {
     POOLS.with(|p| p.pipes.borrow().len())
 }
 
+/// Splices from a socket into a pipe on this thread so far, and the bytes they moved
+/// (diagnostics; tests use it to see how much one splice moves).
+pub fn splice_reads() -> (u64, u64) {
+    POOLS.with(|p| p.splice_reads.get())
+}
+
 /// A worker's relay resources: one scratch buffer, spare buffers for partial writes,
 /// and idle pipes.
 struct Pools {
@@ -105,6 +119,8 @@ struct Pools {
     pipes: RefCell<Vec<Pipe>>,
     /// A pipe could not be made (fd limit): said once, then copying goes on.
     pipe_warned: Cell<bool>,
+    /// (splices into a pipe, bytes they moved)
+    splice_reads: Cell<(u64, u64)>,
 }
 
 impl Default for Pools {
@@ -114,6 +130,7 @@ impl Default for Pools {
             spare: RefCell::new(Vec::new()),
             pipes: RefCell::new(Vec::new()),
             pipe_warned: Cell::new(false),
+            splice_reads: Cell::new((0, 0)),
         }
     }
 }
@@ -193,10 +210,25 @@ struct Dir {
     /// The source ended: pass it on once everything before it is delivered.
     eof: bool,
     done: bool,
+    /// The source's receive low-water mark (see `LOWAT`).
+    lowat: Lowat,
     moved: u64,
-    /// A pause before the next read: the grace delay, or a bandwidth limit's wait.
-    /// Allocated only while pausing.
+    /// A pause before the next read: the grace delay, or a bandwidth limit's wait; while
+    /// the low-water mark is set, the nudge timer. Allocated only while in use.
     pause: Option<Pin<Box<Sleep>>>,
+}
+
+/// Whether a direction's source has the low-water mark set.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Lowat {
+    /// Not set (copying, or no mark wanted).
+    Off,
+    /// Set; no nudge timer for the current wait yet.
+    Set,
+    /// Set, and the nudge timer runs for the current wait.
+    Waiting,
+    /// Splicing, but a nudge found nothing: the mark is dropped until a large read.
+    Quiet,
 }
 
 impl Dir {
@@ -211,6 +243,7 @@ impl Dir {
             pipe: None,
             eof: false,
             done: false,
+            lowat: Lowat::Off,
             moved: early.len() as u64,
             pause: None,
         }
@@ -277,14 +310,62 @@ impl Dir {
                 self.done = true;
                 return Poll::Ready(Ok(()));
             }
-            if let Some(sleep) = &mut self.pause {
-                ready!(sleep.as_mut().poll(cx));
-                self.pause = None;
+            // With a grace delay, splicing sets the low-water mark (and a bandwidth limit,
+            // which has pauses of its own, does not); copying clears it.
+            let want_lowat = self.splicing && limit.is_none() && opts.grace.is_some();
+            match (want_lowat, self.lowat) {
+                (true, Lowat::Off) => {
+                    // Refused: tried again after the next large read.
+                    self.lowat = match crate::sys::set_rcvlowat(src, LOWAT) {
+                        Ok(()) => Lowat::Set,
+                        Err(_) => Lowat::Quiet,
+                    };
+                }
+                (false, Lowat::Set | Lowat::Waiting) => {
+                    let _ = crate::sys::set_rcvlowat(src, 1);
+                    self.lowat = Lowat::Off;
+                    self.pause = None;
+                }
+                (false, Lowat::Quiet) => self.lowat = Lowat::Off,
+                _ => {}
             }
-            ready!(src.poll_read_ready(cx)).map_err(|e| self.src.err(e))?;
+            let mut forced = false;
+            if matches!(self.lowat, Lowat::Off | Lowat::Quiet) {
+                if let Some(sleep) = &mut self.pause {
+                    ready!(sleep.as_mut().poll(cx));
+                    self.pause = None;
+                }
+                ready!(src.poll_read_ready(cx)).map_err(|e| self.src.err(e))?;
+            } else {
+                match src.poll_read_ready(cx) {
+                    Poll::Ready(r) => {
+                        r.map_err(|e| self.src.err(e))?;
+                        self.lowat = Lowat::Set;
+                    }
+                    Poll::Pending => {
+                        if self.lowat == Lowat::Set {
+                            let nudge = opts.grace.map_or(Duration::ZERO, |g| g.delay);
+                            let deadline = tokio::time::Instant::now() + nudge;
+                            match &mut self.pause {
+                                Some(sleep) => sleep.as_mut().reset(deadline),
+                                None => {
+                                    self.pause = Some(Box::pin(tokio::time::sleep_until(deadline)))
+                                }
+                            }
+                            self.lowat = Lowat::Waiting;
+                        }
+                        if let Some(sleep) = &mut self.pause {
+                            ready!(sleep.as_mut().poll(cx));
+                        }
+                        // Fewer bytes than the mark have waited a nudge: read them.
+                        self.lowat = Lowat::Set;
+                        forced = true;
+                    }
+                }
+            }
             // A bandwidth limit grants bytes only once there is something to read, so an
-            // idle tunnel holds no tokens.
-            let mut allowed = SCRATCH;
+            // idle tunnel holds no tokens. Unlimited, a splice moves what the pipe takes.
+            let mut allowed = if self.splicing { usize::MAX } else { SCRATCH };
             if let Some(limit) = limit {
                 let now = Instant::now();
                 allowed = limit.take(SCRATCH, now);
@@ -307,7 +388,13 @@ impl Dir {
                     continue;
                 };
                 let room = pipe.room().min(allowed);
-                let result = src.try_io(Interest::READABLE, || pipe.fill_up_to(src.as_fd(), room));
+                let result = if forced {
+                    // tokio does not see the socket as readable (the mark held its wakeup
+                    // back): read it directly.
+                    pipe.fill_up_to(src.as_fd(), room)
+                } else {
+                    src.try_io(Interest::READABLE, || pipe.fill_up_to(src.as_fd(), room))
+                };
                 unused(*result.as_ref().unwrap_or(&0));
                 match result {
                     Ok(0) => {
@@ -319,12 +406,29 @@ impl Dir {
                         0
                     }
                     Ok(n) => {
+                        let (calls, bytes) = pools.splice_reads.get();
+                        pools.splice_reads.set((calls + 1, bytes + n as u64));
                         if n < room {
                             drained(src);
                         }
+                        if n >= SCRATCH && self.lowat == Lowat::Quiet {
+                            // Bulk again: set the mark on the next wait.
+                            self.lowat = Lowat::Off;
+                        }
                         n
                     }
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                        if forced {
+                            // Nothing came: the burst is over. Every byte wakes the
+                            // direction again until the next large read, and this counts
+                            // as a small read.
+                            let _ = crate::sys::set_rcvlowat(src, 1);
+                            self.lowat = Lowat::Quiet;
+                            self.pause = None;
+                            self.count(0, opts);
+                        }
+                        continue;
+                    }
                     Err(e) => return Poll::Ready(Err(self.src.err(e))),
                 }
             } else {

@@ -1,6 +1,7 @@
 //! The only unsafe code in rustle: splice(2) through pipes, which no safe crate offers for
 //! tokio's sockets, the probe for kernel TLS (setsockopt TCP_ULP), handing the C
-//! allocator's free pages back to the kernel (malloc_trim), TCP_DEFER_ACCEPT on listeners,
+//! allocator's free pages back to the kernel (malloc_trim), TCP_DEFER_ACCEPT on listeners and
+//! SO_RCVLOWAT on spliced sockets,
 //! and registering a listening socket with tokio's event loop without its accept (which
 //! registers every connection). Everything here is a thin,
 //! checked wrapper; the rest of the proxy sees a safe `Pipe`, a yes/no and a hint.
@@ -44,14 +45,32 @@ pub fn watch_listener(
 /// accept. A connection still silent after about `secs` seconds is handed over anyway.
 pub fn defer_accept(listener: &impl AsRawFd, secs: u32) -> io::Result<()> {
     let secs = libc::c_int::try_from(secs).unwrap_or(libc::c_int::MAX);
-    // SAFETY: setsockopt on a descriptor the caller owns, with a pointer to `secs` and its
-    // exact size; the kernel only reads those bytes.
+    set_int(listener, libc::IPPROTO_TCP, libc::TCP_DEFER_ACCEPT, secs)
+}
+
+/// Sets a socket's receive low-water mark (SO_RCVLOWAT): epoll then reports the socket
+/// readable only once this many bytes are queued, or the stream ended or failed, or the
+/// receive window is nearly closed. A non-blocking read still returns whatever is there.
+/// 1 is the default (any byte wakes the reader).
+pub fn set_rcvlowat(socket: &impl AsRawFd, bytes: usize) -> io::Result<()> {
+    let bytes = libc::c_int::try_from(bytes).unwrap_or(libc::c_int::MAX);
+    set_int(socket, libc::SOL_SOCKET, libc::SO_RCVLOWAT, bytes)
+}
+
+fn set_int(
+    socket: &impl AsRawFd,
+    level: libc::c_int,
+    name: libc::c_int,
+    value: libc::c_int,
+) -> io::Result<()> {
+    // SAFETY: setsockopt on a descriptor the caller keeps open (it is borrowed), with a
+    // pointer to `value` and its exact size; the kernel only reads those bytes.
     let rc = unsafe {
         libc::setsockopt(
-            listener.as_raw_fd(),
-            libc::IPPROTO_TCP,
-            libc::TCP_DEFER_ACCEPT,
-            (&secs as *const libc::c_int).cast(),
+            socket.as_raw_fd(),
+            level,
+            name,
+            (&value as *const libc::c_int).cast(),
             std::mem::size_of::<libc::c_int>() as libc::socklen_t,
         )
     };
