@@ -145,6 +145,9 @@ pub enum Error {
     /// The proxy is at its connection limit.
     #[error("too many connections")]
     Overloaded,
+    /// Still open when the shutdown's grace period ended.
+    #[error("closed at the shutdown deadline")]
+    ShutdownDeadline,
 }
 
 impl Error {
@@ -173,6 +176,7 @@ impl Error {
                 Phase::ClientWrite | Phase::TunnelIdle => None,
             },
             Error::Overloaded => Some(503),
+            Error::ShutdownDeadline => None,
             Error::AuthRequired(_) => Some(407),
             Error::AuthRateLimited => Some(429),
             Error::LimitReached(_) => Some(503),
@@ -215,6 +219,7 @@ impl Error {
             | Error::BadUpgrade
             | Error::Timeout(_)
             | Error::Overloaded
+            | Error::ShutdownDeadline
             | Error::LimitReached(_) => R::GeneralFailure,
             Error::AuthRequired(_) | Error::AuthRateLimited => R::NotAllowed,
         }

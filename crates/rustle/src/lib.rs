@@ -40,6 +40,7 @@ pub mod http2;
 pub mod https;
 pub mod idle;
 pub mod limits;
+pub mod park;
 pub mod policy;
 pub mod portmap;
 pub mod relay;

@@ -498,6 +498,16 @@ impl Dir {
         }
     }
 
+    /// Ended, or waiting for its source with nothing held.
+    fn quiescent(&self) -> bool {
+        self.done
+            || (self.pending.is_none()
+                && self.pipe.as_ref().is_none_or(Pipe::is_empty)
+                && self.pause.is_none()
+                && !self.eof
+                && matches!(self.lowat, Lowat::Off | Lowat::Quiet))
+    }
+
     fn release(&mut self, pools: &Pools) {
         if let Some(p) = self.pending.take() {
             pools.unpark(p.buf);
@@ -523,6 +533,40 @@ pub struct Relay<C, U> {
     timer: IdleTimer,
     /// The sockets are closed as soon as the relay ends (see `closing`).
     closes: bool,
+    /// The relay says when it has been idle long enough to be parked (see `parking`).
+    parks: bool,
+}
+
+/// A tunnel that has moved no byte for this long is parked (see `park`), unless its
+/// idle timeout comes first.
+pub const PARK_AFTER: Duration = Duration::from_secs(1);
+
+/// How a relay ended.
+pub enum Ended {
+    /// Both directions ended, one side failed, or the idle timeout passed.
+    Done(Totals, Result<(), Error>),
+    /// Nothing has moved for `PARK_AFTER` and nothing is held: the relay can be parked.
+    Idle,
+}
+
+/// What a parked relay keeps to go on where it stopped.
+pub struct Resume {
+    opts: Opts,
+    throttle: Option<Box<Throttle>>,
+    moved: (u64, u64),
+    done: (bool, bool),
+    last: Instant,
+}
+
+impl Resume {
+    /// When the idle timeout ends the parked relay.
+    pub fn deadline(&self) -> Instant {
+        self.last + self.opts.idle.min(crate::config::MAX_DURATION)
+    }
+
+    pub fn totals(&self) -> Totals {
+        Totals { up: self.moved.0, down: self.moved.1 }
+    }
 }
 
 /// Relays until both directions end. `early_up` and `early_down` are bytes already read
@@ -555,6 +599,7 @@ where
         last: Instant::now(),
         timer: IdleTimer::Unarmed,
         closes: false,
+        parks: false,
     }
 }
 
@@ -576,12 +621,61 @@ impl<C, U> Relay<C, U> {
         Totals { up: self.up.moved, down: self.down.moved }
     }
 
-    fn finish(&mut self, result: Result<(), Error>) -> Poll<(Totals, Result<(), Error>)> {
+    fn finish(&mut self, result: Result<(), Error>) -> Poll<Ended> {
         POOLS.with(|pools| {
             self.up.release(pools);
             self.down.release(pools);
         });
-        Poll::Ready((self.totals(), result))
+        Poll::Ready(Ended::Done(self.totals(), result))
+    }
+
+    /// Nothing held in either direction: no bytes waiting for a slow destination, no
+    /// pause, no low-water mark; the relay only waits for its sockets.
+    fn quiescent(&self) -> bool {
+        self.up.quiescent() && self.down.quiescent()
+    }
+}
+
+impl Relay<TcpStream, TcpStream> {
+    /// Lets the relay end with `Ended::Idle` once it has been idle for `PARK_AFTER`.
+    pub fn parking(mut self) -> Self {
+        self.parks = true;
+        self
+    }
+
+    /// Takes an idle relay apart for parking: its sockets, off tokio's event loop, and
+    /// what it needs to resume. On failure, what it had moved and the error.
+    #[allow(clippy::type_complexity)]
+    pub fn park(
+        mut self,
+    ) -> Result<(std::net::TcpStream, std::net::TcpStream, Resume), (Totals, Error)> {
+        POOLS.with(|pools| {
+            self.up.release(pools);
+            self.down.release(pools);
+        });
+        let totals = self.totals();
+        let resume = Resume {
+            opts: self.opts,
+            throttle: self.throttle.take(),
+            moved: (self.up.moved, self.down.moved),
+            done: (self.up.done, self.down.done),
+            last: self.last,
+        };
+        let client = self.client.into_std().map_err(|e| (totals, Error::Client(e)))?;
+        let upstream = self.upstream.into_std().map_err(|e| (totals, Error::Upstream(e)))?;
+        Ok((client, upstream, resume))
+    }
+
+    /// A parked relay, running again on its sockets.
+    pub fn resume(client: TcpStream, upstream: TcpStream, r: Resume) -> Self {
+        let mut relay = run(client, upstream, b"", b"", r.opts).closing().parking();
+        relay.throttle = r.throttle;
+        relay.up.moved = r.moved.0;
+        relay.down.moved = r.moved.1;
+        relay.up.done = r.done.0;
+        relay.down.done = r.done.1;
+        relay.last = r.last;
+        relay
     }
 }
 
@@ -593,7 +687,23 @@ where
     type Output = (Totals, Result<(), Error>);
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let this = self.get_mut();
+        match ready!(self.get_mut().poll_ended(cx)) {
+            Ended::Done(totals, result) => Poll::Ready((totals, result)),
+            // Only a parking relay says Idle, and that one is polled with `poll_ended`.
+            Ended::Idle => Poll::Pending,
+        }
+    }
+}
+
+impl<C, U> Relay<C, U>
+where
+    C: Borrow<TcpStream> + Unpin,
+    U: Borrow<TcpStream> + Unpin,
+{
+    /// Relays until the relay ends, or (when `parking`) until it has been idle for
+    /// `PARK_AFTER` with nothing held.
+    pub fn poll_ended(&mut self, cx: &mut Context<'_>) -> Poll<Ended> {
+        let this = self;
         let mut last = this.last;
         let (client, upstream) = (this.client.borrow(), this.upstream.borrow());
         let (up, down, opts) = (&mut this.up, &mut this.down, &this.opts);
@@ -626,10 +736,12 @@ where
         if this.up.done && this.down.done {
             return this.finish(Ok(()));
         }
-        if idle_expired(&mut this.timer, this.last, this.opts.idle, cx) {
-            return this.finish(Err(Error::Timeout(Phase::TunnelIdle)));
+        let park = (this.parks && this.quiescent()).then_some(PARK_AFTER);
+        match deadline(&mut this.timer, this.last, this.opts.idle, this.parks, park, cx) {
+            Deadline::NotYet => Poll::Pending,
+            Deadline::Idle => this.finish(Err(Error::Timeout(Phase::TunnelIdle))),
+            Deadline::Park => Poll::Ready(Ended::Idle),
         }
-        Poll::Pending
     }
 }
 
@@ -643,43 +755,85 @@ pub(crate) enum IdleTimer {
 }
 
 /// True once `idle` has passed since the last byte (`last`).
-fn idle_expired(
+pub(crate) fn idle_expired(
     timer: &mut IdleTimer,
     last: Instant,
     idle: Duration,
     cx: &mut Context<'_>,
 ) -> bool {
+    matches!(deadline(timer, last, idle, false, None, cx), Deadline::Idle)
+}
+
+/// What a relay's timer says.
+enum Deadline {
+    NotYet,
+    /// `idle` has passed since the last byte.
+    Idle,
+    /// `park_after` has passed since the last byte (and the relay can be parked).
+    Park,
+}
+
+/// Checks the relay's one timer. `parks`: the relay may be parked, so the timer first
+/// fires `PARK_AFTER` after the last byte; `park`: it can be parked now.
+fn deadline(
+    timer: &mut IdleTimer,
+    last: Instant,
+    idle: Duration,
+    parks: bool,
+    park: Option<Duration>,
+    cx: &mut Context<'_>,
+) -> Deadline {
     // Settings are at most a year (config), but a relay built elsewhere may pass more.
     let idle = idle.min(crate::config::MAX_DURATION);
+    // From a quiet time, how long until the timer should look again.
+    let next = |quiet: Duration| {
+        let to_idle = idle.saturating_sub(quiet);
+        match parks {
+            // Before PARK_AFTER: at PARK_AFTER. After it (something was held then): again
+            // PARK_AFTER later.
+            true if quiet < PARK_AFTER => (PARK_AFTER - quiet).min(to_idle),
+            true => PARK_AFTER.min(to_idle),
+            false => to_idle,
+        }
+    };
     if let IdleTimer::Unarmed = timer {
-        let deadline = last + idle;
+        let deadline = last + next(Duration::ZERO);
         *timer = match crate::idle::Coarse::arm(deadline, cx.waker()) {
             Some(c) => IdleTimer::Coarse(c),
             None => IdleTimer::Tokio(Box::pin(tokio::time::sleep_until(deadline.into()))),
         };
     }
+    let verdict = |quiet: Duration| {
+        if quiet >= idle {
+            Some(Deadline::Idle)
+        } else if park.is_some_and(|after| quiet >= after) {
+            Some(Deadline::Park)
+        } else {
+            None
+        }
+    };
     match timer {
-        IdleTimer::Unarmed => false,
+        IdleTimer::Unarmed => Deadline::NotYet,
         IdleTimer::Coarse(c) => {
             if !c.fired(cx.waker()) {
-                return false;
+                return Deadline::NotYet;
             }
             let quiet = last.elapsed();
-            if quiet >= idle {
-                return true;
+            if let Some(d) = verdict(quiet) {
+                return d;
             }
-            c.rearm(Instant::now() + (idle - quiet), cx.waker());
-            false
+            c.rearm(Instant::now() + next(quiet), cx.waker());
+            Deadline::NotYet
         }
         IdleTimer::Tokio(sleep) => {
             while sleep.as_mut().poll(cx).is_ready() {
                 let quiet = last.elapsed();
-                if quiet >= idle {
-                    return true;
+                if let Some(d) = verdict(quiet) {
+                    return d;
                 }
-                sleep.as_mut().reset(tokio::time::Instant::now() + (idle - quiet));
+                sleep.as_mut().reset(tokio::time::Instant::now() + next(quiet));
             }
-            false
+            Deadline::NotYet
         }
     }
 }

@@ -382,6 +382,7 @@ async fn worker_main(worker: Rc<Worker>, sockets: Vec<(Arc<Listener>, Socket)>) 
     // Housekeeping: flush the access log, close expired idle origin connections, end
     // idle tunnels (their deadlines are swept here rather than timed one by one).
     crate::idle::sweep_relays_here();
+    drop(tokio::task::spawn_local(crate::park::serve_here()));
     let mut shutdown = worker.shutdown.clone();
     let mut policy_rx = worker.policy_rx.clone();
     let mut flush = tokio::time::interval(accesslog::FLUSH_EVERY);
@@ -395,6 +396,11 @@ async fn worker_main(worker: Rc<Worker>, sockets: Vec<(Arc<Listener>, Socket)>) 
                 crate::idle::sweep_relays(now);
                 if last_sweep.elapsed() >= SWEEP_EVERY {
                     worker.upstreams.sweep();
+                    // Tunnels parked since the last sweep freed their tasks: hand that
+                    // memory back (trim_bufs does when the buffer pool shrank).
+                    if crate::park::sweep(now) > 0 {
+                        crate::sys::release_free_memory();
+                    }
                     worker.trim_bufs();
                     last_sweep = Instant::now();
                 }
@@ -419,8 +425,10 @@ async fn worker_main(worker: Rc<Worker>, sockets: Vec<(Arc<Listener>, Socket)>) 
     while worker.active.get() > 0 && Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(20)).await;
         crate::idle::sweep_relays(Instant::now());
+        crate::park::sweep(Instant::now());
         worker.log.flush();
     }
+    crate::park::close_all();
     if worker.active.get() > 0 {
         tracing::warn!(
             "worker {}: {} connection(s) still open at the shutdown deadline; closing them",

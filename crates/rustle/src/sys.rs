@@ -1,10 +1,10 @@
 //! The only unsafe code in rustle: splice(2) through pipes, which no safe crate offers for
 //! tokio's sockets, the probe for kernel TLS (setsockopt TCP_ULP), handing the C
-//! allocator's free pages back to the kernel (malloc_trim), TCP_DEFER_ACCEPT on listeners and
-//! SO_RCVLOWAT on spliced sockets,
-//! and registering a listening socket with tokio's event loop without its accept (which
-//! registers every connection). Everything here is a thin,
-//! checked wrapper; the rest of the proxy sees a safe `Pipe`, a yes/no and a hint.
+//! allocator's free pages back to the kernel (malloc_trim), TCP_DEFER_ACCEPT on listeners
+//! and SO_RCVLOWAT on spliced sockets, and registering with tokio's event loop a listening
+//! socket (without tokio's accept, which registers every connection) and a worker's park
+//! of idle tunnels. Everything here is a thin, checked wrapper; the rest of the proxy sees
+//! a safe `Pipe`, a yes/no and a hint.
 #![allow(unsafe_code)]
 
 use std::io;
@@ -37,6 +37,16 @@ pub fn watch_listener(
         tokio::io::unix::AsyncFd::register_with_interest(listener, tokio::io::Interest::READABLE)
     }
     .map_err(|e| e.into_parts().1)
+}
+
+/// A worker's park (an epoll set of parked sockets, see `park`) watched by tokio's event
+/// loop: readable when a parked socket has something to say.
+pub fn watch_poll(poll: mio::Poll) -> io::Result<tokio::io::unix::AsyncFd<mio::Poll>> {
+    // SAFETY: the AsyncFd takes the poll by value and owns it until it is dropped: its
+    // epoll descriptor stays open and `as_raw_fd` returns that same descriptor for as long
+    // as it is registered (mio's Poll never changes it).
+    unsafe { tokio::io::unix::AsyncFd::register_with_interest(poll, tokio::io::Interest::READABLE) }
+        .map_err(|e| e.into_parts().1)
 }
 
 /// Asks the kernel to hand over connections on this listener only once their first bytes

@@ -7,10 +7,12 @@ use std::future::Future;
 use std::net::SocketAddr;
 use std::time::Instant;
 
+use tokio::net::TcpStream;
+
 use crate::accesslog::Entry;
 use crate::conn::Stream;
 use crate::limits::Throttle;
-use crate::relay::{self, Opts};
+use crate::relay::{self, Ended, Opts, Relay};
 use crate::server::ConnGuard;
 
 /// What the handshake hands over besides the client socket.
@@ -75,8 +77,11 @@ pub fn spawn(guard: ConnGuard, mut client: Stream, handoff: Handoff, opts: Opts,
     // The relay keeps its own copy of early bytes (in a pooled buffer) until delivered.
     match (client, upstream) {
         (Stream::Tcp(client), Stream::Tcp(upstream)) => {
-            let relay = relay::run(client, upstream, &early_up, &early_down, opts).closing();
-            tokio::task::spawn_local(task(guard, relay.throttled(&throttle), record));
+            let mut relay = relay::run(client, upstream, &early_up, &early_down, opts).closing();
+            if crate::park::here() {
+                relay = relay.parking();
+            }
+            tokio::task::spawn_local(socket_task(guard, relay.throttled(&throttle), record));
         }
         (client, upstream) => {
             let relay = relay::stream::run(client, upstream, &early_up, &early_down, opts);
@@ -103,8 +108,27 @@ where
     }
 }
 
+/// The task of an open tunnel between two plain sockets: when the relay has been idle
+/// long enough, the tunnel is parked and this task ends (`park`).
+#[allow(clippy::manual_async_fn)]
+pub(crate) fn socket_task(
+    guard: ConnGuard,
+    mut relay: Relay<TcpStream, TcpStream>,
+    rec: Record,
+) -> impl Future<Output = ()> {
+    async move {
+        match std::future::poll_fn(|cx| relay.poll_ended(cx)).await {
+            Ended::Done(totals, result) => {
+                finish(&guard, &rec, totals, result);
+                drop(guard);
+            }
+            Ended::Idle => crate::park::park(guard, relay, rec),
+        }
+    }
+}
+
 /// A tunnel's end: its bytes to the user's traffic, its access-log line.
-fn finish(
+pub(crate) fn finish(
     guard: &ConnGuard,
     rec: &Record,
     totals: relay::Totals,

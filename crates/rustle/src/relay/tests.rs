@@ -315,7 +315,7 @@ fn connection_futures_stay_within_budget() {
     let socks = future_size(&socks);
     let relay_port = future_size(&crate::portmap::serve);
     let relay = std::mem::size_of::<Relay<TcpStream, TcpStream>>();
-    let tunnel = future_size3(&crate::tunnel::task::<Relay<TcpStream, TcpStream>>);
+    let tunnel = future_size3(&crate::tunnel::socket_task);
     eprintln!(
         "future sizes: http1 {http}, socks {socks}, portmap {relay_port}, relay {relay}, \
          tunnel {tunnel}"

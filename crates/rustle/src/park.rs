@@ -1,0 +1,265 @@
+//! Idle tunnels, parked. A plain-TCP tunnel that has moved no byte for
+//! `relay::PARK_AFTER` leaves the event loop: its task ends, its two sockets leave
+//! tokio's registrations for the worker's park (an epoll set of its own, which one task
+//! watches), and what the relay must remember (bytes moved, limits, which directions
+//! have ended, the log record, the connection slot) goes into a slot of a flat table.
+//! The first byte, end of stream or error on either socket brings it back as a new task
+//! running the same relay. A parked tunnel costs its slot, about 200 bytes, where a
+//! running one keeps a task (640 bytes) and two readiness records (256 bytes each).
+//!
+//! Each worker has its own park (a thread-local), so nothing here is shared or locked.
+
+use std::cell::RefCell;
+use std::io;
+use std::os::fd::AsRawFd;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use mio::unix::SourceFd;
+use mio::{Events, Interest, Token};
+
+use crate::error::{Error, Phase};
+use crate::relay::{Relay, Resume};
+use crate::server::ConnGuard;
+use crate::tunnel::Record;
+
+/// A parked tunnel.
+struct Parked {
+    guard: ConnGuard,
+    client: std::net::TcpStream,
+    upstream: std::net::TcpStream,
+    resume: Resume,
+    rec: Record,
+}
+
+/// A worker's park.
+struct Park {
+    /// Registers sockets with the park's epoll set (a duplicate of the descriptor the
+    /// watching task polls).
+    registry: mio::Registry,
+    /// Parked tunnels by token; a flat table so that parked tunnels sit together in
+    /// memory rather than scattered between freed tasks.
+    slots: Vec<Option<Parked>>,
+    free: Vec<usize>,
+    /// Tunnels parked since the last sweep (the sweep then returns freed memory).
+    since_sweep: usize,
+}
+
+thread_local! {
+    static PARK: RefCell<Option<Park>> = const { RefCell::new(None) };
+}
+
+/// Tunnels parked now, across workers (diagnostics and tests; changes only when a
+/// tunnel is parked or resumed).
+static PARKED: AtomicUsize = AtomicUsize::new(0);
+
+/// Whether this thread parks idle tunnels (a worker does once `serve_here` runs).
+pub fn here() -> bool {
+    PARK.with(|p| p.borrow().is_some())
+}
+
+/// Tunnels parked now, in the whole process.
+pub fn parked_now() -> usize {
+    PARKED.load(Ordering::Relaxed)
+}
+
+/// Opens this thread's park and watches it: resumes tunnels whose sockets have something
+/// to say. Runs for as long as the worker does.
+pub async fn serve_here() {
+    let (poll, registry) = match mio::Poll::new().and_then(|p| {
+        let r = p.registry().try_clone()?;
+        Ok((p, r))
+    }) {
+        Ok(x) => x,
+        Err(e) => {
+            tracing::warn!("cannot open a park for idle tunnels ({e}); they stay on the loop");
+            return;
+        }
+    };
+    let mut fd = match crate::sys::watch_poll(poll) {
+        Ok(fd) => fd,
+        Err(e) => {
+            tracing::warn!("cannot watch the park for idle tunnels ({e}); they stay on the loop");
+            return;
+        }
+    };
+    PARK.with(|p| {
+        *p.borrow_mut() =
+            Some(Park { registry, slots: Vec::new(), free: Vec::new(), since_sweep: 0 })
+    });
+    let mut events = Events::with_capacity(256);
+    loop {
+        let mut ready = match fd.readable_mut().await {
+            Ok(r) => r,
+            Err(e) => {
+                tracing::warn!("the park for idle tunnels failed ({e})");
+                break;
+            }
+        };
+        // Cleared before looking: an event that comes after the last look wakes this
+        // task again.
+        ready.clear_ready();
+        loop {
+            match ready.get_inner_mut().poll(&mut events, Some(Duration::ZERO)) {
+                Ok(()) => {}
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => {
+                    tracing::warn!("the park for idle tunnels failed ({e})");
+                    break;
+                }
+            }
+            if events.is_empty() {
+                break;
+            }
+            for ev in events.iter() {
+                // Both sockets of one tunnel may be in the same batch: the second finds
+                // its slot empty.
+                if let Some(p) = take(ev.token().0) {
+                    resume(p);
+                }
+            }
+        }
+    }
+    // Whatever is still parked stays closed-over by the table until the worker ends.
+}
+
+/// Parks an idle tunnel's relay (see `Relay::poll_ended`). On a thread without a park,
+/// or if the sockets cannot be moved, the tunnel goes on as a task.
+pub fn park(
+    guard: ConnGuard,
+    relay: Relay<tokio::net::TcpStream, tokio::net::TcpStream>,
+    rec: Record,
+) {
+    let (client, upstream, state) = match relay.park() {
+        Ok(parts) => parts,
+        Err((totals, e)) => {
+            crate::tunnel::finish(&guard, &rec, totals, Err(e));
+            return;
+        }
+    };
+    let p = Parked { guard, client, upstream, resume: state, rec };
+    let refused = PARK.with(|cell| {
+        let mut park = cell.borrow_mut();
+        let Some(park) = park.as_mut() else { return Some(p) };
+        let slot = park.free.pop().unwrap_or_else(|| {
+            park.slots.push(None);
+            park.slots.len() - 1
+        });
+        let token = Token(slot);
+        let registered = register(&park.registry, &p.client, token)
+            .and_then(|()| register(&park.registry, &p.upstream, token));
+        match registered {
+            Ok(()) => {
+                park.slots[slot] = Some(p);
+                park.since_sweep += 1;
+                PARKED.fetch_add(1, Ordering::Relaxed);
+                None
+            }
+            Err(e) => {
+                tracing::debug!("{}: tunnel not parked: {e}", p.rec.peer);
+                deregister(&park.registry, &p);
+                park.free.push(slot);
+                Some(p)
+            }
+        }
+    });
+    if let Some(p) = refused {
+        resume(p);
+    }
+}
+
+fn register(registry: &mio::Registry, s: &std::net::TcpStream, token: Token) -> io::Result<()> {
+    registry.register(&mut SourceFd(&s.as_raw_fd()), token, Interest::READABLE)
+}
+
+fn deregister(registry: &mio::Registry, p: &Parked) {
+    // A socket that was not registered (a failed parking) answers ENOENT: nothing to undo.
+    let _ = registry.deregister(&mut SourceFd(&p.client.as_raw_fd()));
+    let _ = registry.deregister(&mut SourceFd(&p.upstream.as_raw_fd()));
+}
+
+/// Takes a tunnel out of the park (its sockets leave the park's epoll set).
+fn take(slot: usize) -> Option<Parked> {
+    PARK.with(|cell| {
+        let mut park = cell.borrow_mut();
+        let park = park.as_mut()?;
+        let p = park.slots.get_mut(slot)?.take()?;
+        deregister(&park.registry, &p);
+        park.free.push(slot);
+        PARKED.fetch_sub(1, Ordering::Relaxed);
+        Some(p)
+    })
+}
+
+/// Runs a tunnel again: its sockets back on the event loop, its relay in a new task.
+fn resume(p: Parked) {
+    let Parked { guard, client, upstream, resume, rec } = p;
+    let totals = resume.totals();
+    let client = match tokio::net::TcpStream::from_std(client) {
+        Ok(s) => s,
+        Err(e) => return crate::tunnel::finish(&guard, &rec, totals, Err(Error::Client(e))),
+    };
+    let upstream = match tokio::net::TcpStream::from_std(upstream) {
+        Ok(s) => s,
+        Err(e) => return crate::tunnel::finish(&guard, &rec, totals, Err(Error::Upstream(e))),
+    };
+    let relay = Relay::resume(client, upstream, resume);
+    tokio::task::spawn_local(crate::tunnel::socket_task(guard, relay, rec));
+}
+
+/// Ends parked tunnels whose idle timeout has passed (each writes its log line). Returns
+/// how many tunnels were parked since the last sweep, so that the caller can hand the
+/// memory their tasks used back to the kernel.
+pub fn sweep(now: Instant) -> usize {
+    let (expired, parked_since) = PARK.with(|cell| {
+        let mut park = cell.borrow_mut();
+        let Some(park) = park.as_mut() else { return (Vec::new(), 0) };
+        let mut expired = Vec::new();
+        for slot in 0..park.slots.len() {
+            let due = park.slots[slot].as_ref().is_some_and(|p| p.resume.deadline() <= now);
+            if due {
+                if let Some(p) = park.slots[slot].take() {
+                    deregister(&park.registry, &p);
+                    park.free.push(slot);
+                    PARKED.fetch_sub(1, Ordering::Relaxed);
+                    expired.push(p);
+                }
+            }
+        }
+        // Give back the table's tail once it is free (all of it when nothing is parked).
+        while park.slots.last().is_some_and(Option::is_none) {
+            park.slots.pop();
+        }
+        let len = park.slots.len();
+        park.free.retain(|&slot| slot < len);
+        if park.slots.capacity() > 2 * len.max(64) {
+            park.slots.shrink_to(len);
+            park.free.shrink_to_fit();
+        }
+        (expired, std::mem::take(&mut park.since_sweep))
+    });
+    for p in expired {
+        let totals = p.resume.totals();
+        crate::tunnel::finish(&p.guard, &p.rec, totals, Err(Error::Timeout(Phase::TunnelIdle)));
+    }
+    parked_since
+}
+
+/// Closes every parked tunnel (the shutdown deadline has passed), each with its log line.
+pub fn close_all() {
+    let all: Vec<Parked> = PARK.with(|cell| {
+        let mut park = cell.borrow_mut();
+        let Some(park) = park.as_mut() else { return Vec::new() };
+        park.free.clear();
+        let all: Vec<Parked> = park.slots.drain(..).flatten().collect();
+        PARKED.fetch_sub(all.len(), Ordering::Relaxed);
+        for p in &all {
+            deregister(&park.registry, p);
+        }
+        all
+    });
+    for p in all {
+        let totals = p.resume.totals();
+        crate::tunnel::finish(&p.guard, &p.rec, totals, Err(Error::ShutdownDeadline));
+    }
+}
