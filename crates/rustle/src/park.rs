@@ -21,7 +21,7 @@ use mio::{Events, Interest, Token};
 use crate::error::{Error, Phase};
 use crate::relay::{Relay, Resume};
 use crate::server::ConnGuard;
-use crate::tunnel::Record;
+use crate::tunnel::{Label, PackedLabel, Record};
 
 /// A parked tunnel.
 struct Parked {
@@ -30,6 +30,17 @@ struct Parked {
     upstream: std::net::TcpStream,
     resume: Resume,
     rec: Record,
+    /// The record's label while parked (most fit inline).
+    label: Option<PackedLabel>,
+}
+
+impl Parked {
+    /// Puts the record's label back.
+    fn unpack_label(&mut self) {
+        if let Some(p) = self.label.take() {
+            self.rec.label = Label::unpack(&p);
+        }
+    }
 }
 
 /// A worker's park.
@@ -137,7 +148,9 @@ pub fn park(
             return;
         }
     };
-    let p = Parked { guard, client, upstream, resume: state, rec };
+    let mut rec = rec;
+    let label = rec.label.pack();
+    let p = Parked { guard, client, upstream, resume: state, rec, label };
     let refused = PARK.with(|cell| {
         let mut park = cell.borrow_mut();
         let Some(park) = park.as_mut() else { return Some(p) };
@@ -192,8 +205,9 @@ fn take(slot: usize) -> Option<Parked> {
 }
 
 /// Runs a tunnel again: its sockets back on the event loop, its relay in a new task.
-fn resume(p: Parked) {
-    let Parked { guard, client, upstream, resume, rec } = p;
+fn resume(mut p: Parked) {
+    p.unpack_label();
+    let Parked { guard, client, upstream, resume, rec, .. } = p;
     let totals = resume.totals();
     let client = match tokio::net::TcpStream::from_std(client) {
         Ok(s) => s,
@@ -238,8 +252,9 @@ pub fn sweep(now: Instant) -> usize {
         }
         (expired, std::mem::take(&mut park.since_sweep))
     });
-    for p in expired {
+    for mut p in expired {
         let totals = p.resume.totals();
+        p.unpack_label();
         crate::tunnel::finish(&p.guard, &p.rec, totals, Err(Error::Timeout(Phase::TunnelIdle)));
     }
     parked_since
@@ -258,8 +273,9 @@ pub fn close_all() {
         }
         all
     });
-    for p in all {
+    for mut p in all {
         let totals = p.resume.totals();
+        p.unpack_label();
         crate::tunnel::finish(&p.guard, &p.rec, totals, Err(Error::ShutdownDeadline));
     }
 }

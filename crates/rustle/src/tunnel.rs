@@ -62,6 +62,33 @@ impl Label {
     pub fn target(&self) -> &[u8] {
         &self.bytes[self.method_len..]
     }
+
+    /// Moves a short label out of its allocation (leaving this one empty), for a parked
+    /// tunnel: a small allocation that outlives everything around it would keep a whole
+    /// page of freed memory from going back to the kernel.
+    pub fn pack(&mut self) -> Option<PackedLabel> {
+        let len = u8::try_from(self.bytes.len()).ok().filter(|&n| usize::from(n) <= PACKED)?;
+        let mut bytes = [0u8; PACKED];
+        bytes[..self.bytes.len()].copy_from_slice(&self.bytes);
+        let method_len = u8::try_from(self.method_len).ok()?;
+        *self = Label { bytes: Box::default(), method_len: 0 };
+        Some(PackedLabel { bytes, len, method_len })
+    }
+
+    pub fn unpack(p: &PackedLabel) -> Label {
+        let bytes = &p.bytes[..usize::from(p.len)];
+        Label { bytes: bytes.into(), method_len: usize::from(p.method_len) }
+    }
+}
+
+/// Longest label a parked tunnel keeps inline.
+const PACKED: usize = 62;
+
+/// A label without an allocation (see `Label::pack`).
+pub struct PackedLabel {
+    bytes: [u8; PACKED],
+    len: u8,
+    method_len: u8,
 }
 
 /// Starts the relay task; the caller's task should end right after. Two plain sockets get
