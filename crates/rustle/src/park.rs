@@ -131,7 +131,20 @@ pub async fn serve_here() {
             }
         }
     }
-    // Whatever is still parked stays closed-over by the table until the worker ends.
+    // The park failed: nothing would wake what it holds, so every tunnel goes back on the
+    // event loop and none is parked again.
+    let all: Vec<Parked> = PARK.with(|cell| {
+        let Some(mut park) = cell.borrow_mut().take() else { return Vec::new() };
+        let all: Vec<Parked> = park.slots.drain(..).flatten().collect();
+        for p in &all {
+            deregister(&park.registry, p);
+        }
+        PARKED.fetch_sub(all.len(), Ordering::Relaxed);
+        all
+    });
+    for p in all {
+        resume(p);
+    }
 }
 
 /// Parks an idle tunnel's relay (see `Relay::poll_ended`). On a thread without a park,
@@ -159,8 +172,20 @@ pub fn park(
             park.slots.len() - 1
         });
         let token = Token(slot);
-        let registered = register(&park.registry, &p.client, token)
-            .and_then(|()| register(&park.registry, &p.upstream, token));
+        // Only the sources of directions still open are watched: a client that has
+        // sent its FIN stays readable (at end of stream) and would wake the tunnel at
+        // once; its errors show on the next write.
+        let (up_done, down_done) = p.resume.done();
+        let registered =
+            (if up_done { Ok(()) } else { register(&park.registry, &p.client, token) }).and_then(
+                |()| {
+                    if down_done {
+                        Ok(())
+                    } else {
+                        register(&park.registry, &p.upstream, token)
+                    }
+                },
+            );
         match registered {
             Ok(()) => {
                 park.slots[slot] = Some(p);
@@ -186,7 +211,8 @@ fn register(registry: &mio::Registry, s: &std::net::TcpStream, token: Token) -> 
 }
 
 fn deregister(registry: &mio::Registry, p: &Parked) {
-    // A socket that was not registered (a failed parking) answers ENOENT: nothing to undo.
+    // A socket that was not registered (an ended direction's source, or a failed parking)
+    // answers ENOENT: nothing to undo.
     let _ = registry.deregister(&mut SourceFd(&p.client.as_raw_fd()));
     let _ = registry.deregister(&mut SourceFd(&p.upstream.as_raw_fd()));
 }

@@ -567,6 +567,11 @@ impl Resume {
     pub fn totals(&self) -> Totals {
         Totals { up: self.moved.0, down: self.moved.1 }
     }
+
+    /// Which directions (client to upstream, upstream to client) have ended.
+    pub fn done(&self) -> (bool, bool) {
+        self.done
+    }
 }
 
 /// Relays until both directions end. `early_up` and `early_down` are bytes already read

@@ -121,10 +121,35 @@ fn idle_tunnels_are_parked_and_resume_when_either_side_speaks() {
     let waited = quiet_from.elapsed();
     assert!(waited < Duration::from_secs(6), "closed {waited:?} after parking");
     assert!(parked_becomes(0, Duration::from_secs(3)), "parked: {}", rustle::park::parked_now());
+
+    // A half-closed tunnel parks too, and stays parked: the client's end of stream (read
+    // and passed on) does not wake it again and again; the origin's answer still does.
+    let origin = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let origin_addr = origin.local_addr().unwrap().to_string();
+    let mut d = connect_tunnel(http, origin.local_addr().unwrap());
+    let (mut o, _) = origin.accept().unwrap();
+    d.write_all(b"question").unwrap();
+    d.shutdown(Shutdown::Write).unwrap();
+    let mut got = Vec::new();
+    o.read_to_end(&mut got).unwrap();
+    assert_eq!(got, b"question");
+    assert!(parked_becomes(1, Duration::from_secs(3)), "parked: {}", rustle::park::parked_now());
+    for _ in 0..50 {
+        assert_eq!(rustle::park::parked_now(), 1, "a half-closed tunnel woke up by itself");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    o.write_all(b"answer").unwrap();
+    drop(o);
+    let mut answer = Vec::new();
+    d.read_to_end(&mut answer).unwrap();
+    assert_eq!(answer, b"answer");
+    assert!(parked_becomes(0, Duration::from_secs(3)), "parked: {}", rustle::park::parked_now());
     running.stop();
     let text = std::fs::read_to_string(&log).unwrap();
     let timed_out = text.lines().filter(|l| l.contains("timed out")).count();
     assert_eq!(timed_out, 2, "{text}");
+    let d_line = text.lines().find(|l| l.contains(&origin_addr)).unwrap();
+    assert!(d_line.contains(" 8 6 "), "bytes up and down: {d_line}");
     let a_line = text
         .lines()
         .find(|l| l.contains(" CONNECT ") && !l.contains("socks5://") && l.contains("timed out"))
