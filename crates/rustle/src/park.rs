@@ -3,9 +3,10 @@
 //! tokio's registrations for the worker's park (an epoll set of its own, which one task
 //! watches), and what the relay must remember (bytes moved, limits, which directions
 //! have ended, the log record, the connection slot) goes into a slot of a flat table.
-//! The first byte, end of stream or error on either socket brings it back as a new task
-//! running the same relay. A parked tunnel costs its slot, about 200 bytes, where a
-//! running one keeps a task (640 bytes) and two readiness records (256 bytes each).
+//! The first byte, end of stream or error on the source of a direction still open
+//! brings it back as a new task running the same relay. A parked tunnel costs its slot,
+//! about 350 bytes, where a running one keeps a task (640 bytes) and two readiness
+//! records (256 bytes each).
 //!
 //! Each worker has its own park (a thread-local), so nothing here is shared or locked.
 
@@ -99,7 +100,7 @@ pub async fn serve_here() {
             Some(Park { registry, slots: Vec::new(), free: Vec::new(), since_sweep: 0 })
     });
     let mut events = Events::with_capacity(256);
-    loop {
+    'watch: loop {
         let mut ready = match fd.readable_mut().await {
             Ok(r) => r,
             Err(e) => {
@@ -116,7 +117,7 @@ pub async fn serve_here() {
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Err(e) => {
                     tracing::warn!("the park for idle tunnels failed ({e})");
-                    break;
+                    break 'watch;
                 }
             }
             if events.is_empty() {
@@ -126,7 +127,7 @@ pub async fn serve_here() {
                 // Both sockets of one tunnel may be in the same batch: the second finds
                 // its slot empty.
                 if let Some(p) = take(ev.token().0) {
-                    resume(p);
+                    resume(p, true);
                 }
             }
         }
@@ -143,7 +144,7 @@ pub async fn serve_here() {
         all
     });
     for p in all {
-        resume(p);
+        resume(p, false);
     }
 }
 
@@ -202,7 +203,7 @@ pub fn park(
         }
     });
     if let Some(p) = refused {
-        resume(p);
+        resume(p, false);
     }
 }
 
@@ -230,8 +231,9 @@ fn take(slot: usize) -> Option<Parked> {
     })
 }
 
-/// Runs a tunnel again: its sockets back on the event loop, its relay in a new task.
-fn resume(mut p: Parked) {
+/// Runs a tunnel again: its sockets back on the event loop, its relay in a new task
+/// (`parks`: that may be parked again).
+fn resume(mut p: Parked, parks: bool) {
     p.unpack_label();
     let Parked { guard, client, upstream, resume, rec, .. } = p;
     let totals = resume.totals();
@@ -243,7 +245,7 @@ fn resume(mut p: Parked) {
         Ok(s) => s,
         Err(e) => return crate::tunnel::finish(&guard, &rec, totals, Err(Error::Upstream(e))),
     };
-    let relay = Relay::resume(client, upstream, resume);
+    let relay = Relay::resume(client, upstream, resume, parks);
     tokio::task::spawn_local(crate::tunnel::socket_task(guard, relay, rec));
 }
 

@@ -322,6 +322,8 @@ impl Dir {
                     };
                 }
                 (false, Lowat::Set | Lowat::Waiting) => {
+                    // Lowering a socket option on an open TCP socket does not fail; if it
+                    // did, the next nudge-less wait would show it as a stall.
                     let _ = crate::sys::set_rcvlowat(src, 1);
                     self.lowat = Lowat::Off;
                     self.pause = None;
@@ -408,9 +410,9 @@ impl Dir {
                     Ok(n) => {
                         let (calls, bytes) = pools.splice_reads.get();
                         pools.splice_reads.set((calls + 1, bytes + n as u64));
-                        if n < room {
-                            drained(src);
-                        }
+                        // A short splice does not mean the socket is empty: the pipe has
+                        // a slot per fragment (256 of 1.5 KB segments fill 384 KB of a
+                        // 1 MiB pipe). Only the next splice's WouldBlock says so.
                         if n >= SCRATCH && self.lowat == Lowat::Quiet {
                             // Bulk again: set the mark on the next wait.
                             self.lowat = Lowat::Off;
@@ -671,9 +673,11 @@ impl Relay<TcpStream, TcpStream> {
         Ok((client, upstream, resume))
     }
 
-    /// A parked relay, running again on its sockets.
-    pub fn resume(client: TcpStream, upstream: TcpStream, r: Resume) -> Self {
-        let mut relay = run(client, upstream, b"", b"", r.opts).closing().parking();
+    /// A parked relay, running again on its sockets; `parks`: it may be parked again
+    /// (not when its park refused it or is gone, which would park and resume it in a loop).
+    pub fn resume(client: TcpStream, upstream: TcpStream, r: Resume, parks: bool) -> Self {
+        let mut relay = run(client, upstream, b"", b"", r.opts).closing();
+        relay.parks = parks;
         relay.throttle = r.throttle;
         relay.up.moved = r.moved.0;
         relay.down.moved = r.moved.1;
@@ -695,7 +699,10 @@ where
         match ready!(self.get_mut().poll_ended(cx)) {
             Ended::Done(totals, result) => Poll::Ready((totals, result)),
             // Only a parking relay says Idle, and that one is polled with `poll_ended`.
-            Ended::Idle => Poll::Pending,
+            Ended::Idle => {
+                debug_assert!(false, "a parking relay awaited as a plain future");
+                Poll::Pending
+            }
         }
     }
 }
@@ -881,7 +888,6 @@ async fn splice_once(
 ) -> Result<usize, Error> {
     let n = loop {
         src.readable().await.map_err(|e| src_side.err(e))?;
-        let room = pipe.room().min(max);
         match src.try_io(Interest::READABLE, || pipe.fill_up_to(src.as_fd(), max)) {
             Ok(0) => {
                 // splice reports a connection reset as end of stream (the kernel checks
@@ -892,12 +898,9 @@ async fn splice_once(
                 }
                 break 0;
             }
-            Ok(n) => {
-                if n < room {
-                    drained(src);
-                }
-                break n;
-            }
+            // Short is not empty (see `Dir::poll_move`): readiness stays until a splice
+            // would block.
+            Ok(n) => break n,
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
             Err(e) => return Err(src_side.err(e)),
         }

@@ -71,6 +71,8 @@ pub struct Worker {
     bufs_low: Cell<usize>,
     /// When the allocator was last asked to give free pages back.
     released: Cell<Instant>,
+    /// Tunnels parked since then.
+    parked_untrimmed: Cell<usize>,
     /// Kept-alive connections waiting for their next request.
     pub waiters: crate::idle::Waiters,
     /// Open client connections across all workers, for `limits.max_connections`.
@@ -298,6 +300,7 @@ pub fn start(cfg: Config) -> anyhow::Result<Running> {
                 active: Cell::new(0),
                 bufs: std::cell::RefCell::new(Vec::new()),
                 bufs_low: Cell::new(0),
+                parked_untrimmed: Cell::new(0),
                 released: Cell::new(
                     Instant::now().checked_sub(RELEASE_EVERY).unwrap_or_else(Instant::now),
                 ),
@@ -396,12 +399,7 @@ async fn worker_main(worker: Rc<Worker>, sockets: Vec<(Arc<Listener>, Socket)>) 
                 crate::idle::sweep_relays(now);
                 if last_sweep.elapsed() >= SWEEP_EVERY {
                     worker.upstreams.sweep();
-                    // Tunnels parked since the last sweep freed their tasks: hand that
-                    // memory back (trim_bufs does when the buffer pool shrank).
-                    if crate::park::sweep(now) > 0 {
-                        crate::sys::release_free_memory();
-                    }
-                    worker.trim_bufs();
+                    worker.trim_bufs(crate::park::sweep(now));
                     last_sweep = Instant::now();
                 }
             }
@@ -551,6 +549,9 @@ const MAX_SPARE_BUFS: usize = 4096;
 /// Least time between two hand-backs of free memory to the kernel (`trim_bufs`).
 const RELEASE_EVERY: Duration = Duration::from_secs(10);
 
+/// Tunnels parked since the allocator last gave pages back that make it worth doing again.
+const PARKED_TO_RELEASE: usize = 256;
+
 impl Worker {
     /// The generation of the users in force (changes with every reload).
     pub fn users_generation(&self) -> u64 {
@@ -623,7 +624,10 @@ impl Worker {
     /// Frees the spare buffers that went unused since the last trim (run every second),
     /// so the pool follows the load down; when that freed a burst's worth (256 KiB or
     /// more), the allocator is asked to give its free pages back, so that RSS follows too.
-    fn trim_bufs(&self) {
+    /// Frees the spare buffers the last second did not use, and hands free heap pages
+    /// back when that freed many, or when `parked` (since the last call) adds up to many
+    /// parked tunnels, whose tasks were freed.
+    fn trim_bufs(&self, parked: usize) {
         let mut bufs = self.bufs.borrow_mut();
         let unused = self.bufs_low.get().min(bufs.len());
         let keep = bufs.len() - unused;
@@ -632,11 +636,20 @@ impl Worker {
         self.bufs_low.set(bufs.len());
         drop(bufs);
         // At most every 10 s: a load that swings would otherwise give pages back and fault
-        // them in again every second, and glibc's trim walks every arena.
+        // them in again every second, and glibc's trim walks every arena. Parked tunnels
+        // count once there are many (each freed about a kilobyte): a burst of them is
+        // given back within a second or two, a trickle of parking waits.
         let now = Instant::now();
-        if unused >= 16 && now.duration_since(self.released.get()) >= RELEASE_EVERY {
+        let since = now.duration_since(self.released.get());
+        let parked = self.parked_untrimmed.get() + parked;
+        if (unused >= 16 && since >= RELEASE_EVERY)
+            || (parked >= PARKED_TO_RELEASE && since >= Duration::from_secs(1))
+        {
             self.released.set(now);
+            self.parked_untrimmed.set(0);
             crate::sys::release_free_memory();
+        } else {
+            self.parked_untrimmed.set(parked);
         }
     }
 

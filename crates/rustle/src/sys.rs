@@ -140,8 +140,13 @@ impl Pipe {
         let want = libc::c_int::try_from(size).unwrap_or(libc::c_int::MAX);
         // SAFETY: fcntl(F_SETPIPE_SZ) on a descriptor we own, with an int argument; a
         // failure only leaves the default size.
-        let got = unsafe { libc::fcntl(write.as_raw_fd(), libc::F_SETPIPE_SZ, want) };
-        let cap = usize::try_from(got).ok().filter(|&c| c > 0).unwrap_or(64 * 1024);
+        let mut got = unsafe { libc::fcntl(write.as_raw_fd(), libc::F_SETPIPE_SZ, want) };
+        if got <= 0 {
+            // Refused (a user past pipe-user-pages-soft gets small pipes): ask what it is.
+            // SAFETY: fcntl(F_GETPIPE_SZ) on a descriptor we own; it only returns a number.
+            got = unsafe { libc::fcntl(write.as_raw_fd(), libc::F_GETPIPE_SZ) };
+        }
+        let cap = usize::try_from(got).ok().filter(|&c| c > 0).unwrap_or(4096);
         Ok(Pipe { read, write, len: 0, cap })
     }
 

@@ -212,6 +212,35 @@ async fn a_splice_moves_what_the_pipe_takes() {
 }
 
 #[tokio::test]
+async fn a_short_splice_is_not_mistaken_for_an_empty_socket() {
+    // A pipe has a slot per fragment: with many small segments queued, one splice moves
+    // far less than the pipe's size although the socket holds more. If that were taken
+    // for "drained", nothing would wake the relay for the rest (the sender has finished).
+    let (mut client, pc, pu, mut origin) = pairs().await;
+    origin.set_nodelay(true).expect("nodelay");
+    socket2::SockRef::from(&pu).set_recv_buffer_size(8 << 20).expect("rcvbuf");
+    let piece = pattern(1000, 7);
+    // A write to another socket between two pieces keeps them from sharing a page
+    // fragment (the kernel would merge contiguous ones into one fragment).
+    let (mut other, _other_peer, _, _) = pairs().await;
+    for _ in 0..1200 {
+        origin.write_all(&piece).await.expect("write");
+        other.write_all(&piece[..10]).await.expect("write");
+    }
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let relay = run(&pc, &pu, b"", b"", opts(SpliceMode::Always));
+    let read = async {
+        let mut got = vec![0u8; 1200 * 1000];
+        let r = tokio::time::timeout(Duration::from_secs(3), client.read_exact(&mut got)).await;
+        r.expect("everything queued arrives without more data behind it").expect("read");
+        assert!(got.chunks(1000).all(|c| c == piece.as_slice()));
+        drop(client);
+        drop(origin);
+    };
+    let ((_, _), ()) = tokio::join!(relay, read);
+}
+
+#[tokio::test]
 async fn grace_while_splicing_still_delivers_a_small_tail_soon() {
     // With a grace delay, a splicing direction is woken only once 256 KiB are queued, or
     // after the delay: a small message after a bulk transfer comes through after the
