@@ -112,6 +112,7 @@ pub async fn forward(c: &mut Client, ex: &mut Exchange) -> Result<Next, Error> {
     ex.upstream = Some(addr);
     let mut ubuf = worker.take_buf();
     let mut rhead = ResponseHead::new();
+    rhead.headers = worker.take_fields();
     let io = cfg.timeouts.io;
 
     // The request went out whole: a pooled connection that turns out to be dead can be
@@ -257,6 +258,7 @@ pub async fn forward(c: &mut Client, ex: &mut Exchange) -> Result<Next, Error> {
             let upstream_reusable =
                 rhead.keep_alive() && body_done && ubuf.is_empty() && !worker.stopping.get();
             worker.give_buf(ubuf);
+            worker.give_fields(std::mem::take(&mut rhead.headers));
             if upstream_reusable {
                 // Kept by this client connection for its next request (most go to the
                 // same origin); the pool gets it if the next one goes elsewhere.

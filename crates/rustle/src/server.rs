@@ -67,6 +67,8 @@ pub struct Worker {
     pub traffic: Arc<Traffic>,
     /// Read buffers not in use, so a request does not allocate one.
     bufs: std::cell::RefCell<Vec<Buf>>,
+    /// Response field lists not in use (see `take_fields`).
+    fields: std::cell::RefCell<Vec<Vec<rustle_proto::http::Header>>>,
     /// The fewest spare buffers since the last trim: that many were not needed.
     bufs_low: Cell<usize>,
     /// When the allocator was last asked to give free pages back.
@@ -299,6 +301,7 @@ pub fn start(cfg: Config) -> anyhow::Result<Running> {
                 stopping: Cell::new(false),
                 active: Cell::new(0),
                 bufs: std::cell::RefCell::new(Vec::new()),
+                fields: std::cell::RefCell::new(Vec::new()),
                 bufs_low: Cell::new(0),
                 parked_untrimmed: Cell::new(0),
                 released: Cell::new(
@@ -549,6 +552,10 @@ const MAX_SPARE_BUFS: usize = 4096;
 /// Least time between two hand-backs of free memory to the kernel (`trim_bufs`).
 const RELEASE_EVERY: Duration = Duration::from_secs(10);
 
+/// Spare response field lists a worker keeps, and the largest it keeps (in fields).
+const MAX_SPARE_FIELDS: usize = 256;
+const MAX_KEPT_FIELDS: usize = 64;
+
 /// Tunnels parked since the allocator last gave pages back that make it worth doing again.
 const PARKED_TO_RELEASE: usize = 256;
 
@@ -614,6 +621,20 @@ impl Worker {
         }
     }
 
+    /// A response head's field list from the worker's spares (a fresh one when there is
+    /// none): parsing a response then allocates nothing, and an idle connection keeps none.
+    pub fn take_fields(&self) -> Vec<rustle_proto::http::Header> {
+        self.fields.borrow_mut().pop().unwrap_or_default()
+    }
+
+    pub fn give_fields(&self, mut fields: Vec<rustle_proto::http::Header>) {
+        let mut spare = self.fields.borrow_mut();
+        if spare.len() < MAX_SPARE_FIELDS && fields.capacity() <= MAX_KEPT_FIELDS {
+            fields.clear();
+            spare.push(fields);
+        }
+    }
+
     pub fn take_buf(&self) -> Buf {
         let mut bufs = self.bufs.borrow_mut();
         let buf = bufs.pop().unwrap_or_else(Buf::with_storage);
@@ -623,10 +644,9 @@ impl Worker {
 
     /// Frees the spare buffers that went unused since the last trim (run every second),
     /// so the pool follows the load down; when that freed a burst's worth (256 KiB or
-    /// more), the allocator is asked to give its free pages back, so that RSS follows too.
-    /// Frees the spare buffers the last second did not use, and hands free heap pages
-    /// back when that freed many, or when `parked` (since the last call) adds up to many
-    /// parked tunnels, whose tasks were freed.
+    /// more), or when `parked` (since the last call) adds up to many parked tunnels, whose
+    /// tasks were freed, the allocator is asked to give its free pages back, so that RSS
+    /// follows too.
     fn trim_bufs(&self, parked: usize) {
         let mut bufs = self.bufs.borrow_mut();
         let unused = self.bufs_low.get().min(bufs.len());
