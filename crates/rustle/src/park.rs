@@ -57,6 +57,28 @@ struct Park {
     since_sweep: usize,
 }
 
+impl Park {
+    /// Takes a tunnel out (its sockets leave the park's epoll set).
+    fn remove(&mut self, slot: usize) -> Option<Parked> {
+        let p = self.slots.get_mut(slot)?.take()?;
+        deregister(&self.registry, &p);
+        self.free.push(slot);
+        PARKED.fetch_sub(1, Ordering::Relaxed);
+        Some(p)
+    }
+
+    /// Takes every tunnel out.
+    fn remove_all(&mut self) -> Vec<Parked> {
+        self.free.clear();
+        let all: Vec<Parked> = self.slots.drain(..).flatten().collect();
+        for p in &all {
+            deregister(&self.registry, p);
+        }
+        PARKED.fetch_sub(all.len(), Ordering::Relaxed);
+        all
+    }
+}
+
 thread_local! {
     static PARK: RefCell<Option<Park>> = const { RefCell::new(None) };
 }
@@ -134,16 +156,8 @@ pub async fn serve_here() {
     }
     // The park failed: nothing would wake what it holds, so every tunnel goes back on the
     // event loop and none is parked again.
-    let all: Vec<Parked> = PARK.with(|cell| {
-        let Some(mut park) = cell.borrow_mut().take() else { return Vec::new() };
-        let all: Vec<Parked> = park.slots.drain(..).flatten().collect();
-        for p in &all {
-            deregister(&park.registry, p);
-        }
-        PARKED.fetch_sub(all.len(), Ordering::Relaxed);
-        all
-    });
-    for p in all {
+    let all = PARK.with(|cell| cell.borrow_mut().take().map(|mut park| park.remove_all()));
+    for p in all.into_iter().flatten() {
         resume(p, false);
     }
 }
@@ -177,16 +191,9 @@ pub fn park(
         // sent its FIN stays readable (at end of stream) and would wake the tunnel at
         // once; its errors show on the next write.
         let (up_done, down_done) = p.resume.done();
+        let sources = [(!up_done).then_some(&p.client), (!down_done).then_some(&p.upstream)];
         let registered =
-            (if up_done { Ok(()) } else { register(&park.registry, &p.client, token) }).and_then(
-                |()| {
-                    if down_done {
-                        Ok(())
-                    } else {
-                        register(&park.registry, &p.upstream, token)
-                    }
-                },
-            );
+            sources.into_iter().flatten().try_for_each(|s| register(&park.registry, s, token));
         match registered {
             Ok(()) => {
                 park.slots[slot] = Some(p);
@@ -220,15 +227,13 @@ fn deregister(registry: &mio::Registry, p: &Parked) {
 
 /// Takes a tunnel out of the park (its sockets leave the park's epoll set).
 fn take(slot: usize) -> Option<Parked> {
-    PARK.with(|cell| {
-        let mut park = cell.borrow_mut();
-        let park = park.as_mut()?;
-        let p = park.slots.get_mut(slot)?.take()?;
-        deregister(&park.registry, &p);
-        park.free.push(slot);
-        PARKED.fetch_sub(1, Ordering::Relaxed);
-        Some(p)
-    })
+    PARK.with(|cell| cell.borrow_mut().as_mut()?.remove(slot))
+}
+
+/// Ends a parked tunnel with its log line.
+fn end(mut p: Parked, error: Error) {
+    p.unpack_label();
+    crate::tunnel::finish(&p.guard, &p.rec, p.resume.totals(), Err(error));
 }
 
 /// Runs a tunnel again: its sockets back on the event loop, its relay in a new task
@@ -258,14 +263,8 @@ pub fn sweep(now: Instant) -> usize {
         let Some(park) = park.as_mut() else { return (Vec::new(), 0) };
         let mut expired = Vec::new();
         for slot in 0..park.slots.len() {
-            let due = park.slots[slot].as_ref().is_some_and(|p| p.resume.deadline() <= now);
-            if due {
-                if let Some(p) = park.slots[slot].take() {
-                    deregister(&park.registry, &p);
-                    park.free.push(slot);
-                    PARKED.fetch_sub(1, Ordering::Relaxed);
-                    expired.push(p);
-                }
+            if park.slots[slot].as_ref().is_some_and(|p| p.resume.deadline() <= now) {
+                expired.extend(park.remove(slot));
             }
         }
         // Give back the table's tail once it is free (all of it when nothing is parked).
@@ -280,30 +279,16 @@ pub fn sweep(now: Instant) -> usize {
         }
         (expired, std::mem::take(&mut park.since_sweep))
     });
-    for mut p in expired {
-        let totals = p.resume.totals();
-        p.unpack_label();
-        crate::tunnel::finish(&p.guard, &p.rec, totals, Err(Error::Timeout(Phase::TunnelIdle)));
+    for p in expired {
+        end(p, Error::Timeout(Phase::TunnelIdle));
     }
     parked_since
 }
 
 /// Closes every parked tunnel (the shutdown deadline has passed), each with its log line.
 pub fn close_all() {
-    let all: Vec<Parked> = PARK.with(|cell| {
-        let mut park = cell.borrow_mut();
-        let Some(park) = park.as_mut() else { return Vec::new() };
-        park.free.clear();
-        let all: Vec<Parked> = park.slots.drain(..).flatten().collect();
-        PARKED.fetch_sub(all.len(), Ordering::Relaxed);
-        for p in &all {
-            deregister(&park.registry, p);
-        }
-        all
-    });
-    for mut p in all {
-        let totals = p.resume.totals();
-        p.unpack_label();
-        crate::tunnel::finish(&p.guard, &p.rec, totals, Err(Error::ShutdownDeadline));
+    let all = PARK.with(|cell| cell.borrow_mut().as_mut().map(Park::remove_all));
+    for p in all.into_iter().flatten() {
+        end(p, Error::ShutdownDeadline);
     }
 }
