@@ -35,7 +35,7 @@ usage: rustle-bench campaign [options]
   --scenarios LIST     comma-separated names or groups (quick, mix, mix-3k, stream1-down,
                        stream16, stream16-up, udp, tls, mem-tunnels-N, all); default quick
   --proxies LIST       rustle,nginx,haproxy,haproxy-splice,squid,tinyproxy,dante,microsocks,
-                       stunnel (default: all of them)
+                       stunnel, floor (default: all but floor, the bare forwarder)
   --extra-proxy SPEC   NAME[:http,connect,socks,relay,ws,udp-socks,udp-relay,tls-term,tls-orig]=
                        'command {listen} {target}' (repeatable; {target} is the UDP echo for
                        udp-relay, the HTTPS origin for tls-orig; TLS: {cert} {key} {combined}
@@ -54,7 +54,7 @@ usage: rustle-bench campaign [options]
   --out DIR            results directory (default bench/results/campaign-STAMP)
   --rustle-bin PATH    default $RUSTLE_BIN, else target/release/rustle
   --seed N             load generator seed (default 0)
-  --smoke              http-ka-1k, 2 s, 1 rep, rustle and nginx, loopback, into a temp dir;
+  --smoke              http-ka-1k, 2 s, 1 rep, rustle, nginx and floor, loopback, into a temp dir;
                        fails unless rustle's cell ran without errors";
 
 struct Options {
@@ -80,7 +80,7 @@ struct Options {
 fn parse(args: impl Iterator<Item = String>) -> Result<Option<Options>> {
     let mut o = Options {
         scenarios: "quick".into(),
-        proxies: peers::KNOWN.iter().map(|s| s.to_string()).collect(),
+        proxies: peers::KNOWN.iter().filter(|s| **s != "floor").map(|s| s.to_string()).collect(),
         extra: Vec::new(),
         sweep: Vec::new(),
         reps: 3,
@@ -137,7 +137,7 @@ fn parse(args: impl Iterator<Item = String>) -> Result<Option<Options>> {
     }
     if o.smoke {
         o.scenarios = "http-ka-1k".into();
-        o.proxies = vec!["rustle".into(), "nginx".into()];
+        o.proxies = vec!["rustle".into(), "nginx".into(), "floor".into()];
         (o.reps, o.duration, o.quota, o.netns) = (1, "2s".into(), None, false);
     }
     if o.reps == 0 || o.quota.is_some_and(|q| !(q > 0.0 && q <= 64.0)) {

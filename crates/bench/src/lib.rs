@@ -19,6 +19,8 @@
 //! - [`campaign`] — `rustle-bench campaign`: scenarios × proxies ×
 //!   repetitions with CPU pinning, quota and namespaces, one CSV row a run;
 //!   [`campaign::record`] is the row.
+//! - [`floor`]   — `rustle-bench floor`: a bare TCP forwarder, the campaign's
+//!   floor peer (what an exchange costs when a proxy does nothing but copy).
 //! - [`report`]  — `rustle-bench report`: medians, markdown tables, SVG
 //!   charts; [`report::stats`] holds the tested statistics.
 //! - `fixture`   — thread/runtime harness shared by all fixtures (private).
@@ -44,6 +46,7 @@
 
 pub mod campaign;
 pub mod echo;
+pub mod floor;
 pub mod load;
 pub mod origin;
 pub mod pattern;

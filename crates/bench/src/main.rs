@@ -33,6 +33,12 @@ fn main() -> Result<()> {
         "load" => return run_load(args),
         "campaign" => return rustle_bench::campaign::main(args),
         "report" => return rustle_bench::report::main(args),
+        "floor" => {
+            let (Some(listen), Some(target)) = (args.next(), args.next()) else { bail!(USAGE) };
+            let listen = listen.parse().with_context(|| format!("bad address {listen:?}"))?;
+            let target = target.parse().with_context(|| format!("bad address {target:?}"))?;
+            return rustle_bench::floor::Floor::bind(listen)?.run(target);
+        }
         _ => {}
     }
     let mut listen: SocketAddr = "127.0.0.1:0".parse().context("default address")?;

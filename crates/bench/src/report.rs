@@ -206,7 +206,14 @@ impl<'a> Grid<'a> {
     ) -> Vec<Cell> {
         let meds: Vec<Option<f64>> =
             self.proxies.iter().map(|p| self.median(scenario, p, value)).collect();
-        let best = best_of_row(&meds, better);
+        // The floor is a reference, not a contender: it never takes the star.
+        let contenders: Vec<Option<f64>> = self
+            .proxies
+            .iter()
+            .zip(&meds)
+            .map(|(p, m)| if p == FLOOR { None } else { *m })
+            .collect();
+        let best = best_of_row(&contenders, better);
         self.proxies
             .iter()
             .zip(meds.iter().zip(best))
@@ -221,6 +228,9 @@ impl<'a> Grid<'a> {
             .collect()
     }
 }
+
+/// `rustle-bench floor`, the bare forwarder: shown, never ranked.
+const FLOOR: &str = "floor";
 
 fn is_hold(unit: &str) -> bool {
     unit == "KB/tunnel"
@@ -242,6 +252,13 @@ fn render(g: &Grid, conditions: &str, notes: Option<&str>) -> String {
          while the proxy was below 90% of its CPU or quota), so the proxy can do at least that \
          much; `–` not measured, with the reason.\n",
     );
+    if g.proxies.iter().any(|p| p == FLOOR) {
+        md.push_str(
+            "\n`floor` is `rustle-bench floor`, a forwarder that copies bytes and does \
+             nothing else (no parsing, pooling, timers or limits): the kernel's share of an \
+             exchange alone. It is a reference, never starred.\n",
+        );
+    }
     md.push_str(&sweep::section(g));
     let mut header = vec!["scenario".to_string()];
     header.extend(g.proxies.iter().cloned());

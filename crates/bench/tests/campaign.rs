@@ -47,6 +47,13 @@ fn smoke_campaign_writes_csv_and_report() {
     assert!(csv.lines().any(|l| l.contains(",http-ka-1k,rustle,1,") && l.contains(",ok,")));
     let md = std::fs::read_to_string(out.join("BENCHMARKS.md")).expect("report");
     assert!(md.contains("| http-ka-1k, req/s |"), "{md}");
+    // The floor forwarder ran, and as a reference it never takes the star.
+    assert!(csv.lines().any(|l| l.contains(",http-ka-1k,floor,1,") && l.contains(",ok,")), "{csv}");
+    let header = md.lines().find(|l| l.starts_with("| scenario |")).expect("a table");
+    let col = header.split('|').position(|c| c.trim() == "floor").expect("a floor column");
+    for row in md.lines().filter(|l| l.starts_with("| http-ka-1k")) {
+        assert!(!row.split('|').nth(col).unwrap_or("").contains('*'), "{row}");
+    }
     assert!(std::fs::read_to_string(out.join("conditions.txt"))
         .expect("conditions")
         .contains("loopback"));

@@ -29,6 +29,9 @@ enum Kind {
     Microsocks,
     /// stunnel (Debian's stunnel4): TLS relays only.
     Stunnel,
+    /// `rustle-bench floor`: copies bytes and does nothing else (relay and
+    /// HTTP paths), the cost of the kernel's share alone.
+    Floor,
     /// `--extra-proxy NAME[:paths]=command`, with {listen} {listen_ip}
     /// {listen_port} {target} {dir} filled in.
     Extra {
@@ -84,6 +87,13 @@ const HAPROXY_TLS_ORIG: &str = include_str!("../../../../bench/peers/haproxy-tls
 const STUNNEL_TLS_TERM: &str = include_str!("../../../../bench/peers/stunnel-tls-term.conf");
 const STUNNEL_TLS_ORIG: &str = include_str!("../../../../bench/peers/stunnel-tls-orig.conf");
 
+/// This executable (`rustle-bench`), which also serves as the floor peer.
+fn floor_exe() -> String {
+    std::env::current_exe()
+        .map(|p| p.display().to_string())
+        .unwrap_or_else(|_| "rustle-bench".into())
+}
+
 /// The names `--proxies` accepts.
 pub const KNOWN: &[&str] = &[
     "rustle",
@@ -95,6 +105,7 @@ pub const KNOWN: &[&str] = &[
     "dante",
     "microsocks",
     "stunnel",
+    "floor",
 ];
 
 impl Proxy {
@@ -109,6 +120,7 @@ impl Proxy {
             "dante" => Kind::Dante,
             "microsocks" => Kind::Microsocks,
             "stunnel" => Kind::Stunnel,
+            "floor" => Kind::Floor,
             _ => bail!("unknown proxy {name:?} (known: {}; or --extra-proxy)", KNOWN.join(", ")),
         };
         Ok(Proxy { name: name.to_string(), kind })
@@ -160,6 +172,7 @@ impl Proxy {
             Kind::Dante => "danted".into(),
             Kind::Microsocks => "microsocks".into(),
             Kind::Stunnel => "stunnel4".into(),
+            Kind::Floor => floor_exe(),
             Kind::Extra { command, .. } => command.split_whitespace().next().unwrap_or("").into(),
         }
     }
@@ -174,7 +187,7 @@ impl Proxy {
             Kind::Dante => "dante-server",
             Kind::Microsocks => "microsocks",
             Kind::Stunnel => "stunnel4",
-            Kind::Rustle(_) | Kind::Extra { .. } => return None,
+            Kind::Rustle(_) | Kind::Floor | Kind::Extra { .. } => return None,
         })
     }
 
@@ -193,6 +206,10 @@ impl Proxy {
             // dante's UDP ASSOCIATE is enabled by the rules added in `argv`.
             Kind::Dante => matches!(path, Path::Socks | Path::UdpSocks),
             Kind::Microsocks => path == Path::Socks,
+            // Forwarded as they are, absolute-form requests reach the origin,
+            // which takes them; there is no pooling, so a new client
+            // connection is a new origin connection, as on the relay.
+            Kind::Floor => matches!(path, Path::Relay | Path::Http),
             Kind::Extra { paths, .. } => paths.contains(&path),
         };
         if ok {
@@ -322,6 +339,7 @@ impl Proxy {
                 let conf = write("stunnel.conf", render(t))?;
                 vec!["stunnel4".into(), conf]
             }
+            Kind::Floor => vec![floor_exe(), "floor".into(), listen, site.origin.into()],
             Kind::Extra { command, .. } => tls(command
                 .replace("{cert}", "@cert@")
                 .replace("{key}", "@key@")
@@ -389,6 +407,12 @@ mod tests {
         let u = Proxy::extra("u:udp-relay=/opt/u {listen} {target}").unwrap();
         assert!(u.supports(Path::UdpRelay).is_ok() && u.supports(Path::UdpSocks).is_err());
         assert_eq!(u.argv(Path::UdpRelay, &site).unwrap()[2], "127.0.0.1:8081");
+        let floor = Proxy::named("floor", &bin).unwrap();
+        assert!(floor.supports(Path::Relay).is_ok() && floor.supports(Path::Http).is_ok());
+        assert!(floor.supports(Path::Socks).is_err() && floor.supports(Path::Connect).is_err());
+        let argv = floor.argv(Path::Relay, &site).unwrap();
+        assert_eq!(argv[1..], ["floor", "127.0.0.1:3128", "127.0.0.1:8080"]);
+        assert!(floor.installed().is_ok());
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

@@ -1,0 +1,218 @@
+//! `rustle-bench floor LISTEN TARGET`: the least a TCP forwarder can do.
+//!
+//! One thread, one mio poll, a 16 KiB buffer per direction, no parsing, no
+//! timers, no limits, no logs: each connection gets its own connection to
+//! TARGET and bytes are copied both ways as they come. The campaign runs it
+//! as the peer `floor` on the relay and HTTP paths (the origin takes the
+//! proxy's absolute-form requests as they are), so that every table shows
+//! what the kernel's share of an exchange costs when a proxy's own work is
+//! nothing: the bar below which no proxy on the same system calls can go.
+//!
+//! It reads until a read comes back short (with edge-triggered readiness a
+//! short read means the socket is drained, and new data raises a new edge),
+//! so a kept-alive exchange costs it one read and one write per side, like
+//! rustle, nginx and haproxy.
+
+use std::io::{self, Read, Write};
+use std::net::{Shutdown, SocketAddr};
+
+use anyhow::{Context, Result};
+use mio::net::{TcpListener, TcpStream};
+use mio::{Events, Interest, Poll, Token};
+
+const BUF: usize = 16 * 1024;
+const LISTENER: Token = Token(usize::MAX);
+
+/// One direction: bytes read from `from`, not yet all written to the other side.
+struct Dir {
+    buf: Box<[u8]>,
+    start: usize,
+    end: usize,
+    /// `from` said EOF; `shut`: the other side was shut down once the buffer emptied.
+    eof: bool,
+    /// An event said `from` was closed for reading: a short read no longer
+    /// means drained, as the EOF after the data raises no edge of its own.
+    hup: bool,
+    shut: bool,
+}
+
+impl Dir {
+    fn new() -> Dir {
+        Dir {
+            buf: vec![0; BUF].into_boxed_slice(),
+            start: 0,
+            end: 0,
+            eof: false,
+            hup: false,
+            shut: false,
+        }
+    }
+}
+
+struct Pair {
+    /// 0: the client, 1: the target.
+    s: [TcpStream; 2],
+    /// d[0] carries client → target, d[1] target → client.
+    d: [Dir; 2],
+    connected: bool,
+}
+
+/// A bound floor forwarder, not yet running.
+pub struct Floor {
+    poll: Poll,
+    listener: TcpListener,
+}
+
+impl Floor {
+    pub fn bind(listen: SocketAddr) -> Result<Floor> {
+        let poll = Poll::new().context("creating the poll")?;
+        let mut listener =
+            TcpListener::bind(listen).with_context(|| format!("binding {listen}"))?;
+        poll.registry().register(&mut listener, LISTENER, Interest::READABLE)?;
+        Ok(Floor { poll, listener })
+    }
+
+    pub fn addr(&self) -> io::Result<SocketAddr> {
+        self.listener.local_addr()
+    }
+
+    /// Forwards every connection to `target`, until the process ends.
+    pub fn run(self, target: SocketAddr) -> Result<()> {
+        run(self.poll, self.listener, target)
+    }
+}
+
+fn run(mut poll: Poll, listener: TcpListener, target: SocketAddr) -> Result<()> {
+    let mut pairs: Vec<Option<Pair>> = Vec::new();
+    let mut free: Vec<usize> = Vec::new();
+    let mut ended: Vec<usize> = Vec::new();
+    let mut events = Events::with_capacity(1024);
+    loop {
+        // Slots freed in the last round are reused only now, so that an event
+        // still queued for an ended pair cannot reach a new one.
+        free.append(&mut ended);
+        match poll.poll(&mut events, None) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e).context("polling"),
+        }
+        for ev in events.iter() {
+            if ev.token() == LISTENER {
+                accept(&poll, &listener, target, &mut pairs, &mut free);
+                continue;
+            }
+            let i = ev.token().0 >> 1;
+            let Some(pair) = pairs.get_mut(i).and_then(Option::as_mut) else { continue };
+            if ev.is_read_closed() || ev.is_error() {
+                pair.d[ev.token().0 & 1].hup = true;
+            }
+            let open = match step_connect(pair) {
+                Ok(true) => pump(pair, 0)
+                    .and_then(|()| pump(pair, 1))
+                    .map(|()| !(pair.d[0].shut && pair.d[1].shut)),
+                Ok(false) => Ok(true),
+                Err(e) => Err(e),
+            };
+            if matches!(open, Ok(true)) {
+                continue;
+            }
+            if let Some(mut p) = pairs[i].take() {
+                for s in &mut p.s {
+                    let _ = poll.registry().deregister(s);
+                }
+            }
+            ended.push(i);
+        }
+    }
+}
+
+fn accept(
+    poll: &Poll,
+    listener: &TcpListener,
+    target: SocketAddr,
+    pairs: &mut Vec<Option<Pair>>,
+    free: &mut Vec<usize>,
+) {
+    loop {
+        let (client, _) = match listener.accept() {
+            Ok(c) => c,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+            Err(_) => return,
+        };
+        let Ok(up) = TcpStream::connect(target) else { continue };
+        let _ = client.set_nodelay(true);
+        let _ = up.set_nodelay(true);
+        let i = free.pop().unwrap_or_else(|| {
+            pairs.push(None);
+            pairs.len() - 1
+        });
+        let mut pair = Pair { s: [client, up], d: [Dir::new(), Dir::new()], connected: false };
+        let both = Interest::READABLE | Interest::WRITABLE;
+        let ok = poll.registry().register(&mut pair.s[0], Token(i << 1), both).is_ok()
+            && poll.registry().register(&mut pair.s[1], Token(i << 1 | 1), both).is_ok();
+        if ok {
+            pairs[i] = Some(pair);
+        } else {
+            free.push(i);
+        }
+    }
+}
+
+/// `Ok(true)` once the connection to the target is up.
+fn step_connect(pair: &mut Pair) -> io::Result<bool> {
+    if pair.connected {
+        return Ok(true);
+    }
+    if let Some(e) = pair.s[1].take_error()? {
+        return Err(e);
+    }
+    match pair.s[1].peer_addr() {
+        Ok(_) => {
+            pair.connected = true;
+            Ok(true)
+        }
+        Err(e) if e.kind() == io::ErrorKind::NotConnected => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
+/// Moves what can be moved from side `from` to the other side, until a
+/// write would block or a short read says the source is drained.
+fn pump(pair: &mut Pair, from: usize) -> io::Result<()> {
+    let [a, b] = &pair.s;
+    let (src, dst) = if from == 0 { (a, b) } else { (b, a) };
+    let d = &mut pair.d[from];
+    let mut drained = false;
+    loop {
+        while d.start < d.end {
+            match (&*dst).write(&d.buf[d.start..d.end]) {
+                Ok(n) => d.start += n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
+                Err(e) => return Err(e),
+            }
+        }
+        d.start = 0;
+        d.end = 0;
+        if d.eof {
+            if !d.shut {
+                d.shut = true;
+                let _ = dst.shutdown(Shutdown::Write);
+            }
+            return Ok(());
+        }
+        if drained {
+            return Ok(());
+        }
+        match (&*src).read(&mut d.buf) {
+            Ok(0) => d.eof = true,
+            Ok(n) => {
+                d.end = n;
+                // With edge-triggered readiness a short read means the socket
+                // is drained, and new data raises a new edge.
+                drained = n < d.buf.len() && !d.hup;
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
+            Err(e) => return Err(e),
+        }
+    }
+}

@@ -1,0 +1,78 @@
+//! The floor forwarder (`rustle-bench floor`): bytes arrive whole and in
+//! order both ways, half-closes pass through, answers that end with the
+//! origin's FIN are not held back, and absolute-form requests reach the
+//! origin as they are.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::{Shutdown, SocketAddr};
+use std::time::Duration;
+
+use common::{connect, Reader};
+use rustle_bench::floor::Floor;
+use rustle_bench::origin::pattern;
+use rustle_bench::{Origin, TcpEcho};
+
+/// A floor in front of `target`, on a thread that lives as long as the test binary.
+fn floor(target: SocketAddr) -> SocketAddr {
+    let f = Floor::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let addr = f.addr().unwrap();
+    std::thread::spawn(move || f.run(target));
+    addr
+}
+
+#[test]
+fn echoes_half_a_megabyte_both_ways_with_half_close() {
+    let e = TcpEcho::start().unwrap();
+    let f = floor(e.addr());
+    let mut s = connect(f);
+    let data = pattern(500_000);
+    let mut w = s.try_clone().unwrap();
+    let sent = data.clone();
+    let writer = std::thread::spawn(move || {
+        w.write_all(&sent).unwrap();
+        w.shutdown(Shutdown::Write).unwrap();
+    });
+    let mut got = Vec::new();
+    // Ends only if the client's FIN reached the echo and the echo's came back.
+    s.read_to_end(&mut got).unwrap();
+    writer.join().unwrap();
+    assert!(got == data, "{} bytes back of {}", got.len(), data.len());
+    assert_eq!(e.bytes_in(), data.len() as u64);
+}
+
+#[test]
+fn answers_ending_with_the_origins_close_arrive_whole() {
+    let o = Origin::start().unwrap();
+    let f = floor(o.addr());
+    // Many rounds: the origin's FIN often lands with the last bytes, in one
+    // edge. The client reads to EOF, so a FIN held back would stall it.
+    for _ in 0..200 {
+        let mut s = connect(f);
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        s.write_all(b"GET /bytes/1024 HTTP/1.1\r\nHost: o\r\nConnection: close\r\n\r\n").unwrap();
+        let mut got = Vec::new();
+        s.read_to_end(&mut got).unwrap();
+        assert!(got.starts_with(b"HTTP/1.1 200 "));
+        assert!(got.ends_with(&pattern(1024)));
+    }
+}
+
+#[test]
+fn kept_alive_absolute_form_requests_reach_the_origin() {
+    let o = Origin::start().unwrap();
+    let f = floor(o.addr());
+    let mut w = connect(f);
+    let mut s = Reader::new(w.try_clone().unwrap());
+    for n in [10usize, 100_000, 1] {
+        let req = format!("GET {} HTTP/1.1\r\nHost: o\r\n\r\n", o.url(&format!("/bytes/{n}")));
+        w.write_all(req.as_bytes()).unwrap();
+        let r = s.response(false);
+        assert_eq!(r.status, 200);
+        assert!(r.body == pattern(n));
+    }
+    assert_eq!(o.connections(), 1);
+    assert_eq!(o.requests(), 3);
+}
