@@ -103,13 +103,26 @@ fn run(mut poll: Poll, listener: TcpListener, target: SocketAddr) -> Result<()> 
             }
             let i = ev.token().0 >> 1;
             let Some(pair) = pairs.get_mut(i).and_then(Option::as_mut) else { continue };
+            let side = ev.token().0 & 1;
             if ev.is_read_closed() || ev.is_error() {
-                pair.d[ev.token().0 & 1].hup = true;
+                pair.d[side].hup = true;
             }
+            let was_up = pair.connected;
             let open = match step_connect(pair) {
-                Ok(true) => pump(pair, 0)
-                    .and_then(|()| pump(pair, 1))
-                    .map(|()| !(pair.d[0].shut && pair.d[1].shut)),
+                // Only what the event concerns: reading its side, or writing to it
+                // what the other side left pending; both once, when the connection
+                // to the target has just come up.
+                Ok(true) => {
+                    let read = !was_up || ev.is_readable() || pair.d[side].hup;
+                    // Edge-triggered events carry the whole readiness mask, so a
+                    // socket's every event says writable: only a direction held up by
+                    // a full socket takes it as a cue.
+                    let held = pair.d[1 - side].start < pair.d[1 - side].end;
+                    let write = !was_up || (ev.is_writable() && held);
+                    let r = if read { pump(pair, side) } else { Ok(()) };
+                    r.and_then(|()| if write { pump(pair, 1 - side) } else { Ok(()) })
+                        .map(|()| !(pair.d[0].shut && pair.d[1].shut))
+                }
                 Ok(false) => Ok(true),
                 Err(e) => Err(e),
             };

@@ -323,6 +323,21 @@ fn render(g: &Grid, conditions: &str, notes: Option<&str>) -> String {
             })
             .collect(),
     );
+    if g.proxies.iter().any(|p| p == FLOOR) {
+        section(
+            "Above the floor",
+            "Each proxy's CPU per request minus the floor's in the same runs (medians, µs): \
+             the cost of its own work, with the kernel's share of the exchange taken out.",
+            rate.iter()
+                .filter(|s| g.unit(s) != "Gbit/s")
+                .filter_map(|s| {
+                    let floor = g.median(s, FLOOR, |r| r.cpu_us_per_req)?;
+                    let own = move |r: &Row| r.cpu_us_per_req.map(|v| v - floor);
+                    Some((format!("{s}, µs/req"), g.row(s, Better::Lower, &own, &plain)))
+                })
+                .collect(),
+        );
+    }
     section(
         "Proxy peak memory",
         "VmHWM summed over the proxy's processes at the end of the run, MB.",

@@ -76,3 +76,21 @@ fn kept_alive_absolute_form_requests_reach_the_origin() {
     assert_eq!(o.connections(), 1);
     assert_eq!(o.requests(), 3);
 }
+
+#[test]
+fn a_slow_reader_holds_the_forwarder_back_without_loss() {
+    let o = Origin::start().unwrap();
+    let f = floor(o.addr());
+    let mut s = connect(f);
+    let n = 40_000_000;
+    let req = format!("GET /bytes/{n} HTTP/1.1\r\nHost: o\r\nConnection: close\r\n\r\n");
+    s.write_all(req.as_bytes()).unwrap();
+    // Socket buffers fill while nobody reads: the forwarder must stop reading
+    // the origin and resume once the client's side drains.
+    std::thread::sleep(Duration::from_millis(300));
+    let mut got = Vec::new();
+    s.read_to_end(&mut got).unwrap();
+    let body_at = got.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
+    assert_eq!(got.len() - body_at, n);
+    assert!(got[body_at..] == pattern(n)[..]);
+}
