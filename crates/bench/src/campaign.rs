@@ -442,6 +442,10 @@ fn write_conditions(
     writeln!(f, "cpu: {} x {}", model.split(':').nth(1).unwrap_or("?").trim(), num_cpus())?;
     writeln!(f, "kernel: {}", cmd("uname", &["-sr"]))?;
     writeln!(f, "rustle: {rev}{dirty}, binary {}", rustle.display())?;
+    if proxies.iter().any(|p| p.name == "floor") {
+        let exe = std::env::current_exe().map(|p| p.display().to_string()).unwrap_or_default();
+        writeln!(f, "floor: rustle-bench floor, this campaign's own binary {exe}")?;
+    }
     for p in proxies {
         if let Some(pkg) = p.package() {
             writeln!(f, "{}: {} {}", p.name, pkg, sys::package_version(pkg))?;

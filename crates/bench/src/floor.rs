@@ -28,11 +28,12 @@ struct Dir {
     buf: Box<[u8]>,
     start: usize,
     end: usize,
-    /// `from` said EOF; `shut`: the other side was shut down once the buffer emptied.
+    /// `from` said EOF.
     eof: bool,
     /// An event said `from` was closed for reading: a short read no longer
     /// means drained, as the EOF after the data raises no edge of its own.
     hup: bool,
+    /// The other side was shut down for writing, once the buffer had emptied.
     shut: bool,
 }
 
@@ -65,6 +66,8 @@ pub struct Floor {
 
 impl Floor {
     pub fn bind(listen: SocketAddr) -> Result<Floor> {
+        // Two descriptors a connection: as many as the process may have.
+        let _ = rlimit::increase_nofile_limit(u64::MAX);
         let poll = Poll::new().context("creating the poll")?;
         let mut listener =
             TcpListener::bind(listen).with_context(|| format!("binding {listen}"))?;
@@ -150,6 +153,16 @@ fn accept(
         let (client, _) = match listener.accept() {
             Ok(c) => c,
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+            // The one connection is gone; those queued behind it are not.
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::ConnectionAborted | io::ErrorKind::Interrupted
+                ) =>
+            {
+                continue
+            }
+            // Out of descriptors or the like: the next event on the listener retries.
             Err(_) => return,
         };
         let Ok(up) = TcpStream::connect(target) else { continue };

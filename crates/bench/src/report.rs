@@ -232,6 +232,13 @@ impl<'a> Grid<'a> {
 /// `rustle-bench floor`, the bare forwarder: shown, never ranked.
 const FLOOR: &str = "floor";
 
+/// Whether the floor does the same network work as the proxies in `scenario`:
+/// not on bulk streams (measured per GB), and not with a new HTTP connection
+/// per request, where the proxies pool origin connections and the floor cannot.
+fn floor_comparable(scenario: &str, unit: &str) -> bool {
+    unit != "Gbit/s" && !(scenario.starts_with("http-") && scenario.contains("close"))
+}
+
 fn is_hold(unit: &str) -> bool {
     unit == "KB/tunnel"
 }
@@ -324,18 +331,30 @@ fn render(g: &Grid, conditions: &str, notes: Option<&str>) -> String {
             .collect(),
     );
     if g.proxies.iter().any(|p| p == FLOOR) {
+        let mut rows = Vec::new();
+        for s in rate.iter().filter(|s| floor_comparable(s, &g.unit(s))) {
+            let Some(floor) = g.median(s, FLOOR, |r| r.cpu_us_per_req) else { continue };
+            let cells = g
+                .proxies
+                .iter()
+                .map(|p| match g.median(s, p, |r| r.cpu_us_per_req) {
+                    _ if p == FLOOR => Cell::Empty(String::new()),
+                    Some(v) => {
+                        Cell::Value { text: num(v - floor), best: false, client_paced: false }
+                    }
+                    None => g.empty(s, p),
+                })
+                .collect();
+            rows.push((format!("{s}, µs/req"), cells));
+        }
         section(
             "Above the floor",
-            "Each proxy's CPU per request minus the floor's in the same runs (medians, µs): \
-             the cost of its own work, with the kernel's share of the exchange taken out.",
-            rate.iter()
-                .filter(|s| g.unit(s) != "Gbit/s")
-                .filter_map(|s| {
-                    let floor = g.median(s, FLOOR, |r| r.cpu_us_per_req)?;
-                    let own = move |r: &Row| r.cpu_us_per_req.map(|v| v - floor);
-                    Some((format!("{s}, µs/req"), g.row(s, Better::Lower, &own, &plain)))
-                })
-                .collect(),
+            "Each proxy's median CPU per request minus the floor's median in the same \
+             campaign, µs: its own work, with the kernel's share of the exchange taken out. \
+             Kept-alive and relay scenarios only (with a new connection per request the \
+             floor opens an origin connection each time, where an HTTP proxy pools); not \
+             ranked, as the spread of the runs is about the size of these differences.",
+            rows,
         );
     }
     section(
@@ -411,4 +430,58 @@ fn errors_section(g: &Grid) -> String {
     }
     let body = if lines.is_empty() { "None in any run.".to_string() } else { lines.join("\n") };
     format!("\n## Errors\n\nFailed exchanges by kind, per run.\n\n{body}\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(scenario: &str, proxy: &str, conns: Option<u32>, tput: f64, cpu: f64) -> Row {
+        let mut r = Row::new("c", scenario, proxy, 1, 1);
+        r.unit = "req/s".into();
+        r.connections = conns;
+        r.throughput = Some(tput);
+        r.completed = Some(1000);
+        r.errors_total = Some(0);
+        r.cpu_us_per_req = Some(cpu);
+        r
+    }
+
+    #[test]
+    fn the_floor_is_shown_but_never_starred() {
+        let mut rows = Vec::new();
+        for s in ["http-ka-1k", "http-close-1k"] {
+            let floor_cpu = if s == "http-ka-1k" { 12.0 } else { 60.0 };
+            rows.push(run(s, "rustle", None, 300.0, 15.0));
+            rows.push(run(s, "nginx", None, 250.0, 18.0));
+            rows.push(run(s, "floor", None, 400.0, floor_cpu));
+        }
+        let g = Grid::new(&rows);
+        let md = render(&g, "x", None);
+        // Faster and cheaper than both proxies, and still the star goes to rustle.
+        assert!(md.contains("| http-ka-1k, req/s | 300 * | 250 | 400 |"), "{md}");
+        assert!(md.contains("| http-ka-1k, µs/req | 15.0 * | 18.0 | 12.0 |"), "{md}");
+        // Above the floor: differences, unranked, and no row where the floor
+        // opens an origin connection per request while the proxies pool.
+        let above = &md[md.find("## Above the floor").expect("the table")..];
+        let above = &above[..above[3..].find("\n## ").map_or(above.len(), |i| i + 3)];
+        assert!(above.contains("| http-ka-1k, µs/req | 3.00 | 6.00 | – |"), "{above}");
+        assert!(!above.contains("http-close"), "{above}");
+        assert!(!above.contains('*'), "{above}");
+    }
+
+    #[test]
+    fn a_swept_floor_is_never_starred() {
+        let mut rows = Vec::new();
+        for conns in [16, 64] {
+            rows.push(run("relay-ka-1k", "rustle", Some(conns), 300.0, 15.0));
+            rows.push(run("relay-ka-1k", "nginx", Some(conns), 280.0, 16.0));
+            rows.push(run("relay-ka-1k", "floor", Some(conns), 500.0, 11.0));
+        }
+        let g = Grid::new(&rows);
+        let md = sweep::section(&g);
+        assert!(md.contains("| rustle | 16 | 300 * |"), "{md}");
+        assert!(md.contains("| nginx | 16 | 280 |"), "{md}");
+        assert!(md.contains("| floor | 16 | 500 |"), "{md}");
+    }
 }

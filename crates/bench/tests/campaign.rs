@@ -1,4 +1,4 @@
-//! The campaign's smoke mode end to end: rustle and nginx on loopback,
+//! The campaign's smoke mode end to end: rustle, nginx and the floor on loopback,
 //! http-ka-1k for 2 s, the CSV and the report written, so the harness cannot rot.
 //! Uses the release rustle binary if there is one, else the debug one that
 //! `cargo test --workspace` builds; skipped (with a message) when neither, or

@@ -7,10 +7,10 @@
 mod common;
 
 use std::io::{Read, Write};
-use std::net::{Shutdown, SocketAddr};
+use std::net::SocketAddr;
 use std::time::Duration;
 
-use common::{connect, Reader};
+use common::{connect, send_all_then_read_to_eof, Reader};
 use rustle_bench::floor::Floor;
 use rustle_bench::origin::pattern;
 use rustle_bench::{Origin, TcpEcho};
@@ -27,18 +27,9 @@ fn floor(target: SocketAddr) -> SocketAddr {
 fn echoes_half_a_megabyte_both_ways_with_half_close() {
     let e = TcpEcho::start().unwrap();
     let f = floor(e.addr());
-    let mut s = connect(f);
     let data = pattern(500_000);
-    let mut w = s.try_clone().unwrap();
-    let sent = data.clone();
-    let writer = std::thread::spawn(move || {
-        w.write_all(&sent).unwrap();
-        w.shutdown(Shutdown::Write).unwrap();
-    });
-    let mut got = Vec::new();
-    // Ends only if the client's FIN reached the echo and the echo's came back.
-    s.read_to_end(&mut got).unwrap();
-    writer.join().unwrap();
+    // Returns only if the client's FIN reached the echo and the echo's came back.
+    let got = send_all_then_read_to_eof(f, &data);
     assert!(got == data, "{} bytes back of {}", got.len(), data.len());
     assert_eq!(e.bytes_in(), data.len() as u64);
 }
@@ -93,4 +84,22 @@ fn a_slow_reader_holds_the_forwarder_back_without_loss() {
     let body_at = got.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
     assert_eq!(got.len() - body_at, n);
     assert!(got[body_at..] == pattern(n)[..]);
+}
+
+#[test]
+fn a_refused_target_closes_the_client_each_time() {
+    // A port that was just free: nothing listens there.
+    let dead = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    let f = floor(dead);
+    for _ in 0..50 {
+        let mut s = connect(f);
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let _ = s.write_all(b"GET / HTTP/1.1\r\nHost: o\r\n\r\n");
+        let mut got = Vec::new();
+        // EOF or a reset, and soon: never a read that times out.
+        match s.read_to_end(&mut got) {
+            Ok(_) => assert!(got.is_empty()),
+            Err(e) => assert_eq!(e.kind(), std::io::ErrorKind::ConnectionReset, "{e}"),
+        }
+    }
 }

@@ -6,7 +6,7 @@ mod common;
 use std::io::{Read, Write};
 use std::net::Shutdown;
 
-use common::{connect, get, sha256_hex, Reader};
+use common::{connect, get, send_all_then_read_to_eof, sha256_hex, Reader};
 use rustle_bench::origin::{pattern, pattern_sha256_hex};
 use rustle_bench::{Origin, TcpEcho, TcpServe, TlsOrigin, UdpEcho};
 
@@ -85,18 +85,9 @@ fn websocket_handshake_and_echo() {
 #[test]
 fn tcp_echo_half_close() {
     let e = TcpEcho::start().unwrap();
-    let mut s = connect(e.addr());
     let data = pattern(500_000);
-    let mut w = s.try_clone().unwrap();
-    let sent = data.clone();
-    let writer = std::thread::spawn(move || {
-        w.write_all(&sent).unwrap();
-        w.shutdown(Shutdown::Write).unwrap();
-    });
-    let mut got = Vec::new();
-    // read_to_end only returns once the echo half-closes back.
-    s.read_to_end(&mut got).unwrap();
-    writer.join().unwrap();
+    // Returns only once the echo half-closes back.
+    let got = send_all_then_read_to_eof(e.addr(), &data);
     assert!(got == data);
     assert_eq!(e.connections(), 1);
     assert_eq!(e.bytes_in(), data.len() as u64);

@@ -10,6 +10,7 @@ use anyhow::Result;
 
 use super::stats::{best_of_row, client_paced, Better, TIE};
 use super::table::{self, num, Cell};
+use super::FLOOR;
 use super::{svg, Grid, Swept};
 use crate::campaign::record::{Row, Status};
 
@@ -90,8 +91,14 @@ fn table(g: &Grid, sw: &Swept) -> String {
     header.extend(sw.levels.iter().map(|(n, _)| format!("{n} conns")));
     let all: Vec<Vec<Level>> = g.proxies.iter().map(|p| levels(g, sw, p)).collect();
     let bests: Vec<Option<(u32, f64)>> = all.iter().map(|l| best_clean(l)).collect();
-    let stars =
-        best_of_row(&bests.iter().map(|b| b.map(|b| b.1)).collect::<Vec<_>>(), Better::Higher);
+    // The floor is a reference, not a contender: it never takes the star.
+    let contenders: Vec<Option<f64>> = g
+        .proxies
+        .iter()
+        .zip(&bests)
+        .map(|(p, b)| if p == FLOOR { None } else { b.map(|b| b.1) })
+        .collect();
+    let stars = best_of_row(&contenders, Better::Higher);
     let value =
         |text: String, best: bool, client_paced: bool| Cell::Value { text, best, client_paced };
     let rows = g

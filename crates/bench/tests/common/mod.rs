@@ -142,6 +142,23 @@ pub fn get(addr: SocketAddr, path: &str) -> Resp {
     exchange(addr, format!("GET {path} HTTP/1.1\r\nHost: origin\r\n\r\n").as_bytes())
 }
 
+/// Writes `data` on a fresh connection to `addr` from another thread, half-closes,
+/// and returns everything read until the other end's EOF (which therefore had to
+/// come after the client's FIN went through).
+pub fn send_all_then_read_to_eof(addr: SocketAddr, data: &[u8]) -> Vec<u8> {
+    let mut s = connect(addr);
+    let mut w = s.try_clone().unwrap();
+    let sent = data.to_vec();
+    let writer = std::thread::spawn(move || {
+        w.write_all(&sent).unwrap();
+        w.shutdown(std::net::Shutdown::Write).unwrap();
+    });
+    let mut got = Vec::new();
+    s.read_to_end(&mut got).unwrap();
+    writer.join().unwrap();
+    got
+}
+
 pub fn sha256_hex(data: &[u8]) -> String {
     use sha2::Digest;
     rustle_bench::pattern::hex(&sha2::Sha256::digest(data))
