@@ -62,6 +62,10 @@
 #     WARMUP   [1]   seconds of unrecorded load before each measured run
 #     CONNS    [64]  wrk connections               WRK_THREADS [1]
 #     PROXIES  ["rustle haproxy nginx"]   SCENARIOS ["ka close"]
+#              also: floor (rustle-bench floor: copies bytes, nothing else;
+#              the kernel's share of an exchange) and floor-http (the same
+#              plus rustle's HTTP codec on every head; kept-alive only)
+#     FLOOR_BIN [target/release/rustle-bench]
 #     MODES    ["full capped"]            BASELINE [1] direct wrk->origin row
 #     RUSTLE_BIN [target/release/rustle]  NGINX_BIN, HAPROXY_BIN, WRK_BIN
 #     STRACE [0]  1: after the reps, per proxy and scenario (full mode), a
@@ -142,6 +146,7 @@ STRACE_SECS=${STRACE_SECS:-3}
 RESULTS_DIR=${RESULTS_DIR:-$HERE/results}
 
 RUSTLE_BIN=${RUSTLE_BIN:-$ROOT/target/release/rustle}
+FLOOR_BIN=${FLOOR_BIN:-$ROOT/target/release/rustle-bench}
 NGINX_BIN=${NGINX_BIN:-$(command -v nginx || echo /usr/sbin/nginx)}
 HAPROXY_BIN=${HAPROXY_BIN:-$(command -v haproxy || echo /usr/sbin/haproxy)}
 WRK_BIN=${WRK_BIN:-$(command -v wrk || echo /usr/bin/wrk)}
@@ -423,6 +428,7 @@ proxy_bin() {
     rustle) echo "$RUSTLE_BIN" ;;
     haproxy) echo "$HAPROXY_BIN" ;;
     nginx) echo "$NGINX_BIN" ;;
+    floor|floor-http) echo "$FLOOR_BIN" ;;
     *) return 1 ;;
   esac
 }
@@ -442,6 +448,8 @@ start_proxy() {
     rustle)  cmd=("$RUSTLE_BIN" --http "$PROXY_ADDR" --workers 1 --log off) ;;
     haproxy) write_haproxy_cfg "$d"; cmd=("$HAPROXY_BIN" -db -f "$d/haproxy.cfg") ;;
     nginx)   write_nginx_proxy_cfg "$d"; cmd=("$NGINX_BIN" -p "$d" -c "$d/nginx.conf" -e "$d/logs/error.log") ;;
+    floor)   cmd=("$FLOOR_BIN" floor "$PROXY_ADDR" "$ORIGIN") ;;
+    floor-http) cmd=("$FLOOR_BIN" floor "$PROXY_ADDR" "$ORIGIN" --http) ;;
     *) die "unknown proxy $name" ;;
   esac
   (
@@ -773,6 +781,7 @@ write_env() {
     echo "wrk=$("$WRK_BIN" -v 2>&1 | head -1 | sed 's/ Copyright.*//')"
     echo "curl=$(curl --version | head -1)"
     echo "rustle_bin=${RUSTLE_SRC:-$RUSTLE_BIN} (run from a private copy)"
+    echo "floor_bin=${FLOOR_SRC:-$FLOOR_BIN} (rustle-bench floor; used when PROXIES names floor or floor-http)"
     if [[ -x $RUSTLE_BIN ]]; then
       echo "rustle_version=$("$RUSTLE_BIN" --version 2>&1 | head -1)"
       echo "rustle_sha256=$(sha256sum "$RUSTLE_BIN" | cut -d' ' -f1)"
@@ -847,6 +856,9 @@ done
 if [[ " ${AVAIL[*]} " == *" rustle "* ]]; then
   cp "$RUSTLE_BIN" "$WORK/rustle-bin"; RUSTLE_SRC=$RUSTLE_BIN; RUSTLE_BIN=$WORK/rustle-bin
 fi
+if [[ " ${AVAIL[*]} " == *" floor"* ]]; then
+  cp "$FLOOR_BIN" "$WORK/floor-bin"; FLOOR_SRC=$FLOOR_BIN; FLOOR_BIN=$WORK/floor-bin
+fi
 write_env
 quiet_check
 start_origin
@@ -880,7 +892,12 @@ for (( rep = 1; rep <= REPS; rep++ )); do
   log "rep $rep/$REPS: order ${order[*]}"
   for p in "${order[@]}"; do
     for m in $MODES; do
-      for s in $SCENARIOS; do measure "$p" "$s" "$m" "$rep"; done
+      for s in $SCENARIOS; do
+        # floor-http has no pool and follows no Connection: close: it is a
+        # reference for kept-alive exchanges only.
+        [[ $p == floor-http && $s == close ]] && continue
+        measure "$p" "$s" "$m" "$rep"
+      done
     done
   done
 done

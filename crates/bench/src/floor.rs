@@ -8,6 +8,16 @@
 //! what the kernel's share of an exchange costs when a proxy's own work is
 //! nothing: the bar below which no proxy on the same system calls can go.
 //!
+//! With `--http` it also does the least an HTTP proxy must do to each head:
+//! rustle's own codec parses every request and response head and writes it
+//! out again (origin-form target, Host from the URI, hop-by-hop fields
+//! dropped), and Content-Length tells where the next head starts. It stays
+//! a measuring tool, not a proxy: a head must arrive whole in one read, and
+//! a connection whose framing is anything else (chunked, close-delimited, a
+//! head it cannot parse, pipelining) is passed through untouched from then
+//! on. Its cost over the plain floor is what the codec costs on a loop with
+//! no runtime, timers, pool or policy.
+//!
 //! It reads until a read comes back short (with edge-triggered readiness a
 //! short read means the socket is drained, and new data raises a new edge),
 //! so a kept-alive exchange costs it one read and one write per side, like
@@ -19,8 +29,15 @@ use std::net::{Shutdown, SocketAddr};
 use anyhow::{Context, Result};
 use mio::net::{TcpListener, TcpStream};
 use mio::{Events, Interest, Poll, Token};
+use rustle_proto::http::{
+    parse_request, parse_response, write_request, write_response, BodyKind, Limits, RequestHead,
+    RequestRewrite, ResponseHead, ResponseRewrite,
+};
 
 const BUF: usize = 16 * 1024;
+/// With `--http`, reads leave this much room: a rewritten head is at most a
+/// few bytes longer than the one received.
+const HEADROOM: usize = 256;
 const LISTENER: Token = Token(usize::MAX);
 
 /// One direction: bytes read from `from`, not yet all written to the other side.
@@ -50,7 +67,21 @@ impl Dir {
     }
 }
 
+/// The `--http` state of one connection pair.
+struct Codec {
+    req: RequestHead,
+    resp: ResponseHead,
+    out: Vec<u8>,
+    /// Per direction: body bytes still to come before the next head.
+    body_left: [u64; 2],
+    /// Per direction: framing this tool does not follow was seen; the rest
+    /// passes through as it is.
+    opaque: [bool; 2],
+}
+
 struct Pair {
+    /// With `--http`.
+    codec: Option<Box<Codec>>,
     /// 0: the client, 1: the target.
     s: [TcpStream; 2],
     /// d[0] carries client → target, d[1] target → client.
@@ -62,6 +93,7 @@ struct Pair {
 pub struct Floor {
     poll: Poll,
     listener: TcpListener,
+    http: bool,
 }
 
 impl Floor {
@@ -72,7 +104,14 @@ impl Floor {
         let mut listener =
             TcpListener::bind(listen).with_context(|| format!("binding {listen}"))?;
         poll.registry().register(&mut listener, LISTENER, Interest::READABLE)?;
-        Ok(Floor { poll, listener })
+        Ok(Floor { poll, listener, http: false })
+    }
+
+    /// Parses and rewrites every HTTP head with rustle's codec (see the
+    /// module's notes).
+    pub fn http(mut self, on: bool) -> Floor {
+        self.http = on;
+        self
     }
 
     pub fn addr(&self) -> io::Result<SocketAddr> {
@@ -81,11 +120,11 @@ impl Floor {
 
     /// Forwards every connection to `target`, until the process ends.
     pub fn run(self, target: SocketAddr) -> Result<()> {
-        run(self.poll, self.listener, target)
+        run(self.poll, self.listener, target, self.http)
     }
 }
 
-fn run(mut poll: Poll, listener: TcpListener, target: SocketAddr) -> Result<()> {
+fn run(mut poll: Poll, listener: TcpListener, target: SocketAddr, http: bool) -> Result<()> {
     let mut pairs: Vec<Option<Pair>> = Vec::new();
     let mut free: Vec<usize> = Vec::new();
     let mut ended: Vec<usize> = Vec::new();
@@ -101,7 +140,7 @@ fn run(mut poll: Poll, listener: TcpListener, target: SocketAddr) -> Result<()> 
         }
         for ev in events.iter() {
             if ev.token() == LISTENER {
-                accept(&poll, &listener, target, &mut pairs, &mut free);
+                accept(&poll, &listener, target, http, &mut pairs, &mut free);
                 continue;
             }
             let i = ev.token().0 >> 1;
@@ -146,6 +185,7 @@ fn accept(
     poll: &Poll,
     listener: &TcpListener,
     target: SocketAddr,
+    http: bool,
     pairs: &mut Vec<Option<Pair>>,
     free: &mut Vec<usize>,
 ) {
@@ -172,7 +212,17 @@ fn accept(
             pairs.push(None);
             pairs.len() - 1
         });
-        let mut pair = Pair { s: [client, up], d: [Dir::new(), Dir::new()], connected: false };
+        let codec = http.then(|| {
+            Box::new(Codec {
+                req: RequestHead::new(),
+                resp: ResponseHead::new(),
+                out: Vec::with_capacity(4096),
+                body_left: [0; 2],
+                opaque: [false; 2],
+            })
+        });
+        let mut pair =
+            Pair { codec, s: [client, up], d: [Dir::new(), Dir::new()], connected: false };
         let both = Interest::READABLE | Interest::WRITABLE;
         let ok = poll.registry().register(&mut pair.s[0], Token(i << 1), both).is_ok()
             && poll.registry().register(&mut pair.s[1], Token(i << 1 | 1), both).is_ok();
@@ -208,6 +258,7 @@ fn pump(pair: &mut Pair, from: usize) -> io::Result<()> {
     let [a, b] = &pair.s;
     let (src, dst) = if from == 0 { (a, b) } else { (b, a) };
     let d = &mut pair.d[from];
+    let codec = &mut pair.codec;
     let mut drained = false;
     loop {
         while d.start < d.end {
@@ -229,16 +280,68 @@ fn pump(pair: &mut Pair, from: usize) -> io::Result<()> {
         if drained {
             return Ok(());
         }
-        match (&*src).read(&mut d.buf) {
+        let want = if codec.is_some() { BUF - HEADROOM } else { BUF };
+        match (&*src).read(&mut d.buf[..want]) {
             Ok(0) => d.eof = true,
             Ok(n) => {
                 d.end = n;
+                if let Some(c) = codec.as_deref_mut() {
+                    rewrite(c, from, d);
+                }
                 // With edge-triggered readiness a short read means the socket
                 // is drained, and new data raises a new edge.
-                drained = n < d.buf.len() && !d.hup;
+                drained = n < want && !d.hup;
             }
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
             Err(e) => return Err(e),
         }
     }
+}
+
+/// `--http`: the bytes just read into `d` from side `from` start a head when
+/// no body bytes are due; it is parsed and written out again in their place.
+fn rewrite(c: &mut Codec, from: usize, d: &mut Dir) {
+    if c.opaque[from] {
+        return;
+    }
+    let n = d.end as u64;
+    if c.body_left[from] > 0 {
+        c.body_left[from] -= n.min(c.body_left[from]);
+        return;
+    }
+    let limits = Limits::default();
+    let buf = &d.buf[..d.end];
+    c.out.clear();
+    let (len, body) = if from == 0 {
+        if !matches!(parse_request(buf, &limits, &mut c.req), Ok(Some(()))) {
+            c.opaque[from] = true;
+            return;
+        }
+        let rw = RequestRewrite { via: None, forwarded_for: None, upgrade: false };
+        write_request(&c.req, buf, &rw, &mut c.out);
+        (c.req.len, c.req.body)
+    } else {
+        if !matches!(parse_response(buf, &limits, c.req.method, &mut c.resp), Ok(Some(()))) {
+            c.opaque[from] = true;
+            return;
+        }
+        write_response(&c.resp, buf, &ResponseRewrite::default(), &mut c.out);
+        (c.resp.len, c.resp.body)
+    };
+    let after = (buf.len() - len) as u64;
+    match body {
+        BodyKind::None if after == 0 => {}
+        BodyKind::Length(total) if after <= total => c.body_left[from] = total - after,
+        // Chunked, close-delimited, or more than one message in the read.
+        _ => c.opaque[from] = true,
+    }
+    let total = c.out.len() + buf.len() - len;
+    if total > d.buf.len() {
+        // Cannot happen with HEADROOM; passing the head on as received is
+        // still correct.
+        return;
+    }
+    d.buf.copy_within(len..d.end, c.out.len());
+    d.buf[..c.out.len()].copy_from_slice(&c.out);
+    d.end = total;
 }

@@ -23,6 +23,8 @@ const USAGE: &str = "usage: rustle-bench <origin [--tls] | tcp-echo | udp-echo> 
                      \x20        (connections, resumed handshakes, requests; rewritten every 100 ms),\n\
                      \x20        --tickets (stateless session tickets), --kx x25519 (X25519 only)\n\
                      \x20      rustle-bench load --target HOST:PORT [options] (load --help)\n\
+                     \x20      rustle-bench floor LISTEN TARGET [--http] (a forwarder that only copies;\n\
+                     \x20        --http: and rewrites every HTTP head with rustle's codec)\n\
                      \x20      rustle-bench campaign [options] (campaign --help)\n\
                      \x20      rustle-bench report --in DIR [options] (report --help)";
 
@@ -35,9 +37,14 @@ fn main() -> Result<()> {
         "report" => return rustle_bench::report::main(args),
         "floor" => {
             let (Some(listen), Some(target)) = (args.next(), args.next()) else { bail!(USAGE) };
+            let http = match args.next().as_deref() {
+                None => false,
+                Some("--http") => true,
+                Some(other) => bail!("floor: unknown option {other:?}\n{USAGE}"),
+            };
             let listen = listen.parse().with_context(|| format!("bad address {listen:?}"))?;
             let target = target.parse().with_context(|| format!("bad address {target:?}"))?;
-            return rustle_bench::floor::Floor::bind(listen)?.run(target);
+            return rustle_bench::floor::Floor::bind(listen)?.http(http).run(target);
         }
         _ => {}
     }

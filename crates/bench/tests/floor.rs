@@ -1,7 +1,7 @@
 //! The floor forwarder (`rustle-bench floor`): bytes arrive whole and in
 //! order both ways, half-closes pass through, answers that end with the
 //! origin's FIN are not held back, and absolute-form requests reach the
-//! origin as they are.
+//! origin as they are; with `--http`, every head is rewritten on its way.
 #![allow(clippy::unwrap_used)]
 
 mod common;
@@ -17,7 +17,11 @@ use rustle_bench::{Origin, TcpEcho};
 
 /// A floor in front of `target`, on a thread that lives as long as the test binary.
 fn floor(target: SocketAddr) -> SocketAddr {
-    let f = Floor::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    floor_with(target, false)
+}
+
+fn floor_with(target: SocketAddr, http: bool) -> SocketAddr {
+    let f = Floor::bind("127.0.0.1:0".parse().unwrap()).unwrap().http(http);
     let addr = f.addr().unwrap();
     std::thread::spawn(move || f.run(target));
     addr
@@ -102,4 +106,44 @@ fn a_refused_target_closes_the_client_each_time() {
             Err(e) => assert_eq!(e.kind(), std::io::ErrorKind::ConnectionReset, "{e}"),
         }
     }
+}
+
+/// `--http`: requests reach the origin in origin-form with the hop-by-hop fields gone,
+/// bodies on both sides are counted past (a body that looks like a head is not
+/// rewritten), and responses come back whole, over one origin connection.
+#[test]
+fn with_http_every_head_is_rewritten_and_bodies_pass_whole() {
+    let o = Origin::start().unwrap();
+    let f = floor_with(o.addr(), true);
+    let mut w = connect(f);
+    let mut s = Reader::new(w.try_clone().unwrap());
+    for n in [10usize, 100_000, 1] {
+        let req = format!(
+            "GET {} HTTP/1.1\r\nHost: o\r\nProxy-Connection: keep-alive\r\nX-Kept: {n}\r\n\r\n",
+            o.url(&format!("/bytes/{n}"))
+        );
+        w.write_all(req.as_bytes()).unwrap();
+        let r = s.response(false);
+        assert_eq!(r.status, 200);
+        assert!(r.body == pattern(n));
+        let head = String::from_utf8(o.last_request_head()).unwrap();
+        let want = format!("GET /bytes/{n} HTTP/1.1\r\nHost: {}\r\nX-Kept: {n}\r\n\r\n", o.addr());
+        assert_eq!(head, want);
+    }
+    // A request body that itself reads like a request head goes through untouched,
+    // also when it arrives on its own, after the head.
+    let body = format!("GET {} HTTP/1.1\r\nHost: o\r\n\r\n", o.url("/x"));
+    let req = format!(
+        "POST {} HTTP/1.1\r\nHost: o\r\nContent-Length: {}\r\n\r\n",
+        o.url("/echo"),
+        body.len() * 2
+    );
+    w.write_all(format!("{req}{body}").as_bytes()).unwrap();
+    std::thread::sleep(Duration::from_millis(100));
+    w.write_all(body.as_bytes()).unwrap();
+    let r = s.response(false);
+    assert_eq!(r.status, 200);
+    assert_eq!(r.body, format!("{body}{body}").as_bytes());
+    assert_eq!(o.connections(), 1);
+    assert_eq!(o.requests(), 4);
 }

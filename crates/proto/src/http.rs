@@ -120,6 +120,8 @@ pub enum BodyKind {
 pub struct Header {
     pub name: Span,
     pub value: Span,
+    /// What the name is, found once by the parser for the writer to reuse.
+    pub(crate) kind: fields::Known,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -144,6 +146,9 @@ pub struct ConnFlags {
     pub close: bool,
     pub keep_alive: bool,
     pub upgrade: bool,
+    /// A Connection field names an option besides these three, whose fields are then
+    /// hop-by-hop too (almost never: the writer looks them up only when set).
+    pub(crate) nominates: bool,
 }
 
 #[derive(Debug, Clone)]

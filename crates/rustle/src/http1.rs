@@ -155,7 +155,7 @@ async fn serve_with(
         c.cert_auth = true;
     }
     loop {
-        let start = Instant::now();
+        let start = worker.stamp();
         match c.read_head().await {
             Ok(true) => {}
             Ok(false) => break,
@@ -175,7 +175,7 @@ async fn serve_with(
                 break;
             }
         }
-        let mut ex = Exchange::new(Instant::now());
+        let mut ex = Exchange::new(worker.stamp());
         // Kept for the log line (the head is consumed by then); nothing to keep without one.
         if worker.log.enabled() {
             c.method.clear();
@@ -300,7 +300,7 @@ impl Client {
                 // Between requests: the worker's waiters end the wait at the keep-alive
                 // timeout or at shutdown (no timer of its own).
                 (None, None) => {
-                    let deadline = std::time::Instant::now() + timeouts.keepalive;
+                    let deadline = self.worker.waiters.coarse_now() + timeouts.keepalive;
                     let waiters = &self.worker.waiters;
                     match self.stream.tcp() {
                         // A plain connection waits without its read buffer: idle

@@ -23,13 +23,31 @@ struct Entry {
 }
 
 /// A worker's waiting connections.
-#[derive(Default)]
 pub struct Waiters {
     slots: RefCell<Vec<Option<Entry>>>,
     free: RefCell<Vec<usize>>,
+    /// The time of the last sweep: deadlines as coarse as the sweep start from it, as
+    /// reading the clock costs more than the rest of registering a wait.
+    swept: Cell<Instant>,
+}
+
+impl Default for Waiters {
+    fn default() -> Self {
+        Waiters {
+            slots: RefCell::default(),
+            free: RefCell::default(),
+            swept: Cell::new(Instant::now()),
+        }
+    }
 }
 
 impl Waiters {
+    /// Now, as of the last sweep (a tick ago at most, when a worker sweeps): a deadline
+    /// taken from it is up to one tick early, as one swept is up to one tick late.
+    pub fn coarse_now(&self) -> Instant {
+        self.swept.get()
+    }
+
     fn register(&self, deadline: Instant, idle: bool, waker: &Waker) -> usize {
         let entry = Entry { deadline, waker: waker.clone(), fired: false, idle };
         let mut slots = self.slots.borrow_mut();
@@ -81,6 +99,7 @@ impl Waiters {
     /// Wakes the waits past their deadline (and with `stopping`, every wait between
     /// requests).
     pub fn sweep(&self, now: Instant, stopping: bool) {
+        self.swept.set(now);
         let mut slots = self.slots.borrow_mut();
         for e in slots.iter_mut().flatten() {
             if !e.fired && ((stopping && e.idle) || e.deadline <= now) {
@@ -115,7 +134,7 @@ impl Waiters {
         let mut fut = std::pin::pin!(fut);
         match crate::body::poll_once(fut.as_mut()).await {
             Some(r) => Some(r),
-            None => self.within(fut, Instant::now() + limit).await,
+            None => self.within(fut, self.coarse_now() + limit).await,
         }
     }
 

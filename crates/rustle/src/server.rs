@@ -560,6 +560,15 @@ const MAX_KEPT_FIELDS: usize = 64;
 const PARKED_TO_RELEASE: usize = 256;
 
 impl Worker {
+    /// When an exchange starts, for its log line: the clock when lines are written,
+    /// the last sweep's time when they are not (nothing reads it then).
+    pub fn stamp(&self) -> Instant {
+        match self.log.enabled() {
+            true => Instant::now(),
+            false => self.waiters.coarse_now(),
+        }
+    }
+
     /// The generation of the users in force (changes with every reload).
     pub fn users_generation(&self) -> u64 {
         self.policy.borrow().users.generation()

@@ -30,7 +30,9 @@ impl Known {
     /// Classify a field name (case-insensitive). Dispatching on the length
     /// first keeps this to at most two comparisons per field.
     pub(crate) fn of(name: &[u8]) -> Known {
-        let eq = |s: &[u8]| name.eq_ignore_ascii_case(s);
+        // The first byte turns most other names away before a whole comparison.
+        let first = name.first().map_or(0, u8::to_ascii_lowercase);
+        let eq = |s: &[u8]| first == s[0] && name.eq_ignore_ascii_case(s);
         match name.len() {
             2 if eq(b"te") => Known::Te,
             3 if eq(b"via") => Known::Via,
@@ -119,11 +121,15 @@ impl Framing {
     }
 }
 
-/// Record the tokens of one Connection (or Proxy-Connection) field.
-/// A Connection header that nominates Content-Length or Transfer-Encoding
-/// would make a hop-by-hop-stripping proxy drop the framing of a body it
-/// still forwards, so such messages are rejected.
-pub(crate) fn connection(value: &[u8], flags: &mut ConnFlags) -> Result<(), HeadError> {
+/// Record the tokens of one Connection (or, with `nominating` false,
+/// Proxy-Connection) field. A Connection header that nominates Content-Length
+/// or Transfer-Encoding would make a hop-by-hop-stripping proxy drop the
+/// framing of a body it still forwards, so such messages are rejected.
+pub(crate) fn connection(
+    value: &[u8],
+    nominating: bool,
+    flags: &mut ConnFlags,
+) -> Result<(), HeadError> {
     for tok in tokens(value) {
         if tok.eq_ignore_ascii_case(b"close") {
             flags.close = true;
@@ -133,6 +139,8 @@ pub(crate) fn connection(value: &[u8], flags: &mut ConnFlags) -> Result<(), Head
             flags.upgrade = true;
         } else if matches!(Known::of(tok), Known::ContentLength | Known::TransferEncoding) {
             return Err(HeadError::ConnectionNamesFraming);
+        } else {
+            flags.nominates |= nominating;
         }
     }
     Ok(())

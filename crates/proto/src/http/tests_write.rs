@@ -242,3 +242,30 @@ fn response_dechunk_drops_transfer_encoding() {
     let rw = ResponseRewrite { dechunk: true, close: true, ..ResponseRewrite::default() };
     assert_eq!(res(b, Method::Get, &rw), "HTTP/1.1 200 OK\r\nX-A: 1\r\nConnection: close\r\n\r\n");
 }
+
+/// Unchanged fields go out as the peer wrote them (spacing and case too), in runs
+/// broken by every field that is dropped or rewritten.
+#[test]
+fn kept_lines_go_out_as_received() {
+    let b = b"HTTP/1.1 200 OK\r\nA:1\r\nB: \t two  \r\nKeep-Alive: timeout=5\r\nVIA: 1.0 x\r\n\
+              c-D:  3\r\nConnection: keep-alive, X-Hop\r\nX-Hop: h\r\nE: 5\r\n\r\nbody";
+    let rw = ResponseRewrite { via: Some("rustle"), ..ResponseRewrite::default() };
+    assert_eq!(
+        res(b, Method::Get, &rw),
+        "HTTP/1.1 200 OK\r\nA:1\r\nB: \t two  \r\nVIA: 1.0 x, 1.1 rustle\r\nc-D:  3\r\nE: 5\r\n\r\n"
+    );
+    // The same without Via: one run before the dropped Keep-Alive, one after it up to
+    // the dropped Connection, one for the last field.
+    assert_eq!(
+        res(b, Method::Get, &ResponseRewrite::default()),
+        "HTTP/1.1 200 OK\r\nA:1\r\nB: \t two  \r\nVIA: 1.0 x\r\nc-D:  3\r\nE: 5\r\n\r\n"
+    );
+    let b = b"OPTIONS http://a/ HTTP/1.1\r\nx-a:1\r\nHost: a\r\nMax-Forwards:  7\r\nY:\t2\r\n\
+              X-Forwarded-For: 10.0.0.1\r\nZ: 3 \r\n\r\n";
+    let rw = RequestRewrite { via: None, forwarded_for: Some("192.0.2.1"), upgrade: false };
+    assert_eq!(
+        req(b, &rw),
+        "OPTIONS / HTTP/1.1\r\nHost: a\r\nx-a:1\r\nMax-Forwards: 6\r\nY:\t2\r\n\
+         X-Forwarded-For: 10.0.0.1, 192.0.2.1\r\nZ: 3 \r\nForwarded: for=192.0.2.1\r\n\r\n"
+    );
+}

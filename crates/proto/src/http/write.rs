@@ -51,7 +51,7 @@ pub struct ResponseRewrite<'a> {
 /// For targets other than absolute-form the target is written as received
 /// and Host is the client's Host (or the authority, for CONNECT).
 pub fn write_request(head: &RequestHead, buf: &[u8], rw: &RequestRewrite, out: &mut Vec<u8>) {
-    let strip = Strip::new(&head.headers, buf, rw.upgrade, true);
+    let strip = Strip::new(&head.headers, buf, head.conn.nominates, rw.upgrade, true);
     out.extend_from_slice(head.method_span.get(buf));
     out.push(b' ');
     let host = match head.target {
@@ -83,34 +83,47 @@ pub fn write_request(head: &RequestHead, buf: &[u8], rw: &RequestRewrite, out: &
     let last_xff = strip.last_kept(Known::XForwardedFor, rw.forwarded_for.is_some());
     let last_fwd = strip.last_kept(Known::Forwarded, rw.forwarded_for.is_some());
     let decrement = matches!(head.method, Method::Options | Method::Trace);
+    let mut run = Run::new(buf);
     for (i, h) in head.headers.iter().enumerate() {
         let name = h.name.get(buf);
-        let kind = Known::of(name);
+        let kind = h.kind;
         if !strip.keep(name, kind) {
+            run.end(out, h);
             continue;
         }
         let value = h.value.get(buf);
-        out.extend_from_slice(name);
-        out.extend_from_slice(b": ");
         let decremented = match kind {
             Known::MaxForwards if decrement => fields::max_forwards(value).ok(),
             _ => None,
         };
+        let last = Some(i);
+        let append = match (kind, via, rw.forwarded_for) {
+            (Known::Via, Some(_), _) => last == last_via,
+            (Known::XForwardedFor, _, Some(_)) => last == last_xff,
+            (Known::Forwarded, _, Some(_)) => last == last_fwd,
+            _ => false,
+        };
+        if decremented.is_none() && !append {
+            run.extend(h);
+            continue;
+        }
+        run.end(out, h);
+        out.extend_from_slice(name);
+        out.extend_from_slice(b": ");
         match decremented {
             Some(n) => push_u32(out, n.saturating_sub(1)),
             None => out.extend_from_slice(value),
         }
-        let last = Some(i);
         match (kind, via, rw.forwarded_for) {
-            (Known::Via, Some((minor, v)), _) if last == last_via => {
+            (Known::Via, Some((minor, v)), _) if append => {
                 push_list_sep(out, value);
                 push_via(out, minor, v);
             }
-            (Known::XForwardedFor, _, Some(addr)) if last == last_xff => {
+            (Known::XForwardedFor, _, Some(addr)) if append => {
                 push_list_sep(out, value);
                 push_clean(out, addr, false);
             }
-            (Known::Forwarded, _, Some(addr)) if last == last_fwd => {
+            (Known::Forwarded, _, Some(addr)) if append => {
                 push_list_sep(out, value);
                 push_forwarded_for(out, addr);
             }
@@ -118,6 +131,7 @@ pub fn write_request(head: &RequestHead, buf: &[u8], rw: &RequestRewrite, out: &
         }
         out.extend_from_slice(b"\r\n");
     }
+    run.finish(out, head.len);
     if let (Some((minor, v)), None) = (via, last_via) {
         out.extend_from_slice(b"Via: ");
         push_via(out, minor, v);
@@ -147,7 +161,7 @@ pub fn write_request(head: &RequestHead, buf: &[u8], rw: &RequestRewrite, out: &
 /// Connection tokens are combined into one field (`upgrade`, `close`, and
 /// `keep-alive` only when not closing).
 pub fn write_response(head: &ResponseHead, buf: &[u8], rw: &ResponseRewrite, out: &mut Vec<u8>) {
-    let strip = Strip::new(&head.headers, buf, rw.upgrade, false);
+    let strip = Strip::new(&head.headers, buf, head.conn.nominates, rw.upgrade, false);
     out.extend_from_slice(b"HTTP/1.1 ");
     push_u32(out, u32::from(head.status));
     out.push(b' ');
@@ -155,22 +169,31 @@ pub fn write_response(head: &ResponseHead, buf: &[u8], rw: &ResponseRewrite, out
     out.extend_from_slice(b"\r\n");
 
     let last_via = strip.last_kept(Known::Via, rw.via.is_some());
+    let mut run = Run::new(buf);
     for (i, h) in head.headers.iter().enumerate() {
         let name = h.name.get(buf);
-        let kind = Known::of(name);
+        let kind = h.kind;
         if !strip.keep(name, kind) || (rw.dechunk && kind == Known::TransferEncoding) {
+            run.end(out, h);
             continue;
         }
+        let via = match rw.via {
+            Some(v) if Some(i) == last_via => v,
+            _ => {
+                run.extend(h);
+                continue;
+            }
+        };
+        run.end(out, h);
         let value = h.value.get(buf);
         out.extend_from_slice(name);
         out.extend_from_slice(b": ");
         out.extend_from_slice(value);
-        if let (Some(v), true) = (rw.via, Some(i) == last_via) {
-            push_list_sep(out, value);
-            push_via(out, head.minor, v);
-        }
+        push_list_sep(out, value);
+        push_via(out, head.minor, via);
         out.extend_from_slice(b"\r\n");
     }
+    run.finish(out, head.len);
     if let (Some(v), None) = (rw.via, last_via) {
         out.extend_from_slice(b"Via: ");
         push_via(out, head.minor, v);
@@ -196,6 +219,42 @@ pub fn write_response(head: &ResponseHead, buf: &[u8], rw: &ResponseRewrite, out
     out.extend_from_slice(b"\r\n");
 }
 
+/// Consecutive fields that go out unchanged, copied as one slice of the
+/// received head: their lines as the peer wrote them, CRLFs included. A
+/// parsed head has only CRLF line ends and no folded lines, so a field's line
+/// runs from its name to the next field's name, and the last one's to the
+/// CRLF that ends the head.
+struct Run<'b> {
+    buf: &'b [u8],
+    start: Option<usize>,
+}
+
+impl<'b> Run<'b> {
+    fn new(buf: &'b [u8]) -> Self {
+        Run { buf, start: None }
+    }
+
+    /// Field `h` joins the run.
+    fn extend(&mut self, h: &Header) {
+        self.start.get_or_insert(h.name.start as usize);
+    }
+
+    /// Field `h` does not go out as received: the run before it is written.
+    fn end(&mut self, out: &mut Vec<u8>, h: &Header) {
+        if let Some(start) = self.start.take() {
+            out.extend_from_slice(self.buf.get(start..h.name.start as usize).unwrap_or_default());
+        }
+    }
+
+    /// The head (`len` bytes, ending in the empty line) is over.
+    fn finish(&mut self, out: &mut Vec<u8>, len: usize) {
+        if let Some(start) = self.start.take() {
+            let end = len.saturating_sub(2);
+            out.extend_from_slice(self.buf.get(start..end).unwrap_or_default());
+        }
+    }
+}
+
 /// Decides which fields survive forwarding.
 struct Strip<'h> {
     headers: &'h [Header],
@@ -210,12 +269,13 @@ struct Strip<'h> {
 }
 
 impl<'h> Strip<'h> {
-    fn new(headers: &'h [Header], buf: &'h [u8], keep_upgrade: bool, drop_host: bool) -> Self {
-        let nominates = connection_tokens(headers, buf).any(|t| {
-            !(t.eq_ignore_ascii_case(b"close")
-                || t.eq_ignore_ascii_case(b"keep-alive")
-                || t.eq_ignore_ascii_case(b"upgrade"))
-        });
+    fn new(
+        headers: &'h [Header],
+        buf: &'h [u8],
+        nominates: bool,
+        keep_upgrade: bool,
+        drop_host: bool,
+    ) -> Self {
         Strip { headers, buf, keep_upgrade, drop_host, nominates }
     }
 
@@ -246,17 +306,14 @@ impl<'h> Strip<'h> {
         if !wanted {
             return None;
         }
-        self.headers.iter().rposition(|h| {
-            let name = h.name.get(self.buf);
-            Known::of(name) == kind && self.keep(name, kind)
-        })
+        self.headers.iter().rposition(|h| h.kind == kind && self.keep(h.name.get(self.buf), kind))
     }
 }
 
 fn connection_tokens<'a>(headers: &'a [Header], buf: &'a [u8]) -> impl Iterator<Item = &'a [u8]> {
     headers
         .iter()
-        .filter(move |h| Known::of(h.name.get(buf)) == Known::Connection)
+        .filter(|h| h.kind == Known::Connection)
         .flat_map(move |h| fields::tokens(h.value.get(buf)))
 }
 
