@@ -64,7 +64,8 @@
 #     PROXIES  ["rustle haproxy nginx"]   SCENARIOS ["ka close"]
 #              also: floor (rustle-bench floor: copies bytes, nothing else;
 #              the kernel's share of an exchange) and floor-http (the same
-#              plus rustle's HTTP codec on every head; kept-alive only)
+#              plus rustle's HTTP codec on every head). Neither has a pool:
+#              with close, each opens an origin connection per request
 #     FLOOR_BIN [target/release/rustle-bench]
 #     MODES    ["full capped"]            BASELINE [1] direct wrk->origin row
 #     RUSTLE_BIN [target/release/rustle]  NGINX_BIN, HAPROXY_BIN, WRK_BIN
@@ -892,12 +893,7 @@ for (( rep = 1; rep <= REPS; rep++ )); do
   log "rep $rep/$REPS: order ${order[*]}"
   for p in "${order[@]}"; do
     for m in $MODES; do
-      for s in $SCENARIOS; do
-        # floor-http has no pool and follows no Connection: close: it is a
-        # reference for kept-alive exchanges only.
-        [[ $p == floor-http && $s == close ]] && continue
-        measure "$p" "$s" "$m" "$rep"
-      done
+      for s in $SCENARIOS; do measure "$p" "$s" "$m" "$rep"; done
     done
   done
 done

@@ -15,7 +15,7 @@
 //! a measuring tool, not a proxy: a head must arrive whole in one read, and
 //! a connection whose framing is anything else (chunked, close-delimited, a
 //! head it cannot parse, pipelining) is passed through untouched from then
-//! on. Its cost over the plain floor is what the codec costs on a loop with
+//! on. Having no pool, it asks the origin to close when the client does. Its cost over the plain floor is what the codec costs on a loop with
 //! no runtime, timers, pool or policy.
 //!
 //! It reads until a read comes back short (with edge-triggered readiness a
@@ -319,13 +319,20 @@ fn rewrite(c: &mut Codec, from: usize, d: &mut Dir) {
         }
         let rw = RequestRewrite { via: None, forwarded_for: None, upgrade: false };
         write_request(&c.req, buf, &rw, &mut c.out);
+        if !c.req.keep_alive() {
+            // No pool here: the origin closes after its answer, and its FIN
+            // closes the client as on the plain floor.
+            c.out.truncate(c.out.len() - 2);
+            c.out.extend_from_slice(b"Connection: close\r\n\r\n");
+        }
         (c.req.len, c.req.body)
     } else {
         if !matches!(parse_response(buf, &limits, c.req.method, &mut c.resp), Ok(Some(()))) {
             c.opaque[from] = true;
             return;
         }
-        write_response(&c.resp, buf, &ResponseRewrite::default(), &mut c.out);
+        let rw = ResponseRewrite { close: !c.req.keep_alive(), ..ResponseRewrite::default() };
+        write_response(&c.resp, buf, &rw, &mut c.out);
         (c.resp.len, c.resp.body)
     };
     let after = (buf.len() - len) as u64;

@@ -146,4 +146,13 @@ fn with_http_every_head_is_rewritten_and_bodies_pass_whole() {
     assert_eq!(r.body, format!("{body}{body}").as_bytes());
     assert_eq!(o.connections(), 1);
     assert_eq!(o.requests(), 4);
+    // A client that asks to close is answered so, and closed after the answer.
+    let req = format!("GET {} HTTP/1.1\r\nHost: o\r\nConnection: close\r\n\r\n", o.url("/bytes/5"));
+    w.write_all(req.as_bytes()).unwrap();
+    let r = s.response(false);
+    assert_eq!((r.status, r.header("connection")), (200, Some("close")));
+    assert!(r.body == pattern(5));
+    let mut rest = Vec::new();
+    s.s.read_to_end(&mut rest).unwrap();
+    assert!(rest.is_empty(), "{} bytes after the answer", rest.len());
 }

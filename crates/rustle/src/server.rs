@@ -320,7 +320,12 @@ pub fn start(cfg: Config) -> anyhow::Result<Running> {
                 traffic,
                 open,
             });
-            local.block_on(&rt, worker_main(worker, socks));
+            // The housekeeping loop runs as a task of its own: LocalSet polls the future
+            // it is given after every batch of tasks, and a join handle costs less to
+            // poll than the loop's select over its timer and watch channels.
+            local.block_on(&rt, async move {
+                let _ = tokio::task::spawn_local(worker_main(worker, socks)).await;
+            });
         })?;
         threads.push(t);
     }

@@ -9,7 +9,7 @@
 
 use super::fields::{self, Framing, Known};
 use super::target::{parse_authority, parse_target};
-use super::{BodyKind, HeadError, Header, Limits, Method, RequestHead, ResponseHead, Span};
+use super::{BodyKind, HeadError, Header, Limits, Method, RequestHead, ResponseHead, Span, Target};
 use std::mem::MaybeUninit;
 
 /// Size of the stack scratch array for httparse; `Limits::max_headers` is
@@ -78,8 +78,11 @@ pub fn parse_request(
                 if head.host.is_some() {
                     return Err(HeadError::MultipleHost);
                 }
-                // An empty Host is legal when the target has no authority.
-                if !value.is_empty() && parse_authority(value, false).is_err() {
+                // An empty Host is legal when the target has no authority; one
+                // that repeats the target's authority was checked with it.
+                let repeats = matches!(head.target,
+                    Target::Absolute { authority, .. } if authority.get(win) == value);
+                if !value.is_empty() && !repeats && parse_authority(value, false).is_err() {
                     return Err(HeadError::InvalidHostHeader);
                 }
                 head.host = Some(field.value);
