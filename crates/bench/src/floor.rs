@@ -301,11 +301,16 @@ fn pump(pair: &mut Pair, from: usize) -> io::Result<()> {
 /// `--http`: the bytes just read into `d` from side `from` start a head when
 /// no body bytes are due; it is parsed and written out again in their place.
 fn rewrite(c: &mut Codec, from: usize, d: &mut Dir) {
-    if c.opaque[from] {
+    // Answers are read with the request they answer: once requests pass as they
+    // are, so do responses.
+    if c.opaque[from] || (from == 1 && c.opaque[0]) {
+        c.opaque[from] = true;
         return;
     }
     let n = d.end as u64;
     if c.body_left[from] > 0 {
+        // A read holding a body's end and more (the next message) loses track.
+        c.opaque[from] |= n > c.body_left[from];
         c.body_left[from] -= n.min(c.body_left[from]);
         return;
     }

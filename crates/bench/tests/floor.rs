@@ -156,3 +156,31 @@ fn with_http_every_head_is_rewritten_and_bodies_pass_whole() {
     s.s.read_to_end(&mut rest).unwrap();
     assert!(rest.is_empty(), "{} bytes after the answer", rest.len());
 }
+
+/// `--http` loses track of the framing when a read holds the end of a body and the next
+/// message: from then on everything passes as it is, so a later body that reads like a
+/// head is not mistaken for one.
+#[test]
+fn with_http_a_read_past_a_body_turns_the_connection_opaque() {
+    let o = Origin::start().unwrap();
+    let f = floor_with(o.addr(), true);
+    let mut w = connect(f);
+    let mut s = Reader::new(w.try_clone().unwrap());
+    let pause = || std::thread::sleep(Duration::from_millis(100));
+    let echo = o.url("/echo");
+    w.write_all(
+        format!("POST {echo} HTTP/1.1\r\nHost: o\r\nContent-Length: 10\r\n\r\n01234").as_bytes(),
+    )
+    .unwrap();
+    pause();
+    let body = format!("GET {} HTTP/1.1\r\nHost: o\r\n\r\n", o.url("/x"));
+    let second =
+        format!("POST {echo} HTTP/1.1\r\nHost: o\r\nContent-Length: {}\r\n\r\n", body.len());
+    w.write_all(format!("56789{second}").as_bytes()).unwrap();
+    pause();
+    w.write_all(body.as_bytes()).unwrap();
+    let r = s.response(false);
+    assert_eq!((r.status, r.body.as_slice()), (200, &b"0123456789"[..]));
+    let r = s.response(false);
+    assert_eq!((r.status, r.body), (200, body.into_bytes()));
+}

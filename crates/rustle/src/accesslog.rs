@@ -8,16 +8,13 @@ use std::fs::File;
 use std::io::{self, Write};
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use crate::config::{LogFormat, LogTarget};
 
 /// A worker writes its buffer out once it holds this much, so a busy worker makes one
 /// write call per few hundred lines.
 const FLUSH_AT: usize = 32 * 1024;
-
-/// How long a line may wait in a worker's buffer.
-pub const FLUSH_EVERY: Duration = Duration::from_millis(100);
 
 /// Where the lines of all workers go. Flushes take the lock; lines never do.
 #[derive(Clone)]

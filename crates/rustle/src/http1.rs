@@ -300,7 +300,7 @@ impl Client {
                 // Between requests: the worker's waiters end the wait at the keep-alive
                 // timeout or at shutdown (no timer of its own).
                 (None, None) => {
-                    let deadline = self.worker.waiters.coarse_now() + timeouts.keepalive;
+                    let deadline = self.worker.waiters.deadline(timeouts.keepalive);
                     let waiters = &self.worker.waiters;
                     match self.stream.tcp() {
                         // A plain connection waits without its read buffer: idle

@@ -3,14 +3,19 @@
 //! worker's housekeeping tick (every 100 ms) wakes the ones past their deadline, and wakes
 //! them all when the worker stops. Registering is a slot in a vector and a waker clone,
 //! where a tokio timer plus a watch-channel waiter took two locks and a timer-wheel
-//! insertion and removal per request. The price is precision: a keep-alive timeout ends
-//! up to one tick late, which nobody can tell from a network delay.
+//! insertion and removal per request. Deadlines start from the last sweep's time plus one
+//! tick, not from a clock read, so that a kept-alive exchange reads no clock. The price is
+//! precision: a keep-alive timeout ends up to two ticks late (never early), which nobody
+//! can tell from a network delay.
 
 use std::cell::{Cell, RefCell};
 use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll, Waker};
-use std::time::Instant;
+use std::time::{Duration, Instant};
+
+/// How often the worker's housekeeping sweeps the waits.
+pub const TICK: Duration = Duration::from_millis(100);
 
 struct Entry {
     deadline: Instant,
@@ -42,10 +47,16 @@ impl Default for Waiters {
 }
 
 impl Waiters {
-    /// Now, as of the last sweep (a tick ago at most, when a worker sweeps): a deadline
-    /// taken from it is up to one tick early, as one swept is up to one tick late.
+    /// Now, as of the last sweep (a tick ago at most, when a worker sweeps).
     pub fn coarse_now(&self) -> Instant {
         self.swept.get()
+    }
+
+    /// A deadline `after` from now without reading the clock: from the last sweep plus
+    /// one tick, which is no earlier than now while sweeps keep their pace, so a wait
+    /// never ends early; it ends up to two ticks late.
+    pub fn deadline(&self, after: Duration) -> Instant {
+        self.swept.get() + TICK + after
     }
 
     fn register(&self, deadline: Instant, idle: bool, waker: &Waker) -> usize {
@@ -134,7 +145,7 @@ impl Waiters {
         let mut fut = std::pin::pin!(fut);
         match crate::body::poll_once(fut.as_mut()).await {
             Some(r) => Some(r),
-            None => self.within(fut, self.coarse_now() + limit).await,
+            None => self.within(fut, self.deadline(limit)).await,
         }
     }
 
@@ -239,7 +250,6 @@ impl<F> Drop for Wait<'_, F> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::time::Duration;
 
     /// Polls once: `Some` when ready.
     async fn poll_once<F: Future + Unpin>(f: &mut F) -> Option<F::Output> {
@@ -248,6 +258,26 @@ mod tests {
             Poll::Pending => Poll::Ready(None),
         })
         .await
+    }
+
+    /// A deadline taken between sweeps is never before the time asked for: it counts
+    /// from the last sweep plus a tick, and ends at the first sweep past that.
+    #[tokio::test]
+    async fn deadlines_between_sweeps_never_end_early() {
+        let waiters = Waiters::default();
+        let t0 = Instant::now();
+        waiters.sweep(t0, false);
+        let after = Duration::from_millis(300);
+        let deadline = waiters.deadline(after);
+        assert_eq!(deadline, t0 + TICK + after);
+        let (_tx, rx) = tokio::sync::oneshot::channel::<u8>();
+        let mut wait = waiters.wait(rx, deadline);
+        assert!(poll_once(&mut wait).await.is_none());
+        // Registered as late as just before the next sweep, it still has its 300 ms.
+        waiters.sweep(t0 + TICK + after - Duration::from_millis(1), false);
+        assert!(poll_once(&mut wait).await.is_none());
+        waiters.sweep(t0 + TICK + after, false);
+        assert!(matches!(poll_once(&mut wait).await, Some(None)));
     }
 
     #[tokio::test]

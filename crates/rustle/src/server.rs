@@ -17,7 +17,7 @@ use tokio::io::Interest;
 use tokio::net::TcpStream;
 use tokio::sync::watch;
 
-use crate::accesslog::{self, AccessLog, Sink};
+use crate::accesslog::{AccessLog, Sink};
 use crate::auth::{CredentialCache, FailureLimiter};
 use crate::buf::Buf;
 use crate::config::{Config, Listener, ListenerKind};
@@ -324,7 +324,9 @@ pub fn start(cfg: Config) -> anyhow::Result<Running> {
             // it is given after every batch of tasks, and a join handle costs less to
             // poll than the loop's select over its timer and watch channels.
             local.block_on(&rt, async move {
-                let _ = tokio::task::spawn_local(worker_main(worker, socks)).await;
+                if let Err(e) = tokio::task::spawn_local(worker_main(worker, socks)).await {
+                    tracing::error!("worker {id}: stopped abnormally: {e}");
+                }
             });
         })?;
         threads.push(t);
@@ -396,7 +398,9 @@ async fn worker_main(worker: Rc<Worker>, sockets: Vec<(Arc<Listener>, Socket)>) 
     drop(tokio::task::spawn_local(crate::park::serve_here()));
     let mut shutdown = worker.shutdown.clone();
     let mut policy_rx = worker.policy_rx.clone();
-    let mut flush = tokio::time::interval(accesslog::FLUSH_EVERY);
+    // One tick flushes the access log (a line waits in a worker's buffer no longer) and
+    // sweeps the waits.
+    let mut flush = tokio::time::interval(crate::idle::TICK);
     let mut last_sweep = Instant::now();
     loop {
         tokio::select! {

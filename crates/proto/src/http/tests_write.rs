@@ -269,3 +269,24 @@ fn kept_lines_go_out_as_received() {
          X-Forwarded-For: 10.0.0.1, 192.0.2.1\r\nZ: 3 \r\nForwarded: for=192.0.2.1\r\n\r\n"
     );
 }
+
+/// Runs at the edges of a head: after leading empty lines, with no field at all, in an
+/// HTTP/1.0 head, and when the last field is dropped.
+#[test]
+fn runs_at_the_edges_of_a_head() {
+    let none = ResponseRewrite::default();
+    let b = b"\r\n\r\nHTTP/1.1 204 No Content\r\nA: 1\r\n\r\n";
+    assert_eq!(res(b, Method::Get, &none), "HTTP/1.1 204 No Content\r\nA: 1\r\n\r\n");
+    assert_eq!(
+        res(b"HTTP/1.1 204 No Content\r\n\r\n", Method::Get, &none),
+        "HTTP/1.1 204 No Content\r\n\r\n"
+    );
+    let b = b"HTTP/1.0 200 OK\r\nA: 1\r\nB: 2\r\nKeep-Alive: timeout=5\r\n\r\n";
+    let keep = ResponseRewrite { keep_alive_10: true, ..ResponseRewrite::default() };
+    assert_eq!(
+        res(b, Method::Get, &keep),
+        "HTTP/1.1 200 OK\r\nA: 1\r\nB: 2\r\nConnection: keep-alive\r\n\r\n"
+    );
+    let b = b"\r\nGET http://a/ HTTP/1.0\r\nHost: a\r\nX: 1\r\nConnection: close\r\n\r\n";
+    assert_eq!(req(b, &NONE), "GET / HTTP/1.1\r\nHost: a\r\nX: 1\r\n\r\n");
+}

@@ -242,6 +242,7 @@ impl<'b> Run<'b> {
     /// Field `h` does not go out as received: the run before it is written.
     fn end(&mut self, out: &mut Vec<u8>, h: &Header) {
         if let Some(start) = self.start.take() {
+            debug_assert!(start < h.name.start as usize, "a run ends after it starts");
             out.extend_from_slice(self.buf.get(start..h.name.start as usize).unwrap_or_default());
         }
     }
@@ -250,6 +251,7 @@ impl<'b> Run<'b> {
     fn finish(&mut self, out: &mut Vec<u8>, len: usize) {
         if let Some(start) = self.start.take() {
             let end = len.saturating_sub(2);
+            debug_assert!(start < end, "a run ends after it starts");
             out.extend_from_slice(self.buf.get(start..end).unwrap_or_default());
         }
     }
