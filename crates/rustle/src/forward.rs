@@ -79,7 +79,7 @@ pub async fn forward(c: &mut Client, ex: &mut Exchange) -> Result<Next, Error> {
     key.extend(host.get(filled).iter().map(u8::to_ascii_lowercase));
     let host_end = key.len();
     key.push(b':');
-    push_decimal(&mut key, port);
+    rustle_proto::http::push_decimal(&mut key, u32::from(port));
     let host = std::str::from_utf8(&key[host_start..host_end])
         .map_err(|_| Error::Unsupported("the host name is not ASCII"))?;
     let upgrade = head.is_upgrade();
@@ -361,21 +361,6 @@ pub(crate) async fn write_timed<W: AsyncWrite + Unpin>(
         Err(Some(e)) => Err(Error::Upstream(e)),
         Err(None) => Err(Error::Timeout(Phase::UpstreamHead)),
     }
-}
-
-/// Appends `n` in decimal (a pool key's port, on every request: no formatter).
-fn push_decimal(out: &mut Vec<u8>, mut n: u16) {
-    let mut digits = [0u8; 5];
-    let mut at = digits.len();
-    loop {
-        at -= 1;
-        digits[at] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            break;
-        }
-    }
-    out.extend_from_slice(&digits[at..]);
 }
 
 /// `write_timed` towards the client: failures are the client's.

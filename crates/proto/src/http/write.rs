@@ -111,7 +111,7 @@ pub fn write_request(head: &RequestHead, buf: &[u8], rw: &RequestRewrite, out: &
         out.extend_from_slice(name);
         out.extend_from_slice(b": ");
         match decremented {
-            Some(n) => push_u32(out, n.saturating_sub(1)),
+            Some(n) => push_decimal(out, n.saturating_sub(1)),
             None => out.extend_from_slice(value),
         }
         match (kind, via, rw.forwarded_for) {
@@ -163,7 +163,7 @@ pub fn write_request(head: &RequestHead, buf: &[u8], rw: &RequestRewrite, out: &
 pub fn write_response(head: &ResponseHead, buf: &[u8], rw: &ResponseRewrite, out: &mut Vec<u8>) {
     let strip = Strip::new(&head.headers, buf, head.conn.nominates, rw.upgrade, false);
     out.extend_from_slice(b"HTTP/1.1 ");
-    push_u32(out, u32::from(head.status));
+    push_decimal(out, u32::from(head.status));
     out.push(b' ');
     out.extend_from_slice(head.reason.get(buf));
     out.extend_from_slice(b"\r\n");
@@ -336,7 +336,7 @@ fn push_list_sep(out: &mut Vec<u8>, existing: &[u8]) {
 
 fn push_via(out: &mut Vec<u8>, minor: u8, pseudonym: &str) {
     out.extend_from_slice(b"1.");
-    push_u32(out, u32::from(minor));
+    push_decimal(out, u32::from(minor));
     out.push(b' ');
     push_clean(out, pseudonym, false);
 }
@@ -374,8 +374,8 @@ fn push_clean(out: &mut Vec<u8>, s: &str, quoted: bool) {
     }
 }
 
-/// Decimal without allocating.
-fn push_u32(out: &mut Vec<u8>, mut v: u32) {
+/// Appends `v` in decimal, without allocating or a formatter.
+pub fn push_decimal(out: &mut Vec<u8>, mut v: u32) {
     let mut tmp = [0u8; 10];
     let mut i = tmp.len();
     loop {
