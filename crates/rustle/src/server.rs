@@ -320,14 +320,7 @@ pub fn start(cfg: Config) -> anyhow::Result<Running> {
                 traffic,
                 open,
             });
-            // The housekeeping loop runs as a task of its own: LocalSet polls the future
-            // it is given after every batch of tasks, and a join handle costs less to
-            // poll than the loop's select over its timer and watch channels.
-            local.block_on(&rt, async move {
-                if let Err(e) = tokio::task::spawn_local(worker_main(worker, socks)).await {
-                    tracing::error!("worker {id}: stopped abnormally: {e}");
-                }
-            });
+            local.block_on(&rt, worker_main(worker, socks));
         })?;
         threads.push(t);
     }
