@@ -7,7 +7,7 @@
 mod common;
 
 use std::io::{Read, Write};
-use std::net::SocketAddr;
+use std::net::{SocketAddr, TcpStream};
 use std::time::Duration;
 
 use common::{connect, send_all_then_read_to_eof, Reader};
@@ -18,6 +18,15 @@ use rustle_bench::{Origin, TcpEcho};
 /// A floor in front of `target`, on a thread that lives as long as the test binary.
 fn floor(target: SocketAddr) -> SocketAddr {
     floor_with(target, false)
+}
+
+/// An origin, a `--http` floor in front of it, and a client connection to the floor
+/// (its write side and a reader).
+fn http_floor() -> (Origin, TcpStream, Reader<TcpStream>) {
+    let o = Origin::start().unwrap();
+    let w = connect(floor_with(o.addr(), true));
+    let s = Reader::new(w.try_clone().unwrap());
+    (o, w, s)
 }
 
 fn floor_with(target: SocketAddr, http: bool) -> SocketAddr {
@@ -113,10 +122,7 @@ fn a_refused_target_closes_the_client_each_time() {
 /// rewritten), and responses come back whole, over one origin connection.
 #[test]
 fn with_http_every_head_is_rewritten_and_bodies_pass_whole() {
-    let o = Origin::start().unwrap();
-    let f = floor_with(o.addr(), true);
-    let mut w = connect(f);
-    let mut s = Reader::new(w.try_clone().unwrap());
+    let (o, mut w, mut s) = http_floor();
     for n in [10usize, 100_000, 1] {
         let req = format!(
             "GET {} HTTP/1.1\r\nHost: o\r\nProxy-Connection: keep-alive\r\nX-Kept: {n}\r\n\r\n",
@@ -162,10 +168,7 @@ fn with_http_every_head_is_rewritten_and_bodies_pass_whole() {
 /// head is not mistaken for one.
 #[test]
 fn with_http_a_read_past_a_body_turns_the_connection_opaque() {
-    let o = Origin::start().unwrap();
-    let f = floor_with(o.addr(), true);
-    let mut w = connect(f);
-    let mut s = Reader::new(w.try_clone().unwrap());
+    let (o, mut w, mut s) = http_floor();
     let pause = || std::thread::sleep(Duration::from_millis(100));
     let echo = o.url("/echo");
     w.write_all(
