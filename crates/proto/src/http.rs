@@ -80,6 +80,21 @@ impl Method {
             _ => Method::Other,
         }
     }
+
+    /// RFC 9110 9.2.2: a request with an idempotent method may be sent again when its
+    /// connection failed before any answer came; any other may already have had its effect,
+    /// and a proxy must not repeat it on its own.
+    pub fn is_idempotent(self) -> bool {
+        match self {
+            Method::Get
+            | Method::Head
+            | Method::Put
+            | Method::Delete
+            | Method::Options
+            | Method::Trace => true,
+            Method::Post | Method::Connect | Method::Patch | Method::Other => false,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

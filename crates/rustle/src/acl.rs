@@ -13,7 +13,7 @@ use std::net::IpAddr;
 
 use serde::Deserialize;
 
-pub use net::{canonical, is_private, private_reason, Builtins, Cidr, LOOP_REASON};
+pub use net::{canonical, is_private, private_reason, reaches, Builtins, Cidr, LOOP_REASON};
 
 /// How the client reached the proxy, for `protocols`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize)]

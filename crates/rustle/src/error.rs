@@ -19,6 +19,8 @@ pub enum Phase {
     ClientBody,
     /// Resolving and connecting to the upstream.
     Connect,
+    /// A SOCKS BIND waiting for its incoming connection.
+    Incoming,
     /// Waiting for the upstream's response head.
     UpstreamHead,
     /// Waiting for response body bytes from the upstream.
@@ -36,6 +38,7 @@ impl Phase {
             Phase::Handshake => "waiting for the SOCKS handshake",
             Phase::ClientBody => "waiting for the request body",
             Phase::Connect => "connecting to the upstream",
+            Phase::Incoming => "waiting for the BIND's incoming connection",
             Phase::UpstreamHead => "waiting for the upstream's response",
             Phase::UpstreamBody => "waiting for the upstream's response body",
             Phase::ClientWrite => "writing to the client",
@@ -99,6 +102,10 @@ pub enum Error {
     /// The client ended the request body early.
     #[error("client closed the connection in the middle of the request body")]
     ClientTruncated,
+    /// The client closed its connection while the proxy waited on the upstream for it
+    /// (an origin's answer, a BIND's incoming connection): what waited is dropped at once.
+    #[error("client closed the connection while {}", .0.as_str())]
+    ClientLeft(Phase),
     /// The client closed in the middle of a SOCKS handshake.
     #[error("client closed the connection in the middle of the handshake")]
     HandshakeTruncated,
@@ -160,6 +167,7 @@ impl Error {
             Error::BadRequestBody(_) => Some(400),
             Error::Client(_) => None,
             Error::ClientTruncated => None,
+            Error::ClientLeft(_) => None,
             Error::HandshakeTruncated => None,
             Error::BindStranger(_) => None,
             Error::Connect(ConnectError::Timeout(_)) => Some(504),
@@ -172,7 +180,9 @@ impl Error {
             Error::BadUpgrade => Some(502),
             Error::Timeout(phase) => match phase {
                 Phase::ClientHead | Phase::ClientBody | Phase::Handshake => Some(408),
-                Phase::Connect | Phase::UpstreamHead | Phase::UpstreamBody => Some(504),
+                Phase::Connect | Phase::Incoming | Phase::UpstreamHead | Phase::UpstreamBody => {
+                    Some(504)
+                }
                 Phase::ClientWrite | Phase::TunnelIdle => None,
             },
             Error::Overloaded => Some(503),
@@ -211,6 +221,7 @@ impl Error {
             | Error::BadRequestBody(_)
             | Error::Client(_)
             | Error::ClientTruncated
+            | Error::ClientLeft(_)
             | Error::HandshakeTruncated
             | Error::Upstream(_)
             | Error::UpstreamClosed(_)

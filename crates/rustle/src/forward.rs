@@ -7,7 +7,11 @@ use rustle_proto::http::{
     parse_response, write_request, write_response, BodyKind, Method, RequestRewrite, ResponseHead,
     ResponseRewrite, Scheme, Target,
 };
+use std::future::Future;
 use std::net::SocketAddr;
+use std::pin::Pin;
+use std::task::Poll;
+use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 
@@ -26,7 +30,11 @@ use crate::tunnel::Handoff;
 const COALESCE: usize = 64 * 1024;
 
 /// A timeout long enough never to fire, for waits bounded by something else.
-const UNBOUNDED: std::time::Duration = std::time::Duration::from_secs(365 * 24 * 3600);
+const UNBOUNDED: Duration = Duration::from_secs(365 * 24 * 3600);
+
+/// Why a request is answered 502 rather than sent again on a new connection.
+pub(crate) const NOT_RETRIED: &str =
+    "without responding; a request that is not idempotent is not sent a second time";
 
 /// Name of this proxy in Via headers.
 const VIA: &str = "rustle";
@@ -114,15 +122,23 @@ pub async fn forward(c: &mut Client, ex: &mut Exchange) -> Result<Next, Error> {
     rhead.headers = worker.take_fields();
     let io = cfg.timeouts.io;
 
-    // The request went out whole: a pooled connection that turns out to be dead can be
-    // replaced and the request sent again, as nothing of it reached an origin that
-    // answered.
+    // The request went out whole: a pooled connection that turns out to be dead before
+    // any byte of an answer can be replaced and an idempotent request sent again (RFC 9110
+    // 9.2.2); any other request may have had its effect, so it is not repeated.
     let whole = req_body.is_done();
+    let max_head = worker.limits.max_head;
     loop {
         let sent = write_timed(&mut up, &c.out, io).await;
         let result = match sent {
             Ok(()) if whole => {
-                read_response_head(&worker, &mut up, &mut ubuf, &mut rhead, method, io).await
+                let left = std::pin::pin!(client_left(
+                    &mut c.stream,
+                    &mut c.buf,
+                    max_head,
+                    Phase::UpstreamHead
+                ));
+                let (ubuf, rhead) = (&mut ubuf, &mut rhead);
+                read_response_head_or(&worker, &mut up, ubuf, rhead, method, io, Some(left)).await
             }
             Ok(()) => Ok(()),
             Err(e) => Err(e),
@@ -130,6 +146,9 @@ pub async fn forward(c: &mut Client, ex: &mut Exchange) -> Result<Next, Error> {
         match result {
             Ok(()) => break,
             Err(Error::Upstream(_) | Error::UpstreamClosed(_)) if reused && ubuf.is_empty() => {
+                if !method.is_idempotent() {
+                    return Err(Error::UpstreamClosed(NOT_RETRIED));
+                }
                 tracing::debug!("pooled connection to {addr} was dead; reconnecting");
                 let (s, a, _) = origin(c, None, host, port, https).await?;
                 up = s;
@@ -154,13 +173,19 @@ pub async fn forward(c: &mut Client, ex: &mut Exchange) -> Result<Next, Error> {
         let (mut cr, mut cw) = c.stream.halves(!whole);
         let (mut ur, mut uw) = up.split();
         // Stream the request body (if any is left) while watching for the response head.
+        // The client's read side comes back with the result: once the body is done, it is
+        // watched for the client leaving while the origin prepares its answer.
         let body_fut = async {
+            let cr = &mut cr;
             if req_body.is_done() {
-                return Ok(0);
+                return (Ok(0), cr, cbuf);
             }
-            body::copy(&mut cr, cbuf, &mut uw, &mut req_body, Dir::Up, io, splice, limit_up).await
+            let r =
+                body::copy(cr, cbuf, &mut uw, &mut req_body, Dir::Up, io, splice, limit_up).await;
+            (r, cr, cbuf)
         };
         tokio::pin!(body_fut);
+        let mut left = std::pin::pin!(None);
         let mut body_done = whole;
         let mut head_ready = whole;
         loop {
@@ -177,14 +202,16 @@ pub async fn forward(c: &mut Client, ex: &mut Exchange) -> Result<Next, Error> {
                 }
             }
             tokio::select! {
-                r = &mut body_fut, if !body_done => {
+                (r, cr, cbuf) = &mut body_fut, if !body_done => {
                     ex.up += r?;
                     body_done = true;
+                    left.set(Some(client_left(cr, cbuf, max_head, Phase::UpstreamHead)));
                 }
                 // While the request body is still flowing, an origin that waits for all
                 // of it before answering is not idle: the body copy has its own timeout.
-                r = read_response_head(&worker, &mut ur, &mut ubuf, &mut rhead, method,
-                                       if body_done { io } else { UNBOUNDED }) => {
+                r = read_response_head_or(&worker, &mut ur, &mut ubuf, &mut rhead, method,
+                                          if body_done { io } else { UNBOUNDED },
+                                          left.as_mut().as_pin_mut()) => {
                     r?;
                     head_ready = true;
                 }
@@ -239,7 +266,7 @@ pub async fn forward(c: &mut Client, ex: &mut Exchange) -> Result<Next, Error> {
             // origin): then the rest of the request is not worth waiting for.
             let resp_result = loop {
                 tokio::select! {
-                    r = &mut body_fut, if !body_done => {
+                    (r, _, _) = &mut body_fut, if !body_done => {
                         ex.up += r?;
                         body_done = true;
                     }
@@ -311,17 +338,39 @@ async fn switch_protocols(
     Ok(Next::Tunnel(Handoff { upstream: up, early_up, early_down, throttle }))
 }
 
-/// Reads until a whole response head is in `ubuf` and parsed into `rhead` (HTTP/2 streams
-/// use it too).
+/// Reads until a whole response head is in `ubuf` and parsed into `rhead`.
 pub(crate) async fn read_response_head<R: AsyncRead + Unpin>(
     worker: &Worker,
     r: &mut R,
     ubuf: &mut Buf,
     rhead: &mut ResponseHead,
     method: Method,
-    idle: std::time::Duration,
+    idle: Duration,
 ) -> Result<(), Error> {
+    let unwatched = None::<Pin<&mut std::future::Pending<Error>>>;
+    read_response_head_or(worker, r, ubuf, rhead, method, idle, unwatched).await
+}
+
+/// `read_response_head` for a client that may leave meanwhile: `client` ends with the error
+/// to return when it has (HTTP/1: `client_left`; HTTP/2: a reset of the stream), and then
+/// the wait ends at once, and the origin connection with it. The client is looked at only
+/// once the origin has taken a tick (100-200 ms) to answer: a prompt answer costs no more
+/// than an unwatched one.
+pub(crate) async fn read_response_head_or<R, W>(
+    worker: &Worker,
+    r: &mut R,
+    ubuf: &mut Buf,
+    rhead: &mut ResponseHead,
+    method: Method,
+    idle: Duration,
+    mut client: Option<Pin<&mut W>>,
+) -> Result<(), Error>
+where
+    R: AsyncRead + Unpin,
+    W: Future<Output = Error>,
+{
     let limits = rustle_proto::http::Limits::default();
+    let mut watching = false;
     loop {
         if !ubuf.is_empty() {
             match parse_response(ubuf.filled(), &limits, method, rhead) {
@@ -332,7 +381,12 @@ pub(crate) async fn read_response_head<R: AsyncRead + Unpin>(
         }
         // The origin is usually still working on the answer: a coarse deadline from the
         // worker's tick, not a timer per request.
-        let n = match worker.waiters.timed(ubuf.read_from(r, limits.max_head), idle).await {
+        let read = ubuf.read_from(r, limits.max_head);
+        let read = match client.as_mut() {
+            None => worker.waiters.timed(read, idle).await,
+            Some(client) => watched(worker, read, idle, client.as_mut(), &mut watching).await?,
+        };
+        let n = match read {
             Some(Ok(n)) => n,
             Some(Err(e)) if e.kind() == std::io::ErrorKind::OutOfMemory => {
                 return Err(Error::BadResponse(rustle_proto::http::HeadError::HeadTooLarge))
@@ -346,6 +400,58 @@ pub(crate) async fn read_response_head<R: AsyncRead + Unpin>(
             } else {
                 "in the middle of the response head"
             }));
+        }
+    }
+}
+
+/// Runs `fut` within `idle`, like `Waiters::timed`, and after its first tick also watches
+/// `client`, whose end ends the wait with its error.
+async fn watched<F: Future, W: Future<Output = Error>>(
+    worker: &Worker,
+    fut: F,
+    idle: Duration,
+    mut client: Pin<&mut W>,
+    watching: &mut bool,
+) -> Result<Option<F::Output>, Error> {
+    let waiters = &worker.waiters;
+    let deadline = waiters.deadline(idle);
+    let mut fut = std::pin::pin!(fut);
+    if !*watching {
+        if let Some(r) = body::poll_once(fut.as_mut()).await {
+            return Ok(Some(r));
+        }
+        match waiters.within(fut.as_mut(), waiters.deadline(Duration::ZERO)).await {
+            Some(r) => return Ok(Some(r)),
+            None => *watching = true,
+        }
+    }
+    let mut within = waiters.within(fut.as_mut(), deadline);
+    std::future::poll_fn(|cx| {
+        if let Poll::Ready(r) = Pin::new(&mut within).poll(cx) {
+            return Poll::Ready(Ok(r));
+        }
+        client.as_mut().poll(cx).map(Err)
+    })
+    .await
+}
+
+/// Ends when the client has left (end of stream or a failed socket) while its exchange
+/// waits on the upstream. What it sends meanwhile (a pipelined request) is kept in `buf`
+/// for its turn; once `buf` holds `max` bytes the client is no longer read.
+pub(crate) async fn client_left<R: AsyncRead + Unpin>(
+    r: &mut R,
+    buf: &mut Buf,
+    max: usize,
+    phase: Phase,
+) -> Error {
+    loop {
+        match buf.read_from(r, max).await {
+            Ok(0) => return Error::ClientLeft(phase),
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::OutOfMemory => {
+                return std::future::pending().await
+            }
+            Err(e) => return Error::Client(e),
         }
     }
 }

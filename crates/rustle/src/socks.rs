@@ -352,10 +352,21 @@ impl Session {
         self.status = codes.0;
         self.send(&reply(true, bound)).await?;
         let wait = self.worker.cfg.timeouts.io;
-        let (incoming, from) = match tokio::time::timeout(wait, listener.accept()).await {
-            Ok(Ok(x)) => x,
-            Ok(Err(e)) => return Err(Error::Upstream(e)),
-            Err(_) => return Err(Error::Timeout(Phase::Connect)),
+        // A client that leaves meanwhile takes the listening socket with it.
+        let accept = tokio::time::timeout(wait, listener.accept());
+        let left = crate::forward::client_left(
+            &mut self.stream,
+            &mut self.buf,
+            crate::buf::READ_SIZE,
+            Phase::Incoming,
+        );
+        let (incoming, from) = tokio::select! {
+            r = accept => match r {
+                Ok(Ok(x)) => x,
+                Ok(Err(e)) => return Err(Error::Upstream(e)),
+                Err(_) => return Err(Error::Timeout(Phase::Connect)),
+            },
+            e = left => return Err(e),
         };
         drop(listener);
         let expected = match &dst.host {

@@ -6,7 +6,7 @@ use std::collections::{HashMap, HashSet};
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::rc::Rc;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Instant;
 
 use rustle_proto::addr::{Address, Host};
@@ -30,6 +30,37 @@ const MAX_PEERS: usize = 4096;
 /// Client addresses one worker's UDP relay listener tracks at once.
 const MAX_SESSIONS: usize = 16_384;
 
+/// The relay sockets of every UDP association in this process. A datagram sent to one of
+/// them comes back to rustle from its own address on the client's host, where it passes
+/// for the client's: refused as a destination, as TCP refuses the listening addresses.
+/// Locked when an association starts or ends and when it names a new destination.
+static RELAY_SOCKETS: Mutex<Vec<SocketAddr>> = Mutex::new(Vec::new());
+
+/// An association's relay socket, in `RELAY_SOCKETS` while it lives.
+struct Registered(SocketAddr);
+
+impl Registered {
+    fn new(addr: SocketAddr) -> Registered {
+        RELAY_SOCKETS.lock().unwrap_or_else(PoisonError::into_inner).push(addr);
+        Registered(addr)
+    }
+}
+
+impl Drop for Registered {
+    fn drop(&mut self) {
+        let mut list = RELAY_SOCKETS.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(i) = list.iter().position(|a| *a == self.0) {
+            list.swap_remove(i);
+        }
+    }
+}
+
+/// Whether `dst` is one of rustle's UDP association sockets.
+fn is_relay_socket(dst: SocketAddr) -> bool {
+    let list = RELAY_SOCKETS.lock().unwrap_or_else(PoisonError::into_inner);
+    list.iter().any(|own| crate::acl::reaches(dst, *own))
+}
+
 /// What an association or relay session moved, for its log line.
 #[derive(Default)]
 struct Counts {
@@ -52,6 +83,7 @@ pub async fn associate(s: &mut Session, hint: &Address) -> Result<(), Error> {
         }
     };
     let bound = relay.local_addr().map_err(Error::Upstream)?;
+    let _registered = Registered::new(bound);
     reply5(s, socks5::Reply::Succeeded, Some(bound)).await;
     // RFC 1928: the client may name the address it will send from; zeros mean unknown.
     // A socket bound to INADDR_ANY knows its port but not its address, so a port alone
@@ -99,6 +131,11 @@ pub async fn associate(s: &mut Session, hint: &Address) -> Result<(), Error> {
                     continue;
                 };
                 if !peers.contains(&dst) {
+                    if is_relay_socket(dst) {
+                        tracing::debug!("{}: UDP to {dst} refused: a relay socket of the proxy", s.peer);
+                        counts.dropped += 1;
+                        continue;
+                    }
                     // A new destination: the access rules decide, as for a CONNECT.
                     let policy = s.worker.policy();
                     let host = match &header.dst.host {

@@ -195,27 +195,30 @@ pub const LOOP_REASON: &str = "the proxy's own listening address";
 impl Builtins {
     /// Why connecting to `dest` is refused, or None. No allocation.
     pub fn check(&self, dest: SocketAddr) -> Option<&'static str> {
-        let ip = canonical(dest.ip());
-        let port = dest.port();
-        // Connecting to an unspecified address reaches the local host.
-        let local = ip.is_loopback() || ip.is_unspecified();
-        for own in &self.own_addresses {
-            if own.port() != port {
-                continue;
-            }
-            let own_ip = canonical(own.ip());
-            if own_ip == ip
-                || (own_ip.is_unspecified() && local)
-                || (ip.is_unspecified() && own_ip.is_loopback())
-            {
-                return Some(LOOP_REASON);
-            }
+        if self.own_addresses.iter().any(|own| reaches(dest, *own)) {
+            return Some(LOOP_REASON);
         }
         if self.deny_private {
-            return private_reason(ip);
+            return private_reason(canonical(dest.ip()));
         }
         None
     }
+}
+
+/// Whether sending to `dest` reaches the local socket bound to `own`. An unspecified
+/// `own` address stands for every local address on its port, of which only loopback and
+/// unspecified destinations are recognised.
+pub fn reaches(dest: SocketAddr, own: SocketAddr) -> bool {
+    if own.port() != dest.port() {
+        return false;
+    }
+    let ip = canonical(dest.ip());
+    // Connecting to an unspecified address reaches the local host.
+    let local = ip.is_loopback() || ip.is_unspecified();
+    let own_ip = canonical(own.ip());
+    own_ip == ip
+        || (own_ip.is_unspecified() && local)
+        || (ip.is_unspecified() && own_ip.is_loopback())
 }
 
 #[cfg(test)]

@@ -13,6 +13,7 @@
 //! a 1 KB exchange): the pool key is formatted on the stack, heads are written without
 //! intermediate strings.
 
+use std::future::Future as _;
 use std::io::Write as _;
 use std::rc::Rc;
 use std::time::Duration;
@@ -35,7 +36,7 @@ use crate::body::{self, Dir, State};
 use crate::buf::Buf;
 use crate::conn::Stream;
 use crate::error::{ConnectError, Error, Phase};
-use crate::forward::{read_response_head, write_timed};
+use crate::forward::{read_response_head, read_response_head_or, write_timed, NOT_RETRIED};
 use crate::limits::{Direction as LimitDir, Limit};
 
 /// A timeout long enough never to fire, for waits bounded by something else.
@@ -96,35 +97,44 @@ pub(super) async fn forward(
     let mut key_buf = [0u8; 320];
     let key = pool_key(&mut key_buf, https, &host, port);
     let user = ex.user.clone();
-    let (mut up, mut addr, mut reused) =
-        origin(shared, user.as_deref(), Some(&key), &host, port, https).await?;
+    let (mut up, mut addr, mut reused) = {
+        let connect = origin(shared, user.as_deref(), Some(&key), &host, port, https);
+        unless_reset(respond, connect).await?
+    };
     ex.upstream = Some(addr);
     let worker = shared.worker.clone();
     let mut ubuf = worker.take_buf();
     let mut rhead = ResponseHead::new();
     rhead.headers.reserve(16);
 
-    // A body-less request can be sent again on a new connection when a pooled one turns
-    // out dead before any response byte (as HTTP/1.1 does).
+    // A body-less request with an idempotent method can be sent again on a new connection
+    // when a pooled one turns out dead before any response byte (as HTTP/1.1 does).
     let whole = framing == Framing::None;
     loop {
         let sent = write_timed(&mut up, &out, io).await;
         let result = match sent {
             Ok(()) if whole => {
-                read_response_head(&worker, &mut up, &mut ubuf, &mut rhead, method, io).await
+                let mut reset = Reset(respond);
+                let (ubuf, rhead) = (&mut ubuf, &mut rhead);
+                let reset = Some(std::pin::Pin::new(&mut reset));
+                read_response_head_or(&worker, &mut up, ubuf, rhead, method, io, reset).await
             }
             other => other,
         };
         match result {
             Ok(()) => break,
-            Err(Error::Upstream(_) | Error::UpstreamClosed(_)) if reused && ubuf.is_empty() => {
+            Err(Error::Upstream(_) | Error::UpstreamClosed(_))
+                if reused && ubuf.is_empty() && parts.method.is_idempotent() =>
+            {
                 let (s, a, _) = origin(shared, user.as_deref(), None, &host, port, https).await?;
                 (up, addr, reused) = (s, a, false);
                 ex.upstream = Some(addr);
             }
             Err(e) => {
+                let dead = matches!(e, Error::Upstream(_) | Error::UpstreamClosed(_));
+                let retriable = reused && ubuf.is_empty();
                 worker.give_buf(ubuf);
-                return Err(e);
+                return Err(if dead && retriable { Error::UpstreamClosed(NOT_RETRIED) } else { e });
             }
         }
     }
@@ -156,13 +166,17 @@ pub(super) async fn forward(
                     break;
                 }
             }
+            // Once the body is done, a reset of the stream ends the wait (while it flows, the
+            // body's own read ends with the reset).
+            let mut reset = Reset(respond);
+            let watch = body_done.then(|| std::pin::Pin::new(&mut reset));
             tokio::select! {
                 r = &mut body_fut, if !body_done => match r {
                     Ok(_) => body_done = true,
                     Err(e) => { outcome = Err(e); break; }
                 },
-                r = read_response_head(&worker, &mut ur, &mut ubuf, &mut rhead, method,
-                                       if body_done { io } else { UNBOUNDED }) => match r {
+                r = read_response_head_or(&worker, &mut ur, &mut ubuf, &mut rhead, method,
+                                          if body_done { io } else { UNBOUNDED }, watch) => match r {
                     Ok(()) => head_ready = true,
                     Err(e) => { outcome = Err(e); break; }
                 },
@@ -225,6 +239,42 @@ pub(super) async fn forward(
             Err(e)
         }
     }
+}
+
+/// Ends when the client resets the stream or its connection ends, for a wait on the
+/// origin before the response is sent (`SendResponse::poll_reset`, which may be asked
+/// only until then).
+struct Reset<'a>(&'a mut SendResponse<Bytes>);
+
+impl std::future::Future for Reset<'_> {
+    type Output = Error;
+
+    fn poll(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Error> {
+        self.0.poll_reset(cx).map(|_| Error::ClientLeft(Phase::UpstreamHead))
+    }
+}
+
+/// Runs `fut` (a connection to the origin being made) unless the client resets the stream
+/// or leaves first. A pooled connection comes at once, and the stream is not looked at.
+async fn unless_reset<T>(
+    respond: &mut SendResponse<Bytes>,
+    fut: impl std::future::Future<Output = Result<T, Error>>,
+) -> Result<T, Error> {
+    let mut fut = std::pin::pin!(fut);
+    let mut reset = Reset(respond);
+    std::future::poll_fn(|cx| match fut.as_mut().poll(cx) {
+        std::task::Poll::Ready(r) => std::task::Poll::Ready(r),
+        std::task::Poll::Pending => std::pin::Pin::new(&mut reset).poll(cx).map(|e| {
+            Err(match e {
+                Error::ClientLeft(_) => Error::ClientLeft(Phase::Connect),
+                other => other,
+            })
+        }),
+    })
+    .await
 }
 
 /// A WebSocket stream (extended CONNECT, `:protocol websocket`): an HTTP/1.1 upgrade to

@@ -13,6 +13,7 @@ mod auth;
 mod connect;
 mod engine;
 mod errors;
+mod faults;
 mod http;
 mod http2;
 mod lifecycle;

@@ -266,3 +266,28 @@ fn silent_udp_association_ends_after_udp_idle() {
     let f = LogLine::parse(&line);
     assert_eq!((f.up, f.down), (0, 0), "{line}");
 }
+
+#[test]
+fn udp_associate_refuses_the_proxys_own_relay_sockets_as_destinations() {
+    let echo = UdpEcho::start().unwrap();
+    let proxy = Proxy::socks();
+    let a = associate(&proxy, "0.0.0.0:0".parse().unwrap());
+    let b = associate(&proxy, "0.0.0.0:0".parse().unwrap());
+    let sock = udp_client();
+    // A datagram for the association's own relay address, nesting one for the echo: sent
+    // there, it would come back as if from the client and go on to the echo.
+    let nested = datagram(a.relay, &datagram(echo.addr(), b"loop"));
+    sock.send_to(&nested, a.relay).unwrap();
+    // The same through another association's relay socket.
+    let across = datagram(b.relay, &datagram(echo.addr(), b"across"));
+    sock.send_to(&across, a.relay).unwrap();
+    // And 0.0.0.0 with the relay's port, which reaches the local host too.
+    let unspecified = SocketAddr::new("0.0.0.0".parse().unwrap(), a.relay.port());
+    sock.send_to(&datagram(unspecified, &datagram(echo.addr(), b"any")), a.relay).unwrap();
+    assert_eq!(recv_raw(&sock, SILENCE), None, "a datagram looped through the proxy");
+    assert_eq!(echo.datagrams(), 0, "the nested datagram reached the echo");
+    // The association still works for a real destination.
+    sock.send_to(&datagram(echo.addr(), b"direct"), a.relay).unwrap();
+    assert_eq!(recv_via(&sock, a.relay).1, b"direct");
+    drop(b);
+}

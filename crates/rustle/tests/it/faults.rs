@@ -1,0 +1,285 @@
+//! A side that fails in the middle of an exchange: an origin that closes a reused
+//! connection without answering (only idempotent requests are sent again), and a client
+//! that leaves while the proxy waits for the origin or for a BIND's peer (everything that
+//! exists for it ends at once).
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use http::{Method, Request};
+use rustle::config::ListenerKind;
+
+use crate::util::socks::*;
+use crate::util::*;
+
+/// Reads one request head and its Content-Length body from `r`; `None` at end of stream.
+fn read_request(r: &mut BufReader<TcpStream>) -> Option<String> {
+    let mut line = String::new();
+    if r.read_line(&mut line).ok()? == 0 {
+        return None;
+    }
+    let mut len = 0usize;
+    loop {
+        let mut field = String::new();
+        if r.read_line(&mut field).ok()? == 0 {
+            return None;
+        }
+        if field == "\r\n" {
+            break;
+        }
+        if let Some((name, value)) = field.split_once(':') {
+            if name.eq_ignore_ascii_case("content-length") {
+                len = value.trim().parse().ok()?;
+            }
+        }
+    }
+    let mut body = vec![0u8; len];
+    r.read_exact(&mut body).ok()?;
+    Some(line.trim_end().to_string())
+}
+
+/// An origin that answers the first request of each connection and closes the connection
+/// on the second without answering it, as an origin does whose keep-alive timeout ran out
+/// just as a request came. It records every request line it received.
+fn origin_closing_reused() -> (SocketAddr, Arc<Mutex<Vec<String>>>) {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let record = seen.clone();
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(conn) = conn else { return };
+            let record = record.clone();
+            std::thread::spawn(move || {
+                let mut w = conn.try_clone().unwrap();
+                let mut r = BufReader::new(conn);
+                let Some(first) = read_request(&mut r) else { return };
+                record.lock().unwrap().push(first);
+                let _ = w.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok");
+                if let Some(second) = read_request(&mut r) {
+                    record.lock().unwrap().push(second);
+                }
+                // Dropped: closed without an answer.
+            });
+        }
+    });
+    (addr, seen)
+}
+
+/// An origin that reads requests and never answers; counts the connections it accepted and
+/// those whose other end (the proxy) closed.
+struct Silent {
+    addr: SocketAddr,
+    accepted: Arc<AtomicUsize>,
+    closed: Arc<AtomicUsize>,
+}
+
+fn silent_origin() -> Silent {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let accepted = Arc::new(AtomicUsize::new(0));
+    let closed = Arc::new(AtomicUsize::new(0));
+    let (a, c) = (accepted.clone(), closed.clone());
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(mut conn) = conn else { return };
+            a.fetch_add(1, Ordering::SeqCst);
+            let c = c.clone();
+            std::thread::spawn(move || {
+                let mut sink = [0u8; 4096];
+                while matches!(conn.read(&mut sink), Ok(n) if n > 0) {}
+                c.fetch_add(1, Ordering::SeqCst);
+            });
+        }
+    });
+    Silent { addr, accepted, closed }
+}
+
+/// Whether a TCP socket listens on `port` (any address), from /proc/net/tcp and tcp6.
+fn listening(port: u16) -> bool {
+    let local = format!(":{port:04X} ");
+    ["/proc/net/tcp", "/proc/net/tcp6"].iter().any(|table| {
+        std::fs::read_to_string(table).unwrap_or_default().lines().skip(1).any(|row| {
+            let cols: Vec<&str> = row.split_whitespace().collect();
+            // local_address is column 1, st column 3 (0A: LISTEN).
+            cols.len() > 3 && format!("{} ", cols[1]).ends_with(&local) && cols[3] == "0A"
+        })
+    })
+}
+
+/// Waits until `counter` reaches `n`, for at most `within`; the time it took, if it did.
+fn reaches(counter: &AtomicUsize, n: usize, within: Duration) -> Option<Duration> {
+    let start = Instant::now();
+    while start.elapsed() < within {
+        if counter.load(Ordering::SeqCst) >= n {
+            return Some(start.elapsed());
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    None
+}
+
+#[test]
+fn a_post_on_a_reused_connection_that_dies_is_not_sent_twice() {
+    let (origin, seen) = origin_closing_reused();
+    let proxy = Proxy::start();
+    let mut c = Conn::to_proxy(&proxy);
+    c.send(format!("GET http://{origin}/first HTTP/1.1\r\nHost: {origin}\r\n\r\n").as_bytes());
+    assert_eq!(c.read_response().status, 200);
+    c.send(
+        format!(
+            "POST http://{origin}/order HTTP/1.1\r\nHost: {origin}\r\nContent-Length: 5\r\n\r\nhello"
+        )
+        .as_bytes(),
+    );
+    let resp = c.read_response();
+    assert_eq!(resp.status, 502, "{}", resp.text());
+    assert!(resp.text().contains("not idempotent"), "{}", resp.text());
+    let posts = seen.lock().unwrap().iter().filter(|l| l.starts_with("POST")).count();
+    assert_eq!(posts, 1, "the origin received the POST {posts} times: {:?}", seen.lock().unwrap());
+    proxy.log_line(|l| l.contains(" 502 ") && l.contains("not idempotent"));
+}
+
+#[test]
+fn a_get_on_a_reused_connection_that_dies_is_sent_again() {
+    let (origin, seen) = origin_closing_reused();
+    let proxy = Proxy::start();
+    let mut c = Conn::to_proxy(&proxy);
+    for path in ["/first", "/second"] {
+        c.send(format!("GET http://{origin}{path} HTTP/1.1\r\nHost: {origin}\r\n\r\n").as_bytes());
+        assert_eq!(c.read_response().status, 200, "{path}");
+    }
+    let seen = seen.lock().unwrap().clone();
+    assert_eq!(seen.iter().filter(|l| l.starts_with("GET /second")).count(), 2, "{seen:?}");
+}
+
+#[tokio::test]
+async fn an_http2_post_on_a_reused_connection_that_dies_is_not_sent_twice() {
+    let (origin, seen) = origin_closing_reused();
+    let proxy = Proxy::start_with(|cfg| cfg.listeners[0].h2c = true);
+    let tcp = tokio::net::TcpStream::connect(proxy.addr()).await.unwrap();
+    let (send, conn) = h2::client::handshake(tcp).await.expect("h2 handshake");
+    tokio::spawn(conn);
+    let mut send = send.ready().await.unwrap();
+    let mut status = |method: Method, path: &str| {
+        let req = Request::builder().method(method).uri(format!("http://{origin}{path}"));
+        let (resp, _) = send.send_request(req.body(()).unwrap(), true).expect("send");
+        async move { resp.await.expect("response").status().as_u16() }
+    };
+    assert_eq!(status(Method::GET, "/first").await, 200);
+    // The pooled connection is reused for a POST without a body, and dies under it.
+    assert_eq!(status(Method::POST, "/order").await, 502);
+    let posts = seen.lock().unwrap().iter().filter(|l| l.starts_with("POST")).count();
+    assert_eq!(posts, 1, "the origin received the POST {posts} times");
+}
+
+#[test]
+fn a_client_that_leaves_before_the_answer_closes_its_origin_connection_at_once() {
+    let origin = silent_origin();
+    let proxy = Proxy::start();
+    let mut c = Conn::to_proxy(&proxy);
+    let o = origin.addr;
+    c.send(format!("GET http://{o}/slow HTTP/1.1\r\nHost: {o}\r\n\r\n").as_bytes());
+    assert!(reaches(&origin.accepted, 1, Duration::from_secs(5)).is_some(), "no origin conn");
+    std::thread::sleep(Duration::from_millis(300));
+    drop(c);
+    let took = reaches(&origin.closed, 1, Duration::from_secs(5));
+    assert!(took.is_some(), "the origin connection outlived its client by 5 s");
+    let line = proxy.log_line(|l| l.contains("/slow"));
+    assert!(line.contains("client closed the connection while waiting"), "{line}");
+}
+
+#[test]
+fn a_client_that_leaves_after_a_request_body_closes_its_origin_connection() {
+    let origin = silent_origin();
+    let proxy = Proxy::start();
+    let mut c = Conn::to_proxy(&proxy);
+    let o = origin.addr;
+    // A body too large to go out with the head: it is streamed, then the wait begins.
+    let body = vec![b'x'; 256 * 1024];
+    c.send(
+        format!(
+            "POST http://{o}/slow HTTP/1.1\r\nHost: {o}\r\nContent-Length: {}\r\n\r\n",
+            body.len()
+        )
+        .as_bytes(),
+    );
+    c.send(&body);
+    assert!(reaches(&origin.accepted, 1, Duration::from_secs(5)).is_some(), "no origin conn");
+    std::thread::sleep(Duration::from_millis(300));
+    drop(c);
+    let took = reaches(&origin.closed, 1, Duration::from_secs(5));
+    assert!(took.is_some(), "the origin connection outlived its client by 5 s");
+}
+
+#[test]
+fn a_pipelined_request_sent_while_the_origin_thinks_is_kept_for_its_turn() {
+    let origin = rustle_bench::Origin::start().unwrap();
+    let proxy = Proxy::start();
+    let mut c = Conn::to_proxy(&proxy);
+    let slow = origin.url("/delay/400");
+    let fast = origin.url("/bytes/3");
+    let host = origin.addr();
+    c.send(format!("GET {slow} HTTP/1.1\r\nHost: {host}\r\n\r\n").as_bytes());
+    // Sent while the proxy waits for the first answer (and watches this client).
+    std::thread::sleep(Duration::from_millis(250));
+    c.send(format!("GET {fast} HTTP/1.1\r\nHost: {host}\r\n\r\n").as_bytes());
+    assert_eq!(c.read_response().status, 200);
+    let second = c.read_response();
+    assert_eq!((second.status, second.body.len()), (200, 3));
+}
+
+#[tokio::test]
+async fn http2_streams_of_a_client_that_leaves_close_their_origin_connections() {
+    let origin = silent_origin();
+    let proxy = Proxy::start_with(|cfg| cfg.listeners[0].h2c = true);
+    let tcp = tokio::net::TcpStream::connect(proxy.addr()).await.unwrap();
+    let (send, conn) = h2::client::handshake(tcp).await.expect("h2 handshake");
+    let driver = tokio::spawn(conn);
+    let mut send = send.ready().await.unwrap();
+    let mut pending = Vec::new();
+    for i in 0..20 {
+        let req = Request::get(format!("http://{}/slow/{i}", origin.addr)).body(()).unwrap();
+        let (resp, _) = send.send_request(req, true).expect("send");
+        pending.push(resp);
+        send = send.ready().await.unwrap();
+    }
+    let accepted = origin.accepted.clone();
+    let all_in =
+        tokio::task::spawn_blocking(move || reaches(&accepted, 20, Duration::from_secs(5)));
+    assert!(all_in.await.unwrap().is_some(), "the origin saw {:?}", origin.accepted);
+    // One stream reset by the client: its origin connection ends, the others stay.
+    drop(pending.remove(0));
+    let closed = origin.closed.clone();
+    let one = tokio::task::spawn_blocking(move || reaches(&closed, 1, Duration::from_secs(5)));
+    assert!(one.await.unwrap().is_some(), "a reset stream kept its origin connection");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(origin.closed.load(Ordering::SeqCst), 1, "other streams' origin connections ended");
+    // The whole connection goes: every origin connection ends with it.
+    driver.abort();
+    drop(send);
+    drop(pending);
+    let closed = origin.closed.clone();
+    let all = tokio::task::spawn_blocking(move || reaches(&closed, 20, Duration::from_secs(5)));
+    assert!(all.await.unwrap().is_some(), "{:?} of 20 origin connections closed", origin.closed);
+}
+
+#[test]
+fn a_socks5_bind_whose_client_leaves_stops_listening() {
+    let proxy = Proxy::with_listener(ListenerKind::Socks, None, |_| {});
+    let (s, rep, bound) = open5(proxy.addr(), BIND, &Dst::Addr("127.0.0.1:0".parse().unwrap()));
+    assert_eq!(rep, 0, "first BIND reply");
+    assert!(listening(bound.port()), "nothing listens on {bound}");
+    drop(s);
+    let start = Instant::now();
+    // Looked up in the kernel's table: a connection would be taken as the BIND's peer.
+    while listening(bound.port()) {
+        assert!(start.elapsed() < Duration::from_secs(5), "{bound} still listens 5 s after");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let line = proxy.log_line(|l| l.contains(" BIND "));
+    assert!(line.contains("client closed the connection while waiting for the BIND"), "{line}");
+}
