@@ -116,6 +116,25 @@ impl Verifier {
             .into())
     }
 
+    /// The algorithm and its cost parameters, without salt and digest: two verifiers of
+    /// one class take the same time to check a password.
+    fn cost_class(&self) -> (&'static str, &str) {
+        match self {
+            // `$2y$05$` then salt and digest without a separator; $2a$, $2b$ and $2y$ cost
+            // the same.
+            Verifier::Bcrypt(hash) => ("bcrypt", hash.get(4..6).unwrap_or_default()),
+            // `$argon2id$v=19$m=19456,t=2,p=1$` then `salt$digest`.
+            Verifier::Argon2(hash) => {
+                let mut cut = hash.len();
+                for _ in 0..2 {
+                    cut = hash[..cut].rfind('$').unwrap_or(0);
+                }
+                ("argon2id", &hash[..cut])
+            }
+            Verifier::Plain(_) => ("plain", ""),
+        }
+    }
+
     fn verify(&self, password: &[u8]) -> bool {
         match self {
             // `verify` errs only on a malformed hash, which `parse` has ruled out. Like every
@@ -192,6 +211,9 @@ pub struct Users {
     generation: u64,
     /// Group memberships given before the member was added: member → groups.
     pending: HashMap<String, Vec<String>>,
+    /// Users per hash algorithm and cost (`Verifier::cost_class`), with the first one's
+    /// name: what `decoy` imitates.
+    costs: HashMap<String, (usize, Option<String>)>,
 }
 
 impl Default for Users {
@@ -201,6 +223,7 @@ impl Default for Users {
             plain: 0,
             generation: next_generation(),
             pending: HashMap::new(),
+            costs: HashMap::new(),
         }
     }
 }
@@ -346,8 +369,25 @@ impl Users {
         if matches!(user.verifier, Verifier::Plain(_)) {
             self.plain += 1;
         }
+        let (kind, cost) = user.verifier.cost_class();
+        let class = self.costs.entry(format!("{kind} {cost}")).or_default();
+        class.0 += 1;
+        class.1.get_or_insert_with(|| user.name.clone());
         self.by_name.insert(user.name.clone(), user);
         self.generation = next_generation();
+    }
+
+    /// The password check an unknown name is put through: that of a user whose hash has
+    /// the most common algorithm and cost in this set (the result is ignored), so that a
+    /// failure for a name that does not exist takes as long as a wrong password for most
+    /// names that do. `None` for an empty set (the caller has its own decoy).
+    pub fn decoy(&self) -> Option<User> {
+        let (_, (_, name)) = self
+            .costs
+            .iter()
+            .max_by(|(ka, (na, _)), (kb, (nb, _))| na.cmp(nb).then_with(|| kb.cmp(ka)))?;
+        let user = self.by_name.get(name.as_deref()?)?;
+        Some(User { name: "decoy".into(), groups: Vec::new(), verifier: user.verifier.clone() })
     }
 }
 

@@ -205,7 +205,10 @@ pub async fn forward(c: &mut Client, ex: &mut Exchange) -> Result<Next, Error> {
                 (r, cr, cbuf) = &mut body_fut, if !body_done => {
                     ex.up += r?;
                     body_done = true;
-                    left.set(Some(client_left(cr, cbuf, max_head, Phase::UpstreamHead)));
+                    // Boxed, on this path only (a body that did not come with its head), so
+                    // that every HTTP connection's state does not grow by it.
+                    let watch = client_left(cr, cbuf, max_head, Phase::UpstreamHead);
+                    left.set(Some(Box::pin(watch)));
                 }
                 // While the request body is still flowing, an origin that waits for all
                 // of it before answering is not idle: the body copy has its own timeout.
@@ -381,10 +384,21 @@ where
         }
         // The origin is usually still working on the answer: a coarse deadline from the
         // worker's tick, not a timer per request.
-        let read = ubuf.read_from(r, limits.max_head);
-        let read = match client.as_mut() {
-            None => worker.waiters.timed(read, idle).await,
-            Some(client) => watched(worker, read, idle, client.as_mut(), &mut watching).await?,
+        let read = {
+            let read = std::pin::pin!(ubuf.read_from(r, limits.max_head));
+            let waiters = &worker.waiters;
+            let full = waiters.deadline(idle);
+            let early = client.is_some() && !watching;
+            let first = if early { waiters.deadline(Duration::ZERO) } else { full };
+            let mut read = Watched {
+                wait: waiters.within(read, first),
+                client: client.as_mut().map(|c| c.as_mut()),
+                full: early.then_some(full),
+            };
+            let result = (&mut read).await;
+            // Past the first tick, the client is watched from the start of each read.
+            watching |= early && read.full.is_none();
+            result?
         };
         let n = match read {
             Some(Ok(n)) => n,
@@ -404,35 +418,42 @@ where
     }
 }
 
-/// Runs `fut` within `idle`, like `Waiters::timed`, and after its first tick also watches
-/// `client`, whose end ends the wait with its error.
-async fn watched<F: Future, W: Future<Output = Error>>(
-    worker: &Worker,
-    fut: F,
-    idle: Duration,
-    mut client: Pin<&mut W>,
-    watching: &mut bool,
-) -> Result<Option<F::Output>, Error> {
-    let waiters = &worker.waiters;
-    let deadline = waiters.deadline(idle);
-    let mut fut = std::pin::pin!(fut);
-    if !*watching {
-        if let Some(r) = body::poll_once(fut.as_mut()).await {
-            return Ok(Some(r));
-        }
-        match waiters.within(fut.as_mut(), waiters.deadline(Duration::ZERO)).await {
-            Some(r) => return Ok(Some(r)),
-            None => *watching = true,
+/// A read from the origin within the I/O timeout (`Waiters::within`: a coarse deadline,
+/// registered only if the read has to wait), which after its first tick also watches
+/// `client`, whose end ends it with its error. One small future (no timer, nothing boxed):
+/// it lives in every HTTP connection's state.
+struct Watched<'a, F, W> {
+    wait: crate::idle::Wait<'a, F>,
+    client: Option<Pin<&'a mut W>>,
+    /// While the first tick runs: the I/O deadline to move to once it has passed.
+    full: Option<std::time::Instant>,
+}
+
+impl<F: Future + Unpin, W: Future<Output = Error>> Future for Watched<'_, F, W> {
+    type Output = Result<Option<F::Output>, Error>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> Poll<Self::Output> {
+        let this = &mut *self;
+        loop {
+            match Pin::new(&mut this.wait).poll(cx) {
+                Poll::Ready(Some(r)) => return Poll::Ready(Ok(Some(r))),
+                Poll::Ready(None) => match this.full.take() {
+                    Some(deadline) => {
+                        this.wait.rearm(deadline);
+                        continue;
+                    }
+                    None => return Poll::Ready(Ok(None)),
+                },
+                Poll::Pending => {}
+            }
+            if let (None, Some(client)) = (this.full, this.client.as_mut()) {
+                if let Poll::Ready(e) = client.as_mut().poll(cx) {
+                    return Poll::Ready(Err(e));
+                }
+            }
+            return Poll::Pending;
         }
     }
-    let mut within = waiters.within(fut.as_mut(), deadline);
-    std::future::poll_fn(|cx| {
-        if let Poll::Ready(r) = Pin::new(&mut within).poll(cx) {
-            return Poll::Ready(Ok(r));
-        }
-        client.as_mut().poll(cx).map(Err)
-    })
-    .await
 }
 
 /// Ends when the client has left (end of stream or a failed socket) while its exchange

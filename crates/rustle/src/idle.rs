@@ -239,6 +239,17 @@ impl<F: Future + Unpin> Future for Wait<'_, F> {
     }
 }
 
+impl<F> Wait<'_, F> {
+    /// Gives the wait a new deadline (after it fired, or before); the next poll registers
+    /// it again.
+    pub fn rearm(&mut self, deadline: Instant) {
+        self.deadline = deadline;
+        if let Some(i) = self.slot.take() {
+            self.waiters.remove(i);
+        }
+    }
+}
+
 impl<F> Drop for Wait<'_, F> {
     fn drop(&mut self) {
         if let Some(i) = self.slot.take() {

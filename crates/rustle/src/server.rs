@@ -604,7 +604,7 @@ impl Worker {
         // tell which names exist.
         let (u, known) = match policy.users.get(user) {
             Some(u) => (Some(u.clone()), true),
-            None => (crate::auth::decoy_user(), false),
+            None => (policy.users.decoy().or_else(crate::auth::decoy_user), false),
         };
         let Some(u) = u else {
             self.failures.borrow_mut().record_failure(client, now);

@@ -278,3 +278,39 @@ fn load_names_the_file_and_lines() {
     let missing = Users::load(&dir.join("rustle-auth-test-no-such-file"));
     assert!(missing.is_err_and(|e| e.contains("no-such-file: cannot read:")));
 }
+
+#[test]
+fn an_unknown_name_is_checked_like_the_most_common_hash() {
+    // Two bcrypt users of cost 5 ($2y$ and $2b$ alike), one of cost 4, one argon2id.
+    let users =
+        parse(&format!("{ALICE_2Y}\n{BOB_2Y}\ncarol:{SECRET_2B}\ndave:{SECRET_ARGON2ID}\n"));
+    let decoy = users.decoy().expect("a decoy");
+    assert_eq!(decoy.verifier.cost_class(), ("bcrypt", "05"));
+    assert!(!decoy.verify(b"wrong"));
+    // Its check costs what a wrong password for a cost-5 user costs (the fastest of 7
+    // alternating tries each, against noise from other tests; the argon2id decoy of an
+    // empty set took ten times as long as bcrypt at cost 5).
+    let time = |u: &User| {
+        let start = std::time::Instant::now();
+        assert!(!u.verify(b"wrong"));
+        start.elapsed()
+    };
+    let alice = user(&users, "alice");
+    let (mut known, mut unknown) = (std::time::Duration::MAX, std::time::Duration::MAX);
+    for _ in 0..7 {
+        known = known.min(time(alice));
+        unknown = unknown.min(time(&decoy));
+    }
+    let ratio = unknown.as_secs_f64() / known.as_secs_f64();
+    assert!((0.33..3.0).contains(&ratio), "unknown {unknown:?} against known {known:?}");
+    // Classes by argon2id parameters; plain users have a plain decoy.
+    let users =
+        parse(&format!("a:{SECRET_ARGON2ID}\nb:{SECRET_ARGON2ID_P2}\nc:{SECRET_ARGON2ID_P2}\n"));
+    assert_eq!(
+        users.decoy().expect("decoy").verifier.cost_class().1,
+        "$argon2id$v=19$m=256,t=2,p=2"
+    );
+    let users = parse("a:plain:x\nb:plain:y\n");
+    assert_eq!(users.decoy().expect("decoy").verifier.cost_class(), ("plain", ""));
+    assert!(Users::default().decoy().is_none());
+}
