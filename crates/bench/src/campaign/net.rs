@@ -2,11 +2,12 @@
 //! of our own joined by veth pairs,
 //!
 //! ```text
-//! client 10.200.1.2 ── 10.200.1.1 proxy 10.200.2.1 ── 10.200.2.2 origin
+//! client 198.18.1.2 ── 198.18.1.1 proxy 198.18.2.1 ── 198.18.2.2 origin
 //! ```
 //!
 //! so that no two roles share a loopback and every proxy is crossed by the
-//! same path. These addresses exist only inside the namespaces, which are
+//! same path. The addresses are from 198.18.0.0/15, the range set aside for
+//! benchmarking (RFC 2544), and exist only inside the namespaces, which are
 //! deleted (taking their veths with them) at the end or on interruption.
 
 use std::process::Command;
@@ -52,16 +53,16 @@ impl Net {
     pub fn ip(&self, role: Role) -> &'static str {
         match (self.is_netns(), role) {
             (false, _) => "127.0.0.1",
-            (true, Role::Client) => "10.200.1.2",
-            (true, Role::Proxy) => "10.200.1.1",
-            (true, Role::Origin) => "10.200.2.2",
+            (true, Role::Client) => "198.18.1.2",
+            (true, Role::Proxy) => "198.18.1.1",
+            (true, Role::Origin) => "198.18.2.2",
         }
     }
 
     /// The proxy's own address on the origin side (dante's `external`).
     pub fn proxy_external_ip(&self) -> &'static str {
         if self.is_netns() {
-            "10.200.2.1"
+            "198.18.2.1"
         } else {
             "127.0.0.1"
         }
@@ -112,8 +113,8 @@ impl Net {
         }
         let [c, p, o] = &names;
         let links = [
-            (format!("rb{tag}c"), format!("rb{tag}pc"), c, p, "10.200.1.2/24", "10.200.1.1/24"),
-            (format!("rb{tag}o"), format!("rb{tag}po"), o, p, "10.200.2.2/24", "10.200.2.1/24"),
+            (format!("rb{tag}c"), format!("rb{tag}pc"), c, p, "198.18.1.2/24", "198.18.1.1/24"),
+            (format!("rb{tag}o"), format!("rb{tag}po"), o, p, "198.18.2.2/24", "198.18.2.1/24"),
         ];
         for (a, b, ns_a, ns_b, ip_a, ip_b) in &links {
             ip(&["link", "add", a, "type", "veth", "peer", "name", b])?;

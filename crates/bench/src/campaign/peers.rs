@@ -431,11 +431,11 @@ mod tests {
         };
         let mut site = Site {
             dir: &dir,
-            listen_ip: "10.200.1.1",
+            listen_ip: "198.18.1.1",
             listen_port: 3128,
-            origin: "10.200.2.2:8443",
-            udp_origin: "10.200.2.2:8081",
-            external_ip: "10.200.2.1",
+            origin: "198.18.2.2:8443",
+            udp_origin: "198.18.2.2:8081",
+            external_ip: "198.18.2.1",
             tls: Some(&files),
         };
         let read = |name: &str| std::fs::read_to_string(dir.join(name)).unwrap();
@@ -446,7 +446,7 @@ mod tests {
         assert!(conf.contains("allow_open_proxy = true") && conf.contains("[listener.target_tls]"));
         assert!(
             conf.contains("ca = \"/t/origin-ca.pem\"")
-                && conf.contains("target = \"10.200.2.2:8443\"")
+                && conf.contains("target = \"198.18.2.2:8443\"")
         );
         rustle.argv(Path::TlsTerm, &site).unwrap();
         assert!(read("rustle.toml").contains("cert = \"/t/p.pem\""));
@@ -454,7 +454,7 @@ mod tests {
         nginx.argv(Path::TlsTerm, &site).unwrap();
         let conf = read("nginx.conf");
         assert!(
-            conf.contains("listen 10.200.1.1:3128 ssl")
+            conf.contains("listen 198.18.1.1:3128 ssl")
                 && conf.contains("ssl_certificate_key /t/p.key;")
         );
         nginx.argv(Path::TlsOrig, &site).unwrap();
@@ -479,7 +479,7 @@ mod tests {
         let conf = read("stunnel.conf");
         assert!(conf.contains("client = yes") && conf.contains("checkHost = localhost"));
         assert!(
-            conf.contains("accept = 10.200.1.1:3128") && conf.contains("connect = 10.200.2.2:8443")
+            conf.contains("accept = 198.18.1.1:3128") && conf.contains("connect = 198.18.2.2:8443")
         );
         stunnel.argv(Path::TlsTerm, &site).unwrap();
         let conf = read("stunnel.conf");
@@ -489,7 +489,7 @@ mod tests {
         }
         let x = Proxy::extra("x:tls-term=/opt/x {listen} {cert} {key} {target}").unwrap();
         let argv = x.argv(Path::TlsTerm, &site).unwrap();
-        assert_eq!(argv[2..], ["/t/p.pem", "/t/p.key", "10.200.2.2:8443"]);
+        assert_eq!(argv[2..], ["/t/p.pem", "/t/p.key", "198.18.2.2:8443"]);
         site.tls = None;
         assert!(nginx.argv(Path::TlsTerm, &site).is_err());
         std::fs::remove_dir_all(&dir).unwrap();
