@@ -1,23 +1,69 @@
 //! Validating pass-through scanner for `Transfer-Encoding: chunked` bodies
 //! (RFC 9112 7.1).
 //!
-//! The proxy forwards chunked bytes verbatim; this only finds where the body
+//! The proxy forwards chunked bytes as received; this finds where the body
 //! ends and rejects malformed framing, so that the proxy and the next hop
-//! can never disagree on where the message stops. It keeps a few integers of
-//! state and accepts input split at any byte boundary.
+//! can never disagree on where the message stops. It also says which bytes
+//! not to forward: trailer fields that must not be trailers
+//! ([`is_dropped_trailer`]) and, when de-chunking ([`Scanner::dechunk`]), all
+//! framing. It keeps a few integers of state and gives the same verdict and
+//! the same forwarded bytes however its input is split.
 
 #[cfg(test)]
 mod tests;
 
 // Extension and trailer names are tokens, same as header field names.
 use crate::http::is_tchar;
+use crate::MAX_LENGTH;
 
 /// Longest accepted chunk-size line (size + extensions, without CRLF).
 const MAX_LINE: usize = 4096;
 /// Largest accepted trailer section, including its final CRLF.
 const MAX_TRAILERS: usize = 64 * 1024;
-/// 16 hex digits fill a u64; more can only be overflow or padding abuse.
+/// 16 hex digits fill a u64; more can only be padding abuse (the value itself is
+/// bounded by [`MAX_LENGTH`]).
 const MAX_SIZE_DIGITS: u8 = 16;
+/// The longest name [`is_dropped_trailer`] drops: a trailer line is judged once this
+/// many bytes of its name (and one more) are in.
+const MAX_DROPPED_NAME: usize = 19;
+
+/// Whether a field must not be forwarded in a trailer section. RFC 9110 6.5.1 forbids
+/// trailers that are needed before the content is processed: RFC 7230 4.1.2 named the
+/// classes (framing, routing, request modifiers, authentication, response control data,
+/// how to process the content), listed here by the fields that RFC 9110 defines in each,
+/// plus the fields that describe a connection rather than a message (RFC 9110 7.6.1).
+/// A recipient that merged one of them into the header section would let the body's
+/// sender rewrite the head after the fact; no honest sender puts them there.
+pub fn is_dropped_trailer(name: &[u8]) -> bool {
+    if name.len() > MAX_DROPPED_NAME {
+        return false;
+    }
+    let mut lower = [0u8; MAX_DROPPED_NAME];
+    let lower = &mut lower[..name.len()];
+    lower.copy_from_slice(name);
+    lower.make_ascii_lowercase();
+    matches!(
+        &*lower,
+        // framing
+        b"content-length" | b"transfer-encoding" | b"trailer"
+        // routing
+        | b"host"
+        // request modifiers: controls and conditionals
+        | b"cache-control" | b"expect" | b"max-forwards" | b"pragma" | b"range" | b"te"
+        | b"if-match" | b"if-none-match" | b"if-modified-since" | b"if-unmodified-since"
+        | b"if-range"
+        // authentication, and cookies (RFC 6265)
+        | b"authorization" | b"proxy-authorization" | b"www-authenticate"
+        | b"proxy-authenticate" | b"cookie" | b"set-cookie"
+        // response control data
+        | b"age" | b"expires" | b"date" | b"location" | b"retry-after" | b"vary"
+        | b"warning"
+        // how to process the content
+        | b"content-encoding" | b"content-type" | b"content-range"
+        // the connection, not the message
+        | b"connection" | b"keep-alive" | b"proxy-connection" | b"upgrade"
+    )
+}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 enum State {
@@ -64,6 +110,10 @@ pub struct Scanner {
     digits: u8,
     line_len: usize,
     trailer_len: usize,
+    /// Inside a trailer line that is not forwarded (through its LF).
+    omit: bool,
+    /// Only chunk data is forwarded (framing and trailers are not).
+    dechunk: bool,
     /// Once framing is broken nothing after it can be trusted: every later
     /// call returns the same error.
     failed: Option<ChunkError>,
@@ -71,10 +121,22 @@ pub struct Scanner {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Progress {
-    /// all given bytes belong to the body and the body continues
+    /// the body continues after the scanned bytes
     More,
-    /// the body ended after `consumed` bytes (the rest of the buffer belongs to the next message)
+    /// the body ended with the scanned bytes (what follows belongs to the next message)
     Done,
+}
+
+/// One run of a body: bytes at the start of the input that all go on to the next hop,
+/// or all are left out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Scan {
+    /// How many bytes the run has.
+    pub len: usize,
+    /// Whether they are forwarded: false for a trailer field that must not be
+    /// ([`is_dropped_trailer`]) and, when de-chunking, for framing.
+    pub forward: bool,
+    pub progress: Progress,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -84,6 +146,8 @@ pub enum ChunkError {
     InvalidSize,
     #[error("chunk size overflow")]
     SizeOverflow,
+    #[error("chunk size too large")]
+    SizeTooLarge,
     #[error("invalid chunk extension")]
     InvalidExtension,
     #[error("missing crlf after chunk data")]
@@ -105,16 +169,26 @@ pub enum ChunkError {
 }
 
 impl Scanner {
+    /// A scanner for a body forwarded chunked: everything but the trailer fields that
+    /// must not be forwarded goes on.
     pub fn new() -> Self {
         Self::default()
     }
 
-    /// Scan `buf` (bytes that follow those already scanned). Returns how many
-    /// bytes of buf belong to the body and whether the body is finished.
-    /// Never reads past the end of the body: on Done, consumed is the exact
-    /// end (after the last-chunk, the trailer section and the final CRLF).
-    /// Called again after Done it returns `(0, Done)`.
-    pub fn scan(&mut self, buf: &[u8]) -> Result<(usize, Progress), ChunkError> {
+    /// A scanner for a body forwarded without its chunked framing (to a client that
+    /// cannot read it): only chunk data goes on.
+    pub fn dechunk() -> Self {
+        Scanner { dechunk: true, ..Self::default() }
+    }
+
+    /// Scan the first run of `buf` (the bytes that follow those already scanned). A run
+    /// ends where `buf` ends, where the body ends, or where forwarding starts or stops,
+    /// so a caller calls again with the rest. It also ends, before `buf` does, at the
+    /// start of a trailer field whose name is not whole yet: those bytes must be given
+    /// again with the ones that follow (`len` 0 with `More` means: read more first).
+    /// Never reads past the end of the body. Called again after Done it returns a run
+    /// of 0 bytes, Done.
+    pub fn scan(&mut self, buf: &[u8]) -> Result<Scan, ChunkError> {
         if let Some(e) = &self.failed {
             return Err(e.clone());
         }
@@ -125,28 +199,43 @@ impl Scanner {
         r
     }
 
-    fn scan_inner(&mut self, buf: &[u8]) -> Result<(usize, Progress), ChunkError> {
+    fn scan_inner(&mut self, buf: &[u8]) -> Result<Scan, ChunkError> {
         let mut i = 0;
-        while let Some(&b) = buf.get(i) {
-            match self.state {
-                State::Done => return Ok((i, Progress::Done)),
-                State::Data => {
-                    // Bulk path: data bytes are opaque, skip them at once.
-                    let avail = buf.len() - i;
-                    let take = usize::try_from(self.size).map_or(avail, |s| s.min(avail));
-                    i += take;
-                    self.skip_data(take as u64);
-                }
-                _ => {
-                    self.step(b)?;
-                    i += 1;
-                }
+        // The run's verdict, set by its first byte.
+        let mut forward = None;
+        while let Some(rest) = buf.get(i..).filter(|r| !r.is_empty()) {
+            if self.state == State::Done {
+                break;
+            }
+            let Some(goes_on) = self.forwards(rest) else { break };
+            if *forward.get_or_insert(goes_on) != goes_on {
+                break;
+            }
+            if self.state == State::Data {
+                // Bulk path: data bytes are opaque, skip them at once.
+                let take = usize::try_from(self.size).map_or(rest.len(), |s| s.min(rest.len()));
+                i += take;
+                self.skip_data(take as u64);
+            } else {
+                self.step(rest[0])?;
+                i += 1;
             }
         }
-        if self.state == State::Done {
-            Ok((i, Progress::Done))
-        } else {
-            Ok((i, Progress::More))
+        let progress = if self.state == State::Done { Progress::Done } else { Progress::More };
+        Ok(Scan { len: i, forward: forward.unwrap_or(true), progress })
+    }
+
+    /// Whether the byte at the start of `rest` is forwarded; `None` when that depends
+    /// on a trailer name not all in `rest` yet.
+    fn forwards(&mut self, rest: &[u8]) -> Option<bool> {
+        match self.state {
+            State::Data => Some(true),
+            _ if self.dechunk => Some(false),
+            State::TrailerStart => {
+                self.omit = dropped_line(rest)?;
+                Some(!self.omit)
+            }
+            _ => Some(!self.omit),
         }
     }
 
@@ -289,8 +378,27 @@ impl Scanner {
             .checked_mul(16)
             .and_then(|s| s.checked_add(u64::from(d)))
             .ok_or(ChunkError::SizeOverflow)?;
+        if self.size > MAX_LENGTH {
+            return Err(ChunkError::SizeTooLarge);
+        }
         Ok(())
     }
+}
+
+/// Whether the trailer line at the start of `rest` is left out; `None` when its name
+/// has not arrived whole and could still be one of those. A line that is not a field
+/// (the final CRLF, or malformed: the scanner's steps say so) is not left out.
+fn dropped_line(rest: &[u8]) -> Option<bool> {
+    for (k, &b) in rest.iter().enumerate().take(MAX_DROPPED_NAME + 1) {
+        if b == b':' {
+            return Some(is_dropped_trailer(&rest[..k]));
+        }
+        if !is_tchar(b) {
+            return Some(false);
+        }
+    }
+    // A name longer than any dropped one, or the rest still to come.
+    (rest.len() > MAX_DROPPED_NAME).then_some(false)
 }
 
 /// qdtext = HTAB / SP / %x21 / %x23-5B / %x5D-7E / obs-text

@@ -18,7 +18,9 @@
 //!   - `http/write.rs`: the head writers (hop-by-hop stripping, Via, XFF, ...).
 //!   - `http/error.rs`: [`http::HeadError`].
 //! - [`chunked`]: a validating pass-through scanner for chunked bodies that
-//!   finds where a body ends without copying or decoding it.
+//!   finds where a body ends without copying or decoding it, and which bytes
+//!   not to forward (trailer fields that must not be trailers; all framing
+//!   when de-chunking).
 //! - [`addr`]: destinations as SOCKS clients name them ([`addr::Address`]:
 //!   an IP or an inline, validated [`addr::Domain`], plus a port).
 //! - [`socks4`]: SOCKS4/4a request parser and reply writer.
@@ -36,6 +38,13 @@
 //! Hot-path rules: no per-request heap allocation except caller-owned `Vec`s
 //! that are cleared and reused; everything refers back to the caller's buffer
 //! through [`http::Span`]s.
+
+/// The largest body length (Content-Length) or chunk size accepted: 2^53 - 1, 8 PiB,
+/// far beyond any body a proxy passes on. It is where the numbers stop being exact in
+/// an IEEE double, which is what HTTP implementations in JavaScript and Lua keep them
+/// in: past it, a next hop may round a length and end the message elsewhere than the
+/// proxy did, which is how requests get smuggled.
+pub const MAX_LENGTH: u64 = (1 << 53) - 1;
 
 pub mod addr;
 pub mod chunked;

@@ -1,6 +1,7 @@
 //! Streaming message bodies from one socket to another without holding them whole: the
 //! framing (length, chunked, until close) decides where a body ends, and the bytes are
-//! forwarded exactly as received.
+//! forwarded as received, but for the trailer fields that must not be forwarded (and
+//! the chunked framing, for a client that cannot read it).
 
 use std::io;
 use std::time::Duration;
@@ -83,7 +84,8 @@ pub enum State {
     Remaining(u64),
     Chunked(Scanner),
     /// Chunked on the wire, forwarded without its framing (to an HTTP/1.0 client, which
-    /// cannot read chunked; the body then ends with the connection).
+    /// cannot read chunked; the body then ends with the connection): a scanner made by
+    /// `Scanner::dechunk`.
     Dechunk(Scanner),
     /// Until the sender closes (responses only).
     UntilClose,
@@ -104,36 +106,12 @@ impl State {
     }
 
     /// How many of `avail` belong to the body, advancing the framing past them, and
-    /// whether those bytes are to be forwarded (framing removed by `Dechunk` is not).
+    /// whether those bytes are to be forwarded (the chunked scanner leaves some out).
+    /// Fewer than `avail.len()` when the scanner's run ends early: the caller calls
+    /// again with the rest, and after 0 reads more first.
     pub(crate) fn advance(&mut self, avail: &[u8], dir: Dir) -> Result<(usize, bool), Error> {
-        if let State::Dechunk(scanner) = self {
-            let remaining = scanner.data_remaining();
-            if remaining > 0 {
-                let take = remaining.min(avail.len() as u64);
-                scanner.skip_data(take);
-                // take <= avail.len(), so it fits in usize.
-                return Ok((take as usize, true));
-            }
-            // Framing: a few bytes per chunk, scanned one at a time so that data bytes
-            // are never swallowed with it.
-            let mut used = 0;
-            while used < avail.len() && scanner.data_remaining() == 0 {
-                let (n, progress) =
-                    scanner.scan(&avail[used..used + 1]).map_err(|e| dir.framing_error(e))?;
-                used += n;
-                if progress == Progress::Done {
-                    *self = State::Done;
-                    break;
-                }
-            }
-            return Ok((used, false));
-        }
-        self.advance_framed(avail, dir).map(|n| (n, true))
-    }
-
-    fn advance_framed(&mut self, avail: &[u8], dir: Dir) -> Result<usize, Error> {
         match self {
-            State::Done | State::Dechunk(_) => Ok(0),
+            State::Done => Ok((0, true)),
             State::Remaining(n) => {
                 let take = (*n).min(avail.len() as u64);
                 *n -= take;
@@ -141,16 +119,16 @@ impl State {
                     *self = State::Done;
                 }
                 // take <= avail.len(), so it fits in usize.
-                Ok(take as usize)
+                Ok((take as usize, true))
             }
-            State::Chunked(scanner) => {
-                let (used, progress) = scanner.scan(avail).map_err(|e| dir.framing_error(e))?;
-                if progress == Progress::Done {
+            State::Chunked(scanner) | State::Dechunk(scanner) => {
+                let run = scanner.scan(avail).map_err(|e| dir.framing_error(e))?;
+                if run.progress == Progress::Done {
                     *self = State::Done;
                 }
-                Ok(used)
+                Ok((run.len, run.forward))
             }
-            State::UntilClose => Ok(avail.len()),
+            State::UntilClose => Ok((avail.len(), true)),
         }
     }
 }

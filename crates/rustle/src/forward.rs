@@ -240,7 +240,7 @@ pub async fn forward(c: &mut Client, ex: &mut Exchange) -> Result<Next, Error> {
                 dechunk,
             };
             let mut resp_body = if dechunk {
-                State::Dechunk(rustle_proto::chunked::Scanner::new())
+                State::Dechunk(rustle_proto::chunked::Scanner::dechunk())
             } else {
                 State::new(rhead.body)
             };

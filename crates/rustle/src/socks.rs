@@ -205,12 +205,19 @@ pub async fn serve(
 /// requires authentication, accepted blindly where `accept_any_credentials` says so.
 async fn socks5_credentials(s: &mut Session) -> Result<(), Error> {
     let (user, password) = loop {
-        if let Some((c, n)) = socks5::parse_credentials(s.buf.filled())? {
-            let pair = (String::from_utf8_lossy(c.user).into_owned(), c.password.to_vec());
-            s.buf.consume(n);
-            break pair;
+        match socks5::parse_credentials(s.buf.filled()) {
+            Ok(Some((c, n))) => {
+                let pair = (String::from_utf8_lossy(c.user).into_owned(), c.password.to_vec());
+                s.buf.consume(n);
+                break pair;
+            }
+            Ok(None) => s.read_more().await?,
+            Err(e) => {
+                // RFC 1929: a failure status, then the close.
+                let _ = s.send(&socks5::auth_status(false)).await;
+                return Err(Error::Socks5(e));
+            }
         }
-        s.read_more().await?;
     };
     if s.listener.auth {
         let worker = s.worker.clone();
@@ -389,11 +396,19 @@ impl Session {
 async fn socks5_session(s: &mut Session) -> Outcome {
     // ExpectGreeting
     let greeting = loop {
-        if let Some((g, n)) = socks5::parse_greeting(s.buf.filled())? {
-            s.buf.consume(n);
-            break g;
+        match socks5::parse_greeting(s.buf.filled()) {
+            Ok(Some((g, n))) => {
+                s.buf.consume(n);
+                break g;
+            }
+            Ok(None) => s.read_more().await?,
+            Err(e) => {
+                // A greeting that offers nothing usable: no acceptable method (RFC 1928).
+                let refusal = socks5::method_selection(socks5::method::NONE_ACCEPTABLE);
+                let _ = s.send(&refusal).await;
+                return Err(Error::Socks5(e));
+            }
         }
-        s.read_more().await?;
     };
     let method = if s.listener.auth {
         if greeting.user_pass {

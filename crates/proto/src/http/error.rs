@@ -63,6 +63,8 @@ pub enum HeadError {
     InvalidContentLength,
     #[error("conflicting content-length values")]
     ConflictingContentLength,
+    #[error("content-length too large")]
+    ContentLengthTooLarge,
     #[error("malformed transfer-encoding")]
     InvalidTransferEncoding,
     #[error("transfer-encoding does not end in chunked")]
@@ -91,6 +93,7 @@ impl HeadError {
         match self {
             HeadError::HeadTooLarge | HeadError::TooManyHeaders => 431,
             HeadError::UnsupportedVersion => 505,
+            HeadError::ContentLengthTooLarge => 413,
             _ => 400,
         }
     }

@@ -3,6 +3,7 @@
 //! Max-Forwards. Every ambiguity is an error, never a guess (RFC 9112 6.3).
 
 use super::{ConnFlags, HeadError};
+use crate::MAX_LENGTH;
 
 /// Well-known field names the parsers and writers care about.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -66,10 +67,14 @@ pub(crate) struct Framing {
 
 impl Framing {
     /// Content-Length = 1*DIGIT; a comma list (or repeated field) is
-    /// accepted only when every element is the same number (RFC 9110 8.6).
+    /// accepted only when every element is the same number (RFC 9110 8.6),
+    /// at most [`MAX_LENGTH`].
     pub(crate) fn content_length(&mut self, value: &[u8]) -> Result<(), HeadError> {
         for elem in value.split(|&b| b == b',') {
             let n = parse_digits(trim_ows(elem)).ok_or(HeadError::InvalidContentLength)?;
+            if n > MAX_LENGTH {
+                return Err(HeadError::ContentLengthTooLarge);
+            }
             match self.content_length {
                 Some(prev) if prev != n => return Err(HeadError::ConflictingContentLength),
                 _ => self.content_length = Some(n),

@@ -33,6 +33,9 @@ const REJECT: &[(&str, &[u8], HeadError)] = &[
     ("cl hex", b"POST http://a/ HTTP/1.1\r\nHost: a\r\nContent-Length: 0x5\r\n\r\n", E::InvalidContentLength),
     ("cl inner space", b"POST http://a/ HTTP/1.1\r\nHost: a\r\nContent-Length: 5 5\r\n\r\n", E::InvalidContentLength),
     ("cl overflow", b"POST http://a/ HTTP/1.1\r\nHost: a\r\nContent-Length: 18446744073709551616\r\n\r\n", E::InvalidContentLength),
+    ("cl above 2^53 - 1", b"POST http://a/ HTTP/1.1\r\nHost: a\r\nContent-Length: 9007199254740992\r\n\r\n", E::ContentLengthTooLarge),
+    ("cl u64 max", b"POST http://a/ HTTP/1.1\r\nHost: a\r\nContent-Length: 18446744073709551615\r\n\r\n", E::ContentLengthTooLarge),
+    ("cl too large listed", b"POST http://a/ HTTP/1.1\r\nHost: a\r\nContent-Length: 5, 18446744073709551615\r\n\r\n", E::ContentLengthTooLarge),
     ("te gzip only", b"POST http://a/ HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: gzip\r\n\r\n", E::NotChunked),
     ("te chunked not last", b"POST http://a/ HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked, gzip\r\n\r\n", E::NotChunked),
     ("te chunked not last across fields", b"POST http://a/ HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: gzip\r\n\r\n", E::NotChunked),
@@ -142,6 +145,7 @@ fn rejections() {
         let expect_status = match want {
             E::UnsupportedVersion => 505,
             E::HeadTooLarge | E::TooManyHeaders => 431,
+            E::ContentLengthTooLarge => 413,
             _ => 400,
         };
         assert_eq!(status, expect_status, "{what}");
@@ -298,7 +302,7 @@ fn body_kinds() {
     let rows: &[(&[u8], BodyKind)] = &[
         (b"GET http://a/ HTTP/1.1\r\nHost: a\r\n\r\n", BodyKind::None),
         (b"POST http://a/ HTTP/1.1\r\nHost: a\r\nContent-Length: 0\r\n\r\n", BodyKind::Length(0)),
-        (b"POST http://a/ HTTP/1.1\r\nHost: a\r\nContent-Length: 18446744073709551615\r\n\r\n", BodyKind::Length(u64::MAX)),
+        (b"POST http://a/ HTTP/1.1\r\nHost: a\r\nContent-Length: 9007199254740991\r\n\r\n", BodyKind::Length(crate::MAX_LENGTH)),
         (b"POST http://a/ HTTP/1.1\r\nHost: a\r\nContent-Length: 007\r\n\r\n", BodyKind::Length(7)),
         (b"POST http://a/ HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n", BodyKind::Chunked),
         (b"POST http://a/ HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: CHUNKED\r\n\r\n", BodyKind::Chunked),

@@ -41,6 +41,11 @@ const REJECT: &[(&str, &[u8], HeadError)] = &[
     ("cl letters", b"HTTP/1.1 200 OK\r\nContent-Length: five\r\n\r\n", E::InvalidContentLength),
     ("cl empty", b"HTTP/1.1 200 OK\r\nContent-Length: \r\n\r\n", E::InvalidContentLength),
     (
+        "cl too large",
+        b"HTTP/1.1 200 OK\r\nContent-Length: 9007199254740992\r\n\r\n",
+        E::ContentLengthTooLarge,
+    ),
+    (
         "cl overflow",
         b"HTTP/1.1 200 OK\r\nContent-Length: 99999999999999999999\r\n\r\n",
         E::InvalidContentLength,

@@ -70,8 +70,50 @@ fn request_framing_kept_verbatim() {
         req(b, &NONE),
         "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: gzip, chunked\r\nX: y\r\n\r\n"
     );
-    let b = b"POST http://a/ HTTP/1.1\r\nHost: a\r\ncontent-length: 5, 5\r\n\r\n";
-    assert_eq!(req(b, &NONE), "POST / HTTP/1.1\r\nHost: a\r\ncontent-length: 5, 5\r\n\r\n");
+    let b = b"POST http://a/ HTTP/1.1\r\nHost: a\r\ncontent-length: 5\r\nX: y\r\n\r\n";
+    assert_eq!(req(b, &NONE), "POST / HTTP/1.1\r\nHost: a\r\ncontent-length: 5\r\nX: y\r\n\r\n");
+}
+
+/// Identical Content-Length values, as a list or repeated fields, are accepted (RFC 9110
+/// 8.6) and go out as one field with one value, where the first field was.
+const ONE_LENGTH: &[(&str, &str)] = &[
+    ("Content-Length: 5, 5\r\nX: y\r\n", "Content-Length: 5\r\nX: y\r\n"),
+    ("content-length: 5,5,5\r\n", "content-length: 5\r\n"),
+    ("Content-Length:  5 ,\t5 \r\n", "Content-Length: 5\r\n"),
+    ("Content-Length: 5\r\nX: y\r\nContent-Length: 5\r\n", "Content-Length: 5\r\nX: y\r\n"),
+    (
+        "A: 1\r\nContent-Length: 5\r\nContent-Length: 5, 5\r\nB: 2\r\n",
+        "A: 1\r\nContent-Length: 5\r\nB: 2\r\n",
+    ),
+    ("Content-Length: 5, 5\r\nCONTENT-LENGTH: 5\r\n", "Content-Length: 5\r\n"),
+    ("Content-Length: 0005\r\n", "Content-Length: 0005\r\n"),
+];
+
+#[test]
+fn request_content_length_goes_out_once() {
+    for (fields, want) in ONE_LENGTH {
+        let b = format!("POST http://a/ HTTP/1.1\r\nHost: a\r\n{fields}\r\nhello");
+        let want = format!("POST / HTTP/1.1\r\nHost: a\r\n{want}\r\n");
+        assert_eq!(req(b.as_bytes(), &NONE), want, "{fields:?}");
+    }
+}
+
+#[test]
+fn response_content_length_goes_out_once() {
+    for (fields, want) in ONE_LENGTH {
+        let b = format!("HTTP/1.1 200 OK\r\n{fields}\r\nhello");
+        let want = format!("HTTP/1.1 200 OK\r\n{want}\r\n");
+        let rw = ResponseRewrite::default();
+        assert_eq!(res(b.as_bytes(), Method::Get, &rw), want, "{fields:?}");
+        // A HEAD response's Content-Length describes a body not sent: one value too.
+        assert_eq!(res(b.as_bytes(), Method::Head, &rw), want, "HEAD {fields:?}");
+    }
+    let b = b"HTTP/1.1 200 OK\r\nContent-Length: 5, 5\r\nVia: 1.1 o\r\n\r\n";
+    let rw = ResponseRewrite { via: Some("r"), close: true, ..ResponseRewrite::default() };
+    assert_eq!(
+        res(b, Method::Get, &rw),
+        "HTTP/1.1 200 OK\r\nContent-Length: 5\r\nVia: 1.1 o, 1.1 r\r\nConnection: close\r\n\r\n"
+    );
 }
 
 #[test]

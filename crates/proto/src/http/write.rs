@@ -2,10 +2,13 @@
 //! response head sent back to the client, copying field bytes verbatim from
 //! the parsed buffer and dropping hop-by-hop fields (RFC 9110 7.6.1).
 //!
-//! Content-Length and Transfer-Encoding are always kept verbatim, even if a
+//! Content-Length and Transfer-Encoding are always kept, even if a
 //! Connection header names them, because the proxy forwards body bytes
 //! unchanged and dropping their framing would desynchronise the next hop
 //! (the parsers already reject such heads; this is a second fence).
+//! Content-Length goes out once, with one value, even when identical values
+//! came listed or repeated: RFC 9110 8.6 lets a recipient accept those, and a
+//! next hop that does not would refuse the message or read another length.
 
 use super::fields::{self, Known};
 use super::{Header, Method, RequestHead, ResponseHead, Target};
@@ -84,11 +87,15 @@ pub fn write_request(head: &RequestHead, buf: &[u8], rw: &RequestRewrite, out: &
     let last_fwd = strip.last_kept(Known::Forwarded, rw.forwarded_for.is_some());
     let decrement = matches!(head.method, Method::Options | Method::Trace);
     let mut run = Run::new(buf);
+    let mut length = OneLength::default();
     for (i, h) in head.headers.iter().enumerate() {
         let name = h.name.get(buf);
         let kind = h.kind;
         if !strip.keep(name, kind) {
             run.end(out, h);
+            continue;
+        }
+        if length.rewritten(kind, h, buf, &mut run, out) {
             continue;
         }
         let value = h.value.get(buf);
@@ -170,11 +177,15 @@ pub fn write_response(head: &ResponseHead, buf: &[u8], rw: &ResponseRewrite, out
 
     let last_via = strip.last_kept(Known::Via, rw.via.is_some());
     let mut run = Run::new(buf);
+    let mut length = OneLength::default();
     for (i, h) in head.headers.iter().enumerate() {
         let name = h.name.get(buf);
         let kind = h.kind;
         if !strip.keep(name, kind) || (rw.dechunk && kind == Known::TransferEncoding) {
             run.end(out, h);
+            continue;
+        }
+        if length.rewritten(kind, h, buf, &mut run, out) {
             continue;
         }
         let via = match rw.via {
@@ -254,6 +265,44 @@ impl<'b> Run<'b> {
             debug_assert!(start < end, "a run ends after it starts");
             out.extend_from_slice(self.buf.get(start..end).unwrap_or_default());
         }
+    }
+}
+
+/// Content-Length, once: the first field goes out (as received when it holds one value,
+/// else with its first value, the parser having checked they are all the same), later
+/// ones are dropped.
+#[derive(Default)]
+struct OneLength {
+    written: bool,
+}
+
+impl OneLength {
+    /// Whether field `h` was dealt with here (written in its new form, or dropped);
+    /// `false` leaves it to the caller (not Content-Length, or its first field holding
+    /// a single value).
+    fn rewritten(
+        &mut self,
+        kind: Known,
+        h: &Header,
+        buf: &[u8],
+        run: &mut Run<'_>,
+        out: &mut Vec<u8>,
+    ) -> bool {
+        if kind != Known::ContentLength {
+            return false;
+        }
+        if std::mem::replace(&mut self.written, true) {
+            run.end(out, h);
+            return true;
+        }
+        let value = h.value.get(buf);
+        if !value.contains(&b',') {
+            return false;
+        }
+        run.end(out, h);
+        let first = value.split(|&b| b == b',').next().unwrap_or_default();
+        push_field(out, h.name.get(buf), fields::trim_ows(first));
+        true
     }
 }
 

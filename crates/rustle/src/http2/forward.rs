@@ -23,6 +23,7 @@ use h2::server::SendResponse;
 use h2::{Reason, RecvStream, SendStream};
 use http::request::Parts;
 use http::{HeaderMap, HeaderName, HeaderValue, Request, Response, StatusCode};
+use rustle_proto::chunked::is_dropped_trailer;
 use rustle_proto::http::{BodyKind, Method, ResponseHead};
 use tokio::io::{AsyncRead, AsyncWrite};
 
@@ -190,7 +191,7 @@ pub(super) async fn forward(
                 let resp = response(&rhead, ubuf.filled(), via.then_some(VIA))?;
                 ubuf.consume(rhead.len);
                 let mut state = match rhead.body {
-                    BodyKind::Chunked => State::Dechunk(rustle_proto::chunked::Scanner::new()),
+                    BodyKind::Chunked => State::Dechunk(rustle_proto::chunked::Scanner::dechunk()),
                     kind => State::new(kind),
                 };
                 let empty = state.is_done();
@@ -576,7 +577,7 @@ async fn send_body<W: AsyncWrite + Unpin>(
             Some(r) => r.map_err(client_error)?,
         };
         for (name, value) in trailers.iter().flatten() {
-            if !is_dropped_request_field(name) {
+            if !is_dropped_request_field(name) && !is_dropped_trailer(name.as_str().as_bytes()) {
                 field(&mut out, name.as_str(), &[value.as_bytes()]);
             }
         }
@@ -664,7 +665,8 @@ const TRAILERS_MAX: usize = 16 * 1024;
 
 /// The trailer fields at the end of a chunked body, from the framing after its last data:
 /// `CRLF`, the last chunk (`0[;ext]CRLF`), then fields up to an empty line. `None` when
-/// there are none worth sending (fields that must not be trailers are left out).
+/// there are none worth sending (fields that must not be trailers are left out, as
+/// `is_dropped_trailer` says).
 fn trailers(tail: &[u8]) -> Option<HeaderMap> {
     let mut rest = tail;
     // Skip to just after the last-chunk line.
@@ -690,7 +692,10 @@ fn trailers(tail: &[u8]) -> Option<HeaderMap> {
         else {
             continue;
         };
-        if !is_hop_by_hop(&name) && !is_dropped_request_field(&name) {
+        if !is_hop_by_hop(&name)
+            && !is_dropped_request_field(&name)
+            && !is_dropped_trailer(name.as_str().as_bytes())
+        {
             map.append(name, value);
         }
     }
@@ -720,7 +725,17 @@ fn response(rhead: &ResponseHead, buf: &[u8], via: Option<&str>) -> Result<Respo
         if is_hop_by_hop(&name) || named.iter().any(|n| n.as_slice() == name.as_str().as_bytes()) {
             continue;
         }
-        let Ok(value) = HeaderValue::from_bytes(h.value.get(buf)) else { continue };
+        let mut value = h.value.get(buf);
+        if name == http::header::CONTENT_LENGTH {
+            // One field with one value (the parser checked that a list or repeated
+            // fields all agree): h2 clients read it as one number and reset the stream
+            // on anything else.
+            if headers.contains_key(&name) {
+                continue;
+            }
+            value = value.split(|&b| b == b',').next().unwrap_or_default().trim_ascii();
+        }
+        let Ok(value) = HeaderValue::from_bytes(value) else { continue };
         headers.append(name, value);
     }
     if let Some(v) = via {

@@ -235,3 +235,64 @@ fn other_clients_keep_working_during_a_rejection() {
     assert_eq!(good.read_response().body, pattern(300));
     assert_eq!(origin.connections(), 1);
 }
+
+/// A Content-Length above 2^53 - 1 is refused (413), never forwarded.
+#[test]
+fn content_length_beyond_2_53_is_413() {
+    rejected(
+        |a| head_at(a, "POST", "/sha256", "Content-Length: 9007199254740992\r\n"),
+        413,
+        "too large",
+    );
+}
+
+/// A chunk size above 2^53 - 1 in a request body is refused: at once when it comes with
+/// the head (the origin is never contacted), and when it comes later (the origin got the
+/// head and nothing of the size line).
+#[test]
+fn chunk_size_beyond_2_53_in_a_request_is_400() {
+    let huge = "ffffffffffffffff\r\n";
+    rejected(
+        |a| [head_at(a, "POST", "/sha256", "Transfer-Encoding: chunked\r\n"), huge.into()].concat(),
+        400,
+        "chunk size too large",
+    );
+    // An origin that reads until the proxy gives up on the request.
+    let origin = RawOrigin::start(b"", |_| false);
+    let proxy = Proxy::start();
+    let mut c = Conn::to_proxy(&proxy);
+    c.send(&head_at(origin.addr(), "POST", "/", "Transfer-Encoding: chunked\r\n"));
+    std::thread::sleep(Duration::from_millis(100));
+    c.send(b"5\r\nhello\r\n20000000000000\r\n");
+    let r = c.read_response();
+    assert_eq!(r.status, 400, "{}", r.text());
+    assert!(r.text().contains("chunk size too large"), "{}", r.text());
+    let seen = String::from_utf8(origin.received()).unwrap();
+    assert!(seen.starts_with("POST / HTTP/1.1\r\n"), "{seen}");
+    assert!(!seen.contains("20000000000000"), "{seen}");
+}
+
+/// From the origin, the same sizes are a 502 (to HTTP/1.1 and HTTP/1.0 clients), and
+/// nothing of the body reaches the client.
+#[test]
+fn oversized_lengths_from_the_origin_are_502() {
+    let answers: [&[u8]; 3] = [
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nffffffffffffffff\r\nhello",
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n20000000000000\r\nhello",
+        b"HTTP/1.1 200 OK\r\nContent-Length: 18446744073709551615\r\n\r\nhello",
+    ];
+    let proxy = Proxy::start();
+    for answer in answers {
+        for version in ["1.1", "1.0"] {
+            let origin = RawOrigin::answering(answer);
+            let a = origin.addr();
+            let req = format!("GET http://{a}/ HTTP/{version}\r\nHost: {a}\r\n\r\n");
+            let got = raw(&proxy, req.as_bytes());
+            let r = parse_response(&got);
+            let what = String::from_utf8_lossy(&answer[..answer.len().min(80)]);
+            assert_eq!(r.status, 502, "{what}: {}", String::from_utf8_lossy(&got));
+            assert!(r.text().contains("too large"), "{what}: {}", r.text());
+            assert!(!r.text().contains("hello"), "{what}");
+        }
+    }
+}

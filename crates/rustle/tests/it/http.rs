@@ -428,3 +428,92 @@ fn http10_client_gets_a_dechunked_body() {
     assert_eq!(r.body.len(), n, "{}", r.head_text());
     assert!(r.body == pattern(n), "dechunked body differs");
 }
+
+/// Whether a chunked request body (ended by a trailer section) is all in.
+fn chunked_request_in(b: &[u8]) -> bool {
+    b.windows(5).any(|w| w == b"\r\n0\r\n") && b.ends_with(b"\r\n\r\n")
+}
+
+/// Identical Content-Length values, listed or repeated, are accepted (RFC 9110 8.6) and
+/// reach the origin as one field with one value.
+#[test]
+fn identical_content_lengths_reach_the_origin_as_one_value() {
+    let origin = RawOrigin::start(b"HTTP/1.1 204 No Content\r\n\r\n", |b| b.ends_with(b"hello"));
+    let proxy = Proxy::start();
+    let a = origin.addr();
+    let req = format!(
+        "POST http://{a}/ HTTP/1.1\r\nHost: {a}\r\nContent-Length: 5, 5\r\nX: y\r\n\
+         Content-Length: 5\r\nConnection: close\r\n\r\nhello"
+    );
+    let r = parse_response(&raw(&proxy, req.as_bytes()));
+    assert_eq!(r.status, 204);
+    let seen = String::from_utf8(origin.received()).unwrap();
+    assert_eq!(field_lines(&seen, "content-length"), ["Content-Length: 5"], "{seen}");
+    assert!(seen.ends_with("\r\n\r\nhello"), "{seen}");
+}
+
+/// The same from the origin: the client gets one Content-Length with one value.
+#[test]
+fn identical_content_lengths_reach_the_client_as_one_value() {
+    let answer = b"HTTP/1.1 200 OK\r\ncontent-length: 5,5\r\nContent-Length: 5\r\n\r\nhello";
+    for version in ["1.1", "1.0"] {
+        let origin = RawOrigin::answering(answer);
+        let proxy = Proxy::start();
+        let a = origin.addr();
+        let req =
+            format!("GET http://{a}/ HTTP/{version}\r\nHost: {a}\r\nConnection: close\r\n\r\n");
+        let got = String::from_utf8(raw(&proxy, req.as_bytes())).unwrap();
+        assert!(got.starts_with("HTTP/1.1 200 "), "{got}");
+        assert_eq!(field_lines(&got, "content-length"), ["content-length: 5"], "{got}");
+        assert!(got.ends_with("\r\n\r\nhello"), "{got}");
+    }
+}
+
+/// Fields that RFC 9110 6.5.1 keeps out of trailers do not reach the origin from a
+/// chunked request; the others do, and the body is intact.
+#[test]
+fn forbidden_trailer_fields_do_not_reach_the_origin() {
+    let origin = RawOrigin::start(b"HTTP/1.1 204 No Content\r\n\r\n", chunked_request_in);
+    let proxy = Proxy::start();
+    let a = origin.addr();
+    let mut c = Conn::to_proxy(&proxy);
+    c.send(
+        format!("POST http://{a}/ HTTP/1.1\r\nHost: {a}\r\nTransfer-Encoding: chunked\r\n\r\n")
+            .as_bytes(),
+    );
+    // The trailer section comes in pieces that cut field names.
+    for piece in [
+        &b"5\r\nhello\r\n0\r\nX-Sum: 1\r\nConte"[..],
+        b"nt-Length: 99\r\nHo",
+        b"st: evil.example\r\nAuthorization: Basic eA==\r\nProxy-Authorization: Basic eA==\r\n",
+        b"Transfer-Encoding: chunked\r\nX-End: 2\r\n\r\n",
+    ] {
+        c.send(piece);
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(c.read_response().status, 204);
+    let seen = String::from_utf8(origin.received()).unwrap();
+    let body = &seen[seen.find("\r\n\r\n").unwrap() + 4..];
+    assert_eq!(body, "5\r\nhello\r\n0\r\nX-Sum: 1\r\nX-End: 2\r\n\r\n", "{seen}");
+}
+
+/// The same from the origin, and to an HTTP/1.0 client (which gets the data only).
+#[test]
+fn forbidden_trailer_fields_do_not_reach_the_client() {
+    let answer = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n\
+        5\r\nhello\r\n0\r\nX-Sum: 1\r\nContent-Length: 99\r\nSet-Cookie: a=b\r\n\
+        Content-Type: text/evil\r\nTrailer: X\r\nX-End: 2\r\n\r\n";
+    let origin = RawOrigin::answering(answer);
+    let proxy = Proxy::start();
+    let a = origin.addr();
+    let req = format!("GET http://{a}/ HTTP/1.1\r\nHost: {a}\r\nConnection: close\r\n\r\n");
+    let got = String::from_utf8(raw(&proxy, req.as_bytes())).unwrap();
+    let body = &got[got.find("\r\n\r\n").unwrap() + 4..];
+    assert_eq!(body, "5\r\nhello\r\n0\r\nX-Sum: 1\r\nX-End: 2\r\n\r\n", "{got}");
+
+    let origin = RawOrigin::answering(answer);
+    let req = format!("GET http://{}/ HTTP/1.0\r\n\r\n", origin.addr());
+    let r = parse_response(&raw(&proxy, req.as_bytes()));
+    assert_eq!(r.status, 200);
+    assert_eq!(r.body, b"hello", "{}", r.text());
+}

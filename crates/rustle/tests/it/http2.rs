@@ -1266,3 +1266,70 @@ async fn bandwidth_limits_apply_to_every_kind_of_stream() {
     assert!(got == data, "echoed bytes differ ({} of {n})", got.len());
     assert!(in_range(rate), "tunnel at {rate:.2} Mbit/s, expected 8");
 }
+
+/// An origin's Content-Length listed twice reaches an h2 client as one number (h2
+/// clients refuse a list), and trailer fields that must not be trailers are left out.
+#[tokio::test]
+async fn an_h2_client_gets_one_content_length_and_no_forbidden_trailers() {
+    let proxy = h2c_proxy(|_| {});
+    let mut c = client(proxy.addr()).await;
+    let origin = RawOrigin::answering(b"HTTP/1.1 200 OK\r\nContent-Length: 5, 5\r\n\r\nhello");
+    let url = format!("http://{}/", origin.addr());
+    let (resp, body) = exchange(&mut c, request(Method::GET, &url).body(()).unwrap(), None).await;
+    assert_eq!(resp.status(), StatusCode::OK);
+    let lengths: Vec<_> = resp.headers().get_all("content-length").iter().collect();
+    assert_eq!(lengths, ["5"]);
+    assert_eq!(body, b"hello");
+
+    let origin = RawOrigin::answering(
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\
+          X-Sum: 1\r\nSet-Cookie: a=b\r\nContent-Type: text/evil\r\nCache-Control: no-store\r\n\
+          Authorization: Basic eA==\r\nX-End: 2\r\n\r\n",
+    );
+    let url = format!("http://{}/", origin.addr());
+    let mut c = c.clone().ready().await.unwrap();
+    let (resp, _) = c.send_request(request(Method::GET, &url).body(()).unwrap(), true).unwrap();
+    let resp = tokio::time::timeout(Duration::from_secs(20), resp).await.unwrap().unwrap();
+    let mut body = resp.into_body();
+    let mut data = Vec::new();
+    while let Some(chunk) = body.data().await {
+        data.extend_from_slice(&chunk.unwrap());
+    }
+    assert_eq!(data, b"hello");
+    let trailers = body.trailers().await.unwrap().expect("trailers");
+    let mut names: Vec<&str> = trailers.keys().map(|k| k.as_str()).collect();
+    names.sort_unstable();
+    assert_eq!(names, ["x-end", "x-sum"]);
+}
+
+/// An h2 client's trailers go to the origin in the last chunk, without the fields that
+/// must not be trailers.
+#[tokio::test]
+async fn an_h2_clients_forbidden_trailers_do_not_reach_the_origin() {
+    let proxy = h2c_proxy(|_| {});
+    let c = client(proxy.addr()).await;
+    let origin = RawOrigin::start(b"HTTP/1.1 204 No Content\r\n\r\n", |b| {
+        b.windows(5).any(|w| w == b"\r\n0\r\n") && b.ends_with(b"\r\n\r\n")
+    });
+    let url = format!("http://{}/", origin.addr());
+    let mut c = c.ready().await.unwrap();
+    let (resp, mut send) =
+        c.send_request(request(Method::POST, &url).body(()).unwrap(), false).unwrap();
+    send.send_data(Bytes::from_static(b"hello"), false).unwrap();
+    let mut trailers = http::HeaderMap::new();
+    for (name, value) in [
+        ("x-sum", "1"),
+        ("authorization", "Basic eA=="),
+        ("cache-control", "no-store"),
+        ("content-type", "text/evil"),
+        ("range", "bytes=0-1"),
+    ] {
+        trailers.insert(name, value.parse().unwrap());
+    }
+    send.send_trailers(trailers).unwrap();
+    let (resp, _) = read_response(resp).await;
+    assert_eq!(resp.status(), StatusCode::NO_CONTENT);
+    let seen = String::from_utf8(origin.received()).unwrap();
+    let body = &seen[seen.find("\r\n\r\n").unwrap() + 4..];
+    assert_eq!(body, "5\r\nhello\r\n0\r\nx-sum: 1\r\n\r\n", "{seen}");
+}

@@ -249,9 +249,69 @@ fn unknown_version_byte_is_closed_and_logged() {
 }
 
 #[test]
-fn greeting_with_no_methods_is_closed() {
+fn greeting_with_no_methods_gets_ff_then_close() {
     let proxy = Proxy::socks();
-    closed_with_log(&proxy, &[5, 0], b"", "no authentication methods");
+    // RFC 1928: no acceptable method is answered X'FF', then the connection closes.
+    closed_with_log(&proxy, &[5, 0], &[5, 0xFF], "no authentication methods");
+}
+
+/// A malformed RFC 1929 sub-negotiation gets its failure status (`01 01`) before the
+/// close, on a listener that checks credentials and on one that accepts any.
+#[test]
+fn malformed_credentials_get_the_failure_status_then_close() {
+    let checked = Proxy::from_toml(
+        r#"
+[[listener]]
+kind = "socks"
+listen = "127.0.0.1:0"
+auth = true
+[[auth.user]]
+name = "alice"
+password = "plain:secret"
+"#,
+    );
+    let any = Proxy::start_with(|c| {
+        let mut l = listener(ListenerKind::Socks, None);
+        l.accept_any_credentials = true;
+        c.listeners = vec![l];
+    });
+    let cases: [(&str, &[u8], &str); 3] = [
+        ("auth version 2", b"\x02\x01a\x01b", "username/password auth version 2"),
+        ("empty user", b"\x01\x00\x01b", "empty username"),
+        ("empty password", b"\x01\x01a\x00", "empty password"),
+    ];
+    for proxy in [&checked, &any] {
+        for (what, bytes, cause) in cases {
+            let mut s = connect(proxy.addr());
+            assert_eq!(greet(&mut s, &[2]), 2, "{what}");
+            s.write_all(bytes).unwrap();
+            let (got, closed) = read_until_close(&mut s);
+            assert!(closed, "{what}: connection left open");
+            assert_eq!(got, [1, 1], "{what}: no failure status");
+            proxy.log_line(|l| l.contains(cause));
+        }
+    }
+}
+
+/// Every malformed SOCKS4 request gets the 0x5B reply before the close.
+#[test]
+fn malformed_socks4_requests_get_5b_then_close() {
+    let proxy = Proxy::socks();
+    let long_user = [&[4u8, 1, 0, 80, 127, 0, 0, 1][..], &[b'u'; 300]].concat();
+    let cases: [(&str, Vec<u8>, &str); 3] = [
+        ("command 3", vec![4, 3, 0, 80, 127, 0, 0, 1, 0], "unsupported command 3"),
+        ("user id too long", long_user, "user id longer"),
+        ("4a empty domain", vec![4, 1, 0, 80, 0, 0, 0, 1, 0, 0], "empty domain"),
+    ];
+    for (what, bytes, cause) in cases {
+        let mut s = connect(proxy.addr());
+        s.write_all(&bytes).unwrap();
+        let (got, closed) = read_until_close(&mut s);
+        assert!(closed, "{what}: connection left open");
+        assert_eq!(got.len(), 8, "{what}: {got:?}");
+        assert_eq!(got[..2], [0, 0x5B], "{what}: {got:?}");
+        proxy.log_line(|l| l.contains(cause));
+    }
 }
 
 #[test]

@@ -1069,3 +1069,64 @@ pub mod socks {
         }
     }
 }
+
+/// An origin that serves one connection with fixed bytes and keeps what it received:
+/// for answers no well-behaved fixture sends, and to see exactly what a proxy forwarded.
+pub struct RawOrigin {
+    addr: SocketAddr,
+    received: std::sync::mpsc::Receiver<Vec<u8>>,
+}
+
+impl RawOrigin {
+    /// Accepts one connection, reads until `complete(received so far)` holds (or the
+    /// proxy stops sending), writes `answer`, then closes.
+    pub fn start(answer: &[u8], complete: impl Fn(&[u8]) -> bool + Send + 'static) -> RawOrigin {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind raw origin");
+        let addr = listener.local_addr().unwrap();
+        let answer = answer.to_vec();
+        let (tx, received) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let Ok((mut s, _)) = listener.accept() else { return };
+            s.set_read_timeout(Some(READ_TIMEOUT)).unwrap();
+            let mut got = Vec::new();
+            let mut buf = [0u8; 16 * 1024];
+            while !complete(&got) {
+                match s.read(&mut buf) {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => got.extend_from_slice(&buf[..n]),
+                }
+            }
+            let _ = s.write_all(&answer);
+            let _ = s.shutdown(Shutdown::Write);
+            let _ = tx.send(got);
+            // Read what else comes until the proxy closes, so that closing here sends
+            // no reset that could cut the answer short.
+            while matches!(s.read(&mut buf), Ok(n) if n > 0) {}
+        });
+        RawOrigin { addr, received }
+    }
+
+    /// Serves `answer` as soon as a request head is in.
+    pub fn answering(answer: &[u8]) -> RawOrigin {
+        RawOrigin::start(answer, |b| b.windows(4).any(|w| w == b"\r\n\r\n"))
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// The bytes the origin received before it answered.
+    pub fn received(&self) -> Vec<u8> {
+        self.received.recv_timeout(READ_TIMEOUT * 2).expect("the raw origin was reached")
+    }
+}
+
+/// The lines of a head (up to its empty line) whose field name is `name`.
+pub fn field_lines<'a>(head: &'a str, name: &str) -> Vec<&'a str> {
+    head.split("\r\n\r\n")
+        .next()
+        .unwrap_or_default()
+        .split("\r\n")
+        .filter(|l| l.split(':').next().is_some_and(|n| n.eq_ignore_ascii_case(name)))
+        .collect()
+}
