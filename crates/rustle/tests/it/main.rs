@@ -21,6 +21,7 @@ mod loadgen;
 mod relay;
 mod rules;
 mod socks;
+mod startup;
 mod tls;
 mod udp;
 mod websocket;
