@@ -28,14 +28,36 @@ const USAGE: &str = "usage: rustle-bench <origin [--tls] | tcp-echo | udp-echo> 
                      \x20      rustle-bench campaign [options] (campaign --help)\n\
                      \x20      rustle-bench report --in DIR [options] (report --help)";
 
-fn main() -> Result<()> {
+/// Errors are printed as one line of causes (`{:#}`), not with Debug: no backtrace for a
+/// mistyped argument.
+fn main() -> std::process::ExitCode {
+    match run() {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("rustle-bench: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn run() -> Result<()> {
     let mut args = std::env::args().skip(1);
     let Some(cmd) = args.next() else { bail!(USAGE) };
     match cmd.as_str() {
+        "-h" | "--help" | "help" => {
+            println!("{USAGE}");
+            return Ok(());
+        }
         "load" => return run_load(args),
         "campaign" => return rustle_bench::campaign::main(args),
         "report" => return rustle_bench::report::main(args),
         "floor" => {
+            let rest: Vec<String> = args.collect();
+            if rest.iter().any(|a| a == "-h" || a == "--help") {
+                println!("{USAGE}");
+                return Ok(());
+            }
+            let mut args = rest.into_iter();
             let (Some(listen), Some(target)) = (args.next(), args.next()) else { bail!(USAGE) };
             let http = match args.next().as_deref() {
                 None => false,

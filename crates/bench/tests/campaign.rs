@@ -3,7 +3,7 @@
 //! Uses the release rustle binary if there is one, else the debug one that
 //! `cargo test --workspace` builds; skipped (with a message) when neither, or
 //! nginx, is there. Also: SIGTERM in the middle of a run leaves no scratch
-//! directory behind.
+//! directory behind. And `--help` of every command answers with its usage, status 0.
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -103,4 +103,38 @@ fn sigterm_removes_the_scratch_directory() {
         .collect();
     assert!(left.is_empty(), "left behind in {}: {left:?}", tmp.display());
     std::fs::remove_dir_all(&tmp).expect("cleaning up");
+}
+
+#[test]
+fn help_prints_the_usage_and_succeeds() {
+    for args in [
+        &["--help"][..],
+        &["-h"],
+        &["help"],
+        &["origin", "--help"],
+        &["floor", "--help"],
+        &["load", "--help"],
+        &["campaign", "--help"],
+        &["report", "--help"],
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_rustle-bench"))
+            .args(args)
+            .env("RUST_BACKTRACE", "1")
+            .output()
+            .expect("run rustle-bench");
+        let text = String::from_utf8_lossy(&out.stdout);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "rustle-bench {args:?}: {}\n{err}", out.status);
+        assert!(text.contains("usage"), "rustle-bench {args:?}: {text}");
+        assert!(!err.contains("backtrace"), "rustle-bench {args:?}: {err}");
+    }
+    // A mistake is one line on standard error, status 1, no backtrace.
+    let out = Command::new(env!("CARGO_BIN_EXE_rustle-bench"))
+        .arg("--frobnicate")
+        .env("RUST_BACKTRACE", "1")
+        .output()
+        .expect("run rustle-bench");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("usage") && !err.contains("Stack backtrace"), "{err}");
 }

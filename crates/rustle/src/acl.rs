@@ -102,6 +102,10 @@ pub struct RuleConfig {
     /// The user is in any of these groups.
     #[serde(default)]
     pub groups: Option<Vec<String>>,
+    /// The line of `groups` in the file, for a group found undefined once the users are
+    /// loaded (`Policy::build`).
+    #[serde(skip)]
+    pub groups_line: Option<usize>,
     /// The destination host as the client named it: exact (case-insensitive), `*.suffix`
     /// (subdomains only, not the suffix itself) or `*`.
     #[serde(default)]
@@ -115,6 +119,24 @@ pub struct RuleConfig {
     /// http, connect, socks5, socks4, relay, udp.
     #[serde(default)]
     pub protocols: Option<Vec<String>>,
+}
+
+/// `line N: rule K: group ...` for each group a rule names that `defined` does not know: a
+/// misspelt group would make its rule match nobody, silently. Checked once the users are
+/// loaded (groups come from users files as well as from the configuration).
+pub fn undefined_groups(rules: &[RuleConfig], defined: impl Fn(&str) -> bool) -> Vec<String> {
+    let mut problems = Vec::new();
+    for (i, rule) in rules.iter().enumerate() {
+        for group in rule.groups.iter().flatten().filter(|g| !defined(g)) {
+            let at = rule.groups_line.map(|n| format!("line {n}: ")).unwrap_or_default();
+            problems.push(format!(
+                "{at}rule {}: group `{group}` is not defined: no user is in it (give it to a \
+                 user, or declare it in [auth.groups], even empty)",
+                i + 1
+            ));
+        }
+    }
+    problems
 }
 
 /// What is known about a request when it is checked.
@@ -592,6 +614,19 @@ mod tests {
 
     fn ip(s: &str) -> IpAddr {
         s.parse().expect("test address")
+    }
+
+    #[test]
+    fn undefined_groups_are_named_with_their_line() {
+        let mut rules = configs(
+            "[[rule]]\naction = \"allow\"\ngroups = [\"staff\", \"admins\"]\n\
+             [[rule]]\naction = \"deny\"\n",
+        );
+        rules[0].groups_line = Some(3);
+        let got = undefined_groups(&rules, |g| g == "staff");
+        assert_eq!(got.len(), 1, "{got:?}");
+        assert!(got[0].starts_with("line 3: rule 1: group `admins` is not defined"), "{got:?}");
+        assert!(undefined_groups(&rules, |_| true).is_empty());
     }
 
     /// An anonymous CONNECT to example.com:443 from 192.0.2.1 on listener "main",

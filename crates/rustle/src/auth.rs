@@ -338,6 +338,11 @@ impl Users {
         self.by_name.get(name)
     }
 
+    /// Whether some user is in `group` (a walk over every user: for checks at load time).
+    pub fn has_group(&self, group: &str) -> bool {
+        self.by_name.values().any(|u| u.in_group(group))
+    }
+
     pub fn len(&self) -> usize {
         self.by_name.len()
     }

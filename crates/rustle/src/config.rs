@@ -703,7 +703,7 @@ impl Config {
             let line = doc.as_ref().and_then(|d| key_offset(d, segs)).map(line_of);
             problems.push(Problem { line, message: format!("unknown key `{}`", segs.join(".")) });
         }
-        let config = match parsed {
+        let mut config = match parsed {
             Ok(c) => c,
             Err(e) => {
                 let line = e.span().map(|s| line_of(s.start));
@@ -722,6 +722,9 @@ impl Config {
             if let Some(message) = target_problem(l) {
                 problems.push(Problem { line: line_at("kind"), message });
             }
+            if let Some(message) = loop_problem(&config.listeners, l) {
+                problems.push(Problem { line: line_at("target"), message });
+            }
             if l.h2c && !matches!(l.kind, ListenerKind::Http | ListenerKind::Auto) {
                 let message = format!("h2c is for http and auto listeners, not {}", l.kind);
                 problems.push(Problem { line: line_at("h2c"), message });
@@ -736,6 +739,9 @@ impl Config {
             let segs: Vec<String> = segs.iter().map(|s| s.to_string()).collect();
             doc.as_ref().and_then(|d| key_offset(d, &segs)).map(line_of)
         };
+        for (i, rule) in config.rules.iter_mut().enumerate() {
+            rule.groups_line = line_in(&["rule", &i.to_string(), "groups"]);
+        }
         let default_allow = config.default_action == DefaultAction::Allow;
         if let Err(errs) = crate::acl::RuleSet::compile(&config.rules, default_allow) {
             for (i, e) in errs {
@@ -790,8 +796,12 @@ impl Config {
 
     /// Checks that need the final listener list (after command-line overrides).
     pub fn check_listeners(&self) -> Result<(), String> {
-        for l in self.effective_listeners() {
-            if let Some(msg) = open_proxy_problem(self, &l).or_else(|| target_problem(&l)) {
+        let listeners = self.effective_listeners();
+        for l in &listeners {
+            if let Some(msg) = open_proxy_problem(self, l)
+                .or_else(|| target_problem(l))
+                .or_else(|| loop_problem(&listeners, l))
+            {
                 return Err(msg);
             }
         }
@@ -888,6 +898,37 @@ fn target_problem(l: &Listener) -> Option<String> {
     }
     if l.target_tls.is_some() && l.kind != ListenerKind::Relay {
         return Some(format!("a {} listener takes no [listener.target_tls]", l.kind));
+    }
+    None
+}
+
+/// A relay whose target is one of the proxy's own listeners (on the same transport) would
+/// connect to itself: every connection or datagram would come back in. Addresses and
+/// `localhost` are recognised here, with the built-in check's notion of "the same
+/// address" (a wildcard listener is every local address); other names, and listeners on
+/// port 0, are known only at run time (where the TCP relay's connect refuses the loop).
+fn loop_problem(listeners: &[Listener], l: &Listener) -> Option<String> {
+    let target = l.target.as_ref().filter(|_| l.kind.needs_target())?;
+    let udp = l.kind == ListenerKind::UdpRelay;
+    let ips: Vec<std::net::IpAddr> = match target.host.parse() {
+        Ok(ip) => vec![ip],
+        Err(_) if target.host == "localhost" => {
+            vec![std::net::Ipv4Addr::LOCALHOST.into(), std::net::Ipv6Addr::LOCALHOST.into()]
+        }
+        Err(_) => return None,
+    };
+    let own = listeners
+        .iter()
+        .filter(|o| o.listen.port() != 0 && (o.kind == ListenerKind::UdpRelay) == udp);
+    for o in own {
+        let builtins = crate::acl::Builtins { own_addresses: vec![o.listen], deny_private: false };
+        if ips.iter().any(|&ip| builtins.check(SocketAddr::new(ip, target.port)).is_some()) {
+            return Some(format!(
+                "target {target} of the {} listener on {} is this proxy's own listener {} \
+                 ({}): the relay would connect to itself",
+                l.kind, l.listen, o.listen, o.kind
+            ));
+        }
     }
     None
 }
@@ -1106,6 +1147,67 @@ mod tests {
         assert!("a:0".parse::<HostPort>().is_err());
         assert!("::1:80".parse::<HostPort>().is_err());
         assert_eq!("Example.COM:443".parse::<HostPort>().map(|h| h.host), Ok("example.com".into()));
+    }
+
+    #[test]
+    fn a_relay_to_an_own_listener_is_refused() {
+        // (listeners before the relay, the relay's kind, its target, a loop?)
+        let table: &[(&str, &str, &str, bool)] = &[
+            ("", "relay", "127.0.0.1:8000", true),
+            ("", "relay", "localhost:8000", true),
+            ("", "relay", "[::ffff:127.0.0.1]:8000", true),
+            ("", "relay", "0.0.0.0:8000", true),
+            ("", "relay", "127.0.0.1:8001", false),
+            ("", "relay", "127.0.0.2:8000", false),
+            ("", "relay", "example.com:8000", false),
+            ("", "udp-relay", "127.0.0.1:8000", true),
+            // Another listener of the proxy, on the same transport.
+            ("listen = \"0.0.0.0:3128\"", "relay", "127.0.0.5:3128", true),
+            ("listen = \"127.0.0.1:3128\"", "relay", "localhost:3128", true),
+            ("listen = \"[::1]:3128\"", "relay", "localhost:3128", true),
+            ("listen = \"127.0.0.1:3128\"", "udp-relay", "127.0.0.1:3128", false),
+            (
+                "kind = \"udp-relay\"\nlisten = \"127.0.0.1:53\"\ntarget = \"192.0.2.1:53\"",
+                "relay",
+                "127.0.0.1:53",
+                false,
+            ),
+            (
+                "kind = \"udp-relay\"\nlisten = \"127.0.0.1:53\"\ntarget = \"192.0.2.1:53\"",
+                "udp-relay",
+                "127.0.0.1:53",
+                true,
+            ),
+            // Port 0 is chosen at start: never a loop here (the built-in check refuses it then).
+            ("listen = \"127.0.0.1:0\"", "relay", "127.0.0.1:9", false),
+        ];
+        for (other, kind, target, want) in table {
+            // (Open-proxy consent for the 0.0.0.0 listener.)
+            let mut text = "allow_open_proxy = true\n".to_string();
+            if !other.is_empty() {
+                text.push_str(&format!("[[listener]]\n{other}\n"));
+            }
+            let target_line = text.lines().count() + 4;
+            text.push_str(&format!(
+                "[[listener]]\nkind = \"{kind}\"\nlisten = \"127.0.0.1:8000\"\n\
+                 target = \"{target}\"\n"
+            ));
+            match (Config::parse(&text), want) {
+                (Ok(_), false) => {}
+                (Err(p), true) => {
+                    assert_eq!(p.len(), 1, "{text}\n{p:?}");
+                    assert_eq!(p[0].line, Some(target_line), "{text}\n{p:?}");
+                    assert!(p[0].message.contains("own listener"), "{text}\n{p:?}");
+                }
+                (got, _) => panic!("{text}\n{got:?}"),
+            }
+        }
+        // Listeners given on the command line are checked at start the same way.
+        let mut c = Config::default();
+        let mut relay = Listener::new(ListenerKind::Relay, "127.0.0.1:8000".parse().expect("addr"));
+        relay.target = Some("127.0.0.1:8000".parse().expect("target"));
+        c.listeners.push(relay);
+        assert!(c.check_listeners().expect_err("loop").contains("own listener"));
     }
 
     #[test]

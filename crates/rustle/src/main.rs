@@ -13,7 +13,7 @@ struct Cli {
     #[command(subcommand)]
     command: Option<Command>,
     /// Configuration file (TOML); see rustle.example.toml.
-    #[arg(long, short, global = true)]
+    #[arg(long, short, value_name = "FILE")]
     config: Option<PathBuf>,
     /// HTTP proxy listener (repeatable). Any listener flag replaces the file's listeners.
     #[arg(long, value_name = "ADDR")]
@@ -58,7 +58,11 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Check a configuration file and print every problem with its line.
-    Check,
+    Check {
+        /// The file to check (`rustle --config FILE check` works too).
+        #[arg(long, short, value_name = "FILE")]
+        config: Option<PathBuf>,
+    },
     /// Print a users-file line (`NAME:$argon2id$...`) for a password read from the
     /// terminal (without echo) or from standard input.
     Passwd {
@@ -92,7 +96,12 @@ fn main() -> ExitCode {
     if let Some(Command::Cert { self_signed, out }) = &cli.command {
         return cert(self_signed, out);
     }
-    let mut cfg = match &cli.config {
+    // `rustle check --config FILE` or `rustle --config FILE check`.
+    let config = match &cli.command {
+        Some(Command::Check { config: Some(path) }) => Some(path),
+        _ => cli.config.as_ref(),
+    };
+    let mut cfg = match config {
         Some(path) => match Config::load(path) {
             Ok(c) => c,
             Err(problems) => {
@@ -102,8 +111,8 @@ fn main() -> ExitCode {
         },
         None => Config::default(),
     };
-    if let Some(Command::Check) = cli.command {
-        return match &cli.config {
+    if let Some(Command::Check { .. }) = cli.command {
+        return match config {
             Some(path) => match rustle::policy::Policy::build(&cfg, &[]) {
                 // Users files, group members and limits are checked as at start-up.
                 Err(problems) => {
@@ -183,6 +192,7 @@ fn main() -> ExitCode {
         tracing::error!("{msg}");
         return ExitCode::from(2);
     }
+    rustle::server::raise_file_limit(&cfg);
     match rustle::server::run_until_signal(cfg, cli.config.clone()) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
@@ -233,14 +243,19 @@ fn cert(name: &str, out: &std::path::Path) -> ExitCode {
             println!("certificate chain: {}", files.chain.display());
             println!("private key:       {}", files.key.display());
             println!();
+            let (chain, key, ca) = (files.chain.display(), files.key.display(), files.ca.display());
+            // A URL's host: an IPv6 address goes in brackets.
+            let host = match name.parse::<std::net::Ipv6Addr>() {
+                Ok(_) => format!("[{name}]"),
+                Err(_) => name.to_string(),
+            };
+            println!("Use {chain} and {key} as the listener's certificate and key");
+            println!("(--tls-cert and --tls-key, or `cert` and `key` in [listener.tls]).");
+            println!("Clients must trust {ca}. The CA's key is not kept.");
             println!(
-                "Use {} and {} for a TLS listener; clients must trust {} \
-                 (e.g. curl --cacert {}). The CA's key is not kept.",
-                files.chain.display(),
-                files.key.display(),
-                files.ca.display(),
-                files.ca.display()
+                "  HTTPS proxy port: curl --proxy https://{host}:PORT --proxy-cacert {ca} URL"
             );
+            println!("  TLS relay:        curl --cacert {ca} https://{host}:PORT/");
             ExitCode::SUCCESS
         }
         Err(e) => {

@@ -118,6 +118,9 @@ impl Policy {
         for (group, member) in users.undefined_members() {
             problems.push(format!("auth.groups: `{member}` in group `{group}` is not a user"));
         }
+        problems.extend(crate::acl::undefined_groups(&cfg.rules, |g| {
+            users.has_group(g) || cfg.auth.groups.contains_key(g)
+        }));
         let default_allow = cfg.default_action == DefaultAction::Allow;
         let rules = RuleSet::compile(&cfg.rules, default_allow).unwrap_or_else(|errs| {
             for (i, e) in errs {

@@ -123,10 +123,14 @@ impl Socket {
 }
 
 /// Binds every configured listener once per worker. The first socket of a listener is
-/// bound first, so that port 0 resolves to one port shared by all workers.
+/// bound first, so that port 0 resolves to one port shared by all workers. An address
+/// something else already serves is refused (`ensure_unused`).
 fn bind_all(listeners: &[Listener], workers: usize) -> anyhow::Result<Vec<WorkerSockets>> {
     let mut per_worker: Vec<Vec<_>> = (0..workers).map(|_| Vec::new()).collect();
     for l in listeners {
+        if l.listen.port() != 0 {
+            ensure_unused(l.listen, l.kind == ListenerKind::UdpRelay)?;
+        }
         let mut l = l.clone();
         for sockets in per_worker.iter_mut() {
             let addr = l.listen;
@@ -141,6 +145,40 @@ fn bind_all(listeners: &[Listener], workers: usize) -> anyhow::Result<Vec<Worker
         }
     }
     Ok(per_worker)
+}
+
+/// Fails, naming the address, when a socket already listens on `addr` (TCP) or is bound
+/// to it (UDP). The workers' sockets use SO_REUSEPORT, which would let them join those of
+/// another rustle started on the same address (same user), the two then splitting the
+/// traffic: so first a probe socket is bound there without SO_REUSEPORT, which the kernel
+/// refuses (EADDRINUSE) while any socket serves the address, a SO_REUSEPORT group or a
+/// wildcard listener covering it included. For TCP the probe has SO_REUSEADDR, so that
+/// connections of an earlier run left in TIME_WAIT do not count. The probe is closed
+/// before the real sockets are bound.
+fn ensure_unused(addr: SocketAddr, udp: bool) -> anyhow::Result<()> {
+    let probe = || -> std::io::Result<()> {
+        let (ty, proto) = match udp {
+            true => (Type::DGRAM, Protocol::UDP),
+            false => (Type::STREAM, Protocol::TCP),
+        };
+        let s = Socket2::new(Domain::for_address(addr), ty, Some(proto))?;
+        if !udp {
+            s.set_reuse_address(true)?;
+        }
+        if addr.is_ipv6() {
+            s.set_only_v6(true)?;
+        }
+        s.bind(&addr.into())
+    };
+    match probe() {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => Err(anyhow::anyhow!(
+            "cannot listen on {addr} ({}): the address is already in use, by another \
+             process (another rustle?) or another listener of this configuration",
+            if udp { "udp" } else { "tcp" }
+        )),
+        Err(e) => Err(e).with_context(|| format!("cannot listen on {addr}")),
+    }
 }
 
 fn bind_udp(addr: SocketAddr) -> std::io::Result<std::net::UdpSocket> {
@@ -330,6 +368,60 @@ pub fn start(cfg: Config) -> anyhow::Result<Running> {
     Ok(Running { addrs, threads, stop, policy_tx, own, traffic })
 }
 
+/// Descriptors the proxy holds besides its connections: standard streams, the event
+/// loops and their wake-ups, listening sockets, the access log, DNS lookups.
+const SPARE_FILES: u64 = 64;
+
+/// Raises the soft open-file limit to the hard one (service managers usually leave the
+/// soft limit at 1024: about 500 proxied connections), and warns, with the figures, when
+/// even the hard limit is below what `limits.max_connections` needs: a proxied connection
+/// holds two descriptors (client and upstream), four more while splicing (two pipes).
+/// Past the limit, accepting pauses (see `AcceptFailures`) and connecting upstream fails.
+pub fn raise_file_limit(cfg: &Config) {
+    use rlimit::Resource;
+    let (soft, hard) = match Resource::NOFILE.get() {
+        Ok(limits) => limits,
+        Err(e) => {
+            tracing::warn!("cannot read the open-file limit: {e}");
+            return;
+        }
+    };
+    // An unlimited hard limit still stops at the kernel's per-process ceiling.
+    let target = match hard {
+        rlimit::INFINITY => std::fs::read_to_string("/proc/sys/fs/nr_open")
+            .ok()
+            .and_then(|t| t.trim().parse().ok())
+            .unwrap_or(1 << 20),
+        hard => hard,
+    };
+    let mut limit = soft;
+    if soft < target {
+        match Resource::NOFILE.set(target, hard) {
+            Ok(()) => {
+                limit = target;
+                tracing::info!("open-file limit raised from {soft} to {target} (the hard limit)");
+            }
+            Err(e) => {
+                tracing::warn!("cannot raise the open-file limit from {soft} to {target}: {e}")
+            }
+        }
+    }
+    let listening = cfg.effective_listeners().len() * cfg.worker_count();
+    let connections = cfg.limits.max_connections;
+    let need = u64::try_from(connections)
+        .unwrap_or(u64::MAX)
+        .saturating_mul(2)
+        .saturating_add(u64::try_from(listening).unwrap_or(u64::MAX))
+        .saturating_add(SPARE_FILES);
+    if limit < need {
+        tracing::warn!(
+            "open-file limit {limit} (hard limit {hard}) is below the {need} that \
+             limits.max_connections = {connections} needs (2 per proxied connection, more while \
+             splicing): raise it (systemd LimitNOFILE=, ulimit -Hn) or lower max_connections"
+        );
+    }
+}
+
 /// Kernel TLS: probed and said once at start. Where the kernel has the `tls` module,
 /// finished handshakes hand their keys to it (the `ktls` crate); elsewhere TLS runs in
 /// user space (rustls).
@@ -461,7 +553,7 @@ async fn accept_loop(
     listener: AsyncFd<std::net::TcpListener>,
 ) {
     let mut shutdown = worker.shutdown.clone();
-    let local = listener.get_ref().local_addr().ok();
+    let mut failures = AcceptFailures::default();
     loop {
         let accepted = tokio::select! {
             r = listener.async_io(Interest::READABLE, accept_one) => r,
@@ -470,11 +562,14 @@ async fn accept_loop(
         let (stream, peer) = match accepted {
             Ok(x) => x,
             Err(e) => {
-                tracing::warn!("accept on {local:?}: {e}; pausing");
+                failures.failed(config.listen, &e);
                 tokio::time::sleep(ACCEPT_BACKOFF).await;
                 continue;
             }
         };
+        if failures.in_a_row > 0 {
+            failures.recovered(config.listen);
+        }
         let open = worker.open.fetch_add(1, Ordering::Relaxed) + 1;
         worker.active.set(worker.active.get() + 1);
         let client_slot = worker.conn_limits.acquire_client(peer.ip());
@@ -506,7 +601,7 @@ async fn accept_loop(
             Ok(s) => s,
             Err(e) => {
                 // Out of epoll room or memory: pause as after a failed accept.
-                tracing::warn!("{peer}: cannot register the connection: {e}; pausing");
+                failures.failed(config.listen, &format_args!("{peer}: cannot register: {e}"));
                 drop(guard);
                 tokio::time::sleep(ACCEPT_BACKOFF).await;
                 continue;
@@ -542,6 +637,43 @@ async fn accept_loop(
             // UDP listeners have no accept loop.
             ListenerKind::UdpRelay => {}
         }
+    }
+}
+
+/// Least time between two log lines about failed accepts on one listener (of a worker).
+const ACCEPT_FAILURE_LOG_EVERY: Duration = Duration::from_secs(1);
+
+/// Failed accepts of one listener in one worker. At the file limit every retry fails
+/// (ten a second, see `ACCEPT_BACKOFF`): one line a second says so, with the count of
+/// those not logged, and one more says when accepting works again.
+#[derive(Default)]
+struct AcceptFailures {
+    /// Failures since the last successful accept.
+    in_a_row: u64,
+    /// Failures since the last line.
+    unlogged: u64,
+    logged: Option<Instant>,
+}
+
+impl AcceptFailures {
+    fn failed(&mut self, listen: SocketAddr, e: &dyn std::fmt::Display) {
+        self.in_a_row += 1;
+        let now = Instant::now();
+        if self.logged.is_some_and(|t| now.duration_since(t) < ACCEPT_FAILURE_LOG_EVERY) {
+            self.unlogged += 1;
+            return;
+        }
+        match self.unlogged {
+            0 => tracing::warn!("accept on {listen}: {e}; pausing"),
+            n => tracing::warn!("accept on {listen}: {e}; pausing ({n} more failures not logged)"),
+        }
+        self.logged = Some(now);
+        self.unlogged = 0;
+    }
+
+    fn recovered(&mut self, listen: SocketAddr) {
+        tracing::info!("accept on {listen}: accepting again after {} failures", self.in_a_row);
+        *self = AcceptFailures::default();
     }
 }
 

@@ -22,6 +22,7 @@ mod loadgen;
 mod relay;
 mod rules;
 mod socks;
+mod startup;
 mod tls;
 mod udp;
 mod websocket;

@@ -1,0 +1,360 @@
+//! Starting the real binary: an address another process already serves, the open-file
+//! limit and accept errors at it, `rustle check` of mistakes only the whole file shows,
+//! and the subcommands' help and hints.
+
+use std::io::{BufRead, BufReader, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use rustle_bench::pattern::pattern;
+use rustle_bench::Origin;
+
+use crate::util::*;
+
+/// A rustle process (possibly behind `prlimit`, which execs it: same pid), its standard
+/// error collected as it comes; killed on drop if still running.
+struct Process {
+    child: Child,
+    stderr: Arc<Mutex<String>>,
+}
+
+impl Process {
+    fn spawn(program: &str, args: &[&str]) -> Process {
+        let mut child = Command::new(program)
+            .args(args)
+            .env("RUST_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("start {program}: {e}"));
+        let stderr = Arc::new(Mutex::new(String::new()));
+        let seen = stderr.clone();
+        let mut lines = BufReader::new(child.stderr.take().unwrap());
+        std::thread::spawn(move || {
+            let mut line = String::new();
+            while lines.read_line(&mut line).is_ok_and(|n| n > 0) {
+                seen.lock().unwrap().push_str(&line);
+                line.clear();
+            }
+        });
+        Process { child, stderr }
+    }
+
+    fn stderr(&self) -> String {
+        self.stderr.lock().unwrap().clone()
+    }
+
+    /// Waits until standard error has a line containing `what`.
+    fn wait_for(&mut self, what: &str) -> String {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let text = self.stderr();
+            if let Some(line) = text.lines().find(|l| l.contains(what)) {
+                return line.to_string();
+            }
+            if let Ok(Some(status)) = self.child.try_wait() {
+                panic!("rustle exited ({status}) before saying `{what}`: {text}");
+            }
+            assert!(Instant::now() < deadline, "rustle did not say `{what}`: {text}");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// The address of the first "listening on ADDR (kind)" line.
+    fn listening(&mut self) -> SocketAddr {
+        let line = self.wait_for("listening on ");
+        let rest = line.split("listening on ").nth(1).unwrap();
+        rest.split(' ').next().unwrap().parse().expect("listening address")
+    }
+
+    fn wait(&mut self, limit: Duration) -> Option<ExitStatus> {
+        let deadline = Instant::now() + limit;
+        loop {
+            if let Some(s) = self.child.try_wait().unwrap() {
+                return Some(s);
+            }
+            if Instant::now() > deadline {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+}
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// A loopback port free right now (TCP or UDP).
+fn free_port(udp: bool) -> u16 {
+    match udp {
+        false => std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port(),
+        true => std::net::UdpSocket::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port(),
+    }
+}
+
+/// Starts a first instance with `flag VALUE`, VALUE made from a fixed free address, then
+/// a second one the same way: the second must exit with an error naming the address, the
+/// first keep running. Returns the first and its address.
+fn second_instance_is_refused(
+    flag: &str,
+    value: impl Fn(&str) -> String,
+    udp: bool,
+) -> (Process, SocketAddr) {
+    let addr = format!("127.0.0.1:{}", free_port(udp));
+    let args = [flag, &value(&addr), "--workers", "2"];
+    let mut first = Process::spawn(rustle_bin(), &args);
+    assert_eq!(first.listening().to_string(), addr);
+    let mut second = Process::spawn(rustle_bin(), &args);
+    let status = second
+        .wait(Duration::from_secs(10))
+        .unwrap_or_else(|| panic!("a second rustle on {addr} kept running: {}", second.stderr()));
+    assert!(!status.success(), "second instance: {status}");
+    let err = second.stderr();
+    assert!(
+        err.lines().any(|l| l.contains(&addr) && l.contains("already in use")),
+        "the second instance's error does not name {addr}: {err}"
+    );
+    assert!(!err.contains("listening on"), "{err}");
+    assert_eq!(first.wait(Duration::from_millis(100)), None, "the first instance stopped");
+    (first, addr.parse().unwrap())
+}
+
+#[test]
+fn a_second_instance_on_the_same_tcp_port_is_refused() {
+    let origin = Origin::start().unwrap();
+    let (_first, addr) = second_instance_is_refused("--http", |a| a.to_string(), false);
+    // The first has the port to itself: every connection is served by it.
+    for _ in 0..4 {
+        let mut c = Conn::open(addr);
+        c.send(&get(&origin.url("/bytes/10")));
+        assert_eq!(c.read_response().body, pattern(10));
+    }
+}
+
+#[test]
+fn a_second_instance_on_the_same_udp_port_is_refused() {
+    let target = free_port(true);
+    second_instance_is_refused("--udp-relay", |a| format!("{a}=127.0.0.1:{target}"), true);
+}
+
+/// `FIELD soft hard` of /proc/PID/limits for open files.
+fn nofile_of(pid: u32) -> (u64, u64) {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/limits")).unwrap();
+    let line = text.lines().find(|l| l.starts_with("Max open files")).unwrap();
+    let fields: Vec<&str> = line.split_whitespace().collect();
+    (fields[3].parse().unwrap(), fields[4].parse().unwrap())
+}
+
+#[test]
+fn the_soft_file_limit_is_raised_to_the_hard_one_with_a_warning_when_low() {
+    if !have("prlimit") {
+        return;
+    }
+    let args = ["--nofile=1024:4096", rustle_bin(), "--http", "127.0.0.1:0", "--workers", "1"];
+    let mut p = Process::spawn("prlimit", &args);
+    p.listening();
+    assert_eq!(nofile_of(p.child.id()), (4096, 4096), "{}", p.stderr());
+    // 4096 descriptors are too few for the default 10,000 connections: said once, with the
+    // figures.
+    let err = p.stderr();
+    assert!(err.contains("open-file limit raised from 1024 to 4096"), "{err}");
+    let warned: Vec<&str> =
+        err.lines().filter(|l| l.contains("open-file limit") && l.contains("below")).collect();
+    assert_eq!(warned.len(), 1, "{err}");
+    assert!(warned[0].contains("4096") && warned[0].contains("10000"), "{err}");
+    drop(p);
+
+    // Enough for what the configuration allows: no warning.
+    let dir = TempDir::new("nofile");
+    let file = dir.file("rustle.toml");
+    std::fs::write(
+        &file,
+        "workers = 1\n[limits]\nmax_connections = 1000\n\
+         [[listener]]\nlisten = \"127.0.0.1:0\"\n",
+    )
+    .unwrap();
+    let args = ["--nofile=1024:4096", rustle_bin(), "--config", file.to_str().unwrap()];
+    let mut p = Process::spawn("prlimit", &args);
+    p.listening();
+    assert_eq!(nofile_of(p.child.id()), (4096, 4096));
+    let err = p.stderr();
+    assert!(!err.contains("below"), "{err}");
+}
+
+#[test]
+fn accept_errors_at_the_file_limit_are_logged_once_a_second() {
+    if !have("prlimit") {
+        return;
+    }
+    let origin = Origin::start().unwrap();
+    let args = ["--nofile=64:64", rustle_bin(), "--http", "127.0.0.1:0", "--workers", "1"];
+    let mut p = Process::spawn("prlimit", &args);
+    let addr = p.listening();
+    // Clients that send the start of a head each hold a descriptor of the proxy (until the
+    // header timeout); more than the limit leaves the rest in the backlog, accept failing.
+    let mut held = Vec::new();
+    for _ in 0..80 {
+        let mut s = TcpStream::connect(addr).unwrap();
+        s.write_all(b"GET http://example.test/ HTTP/1.1\r\n").unwrap();
+        held.push(s);
+    }
+    p.wait_for("Too many open files");
+    std::thread::sleep(Duration::from_millis(2000));
+    drop(held);
+    // Accepting again: a request is served.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let mut c = Conn::open(addr);
+        c.send(&get(&origin.url("/bytes/10")));
+        let r = c.read_response();
+        if r.status == 200 {
+            assert_eq!(r.body, pattern(10));
+            break;
+        }
+        assert!(Instant::now() < deadline, "no request served after the clients left");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let err = p.stderr();
+    let lines = err.lines().filter(|l| l.contains("Too many open files")).count();
+    assert!((1..=4).contains(&lines), "{lines} lines about the file limit in 2 s: {err}");
+    assert!(!err.contains("Some("), "{err}");
+    assert!(err.contains(&format!("accept on {addr}")), "{err}");
+}
+
+fn check(text: &str) -> (bool, String) {
+    let dir = TempDir::new("check");
+    let file = dir.file("rustle.toml");
+    std::fs::write(&file, text).unwrap();
+    let out = Command::new(rustle_bin())
+        .args(["check", "--config", file.to_str().unwrap()])
+        .output()
+        .expect("run rustle check");
+    (out.status.success(), String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+/// Starts the binary on a file; its exit status and standard error when it exits within
+/// 10 s, None when it starts.
+fn start_on(text: &str) -> Option<(ExitStatus, String)> {
+    let dir = TempDir::new("start");
+    let file = dir.file("rustle.toml");
+    std::fs::write(&file, text).unwrap();
+    let mut p = Process::spawn(rustle_bin(), &["--config", file.to_str().unwrap()]);
+    let status = p.wait(Duration::from_secs(10))?;
+    Some((status, p.stderr()))
+}
+
+#[test]
+fn check_and_start_refuse_a_relay_to_an_own_listener() {
+    let (port, http, udp) = (free_port(false), free_port(false), free_port(true));
+    let cases = [
+        // A relay to itself.
+        format!("[[listener]]\nkind = \"relay\"\nlisten = \"127.0.0.1:{port}\"\ntarget = \"127.0.0.1:{port}\"\n"),
+        // To another listener of this proxy, named as localhost.
+        format!(
+            "[[listener]]\nlisten = \"127.0.0.1:{http}\"\n\
+             [[listener]]\nkind = \"relay\"\nlisten = \"127.0.0.1:{port}\"\ntarget = \"localhost:{http}\"\n"
+        ),
+        // A UDP relay to itself.
+        format!("[[listener]]\nkind = \"udp-relay\"\nlisten = \"127.0.0.1:{udp}\"\ntarget = \"127.0.0.1:{udp}\"\n"),
+    ];
+    for text in &cases {
+        let target_line = text.lines().position(|l| l.starts_with("target")).unwrap() + 1;
+        let (ok, err) = check(text);
+        assert!(!ok, "check passed a relay loop:\n{text}");
+        assert!(
+            err.contains(&format!("line {target_line}:")) && err.contains("own listener"),
+            "{text}\n{err}"
+        );
+        let (status, err) = start_on(text).expect("rustle started with a relay loop");
+        assert!(!status.success() && err.contains("own listener"), "{text}\n{err}");
+    }
+    // The same from the command line.
+    let relay = format!("127.0.0.1:{port}=127.0.0.1:{port}");
+    let mut p = Process::spawn(rustle_bin(), &["--relay", &relay]);
+    let status = p.wait(Duration::from_secs(10)).expect("rustle started with a relay loop");
+    assert!(!status.success() && p.stderr().contains("own listener"), "{}", p.stderr());
+    // A TCP relay to a UDP listener's port number is no loop.
+    let text = format!(
+        "[[listener]]\nkind = \"udp-relay\"\nlisten = \"127.0.0.1:{udp}\"\ntarget = \"127.0.0.1:9\"\n\
+         [[listener]]\nkind = \"relay\"\nlisten = \"127.0.0.1:{port}\"\ntarget = \"127.0.0.1:{udp}\"\n"
+    );
+    let (ok, err) = check(&text);
+    assert!(ok, "{err}");
+}
+
+#[test]
+fn check_and_start_refuse_a_rule_naming_an_unknown_group() {
+    let user = "[[auth.user]]\nname = \"alice\"\npassword = \"plain:pw\"\ngroups = [\"staff\"]\n";
+    let text = format!(
+        "[[listener]]\nlisten = \"127.0.0.1:0\"\nauth = true\n{user}\
+         [[rule]]\naction = \"allow\"\ngroups = [\"staff\"]\n\
+         [[rule]]\naction = \"allow\"\ngroups = [\"admins\"]\n"
+    );
+    let line = text.lines().position(|l| l.contains("admins")).unwrap() + 1;
+    let (ok, err) = check(&text);
+    assert!(!ok, "check passed a rule naming an unknown group");
+    assert!(
+        err.lines().any(|l| l.contains(&format!("line {line}:")) && l.contains("`admins`")),
+        "{err}"
+    );
+    assert!(!err.contains("`staff`"), "{err}");
+    let (status, err) = start_on(&text).expect("rustle started with an unknown group");
+    assert!(!status.success() && err.contains("`admins`"), "{err}");
+
+    // Groups of a users file count, and so does a group declared empty in [auth.groups].
+    let dir = TempDir::new("groups");
+    let users = dir.file("users");
+    std::fs::write(&users, "bob:plain:pw:admins\n").unwrap();
+    let text = format!(
+        "[[listener]]\nlisten = \"127.0.0.1:0\"\nauth = true\n{user}\
+         [auth]\nusers_file = \"{}\"\n[auth.groups]\nauditors = []\n\
+         [[rule]]\naction = \"allow\"\ngroups = [\"admins\", \"staff\", \"auditors\"]\n",
+        users.display()
+    );
+    let (ok, err) = check(&text);
+    assert!(ok, "{err}");
+}
+
+#[test]
+fn subcommands_list_only_their_own_options() {
+    for (sub, config) in [("cert", false), ("passwd", false), ("check", true)] {
+        let out = Command::new(rustle_bin()).args([sub, "--help"]).output().unwrap();
+        assert_success(&format!("rustle {sub} --help"), &out);
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(text.contains("--config"), config, "rustle {sub} --help:\n{text}");
+    }
+    let out = Command::new(rustle_bin()).arg("--help").output().unwrap();
+    assert_success("rustle --help", &out);
+    assert!(String::from_utf8_lossy(&out.stdout).contains("--config"));
+}
+
+#[test]
+fn cert_names_the_curl_options_that_trust_the_ca() {
+    let dir = TempDir::new("cert");
+    let out = Command::new(rustle_bin())
+        .args(["cert", "--self-signed", "proxy.test", "--out"])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert_success("rustle cert", &out);
+    let text = String::from_utf8_lossy(&out.stdout);
+    let ca = dir.file("ca.pem");
+    let ca = ca.display();
+    // The HTTPS proxy port: the proxy's certificate is checked with --proxy-cacert.
+    assert!(
+        text.contains(&format!("curl --proxy https://proxy.test:PORT --proxy-cacert {ca}")),
+        "{text}"
+    );
+    // A TLS relay is the server itself to curl: --cacert.
+    assert!(text.contains(&format!("curl --cacert {ca} https://proxy.test:PORT/")), "{text}");
+    assert!(text.contains("--tls-cert") && text.contains("--tls-key"), "{text}");
+}
