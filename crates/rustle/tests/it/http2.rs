@@ -709,7 +709,7 @@ fn raw_h2(addr: SocketAddr) -> std::net::TcpStream {
 /// the connection ends (None).
 fn read_frame_until(
     s: &mut std::net::TcpStream,
-    want: impl Fn(u8, u8, u32, &[u8]) -> bool,
+    mut want: impl FnMut(u8, u8, u32, &[u8]) -> bool,
 ) -> Option<(u8, u32, Vec<u8>)> {
     loop {
         let mut head = [0u8; 9];
@@ -773,6 +773,44 @@ fn ping_and_settings_floods_get_goaway() {
         let flood: Vec<u8> = (0..100).flat_map(|_| frame(kind, 0, 0, payload)).collect();
         let _ = s.write_all(&flood);
         assert_eq!(goaway_code(&mut s), Some(ENHANCE_YOUR_CALM), "frame type {kind}");
+    }
+}
+
+/// Ten thousand PINGs (or SETTINGS) in one write get no more answers than the limit
+/// allows: the limit holds per frame, not per read.
+#[test]
+fn a_flood_in_one_write_gets_at_most_the_limit_of_answers() {
+    let limit = 100;
+    let proxy = h2c_proxy(|c| {
+        c.http2.max_pings = limit;
+        c.http2.max_settings = limit;
+    });
+    for kind in [PING, SETTINGS] {
+        let mut s = raw_h2(proxy.addr());
+        let payload: &[u8] = if kind == PING { &[0; 8] } else { &[] };
+        let flood: Vec<u8> = (0..10_000).flat_map(|_| frame(kind, 0, 0, payload)).collect();
+        // The proxy may close before it has read all of it.
+        let writer = {
+            let mut s = s.try_clone().unwrap();
+            std::thread::spawn(move || {
+                let _ = s.write_all(&flood);
+            })
+        };
+        let mut acks = 0u32;
+        let mut code = None;
+        let _ = read_frame_until(&mut s, |t, flags, _, p| {
+            if t == kind && flags & 1 == 1 {
+                acks += 1;
+            }
+            if t == GOAWAY {
+                code = Some(u32::from_be_bytes([p[4], p[5], p[6], p[7]]));
+            }
+            false
+        });
+        writer.join().unwrap();
+        // (The raw client's first SETTINGS counts among the SETTINGS.)
+        assert!(acks <= limit, "frame type {kind}: {acks} acknowledgements, limit {limit}");
+        assert_eq!(code, Some(ENHANCE_YOUR_CALM), "frame type {kind} ({acks} acknowledgements)");
     }
 }
 
