@@ -262,6 +262,9 @@ pub async fn forward(c: &mut Client, ex: &mut Exchange) -> Result<Next, Error> {
                 // Kept by this client connection for its next request (most go to the
                 // same origin); the pool gets it if the next one goes elsewhere.
                 c.park_upstream(&key, up, addr);
+            } else {
+                // A clean end: a TLS origin gets its close_notify.
+                up.close_now();
             }
             c.key = key;
             if !body_done || (client_close && !c.buf.is_empty()) {

@@ -298,7 +298,9 @@ async fn serve_with<IO>(
             }
             Event::Idle if closing => {
                 tracing::debug!("{peer}: HTTP/2 connection did not close in time; dropping it");
-                // Its grace is used up: nothing more is waited for.
+                // Its grace is used up: nothing more is waited for (its end is still
+                // said: close_notify on TLS, if the socket takes it).
+                out.borrow_mut().shutdown_now();
                 return;
             }
             Event::Idle => {

@@ -208,6 +208,9 @@ pub(super) async fn forward(
             worker.give_buf(ubuf);
             if reusable {
                 worker.upstreams.put(&key, up, addr);
+            } else {
+                // A clean end: a TLS origin gets its close_notify.
+                up.close_now();
             }
             Ok(())
         }

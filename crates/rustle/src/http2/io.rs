@@ -130,6 +130,12 @@ impl<IO: AsyncWrite + Unpin> Out<IO> {
         Poll::Ready(Ok(()))
     }
 
+    /// Ends the stream without waiting (a TLS stream's close_notify, then FIN), when
+    /// the connection's grace is used up.
+    pub fn shutdown_now(&mut self) {
+        crate::conn::shutdown_now(&mut self.io);
+    }
+
     /// Sends what gathered and flushes the stream (a TLS stream's last record).
     pub fn poll_send(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         ready!(self.poll_drain(cx))?;
