@@ -5,7 +5,7 @@
 
 use rustle_proto::http::{
     parse_response, write_request, write_response, BodyKind, Method, RequestRewrite, ResponseHead,
-    ResponseRewrite, Scheme, Target,
+    ResponseRewrite, Target,
 };
 use std::net::SocketAddr;
 
@@ -65,7 +65,7 @@ pub async fn forward(c: &mut Client, ex: &mut Exchange) -> Result<Next, Error> {
     let Target::Absolute { host, port, scheme, .. } = c.head.target else {
         return Err(Error::Unsupported("not an absolute-form request"));
     };
-    let https = scheme == Scheme::Https;
+    let https = scheme.is_tls();
     let head = &c.head;
     let filled = c.buf.filled();
     // The pool key, `host:port` lowercased (`https://host:port` for TLS origins), in a

@@ -363,7 +363,8 @@ impl Client {
         }
         match head.target {
             Target::Authority { .. } => crate::connect::tunnel(self, ex).await,
-            // https:// in absolute form (as squid takes it): TLS is originated here.
+            // https:// (and wss:// in an upgrade) in absolute form, as squid takes it: TLS
+            // is originated here.
             Target::Absolute { .. } => crate::forward::forward(self, ex).await,
             Target::Origin { .. } | Target::Asterisk => Err(Error::Unsupported(
                 "this is a forward proxy: requests need an absolute URI such as \

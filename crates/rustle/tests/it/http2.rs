@@ -512,6 +512,32 @@ async fn websocket_over_extended_connect_echoes() {
     assert_eq!(resp.status(), 400);
 }
 
+/// `:scheme ws` on a WebSocket stream is taken as `http` (as HTTP/1.1 takes ws://);
+/// `https`/`wss` and plain requests naming ws get a 400 that says why.
+#[tokio::test]
+async fn websocket_schemes_over_extended_connect() {
+    let origin = Origin::start().unwrap();
+    let proxy = h2c_proxy(|_| {});
+    let mut c = websocket_client(proxy.addr()).await;
+    let ws = origin.url("/ws").replacen("http://", "ws://", 1);
+    let (resp, _send) = c.send_request(websocket_request(&ws), false).expect("send");
+    assert_eq!(resp.await.expect("response").status(), 200, "{ws}");
+    for (url, websocket, said) in [
+        (origin.url("/ws").replacen("http://", "https://", 1), true, "TLS origin"),
+        (origin.url("/ws").replacen("http://", "wss://", 1), true, "TLS origin"),
+        (ws.clone(), false, "only for a websocket upgrade"),
+    ] {
+        let req = match websocket {
+            true => websocket_request(&url),
+            false => request(Method::GET, &url).body(()).unwrap(),
+        };
+        let (resp, body) = exchange(&mut c, req, None).await;
+        assert_eq!(resp.status(), 400, "{url}");
+        let body = String::from_utf8_lossy(&body);
+        assert!(body.contains(said), "{url}: {body}");
+    }
+}
+
 #[tokio::test]
 async fn a_websocket_origin_with_a_wrong_accept_gets_502() {
     // An origin that upgrades without proving it read the key.
