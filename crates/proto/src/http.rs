@@ -101,6 +101,18 @@ impl Method {
 pub enum Scheme {
     Http,
     Https,
+    /// `ws://`, as WebSocket clients (aiohttp) send it to an HTTP proxy: the origin is
+    /// asked as for `http://`. Only in upgrade requests (the parser refuses it otherwise).
+    Ws,
+    /// `wss://`: as `https://` (TLS to the origin), only in upgrade requests.
+    Wss,
+}
+
+impl Scheme {
+    /// Whether the origin is reached over TLS.
+    pub fn is_tls(self) -> bool {
+        matches!(self, Scheme::Https | Scheme::Wss)
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -110,7 +122,7 @@ pub enum Target {
     /// brackets), for the Host header; `path` is the path+query (may be
     /// empty, which means "/" when written, and may start with `?` when the
     /// target had a query but no path, in which case the writer puts a "/"
-    /// in front); port defaults to 80 for http and 443 for https.
+    /// in front); port defaults to 80 for http and ws, 443 for https and wss.
     Absolute { scheme: Scheme, host: Span, port: u16, authority: Span, path: Span },
     /// authority-form `host:port` (CONNECT only); port is required; host excludes brackets.
     Authority { host: Span, port: u16, authority: Span },

@@ -81,6 +81,16 @@ impl Stream {
         !matches!(self, Stream::Tcp(_) | Stream::Fresh(_))
     }
 
+    /// Ends a TLS session that is dropped without anything to wait for (an idle pooled
+    /// origin connection, one that cannot be reused): close_notify and FIN go out now if
+    /// the socket has room for them (it nearly always has), else the close goes without.
+    /// Nothing for plain TCP, whose close says all.
+    pub fn close_now(&mut self) {
+        if self.is_tls() {
+            shutdown_now(self);
+        }
+    }
+
     /// Registers a `Fresh` socket with the event loop (it becomes `Tcp`); other streams
     /// are left as they are.
     pub fn register(&mut self) -> io::Result<()> {
@@ -146,6 +156,13 @@ impl Stream {
             }
         }
     }
+}
+
+/// One try at shutting a writer down (for a TLS stream: close_notify, then FIN), for
+/// when nothing can be waited for: whatever would block is given up.
+pub fn shutdown_now<W: AsyncWrite + Unpin + ?Sized>(w: &mut W) {
+    let mut cx = Context::from_waker(std::task::Waker::noop());
+    let _ = Pin::new(w).poll_shutdown(&mut cx);
 }
 
 /// Gives splice(2) the socket behind a reader or writer when its bytes are the payload.

@@ -5,7 +5,7 @@
 
 use rustle_proto::http::{
     parse_response, write_request, write_response, BodyKind, Method, RequestRewrite, ResponseHead,
-    ResponseRewrite, Scheme, Target,
+    ResponseRewrite, Target,
 };
 use std::future::Future;
 use std::net::SocketAddr;
@@ -73,7 +73,7 @@ pub async fn forward(c: &mut Client, ex: &mut Exchange) -> Result<Next, Error> {
     let Target::Absolute { host, port, scheme, .. } = c.head.target else {
         return Err(Error::Unsupported("not an absolute-form request"));
     };
-    let https = scheme == Scheme::Https;
+    let https = scheme.is_tls();
     let head = &c.head;
     let filled = c.buf.filled();
     // The pool key, `host:port` lowercased (`https://host:port` for TLS origins), in a
@@ -292,6 +292,9 @@ pub async fn forward(c: &mut Client, ex: &mut Exchange) -> Result<Next, Error> {
                 // Kept by this client connection for its next request (most go to the
                 // same origin); the pool gets it if the next one goes elsewhere.
                 c.park_upstream(&key, up, addr);
+            } else {
+                // A clean end: a TLS origin gets its close_notify.
+                up.close_now();
             }
             c.key = key;
             if !body_done || (client_close && !c.buf.is_empty()) {

@@ -21,7 +21,8 @@ use crate::error::{ConnectError, Error, Phase};
 use crate::server::{ConnGuard, Worker};
 use crate::tunnel::{Handoff, Record};
 
-/// How long an error response may take to reach a client before it is abandoned.
+/// How long an error response, or the TLS close_notify that ends a connection, may take
+/// to reach a client before it is abandoned.
 const ERROR_WRITE_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// What happens to a client connection after an exchange.
@@ -154,6 +155,8 @@ async fn serve_with(
         c.user = Some(Rc::from(user));
         c.cert_auth = true;
     }
+    // Whether the connection ends without an error (which `fail` has dealt with).
+    let mut clean = true;
     loop {
         let start = worker.stamp();
         match c.read_head().await {
@@ -172,6 +175,7 @@ async fn serve_with(
                 c.target.clear();
                 let mut ex = Exchange::new(start);
                 c.fail(&mut ex, &e).await;
+                clean = false;
                 break;
             }
         }
@@ -211,6 +215,7 @@ async fn serve_with(
             }
             Err(e) => {
                 c.fail(&mut ex, &e).await;
+                clean = false;
                 Next::Close
             }
         };
@@ -220,6 +225,14 @@ async fn serve_with(
     }
     c.release_upstream();
     worker.give_buf(std::mem::take(&mut c.buf));
+    // A TLS session this side ends ends with close_notify: without it a client cannot
+    // tell a whole close-delimited answer from a cut one (GnuTLS clients fail the
+    // session). `fail` ends its own sessions, and sends nothing after a cut answer, whose
+    // missing close_notify is the client's sign of it. A plain connection's close says
+    // all (no shutdown syscall for it).
+    if clean && c.stream.is_tls() {
+        let _ = tokio::time::timeout(ERROR_WRITE_TIMEOUT, c.stream.shutdown()).await;
+    }
 }
 
 /// Answers a connection over the limit with 503 and closes it.
@@ -350,7 +363,8 @@ impl Client {
         }
         match head.target {
             Target::Authority { .. } => crate::connect::tunnel(self, ex).await,
-            // https:// in absolute form (as squid takes it): TLS is originated here.
+            // https:// (and wss:// in an upgrade) in absolute form, as squid takes it: TLS
+            // is originated here.
             Target::Absolute { .. } => crate::forward::forward(self, ex).await,
             Target::Origin { .. } | Target::Asterisk => Err(Error::Unsupported(
                 "this is a forward proxy: requests need an absolute URI such as \
@@ -405,8 +419,10 @@ impl Client {
 
     /// Gives the kept origin connection to the worker's pool.
     fn release_upstream(&mut self) {
-        if let Some((stream, addr)) = self.sticky.take() {
-            if !self.worker.stopping.get() {
+        if let Some((mut stream, addr)) = self.sticky.take() {
+            if self.worker.stopping.get() {
+                stream.close_now();
+            } else {
                 self.worker.upstreams.put(&self.sticky_key, stream, addr);
             }
         }
@@ -438,12 +454,14 @@ impl Client {
         };
         let filter = access.filter().map_err(|d| Error::Connect(ConnectError::Denied(d)))?;
         if let Some(key) = key {
-            if let Some((s, a)) = self.sticky.take() {
+            if let Some((mut s, a)) = self.sticky.take() {
                 let same = self.sticky_key == key;
                 if same && filter(a).is_none() && !crate::upstream::is_stale(s.socket()) {
                     return Ok((s, a, true));
                 }
-                if !same {
+                if same {
+                    s.close_now();
+                } else {
                     self.worker.upstreams.put(&self.sticky_key, s, a);
                 }
             }

@@ -7,7 +7,8 @@
 //!
 //! Abuse: the crate enforces the stream, header-list, reset-queue and send-buffer limits
 //! it is configured with; `io::Watch` counts the frames it answers on its own (PING,
-//! SETTINGS, RST_STREAM) and a connection over a limit gets GOAWAY ENHANCE_YOUR_CALM.
+//! SETTINGS, RST_STREAM) frame by frame; a connection over a limit gets GOAWAY
+//! ENHANCE_YOUR_CALM, and h2 never sees the frame past the limit nor any after it.
 //! Streams that cannot send for `timeouts.io` (a zero window) are reset.
 
 mod forward;
@@ -297,7 +298,9 @@ async fn serve_with<IO>(
             }
             Event::Idle if closing => {
                 tracing::debug!("{peer}: HTTP/2 connection did not close in time; dropping it");
-                // Its grace is used up: nothing more is waited for.
+                // Its grace is used up: nothing more is waited for (its end is still
+                // said: close_notify on TLS, if the socket takes it).
+                out.borrow_mut().shutdown_now();
                 return;
             }
             Event::Idle => {

@@ -163,29 +163,33 @@ impl Upstreams {
         let Pool { map, total } = &mut *pool;
         let list = map.get_mut(key)?;
         let deadline = Instant::now().checked_sub(self.cfg.pool_idle_timeout);
-        while let Some(idle) = list.pop() {
+        while let Some(mut idle) = list.pop() {
             *total -= 1;
             let expired = deadline.is_some_and(|d| idle.since < d);
             if !expired && !is_stale(idle.stream.socket()) {
                 return Some((idle.stream, idle.addr));
             }
+            idle.stream.close_now();
         }
         None
     }
 
     /// Parks a connection whose last exchange ended cleanly.
-    pub fn put(&self, key: &[u8], stream: Stream, addr: SocketAddr) {
+    /// A connection the pool has no room for is closed (a TLS one with close_notify).
+    pub fn put(&self, key: &[u8], mut stream: Stream, addr: SocketAddr) {
         let mut pool = self.pool.borrow_mut();
-        if pool.total >= self.cfg.pool_max_idle {
+        let max = self.cfg.pool_max_idle_per_host;
+        let Pool { map, total } = &mut *pool;
+        let list = map.get_mut(key);
+        let full = *total >= self.cfg.pool_max_idle
+            || list.as_ref().map_or(max == 0, |list| list.len() >= max);
+        if full {
+            stream.close_now();
             return;
         }
-        let max = self.cfg.pool_max_idle_per_host;
         let idle = Idle { stream, addr, since: Instant::now() };
-        let Pool { map, total } = &mut *pool;
-        match map.get_mut(key) {
-            Some(list) if list.len() >= max => return,
+        match list {
             Some(list) => list.push(idle),
-            None if max == 0 => return,
             None => {
                 map.insert(key.into(), vec![idle]);
             }
@@ -202,7 +206,13 @@ impl Upstreams {
         };
         let Pool { map, total } = &mut *pool;
         map.retain(|_, list| {
-            list.retain(|i| i.since >= deadline && !is_stale(i.stream.socket()));
+            list.retain_mut(|i| {
+                let keep = i.since >= deadline && !is_stale(i.stream.socket());
+                if !keep {
+                    i.stream.close_now();
+                }
+                keep
+            });
             !list.is_empty()
         });
         *total = map.values().map(Vec::len).sum();
@@ -215,7 +225,11 @@ impl Upstreams {
     /// Drops every idle connection (on shutdown).
     pub fn clear(&self) {
         let mut pool = self.pool.borrow_mut();
-        pool.map.clear();
+        for (_, list) in pool.map.drain() {
+            for mut idle in list {
+                idle.stream.close_now();
+            }
+        }
         pool.total = 0;
     }
 }

@@ -27,6 +27,8 @@ pub enum HeadError {
     Fragment,
     #[error("unsupported scheme in request target")]
     UnsupportedScheme,
+    #[error("ws:// and wss:// targets are only for a websocket upgrade")]
+    WebSocketWithoutUpgrade,
     #[error("empty host in request target")]
     EmptyHost,
     #[error("invalid host in request target")]

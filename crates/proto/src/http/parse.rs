@@ -9,7 +9,9 @@
 
 use super::fields::{self, Framing, Known};
 use super::target::{parse_authority, parse_target};
-use super::{BodyKind, HeadError, Header, Limits, Method, RequestHead, ResponseHead, Span, Target};
+use super::{
+    BodyKind, HeadError, Header, Limits, Method, RequestHead, ResponseHead, Scheme, Span, Target,
+};
 use std::mem::MaybeUninit;
 
 /// Size of the stack scratch array for httparse; `Limits::max_headers` is
@@ -100,6 +102,11 @@ pub fn parse_request(
     framing.finish(minor)?;
     if minor == 1 && head.host.is_none() {
         return Err(HeadError::MissingHost);
+    }
+    if matches!(head.target, Target::Absolute { scheme: Scheme::Ws | Scheme::Wss, .. })
+        && !head.is_upgrade()
+    {
+        return Err(HeadError::WebSocketWithoutUpgrade);
     }
     head.body = if framing.te_seen {
         BodyKind::Chunked

@@ -82,6 +82,10 @@ fn parse_absolute(t: &[u8], span: Span) -> Result<Target, HeadError> {
         Scheme::Http
     } else if scheme_bytes.eq_ignore_ascii_case(b"https") {
         Scheme::Https
+    } else if scheme_bytes.eq_ignore_ascii_case(b"ws") {
+        Scheme::Ws
+    } else if scheme_bytes.eq_ignore_ascii_case(b"wss") {
+        Scheme::Wss
     } else if is_scheme(scheme_bytes) {
         return Err(HeadError::UnsupportedScheme);
     } else {
@@ -92,8 +96,8 @@ fn parse_absolute(t: &[u8], span: Span) -> Result<Target, HeadError> {
     let auth_len = rest.iter().position(|&b| b == b'/' || b == b'?').unwrap_or(rest.len());
     let a = parse_authority(&rest[..auth_len], false)?;
     let default_port = match scheme {
-        Scheme::Http => 80,
-        Scheme::Https => 443,
+        Scheme::Http | Scheme::Ws => 80,
+        Scheme::Https | Scheme::Wss => 443,
     };
     Ok(Target::Absolute {
         scheme,

@@ -80,7 +80,19 @@ const REJECT: &[(&str, &[u8], HeadError)] = &[
     ("fragment", b"GET http://a/b#c HTTP/1.1\r\nHost: a\r\n\r\n", E::Fragment),
     ("fragment origin-form", b"GET /b#c HTTP/1.1\r\nHost: a\r\n\r\n", E::Fragment),
     ("scheme ftp", b"GET ftp://a/ HTTP/1.1\r\nHost: a\r\n\r\n", E::UnsupportedScheme),
-    ("scheme ws", b"GET ws://a/ HTTP/1.1\r\nHost: a\r\n\r\n", E::UnsupportedScheme),
+    ("scheme ws", b"GET ws://a/ HTTP/1.1\r\nHost: a\r\n\r\n", E::WebSocketWithoutUpgrade),
+    ("scheme wss", b"GET wss://a/ HTTP/1.1\r\nHost: a\r\n\r\n", E::WebSocketWithoutUpgrade),
+    (
+        "scheme ws, upgrade over http/1.0",
+        b"GET ws://a/ HTTP/1.0\r\nConnection: upgrade\r\nUpgrade: websocket\r\n\r\n",
+        E::WebSocketWithoutUpgrade,
+    ),
+    (
+        "scheme ws, upgrade not in connection",
+        b"GET ws://a/ HTTP/1.1\r\nHost: a\r\nUpgrade: websocket\r\n\r\n",
+        E::WebSocketWithoutUpgrade,
+    ),
+    ("scheme wsx", b"GET wsx://a/ HTTP/1.1\r\nHost: a\r\n\r\n", E::UnsupportedScheme),
     ("scheme empty", b"GET ://a/ HTTP/1.1\r\nHost: a\r\n\r\n", E::InvalidTarget),
     ("scheme one slash", b"GET http:/a/ HTTP/1.1\r\nHost: a\r\n\r\n", E::InvalidTarget),
     ("relative path", b"GET a/b HTTP/1.1\r\nHost: a\r\n\r\n", E::InvalidTarget),
@@ -219,9 +231,18 @@ fn absolute_form_variants() {
         ("http://[2001:db8::1]/", Scheme::Http, "2001:db8::1", 80, "[2001:db8::1]", "/"),
         ("http://127.0.0.1:65535/p@q", Scheme::Http, "127.0.0.1", 65535, "127.0.0.1:65535", "/p@q"),
         ("http://a/%20x;y=z", Scheme::Http, "a", 80, "a", "/%20x;y=z"),
+        ("ws://a.b/chat?x=1", Scheme::Ws, "a.b", 80, "a.b", "/chat?x=1"),
+        ("WS://a.b:8080", Scheme::Ws, "a.b", 8080, "a.b:8080", ""),
+        ("wss://a.b/", Scheme::Wss, "a.b", 443, "a.b", "/"),
+        ("WsS://[::1]:9443/s", Scheme::Wss, "::1", 9443, "[::1]:9443", "/s"),
     ];
     for &(target, scheme, host, port, authority, path) in rows {
-        let buf = format!("GET {target} HTTP/1.1\r\nHost: h\r\n\r\n");
+        // ws:// and wss:// come with an upgrade, the only requests that may name them.
+        let upgrade = match scheme {
+            Scheme::Ws | Scheme::Wss => "Connection: Upgrade\r\nUpgrade: websocket\r\n",
+            Scheme::Http | Scheme::Https => "",
+        };
+        let buf = format!("GET {target} HTTP/1.1\r\nHost: h\r\n{upgrade}\r\n");
         let b = buf.as_bytes();
         let h = ok(b);
         assert_eq!(h.target_span.get(b), target.as_bytes());

@@ -223,6 +223,9 @@ pub(super) async fn forward(
             worker.give_buf(ubuf);
             if reusable {
                 worker.upstreams.put(&key, up, addr);
+            } else {
+                // A clean end: a TLS origin gets its close_notify.
+                up.close_now();
             }
             Ok(())
         }
@@ -289,7 +292,7 @@ pub(super) async fn websocket(
 ) -> Result<Option<Task>, Error> {
     let (parts, body) = req.into_parts();
     let target = authority(&parts)?;
-    check_scheme(&parts)?;
+    check_websocket_scheme(&parts)?;
     let (host, port) = host_port(Some(&target), Some(80))?;
     let io = &shared.worker.cfg.timeouts;
     let mut out = Vec::with_capacity(1024);
@@ -397,7 +400,25 @@ fn check_scheme(parts: &Parts) -> Result<(), Error> {
         Some("https") => Err(Error::Unsupported(
             "https:// URLs must go through a CONNECT tunnel, not as a plain proxy request",
         )),
+        Some("ws" | "wss") => Err(Error::Unsupported(
+            "ws:// and wss:// are only for a websocket upgrade (extended CONNECT with \
+             :protocol websocket)",
+        )),
         _ => Err(Error::Unsupported("only http:// requests can be proxied (or CONNECT host:port)")),
+    }
+}
+
+/// A WebSocket stream's `:scheme` (RFC 8441 5: `http` for ws://, `https` for wss://; `ws`
+/// is taken as `http`, as HTTP/1.1 takes ws:// targets). The stream relay speaks to plain
+/// sockets only, so a WebSocket over TLS to the origin is refused, saying so.
+fn check_websocket_scheme(parts: &Parts) -> Result<(), Error> {
+    match parts.uri.scheme_str() {
+        Some("http" | "ws") => Ok(()),
+        Some("https" | "wss") => Err(Error::Unsupported(
+            "a websocket to a TLS origin (wss://, :scheme https) cannot be relayed over \
+             HTTP/2; ask over HTTP/1.1 with a wss:// target",
+        )),
+        _ => Err(Error::Unsupported("a websocket stream needs :scheme http or https")),
     }
 }
 

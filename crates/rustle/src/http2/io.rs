@@ -60,7 +60,8 @@ impl Flood {
         self.tripped.get()
     }
 
-    fn count(&self, which: usize) {
+    /// Counts one frame; true when it is past its limit.
+    fn count(&self, which: usize) -> bool {
         let now = Instant::now();
         if now.duration_since(self.since.get()) >= self.window {
             self.since.set(now);
@@ -70,13 +71,15 @@ impl Flood {
         }
         let n = self.counts[which].get().saturating_add(1);
         self.counts[which].set(n);
-        if n > self.max[which] && self.tripped.get().is_none() {
+        let over = n > self.max[which];
+        if over && self.tripped.get().is_none() {
             self.tripped.set(Some(match which {
                 RESETS => "rapid reset: too many RST_STREAM frames",
                 PINGS => "PING flood: too many PING frames",
                 _ => "SETTINGS flood: too many SETTINGS frames",
             }));
         }
+        over
     }
 }
 
@@ -127,6 +130,12 @@ impl<IO: AsyncWrite + Unpin> Out<IO> {
         Poll::Ready(Ok(()))
     }
 
+    /// Ends the stream without waiting (a TLS stream's close_notify, then FIN), when
+    /// the connection's grace is used up.
+    pub fn shutdown_now(&mut self) {
+        crate::conn::shutdown_now(&mut self.io);
+    }
+
     /// Sends what gathered and flushes the stream (a TLS stream's last record).
     pub fn poll_send(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         ready!(self.poll_drain(cx))?;
@@ -152,15 +161,33 @@ pub struct Watch<IO> {
     head_len: u8,
     /// Payload bytes of the current frame still to pass.
     skip: u32,
+    /// A frame passed a limit: h2 gets nothing from it on (the connection task ends the
+    /// connection with GOAWAY).
+    cut: bool,
 }
 
 impl<IO> Watch<IO> {
     pub fn new(out: Rc<RefCell<Out<IO>>>, flood: Rc<Flood>, prefix: Vec<u8>) -> Self {
         let preface = PREFACE.len() as u8;
-        Watch { out, prefix, pos: 0, flood, preface, head: [0; 9], head_len: 0, skip: 0 }
+        Watch {
+            out,
+            prefix,
+            pos: 0,
+            flood,
+            preface,
+            head: [0; 9],
+            head_len: 0,
+            skip: 0,
+            cut: false,
+        }
     }
 
-    fn scan(&mut self, mut bytes: &[u8]) {
+    /// Reads the frame headers in `bytes`; returns how many of the bytes may reach h2:
+    /// all of them, or those before the header of the first frame past a limit (that
+    /// frame and everything after it are never processed, so a flood read in one go
+    /// gets no more answers than the limit allows).
+    fn scan(&mut self, mut bytes: &[u8]) -> usize {
+        let total = bytes.len();
         while !bytes.is_empty() {
             if self.preface > 0 {
                 let n = bytes.len().min(usize::from(self.preface));
@@ -175,6 +202,9 @@ impl<IO> Watch<IO> {
                 continue;
             }
             let have = usize::from(self.head_len);
+            // Where this frame's header starts among `bytes` (0 when it began in an
+            // earlier read).
+            let start = (total - bytes.len()).saturating_sub(have);
             let n = bytes.len().min(9 - have);
             self.head[have..have + n].copy_from_slice(&bytes[..n]);
             self.head_len += n as u8;
@@ -183,14 +213,19 @@ impl<IO> Watch<IO> {
                 self.head_len = 0;
                 let h = &self.head;
                 self.skip = u32::from_be_bytes([0, h[0], h[1], h[2]]);
-                match (h[3], h[4] & ACK) {
+                let over = match (h[3], h[4] & ACK) {
                     (RST_STREAM, _) => self.flood.count(RESETS),
                     (PING, 0) => self.flood.count(PINGS),
                     (SETTINGS, 0) => self.flood.count(SETTINGS_FRAMES),
-                    _ => {}
+                    _ => false,
+                };
+                if over {
+                    self.cut = true;
+                    return start;
                 }
             }
         }
+        total
     }
 }
 
@@ -201,6 +236,11 @@ impl<IO: AsyncRead + Unpin> AsyncRead for Watch<IO> {
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
         let this = self.get_mut();
+        if this.cut {
+            // Nothing more for h2. The connection task, which saw the limit passed in the
+            // same poll, is closing the connection; its timer and writes wake it.
+            return Poll::Pending;
+        }
         let before = buf.filled().len();
         if this.pos < this.prefix.len() {
             let n = (this.prefix.len() - this.pos).min(buf.remaining());
@@ -211,17 +251,20 @@ impl<IO: AsyncRead + Unpin> AsyncRead for Watch<IO> {
                 this.prefix = Vec::new();
                 this.pos = 0;
             }
-            this.scan(&buf.filled()[before..]);
-            return Poll::Ready(Ok(()));
+        } else {
+            ready!(Pin::new(&mut this.out.borrow_mut().io).poll_read(cx, buf))?;
         }
-        let r = Pin::new(&mut this.out.borrow_mut().io).poll_read(cx, buf);
-        if let Poll::Ready(Ok(())) = r {
-            let filled = buf.filled();
-            let new = &filled[before..];
-            // Scanning needs `this` mutably while `new` borrows `buf`, not `this`.
-            this.scan(new);
+        // Scanning needs `this` mutably while the new bytes borrow `buf`, not `this`.
+        let new = &buf.filled()[before..];
+        let (len, keep) = (new.len(), this.scan(new));
+        if keep < len {
+            buf.set_filled(before + keep);
+            if keep == 0 {
+                // An empty read would tell h2 the client closed.
+                return Poll::Pending;
+            }
         }
-        r
+        Poll::Ready(Ok(()))
     }
 }
 
@@ -322,7 +365,30 @@ mod tests {
             assert!(w.flood.tripped().is_some_and(|t| t.contains("PING")));
         }
         let mut w = watch(3);
-        w.scan(&bytes);
+        assert_eq!(w.scan(&bytes), bytes.len());
         assert_eq!(w.flood.tripped(), None);
+    }
+
+    /// The frame that passes a limit, and everything after it, never reach h2: at most
+    /// the bytes of its header already passed in an earlier read.
+    #[test]
+    fn the_frame_past_a_limit_and_all_after_it_are_cut_off() {
+        let mut bytes = PREFACE.to_vec();
+        let ping = frame(PING, 0, &[0; 8]);
+        let first_over = bytes.len() + 2 * ping.len();
+        bytes.extend(ping.repeat(5));
+        for split in 1..bytes.len() {
+            let mut w = watch(2);
+            let mut passed = 0;
+            for piece in bytes.chunks(split) {
+                let keep = w.scan(piece);
+                passed += keep;
+                if keep < piece.len() {
+                    break;
+                }
+            }
+            assert!(w.cut, "split {split}");
+            assert!((first_over..first_over + 9).contains(&passed), "split {split}: {passed}");
+        }
     }
 }

@@ -257,6 +257,14 @@ where
             return this.finish(Ok(()));
         }
         if super::idle_expired(&mut this.timer, this.last, this.opts.idle, cx) {
+            // The relay ends the tunnel: each side still open is told so (a TLS side
+            // gets its close_notify), as far as that goes without waiting.
+            if !this.up.done {
+                crate::conn::shutdown_now(&mut this.upstream);
+            }
+            if !this.down.done {
+                crate::conn::shutdown_now(&mut this.client);
+            }
             return this.finish(Err(Error::Timeout(Phase::TunnelIdle)));
         }
         Poll::Pending

@@ -512,6 +512,32 @@ async fn websocket_over_extended_connect_echoes() {
     assert_eq!(resp.status(), 400);
 }
 
+/// `:scheme ws` on a WebSocket stream is taken as `http` (as HTTP/1.1 takes ws://);
+/// `https`/`wss` and plain requests naming ws get a 400 that says why.
+#[tokio::test]
+async fn websocket_schemes_over_extended_connect() {
+    let origin = Origin::start().unwrap();
+    let proxy = h2c_proxy(|_| {});
+    let mut c = websocket_client(proxy.addr()).await;
+    let ws = origin.url("/ws").replacen("http://", "ws://", 1);
+    let (resp, _send) = c.send_request(websocket_request(&ws), false).expect("send");
+    assert_eq!(resp.await.expect("response").status(), 200, "{ws}");
+    for (url, websocket, said) in [
+        (origin.url("/ws").replacen("http://", "https://", 1), true, "TLS origin"),
+        (origin.url("/ws").replacen("http://", "wss://", 1), true, "TLS origin"),
+        (ws.clone(), false, "only for a websocket upgrade"),
+    ] {
+        let req = match websocket {
+            true => websocket_request(&url),
+            false => request(Method::GET, &url).body(()).unwrap(),
+        };
+        let (resp, body) = exchange(&mut c, req, None).await;
+        assert_eq!(resp.status(), 400, "{url}");
+        let body = String::from_utf8_lossy(&body);
+        assert!(body.contains(said), "{url}: {body}");
+    }
+}
+
 #[tokio::test]
 async fn a_websocket_origin_with_a_wrong_accept_gets_502() {
     // An origin that upgrades without proving it read the key.
@@ -709,7 +735,7 @@ fn raw_h2(addr: SocketAddr) -> std::net::TcpStream {
 /// the connection ends (None).
 fn read_frame_until(
     s: &mut std::net::TcpStream,
-    want: impl Fn(u8, u8, u32, &[u8]) -> bool,
+    mut want: impl FnMut(u8, u8, u32, &[u8]) -> bool,
 ) -> Option<(u8, u32, Vec<u8>)> {
     loop {
         let mut head = [0u8; 9];
@@ -773,6 +799,44 @@ fn ping_and_settings_floods_get_goaway() {
         let flood: Vec<u8> = (0..100).flat_map(|_| frame(kind, 0, 0, payload)).collect();
         let _ = s.write_all(&flood);
         assert_eq!(goaway_code(&mut s), Some(ENHANCE_YOUR_CALM), "frame type {kind}");
+    }
+}
+
+/// Ten thousand PINGs (or SETTINGS) in one write get no more answers than the limit
+/// allows: the limit holds per frame, not per read.
+#[test]
+fn a_flood_in_one_write_gets_at_most_the_limit_of_answers() {
+    let limit = 100;
+    let proxy = h2c_proxy(|c| {
+        c.http2.max_pings = limit;
+        c.http2.max_settings = limit;
+    });
+    for kind in [PING, SETTINGS] {
+        let mut s = raw_h2(proxy.addr());
+        let payload: &[u8] = if kind == PING { &[0; 8] } else { &[] };
+        let flood: Vec<u8> = (0..10_000).flat_map(|_| frame(kind, 0, 0, payload)).collect();
+        // The proxy may close before it has read all of it.
+        let writer = {
+            let mut s = s.try_clone().unwrap();
+            std::thread::spawn(move || {
+                let _ = s.write_all(&flood);
+            })
+        };
+        let mut acks = 0u32;
+        let mut code = None;
+        let _ = read_frame_until(&mut s, |t, flags, _, p| {
+            if t == kind && flags & 1 == 1 {
+                acks += 1;
+            }
+            if t == GOAWAY {
+                code = Some(u32::from_be_bytes([p[4], p[5], p[6], p[7]]));
+            }
+            false
+        });
+        writer.join().unwrap();
+        // (The raw client's first SETTINGS counts among the SETTINGS.)
+        assert!(acks <= limit, "frame type {kind}: {acks} acknowledgements, limit {limit}");
+        assert_eq!(code, Some(ENHANCE_YOUR_CALM), "frame type {kind} ({acks} acknowledgements)");
     }
 }
 

@@ -488,7 +488,7 @@ pub fn get(url: &str) -> Vec<u8> {
 /// Content-Length is added when the body is not empty).
 pub fn request(method: &str, url: &str, headers: &[&str], body: &[u8]) -> Vec<u8> {
     let authority =
-        url.strip_prefix("http://").and_then(|r| r.split('/').next()).expect("an http:// URL");
+        url.split_once("://").and_then(|(_, r)| r.split('/').next()).expect("an absolute URL");
     let mut out = format!("{method} {url} HTTP/1.1\r\nHost: {authority}\r\n");
     for h in headers {
         out.push_str(h);

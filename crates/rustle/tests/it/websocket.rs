@@ -3,7 +3,7 @@
 
 use rustle_bench::pattern::pattern;
 use rustle_bench::ws::accept_key;
-use rustle_bench::Origin;
+use rustle_bench::{Origin, TlsOrigin};
 
 use crate::util::*;
 
@@ -121,4 +121,35 @@ fn declined_upgrade_stays_http() {
     assert_eq!(r.status, 200);
     assert_eq!(r.body, pattern(20));
     assert_eq!(origin.requests(), 3);
+}
+
+/// aiohttp, among others, asks an HTTP proxy for `GET ws://host/path` (or `wss://`) with
+/// the upgrade: ws:// is taken as http://, and wss:// as https:// (TLS originated by the
+/// proxy). Without an upgrade, such a target gets a 400 that says why.
+#[test]
+fn ws_and_wss_targets_are_upgraded() {
+    let origin = Origin::start().unwrap();
+    let tls_origin = TlsOrigin::start().unwrap();
+    let toml = format!("[tls]\norigin_ca = \"{}\"\n", tls_origin.ca_file().display());
+    let proxy = Proxy::from_toml(&toml);
+    let ws = origin.url("/ws").replacen("http://", "ws://", 1);
+    let wss = tls_origin.url("/ws").replacen("https://", "wss://", 1);
+    for url in [&ws, &wss] {
+        let mut c = Conn::to_proxy(&proxy);
+        c.send(&upgrade_request(url));
+        let r = c.read_head();
+        assert_eq!(r.status, 101, "{url}: {}", r.head_text());
+        assert_eq!(r.header("sec-websocket-accept"), Some(accept_key(KEY.as_bytes()).as_str()));
+        c.send(&client_frame(TEXT, b"through the proxy"));
+        let (fin, op, payload) = read_frame(&mut c);
+        assert!(fin);
+        assert_eq!((op, payload.as_slice()), (TEXT, &b"through the proxy"[..]), "{url}");
+    }
+    assert_eq!(origin.ws_messages(), 1);
+    assert_eq!(tls_origin.ws_messages(), 1);
+    for url in [&ws, &wss] {
+        let resp = parse_response(&raw(&proxy, &get(url)));
+        assert_eq!(resp.status, 400, "{url}");
+        assert!(resp.text().contains("websocket upgrade"), "{url}: {}", resp.text());
+    }
 }
