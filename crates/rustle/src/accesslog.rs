@@ -7,6 +7,7 @@ use std::fmt::{self, Write as _};
 use std::fs::File;
 use std::io::{self, Write};
 use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
@@ -21,8 +22,18 @@ const FLUSH_AT: usize = 32 * 1024;
 pub enum Sink {
     Stdout,
     Stderr,
-    File(Arc<Mutex<File>>),
+    File(Arc<LogFile>),
     Off,
+}
+
+/// An access-log file shared by the workers, and the path it was opened at.
+pub struct LogFile {
+    path: PathBuf,
+    file: Mutex<File>,
+}
+
+fn open_append(path: &Path) -> io::Result<File> {
+    std::fs::OpenOptions::new().create(true).append(true).open(path)
 }
 
 impl Sink {
@@ -32,17 +43,31 @@ impl Sink {
             LogTarget::Stderr => Sink::Stderr,
             LogTarget::Off => Sink::Off,
             LogTarget::File(path) => {
-                let f = std::fs::OpenOptions::new().create(true).append(true).open(path)?;
-                Sink::File(Arc::new(Mutex::new(f)))
+                let file = Mutex::new(open_append(path)?);
+                Sink::File(Arc::new(LogFile { path: path.clone(), file }))
             }
         })
+    }
+
+    /// Opens the file again at its path (SIGUSR1, once logrotate has renamed it): every
+    /// worker's next flush, which takes the lock anyway, goes to the new file, lines it
+    /// buffered before included. The path reopened, or None when lines go to no file.
+    pub fn reopen(&self) -> io::Result<Option<&Path>> {
+        let Sink::File(log) = self else {
+            return Ok(None);
+        };
+        // Opened before taking the lock: a slow file system does not stall the flushes.
+        let fresh = open_append(&log.path)?;
+        let mut file = log.file.lock().unwrap_or_else(|p| p.into_inner());
+        *file = fresh;
+        Ok(Some(&log.path))
     }
 
     fn write(&self, bytes: &[u8]) {
         let res = match self {
             Sink::Stdout => io::stdout().lock().write_all(bytes),
             Sink::Stderr => io::stderr().lock().write_all(bytes),
-            Sink::File(f) => match f.lock() {
+            Sink::File(log) => match log.file.lock() {
                 Ok(mut f) => f.write_all(bytes),
                 Err(poisoned) => poisoned.into_inner().write_all(bytes),
             },

@@ -818,6 +818,113 @@ impl Config {
     }
 }
 
+/// The command line's options that override the file. Start-up applies them on top of the
+/// file, and every SIGHUP applies them again on top of the file as re-read, so that they
+/// stay in force for the life of the process.
+#[derive(Debug, Clone, Default)]
+pub struct Overrides {
+    /// Listeners given on the command line: they replace the file's.
+    pub listeners: Vec<Listener>,
+    /// `--users`: the users file; the command line's listeners (or the default ones, when
+    /// the file has none) then require authentication.
+    pub users_file: Option<PathBuf>,
+    pub workers: Option<usize>,
+    pub log_format: Option<LogFormat>,
+    pub access_log: Option<LogTarget>,
+}
+
+impl Overrides {
+    pub fn apply(&self, cfg: &mut Config) {
+        let from_cli = !self.listeners.is_empty();
+        if from_cli {
+            cfg.listeners.clone_from(&self.listeners);
+        }
+        if let Some(users) = &self.users_file {
+            cfg.auth.users_file = Some(users.clone());
+            if from_cli || cfg.listeners.is_empty() {
+                cfg.listeners = cfg.effective_listeners();
+                for l in &mut cfg.listeners {
+                    if l.kind != ListenerKind::Relay && l.kind != ListenerKind::UdpRelay {
+                        l.auth = true;
+                    }
+                }
+            }
+        }
+        if let Some(n) = self.workers {
+            cfg.workers = n;
+        }
+        if let Some(format) = self.log_format {
+            cfg.log.format = format;
+        }
+        if let Some(access) = &self.access_log {
+            cfg.log.access = access.clone();
+        }
+    }
+}
+
+/// Where the configuration comes from: a file (or none: the defaults), and the command
+/// line on top. Start-up and SIGHUP derive it the same way.
+#[derive(Debug, Clone, Default)]
+pub struct Source {
+    pub file: Option<PathBuf>,
+    pub overrides: Overrides,
+}
+
+/// A configuration as derived from its source.
+#[derive(Debug)]
+pub struct Loaded {
+    pub config: Config,
+    /// The listeners to run are the file's (neither the command line's nor the defaults).
+    pub listeners_from_file: bool,
+    /// The file holds nothing but blank lines and comments (or there is no file).
+    pub blank: bool,
+}
+
+impl Source {
+    /// Reads the file and puts the command line's options on top of it.
+    pub fn read(&self) -> Result<Loaded, Problems> {
+        let (mut config, blank) = match &self.file {
+            Some(path) => {
+                let text = std::fs::read_to_string(path).map_err(|e| Problems {
+                    file: path.to_owned(),
+                    list: vec![Problem { line: None, message: format!("cannot read: {e}") }],
+                })?;
+                let blank = text.lines().map(str::trim).all(|l| l.is_empty() || l.starts_with('#'));
+                let cfg = Config::parse(&text)
+                    .map_err(|list| Problems { file: path.to_owned(), list })?;
+                (cfg, blank)
+            }
+            None => (Config::default(), true),
+        };
+        let listeners_from_file =
+            self.overrides.listeners.is_empty() && !config.listeners.is_empty();
+        self.overrides.apply(&mut config);
+        Ok(Loaded { config, listeners_from_file, blank })
+    }
+}
+
+impl fmt::Display for Source {
+    /// Names what a reload reads: the file and the users file of the command line.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match (&self.file, &self.overrides.users_file) {
+            (Some(file), Some(users)) => {
+                write!(f, "{} and the users file {}", file.display(), users.display())
+            }
+            (Some(file), None) => write!(f, "{}", file.display()),
+            (None, Some(users)) => write!(f, "the users file {}", users.display()),
+            (None, None) => f.write_str("the command line"),
+        }
+    }
+}
+
+impl Config {
+    /// Why listener `l` would be an open proxy under this configuration's rules, if it
+    /// would (the start-up check; SIGHUP runs it on the listeners already running).
+    pub fn open_proxy_problem(&self, l: &Listener) -> Option<String> {
+        open_proxy_problem(self, l)
+    }
+}
+
 /// A listener reachable from other machines with neither authentication nor a rule
 /// restricting client addresses would be an open proxy: refuse it unless the operator
 /// says so explicitly.

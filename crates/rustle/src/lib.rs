@@ -3,6 +3,7 @@
 //! Modules, from the outside in:
 //! - `config`: the TOML configuration, its defaults and checks.
 //! - `server`: workers (one current-thread runtime per core), listeners, shutdown.
+//! - `reload`: what SIGHUP (the configuration again) and SIGUSR1 (the access log) change.
 //! - `http1`: a client's HTTP/1.1 connection: request heads, errors, dispatch.
 //! - `https`: TLS from clients: the HTTPS proxy port, TLS on `auto` ports and relays.
 //! - `idle`: kept-alive connections waiting for a request, ended by the worker's tick.
@@ -44,6 +45,7 @@ pub mod park;
 pub mod policy;
 pub mod portmap;
 pub mod relay;
+pub mod reload;
 pub mod server;
 pub mod socks;
 pub mod sys;

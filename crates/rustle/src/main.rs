@@ -5,7 +5,9 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand, ValueEnum};
-use rustle::config::{Config, HostPort, ListenTls, Listener, ListenerKind, LogFormat, LogTarget};
+use rustle::config::{
+    Config, HostPort, ListenTls, Listener, ListenerKind, LogFormat, LogTarget, Overrides, Source,
+};
 
 #[derive(Parser)]
 #[command(name = "rustle", version, about = "A fast, lean forward proxy")]
@@ -97,48 +99,34 @@ fn main() -> ExitCode {
         return cert(self_signed, out);
     }
     // `rustle check --config FILE` or `rustle --config FILE check`.
-    let config = match &cli.command {
-        Some(Command::Check { config: Some(path) }) => Some(path),
-        _ => cli.config.as_ref(),
-    };
-    let mut cfg = match config {
-        Some(path) => match Config::load(path) {
-            Ok(c) => c,
-            Err(problems) => {
-                eprintln!("{problems}");
-                return ExitCode::from(2);
-            }
-        },
-        None => Config::default(),
-    };
-    if let Some(Command::Check { .. }) = cli.command {
-        return match config {
-            Some(path) => match rustle::policy::Policy::build(&cfg, &[]) {
-                // Users files, group members and limits are checked as at start-up.
-                Err(problems) => {
-                    for p in problems {
-                        eprintln!("{}: {p}", path.display());
-                    }
-                    ExitCode::from(2)
-                }
-                Ok(policy) => {
-                    if policy.users.plain_count() > 0 {
-                        eprintln!(
-                            "{}: warning: {} user(s) have plaintext passwords",
-                            path.display(),
-                            policy.users.plain_count()
-                        );
-                    }
-                    println!("{}: ok", path.display());
-                    ExitCode::SUCCESS
-                }
-            },
-            None => {
-                eprintln!("rustle check: give the file with --config FILE");
-                ExitCode::from(2)
-            }
-        };
+    if let Some(Command::Check { config }) = &cli.command {
+        return check(config.as_deref().or(cli.config.as_deref()));
     }
+    let source = Source { file: cli.config.clone(), overrides: overrides(&cli) };
+    let loaded = match source.read() {
+        Ok(loaded) => loaded,
+        Err(problems) => {
+            eprintln!("{problems}");
+            return ExitCode::from(2);
+        }
+    };
+    init_tracing(&loaded.config.log.level);
+    if let Err(msg) = loaded.config.check_listeners() {
+        tracing::error!("{msg}");
+        return ExitCode::from(2);
+    }
+    rustle::server::raise_file_limit(&loaded.config);
+    match rustle::server::run_until_signal(loaded, source) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            tracing::error!("{e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// What the command line sets on top of the file, at start and at every reload.
+fn overrides(cli: &Cli) -> Overrides {
     let mut listeners: Vec<Listener> = Vec::new();
     let simple = [(&cli.http, ListenerKind::Http), (&cli.socks, ListenerKind::Socks)];
     for (addrs, kind) in simple.into_iter().chain([(&cli.auto, ListenerKind::Auto)]) {
@@ -160,44 +148,57 @@ fn main() -> ExitCode {
             listeners.push(l);
         }
     }
-    let from_cli = !listeners.is_empty();
-    if from_cli {
-        cfg.listeners = listeners;
+    let log_format = match cli.log {
+        Some(LogArg::Plain) => Some(LogFormat::Plain),
+        Some(LogArg::Json) => Some(LogFormat::Json),
+        Some(LogArg::Off) | None => None,
+    };
+    // `--access-log PATH` wins over `--log off`.
+    let access_log = match (&cli.access_log, cli.log) {
+        (Some(path), _) => Some(LogTarget::parse(path)),
+        (None, Some(LogArg::Off)) => Some(LogTarget::Off),
+        (None, _) => None,
+    };
+    Overrides {
+        listeners,
+        users_file: cli.users.clone(),
+        workers: cli.workers,
+        log_format,
+        access_log,
     }
-    if let Some(users) = &cli.users {
-        cfg.auth.users_file = Some(users.clone());
-        if from_cli || cfg.listeners.is_empty() {
-            cfg.listeners = cfg.effective_listeners();
-            for l in &mut cfg.listeners {
-                if l.kind != ListenerKind::Relay && l.kind != ListenerKind::UdpRelay {
-                    l.auth = true;
-                }
-            }
-        }
-    }
-    if let Some(n) = cli.workers {
-        cfg.workers = n;
-    }
-    match cli.log {
-        Some(LogArg::Plain) => cfg.log.format = LogFormat::Plain,
-        Some(LogArg::Json) => cfg.log.format = LogFormat::Json,
-        Some(LogArg::Off) => cfg.log.access = LogTarget::Off,
-        None => {}
-    }
-    if let Some(path) = &cli.access_log {
-        cfg.log.access = LogTarget::parse(path);
-    }
-    init_tracing(&cfg.log.level);
-    if let Err(msg) = cfg.check_listeners() {
-        tracing::error!("{msg}");
+}
+
+/// `rustle check`: the file alone, checked as at start-up.
+fn check(file: Option<&std::path::Path>) -> ExitCode {
+    let Some(path) = file else {
+        eprintln!("rustle check: give the file with --config FILE");
         return ExitCode::from(2);
-    }
-    rustle::server::raise_file_limit(&cfg);
-    match rustle::server::run_until_signal(cfg, cli.config.clone()) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            tracing::error!("{e:#}");
-            ExitCode::FAILURE
+    };
+    let cfg = match Config::load(path) {
+        Ok(c) => c,
+        Err(problems) => {
+            eprintln!("{problems}");
+            return ExitCode::from(2);
+        }
+    };
+    // Users files, group members and limits are checked as at start-up.
+    match rustle::policy::Policy::build(&cfg, &[]) {
+        Err(problems) => {
+            for p in problems {
+                eprintln!("{}: {p}", path.display());
+            }
+            ExitCode::from(2)
+        }
+        Ok(policy) => {
+            if policy.users.plain_count() > 0 {
+                eprintln!(
+                    "{}: warning: {} user(s) have plaintext passwords",
+                    path.display(),
+                    policy.users.plain_count()
+                );
+            }
+            println!("{}: ok", path.display());
+            ExitCode::SUCCESS
         }
     }
 }

@@ -232,7 +232,10 @@ pub struct Running {
     stop: watch::Sender<bool>,
     policy_tx: watch::Sender<Arc<Policy>>,
     own: Vec<SocketAddr>,
+    /// The listeners as bound (ports resolved), which a reload does not change.
+    listeners: Vec<Arc<Listener>>,
     traffic: Arc<Traffic>,
+    sink: Sink,
 }
 
 impl Running {
@@ -258,12 +261,21 @@ impl Running {
     }
 
     /// Puts new users, rules, limits and certificates in force (SIGHUP). Listeners and
-    /// everything else stay as they started; connections already open keep going.
-    pub fn reload(&self, cfg: &Config) -> Result<(), String> {
+    /// everything else stay as they started; connections already open keep going. A
+    /// configuration that would leave a running listener less protected than start-up
+    /// allows changes nothing (`reload::vet`); the warnings name protections it drops.
+    pub fn reload(&self, cfg: &Config) -> Result<Vec<String>, String> {
         let mut policy = Policy::build(cfg, &self.own).map_err(|p| p.join("; "))?;
-        policy.keep_tls_of(&self.policy_tx.borrow());
+        let old = self.policy_tx.borrow().clone();
+        let warnings = crate::reload::vet(cfg, &self.listeners, &old, &policy)?;
+        policy.keep_tls_of(&old);
         let _ = self.policy_tx.send(Arc::new(policy));
-        Ok(())
+        Ok(warnings)
+    }
+
+    /// Where the access log goes (SIGUSR1 reopens a file).
+    pub fn access_log(&self) -> &Sink {
+        &self.sink
     }
 }
 
@@ -278,9 +290,11 @@ pub fn start(cfg: Config) -> anyhow::Result<Running> {
     }
     let mut sockets = bind_all(&listeners, workers)?;
     let mut addrs = Vec::new();
+    let mut bound = Vec::new();
     if let Some(first) = sockets.first() {
         for (l, s) in first {
             addrs.push((l.kind, s.local_addr()?));
+            bound.push(l.clone());
         }
     }
     let own: Vec<SocketAddr> = addrs.iter().map(|(_, a)| *a).collect();
@@ -365,7 +379,7 @@ pub fn start(cfg: Config) -> anyhow::Result<Running> {
     for (kind, addr) in &addrs {
         tracing::info!("listening on {addr} ({kind}), {workers} worker(s)");
     }
-    Ok(Running { addrs, threads, stop, policy_tx, own, traffic })
+    Ok(Running { addrs, threads, stop, policy_tx, own, listeners: bound, traffic, sink })
 }
 
 /// Descriptors the proxy holds besides its connections: standard streams, the event
@@ -848,49 +862,42 @@ impl ConnGuard {
     }
 }
 
-/// Sets up the process: diagnostics, then runs until SIGINT or SIGTERM.
-pub fn run_until_signal(cfg: Config, path: Option<std::path::PathBuf>) -> anyhow::Result<()> {
-    let running = start(cfg)?;
-    let stop = running.stopper();
+/// Runs until SIGINT or SIGTERM. SIGHUP derives the configuration from `source` again
+/// and puts its policy in force; SIGUSR1 reopens the access log. `loaded` is what
+/// `source` gave at start.
+pub fn run_until_signal(
+    loaded: crate::config::Loaded,
+    source: crate::config::Source,
+) -> anyhow::Result<()> {
+    use tokio::signal::unix::{signal, SignalKind};
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    // The handlers are in place before the listeners say where they are, so that a
+    // signal sent as soon as they do never meets its default action (which ends the
+    // process for SIGHUP and SIGUSR1).
+    let (mut term, mut int, mut hup, mut usr1) = {
+        let _in = rt.enter();
+        (
+            signal(SignalKind::terminate())?,
+            signal(SignalKind::interrupt())?,
+            signal(SignalKind::hangup())?,
+            signal(SignalKind::user_defined1())?,
+        )
+    };
+    let running = start(loaded.config)?;
+    let from_file = loaded.listeners_from_file;
+    let stop = running.stopper();
     rt.block_on(async {
-        use tokio::signal::unix::{signal, SignalKind};
-        let mut term = signal(SignalKind::terminate())?;
-        let mut int = signal(SignalKind::interrupt())?;
-        let mut hup = signal(SignalKind::hangup())?;
         loop {
             tokio::select! {
                 _ = term.recv() => { tracing::info!("SIGTERM: draining connections"); break }
                 _ = int.recv() => { tracing::info!("SIGINT: draining connections"); break }
-                _ = hup.recv() => reload(&running, path.as_deref()),
+                _ = hup.recv() => crate::reload::hangup(&running, &source, from_file),
+                _ = usr1.recv() => crate::reload::reopen_access_log(&running),
             }
         }
-        anyhow::Ok(())
-    })?;
+    });
     let _ = stop.send(true);
     running.join();
     tracing::info!("stopped");
     Ok(())
-}
-
-/// SIGHUP: re-reads the file and puts its users, rules and limits in force; a file with
-/// problems changes nothing.
-fn reload(running: &Running, path: Option<&std::path::Path>) {
-    let Some(path) = path else {
-        tracing::info!("SIGHUP: no configuration file to reload");
-        return;
-    };
-    match Config::load(path) {
-        Ok(cfg) => match running.reload(&cfg) {
-            Ok(()) => {
-                tracing::info!(
-                    "SIGHUP: reloaded users, rules and per-user limits from {} \
-                     (listeners and connection limits stay as started)",
-                    path.display()
-                )
-            }
-            Err(e) => tracing::error!("SIGHUP: {e}; keeping the previous policy"),
-        },
-        Err(problems) => tracing::error!("SIGHUP: {problems}; keeping the previous policy"),
-    }
 }

@@ -472,6 +472,75 @@ fn users_flag_makes_command_line_listeners_require_auth() {
     assert_eq!(origin.requests(), 1);
 }
 
+/// Sends SIGHUP and waits for the `n`th reload message.
+#[track_caller]
+fn sighup(bin: &RustleProcess, n: usize) {
+    bin.signal("HUP");
+    assert!(
+        bin.wait_for_stderr_n("SIGHUP: reloaded", n, Duration::from_secs(5)),
+        "no reload message:\n{}",
+        bin.stderr()
+    );
+}
+
+/// HTTP status of a GET of `url` through `addr` as `user`.
+fn status_as(addr: std::net::SocketAddr, url: &str, user: &str, password: &str) -> u16 {
+    let mut c = Conn::open(addr);
+    c.send(&request("GET", url, &[&proxy_auth(user, password)], b""));
+    c.read_response().status
+}
+
+#[test]
+fn sighup_reloads_the_users_file_of_the_command_line() {
+    let dir = TempDir::new("users-flag-reload");
+    let users = users_file(&dir, &["alice:plain:secret"]);
+    let origin = Origin::start().unwrap();
+    let url = origin.url("/bytes/4");
+    let args = ["--http", "127.0.0.1:0", "--workers", "1", "--users", users.to_str().unwrap()];
+    let (bin, addr) = RustleProcess::start(&args);
+    assert_eq!(status_as(addr, &url, "alice", "secret"), 200, "{}", bin.stderr());
+    // alice's password is revoked, bob is added.
+    std::fs::write(&users, "bob:plain:hunter2\n").unwrap();
+    sighup(&bin, 1);
+    assert_eq!(status_as(addr, &url, "alice", "secret"), 407, "a revoked password still works");
+    assert_eq!(status_as(addr, &url, "bob", "hunter2"), 200, "{}", bin.stderr());
+    // The listener still requires authentication.
+    let mut c = Conn::open(addr);
+    c.send(&get(&url));
+    assert_eq!(c.read_response().status, 407);
+}
+
+#[test]
+fn sighup_keeps_the_command_line_users_file_with_a_config_file() {
+    let dir = TempDir::new("users-flag-config");
+    let users = users_file(&dir, &["alice:plain:secret"]);
+    let cfg = dir.file("rustle.toml");
+    let text = "workers = 1\n[log]\naccess = \"off\"\n\
+                [[auth.user]]\nname = \"carol\"\npassword = \"plain:s3cret\"\n";
+    std::fs::write(&cfg, text).unwrap();
+    let origin = Origin::start().unwrap();
+    let url = origin.url("/bytes/4");
+    let args = [
+        "--config",
+        cfg.to_str().unwrap(),
+        "--http",
+        "127.0.0.1:0",
+        "--users",
+        users.to_str().unwrap(),
+    ];
+    let (bin, addr) = RustleProcess::start(&args);
+    assert_eq!(status_as(addr, &url, "alice", "secret"), 200, "{}", bin.stderr());
+    assert_eq!(status_as(addr, &url, "carol", "s3cret"), 200);
+    sighup(&bin, 1);
+    assert_eq!(status_as(addr, &url, "alice", "secret"), 200, "the users file was dropped");
+    assert_eq!(status_as(addr, &url, "carol", "s3cret"), 200);
+    // Both are read again: a change in either takes effect.
+    std::fs::write(&users, "dave:plain:pw\n").unwrap();
+    sighup(&bin, 2);
+    assert_eq!(status_as(addr, &url, "alice", "secret"), 407);
+    assert_eq!(status_as(addr, &url, "dave", "pw"), 200, "{}", bin.stderr());
+}
+
 #[test]
 fn users_file_with_a_bad_line_is_reported_by_check_and_refused_at_start() {
     let dir = TempDir::new("bad-users");

@@ -1,5 +1,5 @@
-//! Timeouts, connection limits, the access log, graceful shutdown of the real binary, and
-//! `rustle check`.
+//! Timeouts, connection limits, the access log, graceful shutdown of the real binary,
+//! what a SIGHUP reload refuses, SIGUSR1 reopening the access log, and `rustle check`.
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -335,4 +335,179 @@ fn check_accepts_the_example_file() {
     let out = check(&file);
     assert_success("rustle check rustle.example.toml", &out);
     assert!(String::from_utf8_lossy(&out.stdout).contains("ok"), "{out:?}");
+}
+
+/// The status of a GET of `url` through `addr`, on a new connection.
+fn get_status(addr: SocketAddr, url: &str) -> u16 {
+    let mut c = Conn::open(addr);
+    c.send(&get(url));
+    c.read_response().status
+}
+
+/// A configuration file in `dir` (written again by each call) and the real binary started
+/// with it; the access log is off.
+fn start_with_file(dir: &TempDir, text: &str) -> (RustleProcess, SocketAddr, std::path::PathBuf) {
+    let file = dir.file("rustle.toml");
+    std::fs::write(&file, text).unwrap();
+    let (bin, addr) = RustleProcess::start(&["--config", file.to_str().unwrap()]);
+    (bin, addr, file)
+}
+
+/// Rewrites `file` with `text`, sends SIGHUP and waits for the `n`th reload refusal.
+#[track_caller]
+fn reload_refused(bin: &RustleProcess, file: &std::path::Path, text: &str, n: usize) {
+    std::fs::write(file, text).unwrap();
+    bin.signal("HUP");
+    assert!(
+        bin.wait_for_stderr_n("keeping the previous policy", n, Duration::from_secs(5)),
+        "reload {n} of {text:?} was not refused:\n{}",
+        bin.stderr()
+    );
+}
+
+const GUARDED: &str = "workers = 1\ndeny_private_destinations = true\n[log]\naccess = \"off\"\n\
+                       [[listener]]\nlisten = \"127.0.0.1:0\"\n\
+                       [[rule]]\nname = \"no-blocked\"\naction = \"deny\"\n\
+                       hosts = [\"blocked.test\"]\n";
+
+#[test]
+fn an_empty_or_truncated_file_is_not_reloaded() {
+    let origin = Origin::start().unwrap();
+    let dir = TempDir::new("reload-empty");
+    let (bin, addr, file) = start_with_file(&dir, GUARDED);
+    let status = || get_status(addr, &origin.url("/bytes/1"));
+    assert_eq!(status(), 403, "loopback not denied at start:\n{}", bin.stderr());
+    // Emptied (as a tool that truncates before writing leaves it), comments only, cut
+    // short before its listener: each refused, and loopback destinations stay denied.
+    let texts = ["", "# rustle\n\n   \n", "workers = 1\n"];
+    for (i, text) in texts.into_iter().enumerate() {
+        reload_refused(&bin, &file, text, i + 1);
+        assert_eq!(status(), 403, "loopback reachable after reloading {text:?}");
+    }
+    let err = bin.stderr();
+    assert!(err.contains("is empty"), "the refusal does not say why:\n{err}");
+    assert!(err.contains("declares no listener"), "the refusal does not say why:\n{err}");
+    assert_eq!(origin.connections(), 0);
+}
+
+#[test]
+fn a_reload_dropping_protections_is_warned_about() {
+    let origin = Origin::start().unwrap();
+    let dir = TempDir::new("reload-warn");
+    let (bin, addr, file) = start_with_file(&dir, GUARDED);
+    std::fs::write(
+        &file,
+        "workers = 1\n[log]\naccess = \"off\"\n[[listener]]\nlisten = \"127.0.0.1:0\"\n",
+    )
+    .unwrap();
+    bin.signal("HUP");
+    assert!(
+        bin.wait_for_stderr("SIGHUP: reloaded", Duration::from_secs(5)),
+        "a valid file was not reloaded:\n{}",
+        bin.stderr()
+    );
+    let err = bin.stderr();
+    let warned = |what: &str| err.lines().any(|l| l.contains("WARN") && l.contains(what));
+    assert!(warned("deny_private_destinations"), "no warning about it:\n{err}");
+    assert!(warned("1 access rule"), "no warning about the dropped rule:\n{err}");
+    // The reload is in force: loopback destinations are reachable, as the file says.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let mut status = 0;
+    while status != 200 && Instant::now() < deadline {
+        status = get_status(addr, &origin.url("/bytes/1"));
+    }
+    assert_eq!(status, 200);
+}
+
+/// A reload may change a listener in the file, but the socket already bound stays: the
+/// new rules must keep a running public listener from becoming an open proxy.
+#[test]
+fn a_reload_that_would_open_a_running_public_listener_is_refused() {
+    let origin = Origin::start().unwrap();
+    let dir = TempDir::new("reload-open");
+    let (bin, addr, file) = start_with_file(
+        &dir,
+        "workers = 1\ndefault_action = \"deny\"\n[log]\naccess = \"off\"\n\
+         [[listener]]\nlisten = \"0.0.0.0:0\"\n\
+         [[rule]]\nname = \"local\"\naction = \"allow\"\nclients = [\"127.0.0.1/32\"]\n",
+    );
+    let url = origin.url("/bytes/1");
+    let status_from = |from: &str| {
+        let mut c = Conn::open_from(from, addr);
+        c.send(&get(&url));
+        c.read_response().status
+    };
+    assert_eq!(status_from("127.0.0.1"), 200, "{}", bin.stderr());
+    assert_eq!(status_from("127.0.0.2"), 403);
+    // The file's own listener moves to loopback, so the file alone passes the open-proxy
+    // check; the rules that restricted the running 0.0.0.0 listener are gone.
+    reload_refused(
+        &bin,
+        &file,
+        "workers = 1\n[log]\naccess = \"off\"\n[[listener]]\nlisten = \"127.0.0.1:0\"\n",
+        1,
+    );
+    let err = bin.stderr();
+    assert!(err.contains("open proxy"), "the refusal does not say why:\n{err}");
+    assert_eq!(status_from("127.0.0.2"), 403, "the running listener became an open proxy");
+    assert_eq!(status_from("127.0.0.1"), 200);
+}
+
+/// Waits until the file at `path` holds `n` lines containing `what`.
+fn wait_for_lines(path: &std::path::Path, what: &str, n: usize) -> String {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let text = std::fs::read_to_string(path).unwrap_or_default();
+        if text.lines().filter(|l| l.contains(what)).count() >= n || Instant::now() > deadline {
+            return text;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn sigusr1_reopens_the_access_log_after_it_was_renamed() {
+    let origin = Origin::start().unwrap();
+    let dir = TempDir::new("usr1");
+    let log = dir.file("access.log");
+    let rotated = dir.file("access.log.1");
+    let args = ["--http", "127.0.0.1:0", "--workers", "2", "--access-log", log.to_str().unwrap()];
+    let (mut bin, addr) = RustleProcess::start(&args);
+    let fetch = |path: &str| {
+        // New connections, so that both workers serve some.
+        for _ in 0..8 {
+            assert_eq!(get_status(addr, &origin.url(path)), 200);
+        }
+    };
+    fetch("/bytes/1");
+    let before = wait_for_lines(&log, "/bytes/1", 8);
+    assert_eq!(before.lines().count(), 8, "{before}");
+    std::fs::rename(&log, &rotated).unwrap();
+    bin.signal("USR1");
+    assert!(
+        bin.wait_for_stderr("SIGUSR1: reopened", Duration::from_secs(5)),
+        "no reopen message:\n{}",
+        bin.stderr()
+    );
+    assert!(bin.child.try_wait().unwrap().is_none(), "SIGUSR1 ended the process");
+    fetch("/bytes/2");
+    let after = wait_for_lines(&log, "/bytes/2", 8);
+    assert_eq!(after.lines().filter(|l| l.contains("/bytes/2")).count(), 8, "{after}");
+    assert!(!after.contains("/bytes/1"), "{after}");
+    let old = std::fs::read_to_string(&rotated).unwrap();
+    assert!(!old.contains("/bytes/2"), "a line went to the renamed file:\n{old}");
+    assert!(bin.child.try_wait().unwrap().is_none(), "rustle exited:\n{}", bin.stderr());
+}
+
+#[test]
+fn sigusr1_with_the_access_log_on_stdout_changes_nothing() {
+    let origin = Origin::start().unwrap();
+    let (bin, addr) = RustleProcess::start(&["--http", "127.0.0.1:0", "--workers", "1"]);
+    bin.signal("USR1");
+    assert!(
+        bin.wait_for_stderr("SIGUSR1: the access log goes to stdout", Duration::from_secs(5)),
+        "no message:\n{}",
+        bin.stderr()
+    );
+    assert_eq!(get_status(addr, &origin.url("/bytes/3")), 200, "{}", bin.stderr());
 }

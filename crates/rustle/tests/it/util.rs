@@ -829,6 +829,18 @@ impl RustleProcess {
         false
     }
 
+    /// Waits up to `limit` for stderr to contain `text` at least `n` times.
+    pub fn wait_for_stderr_n(&self, text: &str, n: usize, limit: Duration) -> bool {
+        let deadline = Instant::now() + limit;
+        while Instant::now() < deadline {
+            if self.stderr().matches(text).count() >= n {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        false
+    }
+
     /// Sends a signal (`HUP`, `TERM`) with kill(1).
     pub fn signal(&self, name: &str) {
         let status = Command::new("kill")

@@ -1,0 +1,120 @@
+//! What signals change in a running proxy. SIGHUP derives the configuration again from its
+//! source, exactly as start-up does (the file re-read, the command line's options on top),
+//! and puts the new users, rules and limits in force, unless the result would leave a
+//! running listener less protected than start-up allows, or the file looks emptied or cut
+//! short: then nothing changes and the log says why. SIGUSR1 reopens the access log file
+//! (logrotate's `postrotate`).
+
+use std::sync::Arc;
+
+use crate::config::{Config, Listener, Source};
+use crate::policy::Policy;
+use crate::server::Running;
+
+/// SIGHUP: re-reads the file (and the command line's users file) and puts the policy in
+/// force; a source with problems changes nothing. `listeners_from_file`: the running
+/// listeners are the ones the file declared at start.
+pub fn hangup(running: &Running, source: &Source, listeners_from_file: bool) {
+    match derive(source, listeners_from_file).and_then(|cfg| running.reload(&cfg)) {
+        Ok(warnings) => {
+            for w in warnings {
+                tracing::warn!("SIGHUP: {w}");
+            }
+            tracing::info!(
+                "SIGHUP: reloaded users, rules and per-user limits from {source} \
+                 (listeners and connection limits stay as started)"
+            );
+        }
+        Err(e) => tracing::error!("SIGHUP: {e}; keeping the previous policy"),
+    }
+}
+
+/// The configuration a reload would run with, or why the file is not taken.
+fn derive(source: &Source, listeners_from_file: bool) -> Result<Config, String> {
+    let loaded = source.read().map_err(|p| p.to_string())?;
+    if let Some(file) = &source.file {
+        // No one means to run a proxy from an empty file; a tool that truncates before it
+        // writes leaves one, and it would drop every rule and protection.
+        if loaded.blank {
+            return Err(format!(
+                "{} is empty (nothing but blank lines and comments): not reloaded",
+                file.display()
+            ));
+        }
+        if listeners_from_file && !loaded.listeners_from_file {
+            return Err(format!(
+                "{} declares no listener, but the running listeners came from it: the file \
+                 looks cut short, not reloaded",
+                file.display()
+            ));
+        }
+    }
+    loaded.config.check_listeners()?;
+    Ok(loaded.config)
+}
+
+/// Checks a new configuration and its policy against the listeners running: the start-up
+/// open-proxy check on each, and users for those requiring authentication. Returns a
+/// warning for each protection the new policy drops.
+pub fn vet(
+    cfg: &Config,
+    running: &[Arc<Listener>],
+    old: &Policy,
+    new: &Policy,
+) -> Result<Vec<String>, String> {
+    for l in running {
+        if let Some(problem) = cfg.open_proxy_problem(l) {
+            return Err(format!("under the new configuration, the running {problem}"));
+        }
+        if l.auth && new.users.is_empty() {
+            return Err(format!(
+                "the running listener {} on {} requires authentication, and the new \
+                 configuration defines no user",
+                l.kind, l.listen
+            ));
+        }
+    }
+    let mut warnings = Vec::new();
+    if old.builtins.deny_private && !new.builtins.deny_private {
+        warnings.push(
+            "deny_private_destinations is now off: loopback, private and link-local \
+             destinations and cloud metadata endpoints are reachable"
+                .to_string(),
+        );
+    }
+    if !old.rules.is_empty() && new.rules.is_empty() {
+        let action = if new.rules.default_allow() { "allow" } else { "deny" };
+        warnings.push(format!(
+            "the new configuration has no [[rule]]: the {} access rule(s) in force are \
+             dropped, every request gets the default action ({action})",
+            old.rules.len()
+        ));
+    }
+    if !old.users.is_empty() && new.users.is_empty() {
+        warnings.push(format!(
+            "the new configuration defines no user: the {} user(s) in force are dropped",
+            old.users.len()
+        ));
+    }
+    Ok(warnings)
+}
+
+/// SIGUSR1: opens the access log file again at its path, so that after logrotate renamed
+/// it new lines go to a fresh file. Without a file there is nothing to reopen.
+pub fn reopen_access_log(running: &Running) {
+    use crate::accesslog::Sink;
+    match running.access_log().reopen() {
+        Ok(Some(path)) => tracing::info!("SIGUSR1: reopened the access log {}", path.display()),
+        Ok(None) => {
+            let target = match running.access_log() {
+                Sink::Stdout => "goes to stdout",
+                Sink::Stderr => "goes to stderr",
+                Sink::Off | Sink::File(_) => "is off",
+            };
+            tracing::info!("SIGUSR1: the access log {target}; nothing to reopen");
+        }
+        Err(e) => tracing::error!(
+            "SIGUSR1: cannot reopen the access log: {e}; lines go to the file already open"
+        ),
+    }
+}
