@@ -2,96 +2,15 @@
 //! limit and accept errors at it, `rustle check` of mistakes only the whole file shows,
 //! and the subcommands' help and hints.
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::Write;
 use std::net::{SocketAddr, TcpStream};
-use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::{Arc, Mutex};
+use std::process::{Command, ExitStatus};
 use std::time::{Duration, Instant};
 
 use rustle_bench::pattern::pattern;
 use rustle_bench::Origin;
 
 use crate::util::*;
-
-/// A rustle process (possibly behind `prlimit`, which execs it: same pid), its standard
-/// error collected as it comes; killed on drop if still running.
-struct Process {
-    child: Child,
-    stderr: Arc<Mutex<String>>,
-}
-
-impl Process {
-    fn spawn(program: &str, args: &[&str]) -> Process {
-        let mut child = Command::new(program)
-            .args(args)
-            .env("RUST_LOG", "info")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap_or_else(|e| panic!("start {program}: {e}"));
-        let stderr = Arc::new(Mutex::new(String::new()));
-        let seen = stderr.clone();
-        let mut lines = BufReader::new(child.stderr.take().unwrap());
-        std::thread::spawn(move || {
-            let mut line = String::new();
-            while lines.read_line(&mut line).is_ok_and(|n| n > 0) {
-                seen.lock().unwrap().push_str(&line);
-                line.clear();
-            }
-        });
-        Process { child, stderr }
-    }
-
-    fn stderr(&self) -> String {
-        self.stderr.lock().unwrap().clone()
-    }
-
-    /// Waits until standard error has a line containing `what`.
-    fn wait_for(&mut self, what: &str) -> String {
-        let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
-            let text = self.stderr();
-            if let Some(line) = text.lines().find(|l| l.contains(what)) {
-                return line.to_string();
-            }
-            if let Ok(Some(status)) = self.child.try_wait() {
-                panic!("rustle exited ({status}) before saying `{what}`: {text}");
-            }
-            assert!(Instant::now() < deadline, "rustle did not say `{what}`: {text}");
-            std::thread::sleep(Duration::from_millis(10));
-        }
-    }
-
-    /// The address of the first "listening on ADDR (kind)" line.
-    fn listening(&mut self) -> SocketAddr {
-        let line = self.wait_for("listening on ");
-        let rest = line.split("listening on ").nth(1).unwrap();
-        rest.split(' ').next().unwrap().parse().expect("listening address")
-    }
-
-    fn wait(&mut self, limit: Duration) -> Option<ExitStatus> {
-        let deadline = Instant::now() + limit;
-        loop {
-            if let Some(s) = self.child.try_wait().unwrap() {
-                return Some(s);
-            }
-            if Instant::now() > deadline {
-                return None;
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
-    }
-}
-
-impl Drop for Process {
-    fn drop(&mut self) {
-        if let Ok(None) = self.child.try_wait() {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
-    }
-}
 
 /// A loopback port free right now (TCP or UDP).
 fn free_port(udp: bool) -> u16 {
@@ -108,12 +27,12 @@ fn second_instance_is_refused(
     flag: &str,
     value: impl Fn(&str) -> String,
     udp: bool,
-) -> (Process, SocketAddr) {
+) -> (RustleProcess, SocketAddr) {
     let addr = format!("127.0.0.1:{}", free_port(udp));
     let args = [flag, &value(&addr), "--workers", "2"];
-    let mut first = Process::spawn(rustle_bin(), &args);
-    assert_eq!(first.listening().to_string(), addr);
-    let mut second = Process::spawn(rustle_bin(), &args);
+    let mut first = RustleProcess::spawn_bin(rustle_bin(), &args);
+    assert_eq!(first.next_listener().to_string(), addr);
+    let mut second = RustleProcess::spawn_bin(rustle_bin(), &args);
     let status = second
         .wait(Duration::from_secs(10))
         .unwrap_or_else(|| panic!("a second rustle on {addr} kept running: {}", second.stderr()));
@@ -160,8 +79,8 @@ fn the_soft_file_limit_is_raised_to_the_hard_one_with_a_warning_when_low() {
         return;
     }
     let args = ["--nofile=1024:4096", rustle_bin(), "--http", "127.0.0.1:0", "--workers", "1"];
-    let mut p = Process::spawn("prlimit", &args);
-    p.listening();
+    let mut p = RustleProcess::spawn_bin("prlimit", &args);
+    p.next_listener();
     assert_eq!(nofile_of(p.child.id()), (4096, 4096), "{}", p.stderr());
     // 4096 descriptors are too few for the default 10,000 connections: said once, with the
     // figures.
@@ -183,8 +102,8 @@ fn the_soft_file_limit_is_raised_to_the_hard_one_with_a_warning_when_low() {
     )
     .unwrap();
     let args = ["--nofile=1024:4096", rustle_bin(), "--config", file.to_str().unwrap()];
-    let mut p = Process::spawn("prlimit", &args);
-    p.listening();
+    let mut p = RustleProcess::spawn_bin("prlimit", &args);
+    p.next_listener();
     assert_eq!(nofile_of(p.child.id()), (4096, 4096));
     let err = p.stderr();
     assert!(!err.contains("below"), "{err}");
@@ -197,8 +116,8 @@ fn accept_errors_at_the_file_limit_are_logged_once_a_second() {
     }
     let origin = Origin::start().unwrap();
     let args = ["--nofile=64:64", rustle_bin(), "--http", "127.0.0.1:0", "--workers", "1"];
-    let mut p = Process::spawn("prlimit", &args);
-    let addr = p.listening();
+    let mut p = RustleProcess::spawn_bin("prlimit", &args);
+    let addr = p.next_listener();
     // Clients that send the start of a head each hold a descriptor of the proxy (until the
     // header timeout); more than the limit leaves the rest in the backlog, accept failing.
     let mut held = Vec::new();
@@ -207,7 +126,7 @@ fn accept_errors_at_the_file_limit_are_logged_once_a_second() {
         s.write_all(b"GET http://example.test/ HTTP/1.1\r\n").unwrap();
         held.push(s);
     }
-    p.wait_for("Too many open files");
+    assert!(p.wait_for_stderr("Too many open files", Duration::from_secs(10)), "{}", p.stderr());
     std::thread::sleep(Duration::from_millis(2000));
     drop(held);
     // Accepting again: a request is served.
@@ -247,7 +166,7 @@ fn start_on(text: &str) -> Option<(ExitStatus, String)> {
     let dir = TempDir::new("start");
     let file = dir.file("rustle.toml");
     std::fs::write(&file, text).unwrap();
-    let mut p = Process::spawn(rustle_bin(), &["--config", file.to_str().unwrap()]);
+    let mut p = RustleProcess::spawn_bin(rustle_bin(), &["--config", file.to_str().unwrap()]);
     let status = p.wait(Duration::from_secs(10))?;
     Some((status, p.stderr()))
 }
@@ -279,7 +198,7 @@ fn check_and_start_refuse_a_relay_to_an_own_listener() {
     }
     // The same from the command line.
     let relay = format!("127.0.0.1:{port}=127.0.0.1:{port}");
-    let mut p = Process::spawn(rustle_bin(), &["--relay", &relay]);
+    let mut p = RustleProcess::spawn_bin(rustle_bin(), &["--relay", &relay]);
     let status = p.wait(Duration::from_secs(10)).expect("rustle started with a relay loop");
     assert!(!status.success() && p.stderr().contains("own listener"), "{}", p.stderr());
     // A TCP relay to a UDP listener's port number is no loop.

@@ -730,6 +730,9 @@ pub struct RustleProcess {
     pub child: std::process::Child,
     stderr: std::sync::Arc<std::sync::Mutex<String>>,
     listening: std::sync::mpsc::Receiver<(String, String)>,
+    /// The thread reading stderr, joined once the process has exited so that its last
+    /// lines are in `stderr`.
+    reader: Option<std::thread::JoinHandle<()>>,
 }
 
 impl RustleProcess {
@@ -753,7 +756,7 @@ impl RustleProcess {
         let (tx, listening) = std::sync::mpsc::channel();
         let mut lines = BufReader::new(child.stderr.take().unwrap());
         let seen = stderr.clone();
-        std::thread::spawn(move || {
+        let reader = std::thread::spawn(move || {
             let mut line = String::new();
             while lines.read_line(&mut line).is_ok_and(|n| n > 0) {
                 // `listening on ADDR (KIND), N worker(s)`
@@ -767,7 +770,7 @@ impl RustleProcess {
                 line.clear();
             }
         });
-        RustleProcess { child, stderr, listening }
+        RustleProcess { child, stderr, listening, reader: Some(reader) }
     }
 
     /// Starts `rustle ARGS` and waits until it says where its first listener is; returns
@@ -802,8 +805,10 @@ impl RustleProcess {
         let deadline = Instant::now() + limit;
         loop {
             if let Some(s) = self.child.try_wait().unwrap() {
-                // Let the reader thread take the last lines.
-                std::thread::sleep(Duration::from_millis(50));
+                // The reader thread ends with the pipe, after the last lines.
+                if let Some(reader) = self.reader.take() {
+                    let _ = reader.join();
+                }
                 return Some(s);
             }
             if Instant::now() > deadline {
