@@ -452,3 +452,14 @@ fn bytes_sent_during_a_slow_connect_are_relayed_once_in_order() {
     c.write_all(b"third").unwrap();
     assert_eq!(read_exact_n(&mut c, 18), b"first,second,third");
 }
+
+#[test]
+fn an_https_request_whose_client_leaves_during_the_origin_handshake_stops_it() {
+    // The origin accepts and never answers the ClientHello.
+    let origin = silent_origin();
+    let proxy = Proxy::start_with(|c| c.timeouts.handshake = Duration::from_secs(8));
+    let o = origin.addr;
+    let req = format!("GET https://{o}/handshake HTTP/1.1\r\nHost: {o}\r\n\r\n");
+    leaves_while_connecting(&proxy, req.as_bytes(), 0, |l| l.contains("/handshake"));
+    assert!(reaches(&origin.closed, 1, Duration::from_secs(2)).is_some(), "origin still open");
+}
