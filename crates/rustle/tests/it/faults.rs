@@ -382,7 +382,8 @@ fn slow_echo(after: Duration) -> SocketAddr {
     l.listen(0).unwrap();
     let addr = l.local_addr().unwrap().as_socket().unwrap();
     let mut held = Vec::new();
-    loop {
+    // Until a SYN is dropped: the queue is full (as `black_hole` fills it).
+    for _ in 0..8 {
         match TcpStream::connect_timeout(&addr, Duration::from_millis(200)) {
             Ok(s) => held.push(s),
             Err(_) => break,
