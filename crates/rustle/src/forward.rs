@@ -63,7 +63,12 @@ async fn origin(
         .map_err(|_| tls_error(format!("`{host}` is not a server name")))?;
     let timeout = c.worker.cfg.timeouts.handshake;
     // Boxed: the handshake's state would otherwise enlarge every HTTP connection's future.
-    let tls = Box::pin(crate::tls::connect(config, name, tcp, timeout)).await.map_err(tls_error)?;
+    let handshake = Box::pin(async {
+        crate::tls::connect(config, name, tcp, timeout).await.map_err(tls_error)
+    });
+    let (stream, buf, max) = (&mut c.stream, &mut c.buf, c.worker.limits.max_head);
+    let tls =
+        unless_left(&c.worker, handshake, || client_left(stream, buf, max, Phase::Connect)).await?;
     Ok((tls, addr, false))
 }
 
@@ -344,22 +349,10 @@ async fn switch_protocols(
     Ok(Next::Tunnel(Handoff { upstream: up, early_up, early_down, throttle }))
 }
 
-/// Reads until a whole response head is in `ubuf` and parsed into `rhead`.
-pub(crate) async fn read_response_head<R: AsyncRead + Unpin>(
-    worker: &Worker,
-    r: &mut R,
-    ubuf: &mut Buf,
-    rhead: &mut ResponseHead,
-    method: Method,
-    idle: Duration,
-) -> Result<(), Error> {
-    let unwatched = None::<Pin<&mut std::future::Pending<Error>>>;
-    read_response_head_or(worker, r, ubuf, rhead, method, idle, unwatched).await
-}
-
-/// `read_response_head` for a client that may leave meanwhile: `client` ends with the error
-/// to return when it has (HTTP/1: `client_left`; HTTP/2: a reset of the stream), and then
-/// the wait ends at once, and the origin connection with it. The client is looked at only
+/// Reads until a whole response head is in `ubuf` and parsed into `rhead`, for a client
+/// that may leave meanwhile: `client` ends with the error to return when it has (HTTP/1:
+/// `client_left`; HTTP/2: a reset of the stream), and then the wait ends at once, and the
+/// origin connection with it. The client is looked at only
 /// once the origin has taken a tick (100-200 ms) to answer: a prompt answer costs no more
 /// than an unwatched one.
 pub(crate) async fn read_response_head_or<R, W>(
@@ -478,6 +471,32 @@ pub(crate) async fn client_left<R: AsyncRead + Unpin>(
             Err(e) => return Error::Client(e),
         }
     }
+}
+
+/// Runs `connect` (an upstream connection being made: resolving, connecting, a TLS
+/// handshake; boxed by the caller, as its state is large and this is not the pooled path)
+/// unless the client leaves first: `left` makes the watch on the client (`client_left`),
+/// whose error then ends the attempt at once. As with the origin's answer (`Watched`), the
+/// client is looked at only once the attempt has taken a tick (100-200 ms): an attempt
+/// that succeeds promptly costs nothing more, and the watch is boxed only for a slow one.
+pub(crate) async fn unless_left<T, W>(
+    worker: &Worker,
+    mut connect: impl Future<Output = Result<T, Error>> + Unpin,
+    left: impl FnOnce() -> W,
+) -> Result<T, Error>
+where
+    W: Future<Output = Error>,
+{
+    let waiters = &worker.waiters;
+    if let Some(r) = waiters.within(&mut connect, waiters.deadline(Duration::ZERO)).await {
+        return r;
+    }
+    let mut left = Box::pin(left());
+    std::future::poll_fn(|cx| match Pin::new(&mut connect).poll(cx) {
+        Poll::Ready(r) => Poll::Ready(r),
+        Poll::Pending => left.as_mut().poll(cx).map(Err),
+    })
+    .await
 }
 
 /// Writes to the upstream with the I/O timeout.

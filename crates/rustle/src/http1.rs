@@ -429,7 +429,8 @@ impl Client {
     }
 
     /// An upstream the access rules allow for this client: the connection kept from its
-    /// last request or a pooled one to an allowed address, or a new one.
+    /// last request or a pooled one to an allowed address, or a new one (given up as soon
+    /// as the client leaves, `Error::ClientLeft(Phase::Connect)`).
     pub async fn upstream(
         &mut self,
         key: Option<&[u8]>,
@@ -471,8 +472,20 @@ impl Client {
                 }
             }
         }
-        let timeout = self.worker.cfg.timeouts.connect;
-        let (s, a) = self.worker.upstreams.connect(host, port, timeout, &filter).await?;
+        // A new connection: a client that leaves meanwhile ends the attempt. What it sends
+        // meanwhile (a tunnel's first bytes, a pipelined request) is kept in `buf`.
+        let worker = &self.worker;
+        let timeout = worker.cfg.timeouts.connect;
+        // Boxed, on this path only: an attempt's state (resolver, Happy Eyeballs, timer)
+        // would otherwise enlarge every HTTP connection's future.
+        let connect = Box::pin(async {
+            worker.upstreams.connect(host, port, timeout, &filter).await.map_err(Error::Connect)
+        });
+        let (stream, buf, max) = (&mut self.stream, &mut self.buf, worker.limits.max_head);
+        let (s, a) = crate::forward::unless_left(worker, connect, || {
+            crate::forward::client_left(stream, buf, max, Phase::Connect)
+        })
+        .await?;
         Ok((Stream::Tcp(s), a, false))
     }
 

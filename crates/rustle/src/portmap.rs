@@ -12,9 +12,11 @@ use tokio::net::TcpStream;
 
 use crate::accesslog::Entry;
 use crate::acl::Protocol;
+use crate::buf::Buf;
 use crate::config::Listener;
 use crate::conn::Stream;
-use crate::error::ConnectError;
+use crate::error::{ConnectError, Error, Phase};
+use crate::forward::unless_left;
 use crate::policy::Access;
 use crate::server::{ConnGuard, Worker};
 use crate::tls::Session;
@@ -37,7 +39,7 @@ pub async fn serve(guard: ConnGuard, listener: Arc<Listener>, stream: TcpStream,
         true => Box::pin(accept_tls(&worker, &listener, stream)).await,
         false => Ok((Stream::Tcp(stream), None)),
     };
-    let (client, tls) = match accepted {
+    let (mut client, tls) = match accepted {
         Ok(accepted) => accepted,
         Err(why) => return fail(&why, None, None),
     };
@@ -52,9 +54,20 @@ pub async fn serve(guard: ConnGuard, listener: Arc<Listener>, stream: TcpStream,
         port: target.port,
         protocol: Protocol::Relay,
     };
+    // What the client sends while the target is connected to goes first through the
+    // relay (it owns no storage unless it is used).
+    let mut early = Buf::default();
     let connected = match access.filter() {
-        Ok(filter) => worker.upstreams.connect(&target.host, target.port, timeout, &filter).await,
-        Err(d) => Err(ConnectError::Denied(d)),
+        Ok(filter) => {
+            // Boxed (every relay's future would otherwise grow by an attempt's state); a
+            // client that leaves meanwhile ends the attempt.
+            let connect = Box::pin(async {
+                let (host, port) = (&target.host, target.port);
+                worker.upstreams.connect(host, port, timeout, &filter).await.map_err(Error::Connect)
+            });
+            unless_left(&worker, connect, || gone(&mut client, &mut early)).await
+        }
+        Err(d) => Err(Error::Connect(ConnectError::Denied(d))),
     };
     let connector = policy.tls_connector(listener.index).cloned();
     drop(policy);
@@ -67,9 +80,13 @@ pub async fn serve(guard: ConnGuard, listener: Arc<Listener>, stream: TcpStream,
         Some(config) => {
             let Some(t) = &listener.target_tls else { return };
             let timeout = worker.cfg.timeouts.handshake;
-            match Box::pin(originate(config, t, &target.host, upstream, timeout)).await {
-                Ok(s) => s,
-                Err(why) => return fail(&why, Some(addr), tls.as_deref()),
+            // Ok with its own outcome, unless the client left.
+            let handshake =
+                Box::pin(async { Ok(originate(config, t, &target.host, upstream, timeout).await) });
+            match unless_left(&worker, handshake, || gone(&mut client, &mut early)).await {
+                Ok(Ok(s)) => s,
+                Ok(Err(why)) => return fail(&why, Some(addr), tls.as_deref()),
+                Err(e) => return fail(&e, Some(addr), tls.as_deref()),
             }
         }
     };
@@ -86,12 +103,32 @@ pub async fn serve(guard: ConnGuard, listener: Arc<Listener>, stream: TcpStream,
     };
     let handoff = Handoff {
         upstream,
-        early_up: Vec::new(),
+        early_up: early.filled().to_vec(),
         early_down: Vec::new(),
         throttle: listener.throttle.clone(),
     };
     let opts = worker.relay_opts(listener.splice);
     crate::tunnel::spawn(guard, client, handoff, opts, record);
+}
+
+/// Ends when the client has gone while its target is being connected to: its end of the
+/// stream before it sent anything, or a failed socket. What it sends meanwhile is kept in
+/// `buf`, to go first through the relay; a client that sent something and then ended its
+/// side (a request, then a half-close) waits for the answer, and the attempt goes on.
+async fn gone(client: &mut Stream, buf: &mut Buf) -> Error {
+    loop {
+        match buf.read_from(client, crate::buf::READ_SIZE).await {
+            Ok(0) if buf.is_empty() => return Error::ClientLeft(Phase::Connect),
+            // Read again by the relay, which passes the end on.
+            Ok(0) => return std::future::pending().await,
+            Ok(_) => {}
+            // The buffer is full: the rest waits in the socket.
+            Err(e) if e.kind() == std::io::ErrorKind::OutOfMemory => {
+                return std::future::pending().await
+            }
+            Err(e) => return Error::Client(e),
+        }
+    }
 }
 
 /// The client side: TLS terminated here when the listener has a certificate.

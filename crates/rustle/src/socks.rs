@@ -320,14 +320,36 @@ impl Session {
             Host::Ip(ip) => ip.to_string(),
             Host::Domain(d) => d.as_str().to_string(),
         };
-        let access = self.access(&policy, &host, dst.port, protocol);
-        let filter = access.filter().map_err(|d| Error::Connect(ConnectError::Denied(d)))?;
-        let (up, addr) = match &dst.host {
-            Host::Ip(ip) => {
-                w.upstreams.connect_addr(SocketAddr::new(*ip, dst.port), timeout, &filter).await?
-            }
-            Host::Domain(d) => w.upstreams.connect(d.as_str(), dst.port, timeout, &filter).await?,
+        let Session { listener, peer, user, stream, buf, .. } = self;
+        let access = Access {
+            policy: &policy,
+            listener: listener.name.as_deref(),
+            client: peer.ip(),
+            user: user.as_deref().and_then(|u| policy.users.get(u)),
+            host: &host,
+            port: dst.port,
+            protocol,
         };
+        let filter = access.filter().map_err(|d| Error::Connect(ConnectError::Denied(d)))?;
+        // Boxed (a connection's future would otherwise grow by an attempt's state). A
+        // client that leaves meanwhile ends the attempt; what it sends meanwhile
+        // (optimistic data) is kept in `buf` and goes first through the tunnel.
+        let connect = Box::pin(async {
+            match &dst.host {
+                Host::Ip(ip) => {
+                    let addr = SocketAddr::new(*ip, dst.port);
+                    w.upstreams.connect_addr(addr, timeout, &filter).await
+                }
+                Host::Domain(d) => {
+                    w.upstreams.connect(d.as_str(), dst.port, timeout, &filter).await
+                }
+            }
+            .map_err(Error::Connect)
+        });
+        let (up, addr) = crate::forward::unless_left(&w, connect, || {
+            crate::forward::client_left(stream, buf, crate::buf::READ_SIZE, Phase::Connect)
+        })
+        .await?;
         drop(filter);
         self.upstream = Some(addr);
         Ok(up)
@@ -456,6 +478,8 @@ async fn socks5_session(s: &mut Session) -> Outcome {
                     reply5(s, socks5::Reply::Succeeded, bound).await;
                     Ok(Some(s.handoff(up)))
                 }
+                // A client that left is told nothing.
+                Err(e @ Error::ClientLeft(_)) => Err(e),
                 Err(e) => {
                     reply5(s, e.socks5_reply(), None).await;
                     Err(e)
@@ -530,6 +554,7 @@ async fn socks4_session(s: &mut Session) -> Outcome {
                     reply4(s, socks4::Reply::Granted, bound).await;
                     Ok(Some(s.handoff(up)))
                 }
+                Err(e @ Error::ClientLeft(_)) => Err(e),
                 Err(e) => {
                     reply4(s, socks4::Reply::Rejected, None).await;
                     Err(e)

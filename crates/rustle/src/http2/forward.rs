@@ -37,7 +37,7 @@ use crate::body::{self, Dir, State};
 use crate::buf::Buf;
 use crate::conn::Stream;
 use crate::error::{ConnectError, Error, Phase};
-use crate::forward::{read_response_head, read_response_head_or, write_timed, NOT_RETRIED};
+use crate::forward::{read_response_head_or, write_timed, NOT_RETRIED};
 use crate::limits::{Direction as LimitDir, Limit};
 
 /// A timeout long enough never to fire, for waits bounded by something else.
@@ -127,7 +127,8 @@ pub(super) async fn forward(
             Err(Error::Upstream(_) | Error::UpstreamClosed(_))
                 if reused && ubuf.is_empty() && parts.method.is_idempotent() =>
             {
-                let (s, a, _) = origin(shared, user.as_deref(), None, &host, port, https).await?;
+                let connect = origin(shared, user.as_deref(), None, &host, port, https);
+                let (s, a, _) = unless_reset(respond, connect).await?;
                 (up, addr, reused) = (s, a, false);
                 ex.upstream = Some(addr);
             }
@@ -263,7 +264,7 @@ impl std::future::Future for Reset<'_> {
 
 /// Runs `fut` (a connection to the origin being made) unless the client resets the stream
 /// or leaves first. A pooled connection comes at once, and the stream is not looked at.
-async fn unless_reset<T>(
+pub(super) async fn unless_reset<T>(
     respond: &mut SendResponse<Bytes>,
     fut: impl std::future::Future<Output = Result<T, Error>>,
 ) -> Result<T, Error> {
@@ -306,14 +307,18 @@ pub(super) async fn websocket(
         "Upgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: {key}\r\n\r\n"
     );
     let user = ex.user.clone();
-    let (mut up, addr) = upstream_tcp(shared, user.as_deref(), &host, port, Protocol::Http).await?;
+    let connect = upstream_tcp(shared, user.as_deref(), &host, port, Protocol::Http);
+    let (mut up, addr) = unless_reset(respond, connect).await?;
     ex.upstream = Some(addr);
     write_timed(&mut up, &out, io.io).await?;
     let mut ubuf = shared.worker.take_buf();
     let mut rhead = ResponseHead::new();
+    // A reset of the stream ends the wait for the origin's answer, as for a request.
+    let mut reset = Reset(respond);
+    let reset = Some(std::pin::Pin::new(&mut reset));
+    let (worker, ubuf_, rhead_) = (&shared.worker, &mut ubuf, &mut rhead);
     let head =
-        read_response_head(&shared.worker, &mut up, &mut ubuf, &mut rhead, Method::Get, io.io)
-            .await;
+        read_response_head_or(worker, &mut up, ubuf_, rhead_, Method::Get, io.io, reset).await;
     let result = head.and_then(|()| {
         let upgraded =
             rhead.upgrade.is_some_and(|u| u.get(ubuf.filled()).eq_ignore_ascii_case(b"websocket"));

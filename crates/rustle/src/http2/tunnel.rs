@@ -55,7 +55,9 @@ pub(super) async fn connect(
 ) -> Result<Option<Task>, Error> {
     let (host, port) = host_port(req.uri().authority(), None)?;
     let user = ex.user.clone();
-    let (up, addr) = upstream_tcp(shared, user.as_deref(), &host, port, Protocol::Connect).await?;
+    // Given up as soon as the client resets the stream or leaves.
+    let connect = upstream_tcp(shared, user.as_deref(), &host, port, Protocol::Connect);
+    let (up, addr) = super::forward::unless_reset(respond, connect).await?;
     ex.upstream = Some(addr);
     let send = respond.send_response(Response::new(()), false).map_err(client_error)?;
     ex.status = 200;

@@ -283,3 +283,184 @@ fn a_socks5_bind_whose_client_leaves_stops_listening() {
     let line = proxy.log_line(|l| l.contains(" BIND "));
     assert!(line.contains("client closed the connection while waiting for the BIND"), "{line}");
 }
+
+/// A proxy whose upstream connections may take 8 s, so that an attempt that outlives its
+/// client is told from one that ends with it.
+fn slow_connect_proxy(kind: ListenerKind, target: Option<SocketAddr>) -> Proxy {
+    Proxy::with_listener(kind, target, |c| {
+        c.timeouts.connect = Duration::from_secs(8);
+        c.listeners[0].h2c = kind == ListenerKind::Http;
+    })
+}
+
+/// Opens a connection, sends `bytes`, leaves after 300 ms, and expects the log line of
+/// the connection (`pred`) to say the client left while connecting, within 2 s.
+/// `reply` bytes are read first (an unread answer would make the close a reset).
+fn leaves_while_connecting(proxy: &Proxy, bytes: &[u8], reply: usize, pred: impl Fn(&str) -> bool) {
+    let mut c = connect(proxy.addr());
+    c.write_all(bytes).unwrap();
+    read_exact_n(&mut c, reply);
+    std::thread::sleep(Duration::from_millis(300));
+    drop(c);
+    let left = Instant::now();
+    let line = proxy.log_line(pred);
+    assert!(line.contains("client closed the connection while connecting"), "{line}");
+    assert!(left.elapsed() < Duration::from_secs(3), "logged {:?} after", left.elapsed());
+}
+
+#[test]
+fn a_connect_whose_client_leaves_stops_connecting() {
+    let hole = black_hole();
+    let proxy = slow_connect_proxy(ListenerKind::Http, None);
+    let a = hole.addr;
+    let req = format!("CONNECT {a} HTTP/1.1\r\nHost: {a}\r\n\r\n");
+    leaves_while_connecting(&proxy, req.as_bytes(), 0, |l| l.contains(" CONNECT "));
+}
+
+#[test]
+fn a_forwarded_request_whose_client_leaves_stops_connecting() {
+    let hole = black_hole();
+    let proxy = slow_connect_proxy(ListenerKind::Http, None);
+    let a = hole.addr;
+    let req = format!("GET http://{a}/never HTTP/1.1\r\nHost: {a}\r\n\r\n");
+    leaves_while_connecting(&proxy, req.as_bytes(), 0, |l| l.contains("/never"));
+    // https:// too (the connect comes before the TLS handshake).
+    let req = format!("GET https://{a}/never-tls HTTP/1.1\r\nHost: {a}\r\n\r\n");
+    leaves_while_connecting(&proxy, req.as_bytes(), 0, |l| l.contains("/never-tls"));
+}
+
+#[test]
+fn a_socks_connect_whose_client_leaves_stops_connecting() {
+    let hole = black_hole();
+    let proxy = slow_connect_proxy(ListenerKind::Socks, None);
+    let mut hello = vec![5, 1, 0];
+    hello.extend_from_slice(&request5(CONNECT, &Dst::Addr(hole.addr)));
+    leaves_while_connecting(&proxy, &hello, 2, |l| l.contains("socks5://"));
+    let SocketAddr::V4(v4) = hole.addr else { unreachable!("black_hole is IPv4") };
+    let hello = request4(CONNECT, v4, "me", None);
+    leaves_while_connecting(&proxy, &hello, 0, |l| l.contains("socks4://"));
+}
+
+#[test]
+fn a_relay_whose_client_leaves_stops_connecting() {
+    let hole = black_hole();
+    let proxy = slow_connect_proxy(ListenerKind::Relay, Some(hole.addr));
+    leaves_while_connecting(&proxy, b"", 0, |l| l.contains("RELAY"));
+}
+
+#[tokio::test]
+async fn an_http2_connect_stream_reset_while_connecting_stops_connecting() {
+    let hole = black_hole();
+    let proxy = slow_connect_proxy(ListenerKind::Http, None);
+    let tcp = tokio::net::TcpStream::connect(proxy.addr()).await.unwrap();
+    let (send, conn) = h2::client::handshake(tcp).await.expect("h2 handshake");
+    tokio::spawn(conn);
+    let mut send = send.ready().await.unwrap();
+    let req = Request::builder().method(Method::CONNECT).uri(hole.addr.to_string());
+    let (resp, stream) = send.send_request(req.body(()).unwrap(), false).expect("send");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Dropping both halves resets the stream.
+    drop((resp, stream));
+    let left = Instant::now();
+    let line = tokio::task::spawn_blocking(move || {
+        let line = proxy.log_line(|l| l.contains(" CONNECT "));
+        drop(proxy);
+        line
+    });
+    let line = line.await.unwrap();
+    assert!(line.contains("client closed the connection while connecting"), "{line}");
+    assert!(left.elapsed() < Duration::from_secs(3), "logged {:?} after", left.elapsed());
+}
+
+/// A listener whose accept queue is full until `after`, then accepts one connection and
+/// echoes it: a connection to it is made only when its SYN is sent again (about 1 s
+/// later), long enough for the client to send bytes while the proxy connects.
+fn slow_echo(after: Duration) -> SocketAddr {
+    use socket2::{Domain, Socket, Type};
+    let l = Socket::new(Domain::IPV4, Type::STREAM, None).unwrap();
+    l.bind(&"127.0.0.1:0".parse::<SocketAddr>().unwrap().into()).unwrap();
+    l.listen(0).unwrap();
+    let addr = l.local_addr().unwrap().as_socket().unwrap();
+    let mut held = Vec::new();
+    // Until a SYN is dropped: the queue is full (as `black_hole` fills it).
+    for _ in 0..8 {
+        match TcpStream::connect_timeout(&addr, Duration::from_millis(200)) {
+            Ok(s) => held.push(s),
+            Err(_) => break,
+        }
+    }
+    let l: TcpListener = l.into();
+    std::thread::spawn(move || {
+        std::thread::sleep(after);
+        // The queue's own connections go, which lets the proxy's SYN in when it comes again.
+        for _ in 0..held.len() {
+            let _ = l.accept();
+        }
+        drop(held);
+        let Ok((mut conn, _)) = l.accept() else { return };
+        let mut buf = [0u8; 4096];
+        while let Ok(n) = conn.read(&mut buf) {
+            if n == 0 || conn.write_all(&buf[..n]).is_err() {
+                return;
+            }
+        }
+    });
+    addr
+}
+
+#[test]
+fn bytes_sent_during_a_slow_connect_are_relayed_once_in_order() {
+    let origin = slow_echo(Duration::from_millis(100));
+    let proxy = slow_connect_proxy(ListenerKind::Http, None);
+    let mut c = connect(proxy.addr());
+    let head = format!("CONNECT {origin} HTTP/1.1\r\nHost: {origin}\r\n\r\n");
+    c.write_all(format!("{head}first,").as_bytes()).unwrap();
+    // Sent while the proxy connects (and watches this client).
+    std::thread::sleep(Duration::from_millis(400));
+    c.write_all(b"second,").unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    c.write_all(b"third").unwrap();
+    let established = b"HTTP/1.1 200 Connection established\r\n\r\n";
+    let got = read_exact_n(&mut c, established.len() + 18);
+    assert_eq!(got[..established.len()], established[..], "{}", String::from_utf8_lossy(&got));
+    assert_eq!(&got[established.len()..], b"first,second,third");
+
+    // SOCKS5 optimistic data, the same way.
+    let origin = slow_echo(Duration::from_millis(100));
+    let proxy = slow_connect_proxy(ListenerKind::Socks, None);
+    let mut c = connect(proxy.addr());
+    let mut hello = vec![5, 1, 0];
+    hello.extend_from_slice(&request5(CONNECT, &Dst::Addr(origin)));
+    hello.extend_from_slice(b"first,");
+    c.write_all(&hello).unwrap();
+    std::thread::sleep(Duration::from_millis(400));
+    c.write_all(b"second,").unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    c.write_all(b"third").unwrap();
+    assert_eq!(read_exact_n(&mut c, 2), [5, 0]);
+    let reply = read_exact_n(&mut c, 10);
+    assert_eq!(reply[1], 0, "{reply:?}");
+    assert_eq!(read_exact_n(&mut c, 18), b"first,second,third");
+
+    // The port relay.
+    let origin = slow_echo(Duration::from_millis(100));
+    let proxy = slow_connect_proxy(ListenerKind::Relay, Some(origin));
+    let mut c = connect(proxy.addr());
+    c.write_all(b"first,").unwrap();
+    std::thread::sleep(Duration::from_millis(400));
+    c.write_all(b"second,").unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    c.write_all(b"third").unwrap();
+    assert_eq!(read_exact_n(&mut c, 18), b"first,second,third");
+}
+
+#[test]
+fn an_https_request_whose_client_leaves_during_the_origin_handshake_stops_it() {
+    // The origin accepts and never answers the ClientHello.
+    let origin = silent_origin();
+    let proxy = Proxy::start_with(|c| c.timeouts.handshake = Duration::from_secs(8));
+    let o = origin.addr;
+    let req = format!("GET https://{o}/handshake HTTP/1.1\r\nHost: {o}\r\n\r\n");
+    leaves_while_connecting(&proxy, req.as_bytes(), 0, |l| l.contains("/handshake"));
+    assert!(reaches(&origin.closed, 1, Duration::from_secs(2)).is_some(), "origin still open");
+}
