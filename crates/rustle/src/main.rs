@@ -182,7 +182,15 @@ fn check(file: Option<&std::path::Path>) -> ExitCode {
         }
     };
     // Users files, group members and limits are checked as at start-up.
-    match rustle::policy::Policy::build(&cfg, &[]) {
+    // A rule naming a group nobody is in is refused here and at start-up (a reload only
+    // warns of it).
+    let built = rustle::policy::Policy::build(&cfg, &[]).and_then(|policy| {
+        match policy.unknown_groups.is_empty() {
+            true => Ok(policy),
+            false => Err(policy.unknown_groups.clone()),
+        }
+    });
+    match built {
         Err(problems) => {
             for p in problems {
                 eprintln!("{}: {p}", path.display());

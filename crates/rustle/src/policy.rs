@@ -46,6 +46,11 @@ pub struct Policy {
     /// TLS towards origins of `https://` URLs, or why there is none (no CA to verify
     /// with: such requests then get a 502 saying so).
     https_origins: Result<Arc<rustls::ClientConfig>, String>,
+    /// Rules naming a group no user is in (`acl::undefined_groups`): such a rule matches
+    /// nobody. `rustle check` and start-up refuse them as the misspellings they usually
+    /// are; a reload only warns, since the last member of a group may just have been
+    /// removed, and refusing would keep that user's password valid.
+    pub unknown_groups: Vec<String>,
 }
 
 /// ALPN of the HTTPS proxy port, in order of preference: HTTP/2 when the client offers
@@ -118,9 +123,9 @@ impl Policy {
         for (group, member) in users.undefined_members() {
             problems.push(format!("auth.groups: `{member}` in group `{group}` is not a user"));
         }
-        problems.extend(crate::acl::undefined_groups(&cfg.rules, |g| {
+        let unknown_groups = crate::acl::undefined_groups(&cfg.rules, |g| {
             users.has_group(g) || cfg.auth.groups.contains_key(g)
-        }));
+        });
         let default_allow = cfg.default_action == DefaultAction::Allow;
         let rules = RuleSet::compile(&cfg.rules, default_allow).unwrap_or_else(|errs| {
             for (i, e) in errs {
@@ -181,6 +186,7 @@ impl Policy {
             return Err(problems);
         }
         Ok(Policy {
+            unknown_groups,
             users,
             rules,
             builtins: Builtins {

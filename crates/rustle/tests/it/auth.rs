@@ -617,3 +617,26 @@ fn per_user_traffic_is_counted_across_requests_and_tunnels() {
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
 }
+
+#[test]
+fn removing_the_last_member_of_a_ruled_group_reloads_with_a_warning() {
+    let dir = TempDir::new("group-emptied");
+    let users = users_file(&dir, &["alice:plain:secret:staff", "bob:plain:hunter2"]);
+    let cfg = dir.file("rustle.toml");
+    let text = "workers = 1\n[log]\naccess = \"off\"\n\
+                [[rule]]\naction = \"deny\"\ngroups = [\"staff\"]\nports = [\"1\"]\n";
+    std::fs::write(&cfg, text).unwrap();
+    let origin = Origin::start().unwrap();
+    let url = origin.url("/bytes/4");
+    let users_arg = users.to_str().unwrap();
+    let args = ["--config", cfg.to_str().unwrap(), "--http", "127.0.0.1:0", "--users", users_arg];
+    let (bin, addr) = RustleProcess::start(&args);
+    assert_eq!(status_as(addr, &url, "alice", "secret"), 200, "{}", bin.stderr());
+    // alice, the group's only member, is revoked: the rule now names an empty group, which
+    // must not keep her password valid by refusing the reload.
+    std::fs::write(&users, "bob:plain:hunter2\n").unwrap();
+    sighup(&bin, 1);
+    assert_eq!(status_as(addr, &url, "alice", "secret"), 407, "a revoked password still works");
+    assert_eq!(status_as(addr, &url, "bob", "hunter2"), 200);
+    assert!(bin.stderr().contains("`staff` is not defined"), "no warning:\n{}", bin.stderr());
+}
