@@ -235,7 +235,7 @@ pub(super) async fn forward(
             if let Some(s) = &mut send {
                 // The response began: all that can be said now is a reset.
                 let reason = match e {
-                    Error::Client(_) => Reason::CANCEL,
+                    Error::Client(_) | Error::ClientLeft(_) => Reason::CANCEL,
                     Error::Timeout(_) => Reason::CANCEL,
                     _ => Reason::INTERNAL_ERROR,
                 };
@@ -670,7 +670,10 @@ async fn send_response_body<R: AsyncRead + Unpin>(
                 continue;
             }
         }
-        let n = match body::timed(ubuf.read_from(r, crate::buf::READ_SIZE), io).await {
+        // While the origin is silent, a reset of the stream (or the end of its connection)
+        // ends the wait: an origin that streams slowly is not held for a client that left.
+        let read = body::timed(ubuf.read_from(r, crate::buf::READ_SIZE), io);
+        let n = match unless_stream_reset(send, read).await? {
             Some(Ok(n)) => n,
             Some(Err(e)) => return Err(Error::Upstream(e)),
             None => return Err(Error::Timeout(Phase::UpstreamBody)),
@@ -684,6 +687,23 @@ async fn send_response_body<R: AsyncRead + Unpin>(
             return Err(Error::UpstreamClosed("in the middle of the response body"));
         }
     }
+}
+
+/// Runs `fut` (a read from the origin while the response body streams) unless the client
+/// resets the stream or its connection ends first; the reset is looked at only when `fut`
+/// has to wait.
+async fn unless_stream_reset<T>(
+    send: &mut SendStream<Bytes>,
+    fut: impl std::future::Future<Output = T>,
+) -> Result<T, Error> {
+    let mut fut = std::pin::pin!(fut);
+    std::future::poll_fn(|cx| match fut.as_mut().poll(cx) {
+        std::task::Poll::Ready(r) => std::task::Poll::Ready(Ok(r)),
+        std::task::Poll::Pending => {
+            send.poll_reset(cx).map(|_| Err(Error::ClientLeft(Phase::UpstreamBody)))
+        }
+    })
+    .await
 }
 
 /// Trailer sections larger than this are dropped (the chunked scanner bounds them too).

@@ -78,6 +78,12 @@ struct Silent {
 }
 
 fn silent_origin() -> Silent {
+    stalling_origin(b"")
+}
+
+/// An origin that answers every connection's first request with `answer` (a response head
+/// and the start of its body, say) and then goes silent, reading until the proxy closes.
+fn stalling_origin(answer: &'static [u8]) -> Silent {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap();
     let accepted = Arc::new(AtomicUsize::new(0));
@@ -90,7 +96,12 @@ fn silent_origin() -> Silent {
             let c = c.clone();
             std::thread::spawn(move || {
                 let mut sink = [0u8; 4096];
-                while matches!(conn.read(&mut sink), Ok(n) if n > 0) {}
+                let mut answered = answer.is_empty();
+                while matches!(conn.read(&mut sink), Ok(n) if n > 0) {
+                    if !answered {
+                        answered = conn.write_all(answer).is_ok();
+                    }
+                }
                 c.fetch_add(1, Ordering::SeqCst);
             });
         }
@@ -463,4 +474,32 @@ fn an_https_request_whose_client_leaves_during_the_origin_handshake_stops_it() {
     let req = format!("GET https://{o}/handshake HTTP/1.1\r\nHost: {o}\r\n\r\n");
     leaves_while_connecting(&proxy, req.as_bytes(), 0, |l| l.contains("/handshake"));
     assert!(reaches(&origin.closed, 1, Duration::from_secs(2)).is_some(), "origin still open");
+}
+
+#[tokio::test]
+async fn http2_streams_whose_origin_stalls_mid_body_end_with_their_client() {
+    let origin = stalling_origin(b"HTTP/1.1 200 OK\r\nContent-Length: 100000\r\n\r\nfirst bytes");
+    let proxy = Proxy::start_with(|cfg| cfg.listeners[0].h2c = true);
+    let tcp = tokio::net::TcpStream::connect(proxy.addr()).await.unwrap();
+    let (send, conn) = h2::client::handshake(tcp).await.expect("h2 handshake");
+    let driver = tokio::spawn(conn);
+    let mut send = send.ready().await.unwrap();
+    let mut bodies = Vec::new();
+    for i in 0..10 {
+        let req = Request::get(format!("http://{}/stream/{i}", origin.addr)).body(()).unwrap();
+        let (resp, _) = send.send_request(req, true).expect("send");
+        let resp = tokio::time::timeout(Duration::from_secs(5), resp).await.unwrap().unwrap();
+        assert_eq!(resp.status(), 200);
+        let mut body = resp.into_body();
+        let first = tokio::time::timeout(Duration::from_secs(5), body.data()).await.unwrap();
+        assert_eq!(first.unwrap().unwrap().as_ref(), b"first bytes");
+        bodies.push(body);
+        send = send.ready().await.unwrap();
+    }
+    // Every answer is under way and its origin silent: the client goes.
+    driver.abort();
+    drop((send, bodies));
+    let closed = origin.closed.clone();
+    let all = tokio::task::spawn_blocking(move || reaches(&closed, 10, Duration::from_secs(5)));
+    assert!(all.await.unwrap().is_some(), "{:?} of 10 origin connections closed", origin.closed);
 }
