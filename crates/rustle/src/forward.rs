@@ -68,7 +68,8 @@ async fn origin(
     });
     let (stream, buf, max) = (&mut c.stream, &mut c.buf, c.worker.limits.max_head);
     let tls =
-        unless_left(&c.worker, handshake, || client_left(stream, buf, max, Phase::Connect)).await?;
+        unless_left(&c.worker, handshake, || client_left(stream, buf, max, Phase::Connect, false))
+            .await?;
     Ok((tls, addr, false))
 }
 
@@ -140,7 +141,8 @@ pub async fn forward(c: &mut Client, ex: &mut Exchange) -> Result<Next, Error> {
                     &mut c.stream,
                     &mut c.buf,
                     max_head,
-                    Phase::UpstreamHead
+                    Phase::UpstreamHead,
+                    false
                 ));
                 let (ubuf, rhead) = (&mut ubuf, &mut rhead);
                 read_response_head_or(&worker, &mut up, ubuf, rhead, method, io, Some(left)).await
@@ -212,7 +214,7 @@ pub async fn forward(c: &mut Client, ex: &mut Exchange) -> Result<Next, Error> {
                     body_done = true;
                     // Boxed, on this path only (a body that did not come with its head), so
                     // that every HTTP connection's state does not grow by it.
-                    let watch = client_left(cr, cbuf, max_head, Phase::UpstreamHead);
+                    let watch = client_left(cr, cbuf, max_head, Phase::UpstreamHead, false);
                     left.set(Some(Box::pin(watch)));
                 }
                 // While the request body is still flowing, an origin that waits for all
@@ -453,16 +455,22 @@ impl<F: Future + Unpin, W: Future<Output = Error>> Future for Watched<'_, F, W> 
 }
 
 /// Ends when the client has left (end of stream or a failed socket) while its exchange
-/// waits on the upstream. What it sends meanwhile (a pipelined request) is kept in `buf`
-/// for its turn; once `buf` holds `max` bytes the client is no longer read.
+/// waits on the upstream. What it sends meanwhile (a pipelined request, a tunnel's first
+/// bytes) is kept in `buf` for its turn; once `buf` holds `max` bytes the client is no
+/// longer read. For an HTTP exchange any end of stream counts as leaving (as squid and
+/// nginx take it); for a `tunnel` only one before any byte does: a client that sent
+/// something and then ended its side waits for the answer, and the tunnel passes the end
+/// on once it is up.
 pub(crate) async fn client_left<R: AsyncRead + Unpin>(
     r: &mut R,
     buf: &mut Buf,
     max: usize,
     phase: Phase,
+    tunnel: bool,
 ) -> Error {
     loop {
         match buf.read_from(r, max).await {
+            Ok(0) if tunnel && !buf.is_empty() => return std::future::pending().await,
             Ok(0) => return Error::ClientLeft(phase),
             Ok(_) => {}
             Err(e) if e.kind() == std::io::ErrorKind::OutOfMemory => {

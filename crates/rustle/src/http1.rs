@@ -482,8 +482,9 @@ impl Client {
             worker.upstreams.connect(host, port, timeout, &filter).await.map_err(Error::Connect)
         });
         let (stream, buf, max) = (&mut self.stream, &mut self.buf, worker.limits.max_head);
+        let tunnel = protocol == crate::acl::Protocol::Connect;
         let (s, a) = crate::forward::unless_left(worker, connect, || {
-            crate::forward::client_left(stream, buf, max, Phase::Connect)
+            crate::forward::client_left(stream, buf, max, Phase::Connect, tunnel)
         })
         .await?;
         Ok((Stream::Tcp(s), a, false))

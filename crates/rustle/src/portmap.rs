@@ -12,11 +12,11 @@ use tokio::net::TcpStream;
 
 use crate::accesslog::Entry;
 use crate::acl::Protocol;
-use crate::buf::Buf;
+use crate::buf::{Buf, READ_SIZE};
 use crate::config::Listener;
 use crate::conn::Stream;
 use crate::error::{ConnectError, Error, Phase};
-use crate::forward::unless_left;
+use crate::forward::{client_left, unless_left};
 use crate::policy::Access;
 use crate::server::{ConnGuard, Worker};
 use crate::tls::Session;
@@ -65,7 +65,10 @@ pub async fn serve(guard: ConnGuard, listener: Arc<Listener>, stream: TcpStream,
                 let (host, port) = (&target.host, target.port);
                 worker.upstreams.connect(host, port, timeout, &filter).await.map_err(Error::Connect)
             });
-            unless_left(&worker, connect, || gone(&mut client, &mut early)).await
+            unless_left(&worker, connect, || {
+                client_left(&mut client, &mut early, READ_SIZE, Phase::Connect, true)
+            })
+            .await
         }
         Err(d) => Err(Error::Connect(ConnectError::Denied(d))),
     };
@@ -83,7 +86,11 @@ pub async fn serve(guard: ConnGuard, listener: Arc<Listener>, stream: TcpStream,
             // Ok with its own outcome, unless the client left.
             let handshake =
                 Box::pin(async { Ok(originate(config, t, &target.host, upstream, timeout).await) });
-            match unless_left(&worker, handshake, || gone(&mut client, &mut early)).await {
+            match unless_left(&worker, handshake, || {
+                client_left(&mut client, &mut early, READ_SIZE, Phase::Connect, true)
+            })
+            .await
+            {
                 Ok(Ok(s)) => s,
                 Ok(Err(why)) => return fail(&why, Some(addr), tls.as_deref()),
                 Err(e) => return fail(&e, Some(addr), tls.as_deref()),
@@ -109,26 +116,6 @@ pub async fn serve(guard: ConnGuard, listener: Arc<Listener>, stream: TcpStream,
     };
     let opts = worker.relay_opts(listener.splice);
     crate::tunnel::spawn(guard, client, handoff, opts, record);
-}
-
-/// Ends when the client has gone while its target is being connected to: its end of the
-/// stream before it sent anything, or a failed socket. What it sends meanwhile is kept in
-/// `buf`, to go first through the relay; a client that sent something and then ended its
-/// side (a request, then a half-close) waits for the answer, and the attempt goes on.
-async fn gone(client: &mut Stream, buf: &mut Buf) -> Error {
-    loop {
-        match buf.read_from(client, crate::buf::READ_SIZE).await {
-            Ok(0) if buf.is_empty() => return Error::ClientLeft(Phase::Connect),
-            // Read again by the relay, which passes the end on.
-            Ok(0) => return std::future::pending().await,
-            Ok(_) => {}
-            // The buffer is full: the rest waits in the socket.
-            Err(e) if e.kind() == std::io::ErrorKind::OutOfMemory => {
-                return std::future::pending().await
-            }
-            Err(e) => return Error::Client(e),
-        }
-    }
 }
 
 /// The client side: TLS terminated here when the listener has a certificate.

@@ -347,7 +347,7 @@ impl Session {
             .map_err(Error::Connect)
         });
         let (up, addr) = crate::forward::unless_left(&w, connect, || {
-            crate::forward::client_left(stream, buf, crate::buf::READ_SIZE, Phase::Connect)
+            crate::forward::client_left(stream, buf, crate::buf::READ_SIZE, Phase::Connect, true)
         })
         .await?;
         drop(filter);
@@ -388,6 +388,7 @@ impl Session {
             &mut self.buf,
             crate::buf::READ_SIZE,
             Phase::Incoming,
+            true,
         );
         let (incoming, from) = tokio::select! {
             r = accept => match r {

@@ -420,7 +420,7 @@ fn slow_echo(after: Duration) -> SocketAddr {
 }
 
 #[test]
-fn bytes_sent_during_a_slow_connect_are_relayed_once_in_order() {
+fn bytes_and_a_half_close_sent_during_a_slow_connect_go_through_once_in_order() {
     let origin = slow_echo(Duration::from_millis(100));
     let proxy = slow_connect_proxy(ListenerKind::Http, None);
     let mut c = connect(proxy.addr());
@@ -431,10 +431,14 @@ fn bytes_sent_during_a_slow_connect_are_relayed_once_in_order() {
     c.write_all(b"second,").unwrap();
     std::thread::sleep(Duration::from_millis(300));
     c.write_all(b"third").unwrap();
+    // Then its sending side ends, still during the connect: that is no leaving, and the
+    // end goes through the tunnel after the bytes.
+    c.shutdown(std::net::Shutdown::Write).unwrap();
     let established = b"HTTP/1.1 200 Connection established\r\n\r\n";
     let got = read_exact_n(&mut c, established.len() + 18);
     assert_eq!(got[..established.len()], established[..], "{}", String::from_utf8_lossy(&got));
     assert_eq!(&got[established.len()..], b"first,second,third");
+    assert_eq!(read_to_eof(&mut c), b"", "bytes after the echo");
 
     // SOCKS5 optimistic data, the same way.
     let origin = slow_echo(Duration::from_millis(100));
@@ -448,10 +452,12 @@ fn bytes_sent_during_a_slow_connect_are_relayed_once_in_order() {
     c.write_all(b"second,").unwrap();
     std::thread::sleep(Duration::from_millis(300));
     c.write_all(b"third").unwrap();
+    c.shutdown(std::net::Shutdown::Write).unwrap();
     assert_eq!(read_exact_n(&mut c, 2), [5, 0]);
     let reply = read_exact_n(&mut c, 10);
     assert_eq!(reply[1], 0, "{reply:?}");
     assert_eq!(read_exact_n(&mut c, 18), b"first,second,third");
+    assert_eq!(read_to_eof(&mut c), b"", "bytes after the echo");
 
     // The port relay.
     let origin = slow_echo(Duration::from_millis(100));
@@ -462,7 +468,9 @@ fn bytes_sent_during_a_slow_connect_are_relayed_once_in_order() {
     c.write_all(b"second,").unwrap();
     std::thread::sleep(Duration::from_millis(300));
     c.write_all(b"third").unwrap();
+    c.shutdown(std::net::Shutdown::Write).unwrap();
     assert_eq!(read_exact_n(&mut c, 18), b"first,second,third");
+    assert_eq!(read_to_eof(&mut c), b"", "bytes after the echo");
 }
 
 #[test]
@@ -502,4 +510,18 @@ async fn http2_streams_whose_origin_stalls_mid_body_end_with_their_client() {
     let closed = origin.closed.clone();
     let all = tokio::task::spawn_blocking(move || reaches(&closed, 10, Duration::from_secs(5)));
     assert!(all.await.unwrap().is_some(), "{:?} of 10 origin connections closed", origin.closed);
+}
+
+#[test]
+fn a_half_closed_client_still_gets_a_prompt_answer() {
+    // Ending the sending side after the request counts as leaving only once the origin
+    // has taken a tick (as squid and nginx take it); a prompt answer still arrives.
+    let origin = rustle_bench::Origin::start().unwrap();
+    let proxy = Proxy::start();
+    let mut c = Conn::to_proxy(&proxy);
+    let url = origin.url("/bytes/3");
+    c.send(format!("GET {url} HTTP/1.1\r\nHost: {}\r\n\r\n", origin.addr()).as_bytes());
+    c.shutdown_write();
+    let resp = c.read_response();
+    assert_eq!((resp.status, resp.body.len()), (200, 3));
 }
