@@ -182,12 +182,12 @@ fn check(file: Option<&std::path::Path>) -> ExitCode {
         }
     };
     // Users files, group members and limits are checked as at start-up.
-    // A rule naming a group nobody is in is refused here and at start-up (a reload only
-    // warns of it).
+    // What start-up refuses and a reload only warns of is refused here too.
     let built = rustle::policy::Policy::build(&cfg, &[]).and_then(|policy| {
-        match policy.unknown_groups.is_empty() {
+        let problems = policy.startup_problems();
+        match problems.is_empty() {
             true => Ok(policy),
-            false => Err(policy.unknown_groups.clone()),
+            false => Err(problems),
         }
     });
     match built {

@@ -46,11 +46,11 @@ pub struct Policy {
     /// TLS towards origins of `https://` URLs, or why there is none (no CA to verify
     /// with: such requests then get a 502 saying so).
     https_origins: Result<Arc<rustls::ClientConfig>, String>,
-    /// Rules naming a group no user is in (`acl::undefined_groups`): such a rule matches
-    /// nobody. `rustle check` and start-up refuse them as the misspellings they usually
-    /// are; a reload only warns, since the last member of a group may just have been
-    /// removed, and refusing would keep that user's password valid.
+    /// Rules naming a group no user is in (`acl::undefined_groups`, usually a misspelling;
+    /// such a rule matches nobody).
     pub unknown_groups: Vec<String>,
+    /// A listener requires authentication and no user is defined: everyone is refused.
+    pub auth_without_users: bool,
 }
 
 /// ALPN of the HTTPS proxy port, in order of preference: HTTP/2 when the client offers
@@ -62,6 +62,17 @@ fn rate(r: &Option<String>, what: &str) -> Result<Option<u64>, String> {
 }
 
 impl Policy {
+    /// What `rustle check` and start-up refuse and a reload only warns of. Each makes the
+    /// proxy refuse more, not less, and refusing a reload for it would keep what the new
+    /// files removed (a revoked user, the last member of a group) in force.
+    pub fn startup_problems(&self) -> Vec<String> {
+        let mut problems = self.unknown_groups.clone();
+        if self.auth_without_users {
+            problems.push("a listener requires authentication but [auth] defines no user".into());
+        }
+        problems
+    }
+
     /// What listener `index` accepts as TLS, if it does.
     pub fn tls_acceptor(&self, index: usize) -> Option<&Arc<crate::tls::Acceptor>> {
         self.tls_accept.get(index).and_then(Option::as_ref)
@@ -179,14 +190,14 @@ impl Policy {
         if let (Some(_), Err(e)) = (&cfg.tls.origin_ca, &https_origins) {
             problems.push(format!("tls.origin_ca: {e}"));
         }
-        if cfg.effective_listeners().iter().any(|l| l.auth) && users.is_empty() {
-            problems.push("a listener requires authentication but [auth] defines no user".into());
-        }
+        let auth_without_users =
+            cfg.effective_listeners().iter().any(|l| l.auth) && users.is_empty();
         if !problems.is_empty() {
             return Err(problems);
         }
         Ok(Policy {
             unknown_groups,
+            auth_without_users,
             users,
             rules,
             builtins: Builtins {

@@ -54,8 +54,9 @@ fn derive(source: &Source, listeners_from_file: bool) -> Result<Config, String> 
 }
 
 /// Checks a new configuration and its policy against the listeners running: the start-up
-/// open-proxy check on each, and users for those requiring authentication. Returns a
-/// warning for each protection the new policy drops.
+/// open-proxy check on each. Returns a warning for each protection the new policy drops,
+/// and for each listener requiring authentication that is left with no user (it then
+/// refuses everyone: stricter, so it goes through).
 pub fn vet(
     cfg: &Config,
     running: &[Arc<Listener>],
@@ -66,15 +67,15 @@ pub fn vet(
         if let Some(problem) = cfg.open_proxy_problem(l) {
             return Err(format!("under the new configuration, the running {problem}"));
         }
-        if l.auth && new.users.is_empty() {
-            return Err(format!(
-                "the running listener {} on {} requires authentication, and the new \
-                 configuration defines no user",
-                l.kind, l.listen
-            ));
-        }
     }
     let mut warnings = Vec::new();
+    for l in running.iter().filter(|l| l.auth && new.users.is_empty()) {
+        warnings.push(format!(
+            "the running listener {} on {} requires authentication, and the new \
+             configuration defines no user: every client of it is refused",
+            l.kind, l.listen
+        ));
+    }
     if old.builtins.deny_private && !new.builtins.deny_private {
         warnings.push(
             "deny_private_destinations is now off: loopback, private and link-local \

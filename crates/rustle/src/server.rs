@@ -268,8 +268,8 @@ impl Running {
         let mut policy = Policy::build(cfg, &self.own).map_err(|p| p.join("; "))?;
         let old = self.policy_tx.borrow().clone();
         let mut warnings = crate::reload::vet(cfg, &self.listeners, &old, &policy)?;
-        warnings
-            .extend(policy.unknown_groups.iter().map(|g| format!("{g}; the rule matches no one")));
+        // (A listener requiring authentication left with no user: `vet` names it.)
+        warnings.extend(policy.unknown_groups.iter().cloned());
         policy.keep_tls_of(&old);
         let _ = self.policy_tx.send(Arc::new(policy));
         Ok(warnings)
@@ -306,8 +306,9 @@ pub fn start(cfg: Config) -> anyhow::Result<Running> {
         crate::tls::set_ktls(ktls_available(cfg.tls.ktls));
     }
     let policy = Policy::build(&cfg, &own).map_err(|p| anyhow::anyhow!(p.join("\n")))?;
-    if !policy.unknown_groups.is_empty() {
-        anyhow::bail!("{}", policy.unknown_groups.join("\n"));
+    let problems = policy.startup_problems();
+    if !problems.is_empty() {
+        anyhow::bail!("{}", problems.join("\n"));
     }
     if policy.users.plain_count() > 0 {
         tracing::warn!(

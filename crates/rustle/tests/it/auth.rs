@@ -640,3 +640,24 @@ fn removing_the_last_member_of_a_ruled_group_reloads_with_a_warning() {
     assert_eq!(status_as(addr, &url, "bob", "hunter2"), 200);
     assert!(bin.stderr().contains("`staff` is not defined"), "no warning:\n{}", bin.stderr());
 }
+
+#[test]
+fn a_reload_that_empties_the_users_file_refuses_everyone() {
+    let dir = TempDir::new("users-emptied");
+    let users = users_file(&dir, &["alice:plain:secret"]);
+    let origin = Origin::start().unwrap();
+    let url = origin.url("/bytes/4");
+    let args = ["--http", "127.0.0.1:0", "--workers", "1", "--users", users.to_str().unwrap()];
+    let (bin, addr) = RustleProcess::start(&args);
+    assert_eq!(status_as(addr, &url, "alice", "secret"), 200, "{}", bin.stderr());
+    // Every user revoked: the reload goes through (refusing it would keep alice's password
+    // valid) with a warning, and the listener refuses everyone.
+    std::fs::write(&users, "# nobody for now\n").unwrap();
+    sighup(&bin, 1);
+    assert_eq!(status_as(addr, &url, "alice", "secret"), 407, "a revoked password still works");
+    assert!(bin.stderr().contains("every client of it is refused"), "{}", bin.stderr());
+    // Starting that way is still refused: a proxy that can serve nobody is a mistake.
+    let mut p = RustleProcess::spawn(&args);
+    let status = p.wait(Duration::from_secs(10)).expect("rustle started without users");
+    assert!(!status.success() && p.stderr().contains("defines no user"), "{}", p.stderr());
+}
