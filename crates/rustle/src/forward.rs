@@ -175,9 +175,11 @@ pub async fn forward(c: &mut Client, ex: &mut Exchange) -> Result<Next, Error> {
     let outcome = {
         let out = &mut c.out;
         let cbuf = &mut c.buf;
-        // No request body left: the client side is only written (a fresh connection
-        // stays unregistered unless a write blocks).
-        let (mut cr, mut cw) = c.stream.halves(!whole);
+        // No request body left and the whole answer in hand: the client side is only
+        // written (a fresh connection stays unregistered unless a write blocks). An answer
+        // still to come from the origin needs the read side too, to watch the client.
+        let in_hand = whole && answer_in_hand(&rhead, &ubuf);
+        let (mut cr, mut cw) = c.stream.halves(!in_hand);
         let (mut ur, mut uw) = up.split();
         // Stream the request body (if any is left) while watching for the response head.
         // The client's read side comes back with the result: once the body is done, it is
@@ -214,7 +216,8 @@ pub async fn forward(c: &mut Client, ex: &mut Exchange) -> Result<Next, Error> {
                     body_done = true;
                     // Boxed, on this path only (a body that did not come with its head), so
                     // that every HTTP connection's state does not grow by it.
-                    let watch = client_left(cr, cbuf, max_head, Phase::UpstreamHead, false);
+                    let watch =
+                        client_left_http(&worker, cr, cbuf, Phase::UpstreamHead, false);
                     left.set(Some(Box::pin(watch)));
                 }
                 // While the request body is still flowing, an origin that waits for all
@@ -273,14 +276,30 @@ pub async fn forward(c: &mut Client, ex: &mut Exchange) -> Result<Next, Error> {
             };
             tokio::pin!(resp_fut);
             // A response may end before the request body does (an early error from the
-            // origin): then the rest of the request is not worth waiting for.
+            // origin): then the rest of the request is not worth waiting for. An answer that
+            // takes more than one go is watched for the client leaving (after a tick, and
+            // boxed: nothing of it for an answer that goes out at once); a request whose
+            // body was streamed is watched already.
+            let mut armed = left.is_some() || in_hand;
             let resp_result = loop {
                 tokio::select! {
-                    (r, _, _) = &mut body_fut, if !body_done => {
-                        ex.up += r?;
-                        body_done = true;
-                    }
+                    biased;
                     r = &mut resp_fut => break r,
+                    // Polled once at most: a request body still going, or the client's
+                    // read side to hand to the watch.
+                    (r, cr, cbuf) = &mut body_fut, if !body_done || !armed => {
+                        if !body_done {
+                            ex.up += r?;
+                            body_done = true;
+                        }
+                        if !armed {
+                            let watch =
+                                client_left_http(&worker, cr, cbuf, Phase::UpstreamBody, true);
+                            left.set(Some(Box::pin(watch)));
+                            armed = true;
+                        }
+                    }
+                    e = poll_some(left.as_mut().as_pin_mut()) => break Err(e),
                 }
             };
             ex.down += resp_result?;
@@ -478,6 +497,44 @@ pub(crate) async fn client_left<R: AsyncRead + Unpin>(
             }
             Err(e) => return Error::Client(e),
         }
+    }
+}
+
+/// `client_left` for an HTTP exchange, from now on or (`after_tick`, for an answer that
+/// is streaming to the client) once a tick has passed.
+async fn client_left_http<R: AsyncRead + Unpin>(
+    worker: &Worker,
+    r: &mut R,
+    buf: &mut Buf,
+    phase: Phase,
+    after_tick: bool,
+) -> Error {
+    if after_tick {
+        let waiters = &worker.waiters;
+        let tick = waiters.deadline(Duration::ZERO);
+        let _ = waiters.within(std::future::pending::<()>(), tick).await;
+    }
+    client_left(r, buf, worker.limits.max_head, phase, false).await
+}
+
+/// Waits for `fut` when there is one, forever when not.
+async fn poll_some<F: Future>(fut: Option<Pin<&mut F>>) -> F::Output {
+    match fut {
+        Some(f) => f.await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Whether a response's whole body came with its head (nothing more to read from the
+/// origin): a length that the buffer holds, or no body.
+fn answer_in_hand(rhead: &ResponseHead, ubuf: &Buf) -> bool {
+    if (100..200).contains(&rhead.status) {
+        return false;
+    }
+    match rhead.body {
+        BodyKind::None => true,
+        BodyKind::Length(n) => ubuf.len().saturating_sub(rhead.len) as u64 >= n,
+        BodyKind::Chunked | BodyKind::CloseDelimited => false,
     }
 }
 

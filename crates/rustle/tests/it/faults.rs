@@ -525,3 +525,31 @@ fn a_half_closed_client_still_gets_a_prompt_answer() {
     let resp = c.read_response();
     assert_eq!((resp.status, resp.body.len()), (200, 3));
 }
+
+#[test]
+fn a_client_that_leaves_while_its_answer_stalls_closes_its_origin_connection() {
+    // The answer's head and first bytes come, then the origin goes silent (a stream, a
+    // long poll): the client's end ends the exchange, kept-alive connection or new one.
+    for keep in [false, true] {
+        let origin =
+            stalling_origin(b"HTTP/1.1 200 OK\r\nContent-Length: 100000\r\n\r\nfirst bytes");
+        let proxy = Proxy::start();
+        let mut c = Conn::to_proxy(&proxy);
+        let o = origin.addr;
+        if keep {
+            // A first exchange registers the connection with the event loop.
+            let fast = rustle_bench::Origin::start().unwrap();
+            c.send(format!("GET {} HTTP/1.1\r\nHost: x\r\n\r\n", fast.url("/bytes/3")).as_bytes());
+            assert_eq!(c.read_response().status, 200);
+        }
+        c.send(format!("GET http://{o}/stream HTTP/1.1\r\nHost: {o}\r\n\r\n").as_bytes());
+        let head = c.read_head();
+        assert_eq!(head.status, 200);
+        assert_eq!(c.take(11), b"first bytes");
+        drop(c);
+        let took = reaches(&origin.closed, 1, Duration::from_secs(5));
+        assert!(took.is_some(), "the origin connection outlived its client by 5 s (keep {keep})");
+        let line = proxy.log_line(|l| l.contains("/stream"));
+        assert!(line.contains("client closed the connection while waiting"), "{line}");
+    }
+}
