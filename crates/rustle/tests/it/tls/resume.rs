@@ -200,3 +200,72 @@ fn curl_resumes_its_session_for_a_second_transfer() {
         assert!(lines[1].ends_with(" resumed"), "{kind} port: {}", lines[1]);
     }
 }
+
+/// `openssl s_server -www` on a free loopback port (its answer says whether the session
+/// was `New` or `Reused`), stopped on drop.
+struct SServer {
+    child: std::process::Child,
+    addr: SocketAddr,
+}
+
+impl SServer {
+    fn start(files: &rustle::tls::SelfSignedFiles, version: &str) -> SServer {
+        let mut child = clean_command("openssl")
+            .args(["s_server", "-accept", "127.0.0.1:0", "-www", version, "-cert"])
+            .arg(&files.chain)
+            .arg("-key")
+            .arg(&files.key)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("run openssl s_server");
+        let stdout = child.stdout.take().unwrap();
+        let mut lines = std::io::BufRead::lines(std::io::BufReader::new(stdout));
+        let addr = loop {
+            let line = lines.next().expect("s_server said where it listens").unwrap();
+            if let Some(addr) = line.strip_prefix("ACCEPT ") {
+                break addr.parse().unwrap();
+            }
+        };
+        // Keep reading so s_server never blocks on a full pipe.
+        std::thread::spawn(move || lines.for_each(drop));
+        SServer { child, addr }
+    }
+}
+
+impl Drop for SServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn an_originating_relay_resumes_with_an_openssl_server() {
+    if !have("openssl") {
+        return;
+    }
+    let dir = TempDir::new("resume-origin");
+    let files = certs(&dir, "localhost");
+    for (version, shown) in [("-tls1_3", "TLSv1.3"), ("-tls1_2", "TLSv1.2")] {
+        let server = SServer::start(&files, version);
+        let toml = format!(
+            "[[listener]]\nkind = \"relay\"\nlisten = \"127.0.0.1:0\"\ntarget = \"{}\"\n\
+             [listener.target_tls]\nserver_name = \"localhost\"\nca = \"{}\"\n",
+            server.addr,
+            files.ca.display()
+        );
+        let proxy = Proxy::from_toml(&toml);
+        let mut seen = Vec::new();
+        for _ in 0..6 {
+            let got = String::from_utf8_lossy(&plain_get(&proxy, "/")).into_owned();
+            let line = got.lines().find(|l| l.contains(&format!(", {shown}, ")));
+            seen.push(
+                line.unwrap_or_else(|| panic!("{shown}: no session line in {got}")).to_string(),
+            );
+        }
+        let new = seen.iter().filter(|l| l.starts_with("New,")).count();
+        let reused = seen.iter().filter(|l| l.starts_with("Reused,")).count();
+        assert_eq!((new, reused), (1, 5), "{shown}:\n{}", seen.join("\n"));
+    }
+}
