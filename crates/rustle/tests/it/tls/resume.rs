@@ -81,16 +81,13 @@ fn count(text: &str, prefix: &str) -> usize {
     text.lines().filter(|l| l.starts_with(prefix)).count()
 }
 
-/// The access-log lines of TLS sessions of `version` (`TLSv1_3`), once there are `n`
-/// (waiting up to 3 s; fewer then).
-fn tls_lines(proxy: &Proxy, version: &str, n: usize) -> Vec<String> {
+/// The access-log lines containing `needle` (`tls=TLSv1_3/`), once there are `n` (waiting
+/// up to 3 s; fewer then).
+fn tls_lines(proxy: &Proxy, needle: &str, n: usize) -> Vec<String> {
     let deadline = Instant::now() + Duration::from_secs(3);
     loop {
-        let lines: Vec<String> = proxy
-            .log_lines()
-            .into_iter()
-            .filter(|l| l.contains(&format!("tls={version}/")))
-            .collect();
+        let lines: Vec<String> =
+            proxy.log_lines().into_iter().filter(|l| l.contains(needle)).collect();
         if lines.len() >= n || Instant::now() > deadline {
             return lines;
         }
@@ -132,13 +129,13 @@ fn openssl_clients_resume_on_https_auto_and_relay_ports_and_the_log_says_so() {
         assert_eq!(count(&seen, "Reused,"), 5, "{kind} port, TLS 1.3:\n{seen}");
 
         // The server's count: the first TLS 1.3 session full, the five after it resumed.
-        let lines = tls_lines(&proxy, "TLSv1_3", 6);
+        let lines = tls_lines(&proxy, "tls=TLSv1_3/", 6);
         let resumed = lines.iter().filter(|l| l.ends_with(" resumed")).count();
         assert_eq!((lines.len(), resumed), (6, 5), "{kind} port:\n{}", lines.join("\n"));
         assert!(!lines[0].ends_with(" resumed"), "{kind} port: {}", lines[0]);
         if kind == "relay" {
             // The relay logs every connection, TLS 1.2's reconnections too.
-            let lines = tls_lines(&proxy, "TLSv1_2", 6);
+            let lines = tls_lines(&proxy, "tls=TLSv1_2/", 6);
             let resumed = lines.iter().filter(|l| l.ends_with(" resumed")).count();
             assert_eq!((lines.len(), resumed), (6, 5), "relay:\n{}", lines.join("\n"));
         }
@@ -194,7 +191,7 @@ fn curl_resumes_its_session_for_a_second_transfer() {
             stderr.contains("re-using session") || stderr.contains("reusing session"),
             "{kind} port: curl did not reuse its session:\n{stderr}"
         );
-        let lines = tls_lines(&proxy, "TLSv1_3", 2);
+        let lines = tls_lines(&proxy, "tls=TLSv1_3/", 2);
         assert_eq!(lines.len(), 2, "{kind} port:\n{}", lines.join("\n"));
         assert!(!lines[0].ends_with(" resumed"), "{kind} port: {}", lines[0]);
         assert!(lines[1].ends_with(" resumed"), "{kind} port: {}", lines[1]);
@@ -268,4 +265,23 @@ fn an_originating_relay_resumes_with_an_openssl_server() {
         let reused = seen.iter().filter(|l| l.starts_with("Reused,")).count();
         assert_eq!((new, reused), (1, 5), "{shown}:\n{}", seen.join("\n"));
     }
+}
+
+#[test]
+fn the_json_log_says_whether_a_handshake_resumed() {
+    let dir = TempDir::new("resume-json");
+    let files = certs(&dir, "localhost");
+    let origin = Origin::start().unwrap();
+    let (_, toml, request) = ports(&files, &origin).swap_remove(0);
+    let proxy = Proxy::from_toml(&format!("[log]\nformat = \"json\"\n{toml}"));
+    let config = client_config(&files.ca, None);
+    for _ in 0..2 {
+        // The answer comes after the tickets, so the client holds one when it is read.
+        let mut tls = tls_connect(proxy.addr(), "localhost", &config).unwrap();
+        assert_eq!(exchange(&mut tls, request.as_bytes()).status, 200);
+    }
+    let lines = tls_lines(&proxy, "\"tls_version\"", 2);
+    assert_eq!(lines.len(), 2, "{lines:?}");
+    assert!(lines[0].contains("\"tls_resumed\":false"), "{}", lines[0]);
+    assert!(lines[1].contains("\"tls_resumed\":true"), "{}", lines[1]);
 }
