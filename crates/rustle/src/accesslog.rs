@@ -161,10 +161,11 @@ impl AccessLog {
                 .and_then(|_| match e.tls {
                     Some(t) => write!(
                         line,
-                        " tls={}/{} sni={}",
+                        " tls={}/{} sni={}{}",
                         t.version,
                         t.cipher,
-                        Escaped(t.sni.as_deref().unwrap_or("-"))
+                        Escaped(t.sni.as_deref().unwrap_or("-")),
+                        if t.resumed { " resumed" } else { "" }
                     ),
                     None => Ok(()),
                 })
@@ -199,10 +200,12 @@ impl AccessLog {
                 .and_then(|_| match e.tls {
                     Some(t) => write!(
                         line,
-                        ",\"tls_version\":\"{}\",\"tls_cipher\":\"{}\",\"sni\":\"{}\"",
+                        ",\"tls_version\":\"{}\",\"tls_cipher\":\"{}\",\"sni\":\"{}\",\
+                         \"tls_resumed\":{}",
                         t.version,
                         t.cipher,
-                        Escaped(t.sni.as_deref().unwrap_or(""))
+                        Escaped(t.sni.as_deref().unwrap_or("")),
+                        t.resumed
                     ),
                     None => Ok(()),
                 })

@@ -245,7 +245,8 @@ pub fn parse(name: &str) -> Result<Scenario> {
         // TLS 1.3 relays: 64 kept-alive connections with 1 KB answers, 16
         // with 1 MB ones, or a new connection per 1 KB request. The client
         // offers X25519 only (what OpenSSL 3.0 peers would pick anyway) and,
-        // for tls-term-close, no resumption: a full handshake per request.
+        // for tls-term-close, no resumption: a full handshake per request
+        // (tls-term-resume-close: the client resumes).
         let (path, size) = match rest.split_once('-') {
             Some(("term", s)) => (Path::TlsTerm, s),
             Some(("orig", s)) => (Path::TlsOrig, s),
@@ -255,7 +256,11 @@ pub fn parse(name: &str) -> Result<Scenario> {
             "1k" => "--connections 64 --path /bytes/1024".to_string(),
             "1m" => "--connections 16 --path /bytes/1048576".to_string(),
             "close" => "--connections 64 --close --path /bytes/1024".to_string(),
-            _ => bail!("unknown scenario {name:?} (1k, 1m or close)"),
+            // tls-term only: as close, with a client that resumes its sessions.
+            "resume-close" if path == Path::TlsTerm => {
+                "--connections 64 --close --path /bytes/1024".to_string()
+            }
+            _ => bail!("unknown scenario {name:?} (1k, 1m, close or term-resume-close)"),
         };
         if path == Path::TlsTerm {
             a.push_str(" --kx x25519");
@@ -404,6 +409,10 @@ mod tests {
         assert!(!o.load_args.contains(&"--kx".to_string()), "plain TCP from the client");
         assert!(parse("tls-orig-close").unwrap().load_args.contains(&"--close".to_string()));
         assert!(!Path::Relay.is_tls());
+        let r = parse("tls-term-resume-close").unwrap();
+        assert!(r.load_args.contains(&"--close".to_string()));
+        assert!(!r.load_args.contains(&"--no-resume".to_string()));
+        assert!(parse("tls-orig-resume-close").is_err());
         assert!(parse("tls-term-10k").is_err() && parse("tls-mitm-1k").is_err());
         assert!(expand("all").unwrap().iter().any(|s| s.name == "tls-orig-close"));
     }

@@ -17,6 +17,7 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use crate::util::*;
 
 mod close;
+mod resume;
 
 fn provider() -> Arc<rustls::crypto::CryptoProvider> {
     Arc::new(rustls::crypto::aws_lc_rs::default_provider())
