@@ -387,20 +387,8 @@ async fn an_http2_connect_stream_reset_while_connecting_stops_connecting() {
 /// echoes it: a connection to it is made only when its SYN is sent again (about 1 s
 /// later), long enough for the client to send bytes while the proxy connects.
 fn slow_echo(after: Duration) -> SocketAddr {
-    use socket2::{Domain, Socket, Type};
-    let l = Socket::new(Domain::IPV4, Type::STREAM, None).unwrap();
-    l.bind(&"127.0.0.1:0".parse::<SocketAddr>().unwrap().into()).unwrap();
-    l.listen(0).unwrap();
-    let addr = l.local_addr().unwrap().as_socket().unwrap();
-    let mut held = Vec::new();
-    // Until a SYN is dropped: the queue is full (as `black_hole` fills it).
-    for _ in 0..8 {
-        match TcpStream::connect_timeout(&addr, Duration::from_millis(200)) {
-            Ok(s) => held.push(s),
-            Err(_) => break,
-        }
-    }
-    let l: TcpListener = l.into();
+    let BlackHole { addr, listener, held } = black_hole();
+    let l: TcpListener = listener.into();
     std::thread::spawn(move || {
         std::thread::sleep(after);
         // The queue's own connections go, which lets the proxy's SYN in when it comes again.

@@ -586,22 +586,23 @@ pub fn ipv6_available() -> bool {
 /// everything stays loopback. Keep it alive while using the address.
 pub struct BlackHole {
     pub addr: SocketAddr,
-    _listener: socket2::Socket,
-    _held: Vec<TcpStream>,
+    pub listener: socket2::Socket,
+    /// The connections that fill the queue.
+    pub held: Vec<TcpStream>,
 }
 
 pub fn black_hole() -> BlackHole {
     use socket2::{Domain, Socket, Type};
-    let l = Socket::new(Domain::IPV4, Type::STREAM, None).unwrap();
-    l.bind(&"127.0.0.1:0".parse::<SocketAddr>().unwrap().into()).unwrap();
-    l.listen(0).unwrap();
-    let addr = l.local_addr().unwrap().as_socket().unwrap();
+    let listener = Socket::new(Domain::IPV4, Type::STREAM, None).unwrap();
+    listener.bind(&"127.0.0.1:0".parse::<SocketAddr>().unwrap().into()).unwrap();
+    listener.listen(0).unwrap();
+    let addr = listener.local_addr().unwrap().as_socket().unwrap();
     let mut held = Vec::new();
     for _ in 0..8 {
         match TcpStream::connect_timeout(&addr, Duration::from_millis(200)) {
             Ok(s) => held.push(s),
             // The queue is full: this SYN was dropped.
-            Err(_) => return BlackHole { addr, _listener: l, _held: held },
+            Err(_) => return BlackHole { addr, listener, held },
         }
     }
     panic!("could not fill the accept queue of a backlog-0 listener");
