@@ -143,14 +143,18 @@ pub fn parse_request(buf: &[u8]) -> Result<Option<(Request, usize)>, Error> {
     }
     let name_len = match find_nul(buf, user_end, MAX_DOMAIN) {
         Ok(Some(len)) => len,
-        Ok(None) => {
-            // Reject a bad byte as soon as it arrives.
-            if !buf.get(user_end..).unwrap_or(&[]).iter().all(u8::is_ascii_graphic) {
+        unfinished => {
+            // A bad byte is rejected as soon as it arrives, and before the length is: the
+            // same verdict however the request is split.
+            let rest = buf.get(user_end..).unwrap_or(&[]);
+            if !rest[..rest.len().min(MAX_DOMAIN + 1)].iter().all(u8::is_ascii_graphic) {
                 return Err(Error::InvalidDomain);
             }
-            return Ok(None);
+            return match unfinished {
+                Err(()) => Err(Error::DomainTooLong),
+                Ok(_) => Ok(None),
+            };
         }
-        Err(()) => return Err(Error::DomainTooLong),
     };
     let name = buf.get(user_end..user_end + name_len).unwrap_or(&[]);
     let domain = Domain::new(name).ok_or(Error::InvalidDomain)?;

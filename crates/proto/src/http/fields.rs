@@ -24,6 +24,9 @@ pub(crate) enum Known {
     Via,
     XForwardedFor,
     Forwarded,
+    /// A field named like the `close` connection option (a name RFC 9110 16.3.2.2
+    /// reserves for that reason): hop-by-hop when Connection says close.
+    Close,
     Other,
 }
 
@@ -38,6 +41,7 @@ impl Known {
             2 if eq(b"te") => Known::Te,
             3 if eq(b"via") => Known::Via,
             4 if eq(b"host") => Known::Host,
+            5 if eq(b"close") => Known::Close,
             6 if eq(b"expect") => Known::Expect,
             7 if eq(b"trailer") => Known::Trailer,
             7 if eq(b"upgrade") => Known::Upgrade,

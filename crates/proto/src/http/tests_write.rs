@@ -332,3 +332,27 @@ fn runs_at_the_edges_of_a_head() {
     let b = b"\r\nGET http://a/ HTTP/1.0\r\nHost: a\r\nX: 1\r\nConnection: close\r\n\r\n";
     assert_eq!(req(b, &NONE), "GET / HTTP/1.1\r\nHost: a\r\nX: 1\r\n\r\n");
 }
+
+/// RFC 9110 7.6.1: every field a connection option names goes, `close` included (alone or
+/// with other options); a Close field without Connection: close is an end-to-end field.
+#[test]
+fn a_field_named_by_connection_close_is_dropped() {
+    let rows: [(&[u8], bool); 4] = [
+        (
+            b"GET http://a/ HTTP/1.1\r\nHost: a\r\nClose: x\r\nConnection: close\r\nY: 1\r\n\r\n",
+            false,
+        ),
+        (b"GET http://a/ HTTP/1.1\r\nHost: a\r\nConnection: close, foo\r\nCLOSE: x\r\n\r\n", false),
+        (b"GET http://a/ HTTP/1.1\r\nHost: a\r\nClose: x\r\n\r\n", true),
+        (b"GET http://a/ HTTP/1.1\r\nHost: a\r\nCloser: x\r\nConnection: close\r\n\r\n", false),
+    ];
+    for (b, kept) in rows {
+        let out = req(b, &NONE).to_ascii_lowercase();
+        assert_eq!(out.contains("\r\nclose: x\r\n"), kept, "{out}");
+    }
+    let out = req(rows[3].0, &NONE);
+    assert!(out.contains("\r\nCloser: x\r\n"), "another name is kept: {out}");
+    let r = b"HTTP/1.1 200 OK\r\nClose: x\r\nConnection: close\r\nContent-Length: 0\r\n\r\n";
+    let out = res(r, Method::Get, &ResponseRewrite::default());
+    assert!(!out.to_ascii_lowercase().contains("\r\nclose:"), "{out}");
+}

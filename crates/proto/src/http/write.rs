@@ -11,7 +11,7 @@
 //! next hop that does not would refuse the message or read another length.
 
 use super::fields::{self, Known};
-use super::{Header, Method, RequestHead, ResponseHead, Target};
+use super::{ConnFlags, Header, Method, RequestHead, ResponseHead, Target};
 
 /// Options for rewriting the request head sent upstream.
 #[derive(Debug, Clone, Copy, Default)]
@@ -54,7 +54,7 @@ pub struct ResponseRewrite<'a> {
 /// For targets other than absolute-form the target is written as received
 /// and Host is the client's Host (or the authority, for CONNECT).
 pub fn write_request(head: &RequestHead, buf: &[u8], rw: &RequestRewrite, out: &mut Vec<u8>) {
-    let strip = Strip::new(&head.headers, buf, head.conn.nominates, rw.upgrade, true);
+    let strip = Strip::new(&head.headers, buf, &head.conn, rw.upgrade, true);
     out.extend_from_slice(head.method_span.get(buf));
     out.push(b' ');
     let host = match head.target {
@@ -168,7 +168,7 @@ pub fn write_request(head: &RequestHead, buf: &[u8], rw: &RequestRewrite, out: &
 /// Connection tokens are combined into one field (`upgrade`, `close`, and
 /// `keep-alive` only when not closing).
 pub fn write_response(head: &ResponseHead, buf: &[u8], rw: &ResponseRewrite, out: &mut Vec<u8>) {
-    let strip = Strip::new(&head.headers, buf, head.conn.nominates, rw.upgrade, false);
+    let strip = Strip::new(&head.headers, buf, &head.conn, rw.upgrade, false);
     out.extend_from_slice(b"HTTP/1.1 ");
     push_decimal(out, u32::from(head.status));
     out.push(b' ');
@@ -317,17 +317,20 @@ struct Strip<'h> {
     /// close/keep-alive/upgrade options; almost never, so the per-field
     /// lookup below is skipped in the common case.
     nominates: bool,
+    /// Connection says close: a field named Close is one it names (RFC 9110 7.6.1).
+    close: bool,
 }
 
 impl<'h> Strip<'h> {
     fn new(
         headers: &'h [Header],
         buf: &'h [u8],
-        nominates: bool,
+        conn: &ConnFlags,
         keep_upgrade: bool,
         drop_host: bool,
     ) -> Self {
-        Strip { headers, buf, keep_upgrade, drop_host, nominates }
+        let (nominates, close) = (conn.nominates, conn.close);
+        Strip { headers, buf, keep_upgrade, drop_host, nominates, close }
     }
 
     fn keep(&self, name: &[u8], kind: Known) -> bool {
@@ -340,6 +343,7 @@ impl<'h> Strip<'h> {
             | Known::Te
             | Known::Trailer => false,
             Known::Host if self.drop_host => false,
+            Known::Close if self.close => false,
             // Upgrade is always listed in Connection, so `keep_upgrade`
             // must win over the nomination rule.
             Known::Upgrade => self.keep_upgrade,

@@ -127,6 +127,13 @@ fn err_table() -> Vec<(&'static str, Vec<u8>, Error)> {
             cat(&[b"\x04\x01\x00\x50\x00\x00\x00\x01u\x00", &long, b"\x00"]),
             E::DomainTooLong,
         ),
+        (
+            // A bad byte early in a domain too long to end: the bad byte is the verdict,
+            // as it is for every prefix that holds it.
+            "4a long domain with a space",
+            cat(&[b"\x04\x01\x00\x50\x00\x00\x00\x01\x00a b", &long]),
+            E::InvalidDomain,
+        ),
         ("4a empty domain", b"\x04\x01\x00\x50\x00\x00\x00\x01u\x00\x00".to_vec(), E::EmptyDomain),
         (
             "4a no user, empty domain",
