@@ -52,3 +52,6 @@ pub mod detect;
 pub mod http;
 pub mod socks4;
 pub mod socks5;
+
+#[cfg(test)]
+mod props;
