@@ -362,9 +362,10 @@ fn count(fields: &[(Vec<u8>, Vec<u8>)], name: &[u8]) -> usize {
 }
 
 /// The head parsers' prefix contract: a prefix is `Ok(None)`, or refused when the whole
-/// is refused, or the same head when it holds the whole head. Which error a refused
-/// head is named by may depend on the split (a bare CR after an invalid field name
-/// is reported when it has arrived), and both are answered 400.
+/// is refused, or the same head when it holds the whole head. Which error names a
+/// refused head may depend on the split, and with it the status (a bare CR after an
+/// invalid field name is reported once it has arrived; `HTTP/11` alone is a version
+/// not spoken, 505, and followed by a bad byte a malformed head, 400).
 fn head_prefix_contract<T: PartialEq + std::fmt::Debug>(
     buf: &[u8],
     parse: impl Fn(&[u8]) -> Result<Option<(T, usize)>, HeadError>,
@@ -442,7 +443,6 @@ proptest! {
         prop_assert_eq!(kept(&after.fields, &before.fields), kept(&before.fields, &after.fields));
         assert_unambiguous(&after.fields, "forwarded request");
         prop_assert!(count(&after.fields, b"content-length") <= 1);
-        prop_assert!(count(&after.fields, b"transfer-encoding") <= 1);
         prop_assert_eq!(count(&after.fields, b"host"), 1);
     }
 

@@ -1,0 +1,11 @@
+//! The configuration loader: any text is a configuration or a list of problems, never
+//! a panic.
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+
+fuzz_target!(|data: &[u8]| {
+    if let Ok(text) = std::str::from_utf8(data) {
+        let _ = rustle::config::Config::parse(text);
+    }
+});
