@@ -19,7 +19,7 @@ fuzz_target!(|data: &[u8]| {
         parse_request(b, &limits, &mut head)
             .map(|r| r.map(|()| (head.len, request_fields(b, &head))))
     };
-    head_prefix_contract(buf, &cuts(split, buf.len()), parse);
+    head_prefix_contract(buf, cuts(split, buf.len()), parse);
 
     let mut head = RequestHead::new();
     let Ok(Some(())) = parse_request(buf, &limits, &mut head) else { return };

@@ -24,7 +24,7 @@ fuzz_target!(|data: &[u8]| {
         parse_response(b, &limits, method, &mut head)
             .map(|r| r.map(|()| (head.len, head.status, response_fields(b, &head))))
     };
-    head_prefix_contract(buf, &cuts(split, buf.len()), parse);
+    head_prefix_contract(buf, cuts(split, buf.len()), parse);
 
     let mut head = ResponseHead::new();
     let Ok(Some(())) = parse_response(buf, &limits, method, &mut head) else { return };

@@ -3,29 +3,9 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use rustle_fuzz::prefix_contract;
-use rustle_proto::addr::{Address, Host};
+use rustle_fuzz::{encode5_addr, prefix_contract};
+use rustle_proto::addr::Host;
 use rustle_proto::socks5;
-use std::net::IpAddr;
-
-fn encode_addr(a: &Address, out: &mut Vec<u8>) {
-    match &a.host {
-        Host::Ip(IpAddr::V4(ip)) => {
-            out.push(1);
-            out.extend_from_slice(&ip.octets());
-        }
-        Host::Ip(IpAddr::V6(ip)) => {
-            out.push(4);
-            out.extend_from_slice(&ip.octets());
-        }
-        Host::Domain(d) => {
-            out.push(3);
-            out.push(d.len() as u8);
-            out.extend_from_slice(d.as_bytes());
-        }
-    }
-    out.extend_from_slice(&a.port.to_be_bytes());
-}
 
 /// User and password, copied out of the buffer.
 type UserPassword = (Vec<u8>, Vec<u8>);
@@ -54,14 +34,14 @@ fuzz_target!(|data: &[u8]| {
             prefix_contract(buf, socks5::parse_request);
             if let Ok(Some((req, n))) = socks5::parse_request(buf) {
                 let mut again = buf[..3].to_vec();
-                encode_addr(&req.dst, &mut again);
+                encode5_addr(&req.dst, &mut again);
                 assert_eq!(&buf[..n], &again[..]);
             }
         }
         _ => {
             if let Ok((h, n)) = socks5::parse_udp(buf) {
                 let mut again = vec![0, 0, h.frag];
-                encode_addr(&h.dst, &mut again);
+                encode5_addr(&h.dst, &mut again);
                 assert_eq!(&buf[..n], &again[..]);
                 if let Host::Ip(ip) = h.dst.host {
                     let mut written = Vec::new();

@@ -47,6 +47,9 @@
 pub const MAX_LENGTH: u64 = (1 << 53) - 1;
 
 pub mod addr;
+#[cfg(any(test, feature = "check"))]
+#[doc(hidden)]
+pub mod check;
 pub mod chunked;
 pub mod detect;
 pub mod http;
