@@ -6,6 +6,8 @@
 //! - `basic`: decoding a `Proxy-Authorization: Basic ...` value without allocating.
 //! - `cache`: `CredentialCache`, so the deliberately slow hash runs once per `ttl`.
 //! - `limiter`: `FailureLimiter`, a token bucket of failed attempts per client address.
+//! - `gate`: `Gate`, one worker's check of credentials: the cache, then the hash off the
+//!   event loop, failures limited.
 //!
 //! Password material is never logged: the `Debug` impls here show names, groups and the kind
 //! of verifier, never a password or a hash, and no error message repeats a hash field (a
@@ -25,10 +27,12 @@ use subtle::ConstantTimeEq;
 
 mod basic;
 mod cache;
+mod gate;
 mod limiter;
 
 pub use basic::{parse_basic, BasicError, MAX_BASIC_LEN};
 pub use cache::CredentialCache;
+pub use gate::{Gate, Refusal};
 pub use limiter::FailureLimiter;
 
 /// Longest user or group name, in bytes: long enough for e-mail-like names, short enough

@@ -22,7 +22,7 @@ use crate::config::SpliceMode;
 use crate::conn::Stream;
 use crate::error::{ConnectError, Error, Phase};
 use crate::http1::{Client, Exchange, Next};
-use crate::server::Worker;
+use crate::worker::Worker;
 use crate::tunnel::Handoff;
 
 /// A head and the body bytes that came with it are sent in one write while they fit in

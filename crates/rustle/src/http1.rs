@@ -18,7 +18,7 @@ use crate::buf::Buf;
 use crate::config::Listener;
 use crate::conn::Stream;
 use crate::error::{ConnectError, Error, Phase};
-use crate::server::{ConnGuard, Worker};
+use crate::worker::{ConnGuard, Worker};
 use crate::tunnel::{Handoff, Record};
 
 /// How long an error response, or the TLS close_notify that ends a connection, may take

@@ -36,7 +36,7 @@ use crate::buf::Buf;
 use crate::config::Listener;
 use crate::conn::Stream;
 use crate::error::{ConnectError, Error, Phase};
-use crate::server::{ConnGuard, Worker};
+use crate::worker::{ConnGuard, Worker};
 
 pub use io::PREFACE;
 

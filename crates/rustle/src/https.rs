@@ -15,7 +15,7 @@ use crate::accesslog::Entry;
 use crate::buf::Buf;
 use crate::config::Listener;
 use crate::conn::Stream;
-use crate::server::{ConnGuard, Worker};
+use crate::worker::{ConnGuard, Worker};
 use crate::tls::Session;
 
 /// The first byte of a TLS record carrying a handshake message.

@@ -2,7 +2,10 @@
 //!
 //! Modules, from the outside in:
 //! - `config`: the TOML configuration, its defaults and checks.
-//! - `server`: workers (one current-thread runtime per core), listeners, shutdown.
+//! - `server`: binds listeners, starts workers (one current-thread runtime per core),
+//!   hands each accepted connection to its front end, shutdown.
+//! - `worker`: the per-thread context every connection task shares (policy, pool, log,
+//!   buffers, limits); it imports no front end.
 //! - `reload`: what SIGHUP (the configuration again) and SIGUSR1 (the access log) change.
 //! - `http1`: a client's HTTP/1.1 connection: request heads, errors, dispatch.
 //! - `https`: TLS from clients: the HTTPS proxy port, TLS on `auto` ports and relays.
@@ -53,3 +56,4 @@ pub mod tls;
 pub mod tunnel;
 pub mod udp;
 pub mod upstream;
+pub mod worker;

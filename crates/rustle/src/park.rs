@@ -21,7 +21,7 @@ use mio::{Events, Interest, Token};
 
 use crate::error::{Error, Phase};
 use crate::relay::{Relay, Resume};
-use crate::server::ConnGuard;
+use crate::worker::ConnGuard;
 use crate::tunnel::{Label, PackedLabel, Record};
 
 /// A parked tunnel.

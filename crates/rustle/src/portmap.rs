@@ -18,7 +18,7 @@ use crate::conn::Stream;
 use crate::error::{ConnectError, Error, Phase};
 use crate::forward::{client_left, unless_left};
 use crate::policy::Access;
-use crate::server::{ConnGuard, Worker};
+use crate::worker::{ConnGuard, Worker};
 use crate::tls::Session;
 use crate::tunnel::{Handoff, Record};
 

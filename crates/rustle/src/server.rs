@@ -3,10 +3,9 @@
 //! the workers and a connection never leaves the thread that accepted it: no lock, no
 //! atomic and no cross-thread wake-up on the request path.
 
-use std::cell::Cell;
 use std::net::SocketAddr;
 use std::rc::Rc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::AtomicUsize;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -17,20 +16,13 @@ use tokio::io::Interest;
 use tokio::net::TcpStream;
 use tokio::sync::watch;
 
-use crate::accesslog::{AccessLog, Sink};
-use crate::auth::{CredentialCache, FailureLimiter};
+use crate::accesslog::Sink;
 use crate::buf::Buf;
 use crate::config::{Config, Listener, ListenerKind};
 use crate::conn::Stream;
-use crate::limits::{parse_rate, Bucket, ConnLimits, Limit, Slot, Throttle, Traffic};
+use crate::limits::{parse_rate, Bucket, ConnLimits, Limit, Throttle, Traffic};
 use crate::policy::Policy;
-use crate::upstream::Upstreams;
-
-/// Verified credentials a worker remembers.
-const CRED_CACHE_MAX: usize = 10_000;
-
-/// Client addresses whose failed attempts a worker tracks.
-const FAILURE_TRACK_MAX: usize = 10_000;
+use crate::worker::Worker;
 
 /// Pending connections per listening socket; the kernel caps it at somaxconn.
 const BACKLOG: i32 = 4096;
@@ -41,68 +33,6 @@ const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
 
 /// How often a worker closes expired idle origin connections.
 const SWEEP_EVERY: Duration = Duration::from_secs(1);
-
-/// What every connection task of one worker shares.
-pub struct Worker {
-    pub id: usize,
-    pub cfg: Arc<Config>,
-    pub upstreams: Upstreams,
-    pub log: AccessLog,
-    pub limits: rustle_proto::http::Limits,
-    pub shutdown: watch::Receiver<bool>,
-    /// Set once shutdown begins, read without touching the watch channel's lock.
-    pub stopping: Cell<bool>,
-    active: Cell<usize>,
-    /// Users, rules and limits in force; replaced on SIGHUP. `Rc` so that a connection
-    /// takes its snapshot without an atomic operation.
-    // Rc over the shared Arc on purpose: cloning the Rc costs no atomic operation.
-    #[allow(clippy::redundant_allocation)]
-    policy: std::cell::RefCell<Rc<Arc<Policy>>>,
-    policy_rx: watch::Receiver<Arc<Policy>>,
-    /// Verified credentials (this worker's; no lock).
-    creds: std::cell::RefCell<CredentialCache>,
-    failures: std::cell::RefCell<FailureLimiter>,
-    pub conn_limits: Arc<ConnLimits>,
-    /// Bytes each way per authenticated user, across workers (for logs and metrics).
-    pub traffic: Arc<Traffic>,
-    /// Read buffers not in use, so a request does not allocate one.
-    bufs: std::cell::RefCell<Vec<Buf>>,
-    /// Response field lists not in use (see `take_fields`).
-    fields: std::cell::RefCell<Vec<Vec<rustle_proto::http::Header>>>,
-    /// The fewest spare buffers since the last trim: that many were not needed.
-    bufs_low: Cell<usize>,
-    /// When the allocator was last asked to give free pages back.
-    released: Cell<Instant>,
-    /// Tunnels parked since then.
-    parked_untrimmed: Cell<usize>,
-    /// Kept-alive connections waiting for their next request.
-    pub waiters: crate::idle::Waiters,
-    /// Open client connections across all workers, for `limits.max_connections`.
-    open: Arc<AtomicUsize>,
-}
-
-/// Held by a connection task; releases its slot when the task ends however it ends.
-pub struct ConnGuard {
-    worker: Rc<Worker>,
-    /// The connection's slots under the per-client and per-user limits; boxed, and only
-    /// when a limit holds one, because every open connection and tunnel keeps its guard.
-    slots: Option<Box<Slots>>,
-}
-
-#[derive(Default)]
-struct Slots {
-    /// This client address's slot under `limits.max_connections_per_client`.
-    _client: Option<Slot>,
-    /// The authenticated user's slot under `limits.max_connections_per_user`.
-    user: Option<Slot>,
-}
-
-impl Drop for ConnGuard {
-    fn drop(&mut self) {
-        self.worker.active.set(self.worker.active.get() - 1);
-        self.worker.open.fetch_sub(1, Ordering::Relaxed);
-    }
-}
 
 /// Each worker's sockets, with the listener each belongs to.
 type WorkerSockets = Vec<(Arc<Listener>, Socket)>;
@@ -329,8 +259,6 @@ pub fn start(cfg: Config) -> anyhow::Result<Running> {
         let policy_rx = policy_rx.clone();
         let conn_limits = conn_limits.clone();
         let traffic = traffic.clone();
-        let (auth_ttl, fail_burst, fail_rate) =
-            (cfg.auth.cache_ttl, cfg.auth.failures_burst, cfg.auth.failures_per_minute);
         let sink = sink.clone();
         let shutdown = shutdown.clone();
         let open = open.clone();
@@ -343,41 +271,8 @@ pub fn start(cfg: Config) -> anyhow::Result<Running> {
                 }
             };
             let local = tokio::task::LocalSet::new();
-            let log = AccessLog::new(sink, cfg.log.format);
-            let limits = rustle_proto::http::Limits {
-                max_head: cfg.limits.max_header_bytes,
-                max_headers: cfg.limits.max_headers,
-            };
-            let initial_policy = policy_rx.borrow().clone();
-            let worker = Rc::new(Worker {
-                id,
-                upstreams: Upstreams::new(cfg.upstream.clone()),
-                cfg,
-                log,
-                limits,
-                shutdown,
-                stopping: Cell::new(false),
-                active: Cell::new(0),
-                bufs: std::cell::RefCell::new(Vec::new()),
-                fields: std::cell::RefCell::new(Vec::new()),
-                bufs_low: Cell::new(0),
-                parked_untrimmed: Cell::new(0),
-                released: Cell::new(
-                    Instant::now().checked_sub(RELEASE_EVERY).unwrap_or_else(Instant::now),
-                ),
-                waiters: Default::default(),
-                policy: std::cell::RefCell::new(Rc::new(initial_policy)),
-                creds: std::cell::RefCell::new(CredentialCache::new(auth_ttl, CRED_CACHE_MAX)),
-                failures: std::cell::RefCell::new(FailureLimiter::new(
-                    fail_burst,
-                    fail_rate,
-                    FAILURE_TRACK_MAX,
-                )),
-                policy_rx,
-                conn_limits,
-                traffic,
-                open,
-            });
+            let worker =
+                Rc::new(Worker::new(id, cfg, policy_rx, shutdown, conn_limits, traffic, sink, open));
             local.block_on(&rt, worker_main(worker, socks));
         })?;
         threads.push(t);
@@ -502,7 +397,7 @@ async fn worker_main(worker: Rc<Worker>, sockets: Vec<(Arc<Listener>, Socket)>) 
     crate::idle::sweep_relays_here();
     drop(tokio::task::spawn_local(crate::park::serve_here()));
     let mut shutdown = worker.shutdown.clone();
-    let mut policy_rx = worker.policy_rx.clone();
+    let mut policy_rx = worker.policy_updates();
     // One tick flushes the access log (a line waits in a worker's buffer no longer) and
     // sweeps the waits.
     let mut flush = tokio::time::interval(crate::idle::TICK);
@@ -527,7 +422,7 @@ async fn worker_main(worker: Rc<Worker>, sockets: Vec<(Arc<Listener>, Socket)>) 
             }
             Ok(()) = policy_rx.changed() => {
                 let new = policy_rx.borrow_and_update().clone();
-                *worker.policy.borrow_mut() = Rc::new(new);
+                worker.set_policy(new);
             }
         }
     }
@@ -537,18 +432,18 @@ async fn worker_main(worker: Rc<Worker>, sockets: Vec<(Arc<Listener>, Socket)>) 
     worker.waiters.sweep(Instant::now(), true);
     worker.upstreams.clear();
     let deadline = Instant::now() + worker.cfg.timeouts.shutdown;
-    while worker.active.get() > 0 && Instant::now() < deadline {
+    while worker.active() > 0 && Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(20)).await;
         crate::idle::sweep_relays(Instant::now());
         crate::park::sweep(Instant::now());
         worker.log.flush();
     }
     crate::park::close_all();
-    if worker.active.get() > 0 {
+    if worker.active() > 0 {
         tracing::warn!(
             "worker {}: {} connection(s) still open at the shutdown deadline; closing them",
             worker.id,
-            worker.active.get()
+            worker.active()
         );
     }
     worker.log.flush();
@@ -590,16 +485,7 @@ async fn accept_loop(
         if failures.in_a_row > 0 {
             failures.recovered(config.listen);
         }
-        let open = worker.open.fetch_add(1, Ordering::Relaxed) + 1;
-        worker.active.set(worker.active.get() + 1);
-        let client_slot = worker.conn_limits.acquire_client(peer.ip());
-        let over_client = client_slot.is_none();
-        let guard = ConnGuard {
-            worker: worker.clone(),
-            slots: client_slot
-                .filter(Slot::counts)
-                .map(|c| Box::new(Slots { _client: Some(c), user: None })),
-        };
+        let (guard, open, over_client) = worker.admit(peer.ip());
         let l = config.clone();
         let overloaded = open > worker.cfg.limits.max_connections || over_client;
         if config.kind == ListenerKind::Http {
@@ -697,176 +583,6 @@ impl AcceptFailures {
     }
 }
 
-/// Spare buffers a worker may keep; beyond this, returned buffers are freed. Idle
-/// kept-alive connections give their buffer back between requests, so a busy worker
-/// needs about one per active connection: a small cap made them allocate (and zero
-/// 16 KiB) on most requests. What the last second did not use is freed by `trim_bufs`.
-const MAX_SPARE_BUFS: usize = 4096;
-
-/// Least time between two hand-backs of free memory to the kernel (`trim_bufs`).
-const RELEASE_EVERY: Duration = Duration::from_secs(10);
-
-/// Spare response field lists a worker keeps, and the largest it keeps (in fields).
-const MAX_SPARE_FIELDS: usize = 256;
-const MAX_KEPT_FIELDS: usize = 64;
-
-/// Tunnels parked since the allocator last gave pages back that make it worth doing again.
-const PARKED_TO_RELEASE: usize = 256;
-
-impl Worker {
-    /// When an exchange starts, for its log line: the clock when lines are written,
-    /// the last sweep's time when they are not (nothing reads it then).
-    pub fn stamp(&self) -> Instant {
-        match self.log.enabled() {
-            true => Instant::now(),
-            false => self.waiters.coarse_now(),
-        }
-    }
-
-    /// The generation of the users in force (changes with every reload).
-    pub fn users_generation(&self) -> u64 {
-        self.policy.borrow().users.generation()
-    }
-
-    /// The policy in force, for one request or handshake.
-    pub fn policy(&self) -> Rc<Arc<Policy>> {
-        self.policy.borrow().clone()
-    }
-
-    /// Checks a user name and password: the verified-credentials cache first, then the
-    /// (deliberately slow) hash, off the event loop. Failed attempts are limited per
-    /// client address.
-    pub async fn authenticate(
-        &self,
-        client: std::net::IpAddr,
-        user: &str,
-        password: &[u8],
-    ) -> Result<(), crate::error::Error> {
-        use crate::error::Error;
-        let now = Instant::now();
-        if !self.failures.borrow_mut().allowed(client, now) {
-            return Err(Error::AuthRateLimited);
-        }
-        let policy = self.policy();
-        let generation = policy.users.generation();
-        if self.creds.borrow_mut().lookup(user, password, generation) {
-            return Ok(());
-        }
-        // An unknown user costs the same hash as a known one, so that timing does not
-        // tell which names exist.
-        let (u, known) = match policy.users.get(user) {
-            Some(u) => (Some(u.clone()), true),
-            None => (policy.users.decoy().or_else(crate::auth::decoy_user), false),
-        };
-        let Some(u) = u else {
-            self.failures.borrow_mut().record_failure(client, now);
-            return Err(Error::AuthRequired("unknown user or wrong password"));
-        };
-        let pw = password.to_vec();
-        let ok = tokio::task::spawn_blocking(move || u.verify(&pw)).await.unwrap_or(false);
-        if ok && known {
-            self.creds.borrow_mut().insert(user, password, generation);
-            Ok(())
-        } else {
-            self.failures.borrow_mut().record_failure(client, Instant::now());
-            Err(Error::AuthRequired("unknown user or wrong password"))
-        }
-    }
-
-    /// Relay settings for a tunnel accepted on a listener with this splice mode.
-    pub fn relay_opts(&self, splice: crate::config::SpliceMode) -> crate::relay::Opts {
-        let r = &self.cfg.relay;
-        crate::relay::Opts {
-            idle: self.cfg.timeouts.tunnel_idle,
-            splice,
-            grace: (r.grace_reads > 0)
-                .then_some(crate::relay::Grace { reads: r.grace_reads, delay: r.grace_delay }),
-        }
-    }
-
-    /// A response head's field list from the worker's spares (a fresh one when there is
-    /// none): parsing a response then allocates nothing, and an idle connection keeps none.
-    pub fn take_fields(&self) -> Vec<rustle_proto::http::Header> {
-        self.fields.borrow_mut().pop().unwrap_or_default()
-    }
-
-    pub fn give_fields(&self, mut fields: Vec<rustle_proto::http::Header>) {
-        let mut spare = self.fields.borrow_mut();
-        if spare.len() < MAX_SPARE_FIELDS && fields.capacity() <= MAX_KEPT_FIELDS {
-            fields.clear();
-            spare.push(fields);
-        }
-    }
-
-    pub fn take_buf(&self) -> Buf {
-        let mut bufs = self.bufs.borrow_mut();
-        let buf = bufs.pop().unwrap_or_else(Buf::with_storage);
-        self.bufs_low.set(self.bufs_low.get().min(bufs.len()));
-        buf
-    }
-
-    /// Frees the spare buffers that went unused since the last trim (run every second),
-    /// so the pool follows the load down; when that freed a burst's worth (256 KiB or
-    /// more), or when `parked` (since the last call) adds up to many parked tunnels, whose
-    /// tasks were freed, the allocator is asked to give its free pages back, so that RSS
-    /// follows too.
-    fn trim_bufs(&self, parked: usize) {
-        let mut bufs = self.bufs.borrow_mut();
-        let unused = self.bufs_low.get().min(bufs.len());
-        let keep = bufs.len() - unused;
-        bufs.truncate(keep);
-        bufs.shrink_to(keep.max(16));
-        self.bufs_low.set(bufs.len());
-        drop(bufs);
-        // At most every 10 s: a load that swings would otherwise give pages back and fault
-        // them in again every second, and glibc's trim walks every arena. Parked tunnels
-        // count once there are many (each freed about a kilobyte): a burst of them is
-        // given back within a second or two, a trickle of parking waits.
-        let now = Instant::now();
-        let since = now.duration_since(self.released.get());
-        let parked = self.parked_untrimmed.get() + parked;
-        if (unused >= 16 && since >= RELEASE_EVERY)
-            || (parked >= PARKED_TO_RELEASE && since >= Duration::from_secs(1))
-        {
-            self.released.set(now);
-            self.parked_untrimmed.set(0);
-            crate::sys::release_free_memory();
-        } else {
-            self.parked_untrimmed.set(parked);
-        }
-    }
-
-    pub fn give_buf(&self, mut buf: Buf) {
-        let mut bufs = self.bufs.borrow_mut();
-        if bufs.len() < MAX_SPARE_BUFS && buf.capacity() == crate::buf::READ_SIZE {
-            buf.clear();
-            bufs.push(buf);
-        }
-    }
-}
-
-impl ConnGuard {
-    pub fn worker(&self) -> &Rc<Worker> {
-        &self.worker
-    }
-
-    /// Counts this connection against `user`'s limit (once per connection); false when
-    /// the user is at its limit.
-    pub fn hold_user(&mut self, user: &str) -> bool {
-        if self.slots.as_ref().is_some_and(|s| s.user.is_some()) {
-            return true;
-        }
-        match self.worker.conn_limits.acquire_user(user) {
-            Some(slot) => {
-                if slot.counts() {
-                    self.slots.get_or_insert_with(Box::default).user = Some(slot);
-                }
-                true
-            }
-            None => false,
-        }
-    }
-}
 
 /// Runs until SIGINT or SIGTERM. SIGHUP derives the configuration from `source` again
 /// and puts its policy in force; SIGUSR1 reopens the access log. `loaded` is what

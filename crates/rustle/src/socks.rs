@@ -21,7 +21,7 @@ use crate::config::Listener;
 use crate::error::ConnectError;
 use crate::error::{Error, Phase};
 use crate::policy::{Access, Policy};
-use crate::server::{ConnGuard, Worker};
+use crate::worker::{ConnGuard, Worker};
 use crate::tunnel::{Handoff, Record};
 
 /// One SOCKS connection and what its log line will say.

@@ -13,7 +13,7 @@ use crate::accesslog::Entry;
 use crate::conn::Stream;
 use crate::limits::Throttle;
 use crate::relay::{self, Ended, Opts, Relay};
-use crate::server::ConnGuard;
+use crate::worker::ConnGuard;
 
 /// What the handshake hands over besides the client socket.
 pub struct Handoff {

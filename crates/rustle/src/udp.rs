@@ -18,7 +18,7 @@ use crate::accesslog::Entry;
 use crate::acl::Protocol as AclProtocol;
 use crate::config::Listener;
 use crate::error::Error;
-use crate::server::Worker;
+use crate::worker::Worker;
 use crate::socks::{reply5, Session};
 
 /// Largest UDP payload; a datagram buffer of this size never truncates.

@@ -1,0 +1,77 @@
+//! One worker's check of a user name and password: the verified-credentials cache first,
+//! then the (deliberately slow) hash off the event loop, with failed attempts limited per
+//! client address. Per worker, so no lock.
+
+use std::cell::RefCell;
+use std::net::IpAddr;
+use std::time::{Duration, Instant};
+
+use super::{decoy_user, CredentialCache, FailureLimiter, Users};
+
+/// Verified credentials a worker remembers.
+const CRED_CACHE_MAX: usize = 10_000;
+
+/// Client addresses whose failed attempts a worker tracks.
+const FAILURE_TRACK_MAX: usize = 10_000;
+
+/// Why credentials were not accepted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refusal {
+    /// This client failed too often lately: not even checked.
+    RateLimited,
+    /// An unknown name or a wrong password (not said which).
+    Wrong,
+}
+
+pub struct Gate {
+    creds: RefCell<CredentialCache>,
+    failures: RefCell<FailureLimiter>,
+}
+
+impl Gate {
+    /// `ttl`: how long verified credentials are remembered; `burst` and `per_minute`: the
+    /// failed attempts a client address may make.
+    pub fn new(ttl: Duration, burst: u32, per_minute: u32) -> Gate {
+        Gate {
+            creds: RefCell::new(CredentialCache::new(ttl, CRED_CACHE_MAX)),
+            failures: RefCell::new(FailureLimiter::new(burst, per_minute, FAILURE_TRACK_MAX)),
+        }
+    }
+
+    /// Checks `user` and `password` against `users`. An unknown name costs the same hash
+    /// as a known one (the set's most common kind and cost), so that timing does not tell
+    /// which names exist.
+    pub async fn verify(
+        &self,
+        users: &Users,
+        client: IpAddr,
+        user: &str,
+        password: &[u8],
+    ) -> Result<(), Refusal> {
+        let now = Instant::now();
+        if !self.failures.borrow_mut().allowed(client, now) {
+            return Err(Refusal::RateLimited);
+        }
+        let generation = users.generation();
+        if self.creds.borrow_mut().lookup(user, password, generation) {
+            return Ok(());
+        }
+        let (u, known) = match users.get(user) {
+            Some(u) => (Some(u.clone()), true),
+            None => (users.decoy().or_else(decoy_user), false),
+        };
+        let Some(u) = u else {
+            self.failures.borrow_mut().record_failure(client, now);
+            return Err(Refusal::Wrong);
+        };
+        let pw = password.to_vec();
+        let ok = tokio::task::spawn_blocking(move || u.verify(&pw)).await.unwrap_or(false);
+        if ok && known {
+            self.creds.borrow_mut().insert(user, password, generation);
+            Ok(())
+        } else {
+            self.failures.borrow_mut().record_failure(client, Instant::now());
+            Err(Refusal::Wrong)
+        }
+    }
+}

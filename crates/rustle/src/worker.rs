@@ -1,0 +1,306 @@
+//! The worker context: what every connection task of one worker thread shares (its
+//! policy snapshot, pool of origin connections, caches, buffers, access log and limits).
+//! It imports no front end: front ends and the shared layers below them take it as
+//! `Rc<Worker>`; `server` builds one per worker thread.
+
+use std::cell::{Cell, RefCell};
+use std::rc::Rc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::sync::watch;
+
+use crate::accesslog::{AccessLog, Sink};
+use crate::auth::{Gate, Refusal};
+use crate::buf::Buf;
+use crate::config::Config;
+use crate::limits::{ConnLimits, Slot, Traffic};
+use crate::policy::Policy;
+use crate::upstream::Upstreams;
+
+/// What every connection task of one worker shares.
+pub struct Worker {
+    pub id: usize,
+    pub cfg: Arc<Config>,
+    pub upstreams: Upstreams,
+    pub log: AccessLog,
+    pub limits: rustle_proto::http::Limits,
+    pub shutdown: watch::Receiver<bool>,
+    /// Set once shutdown begins, read without touching the watch channel's lock.
+    pub stopping: Cell<bool>,
+    active: Cell<usize>,
+    /// Users, rules and limits in force; replaced on SIGHUP. `Rc` so that a connection
+    /// takes its snapshot without an atomic operation.
+    // Rc over the shared Arc on purpose: cloning the Rc costs no atomic operation.
+    #[allow(clippy::redundant_allocation)]
+    policy: RefCell<Rc<Arc<Policy>>>,
+    policy_rx: watch::Receiver<Arc<Policy>>,
+    /// Credentials checks (this worker's cache and failure limiter; no lock).
+    auth: Gate,
+    pub conn_limits: Arc<ConnLimits>,
+    /// Bytes each way per authenticated user, across workers (for logs and metrics).
+    pub traffic: Arc<Traffic>,
+    /// Read buffers not in use, so a request does not allocate one.
+    bufs: RefCell<Vec<Buf>>,
+    /// Response field lists not in use (see `take_fields`).
+    fields: RefCell<Vec<Vec<rustle_proto::http::Header>>>,
+    /// The fewest spare buffers since the last trim: that many were not needed.
+    bufs_low: Cell<usize>,
+    /// When the allocator was last asked to give free pages back.
+    released: Cell<Instant>,
+    /// Tunnels parked since then.
+    parked_untrimmed: Cell<usize>,
+    /// Kept-alive connections waiting for their next request.
+    pub waiters: crate::idle::Waiters,
+    /// Open client connections across all workers, for `limits.max_connections`.
+    open: Arc<AtomicUsize>,
+}
+
+/// Held by a connection task; releases its slot when the task ends however it ends.
+pub struct ConnGuard {
+    worker: Rc<Worker>,
+    /// The connection's slots under the per-client and per-user limits; boxed, and only
+    /// when a limit holds one, because every open connection and tunnel keeps its guard.
+    slots: Option<Box<Slots>>,
+}
+
+#[derive(Default)]
+struct Slots {
+    /// This client address's slot under `limits.max_connections_per_client`.
+    _client: Option<Slot>,
+    /// The authenticated user's slot under `limits.max_connections_per_user`.
+    user: Option<Slot>,
+}
+
+impl Drop for ConnGuard {
+    fn drop(&mut self) {
+        self.worker.active.set(self.worker.active.get() - 1);
+        self.worker.open.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// Spare buffers a worker may keep; beyond this, returned buffers are freed. Idle
+/// kept-alive connections give their buffer back between requests, so a busy worker
+/// needs about one per active connection: a small cap made them allocate (and zero
+/// 16 KiB) on most requests. What the last second did not use is freed by `trim_bufs`.
+const MAX_SPARE_BUFS: usize = 4096;
+
+/// Least time between two hand-backs of free memory to the kernel (`trim_bufs`).
+const RELEASE_EVERY: Duration = Duration::from_secs(10);
+
+/// Spare response field lists a worker keeps, and the largest it keeps (in fields).
+const MAX_SPARE_FIELDS: usize = 256;
+const MAX_KEPT_FIELDS: usize = 64;
+
+/// Tunnels parked since the allocator last gave pages back that make it worth doing again.
+const PARKED_TO_RELEASE: usize = 256;
+
+impl Worker {
+    /// The context of worker `id`: `policy_rx` gives the policy in force, `open` counts
+    /// client connections across workers.
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        id: usize,
+        cfg: Arc<Config>,
+        policy_rx: watch::Receiver<Arc<Policy>>,
+        shutdown: watch::Receiver<bool>,
+        conn_limits: Arc<ConnLimits>,
+        traffic: Arc<Traffic>,
+        sink: Sink,
+        open: Arc<AtomicUsize>,
+    ) -> Worker {
+        let log = AccessLog::new(sink, cfg.log.format);
+        let limits = rustle_proto::http::Limits {
+            max_head: cfg.limits.max_header_bytes,
+            max_headers: cfg.limits.max_headers,
+        };
+        let a = &cfg.auth;
+        let auth = Gate::new(a.cache_ttl, a.failures_burst, a.failures_per_minute);
+        let initial_policy = policy_rx.borrow().clone();
+        Worker {
+            id,
+            upstreams: Upstreams::new(cfg.upstream.clone()),
+            log,
+            limits,
+            shutdown,
+            stopping: Cell::new(false),
+            active: Cell::new(0),
+            bufs: RefCell::new(Vec::new()),
+            fields: RefCell::new(Vec::new()),
+            bufs_low: Cell::new(0),
+            parked_untrimmed: Cell::new(0),
+            released: Cell::new(
+                Instant::now().checked_sub(RELEASE_EVERY).unwrap_or_else(Instant::now),
+            ),
+            waiters: Default::default(),
+            policy: RefCell::new(Rc::new(initial_policy)),
+            auth,
+            policy_rx,
+            conn_limits,
+            traffic,
+            open,
+            cfg,
+        }
+    }
+
+    /// Counts a connection just accepted from `client`: its guard, the connections now
+    /// open across workers, and whether the client is over its own limit.
+    pub fn admit(self: &Rc<Self>, client: std::net::IpAddr) -> (ConnGuard, usize, bool) {
+        let open = self.open.fetch_add(1, Ordering::Relaxed) + 1;
+        self.active.set(self.active.get() + 1);
+        let client_slot = self.conn_limits.acquire_client(client);
+        let over_client = client_slot.is_none();
+        let guard = ConnGuard {
+            worker: self.clone(),
+            slots: client_slot
+                .filter(Slot::counts)
+                .map(|c| Box::new(Slots { _client: Some(c), user: None })),
+        };
+        (guard, open, over_client)
+    }
+
+    /// Connections of this worker still open.
+    pub fn active(&self) -> usize {
+        self.active.get()
+    }
+
+    /// A receiver of new policies (SIGHUP), for the worker's housekeeping loop.
+    pub fn policy_updates(&self) -> watch::Receiver<Arc<Policy>> {
+        self.policy_rx.clone()
+    }
+
+    /// Puts a new policy in force for connections and requests that start from now on.
+    pub fn set_policy(&self, policy: Arc<Policy>) {
+        *self.policy.borrow_mut() = Rc::new(policy);
+    }
+
+    /// When an exchange starts, for its log line: the clock when lines are written,
+    /// the last sweep's time when they are not (nothing reads it then).
+    pub fn stamp(&self) -> Instant {
+        match self.log.enabled() {
+            true => Instant::now(),
+            false => self.waiters.coarse_now(),
+        }
+    }
+
+    /// The generation of the users in force (changes with every reload).
+    pub fn users_generation(&self) -> u64 {
+        self.policy.borrow().users.generation()
+    }
+
+    /// The policy in force, for one request or handshake.
+    pub fn policy(&self) -> Rc<Arc<Policy>> {
+        self.policy.borrow().clone()
+    }
+
+    /// Checks a user name and password against the users in force (`auth::Gate`).
+    pub async fn authenticate(
+        &self,
+        client: std::net::IpAddr,
+        user: &str,
+        password: &[u8],
+    ) -> Result<(), crate::error::Error> {
+        use crate::error::Error;
+        let policy = self.policy();
+        match self.auth.verify(&policy.users, client, user, password).await {
+            Ok(()) => Ok(()),
+            Err(Refusal::RateLimited) => Err(Error::AuthRateLimited),
+            Err(Refusal::Wrong) => Err(Error::AuthRequired("unknown user or wrong password")),
+        }
+    }
+
+    /// Relay settings for a tunnel accepted on a listener with this splice mode.
+    pub fn relay_opts(&self, splice: crate::config::SpliceMode) -> crate::relay::Opts {
+        let r = &self.cfg.relay;
+        crate::relay::Opts {
+            idle: self.cfg.timeouts.tunnel_idle,
+            splice,
+            grace: (r.grace_reads > 0)
+                .then_some(crate::relay::Grace { reads: r.grace_reads, delay: r.grace_delay }),
+        }
+    }
+
+    /// A response head's field list from the worker's spares (a fresh one when there is
+    /// none): parsing a response then allocates nothing, and an idle connection keeps none.
+    pub fn take_fields(&self) -> Vec<rustle_proto::http::Header> {
+        self.fields.borrow_mut().pop().unwrap_or_default()
+    }
+
+    pub fn give_fields(&self, mut fields: Vec<rustle_proto::http::Header>) {
+        let mut spare = self.fields.borrow_mut();
+        if spare.len() < MAX_SPARE_FIELDS && fields.capacity() <= MAX_KEPT_FIELDS {
+            fields.clear();
+            spare.push(fields);
+        }
+    }
+
+    pub fn take_buf(&self) -> Buf {
+        let mut bufs = self.bufs.borrow_mut();
+        let buf = bufs.pop().unwrap_or_else(Buf::with_storage);
+        self.bufs_low.set(self.bufs_low.get().min(bufs.len()));
+        buf
+    }
+
+    /// Frees the spare buffers that went unused since the last trim (run every second),
+    /// so the pool follows the load down; when that freed a burst's worth (256 KiB or
+    /// more), or when `parked` (since the last call) adds up to many parked tunnels, whose
+    /// tasks were freed, the allocator is asked to give its free pages back, so that RSS
+    /// follows too.
+    pub fn trim_bufs(&self, parked: usize) {
+        let mut bufs = self.bufs.borrow_mut();
+        let unused = self.bufs_low.get().min(bufs.len());
+        let keep = bufs.len() - unused;
+        bufs.truncate(keep);
+        bufs.shrink_to(keep.max(16));
+        self.bufs_low.set(bufs.len());
+        drop(bufs);
+        // At most every 10 s: a load that swings would otherwise give pages back and fault
+        // them in again every second, and glibc's trim walks every arena. Parked tunnels
+        // count once there are many (each freed about a kilobyte): a burst of them is
+        // given back within a second or two, a trickle of parking waits.
+        let now = Instant::now();
+        let since = now.duration_since(self.released.get());
+        let parked = self.parked_untrimmed.get() + parked;
+        if (unused >= 16 && since >= RELEASE_EVERY)
+            || (parked >= PARKED_TO_RELEASE && since >= Duration::from_secs(1))
+        {
+            self.released.set(now);
+            self.parked_untrimmed.set(0);
+            crate::sys::release_free_memory();
+        } else {
+            self.parked_untrimmed.set(parked);
+        }
+    }
+
+    pub fn give_buf(&self, mut buf: Buf) {
+        let mut bufs = self.bufs.borrow_mut();
+        if bufs.len() < MAX_SPARE_BUFS && buf.capacity() == crate::buf::READ_SIZE {
+            buf.clear();
+            bufs.push(buf);
+        }
+    }
+}
+
+impl ConnGuard {
+    pub fn worker(&self) -> &Rc<Worker> {
+        &self.worker
+    }
+
+    /// Counts this connection against `user`'s limit (once per connection); false when
+    /// the user is at its limit.
+    pub fn hold_user(&mut self, user: &str) -> bool {
+        if self.slots.as_ref().is_some_and(|s| s.user.is_some()) {
+            return true;
+        }
+        match self.worker.conn_limits.acquire_user(user) {
+            Some(slot) => {
+                if slot.counts() {
+                    self.slots.get_or_insert_with(Box::default).user = Some(slot);
+                }
+                true
+            }
+            None => false,
+        }
+    }
+}
