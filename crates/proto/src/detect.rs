@@ -40,3 +40,13 @@ pub fn detect(first: &[u8]) -> Result<Option<Protocol>, UnknownProtocol> {
         _ => Err(UnknownProtocol),
     }
 }
+
+/// The connection preface of HTTP/2 with prior knowledge (RFC 9113 3.4).
+pub const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+
+/// Whether bytes read from a new connection are (the start of) the HTTP/2 preface. Four
+/// bytes are enough: no HTTP/1 method is `PRI`.
+pub fn is_h2_preface(bytes: &[u8]) -> bool {
+    let n = bytes.len().min(H2_PREFACE.len());
+    bytes.len() >= 4 && bytes[..n] == H2_PREFACE[..n]
+}

@@ -9,7 +9,6 @@ use std::time::Duration;
 use rustle_proto::chunked::{Progress, Scanner};
 use rustle_proto::http::BodyKind;
 use std::future::Future;
-use std::task::Poll;
 
 use tokio::io::AsyncRead;
 use tokio::io::{AsyncWrite, AsyncWriteExt};
@@ -260,21 +259,12 @@ where
     }
 }
 
-/// Polls `fut` once: `Some` when it completed at once (so no timer was needed).
-pub async fn poll_once<F: Future>(mut fut: std::pin::Pin<&mut F>) -> Option<F::Output> {
-    std::future::poll_fn(|cx| match fut.as_mut().poll(cx) {
-        Poll::Ready(r) => Poll::Ready(Some(r)),
-        Poll::Pending => Poll::Ready(None),
-    })
-    .await
-}
-
 /// Runs `fut` within `idle`. Most socket operations on a busy connection complete at
 /// once, so the first poll happens without arming a timer; only an operation that has to
 /// wait gets one. `None` is the timeout.
 pub async fn timed<F: Future>(fut: F, idle: Duration) -> Option<F::Output> {
     let mut fut = std::pin::pin!(fut);
-    match poll_once(fut.as_mut()).await {
+    match crate::idle::poll_once(fut.as_mut()).await {
         Some(r) => Some(r),
         None => tokio::time::timeout(idle, fut).await.ok(),
     }

@@ -13,17 +13,30 @@ use std::time::{Duration, Instant};
 use rustle_proto::http::{parse_request, Method, RequestHead, Target};
 use tokio::io::{AsyncRead, AsyncWriteExt, ReadBuf};
 
+mod connect;
+mod forward;
+
 use crate::accesslog::Entry;
 use crate::buf::Buf;
 use crate::config::Listener;
 use crate::conn::Stream;
 use crate::error::{ConnectError, Error, Phase};
-use crate::worker::{ConnGuard, Worker};
 use crate::tunnel::{Handoff, Record};
+use crate::worker::{ConnGuard, Worker};
 
 /// How long an error response, or the TLS close_notify that ends a connection, may take
 /// to reach a client before it is abandoned.
 const ERROR_WRITE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// A connection that opened with the HTTP/2 preface (h2c with prior knowledge), handed
+/// back to go on as HTTP/2, its bytes read so far in `buf`.
+pub struct H2c {
+    pub guard: ConnGuard,
+    pub listener: Arc<Listener>,
+    pub stream: Stream,
+    pub peer: SocketAddr,
+    pub buf: Buf,
+}
 
 /// What happens to a client connection after an exchange.
 pub enum Next {
@@ -83,13 +96,6 @@ impl Exchange {
     }
 }
 
-/// Serves a plain HTTP proxy connection (`Stream::Fresh` from the accept loop: it is
-/// registered with the event loop only once a read or write would block).
-pub async fn serve(guard: ConnGuard, listener: Arc<Listener>, stream: Stream, peer: SocketAddr) {
-    let buf = guard.worker().take_buf();
-    serve_buffered(guard, listener, stream, peer, buf).await
-}
-
 /// Serves a connection whose first bytes may already be in `buf` (after detection).
 pub async fn serve_buffered(
     guard: ConnGuard,
@@ -97,7 +103,7 @@ pub async fn serve_buffered(
     stream: Stream,
     peer: SocketAddr,
     buf: Buf,
-) {
+) -> Option<H2c> {
     serve_with(guard, listener, stream, peer, buf, None, None).await
 }
 
@@ -111,7 +117,8 @@ pub async fn serve_tls(
     user: Option<String>,
 ) {
     let buf = guard.worker().take_buf();
-    serve_with(guard, listener, stream, peer, buf, Some(tls), user).await
+    // ALPN chose HTTP/1.1: no preface to switch on.
+    let _ = serve_with(guard, listener, stream, peer, buf, Some(tls), user).await;
 }
 
 async fn serve_with(
@@ -122,7 +129,7 @@ async fn serve_with(
     buf: Buf,
     tls: Option<Rc<crate::tls::Session>>,
     cert_user: Option<String>,
-) {
+) -> Option<H2c> {
     let worker = guard.worker().clone();
     let mut c = Client {
         guard,
@@ -149,7 +156,7 @@ async fn serve_with(
         if !c.guard.hold_user(&user) {
             let mut ex = Exchange::new(Instant::now());
             c.fail(&mut ex, &Error::LimitReached("for this user")).await;
-            return;
+            return None;
         }
         c.traffic = Some(worker.traffic.entry(&user));
         c.user = Some(Rc::from(user));
@@ -162,13 +169,11 @@ async fn serve_with(
         match c.read_head().await {
             Ok(true) => {}
             Ok(false) => break,
-            // h2c with prior knowledge: the connection opened with the HTTP/2 preface. A
-            // task of its own, so that this future does not grow by an HTTP/2 connection.
-            Err(_) if c.listener.h2c && crate::http2::is_preface(c.buf.filled()) => {
+            // h2c with prior knowledge: the connection opened with the HTTP/2 preface,
+            // and goes on as HTTP/2 (`dispatch`).
+            Err(_) if c.listener.h2c && rustle_proto::detect::is_h2_preface(c.buf.filled()) => {
                 let Client { guard, listener, stream, peer, buf, .. } = c;
-                let h2 = crate::http2::serve_rewound(guard, listener, stream, peer, buf);
-                tokio::task::spawn_local(h2);
-                return;
+                return Some(H2c { guard, listener, stream, peer, buf });
             }
             Err(e) => {
                 c.method.clear();
@@ -207,7 +212,7 @@ async fn serve_with(
                 };
                 let opts = worker.relay_opts(listener.splice);
                 crate::tunnel::spawn(guard, stream, handoff, opts, record);
-                return;
+                return None;
             }
             Ok(next) => {
                 c.log(&ex, None);
@@ -233,6 +238,7 @@ async fn serve_with(
     if clean && c.stream.is_tls() {
         let _ = tokio::time::timeout(ERROR_WRITE_TIMEOUT, c.stream.shutdown()).await;
     }
+    None
 }
 
 /// Answers a connection over the limit with 503 and closes it.
@@ -269,7 +275,7 @@ pub async fn refuse_overloaded(
     // could discard the 503 before the client reads it.
     let mut scratch = [0u8; 4096];
     let mut read = ReadBuf::new(&mut scratch);
-    let _ = crate::body::poll_once(std::pin::pin!(std::future::poll_fn(|cx| {
+    let _ = crate::idle::poll_once(std::pin::pin!(std::future::poll_fn(|cx| {
         std::pin::Pin::new(&mut c.stream).poll_read(cx, &mut read)
     })))
     .await;
@@ -299,7 +305,7 @@ impl Client {
             // is read without arming a timer.
             let first = {
                 let read = self.buf.read_from(&mut self.stream, limits.max_head);
-                crate::body::poll_once(std::pin::pin!(read)).await
+                crate::idle::poll_once(std::pin::pin!(read)).await
             };
             let n = match (first, deadline) {
                 (Some(r), _) => r,
@@ -362,10 +368,10 @@ impl Client {
             return self.answer_max_forwards(ex).await;
         }
         match head.target {
-            Target::Authority { .. } => crate::connect::tunnel(self, ex).await,
+            Target::Authority { .. } => connect::tunnel(self, ex).await,
             // https:// (and wss:// in an upgrade) in absolute form, as squid takes it: TLS
             // is originated here.
-            Target::Absolute { .. } => crate::forward::forward(self, ex).await,
+            Target::Absolute { .. } => forward::forward(self, ex).await,
             Target::Origin { .. } | Target::Asterisk => Err(Error::Unsupported(
                 "this is a forward proxy: requests need an absolute URI such as \
                  http://host/path (or CONNECT host:port)",
@@ -483,8 +489,8 @@ impl Client {
         });
         let (stream, buf, max) = (&mut self.stream, &mut self.buf, worker.limits.max_head);
         let tunnel = protocol == crate::acl::Protocol::Connect;
-        let (s, a) = crate::forward::unless_left(worker, connect, || {
-            crate::forward::client_left(stream, buf, max, Phase::Connect, tunnel)
+        let (s, a) = crate::exchange::unless_left(worker, connect, || {
+            crate::exchange::client_left(stream, buf, max, Phase::Connect, tunnel)
         })
         .await?;
         Ok((Stream::Tcp(s), a, false))

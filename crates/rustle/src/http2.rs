@@ -43,12 +43,6 @@ pub use io::PREFACE;
 /// How long a connection closing (GOAWAY sent) may take to flush before it is dropped.
 const CLOSE_GRACE: Duration = Duration::from_secs(5);
 
-/// Whether bytes read from a new connection are (the start of) the HTTP/2 preface. Four
-/// bytes are enough: no HTTP/1 method is `PRI`.
-pub fn is_preface(bytes: &[u8]) -> bool {
-    bytes.len() >= 4 && bytes[..bytes.len().min(PREFACE.len())] == PREFACE[..bytes.len().min(24)]
-}
-
 /// h2c with prior knowledge: HTTP/1.1 read `buf` and found the preface in it. The bytes
 /// already read go first, then the socket.
 pub async fn serve_rewound<IO>(
@@ -694,19 +688,45 @@ fn nonce() -> [u8; 16] {
     })
 }
 
+/// Ends when the client resets the stream or its connection ends, for a wait on the
+/// origin before the response is sent (`SendResponse::poll_reset`, which may be asked
+/// only until then).
+pub(crate) struct Reset<'a>(pub(crate) &'a mut SendResponse<Bytes>);
+
+impl std::future::Future for Reset<'_> {
+    type Output = Error;
+
+    fn poll(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Error> {
+        self.0.poll_reset(cx).map(|_| Error::ClientLeft(Phase::UpstreamHead))
+    }
+}
+
+/// Runs `fut` (a connection to the origin being made) unless the client resets the stream
+/// or leaves first. A pooled connection comes at once, and the stream is not looked at.
+pub(crate) async fn unless_reset<T>(
+    respond: &mut SendResponse<Bytes>,
+    fut: impl std::future::Future<Output = Result<T, Error>>,
+) -> Result<T, Error> {
+    let mut fut = std::pin::pin!(fut);
+    let mut reset = Reset(respond);
+    std::future::poll_fn(|cx| match fut.as_mut().poll(cx) {
+        std::task::Poll::Ready(r) => std::task::Poll::Ready(r),
+        std::task::Poll::Pending => std::pin::Pin::new(&mut reset).poll(cx).map(|e| {
+            Err(match e {
+                Error::ClientLeft(_) => Error::ClientLeft(Phase::Connect),
+                other => other,
+            })
+        }),
+    })
+    .await
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn preface_detection() {
-        assert!(is_preface(PREFACE));
-        assert!(is_preface(b"PRI * HTTP/2.0\r\n"));
-        assert!(is_preface(&[PREFACE, b"\0\0\0\x04"].concat()));
-        assert!(!is_preface(b"PRI"));
-        assert!(!is_preface(b"GET / HTTP/1.1\r\n"));
-        assert!(!is_preface(b"PRI * HTTP/1.1\r\n"));
-    }
 
     #[test]
     fn authorities() {

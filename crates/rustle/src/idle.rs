@@ -143,7 +143,7 @@ impl Waiters {
     /// once registers nothing; one that has to wait gets a coarse deadline (`within`).
     pub async fn timed<F: Future>(&self, fut: F, limit: std::time::Duration) -> Option<F::Output> {
         let mut fut = std::pin::pin!(fut);
-        match crate::body::poll_once(fut.as_mut()).await {
+        match poll_once(fut.as_mut()).await {
             Some(r) => Some(r),
             None => self.within(fut, self.deadline(limit)).await,
         }
@@ -153,6 +153,15 @@ impl Waiters {
     fn registered(&self) -> usize {
         self.slots.borrow().iter().flatten().count()
     }
+}
+
+/// Polls `fut` once: `Some` when it completed at once (so no timer was needed).
+pub async fn poll_once<F: Future>(mut fut: std::pin::Pin<&mut F>) -> Option<F::Output> {
+    std::future::poll_fn(|cx| match fut.as_mut().poll(cx) {
+        Poll::Ready(r) => Poll::Ready(Some(r)),
+        Poll::Pending => Poll::Ready(None),
+    })
+    .await
 }
 
 thread_local! {

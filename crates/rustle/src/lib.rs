@@ -8,11 +8,14 @@
 //!   buffers, limits); it imports no front end.
 //! - `reload`: what SIGHUP (the configuration again) and SIGUSR1 (the access log) change.
 //! - `http1`: a client's HTTP/1.1 connection: request heads, errors, dispatch.
-//! - `https`: TLS from clients: the HTTPS proxy port, TLS on `auto` ports and relays.
+//! - `dispatch`: from an accepted connection to its front end: HTTP/1.1 or h2c, TLS then
+//!   HTTP/1.1 or HTTP/2 by ALPN, and the `auto` port's first-byte detection.
 //! - `idle`: kept-alive connections waiting for a request, ended by the worker's tick.
-//! - `forward`: one absolute-form request to its origin and the response back.
+//! - `http1/forward`: one absolute-form request to its origin and the response back.
+//! - `exchange`: the upstream side of an exchange every front end shares: writes, the
+//!   response head, the watch on a client that may leave.
 //! - `http2`: HTTP/2 clients (h2c, and ALPN h2): requests, CONNECT and WebSocket streams.
-//! - `connect`: CONNECT tunnels.
+//! - `http1/connect`: CONNECT tunnels.
 //! - `socks`: SOCKS4/4a/5 handshakes, CONNECT and BIND; protocol detection for `auto`.
 //! - `udp`: SOCKS5 UDP ASSOCIATE and the UDP port relay.
 //! - `portmap`: the TCP port relay.
@@ -36,15 +39,13 @@ pub mod body;
 pub mod buf;
 pub mod config;
 pub mod conn;
-pub mod connect;
+pub mod dispatch;
 pub mod error;
-pub mod forward;
+pub mod exchange;
 pub mod http1;
 pub mod http2;
-pub mod https;
 pub mod idle;
 pub mod limits;
-pub mod park;
 pub mod policy;
 pub mod portmap;
 pub mod relay;

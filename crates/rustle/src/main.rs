@@ -116,7 +116,7 @@ fn main() -> ExitCode {
         return ExitCode::from(2);
     }
     rustle::server::raise_file_limit(&loaded.config);
-    match rustle::server::run_until_signal(loaded, source) {
+    match rustle::reload::run_until_signal(loaded, source) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             tracing::error!("{e:#}");

@@ -16,11 +16,11 @@ use crate::buf::{Buf, READ_SIZE};
 use crate::config::Listener;
 use crate::conn::Stream;
 use crate::error::{ConnectError, Error, Phase};
-use crate::forward::{client_left, unless_left};
+use crate::exchange::{client_left, unless_left};
 use crate::policy::Access;
-use crate::worker::{ConnGuard, Worker};
 use crate::tls::Session;
 use crate::tunnel::{Handoff, Record};
+use crate::worker::{ConnGuard, Worker};
 
 pub async fn serve(guard: ConnGuard, listener: Arc<Listener>, stream: TcpStream, peer: SocketAddr) {
     let worker = guard.worker().clone();
@@ -139,7 +139,7 @@ async fn accept_tls(
         worker.give_buf(buf);
         return Err("not a TLS handshake on a TLS relay".into());
     }
-    let accepted = crate::https::accept(worker, listener, stream, buf, deadline).await?;
+    let accepted = worker.accept_tls(listener, stream, buf, deadline).await?;
     Ok((accepted.stream, Some(accepted.session)))
 }
 

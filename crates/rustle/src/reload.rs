@@ -15,7 +15,7 @@ use crate::server::Running;
 /// force; a source with problems changes nothing. `listeners_from_file`: the running
 /// listeners are the ones the file declared at start.
 pub fn hangup(running: &Running, source: &Source, listeners_from_file: bool) {
-    match derive(source, listeners_from_file).and_then(|cfg| running.reload(&cfg)) {
+    match derive(source, listeners_from_file).and_then(|cfg| apply(running, &cfg)) {
         Ok(warnings) => {
             for w in warnings {
                 tracing::warn!("SIGHUP: {w}");
@@ -27,6 +27,21 @@ pub fn hangup(running: &Running, source: &Source, listeners_from_file: bool) {
         }
         Err(e) => tracing::error!("SIGHUP: {e}; keeping the previous policy"),
     }
+}
+
+/// Puts new users, rules, limits, routes and certificates in force (SIGHUP). Listeners
+/// and everything else stay as they started; connections already open keep going. A
+/// configuration that would leave a running listener less protected than start-up
+/// allows changes nothing (`vet`); the warnings name protections it drops.
+pub fn apply(running: &Running, cfg: &Config) -> Result<Vec<String>, String> {
+    let mut policy = Policy::build(cfg, running.own()).map_err(|p| p.join("; "))?;
+    let old = running.policy();
+    let mut warnings = vet(cfg, running.listeners(), &old, &policy)?;
+    // (A listener requiring authentication left with no user: `vet` names it.)
+    warnings.extend(policy.unknown_groups.iter().cloned());
+    policy.keep_tls_of(&old);
+    running.publish(policy);
+    Ok(warnings)
 }
 
 /// The configuration a reload would run with, or why the file is not taken.
@@ -118,4 +133,44 @@ pub fn reopen_access_log(running: &Running) {
             "SIGUSR1: cannot reopen the access log: {e}; lines go to the file already open"
         ),
     }
+}
+
+/// Runs until SIGINT or SIGTERM. SIGHUP derives the configuration from `source` again
+/// and puts its policy in force; SIGUSR1 reopens the access log. `loaded` is what
+/// `source` gave at start.
+pub fn run_until_signal(
+    loaded: crate::config::Loaded,
+    source: crate::config::Source,
+) -> anyhow::Result<()> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    // The handlers are in place before the listeners say where they are, so that a
+    // signal sent as soon as they do never meets its default action (which ends the
+    // process for SIGHUP and SIGUSR1).
+    let (mut term, mut int, mut hup, mut usr1) = {
+        let _in = rt.enter();
+        (
+            signal(SignalKind::terminate())?,
+            signal(SignalKind::interrupt())?,
+            signal(SignalKind::hangup())?,
+            signal(SignalKind::user_defined1())?,
+        )
+    };
+    let running = crate::server::start(loaded.config)?;
+    let from_file = loaded.listeners_from_file;
+    let stop = running.stopper();
+    rt.block_on(async {
+        loop {
+            tokio::select! {
+                _ = term.recv() => { tracing::info!("SIGTERM: draining connections"); break }
+                _ = int.recv() => { tracing::info!("SIGINT: draining connections"); break }
+                _ = hup.recv() => hangup(&running, &source, from_file),
+                _ = usr1.recv() => reopen_access_log(&running),
+            }
+        }
+    });
+    let _ = stop.send(true);
+    running.join();
+    tracing::info!("stopped");
+    Ok(())
 }

@@ -190,19 +190,24 @@ impl Running {
         self.stop.clone()
     }
 
-    /// Puts new users, rules, limits and certificates in force (SIGHUP). Listeners and
-    /// everything else stay as they started; connections already open keep going. A
-    /// configuration that would leave a running listener less protected than start-up
-    /// allows changes nothing (`reload::vet`); the warnings name protections it drops.
-    pub fn reload(&self, cfg: &Config) -> Result<Vec<String>, String> {
-        let mut policy = Policy::build(cfg, &self.own).map_err(|p| p.join("; "))?;
-        let old = self.policy_tx.borrow().clone();
-        let mut warnings = crate::reload::vet(cfg, &self.listeners, &old, &policy)?;
-        // (A listener requiring authentication left with no user: `vet` names it.)
-        warnings.extend(policy.unknown_groups.iter().cloned());
-        policy.keep_tls_of(&old);
+    /// The policy in force.
+    pub fn policy(&self) -> Arc<Policy> {
+        self.policy_tx.borrow().clone()
+    }
+
+    /// Puts `policy` in force in every worker.
+    pub fn publish(&self, policy: Policy) {
         let _ = self.policy_tx.send(Arc::new(policy));
-        Ok(warnings)
+    }
+
+    /// The proxy's own listening addresses (refused as destinations).
+    pub fn own(&self) -> &[SocketAddr] {
+        &self.own
+    }
+
+    /// The listeners as bound (ports resolved).
+    pub fn listeners(&self) -> &[Arc<Listener>] {
+        &self.listeners
     }
 
     /// Where the access log goes (SIGUSR1 reopens a file).
@@ -271,8 +276,16 @@ pub fn start(cfg: Config) -> anyhow::Result<Running> {
                 }
             };
             let local = tokio::task::LocalSet::new();
-            let worker =
-                Rc::new(Worker::new(id, cfg, policy_rx, shutdown, conn_limits, traffic, sink, open));
+            let worker = Rc::new(Worker::new(
+                id,
+                cfg,
+                policy_rx,
+                shutdown,
+                conn_limits,
+                traffic,
+                sink,
+                open,
+            ));
             local.block_on(&rt, worker_main(worker, socks));
         })?;
         threads.push(t);
@@ -395,7 +408,7 @@ async fn worker_main(worker: Rc<Worker>, sockets: Vec<(Arc<Listener>, Socket)>) 
     // Housekeeping: flush the access log, close expired idle origin connections, end
     // idle tunnels (their deadlines are swept here rather than timed one by one).
     crate::idle::sweep_relays_here();
-    drop(tokio::task::spawn_local(crate::park::serve_here()));
+    drop(tokio::task::spawn_local(crate::tunnel::park::serve_here()));
     let mut shutdown = worker.shutdown.clone();
     let mut policy_rx = worker.policy_updates();
     // One tick flushes the access log (a line waits in a worker's buffer no longer) and
@@ -411,7 +424,7 @@ async fn worker_main(worker: Rc<Worker>, sockets: Vec<(Arc<Listener>, Socket)>) 
                 crate::idle::sweep_relays(now);
                 if last_sweep.elapsed() >= SWEEP_EVERY {
                     worker.upstreams.sweep();
-                    worker.trim_bufs(crate::park::sweep(now));
+                    worker.trim_bufs(crate::tunnel::park::sweep(now));
                     last_sweep = Instant::now();
                 }
             }
@@ -435,10 +448,10 @@ async fn worker_main(worker: Rc<Worker>, sockets: Vec<(Arc<Listener>, Socket)>) 
     while worker.active() > 0 && Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(20)).await;
         crate::idle::sweep_relays(Instant::now());
-        crate::park::sweep(Instant::now());
+        crate::tunnel::park::sweep(Instant::now());
         worker.log.flush();
     }
-    crate::park::close_all();
+    crate::tunnel::park::close_all();
     if worker.active() > 0 {
         tracing::warn!(
             "worker {}: {} connection(s) still open at the shutdown deadline; closing them",
@@ -493,13 +506,13 @@ async fn accept_loop(
             if overloaded {
                 tokio::task::spawn_local(crate::http1::refuse_overloaded(guard, l, stream, peer));
             } else {
-                tokio::task::spawn_local(crate::http1::serve(guard, l, stream, peer));
+                tokio::task::spawn_local(crate::dispatch::serve_fresh(guard, l, stream, peer));
             }
             continue;
         }
         if config.kind == ListenerKind::Auto && !overloaded {
             let stream = Stream::Fresh(Some(stream));
-            tokio::task::spawn_local(crate::socks::serve_auto(guard, l, stream, peer));
+            tokio::task::spawn_local(crate::dispatch::serve_auto(guard, l, stream, peer));
             continue;
         }
         // Every other kind waits on the socket at once: register it now.
@@ -515,7 +528,7 @@ async fn accept_loop(
         };
         if overloaded {
             if config.kind == ListenerKind::Auto {
-                tokio::task::spawn_local(crate::socks::refuse_auto(guard, l, stream, peer));
+                tokio::task::spawn_local(crate::dispatch::refuse_auto(guard, l, stream, peer));
             } else {
                 tracing::warn!("{peer}: refused, {open} connections open");
             }
@@ -538,7 +551,7 @@ async fn accept_loop(
                 tokio::task::spawn_local(crate::portmap::serve(guard, l, stream, peer));
             }
             ListenerKind::Https => {
-                tokio::task::spawn_local(crate::https::serve(guard, l, stream, peer));
+                tokio::task::spawn_local(crate::dispatch::serve_https(guard, l, stream, peer));
             }
             // UDP listeners have no accept loop.
             ListenerKind::UdpRelay => {}
@@ -581,45 +594,4 @@ impl AcceptFailures {
         tracing::info!("accept on {listen}: accepting again after {} failures", self.in_a_row);
         *self = AcceptFailures::default();
     }
-}
-
-
-/// Runs until SIGINT or SIGTERM. SIGHUP derives the configuration from `source` again
-/// and puts its policy in force; SIGUSR1 reopens the access log. `loaded` is what
-/// `source` gave at start.
-pub fn run_until_signal(
-    loaded: crate::config::Loaded,
-    source: crate::config::Source,
-) -> anyhow::Result<()> {
-    use tokio::signal::unix::{signal, SignalKind};
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-    // The handlers are in place before the listeners say where they are, so that a
-    // signal sent as soon as they do never meets its default action (which ends the
-    // process for SIGHUP and SIGUSR1).
-    let (mut term, mut int, mut hup, mut usr1) = {
-        let _in = rt.enter();
-        (
-            signal(SignalKind::terminate())?,
-            signal(SignalKind::interrupt())?,
-            signal(SignalKind::hangup())?,
-            signal(SignalKind::user_defined1())?,
-        )
-    };
-    let running = start(loaded.config)?;
-    let from_file = loaded.listeners_from_file;
-    let stop = running.stopper();
-    rt.block_on(async {
-        loop {
-            tokio::select! {
-                _ = term.recv() => { tracing::info!("SIGTERM: draining connections"); break }
-                _ = int.recv() => { tracing::info!("SIGINT: draining connections"); break }
-                _ = hup.recv() => crate::reload::hangup(&running, &source, from_file),
-                _ = usr1.recv() => crate::reload::reopen_access_log(&running),
-            }
-        }
-    });
-    let _ = stop.send(true);
-    running.join();
-    tracing::info!("stopped");
-    Ok(())
 }

@@ -9,10 +9,11 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use rustle_proto::addr::{Address, Host};
-use rustle_proto::detect::{detect, Protocol};
 use rustle_proto::{socks4, socks5};
 use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
+
+mod udp;
 
 use crate::accesslog::Entry;
 use crate::acl::Protocol as AclProtocol;
@@ -21,8 +22,8 @@ use crate::config::Listener;
 use crate::error::ConnectError;
 use crate::error::{Error, Phase};
 use crate::policy::{Access, Policy};
-use crate::worker::{ConnGuard, Worker};
 use crate::tunnel::{Handoff, Record};
+use crate::worker::{ConnGuard, Worker};
 
 /// One SOCKS connection and what its log line will say.
 pub struct Session {
@@ -48,97 +49,6 @@ pub struct Session {
     pub upstream: Option<SocketAddr>,
     /// The deadline for the whole handshake.
     deadline: tokio::time::Instant,
-}
-
-/// A listener detecting the protocol from the first byte: HTTP goes to `http1`, SOCKS
-/// stays here. Detection reads into the buffer the chosen protocol then parses, so it
-/// costs HTTP nothing beyond one branch.
-pub async fn serve_auto(
-    guard: ConnGuard,
-    listener: Arc<Listener>,
-    mut stream: crate::conn::Stream,
-    peer: SocketAddr,
-) {
-    let worker = guard.worker().clone();
-    let mut buf = worker.take_buf();
-    let deadline = tokio::time::Instant::now() + worker.cfg.timeouts.header;
-    let protocol = loop {
-        match detect(buf.filled()) {
-            Ok(Some(p)) => break p,
-            Ok(None) => {}
-            Err(e) => {
-                log_failure(&worker, peer, &format!("{e}"));
-                worker.give_buf(buf);
-                return;
-            }
-        }
-        match tokio::time::timeout_at(deadline, buf.read_from(&mut stream, crate::buf::READ_SIZE))
-            .await
-        {
-            Ok(Ok(n)) if n > 0 => {}
-            // Closed, failed or silent before saying anything: nothing to answer.
-            _ => {
-                worker.give_buf(buf);
-                return;
-            }
-        }
-    };
-    if protocol == Protocol::Http {
-        // HTTP keeps a fresh socket unregistered until it must wait.
-        return crate::http1::serve_buffered(guard, listener, stream, peer, buf).await;
-    }
-    let stream = match stream.into_tcp() {
-        Ok(s) => s,
-        Err(e) => {
-            log_failure(&worker, peer, &format!("cannot register the connection: {e}"));
-            worker.give_buf(buf);
-            return;
-        }
-    };
-    match protocol {
-        Protocol::Http => {}
-        Protocol::Socks4 | Protocol::Socks5 => serve(guard, listener, stream, peer, buf).await,
-        Protocol::Tls => {
-            // HTTP inside TLS, when the listener has a certificate.
-            let deadline = tokio::time::Instant::now() + worker.cfg.timeouts.handshake;
-            crate::https::serve_prefixed(guard, listener, stream, peer, buf, deadline).await
-        }
-    }
-}
-
-/// Over a connection limit on an `auto` listener: an HTTP client gets its 503, anything
-/// else (SOCKS has no reply before the greeting) is closed.
-pub async fn refuse_auto(
-    guard: ConnGuard,
-    listener: Arc<Listener>,
-    stream: TcpStream,
-    peer: SocketAddr,
-) {
-    let mut first = [0u8; 1];
-    let wait = guard.worker().cfg.timeouts.header;
-    if let Ok(Ok(1)) = tokio::time::timeout(wait, stream.peek(&mut first)).await {
-        if let Ok(Some(Protocol::Http)) = detect(&first) {
-            crate::http1::refuse_overloaded(guard, listener, stream.into(), peer).await;
-            return;
-        }
-    }
-    log_failure(guard.worker(), peer, "too many connections");
-}
-
-fn log_failure(worker: &Worker, peer: SocketAddr, why: &str) {
-    worker.log.log(&Entry {
-        client: peer,
-        method: b"-",
-        target: b"-",
-        status: 0,
-        up: 0,
-        down: 0,
-        start: Instant::now(),
-        upstream: None,
-        error: Some(&why),
-        user: None,
-        tls: None,
-    });
 }
 
 /// Serves one SOCKS connection; `buf` may already hold its first bytes.
@@ -346,8 +256,8 @@ impl Session {
             }
             .map_err(Error::Connect)
         });
-        let (up, addr) = crate::forward::unless_left(&w, connect, || {
-            crate::forward::client_left(stream, buf, crate::buf::READ_SIZE, Phase::Connect, true)
+        let (up, addr) = crate::exchange::unless_left(&w, connect, || {
+            crate::exchange::client_left(stream, buf, crate::buf::READ_SIZE, Phase::Connect, true)
         })
         .await?;
         drop(filter);
@@ -383,7 +293,7 @@ impl Session {
         let wait = self.worker.cfg.timeouts.io;
         // A client that leaves meanwhile takes the listening socket with it.
         let accept = tokio::time::timeout(wait, listener.accept());
-        let left = crate::forward::client_left(
+        let left = crate::exchange::client_left(
             &mut self.stream,
             &mut self.buf,
             crate::buf::READ_SIZE,
@@ -507,7 +417,7 @@ async fn socks5_session(s: &mut Session) -> Outcome {
         }
         socks5::Command::UdpAssociate => {
             s.method = "UDP";
-            crate::udp::associate(s, &request.dst).await.map(|()| None)
+            udp::associate(s, &request.dst).await.map(|()| None)
         }
     }
 }

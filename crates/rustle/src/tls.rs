@@ -4,8 +4,11 @@
 //! rustls with the aws-lc-rs provider, always named explicitly (never the process default),
 //! so that a test binary that also links `ring` cannot make the builders panic.
 
+mod accept;
 mod der;
 mod setup;
+
+pub use accept::{accept, Accepted};
 
 pub use setup::{
     acceptor, cert_user, connect, connector, ktls, server_name, set_ktls, Acceptor, Session,

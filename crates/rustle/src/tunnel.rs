@@ -3,6 +3,8 @@
 //! takes over: an open tunnel then keeps the relay's state (a few hundred bytes), not the
 //! handshake's, and writes its one access-log line when it ends.
 
+pub mod park;
+
 use std::future::Future;
 use std::net::SocketAddr;
 use std::time::Instant;
@@ -105,7 +107,7 @@ pub fn spawn(guard: ConnGuard, mut client: Stream, handoff: Handoff, opts: Opts,
     match (client, upstream) {
         (Stream::Tcp(client), Stream::Tcp(upstream)) => {
             let mut relay = relay::run(client, upstream, &early_up, &early_down, opts).closing();
-            if crate::park::here() {
+            if park::here() {
                 relay = relay.parking();
             }
             tokio::task::spawn_local(socket_task(guard, relay.throttled(&throttle), record));
@@ -149,7 +151,7 @@ pub(crate) fn socket_task(
                 finish(&guard, &rec, totals, result);
                 drop(guard);
             }
-            Ended::Idle => crate::park::park(guard, relay, rec),
+            Ended::Idle => park::park(guard, relay, rec),
         }
     }
 }

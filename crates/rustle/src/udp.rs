@@ -1,245 +1,25 @@
-//! UDP: SOCKS5 UDP ASSOCIATE and the UDP port relay (3proxy's udppm). Datagrams are
-//! relayed one by one; nothing is buffered beyond the datagram in hand.
+//! The UDP port relay (3proxy's udppm): datagrams from each client address go to the
+//! listener's fixed target from a connected socket of their own, and the target's replies
+//! back. Datagrams are relayed one by one; nothing is buffered beyond the datagram in hand.
 
 use std::cell::{Cell, RefCell};
-use std::collections::{HashMap, HashSet};
-use std::io;
+use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::rc::Rc;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 use std::time::Instant;
 
-use rustle_proto::addr::{Address, Host};
-use rustle_proto::socks5;
-use tokio::io::AsyncReadExt;
 use tokio::net::UdpSocket;
 
 use crate::accesslog::Entry;
-use crate::acl::Protocol as AclProtocol;
 use crate::config::Listener;
-use crate::error::Error;
 use crate::worker::Worker;
-use crate::socks::{reply5, Session};
 
 /// Largest UDP payload; a datagram buffer of this size never truncates.
 const MAX_DATAGRAM: usize = 65_535;
 
-/// Destinations one association may have sent to; replies are accepted only from these.
-const MAX_PEERS: usize = 4096;
-
 /// Client addresses one worker's UDP relay listener tracks at once.
 const MAX_SESSIONS: usize = 16_384;
-
-/// The relay sockets of every UDP association in this process. A datagram sent to one of
-/// them comes back to rustle from its own address on the client's host, where it passes
-/// for the client's: refused as a destination, as TCP refuses the listening addresses.
-/// Locked when an association starts or ends and when it names a new destination.
-static RELAY_SOCKETS: Mutex<Vec<SocketAddr>> = Mutex::new(Vec::new());
-
-/// An association's relay socket, in `RELAY_SOCKETS` while it lives.
-struct Registered(SocketAddr);
-
-impl Registered {
-    fn new(addr: SocketAddr) -> Registered {
-        RELAY_SOCKETS.lock().unwrap_or_else(PoisonError::into_inner).push(addr);
-        Registered(addr)
-    }
-}
-
-impl Drop for Registered {
-    fn drop(&mut self) {
-        let mut list = RELAY_SOCKETS.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(i) = list.iter().position(|a| *a == self.0) {
-            list.swap_remove(i);
-        }
-    }
-}
-
-/// Whether `dst` is one of rustle's UDP association sockets.
-fn is_relay_socket(dst: SocketAddr) -> bool {
-    let list = RELAY_SOCKETS.lock().unwrap_or_else(PoisonError::into_inner);
-    list.iter().any(|own| crate::acl::reaches(dst, *own))
-}
-
-/// What an association or relay session moved, for its log line.
-#[derive(Default)]
-struct Counts {
-    up: u64,
-    down: u64,
-    dropped: u64,
-}
-
-/// UDP ASSOCIATE: a relay socket on the address the client reached us on; datagrams
-/// from the client's host carry a SOCKS5 header naming their destination; replies come
-/// back with a header naming their source. Ends with the TCP control connection or
-/// after `timeouts.udp_idle` without a datagram.
-pub async fn associate(s: &mut Session, hint: &Address) -> Result<(), Error> {
-    let local_ip = s.stream.local_addr().map_err(Error::Client)?.ip();
-    let relay = match UdpSocket::bind((local_ip, 0)).await {
-        Ok(r) => r,
-        Err(e) => {
-            reply5(s, socks5::Reply::GeneralFailure, None).await;
-            return Err(Error::Upstream(e));
-        }
-    };
-    let bound = relay.local_addr().map_err(Error::Upstream)?;
-    let _registered = Registered::new(bound);
-    reply5(s, socks5::Reply::Succeeded, Some(bound)).await;
-    // RFC 1928: the client may name the address it will send from; zeros mean unknown.
-    // A socket bound to INADDR_ANY knows its port but not its address, so a port alone
-    // counts as declared. Datagrams must come from the TCP client's host in any case.
-    let expected_port = (hint.port != 0).then_some(hint.port);
-    let client_ip = s.peer.ip();
-    let idle = s.worker.cfg.timeouts.udp_idle;
-    let mut client_udp: Option<SocketAddr> = None;
-    let mut out4: Option<UdpSocket> = None;
-    let mut out6: Option<UdpSocket> = None;
-    let mut peers: HashSet<SocketAddr> = HashSet::new();
-    let mut from_client = vec![0u8; MAX_DATAGRAM];
-    let mut from_peer4 = vec![0u8; MAX_DATAGRAM];
-    let mut from_peer6 = vec![0u8; MAX_DATAGRAM];
-    let mut back = Vec::with_capacity(MAX_DATAGRAM + socks5::MAX_UDP_HEADER);
-    let mut counts = Counts::default();
-    let mut control = [0u8; 64];
-    let result = loop {
-        let timer = tokio::time::sleep(idle);
-        tokio::select! {
-            // The association lives as long as its TCP connection.
-            r = s.stream.read(&mut control) => match r {
-                Ok(0) | Err(_) => break Ok(()),
-                Ok(_) => continue,
-            },
-            _ = timer => break Ok(()),
-            r = relay.recv_from(&mut from_client) => {
-                let (n, src) = r.map_err(Error::Upstream)?;
-                if src.ip() != client_ip || expected_port.is_some_and(|p| p != src.port()) {
-                    counts.dropped += 1;
-                    continue;
-                }
-                client_udp.get_or_insert(src);
-                let Ok((header, offset)) = socks5::parse_udp(&from_client[..n]) else {
-                    counts.dropped += 1;
-                    continue;
-                };
-                if header.frag != 0 {
-                    // Fragmentation is optional in RFC 1928; rustle does not reassemble.
-                    counts.dropped += 1;
-                    continue;
-                }
-                let Some(dst) = resolve_udp(&s.worker, &header.dst).await else {
-                    counts.dropped += 1;
-                    continue;
-                };
-                if !peers.contains(&dst) {
-                    if is_relay_socket(dst) {
-                        tracing::debug!("{}: UDP to {dst} refused: a relay socket of the proxy", s.peer);
-                        counts.dropped += 1;
-                        continue;
-                    }
-                    // A new destination: the access rules decide, as for a CONNECT.
-                    let policy = s.worker.policy();
-                    let host = match &header.dst.host {
-                        Host::Ip(ip) => ip.to_string(),
-                        Host::Domain(d) => d.as_str().to_string(),
-                    };
-                    let access = s.access(&policy, &host, dst.port(), AclProtocol::Udp);
-                    let denied = match access.filter() {
-                        Err(d) => Some(d),
-                        Ok(f) => f(dst),
-                    };
-                    if let Some(d) = denied {
-                        tracing::debug!("{}: UDP to {dst} {d}", s.peer);
-                        counts.dropped += 1;
-                        continue;
-                    }
-                }
-                let out = match out_socket(dst, &mut out4, &mut out6).await {
-                    Ok(o) => o,
-                    Err(_) => { counts.dropped += 1; continue; }
-                };
-                if out.send_to(&from_client[offset..n], dst).await.is_ok() {
-                    counts.up += (n - offset) as u64;
-                    if peers.len() < MAX_PEERS {
-                        peers.insert(dst);
-                    }
-                } else {
-                    counts.dropped += 1;
-                }
-            }
-            r = recv_opt(&out4, &mut from_peer4) => {
-                relay_back(r, &peers, client_udp, &relay, &from_peer4, &mut back, &mut counts).await;
-            }
-            r = recv_opt(&out6, &mut from_peer6) => {
-                relay_back(r, &peers, client_udp, &relay, &from_peer6, &mut back, &mut counts).await;
-            }
-        }
-    };
-    s.up = counts.up;
-    s.down = counts.down;
-    if counts.dropped > 0 {
-        tracing::debug!("{}: UDP association dropped {} datagram(s)", s.peer, counts.dropped);
-    }
-    result
-}
-
-/// A datagram from a destination goes back to the client with a SOCKS5 header, but only
-/// from destinations the client has sent to.
-async fn relay_back(
-    r: io::Result<(usize, SocketAddr)>,
-    peers: &HashSet<SocketAddr>,
-    client: Option<SocketAddr>,
-    relay: &UdpSocket,
-    data: &[u8],
-    back: &mut Vec<u8>,
-    counts: &mut Counts,
-) {
-    let Ok((n, src)) = r else { return };
-    let (Some(client), true) = (client, peers.contains(&src)) else {
-        counts.dropped += 1;
-        return;
-    };
-    back.clear();
-    socks5::write_udp_header(src, back);
-    back.extend_from_slice(&data[..n]);
-    if relay.send_to(back, client).await.is_ok() {
-        counts.down += n as u64;
-    } else {
-        counts.dropped += 1;
-    }
-}
-
-async fn recv_opt(sock: &Option<UdpSocket>, buf: &mut [u8]) -> io::Result<(usize, SocketAddr)> {
-    match sock {
-        Some(s) => s.recv_from(buf).await,
-        None => std::future::pending().await,
-    }
-}
-
-/// The outgoing socket for a destination's family, made on first use.
-async fn out_socket<'a>(
-    dst: SocketAddr,
-    out4: &'a mut Option<UdpSocket>,
-    out6: &'a mut Option<UdpSocket>,
-) -> io::Result<&'a UdpSocket> {
-    let (slot, any) = match dst {
-        SocketAddr::V4(_) => (out4, IpAddr::V4(Ipv4Addr::UNSPECIFIED)),
-        SocketAddr::V6(_) => (out6, IpAddr::V6(Ipv6Addr::UNSPECIFIED)),
-    };
-    if slot.is_none() {
-        *slot = Some(UdpSocket::bind((any, 0)).await?);
-    }
-    slot.as_ref().ok_or_else(|| io::Error::other("no socket"))
-}
-
-async fn resolve_udp(worker: &Worker, dst: &Address) -> Option<SocketAddr> {
-    match &dst.host {
-        Host::Ip(ip) => Some(SocketAddr::new(*ip, dst.port)),
-        Host::Domain(d) => {
-            let ips = worker.upstreams.resolve(d.as_str()).await.ok()?;
-            ips.first().map(|ip| SocketAddr::new(*ip, dst.port))
-        }
-    }
-}
 
 struct RelaySession {
     out: Rc<UdpSocket>,

@@ -210,6 +210,24 @@ impl Worker {
         }
     }
 
+    /// Completes the TLS handshake of a client of `listener` whose first bytes are in
+    /// `buf` (`tls::accept`, with the listener's certificates in force).
+    pub async fn accept_tls(
+        &self,
+        listener: &crate::config::Listener,
+        stream: tokio::net::TcpStream,
+        buf: Buf,
+        deadline: tokio::time::Instant,
+    ) -> Result<crate::tls::Accepted, String> {
+        let policy = self.policy();
+        let Some(acceptor) = policy.tls_acceptor(listener.index).cloned() else {
+            self.give_buf(buf);
+            return Err("a TLS ClientHello on a port without [listener.tls]".into());
+        };
+        drop(policy);
+        crate::tls::accept(&acceptor, stream, buf, |b| self.give_buf(b), deadline).await
+    }
+
     /// Relay settings for a tunnel accepted on a listener with this splice mode.
     pub fn relay_opts(&self, splice: crate::config::SpliceMode) -> crate::relay::Opts {
         let r = &self.cfg.relay;

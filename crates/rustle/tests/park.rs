@@ -10,11 +10,11 @@ use std::time::{Duration, Instant};
 use rustle::config::{Config, Listener, ListenerKind, LogTarget};
 use rustle_bench::TcpEcho;
 
-/// Waits until `rustle::park::parked_now()` is `want`.
+/// Waits until `rustle::tunnel::park::parked_now()` is `want`.
 fn parked_becomes(want: usize, within: Duration) -> bool {
     let start = Instant::now();
     while start.elapsed() < within {
-        if rustle::park::parked_now() == want {
+        if rustle::tunnel::park::parked_now() == want {
             return true;
         }
         std::thread::sleep(Duration::from_millis(20));
@@ -85,7 +85,11 @@ fn idle_tunnels_are_parked_and_resume_when_either_side_speaks() {
     echo(&mut b, b"b first");
     echo(&mut c, b"c first");
     // A second after their last byte (plus a sweep), all three are parked.
-    assert!(parked_becomes(3, Duration::from_secs(3)), "parked: {}", rustle::park::parked_now());
+    assert!(
+        parked_becomes(3, Duration::from_secs(3)),
+        "parked: {}",
+        rustle::tunnel::park::parked_now()
+    );
 
     // A parked tunnel comes back at the client's first byte, whole: a large message both
     // ways arrives intact.
@@ -99,7 +103,7 @@ fn idle_tunnels_are_parked_and_resume_when_either_side_speaks() {
     a.read_exact(&mut back).unwrap();
     writer.join().unwrap();
     assert!(back == big, "the resumed tunnel's bytes differ");
-    assert!(rustle::park::parked_now() <= 2);
+    assert!(rustle::tunnel::park::parked_now() <= 2);
 
     // A parked SOCKS tunnel too.
     echo(&mut c, b"c again");
@@ -113,14 +117,22 @@ fn idle_tunnels_are_parked_and_resume_when_either_side_speaks() {
 
     // Quiet again: parked again; then the idle timeout (4 s after the last byte) closes
     // the parked tunnels with their log lines.
-    assert!(parked_becomes(2, Duration::from_secs(3)), "parked: {}", rustle::park::parked_now());
+    assert!(
+        parked_becomes(2, Duration::from_secs(3)),
+        "parked: {}",
+        rustle::tunnel::park::parked_now()
+    );
     let quiet_from = Instant::now();
     let mut buf = [0u8; 1];
     a.set_read_timeout(Some(Duration::from_secs(8))).unwrap();
     assert_eq!(a.read(&mut buf).unwrap_or(0), 0, "closed by the idle timeout");
     let waited = quiet_from.elapsed();
     assert!(waited < Duration::from_secs(6), "closed {waited:?} after parking");
-    assert!(parked_becomes(0, Duration::from_secs(3)), "parked: {}", rustle::park::parked_now());
+    assert!(
+        parked_becomes(0, Duration::from_secs(3)),
+        "parked: {}",
+        rustle::tunnel::park::parked_now()
+    );
 
     // A half-closed tunnel parks too, and stays parked: the client's end of stream (read
     // and passed on) does not wake it again and again; the origin's answer still does.
@@ -133,9 +145,13 @@ fn idle_tunnels_are_parked_and_resume_when_either_side_speaks() {
     let mut got = Vec::new();
     o.read_to_end(&mut got).unwrap();
     assert_eq!(got, b"question");
-    assert!(parked_becomes(1, Duration::from_secs(3)), "parked: {}", rustle::park::parked_now());
+    assert!(
+        parked_becomes(1, Duration::from_secs(3)),
+        "parked: {}",
+        rustle::tunnel::park::parked_now()
+    );
     for _ in 0..50 {
-        assert_eq!(rustle::park::parked_now(), 1, "a half-closed tunnel woke up by itself");
+        assert_eq!(rustle::tunnel::park::parked_now(), 1, "a half-closed tunnel woke up by itself");
         std::thread::sleep(Duration::from_millis(20));
     }
     o.write_all(b"answer").unwrap();
@@ -143,7 +159,11 @@ fn idle_tunnels_are_parked_and_resume_when_either_side_speaks() {
     let mut answer = Vec::new();
     d.read_to_end(&mut answer).unwrap();
     assert_eq!(answer, b"answer");
-    assert!(parked_becomes(0, Duration::from_secs(3)), "parked: {}", rustle::park::parked_now());
+    assert!(
+        parked_becomes(0, Duration::from_secs(3)),
+        "parked: {}",
+        rustle::tunnel::park::parked_now()
+    );
     running.stop();
     let text = std::fs::read_to_string(&log).unwrap();
     let timed_out = text.lines().filter(|l| l.contains("timed out")).count();

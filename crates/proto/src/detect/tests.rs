@@ -73,3 +73,13 @@ fn every_first_byte() {
 fn display() {
     assert_eq!(UnknownProtocol.to_string(), "unknown protocol");
 }
+
+#[test]
+fn h2_preface() {
+    assert!(is_h2_preface(H2_PREFACE));
+    assert!(is_h2_preface(b"PRI * HTTP/2.0\r\n"));
+    assert!(is_h2_preface(&[H2_PREFACE, b"\0\0\0\x04"].concat()));
+    assert!(!is_h2_preface(b"PRI"));
+    assert!(!is_h2_preface(b"GET / HTTP/1.1\r\n"));
+    assert!(!is_h2_preface(b"PRI * HTTP/1.1\r\n"));
+}

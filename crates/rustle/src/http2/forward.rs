@@ -13,7 +13,6 @@
 //! a 1 KB exchange): the pool key is formatted on the stack, heads are written without
 //! intermediate strings.
 
-use std::future::Future as _;
 use std::io::Write as _;
 use std::rc::Rc;
 use std::time::Duration;
@@ -29,15 +28,15 @@ use tokio::io::{AsyncRead, AsyncWrite};
 
 use super::tunnel::{Task, Tunnel};
 use super::{
-    authority, client_error, host_port, is_dropped_request_field, send_all, upstream, upstream_tcp,
-    Exchange, Live, Shared,
+    authority, client_error, host_port, is_dropped_request_field, send_all, unless_reset, upstream,
+    upstream_tcp, Exchange, Live, Reset, Shared,
 };
 use crate::acl::Protocol;
 use crate::body::{self, Dir, State};
 use crate::buf::Buf;
 use crate::conn::Stream;
 use crate::error::{ConnectError, Error, Phase};
-use crate::forward::{read_response_head_or, write_timed, NOT_RETRIED};
+use crate::exchange::{read_response_head_or, write_timed, NOT_RETRIED};
 use crate::limits::{Direction as LimitDir, Limit};
 
 /// A timeout long enough never to fire, for waits bounded by something else.
@@ -244,42 +243,6 @@ pub(super) async fn forward(
             Err(e)
         }
     }
-}
-
-/// Ends when the client resets the stream or its connection ends, for a wait on the
-/// origin before the response is sent (`SendResponse::poll_reset`, which may be asked
-/// only until then).
-struct Reset<'a>(&'a mut SendResponse<Bytes>);
-
-impl std::future::Future for Reset<'_> {
-    type Output = Error;
-
-    fn poll(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<Error> {
-        self.0.poll_reset(cx).map(|_| Error::ClientLeft(Phase::UpstreamHead))
-    }
-}
-
-/// Runs `fut` (a connection to the origin being made) unless the client resets the stream
-/// or leaves first. A pooled connection comes at once, and the stream is not looked at.
-pub(super) async fn unless_reset<T>(
-    respond: &mut SendResponse<Bytes>,
-    fut: impl std::future::Future<Output = Result<T, Error>>,
-) -> Result<T, Error> {
-    let mut fut = std::pin::pin!(fut);
-    let mut reset = Reset(respond);
-    std::future::poll_fn(|cx| match fut.as_mut().poll(cx) {
-        std::task::Poll::Ready(r) => std::task::Poll::Ready(r),
-        std::task::Poll::Pending => std::pin::Pin::new(&mut reset).poll(cx).map(|e| {
-            Err(match e {
-                Error::ClientLeft(_) => Error::ClientLeft(Phase::Connect),
-                other => other,
-            })
-        }),
-    })
-    .await
 }
 
 /// A WebSocket stream (extended CONNECT, `:protocol websocket`): an HTTP/1.1 upgrade to

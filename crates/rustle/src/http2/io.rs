@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 /// The client connection preface (RFC 9113 3.4).
-pub const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+pub use rustle_proto::detect::H2_PREFACE as PREFACE;
 
 /// Frame types counted (RFC 9113 6).
 const RST_STREAM: u8 = 0x3;

@@ -57,7 +57,7 @@ pub(super) async fn connect(
     let user = ex.user.clone();
     // Given up as soon as the client resets the stream or leaves.
     let connect = upstream_tcp(shared, user.as_deref(), &host, port, Protocol::Connect);
-    let (up, addr) = super::forward::unless_reset(respond, connect).await?;
+    let (up, addr) = super::unless_reset(respond, connect).await?;
     ex.upstream = Some(addr);
     let send = respond.send_response(Response::new(()), false).map_err(client_error)?;
     ex.status = 200;

@@ -339,7 +339,7 @@ where
 /// its budget should say why.
 #[test]
 fn connection_futures_stay_within_budget() {
-    let http = future_size(&crate::http1::serve);
+    let http = future_size(&crate::dispatch::serve_fresh);
     let socks = |g, l, s, p| crate::socks::serve(g, l, s, p, crate::buf::Buf::default());
     let socks = future_size(&socks);
     let relay_port = future_size(&crate::portmap::serve);

@@ -19,10 +19,10 @@ use std::time::{Duration, Instant};
 use mio::unix::SourceFd;
 use mio::{Events, Interest, Token};
 
+use super::{Label, PackedLabel, Record};
 use crate::error::{Error, Phase};
 use crate::relay::{Relay, Resume};
 use crate::worker::ConnGuard;
-use crate::tunnel::{Label, PackedLabel, Record};
 
 /// A parked tunnel.
 struct Parked {
@@ -172,7 +172,7 @@ pub fn park(
     let (client, upstream, state) = match relay.park() {
         Ok(parts) => parts,
         Err((totals, e)) => {
-            crate::tunnel::finish(&guard, &rec, totals, Err(e));
+            super::finish(&guard, &rec, totals, Err(e));
             return;
         }
     };
@@ -233,7 +233,7 @@ fn take(slot: usize) -> Option<Parked> {
 /// Ends a parked tunnel with its log line.
 fn end(mut p: Parked, error: Error) {
     p.unpack_label();
-    crate::tunnel::finish(&p.guard, &p.rec, p.resume.totals(), Err(error));
+    super::finish(&p.guard, &p.rec, p.resume.totals(), Err(error));
 }
 
 /// Runs a tunnel again: its sockets back on the event loop, its relay in a new task
@@ -244,14 +244,14 @@ fn resume(mut p: Parked, parks: bool) {
     let totals = resume.totals();
     let client = match tokio::net::TcpStream::from_std(client) {
         Ok(s) => s,
-        Err(e) => return crate::tunnel::finish(&guard, &rec, totals, Err(Error::Client(e))),
+        Err(e) => return super::finish(&guard, &rec, totals, Err(Error::Client(e))),
     };
     let upstream = match tokio::net::TcpStream::from_std(upstream) {
         Ok(s) => s,
-        Err(e) => return crate::tunnel::finish(&guard, &rec, totals, Err(Error::Upstream(e))),
+        Err(e) => return super::finish(&guard, &rec, totals, Err(Error::Upstream(e))),
     };
     let relay = Relay::resume(client, upstream, resume, parks);
-    tokio::task::spawn_local(crate::tunnel::socket_task(guard, relay, rec));
+    tokio::task::spawn_local(super::socket_task(guard, relay, rec));
 }
 
 /// Ends parked tunnels whose idle timeout has passed (each writes its log line). Returns

@@ -4,26 +4,25 @@
 //! and the origin connection parked for reuse when the exchange ended cleanly.
 
 use rustle_proto::http::{
-    parse_response, write_request, write_response, BodyKind, Method, RequestRewrite, ResponseHead,
-    ResponseRewrite, Target,
+    write_request, write_response, BodyKind, RequestRewrite, ResponseHead, ResponseRewrite, Target,
 };
 use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::Pin;
-use std::task::Poll;
 use std::time::Duration;
 
-use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncWriteExt};
 
+use super::{Client, Exchange, Next};
 use crate::acl::Protocol;
 use crate::body::{self, Dir, State};
 use crate::buf::Buf;
 use crate::config::SpliceMode;
 use crate::conn::Stream;
 use crate::error::{ConnectError, Error, Phase};
-use crate::http1::{Client, Exchange, Next};
-use crate::worker::Worker;
+use crate::exchange::{client_left, read_response_head_or, unless_left, write_timed, NOT_RETRIED};
 use crate::tunnel::Handoff;
+use crate::worker::Worker;
 
 /// A head and the body bytes that came with it are sent in one write while they fit in
 /// this many bytes; larger bodies are streamed after the head.
@@ -31,10 +30,6 @@ const COALESCE: usize = 64 * 1024;
 
 /// A timeout long enough never to fire, for waits bounded by something else.
 const UNBOUNDED: Duration = Duration::from_secs(365 * 24 * 3600);
-
-/// Why a request is answered 502 rather than sent again on a new connection.
-pub(crate) const NOT_RETRIED: &str =
-    "without responding; a request that is not idempotent is not sent a second time";
 
 /// Name of this proxy in Via headers.
 const VIA: &str = "rustle";
@@ -370,136 +365,6 @@ async fn switch_protocols(
     Ok(Next::Tunnel(Handoff { upstream: up, early_up, early_down, throttle }))
 }
 
-/// Reads until a whole response head is in `ubuf` and parsed into `rhead`, for a client
-/// that may leave meanwhile: `client` ends with the error to return when it has (HTTP/1:
-/// `client_left`; HTTP/2: a reset of the stream), and then the wait ends at once, and the
-/// origin connection with it. The client is looked at only
-/// once the origin has taken a tick (100-200 ms) to answer: a prompt answer costs no more
-/// than an unwatched one.
-pub(crate) async fn read_response_head_or<R, W>(
-    worker: &Worker,
-    r: &mut R,
-    ubuf: &mut Buf,
-    rhead: &mut ResponseHead,
-    method: Method,
-    idle: Duration,
-    mut client: Option<Pin<&mut W>>,
-) -> Result<(), Error>
-where
-    R: AsyncRead + Unpin,
-    W: Future<Output = Error>,
-{
-    let limits = rustle_proto::http::Limits::default();
-    let mut watching = false;
-    loop {
-        if !ubuf.is_empty() {
-            match parse_response(ubuf.filled(), &limits, method, rhead) {
-                Ok(Some(())) => return Ok(()),
-                Ok(None) => {}
-                Err(e) => return Err(Error::BadResponse(e)),
-            }
-        }
-        // The origin is usually still working on the answer: a coarse deadline from the
-        // worker's tick, not a timer per request.
-        let read = {
-            let read = std::pin::pin!(ubuf.read_from(r, limits.max_head));
-            let waiters = &worker.waiters;
-            let full = waiters.deadline(idle);
-            let early = client.is_some() && !watching;
-            let first = if early { waiters.deadline(Duration::ZERO) } else { full };
-            let mut read = Watched {
-                wait: waiters.within(read, first),
-                client: client.as_mut().map(|c| c.as_mut()),
-                full: early.then_some(full),
-            };
-            let result = (&mut read).await;
-            // Past the first tick, the client is watched from the start of each read.
-            watching |= early && read.full.is_none();
-            result?
-        };
-        let n = match read {
-            Some(Ok(n)) => n,
-            Some(Err(e)) if e.kind() == std::io::ErrorKind::OutOfMemory => {
-                return Err(Error::BadResponse(rustle_proto::http::HeadError::HeadTooLarge))
-            }
-            Some(Err(e)) => return Err(Error::Upstream(e)),
-            None => return Err(Error::Timeout(Phase::UpstreamHead)),
-        };
-        if n == 0 {
-            return Err(Error::UpstreamClosed(if ubuf.is_empty() {
-                "without responding"
-            } else {
-                "in the middle of the response head"
-            }));
-        }
-    }
-}
-
-/// A read from the origin within the I/O timeout (`Waiters::within`: a coarse deadline,
-/// registered only if the read has to wait), which after its first tick also watches
-/// `client`, whose end ends it with its error. One small future (no timer, nothing boxed):
-/// it lives in every HTTP connection's state.
-struct Watched<'a, F, W> {
-    wait: crate::idle::Wait<'a, F>,
-    client: Option<Pin<&'a mut W>>,
-    /// While the first tick runs: the I/O deadline to move to once it has passed.
-    full: Option<std::time::Instant>,
-}
-
-impl<F: Future + Unpin, W: Future<Output = Error>> Future for Watched<'_, F, W> {
-    type Output = Result<Option<F::Output>, Error>;
-
-    fn poll(mut self: Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> Poll<Self::Output> {
-        let this = &mut *self;
-        loop {
-            match Pin::new(&mut this.wait).poll(cx) {
-                Poll::Ready(Some(r)) => return Poll::Ready(Ok(Some(r))),
-                Poll::Ready(None) => match this.full.take() {
-                    Some(deadline) => {
-                        this.wait.rearm(deadline);
-                        continue;
-                    }
-                    None => return Poll::Ready(Ok(None)),
-                },
-                Poll::Pending => {}
-            }
-            if let (None, Some(client)) = (this.full, this.client.as_mut()) {
-                if let Poll::Ready(e) = client.as_mut().poll(cx) {
-                    return Poll::Ready(Err(e));
-                }
-            }
-            return Poll::Pending;
-        }
-    }
-}
-
-/// Ends when the client has left (end of stream or a failed socket) while its exchange
-/// waits on the upstream. What it sends meanwhile (a pipelined request, a tunnel's first
-/// bytes) is kept in `buf` for its turn; once `buf` holds `max` bytes the client is no
-/// longer read. For an HTTP exchange any end of stream counts as leaving (as squid and
-/// nginx take it); for a `tunnel` only one before any byte does: a client that sent
-/// something and then ended its side waits for the answer, and the tunnel passes the end
-/// on once it is up.
-pub(crate) async fn client_left<R: AsyncRead + Unpin>(
-    r: &mut R,
-    buf: &mut Buf,
-    max: usize,
-    phase: Phase,
-    tunnel: bool,
-) -> Error {
-    loop {
-        match buf.read_from(r, max).await {
-            Ok(0) if tunnel && !buf.is_empty() => return std::future::pending().await,
-            Ok(0) => return Error::ClientLeft(phase),
-            Ok(_) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::OutOfMemory => {
-                return std::future::pending().await
-            }
-            Err(e) => return Error::Client(e),
-        }
-    }
-}
-
 /// `client_left` for an HTTP exchange, from now on or (`after_tick`, for an answer that
 /// is streaming to the client) once a tick has passed.
 async fn client_left_http<R: AsyncRead + Unpin>(
@@ -535,45 +400,6 @@ fn answer_in_hand(rhead: &ResponseHead, ubuf: &Buf) -> bool {
         BodyKind::None => true,
         BodyKind::Length(n) => ubuf.len().saturating_sub(rhead.len) as u64 >= n,
         BodyKind::Chunked | BodyKind::CloseDelimited => false,
-    }
-}
-
-/// Runs `connect` (an upstream connection being made: resolving, connecting, a TLS
-/// handshake; boxed by the caller, as its state is large and this is not the pooled path)
-/// unless the client leaves first: `left` makes the watch on the client (`client_left`),
-/// whose error then ends the attempt at once. As with the origin's answer (`Watched`), the
-/// client is looked at only once the attempt has taken a tick (100-200 ms): an attempt
-/// that succeeds promptly costs nothing more, and the watch is boxed only for a slow one.
-pub(crate) async fn unless_left<T, W>(
-    worker: &Worker,
-    mut connect: impl Future<Output = Result<T, Error>> + Unpin,
-    left: impl FnOnce() -> W,
-) -> Result<T, Error>
-where
-    W: Future<Output = Error>,
-{
-    let waiters = &worker.waiters;
-    if let Some(r) = waiters.within(&mut connect, waiters.deadline(Duration::ZERO)).await {
-        return r;
-    }
-    let mut left = Box::pin(left());
-    std::future::poll_fn(|cx| match Pin::new(&mut connect).poll(cx) {
-        Poll::Ready(r) => Poll::Ready(r),
-        Poll::Pending => left.as_mut().poll(cx).map(Err),
-    })
-    .await
-}
-
-/// Writes to the upstream with the I/O timeout.
-pub(crate) async fn write_timed<W: AsyncWrite + Unpin>(
-    w: &mut W,
-    bytes: &[u8],
-    idle: std::time::Duration,
-) -> Result<(), Error> {
-    match body::write_all_timed(w, bytes, idle).await {
-        Ok(()) => Ok(()),
-        Err(Some(e)) => Err(Error::Upstream(e)),
-        Err(None) => Err(Error::Timeout(Phase::UpstreamHead)),
     }
 }
 

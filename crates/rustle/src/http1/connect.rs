@@ -5,9 +5,9 @@
 use rustle_proto::http::{BodyKind, Target};
 use tokio::io::AsyncWriteExt;
 
+use super::{Client, Exchange, Next};
 use crate::acl::Protocol;
 use crate::error::Error;
-use crate::http1::{Client, Exchange, Next};
 use crate::tunnel::Handoff;
 
 const ESTABLISHED: &[u8] = b"HTTP/1.1 200 Connection established\r\n\r\n";
