@@ -209,13 +209,14 @@ pub async fn serve_http(
     }
 }
 
-/// `serve_http` for a connection fresh from the accept loop.
-pub async fn serve_fresh(
+/// `serve_http` for a connection fresh from the accept loop (a plain function, so that
+/// the connection's future is `serve_http`'s and no bigger).
+pub fn serve_fresh(
     guard: ConnGuard,
     listener: Arc<Listener>,
     stream: Stream,
     peer: SocketAddr,
-) {
+) -> impl std::future::Future<Output = ()> {
     let buf = guard.worker().take_buf();
-    serve_http(guard, listener, stream, peer, buf).await
+    serve_http(guard, listener, stream, peer, buf)
 }

@@ -20,8 +20,9 @@ use crate::accesslog::Entry;
 use crate::buf::Buf;
 use crate::config::Listener;
 use crate::conn::Stream;
-use crate::error::{ConnectError, Error, Phase};
+use crate::error::{Error, Phase};
 use crate::tunnel::{Handoff, Record};
+use crate::upstream::{Connected, Start, Tls, Want};
 use crate::worker::{ConnGuard, Worker};
 
 /// How long an error response, or the TLS close_notify that ends a connection, may take
@@ -74,9 +75,6 @@ pub struct Client {
     pub tls: Option<Rc<crate::tls::Session>>,
     /// The user came from a verified client certificate: no password is asked.
     cert_auth: bool,
-    /// The origin connection of the last request, kept for the next one, and its pool key.
-    sticky: Option<(Stream, SocketAddr)>,
-    sticky_key: Vec<u8>,
 }
 
 /// What the log line of one exchange says, filled in as it goes.
@@ -97,14 +95,14 @@ impl Exchange {
 }
 
 /// Serves a connection whose first bytes may already be in `buf` (after detection).
-pub async fn serve_buffered(
+pub fn serve_buffered(
     guard: ConnGuard,
     listener: Arc<Listener>,
     stream: Stream,
     peer: SocketAddr,
     buf: Buf,
-) -> Option<H2c> {
-    serve_with(guard, listener, stream, peer, buf, None, None).await
+) -> impl std::future::Future<Output = Option<H2c>> {
+    serve_with(guard, listener, stream, peer, buf, None, None)
 }
 
 /// Serves HTTP inside TLS: `user` is the one a verified client certificate names.
@@ -149,8 +147,6 @@ async fn serve_with(
         target: Vec::new(),
         tls,
         cert_auth: false,
-        sticky: None,
-        sticky_key: Vec::new(),
     };
     if let Some(user) = cert_user {
         if !c.guard.hold_user(&user) {
@@ -197,7 +193,6 @@ async fn serve_with(
                 // The tunnel logs itself when it ends; this task ends now so that the
                 // open tunnel does not keep an HTTP connection's state.
                 worker.give_buf(std::mem::take(&mut c.buf));
-                c.release_upstream();
                 let Client { guard, stream, peer, method, target, listener, user, tls, .. } = c;
                 let record = Record {
                     peer,
@@ -228,7 +223,6 @@ async fn serve_with(
             break;
         }
     }
-    c.release_upstream();
     worker.give_buf(std::mem::take(&mut c.buf));
     // A TLS session this side ends ends with close_notify: without it a client cannot
     // tell a whole close-delimited answer from a cut one (GnuTLS clients fail the
@@ -267,8 +261,6 @@ pub async fn refuse_overloaded(
         target: Vec::new(),
         tls: None,
         cert_auth: false,
-        sticky: None,
-        sticky_key: Vec::new(),
     };
     // Read what the client already sent (its request is usually there: the listener defers
     // accepts until it is), so that closing after the answer sends a FIN, not a reset that
@@ -415,85 +407,43 @@ impl Client {
         self.worker.policy().throttle(&self.listener.throttle, self.user.as_deref())
     }
 
-    /// Keeps a clean origin connection for this client's next request.
-    pub fn park_upstream(&mut self, key: &[u8], stream: Stream, addr: SocketAddr) {
-        self.release_upstream();
-        self.sticky_key.clear();
-        self.sticky_key.extend_from_slice(key);
-        self.sticky = Some((stream, addr));
-    }
-
-    /// Gives the kept origin connection to the worker's pool.
-    fn release_upstream(&mut self) {
-        if let Some((mut stream, addr)) = self.sticky.take() {
-            if self.worker.stopping.get() {
-                stream.close_now();
-            } else {
-                self.worker.upstreams.put(&self.sticky_key, stream, addr);
-            }
-        }
-    }
-
-    /// An upstream the access rules allow for this client: the connection kept from its
-    /// last request or a pooled one to an allowed address, or a new one (given up as soon
-    /// as the client leaves, `Error::ClientLeft(Phase::Connect)`).
+    /// A connection to `host:port` from the upstream layer (`upstream::Upstreams`): a
+    /// pooled one under `key` when there is one, or a new one, given up as soon as the
+    /// client leaves (`Error::ClientLeft(Phase::Connect)`). What the client sends meanwhile
+    /// (a tunnel's first bytes, a pipelined request) is kept in `buf`.
     pub async fn upstream(
         &mut self,
         key: Option<&[u8]>,
         host: &str,
         port: u16,
         protocol: crate::acl::Protocol,
-    ) -> Result<(Stream, SocketAddr, bool), Error> {
-        let policy = self.worker.policy();
-        // Rules are the only reader of the user's groups: no lookup when there are none.
-        let user = match policy.rules.is_empty() {
-            true => None,
-            false => self.user.as_deref().and_then(|u| policy.users.get(u)),
-        };
-        let access = crate::policy::Access {
-            policy: &policy,
-            listener: self.listener.name.as_deref(),
-            client: self.peer.ip(),
-            user,
+        tls: Tls<'_>,
+    ) -> Result<Connected, Error> {
+        let worker = self.worker.clone();
+        let policy = worker.policy();
+        let want = Want {
             host,
             port,
             protocol,
+            client: self.peer.ip(),
+            user: self.user.as_deref(),
+            listener: self.listener.name.as_deref(),
+            tls,
         };
-        let filter = access.filter().map_err(|d| Error::Connect(ConnectError::Denied(d)))?;
-        if let Some(key) = key {
-            if let Some((mut s, a)) = self.sticky.take() {
-                let same = self.sticky_key == key;
-                if same && filter(a).is_none() && !crate::upstream::is_stale(s.socket()) {
-                    return Ok((s, a, true));
-                }
-                if same {
-                    s.close_now();
-                } else {
-                    self.worker.upstreams.put(&self.sticky_key, s, a);
-                }
-            }
-            if let Some((s, a)) = self.worker.upstreams.take(key) {
-                if filter(a).is_none() {
-                    return Ok((s, a, true));
-                }
-            }
-        }
-        // A new connection: a client that leaves meanwhile ends the attempt. What it sends
-        // meanwhile (a tunnel's first bytes, a pipelined request) is kept in `buf`.
-        let worker = &self.worker;
-        let timeout = worker.cfg.timeouts.connect;
-        // Boxed, on this path only: an attempt's state (resolver, Happy Eyeballs, timer)
-        // would otherwise enlarge every HTTP connection's future.
-        let connect = Box::pin(async {
-            worker.upstreams.connect(host, port, timeout, &filter).await.map_err(Error::Connect)
-        });
+        let plan = match worker.upstreams.start(&policy, &want, key)? {
+            Start::Ready(c) => return Ok(c),
+            Start::Connect(plan) => plan,
+        };
+        // Boxed, on this path only: an attempt's state (resolver, Happy Eyeballs, timer,
+        // handshake) would otherwise enlarge every HTTP connection's future.
+        let connect =
+            Box::pin(worker.upstreams.connect(&policy, &want, plan, &worker.cfg.timeouts));
         let (stream, buf, max) = (&mut self.stream, &mut self.buf, worker.limits.max_head);
         let tunnel = protocol == crate::acl::Protocol::Connect;
-        let (s, a) = crate::exchange::unless_left(worker, connect, || {
+        crate::exchange::unless_left(&worker, connect, || {
             crate::exchange::client_left(stream, buf, max, Phase::Connect, tunnel)
         })
-        .await?;
-        Ok((Stream::Tcp(s), a, false))
+        .await
     }
 
     /// RFC 9110 7.6.2: an OPTIONS or TRACE with Max-Forwards 0 is answered by the proxy.

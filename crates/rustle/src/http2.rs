@@ -36,6 +36,7 @@ use crate::buf::Buf;
 use crate::config::Listener;
 use crate::conn::Stream;
 use crate::error::{ConnectError, Error, Phase};
+use crate::upstream::{Connected, Start, Tls, Want};
 use crate::worker::{ConnGuard, Worker};
 
 pub use io::PREFACE;
@@ -498,9 +499,10 @@ async fn authenticate(shared: &Shared, headers: &HeaderMap) -> Result<Rc<str>, E
     Ok(user)
 }
 
-/// An upstream the access rules allow for this stream: a pooled connection to an allowed
-/// address (when `key` is given; plain or TLS, as pooled under that key), or a new plain
-/// one. Returns whether it came from the pool.
+/// A connection for this stream from the upstream layer (`upstream::Upstreams`): a pooled
+/// one under `key` when there is one, or a new one (boxed: an attempt's state would
+/// otherwise enlarge every stream's future). Callers race it against the stream's reset
+/// (`unless_reset`).
 async fn upstream(
     shared: &Shared,
     user: Option<&str>,
@@ -508,32 +510,26 @@ async fn upstream(
     host: &str,
     port: u16,
     protocol: crate::acl::Protocol,
-) -> Result<(Stream, SocketAddr, bool), Error> {
+    tls: Tls<'_>,
+) -> Result<Connected, Error> {
     let worker = &shared.worker;
     let policy = worker.policy();
-    // Rules are the only reader of the user's groups: no lookup when there are none.
-    let user = match policy.rules.is_empty() {
-        true => None,
-        false => user.and_then(|u| policy.users.get(u)),
-    };
-    let access = crate::policy::Access {
-        policy: &policy,
-        listener: shared.listener.name.as_deref(),
-        client: shared.peer.ip(),
-        user,
+    let want = Want {
         host,
         port,
         protocol,
+        client: shared.peer.ip(),
+        user,
+        listener: shared.listener.name.as_deref(),
+        tls,
     };
-    let filter = access.filter().map_err(|d| Error::Connect(ConnectError::Denied(d)))?;
-    if let Some((s, a)) = key.and_then(|k| worker.upstreams.take(k)) {
-        if filter(a).is_none() {
-            return Ok((s, a, true));
+    match worker.upstreams.start(&policy, &want, key)? {
+        Start::Ready(c) => Ok(c),
+        Start::Connect(plan) => {
+            let timeouts = &worker.cfg.timeouts;
+            Box::pin(worker.upstreams.connect(&policy, &want, plan, timeouts)).await
         }
     }
-    let timeout = worker.cfg.timeouts.connect;
-    let (s, a) = worker.upstreams.connect(host, port, timeout, &filter).await?;
-    Ok((Stream::Tcp(s), a, false))
 }
 
 /// A new plain connection for a tunnel (CONNECT or WebSocket stream).
@@ -544,12 +540,11 @@ async fn upstream_tcp(
     port: u16,
     protocol: crate::acl::Protocol,
 ) -> Result<(TcpStream, SocketAddr), Error> {
-    match upstream(shared, user, None, host, port, protocol).await? {
-        (Stream::Tcp(s), a, _) => Ok((s, a)),
-        // `upstream` without a pool key only makes plain connections.
-        (_, a, _) => Err(Error::Connect(ConnectError::Tls {
-            addr: a,
-            reason: "a tunnel needs a plain connection".into(),
+    match upstream(shared, user, None, host, port, protocol, Tls::Plain).await? {
+        Connected { stream: Stream::Tcp(s), addr, .. } => Ok((s, addr)),
+        Connected { addr, .. } => Err(Error::Connect(ConnectError::Tls {
+            addr,
+            reason: "a tunnel on an HTTP/2 stream needs a plain connection".into(),
         })),
     }
 }

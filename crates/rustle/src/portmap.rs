@@ -17,9 +17,9 @@ use crate::config::Listener;
 use crate::conn::Stream;
 use crate::error::{ConnectError, Error, Phase};
 use crate::exchange::{client_left, unless_left};
-use crate::policy::Access;
 use crate::tls::Session;
 use crate::tunnel::{Handoff, Record};
+use crate::upstream::{Connected, Start, Tls, Want};
 use crate::worker::{ConnGuard, Worker};
 
 pub async fn serve(guard: ConnGuard, listener: Arc<Listener>, stream: TcpStream, peer: SocketAddr) {
@@ -43,58 +43,46 @@ pub async fn serve(guard: ConnGuard, listener: Arc<Listener>, stream: TcpStream,
         Ok(accepted) => accepted,
         Err(why) => return fail(&why, None, None),
     };
-    let timeout = worker.cfg.timeouts.connect;
     let policy = worker.policy();
-    let access = Access {
-        policy: &policy,
-        listener: listener.name.as_deref(),
-        client: peer.ip(),
-        user: None,
+    let tls_to_target = match (&listener.target_tls, policy.tls_connector(listener.index)) {
+        (Some(settings), Some(_)) => Tls::Relay { listener: listener.index, settings },
+        _ => Tls::Plain,
+    };
+    let want = Want {
         host: &target.host,
         port: target.port,
         protocol: Protocol::Relay,
+        client: peer.ip(),
+        user: None,
+        listener: listener.name.as_deref(),
+        tls: tls_to_target,
     };
     // What the client sends while the target is connected to goes first through the
     // relay (it owns no storage unless it is used).
     let mut early = Buf::default();
-    let connected = match access.filter() {
-        Ok(filter) => {
+    let connected = match worker.upstreams.start(&policy, &want, None) {
+        Ok(Start::Ready(c)) => Ok(c),
+        Ok(Start::Connect(plan)) => {
             // Boxed (every relay's future would otherwise grow by an attempt's state); a
             // client that leaves meanwhile ends the attempt.
-            let connect = Box::pin(async {
-                let (host, port) = (&target.host, target.port);
-                worker.upstreams.connect(host, port, timeout, &filter).await.map_err(Error::Connect)
-            });
+            let timeouts = &worker.cfg.timeouts;
+            let connect = Box::pin(worker.upstreams.connect(&policy, &want, plan, timeouts));
             unless_left(&worker, connect, || {
                 client_left(&mut client, &mut early, READ_SIZE, Phase::Connect, true)
             })
             .await
         }
-        Err(d) => Err(Error::Connect(ConnectError::Denied(d))),
+        Err(e) => Err(e),
     };
-    let connector = policy.tls_connector(listener.index).cloned();
     drop(policy);
-    let (upstream, addr) = match connected {
+    let Connected { stream: upstream, addr, .. } = match connected {
         Ok(c) => c,
-        Err(e) => return fail(&e, None, tls.as_deref()),
-    };
-    let upstream = match connector {
-        None => Stream::Tcp(upstream),
-        Some(config) => {
-            let Some(t) = &listener.target_tls else { return };
-            let timeout = worker.cfg.timeouts.handshake;
-            // Ok with its own outcome, unless the client left.
-            let handshake =
-                Box::pin(async { Ok(originate(config, t, &target.host, upstream, timeout).await) });
-            match unless_left(&worker, handshake, || {
-                client_left(&mut client, &mut early, READ_SIZE, Phase::Connect, true)
-            })
-            .await
-            {
-                Ok(Ok(s)) => s,
-                Ok(Err(why)) => return fail(&why, Some(addr), tls.as_deref()),
-                Err(e) => return fail(&e, Some(addr), tls.as_deref()),
-            }
+        Err(e) => {
+            let addr = match &e {
+                Error::Connect(ConnectError::Tls { addr, .. }) => Some(*addr),
+                _ => None,
+            };
+            return fail(&e, addr, tls.as_deref());
         }
     };
     let record = Record {
@@ -141,20 +129,6 @@ async fn accept_tls(
     }
     let accepted = worker.accept_tls(listener, stream, buf, deadline).await?;
     Ok((accepted.stream, Some(accepted.session)))
-}
-
-/// TLS towards the target: SNI and verification as configured; the error names what
-/// verification found.
-async fn originate(
-    config: Arc<rustls::ClientConfig>,
-    t: &crate::config::ConnectTls,
-    host: &str,
-    upstream: TcpStream,
-    timeout: std::time::Duration,
-) -> Result<Stream, String> {
-    let name = crate::tls::server_name(t, host)?;
-    let connect = crate::tls::connect(config, name, upstream, timeout);
-    connect.await.map_err(|e| format!("TLS to the target failed: {e}"))
 }
 
 fn log_failure(

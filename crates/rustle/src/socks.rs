@@ -19,10 +19,11 @@ use crate::accesslog::Entry;
 use crate::acl::Protocol as AclProtocol;
 use crate::buf::Buf;
 use crate::config::Listener;
-use crate::error::ConnectError;
+use crate::conn::Stream;
 use crate::error::{Error, Phase};
 use crate::policy::{Access, Policy};
 use crate::tunnel::{Handoff, Record};
+use crate::upstream::{Start, Tls, Want};
 use crate::worker::{ConnGuard, Worker};
 
 /// One SOCKS connection and what its log line will say.
@@ -217,59 +218,49 @@ impl Session {
         }
     }
 
-    /// Connects to a destination the client named, if the access rules allow it.
-    pub async fn connect(
-        &mut self,
-        dst: &Address,
-        protocol: AclProtocol,
-    ) -> Result<TcpStream, Error> {
+    /// A connection to a destination the client named, from the upstream layer (given up
+    /// as soon as the client leaves).
+    pub async fn connect(&mut self, dst: &Address, protocol: AclProtocol) -> Result<Stream, Error> {
         let w = self.worker.clone();
         let policy = w.policy();
-        let timeout = w.cfg.timeouts.connect;
         let host = match &dst.host {
             Host::Ip(ip) => ip.to_string(),
             Host::Domain(d) => d.as_str().to_string(),
         };
         let Session { listener, peer, user, stream, buf, .. } = self;
-        let access = Access {
-            policy: &policy,
-            listener: listener.name.as_deref(),
-            client: peer.ip(),
-            user: user.as_deref().and_then(|u| policy.users.get(u)),
+        let want = Want {
             host: &host,
             port: dst.port,
             protocol,
+            client: peer.ip(),
+            user: user.as_deref(),
+            listener: listener.name.as_deref(),
+            tls: Tls::Plain,
         };
-        let filter = access.filter().map_err(|d| Error::Connect(ConnectError::Denied(d)))?;
-        // Boxed (a connection's future would otherwise grow by an attempt's state). A
-        // client that leaves meanwhile ends the attempt; what it sends meanwhile
-        // (optimistic data) is kept in `buf` and goes first through the tunnel.
-        let connect = Box::pin(async {
-            match &dst.host {
-                Host::Ip(ip) => {
-                    let addr = SocketAddr::new(*ip, dst.port);
-                    w.upstreams.connect_addr(addr, timeout, &filter).await
-                }
-                Host::Domain(d) => {
-                    w.upstreams.connect(d.as_str(), dst.port, timeout, &filter).await
-                }
+        let connected = match w.upstreams.start(&policy, &want, None)? {
+            Start::Ready(c) => c,
+            Start::Connect(plan) => {
+                // Boxed (a connection's future would otherwise grow by an attempt's
+                // state). A client that leaves meanwhile ends the attempt; what it sends
+                // meanwhile (optimistic data) is kept in `buf` and goes first through the
+                // tunnel.
+                let connect = Box::pin(w.upstreams.connect(&policy, &want, plan, &w.cfg.timeouts));
+                crate::exchange::unless_left(&w, connect, || {
+                    let max = crate::buf::READ_SIZE;
+                    crate::exchange::client_left(stream, buf, max, Phase::Connect, true)
+                })
+                .await?
             }
-            .map_err(Error::Connect)
-        });
-        let (up, addr) = crate::exchange::unless_left(&w, connect, || {
-            crate::exchange::client_left(stream, buf, crate::buf::READ_SIZE, Phase::Connect, true)
-        })
-        .await?;
-        drop(filter);
-        self.upstream = Some(addr);
-        Ok(up)
+        };
+        self.upstream = Some(connected.addr);
+        Ok(connected.stream)
     }
 
     /// The tunnel to start, with any client bytes read beyond the handshake.
-    fn handoff(&mut self, upstream: TcpStream) -> Handoff {
+    fn handoff(&mut self, upstream: Stream) -> Handoff {
         let throttle = self.worker.policy().throttle(&self.listener.throttle, self.user.as_deref());
         let early_up = self.buf.filled().to_vec();
-        Handoff { upstream: upstream.into(), early_up, early_down: Vec::new(), throttle }
+        Handoff { upstream, early_up, early_down: Vec::new(), throttle }
     }
 
     /// BIND: listen on the address the client reached us on, tell it where, accept one
@@ -322,7 +313,7 @@ impl Session {
         self.upstream = Some(from);
         self.send(&reply(true, from)).await?;
         let _ = incoming.set_nodelay(true);
-        Ok(self.handoff(incoming))
+        Ok(self.handoff(incoming.into()))
     }
 }
 

@@ -1,6 +1,15 @@
-//! Reaching upstreams: a per-worker name cache in front of the system resolver, Happy
-//! Eyeballs (RFC 8305) over every resolved address, and a per-worker pool of idle origin
-//! connections. Per worker means no lock: each worker owns its cache and its pool.
+//! The upstream layer: every front end (HTTP/1, HTTP/2, SOCKS, the TCP relay) asks it for
+//! "a connection to this target, for this client, user, listener and protocol" and gets
+//! back a stream and what the log needs. It owns the access check (on the host before
+//! anything, on each resolved address before connecting), the per-worker pool of idle
+//! origin connections, TLS origination, and, below it, a per-worker name cache in front
+//! of the system resolver and Happy Eyeballs (RFC 8305) over every resolved address. Per
+//! worker means no lock: each worker owns its cache and its pool.
+//!
+//! A connection is asked for in two steps, so that the common case costs no allocation:
+//! `start` decides (access, route) and takes a pooled connection when there is one;
+//! `connect`, the slow path, which a front end boxes and races against its client leaving,
+//! makes a new one.
 
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -13,10 +22,146 @@ use std::time::{Duration, Instant};
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use tokio::net::TcpStream;
 
-use crate::config::Upstream as UpstreamConfig;
+use crate::acl::Protocol;
+use crate::config::{ConnectTls, Upstream as UpstreamConfig};
 use crate::conn::Stream;
-use crate::error::ConnectError;
-use crate::policy::Denial;
+use crate::error::{ConnectError, Error};
+use crate::policy::{Access, Denial, Policy};
+
+/// Who asks for a connection to where.
+pub struct Want<'a> {
+    /// The destination host as the client named it (a name or an address literal).
+    pub host: &'a str,
+    pub port: u16,
+    pub protocol: Protocol,
+    pub client: IpAddr,
+    /// The authenticated user, if any.
+    pub user: Option<&'a str>,
+    /// The listener's name, if it has one.
+    pub listener: Option<&'a str>,
+    pub tls: Tls<'a>,
+}
+
+/// TLS on top of the connection to the target.
+#[derive(Clone, Copy)]
+pub enum Tls<'a> {
+    Plain,
+    /// An `https://` origin: verified against `[tls] origin_ca` or the system's roots, the
+    /// host sent as SNI.
+    Origin,
+    /// A relay listener's `target_tls` (its index in the policy, and its settings).
+    Relay {
+        listener: usize,
+        settings: &'a ConnectTls,
+    },
+}
+
+/// A connection ready for use, and what the log says of it.
+pub struct Connected {
+    pub stream: Stream,
+    /// The address connected to.
+    pub addr: SocketAddr,
+    /// Taken from the pool (it may turn out dead; see the exchange's retry).
+    pub reused: bool,
+}
+
+/// What `start` decided when no pooled connection would do.
+pub struct Plan {
+    /// The rules need each resolved address (a rule with `destinations` matched so far).
+    rules_too: bool,
+}
+
+/// `start`'s answer.
+pub enum Start {
+    Ready(Connected),
+    Connect(Plan),
+}
+
+impl<'a> Want<'a> {
+    /// The access decision's view of this request.
+    fn access(&self, policy: &'a Policy) -> Access<'a> {
+        // Rules are the only reader of the user's groups: no lookup when there are none.
+        let user = match policy.rules.is_empty() {
+            true => None,
+            false => self.user.and_then(|u| policy.users.get(u)),
+        };
+        Access {
+            policy,
+            listener: self.listener,
+            client: self.client,
+            user,
+            host: self.host,
+            port: self.port,
+            protocol: self.protocol,
+        }
+    }
+}
+
+fn denied(d: Denial) -> Error {
+    Error::Connect(ConnectError::Denied(d))
+}
+
+impl Upstreams {
+    /// The first step: the access rules on the host, then a pooled connection under `key`
+    /// whose address the rules allow, if there is one.
+    pub fn start(
+        &self,
+        policy: &Policy,
+        want: &Want<'_>,
+        key: Option<&[u8]>,
+    ) -> Result<Start, Error> {
+        let access = want.access(policy);
+        let rules_too = access.precheck().map_err(denied)?;
+        if let Some(key) = key {
+            while let Some((mut stream, addr)) = self.take(key) {
+                if access.check_addr(addr, rules_too).is_none() {
+                    return Ok(Start::Ready(Connected { stream, addr, reused: true }));
+                }
+                stream.close_now();
+            }
+        }
+        Ok(Start::Connect(Plan { rules_too }))
+    }
+
+    /// The second step: a new connection as `plan` says, within the connect timeout, with
+    /// TLS on top as `want` asks (within the handshake timeout).
+    pub async fn connect(
+        &self,
+        policy: &Policy,
+        want: &Want<'_>,
+        plan: Plan,
+        timeouts: &crate::config::Timeouts,
+    ) -> Result<Connected, Error> {
+        let access = want.access(policy);
+        let filter = |addr| access.check_addr(addr, plan.rules_too);
+        let (host, port) = (want.host, want.port);
+        let (tcp, addr) = self.connect_tcp(host, port, timeouts.connect, &filter).await?;
+        let tls_error = |reason: String| Error::Connect(ConnectError::Tls { addr, reason });
+        let stream = match want.tls {
+            Tls::Plain => Stream::Tcp(tcp),
+            Tls::Origin => {
+                let config = policy.https_origins().map_err(|e| tls_error(e.to_string()))?.clone();
+                let name = rustls::pki_types::ServerName::try_from(host.to_string())
+                    .map_err(|_| tls_error(format!("`{host}` is not a server name")))?;
+                crate::tls::connect(config, name, tcp, timeouts.handshake)
+                    .await
+                    .map_err(tls_error)?
+            }
+            Tls::Relay { listener, settings } => {
+                let Some(config) = policy.tls_connector(listener).cloned() else {
+                    return Err(tls_error(
+                        "the listener has no TLS settings for its target".into(),
+                    ));
+                };
+                let name = crate::tls::server_name(settings, host).map_err(tls_error)?;
+                crate::tls::connect(config, name, tcp, timeouts.handshake)
+                    .await
+                    .map_err(tls_error)?
+            }
+        };
+        Ok(Connected { stream, addr, reused: false })
+    }
+}
 
 /// RFC 8305's recommended Connection Attempt Delay: how long one address gets before the
 /// next is tried in parallel.
@@ -111,7 +256,7 @@ impl Upstreams {
     /// Resolves and connects with Happy Eyeballs, all within `timeout`. `check` vets each
     /// resolved address before any connection attempt (access rules on the address really
     /// connected to, so a name cannot smuggle a forbidden address past them).
-    pub async fn connect(
+    pub async fn connect_tcp(
         &self,
         host: &str,
         port: u16,

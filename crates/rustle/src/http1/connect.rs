@@ -9,6 +9,7 @@ use super::{Client, Exchange, Next};
 use crate::acl::Protocol;
 use crate::error::Error;
 use crate::tunnel::Handoff;
+use crate::upstream::Tls;
 
 const ESTABLISHED: &[u8] = b"HTTP/1.1 200 Connection established\r\n\r\n";
 
@@ -23,8 +24,8 @@ pub async fn tunnel(c: &mut Client, ex: &mut Exchange) -> Result<Next, Error> {
         .map_err(|_| Error::Unsupported("the host name is not ASCII"))?
         .to_ascii_lowercase();
     c.buf.consume(c.head.len);
-    let (up, addr, _) = c.upstream(None, &host, port, Protocol::Connect).await?;
-    ex.upstream = Some(addr);
+    let up = c.upstream(None, &host, port, Protocol::Connect, Tls::Plain).await?;
+    ex.upstream = Some(up.addr);
     c.stream.write_all(ESTABLISHED).await.map_err(Error::Client)?;
     c.stream.flush().await.map_err(Error::Client)?;
     ex.status = 200;
@@ -34,5 +35,5 @@ pub async fn tunnel(c: &mut Client, ex: &mut Exchange) -> Result<Next, Error> {
     let early_up = c.buf.filled().to_vec();
     c.buf.clear();
     let throttle = c.throttle();
-    Ok(Next::Tunnel(Handoff { upstream: up, early_up, early_down: Vec::new(), throttle }))
+    Ok(Next::Tunnel(Handoff { upstream: up.stream, early_up, early_down: Vec::new(), throttle }))
 }

@@ -7,7 +7,6 @@ use rustle_proto::http::{
     write_request, write_response, BodyKind, RequestRewrite, ResponseHead, ResponseRewrite, Target,
 };
 use std::future::Future;
-use std::net::SocketAddr;
 use std::pin::Pin;
 use std::time::Duration;
 
@@ -19,9 +18,10 @@ use crate::body::{self, Dir, State};
 use crate::buf::Buf;
 use crate::config::SpliceMode;
 use crate::conn::Stream;
-use crate::error::{ConnectError, Error, Phase};
-use crate::exchange::{client_left, read_response_head_or, unless_left, write_timed, NOT_RETRIED};
+use crate::error::{Error, Phase};
+use crate::exchange::{client_left, read_response_head_or, write_timed, NOT_RETRIED};
 use crate::tunnel::Handoff;
+use crate::upstream::{Connected, Tls};
 use crate::worker::Worker;
 
 /// A head and the body bytes that came with it are sent in one write while they fit in
@@ -37,36 +37,6 @@ const VIA: &str = "rustle";
 /// Pool keys of TLS origins start with this, so a plain connection is never reused for
 /// an https:// URL or the other way round.
 const HTTPS_KEY: &[u8] = b"https://";
-
-/// A connection to the origin: pooled or new, with TLS originated for https:// URLs
-/// (verified against `[tls] origin_ca` or the system's roots, the name sent as SNI).
-async fn origin(
-    c: &mut Client,
-    key: Option<&[u8]>,
-    host: &str,
-    port: u16,
-    https: bool,
-) -> Result<(Stream, SocketAddr, bool), Error> {
-    let (up, addr, reused) = c.upstream(key, host, port, Protocol::Http).await?;
-    let tcp = match up {
-        Stream::Tcp(tcp) if https => tcp,
-        up => return Ok((up, addr, reused)),
-    };
-    let tls_error = |reason: String| Error::Connect(ConnectError::Tls { addr, reason });
-    let config = c.worker.policy().https_origins().map_err(|e| tls_error(e.to_string()))?.clone();
-    let name = rustls::pki_types::ServerName::try_from(host.to_string())
-        .map_err(|_| tls_error(format!("`{host}` is not a server name")))?;
-    let timeout = c.worker.cfg.timeouts.handshake;
-    // Boxed: the handshake's state would otherwise enlarge every HTTP connection's future.
-    let handshake = Box::pin(async {
-        crate::tls::connect(config, name, tcp, timeout).await.map_err(tls_error)
-    });
-    let (stream, buf, max) = (&mut c.stream, &mut c.buf, c.worker.limits.max_head);
-    let tls =
-        unless_left(&c.worker, handshake, || client_left(stream, buf, max, Phase::Connect, false))
-            .await?;
-    Ok((tls, addr, false))
-}
 
 pub async fn forward(c: &mut Client, ex: &mut Exchange) -> Result<Next, Error> {
     let worker = c.worker.clone();
@@ -116,7 +86,9 @@ pub async fn forward(c: &mut Client, ex: &mut Exchange) -> Result<Next, Error> {
     }
 
     // An upstream: a pooled connection, or a new one.
-    let (mut up, mut addr, mut reused) = origin(c, Some(&key), host, port, https).await?;
+    let tls = if https { Tls::Origin } else { Tls::Plain };
+    let Connected { stream: mut up, mut addr, mut reused } =
+        c.upstream(Some(&key), host, port, Protocol::Http, tls).await?;
     ex.upstream = Some(addr);
     let mut ubuf = worker.take_buf();
     let mut rhead = ResponseHead::new();
@@ -152,10 +124,8 @@ pub async fn forward(c: &mut Client, ex: &mut Exchange) -> Result<Next, Error> {
                     return Err(Error::UpstreamClosed(NOT_RETRIED));
                 }
                 tracing::debug!("pooled connection to {addr} was dead; reconnecting");
-                let (s, a, _) = origin(c, None, host, port, https).await?;
-                up = s;
-                addr = a;
-                reused = false;
+                let fresh = c.upstream(None, host, port, Protocol::Http, tls).await?;
+                (up, addr, reused) = (fresh.stream, fresh.addr, false);
                 ex.upstream = Some(addr);
             }
             Err(e) => return Err(e),
@@ -310,9 +280,9 @@ pub async fn forward(c: &mut Client, ex: &mut Exchange) -> Result<Next, Error> {
             worker.give_buf(ubuf);
             worker.give_fields(std::mem::take(&mut rhead.headers));
             if upstream_reusable {
-                // Kept by this client connection for its next request (most go to the
-                // same origin); the pool gets it if the next one goes elsewhere.
-                c.park_upstream(&key, up, addr);
+                // Back to the worker's pool at once: an idle client holds no origin
+                // connection, and its next request (or another client's) takes one there.
+                worker.upstreams.put(&key, up, addr);
             } else {
                 // A clean end: a TLS origin gets its close_notify.
                 up.close_now();

@@ -34,10 +34,12 @@ use super::{
 use crate::acl::Protocol;
 use crate::body::{self, Dir, State};
 use crate::buf::Buf;
-use crate::conn::Stream;
-use crate::error::{ConnectError, Error, Phase};
+use crate::error::{Error, Phase};
 use crate::exchange::{read_response_head_or, write_timed, NOT_RETRIED};
 use crate::limits::{Direction as LimitDir, Limit};
+use crate::upstream::{Connected, Tls};
+
+const HTTP: Protocol = Protocol::Http;
 
 /// A timeout long enough never to fire, for waits bounded by something else.
 const UNBOUNDED: Duration = Duration::from_secs(365 * 24 * 3600);
@@ -97,8 +99,9 @@ pub(super) async fn forward(
     let mut key_buf = [0u8; 320];
     let key = pool_key(&mut key_buf, https, &host, port);
     let user = ex.user.clone();
-    let (mut up, mut addr, mut reused) = {
-        let connect = origin(shared, user.as_deref(), Some(&key), &host, port, https);
+    let tls = if https { Tls::Origin } else { Tls::Plain };
+    let Connected { stream: mut up, mut addr, mut reused } = {
+        let connect = upstream(shared, user.as_deref(), Some(&key), &host, port, HTTP, tls);
         unless_reset(respond, connect).await?
     };
     ex.upstream = Some(addr);
@@ -126,9 +129,9 @@ pub(super) async fn forward(
             Err(Error::Upstream(_) | Error::UpstreamClosed(_))
                 if reused && ubuf.is_empty() && parts.method.is_idempotent() =>
             {
-                let connect = origin(shared, user.as_deref(), None, &host, port, https);
-                let (s, a, _) = unless_reset(respond, connect).await?;
-                (up, addr, reused) = (s, a, false);
+                let connect = upstream(shared, user.as_deref(), None, &host, port, HTTP, tls);
+                let fresh = unless_reset(respond, connect).await?;
+                (up, addr, reused) = (fresh.stream, fresh.addr, false);
                 ex.upstream = Some(addr);
             }
             Err(e) => {
@@ -333,32 +336,6 @@ fn accept_matches(rhead: &ResponseHead, buf: &[u8], key: &str) -> bool {
         .filter(|h| h.name.get(buf).eq_ignore_ascii_case(b"sec-websocket-accept"));
     matches!((accepts.next(), accepts.next()),
         (Some(h), None) if h.value.get(buf).trim_ascii() == expected.as_bytes())
-}
-
-/// A connection to the origin for a request: pooled or new, with TLS originated for
-/// `:scheme https` (as HTTP/1.1 does for https:// URLs: verified against `[tls]
-/// origin_ca` or the system's roots).
-async fn origin(
-    shared: &Rc<Shared>,
-    user: Option<&str>,
-    key: Option<&[u8]>,
-    host: &str,
-    port: u16,
-    https: bool,
-) -> Result<(Stream, std::net::SocketAddr, bool), Error> {
-    let (up, addr, reused) = upstream(shared, user, key, host, port, Protocol::Http).await?;
-    let tcp = match up {
-        Stream::Tcp(tcp) if https => tcp,
-        up => return Ok((up, addr, reused)),
-    };
-    let tls_error = |reason: String| Error::Connect(ConnectError::Tls { addr, reason });
-    let worker = &shared.worker;
-    let config = worker.policy().https_origins().map_err(|e| tls_error(e.to_string()))?.clone();
-    let name = rustls::pki_types::ServerName::try_from(host.to_string())
-        .map_err(|_| tls_error(format!("`{host}` is not a server name")))?;
-    let timeout = worker.cfg.timeouts.handshake;
-    let tls = Box::pin(crate::tls::connect(config, name, tcp, timeout)).await.map_err(tls_error)?;
-    Ok((tls, addr, false))
 }
 
 /// Only `http` requests are proxied as requests (`https` ones are handled by `forward`).

@@ -688,7 +688,7 @@ impl Proxy {
             panic!("reload configuration has problems: {p:?}\n{text}")
         });
         let running = self.running.as_ref().expect("the proxy runs");
-        rustle::reload::apply(&running, &cfg).expect("reload");
+        rustle::reload::apply(running, &cfg).expect("reload");
     }
 
     /// The bound address of the `index`th listener (configuration order).
