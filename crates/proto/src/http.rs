@@ -21,7 +21,9 @@ mod tests_write;
 pub use error::HeadError;
 pub(crate) use fields::is_tchar;
 pub use parse::{parse_request, parse_response};
-pub use write::{push_decimal, write_request, write_response, RequestRewrite, ResponseRewrite};
+pub use write::{
+    push_decimal, write_connect, write_request, write_response, RequestRewrite, ResponseRewrite,
+};
 
 /// A byte range into the head buffer. u32 keeps heads small; heads are capped far below 4 GiB.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

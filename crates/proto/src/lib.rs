@@ -10,7 +10,8 @@
 //!   extra RFC 9112 strictness checks that defend against request smuggling
 //!   (`http::parse_request`, `http::parse_response`), and the writers that
 //!   produce the heads forwarded upstream/downstream (`http::write_request`,
-//!   `http::write_response`).
+//!   `http::write_response`) and the CONNECT sent to a parent proxy
+//!   (`http::write_connect`).
 //!   - `http/target.rs`: request-target forms (absolute, authority, origin, `*`).
 //!   - `http/fields.rs`: per-field checks (Content-Length, Transfer-Encoding,
 //!     Connection, Host, Max-Forwards).
@@ -23,10 +24,11 @@
 //!   when de-chunking).
 //! - [`addr`]: destinations as SOCKS clients name them ([`addr::Address`]:
 //!   an IP or an inline, validated [`addr::Domain`], plus a port).
-//! - [`socks4`]: SOCKS4/4a request parser and reply writer.
+//! - [`socks4`]: SOCKS4/4a request parser and reply writer; `socks4::client`,
+//!   the other side (CONNECT writer, reply parser) for a SOCKS4a parent.
 //! - [`socks5`]: SOCKS5 (RFC 1928) greeting, request and reply codecs, the
 //!   RFC 1929 username/password sub-negotiation, and the UDP ASSOCIATE
-//!   datagram header.
+//!   datagram header; `socks5::client`, the other side for a SOCKS5 parent.
 //! - [`detect`]: picks SOCKS4, SOCKS5, HTTP or TLS from a client's first
 //!   bytes, for mixed listeners.
 //!

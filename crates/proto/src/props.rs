@@ -11,6 +11,9 @@
 //!   body is split.
 //! - SOCKS4/4a/5: round trips where both directions exist, and the prefix
 //!   contract for any bytes.
+//! - the client sides (SOCKS5, SOCKS4a, HTTP CONNECT to a parent): what the client
+//!   writes, the server side parses to the same destination and credentials; what the
+//!   server side writes, the client reads back however it is split.
 //! - protocol detection and addresses: no panic, prefix contract, round trips.
 #![allow(clippy::unwrap_used)]
 
@@ -22,8 +25,8 @@ use crate::check::{
 use crate::chunked;
 use crate::detect::detect;
 use crate::http::{
-    parse_request, parse_response, write_request, write_response, BodyKind, HeadError, Limits,
-    Method, RequestHead, RequestRewrite, ResponseHead, ResponseRewrite, Target,
+    parse_request, parse_response, write_connect, write_request, write_response, BodyKind,
+    HeadError, Limits, Method, RequestHead, RequestRewrite, ResponseHead, ResponseRewrite, Target,
 };
 use crate::{socks4, socks5};
 use proptest::prelude::*;
@@ -691,6 +694,172 @@ proptest! {
         let want = socks4::Request { command, dst: Address { host, port }, user_len: user.len() };
         prop_assert_eq!(socks4::parse_request(&v), Ok(Some((want, v.len()))));
         prefix_contract(&v, socks4::parse_request);
+    }
+}
+
+// ---------------------------------------------------------------- client sides
+
+fn reply5() -> impl Strategy<Value = socks5::Reply> {
+    (0u8..=8).prop_map(|c| socks5::Reply::from_code(c).unwrap())
+}
+
+/// Replies as a SOCKS5 server may write them, with a name as bound address too.
+fn socks5_reply_bytes() -> impl Strategy<Value = Vec<u8>> {
+    (any::<u8>(), address()).prop_map(|(code, a)| {
+        let mut v = vec![5, code, 0];
+        encode5_addr(&a, &mut v);
+        v
+    })
+}
+
+/// A destination an HTTP CONNECT can name: an IP, or a reg-name of unreserved bytes.
+fn connect_address() -> impl Strategy<Value = Address> {
+    let name = prop::collection::vec(prop::sample::select(&b"abcxyzABCXYZ0189-._~"[..]), 1..=255)
+        .prop_map(|b| Host::Domain(Domain::new(&b).unwrap()));
+    (
+        prop_oneof![
+            any::<[u8; 4]>().prop_map(|o| Host::Ip(IpAddr::V4(Ipv4Addr::from(o)))),
+            any::<[u8; 16]>().prop_map(|o| Host::Ip(IpAddr::V6(Ipv6Addr::from(o)))),
+            name,
+        ],
+        1u16..,
+    )
+        .prop_map(|(host, port)| Address { host, port })
+}
+
+proptest! {
+    #![proptest_config(config())]
+
+    #[test]
+    fn socks5_client_request_round_trip((_, command) in command5(), dst in address()) {
+        let mut v = Vec::new();
+        socks5::client::write_request(command, &dst, &mut v);
+        prop_assert!(v.len() <= socks5::client::MAX_REQUEST);
+        let n = v.len();
+        v.extend_from_slice(b"next");
+        prop_assert_eq!(socks5::parse_request(&v), Ok(Some((socks5::Request { command, dst }, n))));
+    }
+
+    #[test]
+    fn socks5_client_handshake_round_trip(
+        user in prop::collection::vec(any::<u8>(), 1..=255),
+        password in prop::collection::vec(any::<u8>(), 1..=255),
+        user_pass in any::<bool>(),
+        m in prop::sample::select(&[0u8, 2, 0xff][..]),
+        ok in any::<bool>(),
+    ) {
+        let g = socks5::client::greeting(user_pass);
+        let want = socks5::Greeting { no_auth: true, user_pass };
+        prop_assert_eq!(socks5::parse_greeting(g), Ok(Some((want, g.len()))));
+
+        let mut v = Vec::new();
+        socks5::client::write_credentials(&user, &password, &mut v).unwrap();
+        prop_assert_eq!(owned_credentials(&v), Ok(Some(((user, password), v.len()))));
+
+        let sel = socks5::method_selection(m);
+        let choice = socks5::client::parse_method(&sel, true).unwrap().unwrap().0;
+        let want = match m {
+            0 => socks5::client::Choice::NoAuth,
+            2 => socks5::client::Choice::UserPass,
+            _ => socks5::client::Choice::NoneAcceptable,
+        };
+        prop_assert_eq!(choice, want);
+        prop_assert_eq!(socks5::client::parse_auth_status(&socks5::auth_status(ok)), Ok(Some((ok, 2))));
+    }
+
+    #[test]
+    fn socks5_server_reply_reads_back(reply in reply5(), bound in socket_addr()) {
+        let mut v = Vec::new();
+        socks5::write_reply(reply, bound, &mut v);
+        let n = v.len();
+        v.extend_from_slice(b"tunnel");
+        let want = socks5::client::ServerReply { code: reply as u8, bound: Address::from(bound) };
+        prop_assert_eq!(socks5::client::parse_reply(&v), Ok(Some((want, n))));
+        prefix_contract(&v, socks5::client::parse_reply);
+    }
+
+    #[test]
+    fn socks5_client_reply_prefix(v in input(socks5_reply_bytes)) {
+        prefix_contract(&v, socks5::client::parse_reply);
+        if let Ok(Some((r, n))) = socks5::client::parse_reply(&v) {
+            let mut again = vec![5, r.code, 0];
+            encode5_addr(&r.bound, &mut again);
+            prop_assert_eq!(&v[..n], &again[..]);
+        }
+    }
+
+    #[test]
+    fn socks5_client_method_prefix(v in prop::collection::vec(any::<u8>(), 0..4), offered in any::<bool>()) {
+        prefix_contract(&v, |b| socks5::client::parse_method(b, offered));
+        prefix_contract(&v, socks5::client::parse_auth_status);
+    }
+
+    #[test]
+    fn socks4_client_request_round_trip(
+        host in prop_oneof![
+            any::<[u8; 4]>().prop_filter("not 4a", |o| o[..3] != [0, 0, 0] || o[3] == 0)
+                .prop_map(|o| Host::Ip(IpAddr::V4(Ipv4Addr::from(o)))),
+            prop::collection::vec(0x21u8..0x7f, 1..=255).prop_map(|b| Host::Domain(Domain::new(&b).unwrap())),
+        ],
+        port in any::<u16>(),
+        user in prop::collection::vec(1u8..=255, 0..=255),
+    ) {
+        let dst = Address { host, port };
+        let mut v = Vec::new();
+        socks4::client::write_connect(&dst, &user, &mut v).unwrap();
+        prop_assert!(v.len() <= socks4::client::MAX_REQUEST);
+        let want = socks4::Request { command: socks4::Command::Connect, dst, user_len: user.len() };
+        let (got, n) = socks4::parse_request(&v).unwrap().unwrap();
+        prop_assert_eq!(n, v.len());
+        prop_assert_eq!(got.user(&v), &user[..]);
+        prop_assert_eq!(got, want);
+    }
+
+    #[test]
+    fn socks4_server_reply_reads_back(
+        code in prop::sample::select(&[0x5au8, 0x5b, 0x5c, 0x5d][..]),
+        bound in prop::option::of(any::<([u8; 4], u16)>()),
+        extra in prop::collection::vec(any::<u8>(), 0..4),
+    ) {
+        let bound = bound.map(|(ip, p)| std::net::SocketAddrV4::new(ip.into(), p));
+        let r = socks4::Reply::from_code(code).unwrap();
+        let v = [&socks4::reply(r, bound)[..], &extra].concat();
+        let want = socks4::client::ServerReply {
+            code,
+            bound: bound.unwrap_or(std::net::SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0)),
+        };
+        prop_assert_eq!(socks4::client::parse_reply(&v), Ok(Some((want, 8))));
+        prefix_contract(&v, socks4::client::parse_reply);
+    }
+
+    #[test]
+    fn socks4_client_reply_prefix(v in prop::collection::vec(any::<u8>(), 0..12)) {
+        prefix_contract(&v, socks4::client::parse_reply);
+    }
+
+    #[test]
+    fn http_connect_round_trip(
+        dst in connect_address(),
+        basic in prop::option::of("[A-Za-z0-9+/]{1,40}={0,2}"),
+    ) {
+        let mut v = Vec::new();
+        write_connect(&dst, basic.as_deref(), &mut v).unwrap();
+        let mut head = RequestHead::new();
+        prop_assert_eq!(parse_request(&v, &Limits::default(), &mut head), Ok(Some(())));
+        prop_assert_eq!(head.len, v.len());
+        prop_assert_eq!(head.method, Method::Connect);
+        let Target::Authority { host, port, authority } = head.target else {
+            panic!("not authority-form: {:?}", head.target)
+        };
+        prop_assert_eq!(port, dst.port);
+        let host = std::str::from_utf8(host.get(&v)).unwrap();
+        match &dst.host {
+            Host::Ip(ip) => prop_assert_eq!(host.parse::<IpAddr>().ok(), Some(*ip)),
+            Host::Domain(d) => prop_assert_eq!(host, d.as_str()),
+        }
+        prop_assert_eq!(head.host.map(|h| h.get(&v)), Some(authority.get(&v)));
+        let want = basic.map(|b| format!("Basic {b}"));
+        prop_assert_eq!(head.header(&v, "proxy-authorization"), want.as_deref().map(str::as_bytes));
     }
 }
 

@@ -6,7 +6,10 @@
 //! [`Error`] as soon as the bytes seen can no longer be a valid request.
 //! Every error is answered with [`Reply::Rejected`] (see [`reply()`]), then
 //! the connection is closed.
+//!
+//! [`client`] holds the other side, for a proxy going through a SOCKS4a parent.
 
+pub mod client;
 #[cfg(test)]
 mod tests;
 
@@ -31,6 +34,29 @@ pub enum Reply {
     IdentUnreachable = 0x5c,
     /// Rejected because identd reported a different user id.
     IdentMismatch = 0x5d,
+}
+
+impl Reply {
+    /// The named code for CD, `None` for any other byte.
+    pub fn from_code(code: u8) -> Option<Reply> {
+        Some(match code {
+            0x5a => Reply::Granted,
+            0x5b => Reply::Rejected,
+            0x5c => Reply::IdentUnreachable,
+            0x5d => Reply::IdentMismatch,
+            _ => return None,
+        })
+    }
+
+    /// What the code means (lowercase, for a log line).
+    pub fn reason(self) -> &'static str {
+        match self {
+            Reply::Granted => "request granted",
+            Reply::Rejected => "request rejected or failed",
+            Reply::IdentUnreachable => "rejected: the server cannot reach the client's identd",
+            Reply::IdentMismatch => "rejected: identd reported a different user id",
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -61,8 +87,8 @@ impl Request {
     }
 }
 
-/// Why a SOCKS4 request was rejected. Display is a short lowercase reason
-/// for a log line.
+/// Why a SOCKS4 request was rejected (or, by [`client`], a reply, or why a request
+/// could not be written). Display is a short lowercase reason for a log line.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
@@ -72,7 +98,7 @@ pub enum Error {
     /// CD is not 1 (CONNECT) or 2 (BIND).
     #[error("unsupported command {0}")]
     UnsupportedCommand(u8),
-    /// No NUL within the first 256 bytes of USERID.
+    /// No NUL within the first 256 bytes of USERID (client side: a user id over 255 bytes).
     #[error("user id longer than 255 bytes")]
     UserTooLong,
     /// 4a: no NUL within the first 256 bytes of DOMAIN.
@@ -84,6 +110,15 @@ pub enum Error {
     /// 4a: DOMAIN has a byte outside printable ASCII (see [`Domain`]).
     #[error("invalid domain name")]
     InvalidDomain,
+    /// Client side: SOCKS4 and 4a carry no IPv6 destination.
+    #[error("socks4a cannot carry an ipv6 destination")]
+    Ipv6Target,
+    /// Client side: a user id is NUL-terminated, so it cannot hold a NUL.
+    #[error("user id contains a nul byte")]
+    NulInUser,
+    /// Client side: VN of a reply is not 0.
+    #[error("unsupported socks4 reply version {0}")]
+    UnsupportedReplyVersion(u8),
 }
 
 impl Error {

@@ -15,7 +15,10 @@
 //!
 //! [`Error::reply`] is defined for every variant so the caller never has to
 //! special-case, but it only goes on the wire in the request phase.
+//!
+//! [`client`] holds the other side, for a proxy going through a SOCKS5 parent.
 
+pub mod client;
 #[cfg(test)]
 mod tests;
 
@@ -50,6 +53,39 @@ pub enum Reply {
     AddressTypeNotSupported = 8,
 }
 
+impl Reply {
+    /// The named code for REP, `None` for the unassigned ones (9..=255).
+    pub fn from_code(code: u8) -> Option<Reply> {
+        Some(match code {
+            0 => Reply::Succeeded,
+            1 => Reply::GeneralFailure,
+            2 => Reply::NotAllowed,
+            3 => Reply::NetworkUnreachable,
+            4 => Reply::HostUnreachable,
+            5 => Reply::ConnectionRefused,
+            6 => Reply::TtlExpired,
+            7 => Reply::CommandNotSupported,
+            8 => Reply::AddressTypeNotSupported,
+            _ => return None,
+        })
+    }
+
+    /// What the code means, as RFC 1928 section 6 words it (lowercase, for a log line).
+    pub fn reason(self) -> &'static str {
+        match self {
+            Reply::Succeeded => "succeeded",
+            Reply::GeneralFailure => "general SOCKS server failure",
+            Reply::NotAllowed => "connection not allowed by ruleset",
+            Reply::NetworkUnreachable => "network unreachable",
+            Reply::HostUnreachable => "host unreachable",
+            Reply::ConnectionRefused => "connection refused",
+            Reply::TtlExpired => "TTL expired",
+            Reply::CommandNotSupported => "command not supported",
+            Reply::AddressTypeNotSupported => "address type not supported",
+        }
+    }
+}
+
 /// METHOD codes for the greeting and the method selection message.
 pub mod method {
     pub const NO_AUTH: u8 = 0;
@@ -65,12 +101,12 @@ mod atyp {
     pub const IPV6: u8 = 4;
 }
 
-/// Why a SOCKS5 message was rejected. Display is a short lowercase reason
-/// for a log line.
+/// Why a SOCKS5 message was rejected (from a client, or, by [`client`], from a
+/// server), or could not be written. Display is a short lowercase reason for a log line.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
-    /// VER of a greeting or request is not 5.
+    /// VER of a greeting or request (or, to a client, of a method choice or reply) is not 5.
     #[error("unsupported socks version {0}")]
     UnsupportedVersion(u8),
     /// NMETHODS = 0 in the greeting.
@@ -104,6 +140,15 @@ pub enum Error {
     /// handshake parsers return `Ok(None)` instead).
     #[error("truncated udp datagram header")]
     Truncated,
+    /// Client side: the server chose a method the greeting did not offer.
+    #[error("server chose authentication method {0:#04x}, which was not offered")]
+    UnexpectedMethod(u8),
+    /// Client side: a user name longer than 255 bytes cannot be sent.
+    #[error("username longer than 255 bytes")]
+    UserTooLong,
+    /// Client side: a password longer than 255 bytes cannot be sent.
+    #[error("password longer than 255 bytes")]
+    PasswordTooLong,
 }
 
 impl Error {

@@ -26,6 +26,7 @@
 //! - `tls`: certificates and keys from PEM files, server configs with SNI, self-signed sets.
 //! - `sys`: the one unsafe module: pipes and splice(2).
 //! - `upstream`: name cache, Happy Eyeballs, the pool of idle origin connections.
+//! - `hop`: one hop through a parent proxy (HTTP CONNECT, SOCKS5, SOCKS4a), client side.
 //! - `buf`: the read buffer heads are parsed in.
 //! - `accesslog`: one line per request or tunnel.
 //! - `error`: the error type and what each error tells the client.
@@ -42,6 +43,7 @@ pub mod conn;
 pub mod dispatch;
 pub mod error;
 pub mod exchange;
+pub mod hop;
 pub mod http1;
 pub mod http2;
 pub mod idle;

@@ -170,7 +170,7 @@ fn parse_port(d: &[u8]) -> Result<u16, HeadError> {
 }
 
 /// RFC 3986 unreserved characters: enough for DNS names and IPv4.
-fn is_host_char(b: u8) -> bool {
+pub(crate) fn is_host_char(b: u8) -> bool {
     // Without short-circuits, so that a loop over a host vectorizes.
     let lower = b | 0x20;
     (lower.wrapping_sub(b'a') < 26)

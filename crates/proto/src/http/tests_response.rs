@@ -220,3 +220,32 @@ fn partial_and_limits() {
     let few = Limits { max_headers: 1, ..Limits::default() };
     assert_eq!(parse_response(b, &few, Method::Get, &mut head), Err(E::TooManyHeaders));
 }
+
+/// RFC 9110 9.3.6: a 2xx to CONNECT has no body, whatever its framing fields say, and
+/// the bytes after its head (the tunnel's first) are not part of it; any other status
+/// has a body framed as usual.
+#[test]
+fn connect_reply_leaves_the_tunnel_bytes() {
+    let tunnel = b"\x16\x03\x01\x02\x00 tls bytes";
+    let rows: &[(&[u8], u16, BodyKind)] = &[
+        (b"HTTP/1.1 200 Connection established\r\n\r\n", 200, BodyKind::None),
+        (b"HTTP/1.0 200 OK\r\nContent-Length: 10\r\n\r\n", 200, BodyKind::None),
+        (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n", 200, BodyKind::None),
+        (b"HTTP/1.1 204 No Content\r\n\r\n", 204, BodyKind::None),
+        (
+            b"HTTP/1.1 407 Proxy Authentication Required\r\nContent-Length: 3\r\n\r\n",
+            407,
+            BodyKind::Length(3),
+        ),
+        (b"HTTP/1.1 403 Forbidden\r\n\r\n", 403, BodyKind::CloseDelimited),
+    ];
+    for (head, status, body) in rows {
+        let buf = [*head, tunnel].concat();
+        let h = ok(&buf, Method::Connect);
+        assert_eq!((h.status, h.body, h.len), (*status, *body, head.len()));
+        assert_eq!(&buf[h.len..], tunnel);
+        for i in 0..head.len() {
+            assert!(parse(&buf[..i], Method::Connect).unwrap().is_none(), "prefix {i}");
+        }
+    }
+}

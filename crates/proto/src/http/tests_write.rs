@@ -356,3 +356,77 @@ fn a_field_named_by_connection_close_is_dropped() {
     let out = res(r, Method::Get, &ResponseRewrite::default());
     assert!(!out.to_ascii_lowercase().contains("\r\nclose:"), "{out}");
 }
+
+fn dst(host: &str, port: u16) -> crate::addr::Address {
+    use crate::addr::{Domain, Host};
+    let host = match host.parse() {
+        Ok(ip) => Host::Ip(ip),
+        Err(_) => Host::Domain(Domain::new(host.as_bytes()).unwrap()),
+    };
+    crate::addr::Address { host, port }
+}
+
+/// A CONNECT for a parent: exact bytes, read back by this crate's own request parser.
+#[test]
+fn connect_requests() {
+    let rows: &[(&str, u16, Option<&str>, &str)] = &[
+        ("example.com", 443, None, "CONNECT example.com:443 HTTP/1.1\r\nHost: example.com:443\r\n\r\n"),
+        ("10.0.0.1", 8080, None, "CONNECT 10.0.0.1:8080 HTTP/1.1\r\nHost: 10.0.0.1:8080\r\n\r\n"),
+        (
+            "2001:db8::1",
+            443,
+            None,
+            "CONNECT [2001:db8::1]:443 HTTP/1.1\r\nHost: [2001:db8::1]:443\r\n\r\n",
+        ),
+        (
+            "h.test",
+            1,
+            Some("YWxpY2U6c2VjcmV0"),
+            "CONNECT h.test:1 HTTP/1.1\r\nHost: h.test:1\r\nProxy-Authorization: Basic YWxpY2U6c2VjcmV0\r\n\r\n",
+        ),
+        (
+            "a-b_c~d.example",
+            65535,
+            Some("dTpw=="),
+            "CONNECT a-b_c~d.example:65535 HTTP/1.1\r\nHost: a-b_c~d.example:65535\r\nProxy-Authorization: Basic dTpw==\r\n\r\n",
+        ),
+    ];
+    for (host, port, basic, want) in rows {
+        let mut out = b"prefix".to_vec();
+        write_connect(&dst(host, *port), *basic, &mut out).unwrap();
+        assert_eq!(String::from_utf8_lossy(&out[6..]), *want);
+
+        let mut head = RequestHead::new();
+        let msg = &out[6..];
+        assert_eq!(parse_request(msg, &Limits::default(), &mut head), Ok(Some(())));
+        assert_eq!(head.method, Method::Connect);
+        assert_eq!(head.len, msg.len());
+        let Target::Authority { host: h, port: p, .. } = head.target else {
+            panic!("{:?}", head.target)
+        };
+        assert_eq!((h.get(msg), p), (host.as_bytes(), *port));
+        let auth = basic.map(|b| format!("Basic {b}"));
+        assert_eq!(head.header(msg, "proxy-authorization"), auth.as_deref().map(str::as_bytes));
+    }
+}
+
+#[test]
+fn connect_request_errors() {
+    let rows: &[(&str, u16, Option<&str>, HeadError)] = &[
+        ("a@b", 443, None, HeadError::InvalidHost),
+        ("a:b", 443, None, HeadError::InvalidHost),
+        ("a/b", 443, None, HeadError::InvalidHost),
+        ("a%20b", 443, None, HeadError::InvalidHost),
+        ("example.com", 0, None, HeadError::InvalidPort),
+        ("example.com", 443, Some(""), HeadError::InvalidHeaderValue),
+        ("example.com", 443, Some("=="), HeadError::InvalidHeaderValue),
+        ("example.com", 443, Some("a b"), HeadError::InvalidHeaderValue),
+        ("example.com", 443, Some("dTpw\r\nX-Evil: 1"), HeadError::InvalidHeaderValue),
+        ("example.com", 443, Some("a=b"), HeadError::InvalidHeaderValue),
+    ];
+    for (host, port, basic, want) in rows {
+        let mut out = b"prefix".to_vec();
+        assert_eq!(write_connect(&dst(host, *port), *basic, &mut out), Err(want.clone()), "{host}");
+        assert_eq!(out, b"prefix", "nothing written on error");
+    }
+}

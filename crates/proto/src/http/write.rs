@@ -9,9 +9,14 @@
 //! Content-Length goes out once, with one value, even when identical values
 //! came listed or repeated: RFC 9110 8.6 lets a recipient accept those, and a
 //! next hop that does not would refuse the message or read another length.
+//!
+//! [`write_connect`] writes the CONNECT that asks a parent proxy for a tunnel.
 
 use super::fields::{self, Known};
-use super::{ConnFlags, Header, Method, RequestHead, ResponseHead, Target};
+use super::target::is_host_char;
+use super::{ConnFlags, HeadError, Header, Method, RequestHead, ResponseHead, Target};
+use crate::addr::{Address, Host};
+use std::net::IpAddr;
 
 /// Options for rewriting the request head sent upstream.
 #[derive(Debug, Clone, Copy, Default)]
@@ -160,6 +165,80 @@ pub fn write_request(head: &RequestHead, buf: &[u8], rw: &RequestRewrite, out: &
         out.extend_from_slice(b"Connection: upgrade\r\n");
     }
     out.extend_from_slice(b"\r\n");
+}
+
+/// Append to `out` a CONNECT request for a parent proxy (RFC 9110 9.3.6):
+///
+/// ```text
+/// CONNECT host:port HTTP/1.1
+/// Host: host:port
+/// Proxy-Authorization: Basic <basic>      (when `basic` is given)
+/// ```
+///
+/// then the empty line. An IPv6 host goes in brackets. `basic` is the RFC 7617
+/// credentials already encoded (base64 of `user:password`; this crate has no base64,
+/// and a caller may encode once per parent); it must be a token68. A name that is not
+/// a reg-name of unreserved characters (what this crate's own parser accepts) is
+/// [`HeadError::InvalidHost`], port 0 [`HeadError::InvalidPort`], `basic` with a byte
+/// outside token68 [`HeadError::InvalidHeaderValue`]; nothing is written on error.
+///
+/// The reply is read with [`parse_response`](super::parse_response) and
+/// [`Method::Connect`]: a 2xx has no body, and the bytes after its head are the tunnel's.
+pub fn write_connect(
+    dst: &Address,
+    basic: Option<&str>,
+    out: &mut Vec<u8>,
+) -> Result<(), HeadError> {
+    if let Host::Domain(d) = &dst.host {
+        if !d.as_bytes().iter().all(|&b| is_host_char(b)) {
+            return Err(HeadError::InvalidHost);
+        }
+    }
+    if dst.port == 0 {
+        return Err(HeadError::InvalidPort);
+    }
+    if let Some(b) = basic {
+        if !is_token68(b.as_bytes()) {
+            return Err(HeadError::InvalidHeaderValue);
+        }
+    }
+    out.extend_from_slice(b"CONNECT ");
+    let authority = out.len();
+    push_authority(out, dst);
+    let authority = authority..out.len();
+    out.extend_from_slice(b" HTTP/1.1\r\nHost: ");
+    out.extend_from_within(authority);
+    out.extend_from_slice(b"\r\n");
+    if let Some(b) = basic {
+        out.extend_from_slice(b"Proxy-Authorization: Basic ");
+        out.extend_from_slice(b.as_bytes());
+        out.extend_from_slice(b"\r\n");
+    }
+    out.extend_from_slice(b"\r\n");
+    Ok(())
+}
+
+/// `host:port`, an IPv6 host in brackets.
+fn push_authority(out: &mut Vec<u8>, dst: &Address) {
+    use std::io::Write as _;
+    // Writing to a Vec cannot fail.
+    let _ = match &dst.host {
+        Host::Ip(IpAddr::V6(ip)) => write!(out, "[{ip}]"),
+        Host::Ip(IpAddr::V4(ip)) => write!(out, "{ip}"),
+        Host::Domain(d) => out.write_all(d.as_bytes()),
+    };
+    out.push(b':');
+    push_decimal(out, u32::from(dst.port));
+}
+
+/// RFC 9110 11.2: `token68 = 1*( ALPHA / DIGIT / "-" / "." / "_" / "~" / "+" / "/" ) *"="`.
+fn is_token68(b: &[u8]) -> bool {
+    let body = b.iter().position(|&c| c == b'=').unwrap_or(b.len());
+    body > 0
+        && b[..body].iter().all(|&c| {
+            c.is_ascii_alphanumeric() || matches!(c, b'-' | b'.' | b'_' | b'~' | b'+' | b'/')
+        })
+        && b[body..].iter().all(|&c| c == b'=')
 }
 
 /// Append to `out` the response head for the client: `HTTP/1.1 <status>

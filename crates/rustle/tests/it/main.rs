@@ -14,6 +14,7 @@ mod connect;
 mod engine;
 mod errors;
 mod faults;
+mod hop;
 mod http;
 mod http2;
 mod lifecycle;
