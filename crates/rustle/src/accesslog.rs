@@ -98,6 +98,17 @@ pub struct Entry<'a> {
     pub user: Option<&'a str>,
     /// The client's TLS session, on TLS ports.
     pub tls: Option<&'a crate::tls::Session>,
+    /// The route and the parent proxies taken, when a route sent the request through
+    /// parents.
+    pub via: Option<&'a Via>,
+}
+
+/// A route through parent proxies, as the log names it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Via {
+    pub route: Box<str>,
+    /// The parents taken, in order, comma-separated.
+    pub parents: Box<str>,
 }
 
 pub struct AccessLog {
@@ -169,6 +180,12 @@ impl AccessLog {
                     ),
                     None => Ok(()),
                 })
+                .and_then(|_| match e.via {
+                    Some(v) => {
+                        write!(line, " route={} via={}", Escaped(&v.route), Escaped(&v.parents))
+                    }
+                    None => Ok(()),
+                })
                 .and_then(|_| match e.error {
                     Some(err) => write!(line, " \"{}\"", Escaped(&err.to_string())),
                     None => Ok(()),
@@ -206,6 +223,15 @@ impl AccessLog {
                         t.cipher,
                         Escaped(t.sni.as_deref().unwrap_or("")),
                         t.resumed
+                    ),
+                    None => Ok(()),
+                })
+                .and_then(|_| match e.via {
+                    Some(v) => write!(
+                        line,
+                        ",\"route\":\"{}\",\"via\":\"{}\"",
+                        Escaped(&v.route),
+                        Escaped(&v.parents)
                     ),
                     None => Ok(()),
                 })

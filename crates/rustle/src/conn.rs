@@ -17,6 +17,7 @@ use tokio::net::{tcp, TcpStream};
 pub type ServerTls = tokio_rustls::server::TlsStream<TcpStream>;
 pub type ClientTls = tokio_rustls::client::TlsStream<TcpStream>;
 pub type Ktls = ktls::KtlsStream<TcpStream>;
+pub type NestedTls = tokio_rustls::client::TlsStream<Stream>;
 
 pub enum Stream {
     Tcp(TcpStream),
@@ -36,6 +37,9 @@ pub enum Stream {
     /// TLS either way whose records the kernel encrypts and decrypts (kTLS); the stream
     /// still reads through recvmsg so that alerts and other non-data records are seen.
     Kernel(Box<Ktls>),
+    /// TLS inside a stream that is not plain TCP: towards an origin or a parent proxy
+    /// reached through a TLS connection to another parent.
+    Nested(Box<NestedTls>),
 }
 
 fn unregistered() -> io::Error {
@@ -54,7 +58,11 @@ impl Stream {
     pub fn tcp(&self) -> Option<&TcpStream> {
         match self {
             Stream::Tcp(s) => Some(s),
-            Stream::Fresh(_) | Stream::Server(_) | Stream::Client(_) | Stream::Kernel(_) => None,
+            Stream::Fresh(_)
+            | Stream::Server(_)
+            | Stream::Client(_)
+            | Stream::Kernel(_)
+            | Stream::Nested(_) => None,
         }
     }
 
@@ -66,6 +74,7 @@ impl Stream {
             Stream::Server(s) => Some(s.get_ref().0),
             Stream::Client(s) => Some(s.get_ref().0),
             Stream::Kernel(s) => Some(s.get_ref()),
+            Stream::Nested(s) => s.get_ref().0.socket(),
         }
     }
 
@@ -251,6 +260,7 @@ impl AsyncRead for Stream {
             Stream::Server(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
             Stream::Client(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
             Stream::Kernel(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
+            Stream::Nested(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
         }
     }
 }
@@ -273,6 +283,7 @@ impl AsyncWrite for Stream {
             Stream::Server(s) => Pin::new(s.as_mut()).poll_write(cx, buf),
             Stream::Client(s) => Pin::new(s.as_mut()).poll_write(cx, buf),
             Stream::Kernel(s) => Pin::new(s.as_mut()).poll_write(cx, buf),
+            Stream::Nested(s) => Pin::new(s.as_mut()).poll_write(cx, buf),
         }
     }
 
@@ -293,6 +304,7 @@ impl AsyncWrite for Stream {
             Stream::Server(s) => Pin::new(s.as_mut()).poll_write_vectored(cx, bufs),
             Stream::Client(s) => Pin::new(s.as_mut()).poll_write_vectored(cx, bufs),
             Stream::Kernel(s) => Pin::new(s.as_mut()).poll_write_vectored(cx, bufs),
+            Stream::Nested(s) => Pin::new(s.as_mut()).poll_write_vectored(cx, bufs),
         }
     }
 
@@ -303,6 +315,7 @@ impl AsyncWrite for Stream {
             Stream::Server(s) => s.is_write_vectored(),
             Stream::Client(s) => s.is_write_vectored(),
             Stream::Kernel(s) => s.is_write_vectored(),
+            Stream::Nested(s) => s.is_write_vectored(),
         }
     }
 
@@ -313,6 +326,7 @@ impl AsyncWrite for Stream {
             Stream::Server(s) => Pin::new(s.as_mut()).poll_flush(cx),
             Stream::Client(s) => Pin::new(s.as_mut()).poll_flush(cx),
             Stream::Kernel(s) => Pin::new(s.as_mut()).poll_flush(cx),
+            Stream::Nested(s) => Pin::new(s.as_mut()).poll_flush(cx),
         }
     }
 
@@ -324,6 +338,7 @@ impl AsyncWrite for Stream {
             Stream::Server(s) => Pin::new(s.as_mut()).poll_shutdown(cx),
             Stream::Client(s) => Pin::new(s.as_mut()).poll_shutdown(cx),
             Stream::Kernel(s) => Pin::new(s.as_mut()).poll_shutdown(cx),
+            Stream::Nested(s) => Pin::new(s.as_mut()).poll_shutdown(cx),
         }
     }
 }

@@ -188,6 +188,7 @@ fn log_failure(worker: &Worker, peer: SocketAddr, start: Instant, why: &str) {
         error: Some(&why),
         user: None,
         tls: None,
+        via: None,
     });
 }
 

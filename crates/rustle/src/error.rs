@@ -70,6 +70,14 @@ pub enum ConnectError {
     /// The TLS handshake with the upstream failed (verification names what it found).
     #[error("TLS to {addr} failed: {reason}")]
     Tls { addr: SocketAddr, reason: String },
+    /// A parent proxy on the route failed or refused: `reason` continues the sentence
+    /// `parent "NAME" (ADDRESS) ...`; `status` and `reply` are what the client is told.
+    #[error("parent \"{name}\" ({addr}) {reason}")]
+    Parent { name: Box<str>, addr: Box<str>, reason: String, status: u16, reply: socks5::Reply },
+    /// The route has no parent to take (every member of its group is down, and its
+    /// fallback refuses).
+    #[error("{0}")]
+    NoParent(String),
 }
 
 impl ConnectError {
@@ -172,6 +180,7 @@ impl Error {
             Error::BindStranger(_) => None,
             Error::Connect(ConnectError::Timeout(_)) => Some(504),
             Error::Connect(ConnectError::Denied(_)) => Some(403),
+            Error::Connect(ConnectError::Parent { status, .. }) => Some(*status),
             Error::Connect(_) => Some(502),
             Error::Upstream(_) => Some(502),
             Error::UpstreamClosed(_) => Some(502),
@@ -211,6 +220,8 @@ impl Error {
                 ConnectError::Timeout(_) => R::TtlExpired,
                 ConnectError::Denied(_) => R::NotAllowed,
                 ConnectError::Tls { .. } => R::GeneralFailure,
+                ConnectError::Parent { reply, .. } => *reply,
+                ConnectError::NoParent(_) => R::GeneralFailure,
             },
             Error::Timeout(Phase::Connect) => R::TtlExpired,
             Error::Socks5(e) => e.reply(),

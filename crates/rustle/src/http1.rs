@@ -525,6 +525,7 @@ impl Client {
             error: error.map(|e| e as &dyn fmt::Display),
             user: self.user.as_deref(),
             tls: self.tls.as_deref(),
+            via: None,
         });
     }
 }

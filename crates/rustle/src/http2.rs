@@ -369,6 +369,7 @@ impl Exchange {
                 error: error.map(|e| e as &dyn std::fmt::Display),
                 user: self.user.as_deref(),
                 tls: shared.tls.as_deref(),
+                via: None,
             });
         }
     }

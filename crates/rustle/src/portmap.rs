@@ -152,5 +152,6 @@ fn log_failure(
         error: Some(why),
         user: None,
         tls,
+        via: None,
     });
 }

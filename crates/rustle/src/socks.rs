@@ -196,6 +196,7 @@ impl Session {
             error: error.map(|e| e as &dyn std::fmt::Display),
             user: self.user.as_deref(),
             tls: None,
+            via: None,
         });
     }
 

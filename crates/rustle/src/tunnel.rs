@@ -182,6 +182,7 @@ pub(crate) fn finish(
             error: result.as_ref().err().map(|e| e as &dyn std::fmt::Display),
             user: rec.user.as_deref(),
             tls: rec.tls.as_deref(),
+            via: None,
         });
     }
 }

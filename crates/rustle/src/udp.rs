@@ -135,5 +135,6 @@ async fn relay_session(
         error: None,
         user: None,
         tls: None,
+        via: None,
     });
 }

@@ -231,6 +231,26 @@ pub async fn connect(
     }
 }
 
+/// `connect` over any stream: plain TCP as `connect` does (kernel TLS when on), anything
+/// else (a tunnel through a TLS connection to a parent proxy) with TLS nested inside it.
+pub async fn connect_over(
+    config: Arc<ClientConfig>,
+    name: ServerName<'static>,
+    stream: Stream,
+    timeout: Duration,
+) -> Result<Stream, String> {
+    let stream = match stream {
+        Stream::Tcp(tcp) => return connect(config, name, tcp, timeout).await,
+        other => other,
+    };
+    let connector = tokio_rustls::TlsConnector::from(config);
+    match tokio::time::timeout(timeout, connector.connect(name, stream)).await {
+        Ok(Ok(s)) => Ok(Stream::Nested(Box::new(s))),
+        Ok(Err(e)) => Err(e.to_string()),
+        Err(_) => Err("the handshake timed out".into()),
+    }
+}
+
 /// The name to send and verify: the configured one, else the target's host.
 pub fn server_name(t: &ConnectTls, host: &str) -> Result<ServerName<'static>, String> {
     let name = t.server_name.as_deref().unwrap_or(host);

@@ -485,7 +485,7 @@ fn an_originating_relay_names_what_verification_found() {
         let proxy = originating_relay(origin, &format!("ca = \"{}\"", ca.display()));
         let got = plain_get(&proxy, "/bytes/1");
         assert!(got.is_empty(), "{what}: bytes came back: {:?}", String::from_utf8_lossy(&got));
-        let line = proxy.log_line(|l| l.contains("TLS to the target failed"));
+        let line = proxy.log_line(|l| l.contains("TLS to ") && l.contains(" failed: "));
         assert!(line.contains(named), "{what}: {line}");
         assert_eq!(origin.requests(), 0, "{what}: the origin was reached");
     }
