@@ -271,6 +271,7 @@ impl Running {
         // (A listener requiring authentication left with no user: `vet` names it.)
         warnings.extend(policy.unknown_groups.iter().cloned());
         policy.keep_tls_of(&old);
+        policy.routes.keep_health_of(&old.routes);
         let _ = self.policy_tx.send(Arc::new(policy));
         Ok(warnings)
     }
