@@ -123,14 +123,19 @@ pub struct RuleConfig {
 
 /// `line N: rule K: group ...` for each group a rule names that `defined` does not know: a
 /// misspelt group would make its rule match nobody, silently. Checked once the users are
-/// loaded (groups come from users files as well as from the configuration).
-pub fn undefined_groups(rules: &[RuleConfig], defined: impl Fn(&str) -> bool) -> Vec<String> {
+/// loaded (groups come from users files as well as from the configuration). `what` names
+/// the table: "rule", or "route" for the routes' conditions.
+pub fn undefined_groups(
+    rules: &[RuleConfig],
+    what: &str,
+    defined: impl Fn(&str) -> bool,
+) -> Vec<String> {
     let mut problems = Vec::new();
     for (i, rule) in rules.iter().enumerate() {
         for group in rule.groups.iter().flatten().filter(|g| !defined(g)) {
             let at = rule.groups_line.map(|n| format!("line {n}: ")).unwrap_or_default();
             problems.push(format!(
-                "{at}rule {}: group `{group}` is not defined: no user is in it (give it to a \
+                "{at}{what} {}: group `{group}` is not defined: no user is in it (give it to a \
                  user, or declare it in [auth.groups], even empty)",
                 i + 1
             ));
@@ -171,6 +176,18 @@ pub enum Verdict {
     /// Cannot decide before the destination address is known: a rule with `destinations`
     /// whose other conditions match comes before any rule that decides. Resolve, then check
     /// again with `dest` set, once per candidate address.
+    NeedAddress,
+}
+
+/// What [`RuleSet::first_match`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Match {
+    /// The index of the first rule that matches.
+    Rule(usize),
+    /// No rule matches.
+    Nothing,
+    /// A rule with `destinations` whose other conditions match comes first, and the
+    /// destination address is not known yet (as [`Verdict::NeedAddress`]).
     NeedAddress,
 }
 
@@ -474,27 +491,35 @@ impl RuleSet {
     /// `destinations` whose other conditions match gives [`Verdict::NeedAddress`]. No
     /// allocation.
     pub fn check(&self, req: &Request<'_>) -> Verdict {
+        match self.first_match(req) {
+            Match::Rule(i) => match self.rules[i].action {
+                Action::Allow => Verdict::Allow,
+                Action::Deny => Verdict::Deny { rule: Some(i), reason: RULE_REASON },
+            },
+            Match::NeedAddress => Verdict::NeedAddress,
+            Match::Nothing if self.default_allow => Verdict::Allow,
+            Match::Nothing => Verdict::Deny { rule: None, reason: DEFAULT_REASON },
+        }
+    }
+
+    /// The first rule whose conditions all match, whatever its action: the matcher that
+    /// [`RuleSet::check`] and the routes (`route::Routes::choose`) share. No allocation.
+    #[inline]
+    pub fn first_match(&self, req: &Request<'_>) -> Match {
         for (i, rule) in self.rules.iter().enumerate() {
             if !rule.matches_before_dest(req) {
                 continue;
             }
             if let Some(blocks) = &rule.destinations {
                 match req.dest {
-                    None => return Verdict::NeedAddress,
+                    None => return Match::NeedAddress,
                     Some(ip) if !blocks.iter().any(|b| b.contains(ip)) => continue,
                     Some(_) => {}
                 }
             }
-            return match rule.action {
-                Action::Allow => Verdict::Allow,
-                Action::Deny => Verdict::Deny { rule: Some(i), reason: RULE_REASON },
-            };
+            return Match::Rule(i);
         }
-        if self.default_allow {
-            Verdict::Allow
-        } else {
-            Verdict::Deny { rule: None, reason: DEFAULT_REASON }
-        }
+        Match::Nothing
     }
 
     /// The rule's `name`, or "rule N" (1-based) without one; "unknown rule" for an index
@@ -623,10 +648,10 @@ mod tests {
              [[rule]]\naction = \"deny\"\n",
         );
         rules[0].groups_line = Some(3);
-        let got = undefined_groups(&rules, |g| g == "staff");
+        let got = undefined_groups(&rules, "rule", |g| g == "staff");
         assert_eq!(got.len(), 1, "{got:?}");
         assert!(got[0].starts_with("line 3: rule 1: group `admins` is not defined"), "{got:?}");
-        assert!(undefined_groups(&rules, |_| true).is_empty());
+        assert!(undefined_groups(&rules, "rule", |_| true).is_empty());
     }
 
     /// An anonymous CONNECT to example.com:443 from 192.0.2.1 on listener "main",

@@ -11,6 +11,13 @@ use std::time::Duration;
 
 use serde::{Deserialize, Deserializer};
 
+mod routing;
+
+pub use routing::{
+    names_of, GroupConfig, Named, ParentConfig, ParentKind, Probe, RouteConfig, Secret, Sticky,
+    DENY, DIRECT,
+};
+
 /// What a listener speaks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -636,6 +643,15 @@ pub struct Config {
     /// to: for deployments serving untrusted clients.
     #[serde(default)]
     pub deny_private_destinations: bool,
+    /// Other proxies to go through (`[[parent]]`).
+    #[serde(default, rename = "parent")]
+    pub parents: Vec<ParentConfig>,
+    /// Parents picked among by weight or by a hash (`[[group]]`).
+    #[serde(default, rename = "group")]
+    pub groups: Vec<GroupConfig>,
+    /// Which requests go through which parents, first match wins; none matching: direct.
+    #[serde(default, rename = "route")]
+    pub routes: Vec<RouteConfig>,
 }
 
 /// With no listener in the file or on the command line: HTTP and SOCKS detected on the
@@ -742,6 +758,15 @@ impl Config {
         for (i, rule) in config.rules.iter_mut().enumerate() {
             rule.groups_line = line_in(&["rule", &i.to_string(), "groups"]);
         }
+        for (i, route) in config.routes.iter_mut().enumerate() {
+            route.groups_line = line_in(&["route", &i.to_string(), "groups"]);
+        }
+        let routing =
+            routing::problems(&config.parents, &config.groups, &config.routes, &config.listeners);
+        for (segs, message) in routing {
+            let line = doc.as_ref().and_then(|d| key_offset(d, &segs)).map(line_of);
+            problems.push(Problem { line, message });
+        }
         let default_allow = config.default_action == DefaultAction::Allow;
         if let Err(errs) = crate::acl::RuleSet::compile(&config.rules, default_allow) {
             for (i, e) in errs {
@@ -805,7 +830,19 @@ impl Config {
                 return Err(msg);
             }
         }
-        Ok(())
+        match self.parents.iter().find_map(|p| routing::loop_problem(p, &listeners)) {
+            Some(message) => Err(message),
+            None => Ok(()),
+        }
+    }
+
+    /// The problems of the parents, groups and routes (without lines: `Config::parse`
+    /// reports them with theirs), for code that builds a configuration itself.
+    pub fn routing_problems(&self) -> Vec<String> {
+        routing::problems(&self.parents, &self.groups, &self.routes, &self.listeners)
+            .into_iter()
+            .map(|(_, message)| message)
+            .collect()
     }
 
     /// Worker count after resolving 0 to the number of cores.
@@ -1017,27 +1054,35 @@ fn target_problem(l: &Listener) -> Option<String> {
 fn loop_problem(listeners: &[Listener], l: &Listener) -> Option<String> {
     let target = l.target.as_ref().filter(|_| l.kind.needs_target())?;
     let udp = l.kind == ListenerKind::UdpRelay;
-    let ips: Vec<std::net::IpAddr> = match target.host.parse() {
+    let o = own_listener(listeners, &target.host, target.port, udp)?;
+    Some(format!(
+        "target {target} of the {} listener on {} is this proxy's own listener {} \
+         ({}): the relay would connect to itself",
+        l.kind, l.listen, o.listen, o.kind
+    ))
+}
+
+/// The listener that connecting to `host:port` (over UDP or TCP) would reach, as far as
+/// the configuration tells: addresses and `localhost`, with the built-in check's notion of
+/// "the same address" (a wildcard listener is every local address); other names, and
+/// listeners on port 0, are known only at run time.
+fn own_listener<'a>(
+    listeners: &'a [Listener],
+    host: &str,
+    port: u16,
+    udp: bool,
+) -> Option<&'a Listener> {
+    let ips: Vec<std::net::IpAddr> = match host.parse() {
         Ok(ip) => vec![ip],
-        Err(_) if target.host == "localhost" => {
+        Err(_) if host == "localhost" => {
             vec![std::net::Ipv4Addr::LOCALHOST.into(), std::net::Ipv6Addr::LOCALHOST.into()]
         }
         Err(_) => return None,
     };
-    let own = listeners
+    listeners
         .iter()
-        .filter(|o| o.listen.port() != 0 && (o.kind == ListenerKind::UdpRelay) == udp);
-    for o in own {
-        let builtins = crate::acl::Builtins { own_addresses: vec![o.listen], deny_private: false };
-        if ips.iter().any(|&ip| builtins.check(SocketAddr::new(ip, target.port)).is_some()) {
-            return Some(format!(
-                "target {target} of the {} listener on {} is this proxy's own listener {} \
-                 ({}): the relay would connect to itself",
-                l.kind, l.listen, o.listen, o.kind
-            ));
-        }
-    }
-    None
+        .filter(|o| o.listen.port() != 0 && (o.kind == ListenerKind::UdpRelay) == udp)
+        .find(|o| ips.iter().any(|&ip| crate::acl::reaches(SocketAddr::new(ip, port), o.listen)))
 }
 
 fn path_segments(path: &serde_ignored::Path<'_>) -> Vec<String> {

@@ -27,6 +27,8 @@
 //! - `sys`: the one unsafe module: pipes and splice(2).
 //! - `upstream`: name cache, Happy Eyeballs, the pool of idle origin connections.
 //! - `hop`: one hop through a parent proxy (HTTP CONNECT, SOCKS5, SOCKS4a), client side.
+//! - `route`: parents, groups and routes compiled: which way a request goes, which parent
+//!   a hop takes, each parent's health (pure, no I/O).
 //! - `buf`: the read buffer heads are parsed in.
 //! - `accesslog`: one line per request or tunnel.
 //! - `error`: the error type and what each error tells the client.
@@ -52,6 +54,7 @@ pub mod policy;
 pub mod portmap;
 pub mod relay;
 pub mod reload;
+pub mod route;
 pub mod server;
 pub mod socks;
 pub mod sys;

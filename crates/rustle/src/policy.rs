@@ -1,6 +1,6 @@
 //! The reloadable part of the configuration: users, access rules, built-in destination
-//! checks and bandwidth per user. Built at start and again on SIGHUP; each worker holds
-//! the current one and every connection reads it without a lock.
+//! checks, bandwidth per user, parents and routes. Built at start and again on SIGHUP;
+//! each worker holds the current one and every connection reads it without a lock.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -51,6 +51,8 @@ pub struct Policy {
     pub unknown_groups: Vec<String>,
     /// A listener requires authentication and no user is defined: everyone is refused.
     pub auth_without_users: bool,
+    /// Parents, groups and routes.
+    pub routes: crate::route::Routes,
 }
 
 /// ALPN of the HTTPS proxy port, in order of preference: HTTP/2 when the client offers
@@ -134,8 +136,13 @@ impl Policy {
         for (group, member) in users.undefined_members() {
             problems.push(format!("auth.groups: `{member}` in group `{group}` is not a user"));
         }
-        let unknown_groups = crate::acl::undefined_groups(&cfg.rules, |g| {
-            users.has_group(g) || cfg.auth.groups.contains_key(g)
+        let defined = |g: &str| users.has_group(g) || cfg.auth.groups.contains_key(g);
+        let mut unknown_groups = crate::acl::undefined_groups(&cfg.rules, "rule", defined);
+        let route_conditions: Vec<_> = cfg.routes.iter().map(|r| r.conditions()).collect();
+        unknown_groups.extend(crate::acl::undefined_groups(&route_conditions, "route", defined));
+        let routes = crate::route::Routes::build(cfg, own).unwrap_or_else(|errs| {
+            problems.extend(errs);
+            crate::route::Routes::default()
         });
         let default_allow = cfg.default_action == DefaultAction::Allow;
         let rules = RuleSet::compile(&cfg.rules, default_allow).unwrap_or_else(|errs| {
@@ -196,6 +203,7 @@ impl Policy {
             return Err(problems);
         }
         Ok(Policy {
+            routes,
             unknown_groups,
             auth_without_users,
             users,

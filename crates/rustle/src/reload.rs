@@ -40,6 +40,7 @@ pub fn apply(running: &Running, cfg: &Config) -> Result<Vec<String>, String> {
     // (A listener requiring authentication left with no user: `vet` names it.)
     warnings.extend(policy.unknown_groups.iter().cloned());
     policy.keep_tls_of(&old);
+    policy.routes.keep_health_of(&old.routes);
     running.publish(policy);
     Ok(warnings)
 }

@@ -211,6 +211,45 @@ fn check_and_start_refuse_a_relay_to_an_own_listener() {
 }
 
 #[test]
+fn check_and_start_refuse_routing_mistakes_with_their_lines() {
+    let port = free_port(false);
+    let listener = format!("[[listener]]\nlisten = \"127.0.0.1:{port}\"\n");
+    let corp = "[[parent]]\nname = \"corp\"\nkind = \"http\"\naddress = \"192.0.2.1:3128\"\n";
+    // (the file after the listener, the key of the line named, part of the message)
+    let cases = [
+        (
+            format!("{corp}[[route]]\nvia = [\"corp\", \"exit\"]\n"),
+            "via",
+            "names no parent or group `exit`",
+        ),
+        (format!("{corp}[[route]]\nvia = [\"corp\", \"corp\"]\n"), "via", "through `corp` twice"),
+        (
+            "[[group]]\nname = \"exits\"\nparents = []\n".to_string(),
+            "parents",
+            "at least one parent",
+        ),
+        (corp.replace("192.0.2.1:3128", &format!("localhost:{port}")), "address", "own listener"),
+        // A user group no user is in (known once the users are loaded).
+        (
+            "[[route]]\ngroups = [\"nobody\"]\nvia = \"direct\"\n".to_string(),
+            "groups",
+            "route 1: group `nobody` is not defined",
+        ),
+    ];
+    for (tail, key, message) in &cases {
+        let text = format!("{listener}{tail}");
+        let line = text.lines().position(|l| l.starts_with(key)).unwrap() + 1;
+        let (ok, err) = check(&text);
+        assert!(!ok, "check passed:\n{text}");
+        assert!(err.contains(&format!("line {line}:")) && err.contains(message), "{text}\n{err}");
+        let (status, err) = start_on(&text).expect("rustle started");
+        assert!(!status.success() && err.contains(message), "{text}\n{err}");
+    }
+    let (ok, err) = check(&format!("{listener}{corp}[[route]]\nvia = \"corp\"\n"));
+    assert!(ok, "{err}");
+}
+
+#[test]
 fn check_and_start_refuse_a_rule_naming_an_unknown_group() {
     let user = "[[auth.user]]\nname = \"alice\"\npassword = \"plain:pw\"\ngroups = [\"staff\"]\n";
     let text = format!(
