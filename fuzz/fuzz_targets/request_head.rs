@@ -28,7 +28,7 @@ fuzz_target!(|data: &[u8]| {
     let rw = RequestRewrite {
         via: (flags & 1 != 0).then_some("rustle"),
         forwarded_for: Some(if flags & 2 != 0 { "2001:db8::7" } else { "192.0.2.7" }),
-        upgrade: head.is_upgrade(),
+        upgrade: head.is_upgrade(), absolute: false, proxy_authorization: None,
     };
     let mut out = Vec::new();
     write_request(&head, buf, &rw, &mut out);

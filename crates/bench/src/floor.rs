@@ -322,7 +322,13 @@ fn rewrite(c: &mut Codec, from: usize, d: &mut Dir) {
             c.opaque[from] = true;
             return;
         }
-        let rw = RequestRewrite { via: None, forwarded_for: None, upgrade: false };
+        let rw = RequestRewrite {
+            via: None,
+            forwarded_for: None,
+            upgrade: false,
+            absolute: false,
+            proxy_authorization: None,
+        };
         write_request(&c.req, buf, &rw, &mut c.out);
         if !c.req.keep_alive() {
             // No pool here: the origin closes after its answer, and its FIN

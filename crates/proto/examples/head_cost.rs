@@ -27,7 +27,13 @@ Last-Modified: Mon, 30 Nov 2026 18:18:29 GMT\r\nConnection: keep-alive\r\nAccept
     let limits = Limits::default();
     let (mut head, mut rhead) = (RequestHead::new(), ResponseHead::new());
     let mut out = Vec::with_capacity(4096);
-    let rw = RequestRewrite { via: None, forwarded_for: None, upgrade: false };
+    let rw = RequestRewrite {
+        via: None,
+        forwarded_for: None,
+        upgrade: false,
+        absolute: false,
+        proxy_authorization: None,
+    };
     for round in 1..=ROUNDS {
         let t = Instant::now();
         for _ in 0..N {

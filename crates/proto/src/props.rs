@@ -324,7 +324,7 @@ proptest! {
         let rw = RequestRewrite {
             via: via.then_some("rustle"),
             forwarded_for: Some(peer),
-            upgrade: head.is_upgrade(),
+            upgrade: head.is_upgrade(), absolute: false, proxy_authorization: None,
         };
         let mut out = Vec::new();
         write_request(&head, &buf, &rw, &mut out);

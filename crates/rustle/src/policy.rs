@@ -53,6 +53,9 @@ pub struct Policy {
     pub auth_without_users: bool,
     /// Parents, groups and routes.
     pub routes: crate::route::Routes,
+    /// TLS towards each `https` parent (by parent index), verified with its `ca` or the
+    /// system's roots.
+    parent_tls: Vec<Option<Arc<rustls::ClientConfig>>>,
 }
 
 /// ALPN of the HTTPS proxy port, in order of preference: HTTP/2 when the client offers
@@ -83,6 +86,11 @@ impl Policy {
     /// The client config of relay listener `index`'s TLS towards its target.
     pub fn tls_connector(&self, index: usize) -> Option<&Arc<rustls::ClientConfig>> {
         self.tls_connect.get(index).and_then(Option::as_ref)
+    }
+
+    /// The client config towards `https` parent `index`.
+    pub fn parent_tls(&self, index: usize) -> Option<&Arc<rustls::ClientConfig>> {
+        self.parent_tls.get(index).and_then(Option::as_ref)
     }
 
     /// The client config for origins of `https://` URLs.
@@ -197,6 +205,19 @@ impl Policy {
         if let (Some(_), Err(e)) = (&cfg.tls.origin_ca, &https_origins) {
             problems.push(format!("tls.origin_ca: {e}"));
         }
+        let parent_tls = cfg
+            .parents
+            .iter()
+            .map(|parent| {
+                if parent.kind != crate::config::ParentKind::Https {
+                    return None;
+                }
+                let t = crate::config::ConnectTls { ca: parent.ca.clone(), ..Default::default() };
+                crate::tls::connector(&t)
+                    .map_err(|e| problems.push(format!("parent `{}`: {e}", parent.name)))
+                    .ok()
+            })
+            .collect();
         let auth_without_users =
             cfg.effective_listeners().iter().any(|l| l.auth) && users.is_empty();
         if !problems.is_empty() {
@@ -204,6 +225,7 @@ impl Policy {
         }
         Ok(Policy {
             routes,
+            parent_tls,
             unknown_groups,
             auth_without_users,
             users,
@@ -262,7 +284,7 @@ pub struct Access<'a> {
 }
 
 impl Access<'_> {
-    fn request(&self, dest: Option<IpAddr>) -> Request<'_> {
+    pub fn request(&self, dest: Option<IpAddr>) -> Request<'_> {
         Request {
             listener: self.listener,
             client: self.client,

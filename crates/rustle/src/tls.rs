@@ -11,7 +11,8 @@ mod setup;
 pub use accept::{accept, Accepted};
 
 pub use setup::{
-    acceptor, cert_user, connect, connect_over, connector, ktls, server_name, set_ktls, Acceptor, Session,
+    acceptor, cert_user, connect, connect_over, connector, ktls, server_name, set_ktls, Acceptor,
+    Session,
 };
 
 use std::collections::HashMap;

@@ -24,7 +24,13 @@ fn res(buf: &[u8], method: Method, rw: &ResponseRewrite) -> String {
     String::from_utf8(out).unwrap()
 }
 
-const NONE: RequestRewrite = RequestRewrite { via: None, forwarded_for: None, upgrade: false };
+const NONE: RequestRewrite = RequestRewrite {
+    via: None,
+    forwarded_for: None,
+    upgrade: false,
+    absolute: false,
+    proxy_authorization: None,
+};
 
 #[test]
 fn request_hop_by_hop_and_host() {
@@ -139,8 +145,13 @@ fn max_forwards() {
 
 #[test]
 fn via_and_forwarded_added() {
-    let rw =
-        RequestRewrite { via: Some("rustle"), forwarded_for: Some("192.0.2.7"), upgrade: false };
+    let rw = RequestRewrite {
+        via: Some("rustle"),
+        forwarded_for: Some("192.0.2.7"),
+        upgrade: false,
+        absolute: false,
+        proxy_authorization: None,
+    };
     assert_eq!(
         req(b"GET http://a/ HTTP/1.1\r\nHost: a\r\n\r\n", &rw),
         "GET / HTTP/1.1\r\nHost: a\r\nVia: 1.1 rustle\r\nX-Forwarded-For: 192.0.2.7\r\nForwarded: for=192.0.2.7\r\n\r\n"
@@ -154,8 +165,13 @@ fn via_and_forwarded_added() {
 
 #[test]
 fn via_and_forwarded_appended_to_last() {
-    let rw =
-        RequestRewrite { via: Some("rustle"), forwarded_for: Some("2001:db8::1"), upgrade: false };
+    let rw = RequestRewrite {
+        via: Some("rustle"),
+        forwarded_for: Some("2001:db8::1"),
+        upgrade: false,
+        absolute: false,
+        proxy_authorization: None,
+    };
     let b = b"GET http://a/ HTTP/1.1\r\nHost: a\r\nVia: 1.0 fred\r\nX-Forwarded-For: 10.0.0.1\r\n\
 Via: 1.1 p2\r\nForwarded: for=10.0.0.1\r\nX-Forwarded-For: 10.0.0.2, 10.0.0.3\r\nX: y\r\n\r\n";
     assert_eq!(
@@ -195,6 +211,8 @@ fn injected_line_breaks_are_dropped() {
         via: Some("rus\r\nX-Evil: 1\r\ntle"),
         forwarded_for: Some("1.2.3.4\"\r\n"),
         upgrade: false,
+        absolute: false,
+        proxy_authorization: None,
     };
     let out = req(b"GET http://a/ HTTP/1.1\r\nHost: a\r\n\r\n", &rw);
     assert_eq!(
@@ -304,7 +322,13 @@ fn kept_lines_go_out_as_received() {
     );
     let b = b"OPTIONS http://a/ HTTP/1.1\r\nx-a:1\r\nHost: a\r\nMax-Forwards:  7\r\nY:\t2\r\n\
               X-Forwarded-For: 10.0.0.1\r\nZ: 3 \r\n\r\n";
-    let rw = RequestRewrite { via: None, forwarded_for: Some("192.0.2.1"), upgrade: false };
+    let rw = RequestRewrite {
+        via: None,
+        forwarded_for: Some("192.0.2.1"),
+        upgrade: false,
+        absolute: false,
+        proxy_authorization: None,
+    };
     assert_eq!(
         req(b, &rw),
         "OPTIONS / HTTP/1.1\r\nHost: a\r\nx-a:1\r\nMax-Forwards: 6\r\nY:\t2\r\n\

@@ -31,6 +31,12 @@ pub struct RequestRewrite<'a> {
     /// Keep Upgrade and send `Connection: upgrade` (the request is an
     /// upgrade the proxy will relay).
     pub upgrade: bool,
+    /// Keep an absolute-form target as received (the request goes to another
+    /// proxy, not to its origin).
+    pub absolute: bool,
+    /// A `Proxy-Authorization` value for the next proxy (the client's own is
+    /// never forwarded).
+    pub proxy_authorization: Option<&'a [u8]>,
 }
 
 #[derive(Debug, Clone, Copy, Default)]
@@ -63,6 +69,10 @@ pub fn write_request(head: &RequestHead, buf: &[u8], rw: &RequestRewrite, out: &
     out.extend_from_slice(head.method_span.get(buf));
     out.push(b' ');
     let host = match head.target {
+        Target::Absolute { authority, .. } if rw.absolute => {
+            out.extend_from_slice(head.target_span.get(buf));
+            Some(authority)
+        }
         Target::Absolute { authority, path, .. } => {
             let p = path.get(buf);
             // Empty path, or a bare `?query`, still needs the leading slash.
@@ -144,6 +154,9 @@ pub fn write_request(head: &RequestHead, buf: &[u8], rw: &RequestRewrite, out: &
         out.extend_from_slice(b"\r\n");
     }
     run.finish(out, head.len);
+    if let Some(value) = rw.proxy_authorization {
+        push_field(out, b"Proxy-Authorization", value);
+    }
     if let (Some((minor, v)), None) = (via, last_via) {
         out.extend_from_slice(b"Via: ");
         push_via(out, minor, v);

@@ -76,6 +76,8 @@ pub async fn forward(c: &mut Client, ex: &mut Exchange) -> Result<Next, Error> {
             None
         },
         upgrade,
+        absolute: false,
+        proxy_authorization: None,
     };
     c.out.clear();
     write_request(head, filled, &rw, &mut c.out);
