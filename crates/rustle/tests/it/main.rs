@@ -1,7 +1,7 @@
 //! Integration tests of the rustle proxy (HTTP, SOCKS4/4a/5, TCP and UDP relays): real
 //! clients (curl, wget, ncat, reqwest and raw sockets) against in-process origin fixtures
 //! from `rustle-bench`, through a proxy started in-process (or, for signals and flags, the
-//! real binary).
+//! real binary); squid and dante, started as child processes, serve as parent proxies.
 //!
 //! Everything binds 127.0.0.1 port 0; every test starts its own proxy and origins, so tests
 //! run in parallel without sharing state.
@@ -20,6 +20,7 @@ mod http2;
 mod lifecycle;
 mod limits;
 mod loadgen;
+mod parents;
 mod relay;
 mod rules;
 mod socks;

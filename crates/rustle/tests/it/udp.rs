@@ -1,15 +1,12 @@
 //! UDP: SOCKS5 UDP ASSOCIATE (a hand-written client using the SOCKS5 UDP header) and the
 //! UDP port relay, both against a `UdpEcho`.
 
-use std::io;
-use std::net::{SocketAddr, TcpStream, UdpSocket};
+use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
 use rustle::config::ListenerKind;
 use rustle_bench::pattern::pattern;
 use rustle_bench::UdpEcho;
-use rustle_proto::addr::Host;
-use rustle_proto::socks5;
 
 use crate::util::socks::*;
 use crate::util::*;
@@ -30,39 +27,6 @@ fn associate(proxy: &Proxy, declared: SocketAddr) -> Assoc {
     assert_eq!(relay.ip().to_string(), "127.0.0.1", "relay address {relay}");
     assert_ne!(relay.port(), 0);
     Assoc { control, relay }
-}
-
-fn udp_client() -> UdpSocket {
-    UdpSocket::bind("127.0.0.1:0").unwrap()
-}
-
-/// A datagram for the relay: the SOCKS5 UDP header for `dst`, then `payload`.
-fn datagram(dst: SocketAddr, payload: &[u8]) -> Vec<u8> {
-    let mut d = Vec::with_capacity(payload.len() + socks5::MAX_UDP_HEADER);
-    socks5::write_udp_header(dst, &mut d);
-    d.extend_from_slice(payload);
-    d
-}
-
-/// The next datagram on `sock` within `within`, as (source, bytes); None on silence.
-fn recv_raw(sock: &UdpSocket, within: Duration) -> Option<(SocketAddr, Vec<u8>)> {
-    sock.set_read_timeout(Some(within)).unwrap();
-    let mut buf = vec![0u8; 70_000];
-    match sock.recv_from(&mut buf) {
-        Ok((n, from)) => Some((from, buf[..n].to_vec())),
-        Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) => None,
-        Err(e) => panic!("recv failed: {e}"),
-    }
-}
-
-/// The next datagram from the relay, unwrapped: (the address its header names, payload).
-fn recv_via(sock: &UdpSocket, relay: SocketAddr) -> (SocketAddr, Vec<u8>) {
-    let (from, d) = recv_raw(sock, Duration::from_secs(3)).expect("an echo through the relay");
-    assert_eq!(from, relay, "the reply comes from the relay address");
-    let (header, offset) = socks5::parse_udp(&d).expect("a SOCKS5 UDP header");
-    assert_eq!(header.frag, 0);
-    let Host::Ip(ip) = header.dst.host else { panic!("header names a domain: {header:?}") };
-    (SocketAddr::new(ip, header.dst.port), d[offset..].to_vec())
 }
 
 const SIZES: [usize; 7] = [1, 2, 100, 1400, 9000, 30_000, 60 * 1024];

@@ -1,6 +1,7 @@
 //! Helpers shared by the integration tests: an in-process proxy with its access log in a
-//! temporary file, external clients that skip cleanly when missing, and a raw-socket
-//! HTTP/1.1 client with a small response parser.
+//! temporary file, external clients that skip cleanly when missing, a raw-socket
+//! HTTP/1.1 client with a small response parser, raw SOCKS clients, and (`peers`) squid
+//! and dante started as parent proxies.
 #![allow(dead_code)]
 
 use std::io::{self, Read, Write};
@@ -13,6 +14,8 @@ use std::time::{Duration, Instant};
 use rustle::config::{Config, Listener, ListenerKind, LogTarget};
 use rustle::server::Running;
 use sha2::{Digest, Sha256};
+
+pub mod peers;
 
 /// How long a raw client waits for bytes before giving up on a read.
 pub const READ_TIMEOUT: Duration = Duration::from_secs(10);
@@ -932,7 +935,9 @@ pub fn timed_download(s: &mut TcpStream, origin: SocketAddr, n: u64) -> (usize, 
 /// Raw SOCKS clients, written by hand so that tests control every byte.
 pub mod socks {
     use super::*;
-    use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddrV4};
+    use rustle_proto::addr::Host;
+    use rustle_proto::socks5;
+    use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddrV4, UdpSocket};
 
     pub const CONNECT: u8 = 1;
     pub const BIND: u8 = 2;
@@ -1085,6 +1090,65 @@ pub mod socks {
             SocketAddr::V4(a) => a,
             SocketAddr::V6(_) => panic!("{a} is not IPv4"),
         }
+    }
+
+    /// A UDP socket on 127.0.0.1, for the client side of an association.
+    pub fn udp_client() -> UdpSocket {
+        UdpSocket::bind("127.0.0.1:0").unwrap()
+    }
+
+    /// A datagram for the relay: the SOCKS5 UDP header for `dst`, then `payload`.
+    pub fn datagram(dst: SocketAddr, payload: &[u8]) -> Vec<u8> {
+        let mut d = Vec::with_capacity(payload.len() + socks5::MAX_UDP_HEADER);
+        socks5::write_udp_header(dst, &mut d);
+        d.extend_from_slice(payload);
+        d
+    }
+
+    /// The next datagram on `sock` within `within`, as (source, bytes); None on silence.
+    pub fn recv_raw(sock: &UdpSocket, within: Duration) -> Option<(SocketAddr, Vec<u8>)> {
+        sock.set_read_timeout(Some(within)).unwrap();
+        let mut buf = vec![0u8; 70_000];
+        match sock.recv_from(&mut buf) {
+            Ok((n, from)) => Some((from, buf[..n].to_vec())),
+            Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) => {
+                None
+            }
+            Err(e) => panic!("recv failed: {e}"),
+        }
+    }
+
+    /// The next datagram from the relay, unwrapped: (the address its header names, payload).
+    pub fn recv_via(sock: &UdpSocket, relay: SocketAddr) -> (SocketAddr, Vec<u8>) {
+        let (from, d) = recv_raw(sock, Duration::from_secs(3)).expect("an echo through the relay");
+        assert_eq!(from, relay, "the reply comes from the relay address");
+        let (header, offset) = socks5::parse_udp(&d).expect("a SOCKS5 UDP header");
+        assert_eq!(header.frag, 0);
+        let Host::Ip(ip) = header.dst.host else { panic!("header names a domain: {header:?}") };
+        (SocketAddr::new(ip, header.dst.port), d[offset..].to_vec())
+    }
+
+    /// UDP ASSOCIATE on a new connection to a SOCKS5 proxy, declaring `declared` as where
+    /// datagrams will come from; logs in as `login` (user, password) when given, with no
+    /// authentication otherwise. Asserts success; returns the control connection (the
+    /// association lives as long as it) and the relay address of the reply.
+    pub fn associate5(
+        proxy: SocketAddr,
+        login: Option<(&str, &str)>,
+        declared: SocketAddr,
+    ) -> (TcpStream, SocketAddr) {
+        let mut s = connect(proxy);
+        match login {
+            Some((user, password)) => {
+                assert_eq!(login5(&mut s, user, password), 0, "login of {user} refused")
+            }
+            None => assert_eq!(greet(&mut s, &[0]), 0, "the proxy refused no-auth"),
+        }
+        s.write_all(&request5(UDP_ASSOCIATE, &Dst::Addr(declared))).expect("write request");
+        let (rep, relay) = read_reply5(&mut s);
+        assert_eq!(rep, 0, "UDP ASSOCIATE reply");
+        assert_ne!(relay.port(), 0, "relay address {relay}");
+        (s, relay)
     }
 }
 
