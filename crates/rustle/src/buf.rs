@@ -47,6 +47,17 @@ impl Buf {
         self.data.len()
     }
 
+    /// Appends `bytes` after the filled ones (bytes read elsewhere, such as what a parent
+    /// proxy sent with its reply).
+    pub fn extend_from_slice(&mut self, bytes: &[u8]) {
+        if bytes.is_empty() {
+            return;
+        }
+        self.data.truncate(self.end);
+        self.data.extend_from_slice(bytes);
+        self.end = self.data.len();
+    }
+
     pub fn clear(&mut self) {
         self.start = 0;
         self.end = 0;

@@ -84,13 +84,15 @@ pub struct Exchange {
     pub up: u64,
     pub down: u64,
     pub upstream: Option<SocketAddr>,
+    /// The route and parents taken, if any.
+    pub via: Option<Rc<crate::accesslog::Via>>,
     /// A status line has gone to the client: an error can no longer be answered.
     pub responded: bool,
 }
 
 impl Exchange {
     fn new(start: Instant) -> Self {
-        Exchange { start, status: 0, up: 0, down: 0, upstream: None, responded: false }
+        Exchange { start, status: 0, up: 0, down: 0, upstream: None, via: None, responded: false }
     }
 }
 
@@ -525,7 +527,7 @@ impl Client {
             error: error.map(|e| e as &dyn fmt::Display),
             user: self.user.as_deref(),
             tls: self.tls.as_deref(),
-            via: None,
+            via: ex.via.as_deref(),
         });
     }
 }

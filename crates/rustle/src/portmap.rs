@@ -75,7 +75,7 @@ pub async fn serve(guard: ConnGuard, listener: Arc<Listener>, stream: TcpStream,
         Err(e) => Err(e),
     };
     drop(policy);
-    let Connected { stream: upstream, addr, .. } = match connected {
+    let Connected { stream: upstream, addr, early: early_down, .. } = match connected {
         Ok(c) => c,
         Err(e) => {
             let addr = match &e {
@@ -99,7 +99,7 @@ pub async fn serve(guard: ConnGuard, listener: Arc<Listener>, stream: TcpStream,
     let handoff = Handoff {
         upstream,
         early_up: early.filled().to_vec(),
-        early_down: Vec::new(),
+        early_down,
         throttle: listener.throttle.clone(),
     };
     let opts = worker.relay_opts(listener.splice);

@@ -23,7 +23,7 @@ use crate::conn::Stream;
 use crate::error::{Error, Phase};
 use crate::policy::{Access, Policy};
 use crate::tunnel::{Handoff, Record};
-use crate::upstream::{Start, Tls, Want};
+use crate::upstream::{Connected, Start, Tls, Want};
 use crate::worker::{ConnGuard, Worker};
 
 /// One SOCKS connection and what its log line will say.
@@ -221,7 +221,11 @@ impl Session {
 
     /// A connection to a destination the client named, from the upstream layer (given up
     /// as soon as the client leaves).
-    pub async fn connect(&mut self, dst: &Address, protocol: AclProtocol) -> Result<Stream, Error> {
+    pub async fn connect(
+        &mut self,
+        dst: &Address,
+        protocol: AclProtocol,
+    ) -> Result<Connected, Error> {
         let w = self.worker.clone();
         let policy = w.policy();
         let host = match &dst.host {
@@ -254,14 +258,14 @@ impl Session {
             }
         };
         self.upstream = Some(connected.addr);
-        Ok(connected.stream)
+        Ok(connected)
     }
 
     /// The tunnel to start, with any client bytes read beyond the handshake.
-    fn handoff(&mut self, upstream: Stream) -> Handoff {
+    fn handoff(&mut self, upstream: Stream, early_down: Vec<u8>) -> Handoff {
         let throttle = self.worker.policy().throttle(&self.listener.throttle, self.user.as_deref());
         let early_up = self.buf.filled().to_vec();
-        Handoff { upstream, early_up, early_down: Vec::new(), throttle }
+        Handoff { upstream, early_up, early_down, throttle }
     }
 
     /// BIND: listen on the address the client reached us on, tell it where, accept one
@@ -314,7 +318,7 @@ impl Session {
         self.upstream = Some(from);
         self.send(&reply(true, from)).await?;
         let _ = incoming.set_nodelay(true);
-        Ok(self.handoff(incoming.into()))
+        Ok(self.handoff(incoming.into(), Vec::new()))
     }
 }
 
@@ -377,9 +381,9 @@ async fn socks5_session(s: &mut Session) -> Outcome {
             s.method = "CONNECT";
             match s.connect(&request.dst, AclProtocol::Socks5).await {
                 Ok(up) => {
-                    let bound = up.local_addr().ok();
+                    let bound = up.stream.local_addr().ok();
                     reply5(s, socks5::Reply::Succeeded, bound).await;
-                    Ok(Some(s.handoff(up)))
+                    Ok(Some(s.handoff(up.stream, up.early)))
                 }
                 // A client that left is told nothing.
                 Err(e @ Error::ClientLeft(_)) => Err(e),
@@ -450,12 +454,12 @@ async fn socks4_session(s: &mut Session) -> Outcome {
             }
             match s.connect(&request.dst, AclProtocol::Socks4).await {
                 Ok(up) => {
-                    let bound = match up.local_addr() {
+                    let bound = match up.stream.local_addr() {
                         Ok(SocketAddr::V4(a)) => Some(a),
                         _ => None,
                     };
                     reply4(s, socks4::Reply::Granted, bound).await;
-                    Ok(Some(s.handoff(up)))
+                    Ok(Some(s.handoff(up.stream, up.early)))
                 }
                 Err(e @ Error::ClientLeft(_)) => Err(e),
                 Err(e) => {

@@ -22,11 +22,15 @@ use std::time::{Duration, Instant};
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use tokio::net::TcpStream;
 
+use crate::accesslog::Via;
 use crate::acl::Protocol;
 use crate::config::{ConnectTls, Upstream as UpstreamConfig};
 use crate::conn::Stream;
 use crate::error::{ConnectError, Error};
 use crate::policy::{Access, Denial, Policy};
+use crate::route::{Choice, Hop};
+
+mod parents;
 
 /// Who asks for a connection to where.
 pub struct Want<'a> {
@@ -63,18 +67,49 @@ pub struct Connected {
     pub addr: SocketAddr,
     /// Taken from the pool (it may turn out dead; see the exchange's retry).
     pub reused: bool,
+    /// The route and parents taken; None for a direct connection. A connection through
+    /// parents is not pooled.
+    pub via: Option<Rc<Via>>,
+    /// The last parent is an HTTP proxy that takes this plain HTTP request itself: send
+    /// it in absolute form, with this `Proxy-Authorization` value when there is one.
+    pub absolute: Option<Option<Box<[u8]>>>,
+    /// Bytes the last parent sent after its reply, which belong to the tunnel.
+    pub early: Vec<u8>,
+}
+
+impl Connected {
+    fn direct(stream: Stream, addr: SocketAddr, reused: bool) -> Connected {
+        Connected { stream, addr, reused, via: None, absolute: None, early: Vec::new() }
+    }
+
+    /// Whether the connection may go back to the pool under the caller's key.
+    pub fn poolable(&self) -> bool {
+        self.via.is_none()
+    }
 }
 
 /// What `start` decided when no pooled connection would do.
-pub struct Plan {
+pub struct Plan<'p> {
     /// The rules need each resolved address (a rule with `destinations` matched so far).
     rules_too: bool,
+    way: Way<'p>,
+}
+
+enum Way<'p> {
+    Direct,
+    /// Through the hops of a route.
+    Route {
+        name: &'p str,
+        hops: &'p [Hop],
+    },
+    /// A route's `destinations` decide: resolve first.
+    Undecided,
 }
 
 /// `start`'s answer.
-pub enum Start {
+pub enum Start<'p> {
     Ready(Connected),
-    Connect(Plan),
+    Connect(Plan<'p>),
 }
 
 impl<'a> Want<'a> {
@@ -104,23 +139,38 @@ fn denied(d: Denial) -> Error {
 impl Upstreams {
     /// The first step: the access rules on the host, then a pooled connection under `key`
     /// whose address the rules allow, if there is one.
-    pub fn start(
+    pub fn start<'p>(
         &self,
-        policy: &Policy,
+        policy: &'p Policy,
         want: &Want<'_>,
         key: Option<&[u8]>,
-    ) -> Result<Start, Error> {
+    ) -> Result<Start<'p>, Error> {
         let access = want.access(policy);
         let rules_too = access.precheck().map_err(denied)?;
+        // No route: the direct path does nothing more.
+        if !policy.routes.is_empty() {
+            let way = match policy.routes.choose(&access.request(None)) {
+                Choice::Direct { .. } => Way::Direct,
+                Choice::Deny { route } => {
+                    let rule = format!("route `{route}`");
+                    return Err(denied(Denial { rule, reason: "the route refuses it" }));
+                }
+                Choice::NeedAddress => Way::Undecided,
+                Choice::Path { route, hops } => Way::Route { name: route, hops },
+            };
+            if !matches!(way, Way::Direct) {
+                return Ok(Start::Connect(Plan { rules_too, way }));
+            }
+        }
         if let Some(key) = key {
             while let Some((mut stream, addr)) = self.take(key) {
                 if access.check_addr(addr, rules_too).is_none() {
-                    return Ok(Start::Ready(Connected { stream, addr, reused: true }));
+                    return Ok(Start::Ready(Connected::direct(stream, addr, true)));
                 }
                 stream.close_now();
             }
         }
-        Ok(Start::Connect(Plan { rules_too }))
+        Ok(Start::Connect(Plan { rules_too, way: Way::Direct }))
     }
 
     /// The second step: a new connection as `plan` says, within the connect timeout, with
@@ -129,38 +179,81 @@ impl Upstreams {
         &self,
         policy: &Policy,
         want: &Want<'_>,
-        plan: Plan,
+        plan: Plan<'_>,
         timeouts: &crate::config::Timeouts,
     ) -> Result<Connected, Error> {
         let access = want.access(policy);
-        let filter = |addr| access.check_addr(addr, plan.rules_too);
+        let way = match plan.way {
+            Way::Undecided => self.decide(policy, &access).await?,
+            way => way,
+        };
+        if let Way::Route { name, hops } = way {
+            return self.through(policy, want, plan.rules_too, name, hops, timeouts).await;
+        }
+        self.direct(policy, want, plan.rules_too, timeouts).await
+    }
+
+    /// A route whose `destinations` decide: the target is resolved (through the cache)
+    /// and the first address that settles the choice does.
+    async fn decide<'p>(&self, policy: &'p Policy, access: &Access<'_>) -> Result<Way<'p>, Error> {
+        let ips = self.resolve(access.host).await.map_err(Error::Connect)?;
+        for ip in ips.iter() {
+            match policy.routes.choose(&access.request(Some(*ip))) {
+                Choice::Direct { .. } => return Ok(Way::Direct),
+                Choice::Deny { route } => {
+                    let rule = format!("route `{route}`");
+                    return Err(denied(Denial { rule, reason: "the route refuses it" }));
+                }
+                Choice::Path { route, hops } => return Ok(Way::Route { name: route, hops }),
+                Choice::NeedAddress => {}
+            }
+        }
+        Ok(Way::Direct)
+    }
+
+    /// A direct connection to the target, each resolved address vetted by the rules.
+    async fn direct(
+        &self,
+        policy: &Policy,
+        want: &Want<'_>,
+        rules_too: bool,
+        timeouts: &crate::config::Timeouts,
+    ) -> Result<Connected, Error> {
+        let access = want.access(policy);
+        let filter = |addr| access.check_addr(addr, rules_too);
         let (host, port) = (want.host, want.port);
         let (tcp, addr) = self.connect_tcp(host, port, timeouts.connect, &filter).await?;
-        let tls_error = |reason: String| Error::Connect(ConnectError::Tls { addr, reason });
-        let stream = match want.tls {
-            Tls::Plain => Stream::Tcp(tcp),
-            Tls::Origin => {
-                let config = policy.https_origins().map_err(|e| tls_error(e.to_string()))?.clone();
-                let name = rustls::pki_types::ServerName::try_from(host.to_string())
-                    .map_err(|_| tls_error(format!("`{host}` is not a server name")))?;
-                crate::tls::connect(config, name, tcp, timeouts.handshake)
-                    .await
-                    .map_err(tls_error)?
-            }
-            Tls::Relay { listener, settings } => {
-                let Some(config) = policy.tls_connector(listener).cloned() else {
-                    return Err(tls_error(
-                        "the listener has no TLS settings for its target".into(),
-                    ));
-                };
-                let name = crate::tls::server_name(settings, host).map_err(tls_error)?;
-                crate::tls::connect(config, name, tcp, timeouts.handshake)
-                    .await
-                    .map_err(tls_error)?
-            }
-        };
-        Ok(Connected { stream, addr, reused: false })
+        let stream = target_tls(policy, want, Stream::Tcp(tcp), addr, timeouts).await?;
+        Ok(Connected::direct(stream, addr, false))
     }
+}
+
+/// TLS to the target on top of `stream`, as `want` asks.
+async fn target_tls(
+    policy: &Policy,
+    want: &Want<'_>,
+    stream: Stream,
+    addr: SocketAddr,
+    timeouts: &crate::config::Timeouts,
+) -> Result<Stream, Error> {
+    let tls_error = |reason: String| Error::Connect(ConnectError::Tls { addr, reason });
+    let host = want.host;
+    let (config, name) = match want.tls {
+        Tls::Plain => return Ok(stream),
+        Tls::Origin => {
+            let config = policy.https_origins().map_err(|e| tls_error(e.to_string()))?.clone();
+            let name = rustls::pki_types::ServerName::try_from(host.to_string())
+                .map_err(|_| tls_error(format!("`{host}` is not a server name")))?;
+            (config, name)
+        }
+        Tls::Relay { listener, settings } => {
+            let Some(config) = policy.tls_connector(listener).cloned() else {
+                return Err(tls_error("the listener has no TLS settings for its target".into()));
+            };
+            (config, crate::tls::server_name(settings, host).map_err(tls_error)?)
+        }
+    };
+    crate::tls::connect_over(config, name, stream, timeouts.handshake).await.map_err(tls_error)
 }
 
 /// RFC 8305's recommended Connection Attempt Delay: how long one address gets before the

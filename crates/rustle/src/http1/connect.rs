@@ -35,5 +35,6 @@ pub async fn tunnel(c: &mut Client, ex: &mut Exchange) -> Result<Next, Error> {
     let early_up = c.buf.filled().to_vec();
     c.buf.clear();
     let throttle = c.throttle();
-    Ok(Next::Tunnel(Handoff { upstream: up.stream, early_up, early_down: Vec::new(), throttle }))
+    ex.via = up.via;
+    Ok(Next::Tunnel(Handoff { upstream: up.stream, early_up, early_down: up.early, throttle }))
 }

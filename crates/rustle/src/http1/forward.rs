@@ -66,6 +66,16 @@ pub async fn forward(c: &mut Client, ex: &mut Exchange) -> Result<Next, Error> {
     let client_keep_alive = head.keep_alive();
     let client_http10 = head.minor == 0;
     let expect_continue = head.expect_continue;
+
+    // An upstream: a pooled connection, or a new one. (The head is written once it is
+    // known whether it goes to the origin or, in absolute form, to a parent proxy.)
+    let tls = if https { Tls::Origin } else { Tls::Plain };
+    let Connected { stream: mut up, mut addr, mut reused, via, absolute, early } =
+        c.upstream(Some(&key), host, port, Protocol::Http, tls).await?;
+    ex.upstream = Some(addr);
+    ex.via.clone_from(&via);
+    let head = &c.head;
+    let filled = c.buf.filled();
     let peer_text;
     let rw = RequestRewrite {
         via: cfg.http.via.then_some(VIA),
@@ -76,8 +86,8 @@ pub async fn forward(c: &mut Client, ex: &mut Exchange) -> Result<Next, Error> {
             None
         },
         upgrade,
-        absolute: false,
-        proxy_authorization: None,
+        absolute: absolute.is_some(),
+        proxy_authorization: absolute.as_ref().and_then(|a| a.as_deref()),
     };
     c.out.clear();
     write_request(head, filled, &rw, &mut c.out);
@@ -86,13 +96,9 @@ pub async fn forward(c: &mut Client, ex: &mut Exchange) -> Result<Next, Error> {
     if !expect_continue {
         ex.up += body::coalesce(&mut c.buf, &mut req_body, &mut c.out, COALESCE, Dir::Up)?;
     }
-
-    // An upstream: a pooled connection, or a new one.
-    let tls = if https { Tls::Origin } else { Tls::Plain };
-    let Connected { stream: mut up, mut addr, mut reused } =
-        c.upstream(Some(&key), host, port, Protocol::Http, tls).await?;
-    ex.upstream = Some(addr);
     let mut ubuf = worker.take_buf();
+    // Bytes a parent passed on before the request went out are the answer's first.
+    ubuf.extend_from_slice(&early);
     let mut rhead = ResponseHead::new();
     rhead.headers = worker.take_fields();
     let io = cfg.timeouts.io;
@@ -102,6 +108,7 @@ pub async fn forward(c: &mut Client, ex: &mut Exchange) -> Result<Next, Error> {
     // 9.2.2); any other request may have had its effect, so it is not repeated.
     let whole = req_body.is_done();
     let max_head = worker.limits.max_head;
+    let mut poolable = via.is_none();
     loop {
         let sent = write_timed(&mut up, &c.out, io).await;
         let result = match sent {
@@ -127,6 +134,11 @@ pub async fn forward(c: &mut Client, ex: &mut Exchange) -> Result<Next, Error> {
                 }
                 tracing::debug!("pooled connection to {addr} was dead; reconnecting");
                 let fresh = c.upstream(None, host, port, Protocol::Http, tls).await?;
+                if fresh.absolute.is_some() != absolute.is_some() {
+                    // The new connection's last hop takes the request in another form.
+                    return Err(Error::UpstreamClosed(NOT_RETRIED));
+                }
+                poolable = fresh.poolable();
                 (up, addr, reused) = (fresh.stream, fresh.addr, false);
                 ex.upstream = Some(addr);
             }
@@ -277,8 +289,11 @@ pub async fn forward(c: &mut Client, ex: &mut Exchange) -> Result<Next, Error> {
     match outcome {
         Outcome::Switch => switch_protocols(c, ex, up, ubuf, rhead, rw.via).await,
         Outcome::Done { body_done, client_close } => {
-            let upstream_reusable =
-                rhead.keep_alive() && body_done && ubuf.is_empty() && !worker.stopping.get();
+            let upstream_reusable = poolable
+                && rhead.keep_alive()
+                && body_done
+                && ubuf.is_empty()
+                && !worker.stopping.get();
             worker.give_buf(ubuf);
             worker.give_fields(std::mem::take(&mut rhead.headers));
             if upstream_reusable {

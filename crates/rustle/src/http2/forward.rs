@@ -92,7 +92,6 @@ pub(super) async fn forward(
         }
     }
     let mut out = Vec::with_capacity(1024);
-    write_head(shared, &parts, &target, parts.method.as_str(), framing, &mut out);
     // Of the method, only HEAD changes how a response is framed (CONNECT never comes here).
     let method = if parts.method == http::Method::HEAD { Method::Head } else { Method::Get };
     // Pool keys as HTTP/1.1 makes them: TLS origins under `https://host:port`.
@@ -100,13 +99,20 @@ pub(super) async fn forward(
     let key = pool_key(&mut key_buf, https, &host, port);
     let user = ex.user.clone();
     let tls = if https { Tls::Origin } else { Tls::Plain };
-    let Connected { stream: mut up, mut addr, mut reused } = {
+    let Connected { stream: mut up, mut addr, mut reused, via, absolute, early } = {
         let connect = upstream(shared, user.as_deref(), Some(&key), &host, port, HTTP, tls);
         unless_reset(respond, connect).await?
     };
+    // The head goes to the origin, or in absolute form to a parent proxy.
+    let to_parent = absolute.as_ref().map(|a| a.as_deref());
+    let method_str = parts.method.as_str();
+    write_head(shared, &parts, &target, method_str, framing, to_parent, &mut out);
+    let mut poolable = via.is_none();
     ex.upstream = Some(addr);
     let worker = shared.worker.clone();
     let mut ubuf = worker.take_buf();
+    // Bytes a parent passed on before the request went out are the answer's first.
+    ubuf.extend_from_slice(&early);
     let mut rhead = ResponseHead::new();
     rhead.headers.reserve(16);
 
@@ -131,6 +137,12 @@ pub(super) async fn forward(
             {
                 let connect = upstream(shared, user.as_deref(), None, &host, port, HTTP, tls);
                 let fresh = unless_reset(respond, connect).await?;
+                if fresh.absolute.is_some() != absolute.is_some() {
+                    // The new connection's last hop takes the request in another form.
+                    worker.give_buf(ubuf);
+                    return Err(Error::UpstreamClosed(NOT_RETRIED));
+                }
+                poolable = fresh.poolable();
                 (up, addr, reused) = (fresh.stream, fresh.addr, false);
                 ex.upstream = Some(addr);
             }
@@ -221,8 +233,11 @@ pub(super) async fn forward(
     ex.up += sent_up.get();
     match result {
         Ok(body_done) => {
-            let reusable =
-                rhead.keep_alive() && body_done && ubuf.is_empty() && !worker.stopping.get();
+            let reusable = poolable
+                && rhead.keep_alive()
+                && body_done
+                && ubuf.is_empty()
+                && !worker.stopping.get();
             worker.give_buf(ubuf);
             if reusable {
                 worker.upstreams.put(&key, up, addr);
@@ -263,7 +278,7 @@ pub(super) async fn websocket(
     let (host, port) = host_port(Some(&target), Some(80))?;
     let io = &shared.worker.cfg.timeouts;
     let mut out = Vec::with_capacity(1024);
-    write_head(shared, &parts, &target, "GET", Framing::None, &mut out);
+    write_head(shared, &parts, &target, "GET", Framing::None, None, &mut out);
     // write_head ended the head; the upgrade fields go before its final CRLF.
     out.truncate(out.len() - 2);
     use base64::Engine as _;
@@ -393,11 +408,20 @@ fn write_head(
     authority: &http::uri::Authority,
     method: &str,
     framing: Framing,
+    to_parent: Option<Option<&[u8]>>,
     out: &mut Vec<u8>,
 ) {
     let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
-    for part in [method, " ", path, " HTTP/1.1\r\nHost: ", authority.as_str(), "\r\n"] {
+    // To a parent proxy: the absolute form (http:// only: https goes through a tunnel).
+    let scheme = if to_parent.is_some() { "http://" } else { "" };
+    let origin = if to_parent.is_some() { authority.as_str() } else { "" };
+    for part in
+        [method, " ", scheme, origin, path, " HTTP/1.1\r\nHost: ", authority.as_str(), "\r\n"]
+    {
         out.extend_from_slice(part.as_bytes());
+    }
+    if let Some(Some(value)) = to_parent {
+        field(out, "proxy-authorization", &[value]);
     }
     let h = &parts.headers;
     for (name, value) in h {
