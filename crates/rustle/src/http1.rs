@@ -204,6 +204,7 @@ async fn serve_with(
                     status: ex.status,
                     start: ex.start,
                     upstream: ex.upstream,
+                    via: ex.via.take(),
                     up: ex.up,
                     down: ex.down,
                 };

@@ -331,6 +331,8 @@ struct Exchange {
     up: u64,
     down: u64,
     upstream: Option<SocketAddr>,
+    /// The route and parents taken, if any.
+    via: Option<Rc<crate::accesslog::Via>>,
     user: Option<Rc<str>>,
 }
 
@@ -345,6 +347,7 @@ impl Exchange {
             up: self.up,
             down: self.down,
             upstream: self.upstream,
+            via: self.via.take(),
             user: self.user.clone(),
         }
     }
@@ -369,7 +372,7 @@ impl Exchange {
                 error: error.map(|e| e as &dyn std::fmt::Display),
                 user: self.user.as_deref(),
                 tls: shared.tls.as_deref(),
-                via: None,
+                via: self.via.as_deref(),
             });
         }
     }
@@ -388,6 +391,7 @@ async fn stream(live: Live, req: Request<RecvStream>, mut respond: SendResponse<
         up: 0,
         down: 0,
         upstream: None,
+        via: None,
         user: None,
     };
     let result = async {
@@ -533,19 +537,35 @@ async fn upstream(
     }
 }
 
-/// A new plain connection for a tunnel (CONNECT or WebSocket stream).
+/// A new plain connection for a tunnel (CONNECT or WebSocket stream), and what came
+/// with it.
+struct Tcp {
+    stream: TcpStream,
+    addr: SocketAddr,
+    via: Option<Rc<crate::accesslog::Via>>,
+    absolute: Option<Option<Box<[u8]>>>,
+    early: Vec<u8>,
+}
+
+/// A new plain connection for a tunnel (CONNECT or WebSocket stream). A tunnel on an
+/// HTTP/2 stream relays from the socket itself: one through a TLS parent is refused.
 async fn upstream_tcp(
     shared: &Shared,
     user: Option<&str>,
     host: &str,
     port: u16,
     protocol: crate::acl::Protocol,
-) -> Result<(TcpStream, SocketAddr), Error> {
-    match upstream(shared, user, None, host, port, protocol, Tls::Plain).await? {
-        Connected { stream: Stream::Tcp(s), addr, .. } => Ok((s, addr)),
-        Connected { addr, .. } => Err(Error::Connect(ConnectError::Tls {
-            addr,
-            reason: "a tunnel on an HTTP/2 stream needs a plain connection".into(),
+) -> Result<Tcp, Error> {
+    let c = upstream(shared, user, None, host, port, protocol, Tls::Plain).await?;
+    match c.stream {
+        Stream::Tcp(stream) => {
+            Ok(Tcp { stream, addr: c.addr, via: c.via, absolute: c.absolute, early: c.early })
+        }
+        _ => Err(Error::Connect(ConnectError::Tls {
+            addr: c.addr,
+            reason: "a tunnel on an HTTP/2 stream needs a plain connection (not through an \
+                     https parent)"
+                .into(),
         })),
     }
 }

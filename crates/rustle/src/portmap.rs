@@ -75,7 +75,7 @@ pub async fn serve(guard: ConnGuard, listener: Arc<Listener>, stream: TcpStream,
         Err(e) => Err(e),
     };
     drop(policy);
-    let Connected { stream: upstream, addr, early: early_down, .. } = match connected {
+    let Connected { stream: upstream, addr, early: early_down, via, .. } = match connected {
         Ok(c) => c,
         Err(e) => {
             let addr = match &e {
@@ -93,6 +93,7 @@ pub async fn serve(guard: ConnGuard, listener: Arc<Listener>, stream: TcpStream,
         status: 0,
         start,
         upstream: Some(addr),
+        via,
         up: 0,
         down: 0,
     };

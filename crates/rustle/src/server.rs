@@ -409,6 +409,9 @@ async fn worker_main(worker: Rc<Worker>, sockets: Vec<(Arc<Listener>, Socket)>) 
     // idle tunnels (their deadlines are swept here rather than timed one by one).
     crate::idle::sweep_relays_here();
     drop(tokio::task::spawn_local(crate::tunnel::park::serve_here()));
+    if worker.id == 0 {
+        drop(tokio::task::spawn_local(probe_parents(worker.clone())));
+    }
     let mut shutdown = worker.shutdown.clone();
     let mut policy_rx = worker.policy_updates();
     // One tick flushes the access log (a line waits in a worker's buffer no longer) and
@@ -460,6 +463,39 @@ async fn worker_main(worker: Rc<Worker>, sockets: Vec<(Arc<Listener>, Socket)>) 
         );
     }
     worker.log.flush();
+}
+
+/// Health probes of the parents that have one (`probe`, every `probe_every`), run by the
+/// first worker for the whole process; the policy in force decides which, so a reload
+/// adds and removes them.
+async fn probe_parents(worker: Rc<Worker>) {
+    let mut last: std::collections::HashMap<Box<str>, Instant> = Default::default();
+    let mut shutdown = worker.shutdown.clone();
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = shutdown.changed() => return,
+        }
+        let policy = worker.policy();
+        let now = Instant::now();
+        for (i, p) in policy.routes.parents().iter().enumerate() {
+            if p.probe.is_none() {
+                continue;
+            }
+            let due = last.get(&p.name).is_none_or(|t| now.duration_since(*t) >= p.probe_every);
+            if !due {
+                continue;
+            }
+            last.insert(p.name.clone(), now);
+            let (worker, policy) = (worker.clone(), policy.clone());
+            drop(tokio::task::spawn_local(async move {
+                let parent = &policy.routes.parents()[i];
+                worker.upstreams.probe(&policy, parent, &worker.cfg.timeouts).await;
+            }));
+        }
+        last.retain(|name, _| policy.routes.parents().iter().any(|p| p.name == *name));
+    }
 }
 
 /// Takes one connection: a non-blocking socket, not yet registered with the event loop.

@@ -23,7 +23,7 @@ use crate::conn::Stream;
 use crate::error::{Error, Phase};
 use crate::policy::{Access, Policy};
 use crate::tunnel::{Handoff, Record};
-use crate::upstream::{Connected, Start, Tls, Want};
+use crate::upstream::{Start, Tls, Want};
 use crate::worker::{ConnGuard, Worker};
 
 /// One SOCKS connection and what its log line will say.
@@ -48,6 +48,8 @@ pub struct Session {
     pub up: u64,
     pub down: u64,
     pub upstream: Option<SocketAddr>,
+    /// The route and parents taken, if any.
+    pub via: Option<Rc<crate::accesslog::Via>>,
     /// The deadline for the whole handshake.
     deadline: tokio::time::Instant,
 }
@@ -78,6 +80,7 @@ pub async fn serve(
         up: 0,
         down: 0,
         upstream: None,
+        via: None,
         deadline,
     };
     let result = match s.fill_until(|b| !b.is_empty()).await {
@@ -91,7 +94,17 @@ pub async fn serve(
         Ok(Some(handoff)) => {
             // The tunnel logs itself when it ends; the handshake's state goes now.
             let Session {
-                guard, stream, peer, method, target, status, start, upstream, user, ..
+                guard,
+                stream,
+                peer,
+                method,
+                target,
+                status,
+                start,
+                upstream,
+                user,
+                via,
+                ..
             } = s;
             let record = Record {
                 tls: None,
@@ -101,6 +114,7 @@ pub async fn serve(
                 status,
                 start,
                 upstream,
+                via,
                 up: 0,
                 down: 0,
             };
@@ -196,7 +210,7 @@ impl Session {
             error: error.map(|e| e as &dyn std::fmt::Display),
             user: self.user.as_deref(),
             tls: None,
-            via: None,
+            via: self.via.as_deref(),
         });
     }
 
@@ -225,7 +239,7 @@ impl Session {
         &mut self,
         dst: &Address,
         protocol: AclProtocol,
-    ) -> Result<Connected, Error> {
+    ) -> Result<(Stream, Vec<u8>), Error> {
         let w = self.worker.clone();
         let policy = w.policy();
         let host = match &dst.host {
@@ -258,7 +272,8 @@ impl Session {
             }
         };
         self.upstream = Some(connected.addr);
-        Ok(connected)
+        self.via = connected.via;
+        Ok((connected.stream, connected.early))
     }
 
     /// The tunnel to start, with any client bytes read beyond the handshake.
@@ -381,9 +396,9 @@ async fn socks5_session(s: &mut Session) -> Outcome {
             s.method = "CONNECT";
             match s.connect(&request.dst, AclProtocol::Socks5).await {
                 Ok(up) => {
-                    let bound = up.stream.local_addr().ok();
+                    let bound = up.0.local_addr().ok();
                     reply5(s, socks5::Reply::Succeeded, bound).await;
-                    Ok(Some(s.handoff(up.stream, up.early)))
+                    Ok(Some(s.handoff(up.0, up.1)))
                 }
                 // A client that left is told nothing.
                 Err(e @ Error::ClientLeft(_)) => Err(e),
@@ -454,12 +469,12 @@ async fn socks4_session(s: &mut Session) -> Outcome {
             }
             match s.connect(&request.dst, AclProtocol::Socks4).await {
                 Ok(up) => {
-                    let bound = match up.stream.local_addr() {
+                    let bound = match up.0.local_addr() {
                         Ok(SocketAddr::V4(a)) => Some(a),
                         _ => None,
                     };
                     reply4(s, socks4::Reply::Granted, bound).await;
-                    Ok(Some(s.handoff(up.stream, up.early)))
+                    Ok(Some(s.handoff(up.0, up.1)))
                 }
                 Err(e @ Error::ClientLeft(_)) => Err(e),
                 Err(e) => {

@@ -40,6 +40,8 @@ pub struct Record {
     pub user: Option<std::rc::Rc<str>>,
     /// The client's TLS session, on TLS ports.
     pub tls: Option<std::rc::Rc<crate::tls::Session>>,
+    /// The route and parents taken, if any.
+    pub via: Option<std::rc::Rc<crate::accesslog::Via>>,
     /// Bytes already counted by the handshake (a 101 response's body bytes, say).
     pub up: u64,
     pub down: u64,
@@ -182,7 +184,7 @@ pub(crate) fn finish(
             error: result.as_ref().err().map(|e| e as &dyn std::fmt::Display),
             user: rec.user.as_deref(),
             tls: rec.tls.as_deref(),
-            via: None,
+            via: rec.via.as_deref(),
         });
     }
 }

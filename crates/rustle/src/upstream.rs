@@ -32,6 +32,8 @@ use crate::route::{Choice, Hop};
 
 mod parents;
 
+pub use parents::UdpVia;
+
 /// Who asks for a connection to where.
 pub struct Want<'a> {
     /// The destination host as the client named it (a name or an address literal).
@@ -67,9 +69,11 @@ pub struct Connected {
     pub addr: SocketAddr,
     /// Taken from the pool (it may turn out dead; see the exchange's retry).
     pub reused: bool,
-    /// The route and parents taken; None for a direct connection. A connection through
-    /// parents is not pooled.
+    /// The route and parents taken; None for a direct connection.
     pub via: Option<Rc<Via>>,
+    /// The pool key of a connection through parents (their names, and the target unless
+    /// the last parent takes requests for any); None: the caller's own key.
+    pub pool_key: Option<Box<[u8]>>,
     /// The last parent is an HTTP proxy that takes this plain HTTP request itself: send
     /// it in absolute form, with this `Proxy-Authorization` value when there is one.
     pub absolute: Option<Option<Box<[u8]>>>,
@@ -79,12 +83,21 @@ pub struct Connected {
 
 impl Connected {
     fn direct(stream: Stream, addr: SocketAddr, reused: bool) -> Connected {
-        Connected { stream, addr, reused, via: None, absolute: None, early: Vec::new() }
+        Connected {
+            stream,
+            addr,
+            reused,
+            via: None,
+            pool_key: None,
+            absolute: None,
+            early: Vec::new(),
+        }
     }
 
-    /// Whether the connection may go back to the pool under the caller's key.
-    pub fn poolable(&self) -> bool {
-        self.via.is_none()
+    /// The key to pool the connection under once its exchange is done: its own for a
+    /// connection through parents, else `key` (the caller's).
+    pub fn pool_key<'k>(&'k self, key: &'k [u8]) -> &'k [u8] {
+        self.pool_key.as_deref().unwrap_or(key)
     }
 }
 
@@ -102,6 +115,12 @@ enum Way<'p> {
         name: &'p str,
         hops: &'p [Hop],
     },
+    /// Through the hops of a route, the parents of its first attempt already picked.
+    Chain {
+        name: &'p str,
+        hops: &'p [Hop],
+        chain: Vec<&'p std::sync::Arc<crate::route::Parent>>,
+    },
     /// A route's `destinations` decide: resolve first.
     Undecided,
 }
@@ -110,6 +129,23 @@ enum Way<'p> {
 pub enum Start<'p> {
     Ready(Connected),
     Connect(Plan<'p>),
+}
+
+impl Plan<'_> {
+    /// Whether the route is decided only by resolving the target (`settle` first).
+    pub fn undecided(&self) -> bool {
+        matches!(self.way, Way::Undecided)
+    }
+
+    /// How a plain HTTP request goes on the connection this plan makes: None to its
+    /// origin; in absolute form to an HTTP parent, with that parent's
+    /// `Proxy-Authorization` value when it has credentials.
+    pub fn absolute(&self, want: &Want<'_>) -> Option<Option<Box<[u8]>>> {
+        match &self.way {
+            Way::Chain { chain, .. } => parents::absolute(want, chain),
+            Way::Direct | Way::Route { .. } | Way::Undecided => None,
+        }
+    }
 }
 
 impl<'a> Want<'a> {
@@ -158,6 +194,9 @@ impl Upstreams {
                 Choice::NeedAddress => Way::Undecided,
                 Choice::Path { route, hops } => Way::Route { name: route, hops },
             };
+            if let Way::Route { name, hops } = way {
+                return self.start_route(policy, want, key, rules_too, name, hops);
+            }
             if !matches!(way, Way::Direct) {
                 return Ok(Start::Connect(Plan { rules_too, way }));
             }
@@ -182,15 +221,48 @@ impl Upstreams {
         plan: Plan<'_>,
         timeouts: &crate::config::Timeouts,
     ) -> Result<Connected, Error> {
-        let access = want.access(policy);
         let way = match plan.way {
-            Way::Undecided => self.decide(policy, &access).await?,
+            Way::Undecided => self.decide(policy, &want.access(policy)).await?,
             way => way,
         };
-        if let Way::Route { name, hops } = way {
-            return self.through(policy, want, plan.rules_too, name, hops, timeouts).await;
+        match way {
+            Way::Route { name, hops } => {
+                return self
+                    .through(policy, want, plan.rules_too, (name, hops), None, timeouts)
+                    .await
+            }
+            Way::Chain { name, hops, chain } => {
+                let first = Some(chain);
+                return self
+                    .through(policy, want, plan.rules_too, (name, hops), first, timeouts)
+                    .await;
+            }
+            Way::Direct | Way::Undecided => {}
         }
         self.direct(policy, want, plan.rules_too, timeouts).await
+    }
+
+    /// Settles a plan that `undecided` says the target's addresses decide: resolved now,
+    /// so that the caller knows where the request goes before it writes it.
+    pub async fn settle<'p>(
+        &self,
+        policy: &'p Policy,
+        want: &Want<'_>,
+        plan: Plan<'p>,
+    ) -> Result<Plan<'p>, Error> {
+        let Way::Undecided = plan.way else { return Ok(plan) };
+        let way = match self.decide(policy, &want.access(policy)).await? {
+            Way::Route { name, hops } => {
+                let chain = parents::pick_chain(policy, want, hops)
+                    .map_err(|why| Error::Connect(ConnectError::NoParent(why)))?;
+                match chain.is_empty() {
+                    true => Way::Direct,
+                    false => Way::Chain { name, hops, chain },
+                }
+            }
+            way => way,
+        };
+        Ok(Plan { rules_too: plan.rules_too, way })
     }
 
     /// A route whose `destinations` decide: the target is resolved (through the cache)

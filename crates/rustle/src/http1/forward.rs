@@ -19,9 +19,9 @@ use crate::buf::Buf;
 use crate::config::SpliceMode;
 use crate::conn::Stream;
 use crate::error::{Error, Phase};
-use crate::exchange::{client_left, read_response_head_or, write_timed, NOT_RETRIED};
+use crate::exchange::{client_left, read_response_head_or, unless_left, write_timed, NOT_RETRIED};
 use crate::tunnel::Handoff;
-use crate::upstream::{Connected, Tls};
+use crate::upstream::{Connected, Start, Tls, Want};
 use crate::worker::Worker;
 
 /// A head and the body bytes that came with it are sent in one write while they fit in
@@ -67,35 +67,79 @@ pub async fn forward(c: &mut Client, ex: &mut Exchange) -> Result<Next, Error> {
     let client_http10 = head.minor == 0;
     let expect_continue = head.expect_continue;
 
-    // An upstream: a pooled connection, or a new one. (The head is written once it is
-    // known whether it goes to the origin or, in absolute form, to a parent proxy.)
+    // Where the request goes (the access rules, a route) and a pooled connection when
+    // there is one; a new one is made only once the head and the body bytes in hand have
+    // been checked, so that a malformed request never reaches an upstream. (The head is
+    // written for the origin, or in absolute form for an HTTP parent.)
     let tls = if https { Tls::Origin } else { Tls::Plain };
-    let Connected { stream: mut up, mut addr, mut reused, via, absolute, early } =
-        c.upstream(Some(&key), host, port, Protocol::Http, tls).await?;
+    let via_name = cfg.http.via.then_some(VIA);
+    // (In a block: what it needs does not stay in the connection's future.)
+    let (connected, mut req_body, absolute) = {
+        let policy = worker.policy();
+        let user = c.user.clone();
+        let want = Want {
+            host,
+            port,
+            protocol: Protocol::Http,
+            client: c.peer.ip(),
+            user: user.as_deref(),
+            listener: c.listener.name.as_deref(),
+            tls,
+        };
+        let start = match worker.upstreams.start(&policy, &want, Some(&key))? {
+            // A route that the target's addresses decide: resolved now (boxed: rare).
+            Start::Connect(plan) if plan.undecided() => {
+                // (The future goes to the heap in a statement of its own: a temporary
+                // that lives across the await would take its room in this future.)
+                let settle = Box::pin(worker.upstreams.settle(&policy, &want, plan));
+                Start::Connect(settle.await?)
+            }
+            start => start,
+        };
+        let absolute = match &start {
+            Start::Ready(ready) => ready.absolute.clone(),
+            Start::Connect(plan) => plan.absolute(&want),
+        };
+        let head = &c.head;
+        let filled = c.buf.filled();
+        let peer_text;
+        let rw = RequestRewrite {
+            via: via_name,
+            forwarded_for: if cfg.http.forwarded_for {
+                peer_text = c.peer.ip().to_string();
+                Some(peer_text.as_str())
+            } else {
+                None
+            },
+            upgrade,
+            absolute: absolute.is_some(),
+            proxy_authorization: absolute.as_ref().and_then(|a| a.as_deref()),
+        };
+        c.out.clear();
+        write_request(head, filled, &rw, &mut c.out);
+        let mut req_body = State::new(head.body);
+        c.buf.consume(head.len);
+        let absolute = absolute.is_some();
+        if !expect_continue {
+            ex.up += body::coalesce(&mut c.buf, &mut req_body, &mut c.out, COALESCE, Dir::Up)?;
+        }
+        let connected = match start {
+            Start::Ready(ready) => ready,
+            Start::Connect(plan) => {
+                // Boxed, on this path only: an attempt's state (resolver, Happy Eyeballs,
+                // handshakes, the watch on the client) would otherwise enlarge every HTTP
+                // connection's future. A client that leaves meanwhile ends it.
+                let (stream, buf) = (&mut c.stream, &mut c.buf);
+                let connect = Box::pin(connect_watched(&worker, &policy, &want, plan, stream, buf));
+                connect.await?
+            }
+        };
+        (connected, req_body, absolute)
+    };
+    let Connected { stream: mut up, mut addr, mut reused, via, early, mut pool_key, .. } =
+        connected;
     ex.upstream = Some(addr);
     ex.via.clone_from(&via);
-    let head = &c.head;
-    let filled = c.buf.filled();
-    let peer_text;
-    let rw = RequestRewrite {
-        via: cfg.http.via.then_some(VIA),
-        forwarded_for: if cfg.http.forwarded_for {
-            peer_text = c.peer.ip().to_string();
-            Some(peer_text.as_str())
-        } else {
-            None
-        },
-        upgrade,
-        absolute: absolute.is_some(),
-        proxy_authorization: absolute.as_ref().and_then(|a| a.as_deref()),
-    };
-    c.out.clear();
-    write_request(head, filled, &rw, &mut c.out);
-    let mut req_body = State::new(head.body);
-    c.buf.consume(head.len);
-    if !expect_continue {
-        ex.up += body::coalesce(&mut c.buf, &mut req_body, &mut c.out, COALESCE, Dir::Up)?;
-    }
     let mut ubuf = worker.take_buf();
     // Bytes a parent passed on before the request went out are the answer's first.
     ubuf.extend_from_slice(&early);
@@ -108,7 +152,6 @@ pub async fn forward(c: &mut Client, ex: &mut Exchange) -> Result<Next, Error> {
     // 9.2.2); any other request may have had its effect, so it is not repeated.
     let whole = req_body.is_done();
     let max_head = worker.limits.max_head;
-    let mut poolable = via.is_none();
     loop {
         let sent = write_timed(&mut up, &c.out, io).await;
         let result = match sent {
@@ -133,12 +176,13 @@ pub async fn forward(c: &mut Client, ex: &mut Exchange) -> Result<Next, Error> {
                     return Err(Error::UpstreamClosed(NOT_RETRIED));
                 }
                 tracing::debug!("pooled connection to {addr} was dead; reconnecting");
-                let fresh = c.upstream(None, host, port, Protocol::Http, tls).await?;
-                if fresh.absolute.is_some() != absolute.is_some() {
+                let fresh = Box::pin(c.upstream(None, host, port, Protocol::Http, tls));
+                let fresh = fresh.await?;
+                if fresh.absolute.is_some() != absolute {
                     // The new connection's last hop takes the request in another form.
                     return Err(Error::UpstreamClosed(NOT_RETRIED));
                 }
-                poolable = fresh.poolable();
+                pool_key = fresh.pool_key;
                 (up, addr, reused) = (fresh.stream, fresh.addr, false);
                 ex.upstream = Some(addr);
             }
@@ -222,7 +266,7 @@ pub async fn forward(c: &mut Client, ex: &mut Exchange) -> Result<Next, Error> {
                 || dechunk
                 || worker.stopping.get();
             let rrw = ResponseRewrite {
-                via: rw.via,
+                via: via_name,
                 close: client_close || !body_done,
                 keep_alive_10: client_http10 && !client_close,
                 upgrade: false,
@@ -287,19 +331,16 @@ pub async fn forward(c: &mut Client, ex: &mut Exchange) -> Result<Next, Error> {
     };
 
     match outcome {
-        Outcome::Switch => switch_protocols(c, ex, up, ubuf, rhead, rw.via).await,
+        Outcome::Switch => switch_protocols(c, ex, up, ubuf, rhead, via_name).await,
         Outcome::Done { body_done, client_close } => {
-            let upstream_reusable = poolable
-                && rhead.keep_alive()
-                && body_done
-                && ubuf.is_empty()
-                && !worker.stopping.get();
+            let upstream_reusable =
+                rhead.keep_alive() && body_done && ubuf.is_empty() && !worker.stopping.get();
             worker.give_buf(ubuf);
             worker.give_fields(std::mem::take(&mut rhead.headers));
             if upstream_reusable {
                 // Back to the worker's pool at once: an idle client holds no origin
                 // connection, and its next request (or another client's) takes one there.
-                worker.upstreams.put(&key, up, addr);
+                worker.upstreams.put(pool_key.as_deref().unwrap_or(&key), up, addr);
             } else {
                 // A clean end: a TLS origin gets its close_notify.
                 up.close_now();
@@ -397,4 +438,20 @@ fn client_side(e: Error) -> Error {
         Error::Timeout(_) => Error::Timeout(Phase::ClientWrite),
         other => other,
     }
+}
+
+/// A new upstream connection as `plan` says, given up as soon as the client leaves (what
+/// it sends meanwhile, a pipelined request, is kept in `buf`).
+async fn connect_watched(
+    worker: &Worker,
+    policy: &crate::policy::Policy,
+    want: &Want<'_>,
+    plan: crate::upstream::Plan<'_>,
+    stream: &mut crate::conn::Stream,
+    buf: &mut Buf,
+) -> Result<Connected, Error> {
+    let timeouts = &worker.cfg.timeouts;
+    let connect = std::pin::pin!(worker.upstreams.connect(policy, want, plan, timeouts));
+    let max = worker.limits.max_head;
+    unless_left(worker, connect, || client_left(stream, buf, max, Phase::Connect, false)).await
 }

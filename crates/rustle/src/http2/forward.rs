@@ -29,7 +29,7 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use super::tunnel::{Task, Tunnel};
 use super::{
     authority, client_error, host_port, is_dropped_request_field, send_all, unless_reset, upstream,
-    upstream_tcp, Exchange, Live, Reset, Shared,
+    upstream_tcp, Exchange, Live, Reset, Shared, Tcp,
 };
 use crate::acl::Protocol;
 use crate::body::{self, Dir, State};
@@ -99,7 +99,7 @@ pub(super) async fn forward(
     let key = pool_key(&mut key_buf, https, &host, port);
     let user = ex.user.clone();
     let tls = if https { Tls::Origin } else { Tls::Plain };
-    let Connected { stream: mut up, mut addr, mut reused, via, absolute, early } = {
+    let Connected { stream: mut up, mut addr, mut reused, via, absolute, early, mut pool_key } = {
         let connect = upstream(shared, user.as_deref(), Some(&key), &host, port, HTTP, tls);
         unless_reset(respond, connect).await?
     };
@@ -107,8 +107,8 @@ pub(super) async fn forward(
     let to_parent = absolute.as_ref().map(|a| a.as_deref());
     let method_str = parts.method.as_str();
     write_head(shared, &parts, &target, method_str, framing, to_parent, &mut out);
-    let mut poolable = via.is_none();
     ex.upstream = Some(addr);
+    ex.via = via;
     let worker = shared.worker.clone();
     let mut ubuf = worker.take_buf();
     // Bytes a parent passed on before the request went out are the answer's first.
@@ -142,7 +142,7 @@ pub(super) async fn forward(
                     worker.give_buf(ubuf);
                     return Err(Error::UpstreamClosed(NOT_RETRIED));
                 }
-                poolable = fresh.poolable();
+                pool_key = fresh.pool_key;
                 (up, addr, reused) = (fresh.stream, fresh.addr, false);
                 ex.upstream = Some(addr);
             }
@@ -233,14 +233,11 @@ pub(super) async fn forward(
     ex.up += sent_up.get();
     match result {
         Ok(body_done) => {
-            let reusable = poolable
-                && rhead.keep_alive()
-                && body_done
-                && ubuf.is_empty()
-                && !worker.stopping.get();
+            let reusable =
+                rhead.keep_alive() && body_done && ubuf.is_empty() && !worker.stopping.get();
             worker.give_buf(ubuf);
             if reusable {
-                worker.upstreams.put(&key, up, addr);
+                worker.upstreams.put(pool_key.as_deref().unwrap_or(&key), up, addr);
             } else {
                 // A clean end: a TLS origin gets its close_notify.
                 up.close_now();
@@ -277,8 +274,17 @@ pub(super) async fn websocket(
     check_websocket_scheme(&parts)?;
     let (host, port) = host_port(Some(&target), Some(80))?;
     let io = &shared.worker.cfg.timeouts;
+    let user = ex.user.clone();
+    let connect = upstream_tcp(shared, user.as_deref(), &host, port, Protocol::Http);
+    let Tcp { stream: mut up, addr, via, absolute, early } = unless_reset(respond, connect).await?;
+    ex.upstream = Some(addr);
+    ex.via = via;
+    if !early.is_empty() {
+        return Err(Error::UpstreamClosed("with bytes before the request: not a WebSocket origin"));
+    }
     let mut out = Vec::with_capacity(1024);
-    write_head(shared, &parts, &target, "GET", Framing::None, None, &mut out);
+    let to_parent = absolute.as_ref().map(|a| a.as_deref());
+    write_head(shared, &parts, &target, "GET", Framing::None, to_parent, &mut out);
     // write_head ended the head; the upgrade fields go before its final CRLF.
     out.truncate(out.len() - 2);
     use base64::Engine as _;
@@ -287,10 +293,6 @@ pub(super) async fn websocket(
         out,
         "Upgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: {key}\r\n\r\n"
     );
-    let user = ex.user.clone();
-    let connect = upstream_tcp(shared, user.as_deref(), &host, port, Protocol::Http);
-    let (mut up, addr) = unless_reset(respond, connect).await?;
-    ex.upstream = Some(addr);
     write_timed(&mut up, &out, io.io).await?;
     let mut ubuf = shared.worker.take_buf();
     let mut rhead = ResponseHead::new();

@@ -57,13 +57,17 @@ pub(super) async fn connect(
     let user = ex.user.clone();
     // Given up as soon as the client resets the stream or leaves.
     let connect = upstream_tcp(shared, user.as_deref(), &host, port, Protocol::Connect);
-    let (up, addr) = super::unless_reset(respond, connect).await?;
+    let super::Tcp { stream: up, addr, via, early, .. } =
+        super::unless_reset(respond, connect).await?;
     ex.upstream = Some(addr);
+    ex.via = via;
     let send = respond.send_response(Response::new(()), false).map_err(client_error)?;
     ex.status = 200;
     let io = &shared.worker.cfg.timeouts;
-    let relay = Tunnel::new(req.into_body(), send, up, io.tunnel_idle, io.io)
+    let mut relay = Tunnel::new(req.into_body(), send, up, io.tunnel_idle, io.io)
         .throttled(&shared.throttle(user.as_deref()));
+    // What the last parent passed on with its reply goes first.
+    relay.send_early(&early)?;
     Ok(Some(Task { relay, ex: ex.take(), _live: live }))
 }
 

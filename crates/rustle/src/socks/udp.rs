@@ -15,6 +15,7 @@ use tokio::net::UdpSocket;
 use super::{reply5, Session};
 use crate::acl::Protocol as AclProtocol;
 use crate::error::Error;
+use crate::upstream::{Tls, UdpVia, Want};
 use crate::worker::Worker;
 
 /// Largest UDP payload; a datagram buffer of this size never truncates.
@@ -67,6 +68,35 @@ struct Counts {
 /// back with a header naming their source. Ends with the TCP control connection or
 /// after `timeouts.udp_idle` without a datagram.
 pub async fn associate(s: &mut Session, hint: &Address) -> Result<(), Error> {
+    // A route may send the association through a SOCKS5 parent.
+    let through = {
+        let worker = s.worker.clone();
+        let policy = worker.policy();
+        let host = match &hint.host {
+            Host::Ip(ip) => ip.to_string(),
+            Host::Domain(d) => d.as_str().to_string(),
+        };
+        let want = Want {
+            host: &host,
+            port: hint.port,
+            protocol: AclProtocol::Udp,
+            client: s.peer.ip(),
+            user: s.user.as_deref(),
+            listener: s.listener.name.as_deref(),
+            tls: Tls::Plain,
+        };
+        let timeouts = &worker.cfg.timeouts;
+        match Box::pin(worker.upstreams.udp_route(&policy, &want, timeouts)).await {
+            Ok(through) => through,
+            Err(e) => {
+                reply5(s, e.socks5_reply(), None).await;
+                return Err(e);
+            }
+        }
+    };
+    if let Some(through) = through {
+        return Box::pin(associate_via(s, hint, through)).await;
+    }
     let local_ip = s.stream.local_addr().map_err(Error::Client)?.ip();
     let relay = match UdpSocket::bind((local_ip, 0)).await {
         Ok(r) => r,
@@ -230,6 +260,144 @@ async fn resolve_udp(worker: &Worker, dst: &Address) -> Option<SocketAddr> {
         Host::Domain(d) => {
             let ips = worker.upstreams.resolve(d.as_str()).await.ok()?;
             ips.first().map(|ip| SocketAddr::new(*ip, dst.port))
+        }
+    }
+}
+
+/// UDP ASSOCIATE chained through a SOCKS5 parent's own association (`UdpVia`): the
+/// client's datagrams go to the parent's relay as they came, SOCKS5 header and all, once
+/// the access rules allow their destination; the parent's come back to the client as
+/// they came. Ends with either TCP connection (the client's or the parent's), or after
+/// `timeouts.udp_idle` without a datagram.
+async fn associate_via(s: &mut Session, hint: &Address, mut via: UdpVia) -> Result<(), Error> {
+    let local_ip = s.stream.local_addr().map_err(Error::Client)?.ip();
+    let bind_out: SocketAddr = match via.relay {
+        SocketAddr::V4(_) => (Ipv4Addr::UNSPECIFIED, 0).into(),
+        SocketAddr::V6(_) => (Ipv6Addr::UNSPECIFIED, 0).into(),
+    };
+    let sockets = async {
+        let relay = UdpSocket::bind((local_ip, 0)).await?;
+        let out = UdpSocket::bind(bind_out).await?;
+        out.connect(via.relay).await?;
+        Ok::<_, io::Error>((relay, out))
+    };
+    let (relay, out) = match sockets.await {
+        Ok(x) => x,
+        Err(e) => {
+            reply5(s, socks5::Reply::GeneralFailure, None).await;
+            return Err(Error::Upstream(e));
+        }
+    };
+    let bound = relay.local_addr().map_err(Error::Upstream)?;
+    let _registered = Registered::new(bound);
+    s.upstream = Some(via.relay);
+    s.via = Some(via.via.clone());
+    reply5(s, socks5::Reply::Succeeded, Some(bound)).await;
+    let expected_port = (hint.port != 0).then_some(hint.port);
+    let client_ip = s.peer.ip();
+    let idle = s.worker.cfg.timeouts.udp_idle;
+    let mut client_udp: Option<SocketAddr> = None;
+    let mut allowed: HashSet<Address> = HashSet::new();
+    let mut from_client = vec![0u8; MAX_DATAGRAM];
+    let mut from_parent = vec![0u8; MAX_DATAGRAM];
+    let mut counts = Counts::default();
+    let mut control = [0u8; 64];
+    let mut parent_control = [0u8; 64];
+    let result = loop {
+        let timer = tokio::time::sleep(idle);
+        tokio::select! {
+            r = s.stream.read(&mut control) => match r {
+                Ok(0) | Err(_) => break Ok(()),
+                Ok(_) => continue,
+            },
+            r = via.control.read(&mut parent_control) => match r {
+                Ok(0) => break Err(Error::UpstreamClosed("the UDP association's control connection")),
+                Err(e) => break Err(Error::Upstream(e)),
+                Ok(_) => continue,
+            },
+            _ = timer => break Ok(()),
+            r = relay.recv_from(&mut from_client) => {
+                let (n, src) = r.map_err(Error::Upstream)?;
+                if src.ip() != client_ip || expected_port.is_some_and(|p| p != src.port()) {
+                    counts.dropped += 1;
+                    continue;
+                }
+                client_udp.get_or_insert(src);
+                let Ok((header, offset)) = socks5::parse_udp(&from_client[..n]) else {
+                    counts.dropped += 1;
+                    continue;
+                };
+                if header.frag != 0 {
+                    counts.dropped += 1;
+                    continue;
+                }
+                if !allowed.contains(&header.dst) {
+                    // A new destination: the access rules decide, on the name the parent
+                    // will resolve (resolved here only when a rule needs its address).
+                    if !destination_allowed(s, &header.dst).await {
+                        counts.dropped += 1;
+                        continue;
+                    }
+                    if allowed.len() < MAX_PEERS {
+                        allowed.insert(header.dst.clone());
+                    }
+                }
+                if out.send(&from_client[..n]).await.is_ok() {
+                    counts.up += (n - offset) as u64;
+                } else {
+                    counts.dropped += 1;
+                }
+            }
+            r = out.recv(&mut from_parent) => {
+                let Ok(n) = r else { counts.dropped += 1; continue };
+                let (Some(client), Ok((_, offset))) =
+                    (client_udp, socks5::parse_udp(&from_parent[..n]))
+                else {
+                    counts.dropped += 1;
+                    continue;
+                };
+                if relay.send_to(&from_parent[..n], client).await.is_ok() {
+                    counts.down += (n - offset) as u64;
+                } else {
+                    counts.dropped += 1;
+                }
+            }
+        }
+    };
+    s.up = counts.up;
+    s.down = counts.down;
+    if counts.dropped > 0 {
+        tracing::debug!("{}: UDP association dropped {} datagram(s)", s.peer, counts.dropped);
+    }
+    result
+}
+
+/// Whether the access rules let this association send to `dst`, a destination reached
+/// through a parent: the rules on its name, and on its address when they need one (a
+/// literal, or the name resolved here).
+async fn destination_allowed(s: &Session, dst: &Address) -> bool {
+    let policy = s.worker.policy();
+    let host = match &dst.host {
+        Host::Ip(ip) => ip.to_string(),
+        Host::Domain(d) => d.as_str().to_string(),
+    };
+    let access = s.access(&policy, &host, dst.port, AclProtocol::Udp);
+    let needs_address = match access.precheck() {
+        Ok(needs) => needs,
+        Err(d) => {
+            tracing::debug!("{}: UDP to {host}:{} {d}", s.peer, dst.port);
+            return false;
+        }
+    };
+    if !needs_address {
+        return true;
+    }
+    let Some(addr) = resolve_udp(&s.worker, dst).await else { return false };
+    match access.check_addr(addr, true) {
+        None => true,
+        Some(d) => {
+            tracing::debug!("{}: UDP to {addr} {d}", s.peer);
+            false
         }
     }
 }

@@ -55,25 +55,21 @@ impl Upstreams {
         policy: &Policy,
         want: &Want<'_>,
         rules_too: bool,
-        route: &str,
-        hops: &[Hop],
+        (route, hops): (&str, &[Hop]),
+        mut picked: Option<Vec<&Arc<Parent>>>,
         timeouts: &Timeouts,
     ) -> Result<Connected, Error> {
-        let routes = &policy.routes;
         let mut last: Option<Error> = None;
         for _ in 0..ATTEMPTS {
-            let now = Instant::now();
-            let mut chain: Vec<&Arc<Parent>> = Vec::with_capacity(hops.len());
-            for hop in hops {
-                match routes.pick(hop, want.user, want.client, now) {
-                    Pick::Parent(p) => chain.push(p),
-                    // A group whose fallback is `direct`: this hop is skipped.
-                    Pick::Direct => {}
-                    Pick::Deny(why) => {
+            let chain = match picked.take() {
+                Some(chain) => chain,
+                None => match pick_chain(policy, want, hops) {
+                    Ok(chain) => chain,
+                    Err(why) => {
                         return Err(last.unwrap_or(Error::Connect(ConnectError::NoParent(why))))
                     }
-                }
-            }
+                },
+            };
             if chain.is_empty() {
                 return self.direct(policy, want, rules_too, timeouts).await;
             }
@@ -148,11 +144,7 @@ impl Upstreams {
             let password = p.password.as_ref().map_or("", |s| s.expose());
             let creds = user.map(|user| Credentials { user, password });
             let http = matches!(p.kind, ParentKind::Http | ParentKind::Https);
-            if next.is_none()
-                && http
-                && want.protocol == Protocol::Http
-                && matches!(want.tls, Tls::Plain)
-            {
+            if next.is_none() && http && takes_absolute(want, chain) {
                 absolute = Some(creds.map(basic));
                 break;
             }
@@ -186,7 +178,7 @@ impl Upstreams {
         let stream = target_tls(policy, want, stream, addr, timeouts)
             .await
             .map_err(|error| Failure { hop: chain.len() - 1, error, broken: false })?;
-        Ok(Connected { stream, addr, reused: false, via: None, absolute, early })
+        Ok(Connected { stream, addr, reused: false, via: None, pool_key: None, absolute, early })
     }
 }
 
@@ -214,4 +206,257 @@ fn basic(c: Credentials<'_>) -> Box<[u8]> {
     let token =
         base64::engine::general_purpose::STANDARD.encode(format!("{}:{}", c.user, c.password));
     format!("Basic {token}").into_bytes().into_boxed_slice()
+}
+
+/// One parent per hop, picked now (a hop whose group falls back to `direct` is skipped);
+/// the reason when a hop has none to give.
+pub(super) fn pick_chain<'p>(
+    policy: &'p Policy,
+    want: &Want<'_>,
+    hops: &[Hop],
+) -> Result<Vec<&'p Arc<Parent>>, String> {
+    let now = Instant::now();
+    let mut chain = Vec::with_capacity(hops.len());
+    for hop in hops {
+        match policy.routes.pick(hop, want.user, want.client, now) {
+            Pick::Parent(p) => chain.push(p),
+            Pick::Direct => {}
+            Pick::Deny(why) => return Err(why),
+        }
+    }
+    Ok(chain)
+}
+
+fn via(route: &str, chain: &[&Arc<Parent>]) -> Rc<Via> {
+    let parents: Vec<&str> = chain.iter().map(|p| &*p.name).collect();
+    Rc::new(Via { route: route.into(), parents: parents.join(",").into() })
+}
+
+/// Where a connection through `chain` is pooled: the parents' names, then the target
+/// unless the last parent takes requests for any target (absolute form). A NUL first, so
+/// that no `host:port` key is ever the same.
+fn pool_key(want: &Want<'_>, chain: &[&Arc<Parent>], absolute: bool) -> Box<[u8]> {
+    let mut key = Vec::with_capacity(64);
+    key.push(0);
+    for p in chain {
+        key.extend_from_slice(p.name.as_bytes());
+        key.push(b'>');
+    }
+    if !absolute {
+        if matches!(want.tls, Tls::Origin) {
+            key.extend_from_slice(b"https://");
+        }
+        key.extend(want.host.bytes().map(|b| b.to_ascii_lowercase()));
+        key.push(b':');
+        key.extend_from_slice(want.port.to_string().as_bytes());
+    }
+    key.into_boxed_slice()
+}
+
+/// Whether a connection through `chain` ends at an HTTP parent that takes this request
+/// itself (plain HTTP, no TLS to the target).
+fn takes_absolute(want: &Want<'_>, chain: &[&Arc<Parent>]) -> bool {
+    chain.last().is_some_and(|p| matches!(p.kind, ParentKind::Http | ParentKind::Https))
+        && want.protocol == Protocol::Http
+        && matches!(want.tls, Tls::Plain)
+}
+
+impl Upstreams {
+    /// `start` for a route through parents: the parents picked now, and a pooled
+    /// connection through them when there is one (pooled requests need a key: tunnels
+    /// are never pooled).
+    pub(super) fn start_route<'p>(
+        &self,
+        policy: &'p Policy,
+        want: &Want<'_>,
+        key: Option<&[u8]>,
+        rules_too: bool,
+        name: &'p str,
+        hops: &'p [Hop],
+    ) -> Result<super::Start<'p>, Error> {
+        let chain = pick_chain(policy, want, hops)
+            .map_err(|why| Error::Connect(ConnectError::NoParent(why)))?;
+        if chain.is_empty() {
+            return Ok(super::Start::Connect(super::Plan { rules_too, way: super::Way::Direct }));
+        }
+        if key.is_some() {
+            let absolute = takes_absolute(want, &chain);
+            let pool_key = pool_key(want, &chain, absolute);
+            if let Some((stream, addr)) = self.take(&pool_key) {
+                let last = chain[chain.len() - 1];
+                let auth = absolute.then(|| proxy_authorization(last, want.user));
+                return Ok(super::Start::Ready(Connected {
+                    stream,
+                    addr,
+                    reused: true,
+                    via: Some(via(name, &chain)),
+                    pool_key: Some(pool_key),
+                    absolute: auth,
+                    early: Vec::new(),
+                }));
+            }
+        }
+        let way = super::Way::Chain { name, hops, chain };
+        Ok(super::Start::Connect(super::Plan { rules_too, way }))
+    }
+}
+
+/// The `Proxy-Authorization` value for an HTTP parent, if it has credentials.
+fn proxy_authorization(p: &Parent, client_user: Option<&str>) -> Option<Box<[u8]>> {
+    let user = p.user_for(client_user)?;
+    let password = p.password.as_ref().map_or("", |s| s.expose());
+    Some(basic(Credentials { user, password }))
+}
+
+/// `Plan::absolute` for a picked chain.
+pub(super) fn absolute(want: &Want<'_>, chain: &[&Arc<Parent>]) -> Option<Option<Box<[u8]>>> {
+    let last = chain.last()?;
+    takes_absolute(want, chain).then(|| proxy_authorization(last, want.user))
+}
+
+impl Upstreams {
+    /// Checks `p` as its `probe` says: a TCP connection to it, or a tunnel through it to
+    /// the probe's target. The answer counts like a connection's: success brings a parent
+    /// that is down back at once, failure counts towards marking it down.
+    pub async fn probe(&self, policy: &Policy, p: &Parent, timeouts: &Timeouts) {
+        let Some(probe) = &p.probe else { return };
+        let result = async {
+            let (tcp, _) = self
+                .connect_tcp(&p.host, p.port, timeouts.connect, &|_| None)
+                .await
+                .map_err(|e| format!("cannot be reached: {e}"))?;
+            let crate::config::Probe::Connect(target) = probe else { return Ok(()) };
+            let mut stream = Stream::Tcp(tcp);
+            if p.kind == ParentKind::Https {
+                stream = parent_tls(policy, p, stream, timeouts).await?;
+            }
+            let user = p.user_for(None);
+            let password = p.password.as_ref().map_or("", |s| s.expose());
+            let creds = user.map(|user| Credentials { user, password });
+            let kind = match p.kind {
+                ParentKind::Http | ParentKind::Https => HopKind::Http,
+                ParentKind::Socks5 => HopKind::Socks5,
+                ParentKind::Socks4a => HopKind::Socks4a,
+            };
+            hop::tunnel(&mut stream, kind, creds, &target.host, target.port, timeouts.connect)
+                .await
+                .map(drop)
+                .map_err(|e| e.to_string())
+        };
+        match result.await {
+            Ok(()) => {
+                if p.succeeded() {
+                    tracing::info!("{p} is up again (probe)");
+                }
+            }
+            Err(why) => {
+                if p.failed(Instant::now()) {
+                    tracing::warn!("{p} marked down for {:?} (probe): {why}", p.down_for);
+                } else {
+                    tracing::debug!("{p}: probe failed: {why}");
+                }
+            }
+        }
+    }
+}
+
+/// A UDP association chained through a SOCKS5 parent's own UDP ASSOCIATE: datagrams keep
+/// their SOCKS5 header and go to the parent's relay; its replies come back with theirs.
+pub struct UdpVia {
+    /// The TCP connection the parent's association lives by.
+    pub control: Stream,
+    /// Where the parent relays datagrams.
+    pub relay: std::net::SocketAddr,
+    pub via: Rc<Via>,
+}
+
+impl Upstreams {
+    /// Where a UDP association goes: None for direct (no route, or a route to `direct`),
+    /// or through the SOCKS5 parent its route names (UDP goes through one SOCKS5 parent,
+    /// not a chain, and not through other kinds). The route is chosen on what the client
+    /// declared (`want`: often no address at all), before any datagram.
+    pub async fn udp_route(
+        &self,
+        policy: &Policy,
+        want: &Want<'_>,
+        timeouts: &Timeouts,
+    ) -> Result<Option<UdpVia>, Error> {
+        if policy.routes.is_empty() {
+            return Ok(None);
+        }
+        let access = want.access(policy);
+        let (route, hops) = match policy.routes.choose(&access.request(None)) {
+            crate::route::Choice::Path { route, hops } => (route, hops),
+            crate::route::Choice::Deny { route } => {
+                let rule = format!("route `{route}`");
+                let reason = "the route refuses it";
+                return Err(Error::Connect(ConnectError::Denied(crate::policy::Denial {
+                    rule,
+                    reason,
+                })));
+            }
+            crate::route::Choice::Direct { .. } | crate::route::Choice::NeedAddress => {
+                return Ok(None)
+            }
+        };
+        let mut last = None;
+        for _ in 0..ATTEMPTS {
+            let chain = match pick_chain(policy, want, hops) {
+                Ok(chain) => chain,
+                Err(why) => return Err(last.unwrap_or(Error::Connect(ConnectError::NoParent(why)))),
+            };
+            let p = match chain.as_slice() {
+                [] => return Ok(None),
+                [p] if p.kind == ParentKind::Socks5 => *p,
+                _ => {
+                    return Err(Error::Connect(ConnectError::NoParent(format!(
+                        "route `{route}`: UDP goes only through one SOCKS5 parent"
+                    ))))
+                }
+            };
+            let attempt = async {
+                let (tcp, addr) =
+                    self.connect_tcp(&p.host, p.port, timeouts.connect, &|_| None).await.map_err(
+                        |e| (format!("cannot be reached: {e}"), true, 502, Reply::GeneralFailure),
+                    )?;
+                let mut control = Stream::Tcp(tcp);
+                let user = p.user_for(want.user);
+                let password = p.password.as_ref().map_or("", |s| s.expose());
+                let creds = user.map(|user| Credentials { user, password });
+                let unknown = std::net::SocketAddr::from(([0, 0, 0, 0], 0));
+                let relay = hop::udp_associate(&mut control, creds, unknown, timeouts.connect)
+                    .await
+                    .map_err(|e| {
+                        (e.to_string(), e.parent_failed(), e.status(), e.socks5_reply())
+                    })?;
+                // An unspecified relay address means the parent's own.
+                let relay = match relay.ip().is_unspecified() {
+                    true => std::net::SocketAddr::new(addr.ip(), relay.port()),
+                    false => relay,
+                };
+                Ok::<_, (String, bool, u16, Reply)>((control, relay))
+            };
+            match attempt.await {
+                Ok((control, relay)) => {
+                    if p.succeeded() {
+                        tracing::info!("{p} is up again");
+                    }
+                    return Ok(Some(UdpVia { control, relay, via: via(route, &chain) }));
+                }
+                Err((reason, broken, status, reply)) => {
+                    let error = parent_error(p, reason, status, reply);
+                    if !broken {
+                        return Err(error);
+                    }
+                    if p.failed(Instant::now()) {
+                        tracing::warn!("{p} marked down for {:?}: {error}", p.down_for);
+                    }
+                    last = Some(error);
+                }
+            }
+        }
+        Err(last.unwrap_or(Error::Connect(ConnectError::NoParent(format!(
+            "route `{route}`: no parent answered"
+        )))))
+    }
 }
