@@ -197,17 +197,22 @@ fn log_failure(worker: &Worker, peer: SocketAddr, start: Instant, why: &str) {
 /// bytes may already be in `buf`. A connection that opens with the HTTP/2 preface on a
 /// listener with `h2c` goes on as HTTP/2, in a task of its own, so that this future does
 /// not grow by an HTTP/2 connection.
-pub async fn serve_http(
+pub fn serve_http(
     guard: ConnGuard,
     listener: Arc<Listener>,
     stream: Stream,
     peer: SocketAddr,
     buf: Buf,
-) {
-    if let Some(h2c) = crate::http1::serve_buffered(guard, listener, stream, peer, buf).await {
-        let crate::http1::H2c { guard, listener, stream, peer, buf } = h2c;
-        tokio::task::spawn_local(crate::http2::serve_rewound(guard, listener, stream, peer, buf));
-    }
+) -> impl std::future::Future<Output = ()> {
+    // A combinator, not an `async fn`: a wrapper's own copy of the arguments would stay
+    // in every HTTP connection's future.
+    use futures_util::FutureExt as _;
+    crate::http1::serve_buffered(guard, listener, stream, peer, buf).map(|h2c| {
+        if let Some(crate::http1::H2c { guard, listener, stream, peer, buf }) = h2c {
+            let h2 = crate::http2::serve_rewound(guard, listener, stream, peer, buf);
+            drop(tokio::task::spawn_local(h2));
+        }
+    })
 }
 
 /// `serve_http` for a connection fresh from the accept loop (a plain function, so that

@@ -428,7 +428,9 @@ async fn socks5_session(s: &mut Session) -> Outcome {
         }
         socks5::Command::UdpAssociate => {
             s.method = "UDP";
-            udp::associate(s, &request.dst).await.map(|()| None)
+            // Boxed: an association's state would otherwise enlarge every SOCKS5
+            // handshake's future.
+            Box::pin(udp::associate(s, &request.dst)).await.map(|()| None)
         }
     }
 }

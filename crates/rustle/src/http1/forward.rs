@@ -74,7 +74,7 @@ pub async fn forward(c: &mut Client, ex: &mut Exchange) -> Result<Next, Error> {
     let tls = if https { Tls::Origin } else { Tls::Plain };
     let via_name = cfg.http.via.then_some(VIA);
     // (In a block: what it needs does not stay in the connection's future.)
-    let (connected, mut req_body, absolute) = {
+    let (mut up, mut addr, mut reused, via, mut pool_key, mut req_body, absolute, mut ubuf) = {
         let policy = worker.policy();
         let user = c.user.clone();
         let want = Want {
@@ -134,15 +134,14 @@ pub async fn forward(c: &mut Client, ex: &mut Exchange) -> Result<Next, Error> {
                 connect.await?
             }
         };
-        (connected, req_body, absolute)
+        let mut ubuf = worker.take_buf();
+        // Bytes a parent passed on before the request went out are the answer's first.
+        ubuf.extend_from_slice(&connected.early);
+        let Connected { stream, addr, reused, via, pool_key, .. } = connected;
+        (stream, addr, reused, via, pool_key, req_body, absolute, ubuf)
     };
-    let Connected { stream: mut up, mut addr, mut reused, via, early, mut pool_key, .. } =
-        connected;
     ex.upstream = Some(addr);
     ex.via.clone_from(&via);
-    let mut ubuf = worker.take_buf();
-    // Bytes a parent passed on before the request went out are the answer's first.
-    ubuf.extend_from_slice(&early);
     let mut rhead = ResponseHead::new();
     rhead.headers = worker.take_fields();
     let io = cfg.timeouts.io;

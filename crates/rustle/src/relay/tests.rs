@@ -366,8 +366,7 @@ const RELAY_BUDGET: usize = 352;
 /// came, the handshakes themselves boxed; then by the origin connection it keeps.)
 /// (Then shrank when the connection guard boxed its limit slots.)
 const HTTP_BUDGET: usize = 3520;
-/// (SOCKS grew by the route a connection takes through parent proxies, kept for its log
-/// line, and the bytes a parent sends with its reply, which go first through the tunnel.)
-const SOCKS_BUDGET: usize = 2912;
+/// (SOCKS: a handshake's state, with UDP ASSOCIATE's boxed.)
+const SOCKS_BUDGET: usize = 1728;
 /// (The relay grew a little with its TLS options; the handshakes themselves are boxed.)
 const PORTMAP_BUDGET: usize = 1216;
