@@ -73,7 +73,14 @@ pub enum ConnectError {
     /// A parent proxy on the route failed or refused: `reason` continues the sentence
     /// `parent "NAME" (ADDRESS) ...`; `status` and `reply` are what the client is told.
     #[error("parent \"{name}\" ({addr}) {reason}")]
-    Parent { name: Box<str>, addr: Box<str>, reason: String, status: u16, reply: socks5::Reply },
+    Parent {
+        route: Box<str>,
+        name: Box<str>,
+        addr: Box<str>,
+        reason: String,
+        status: u16,
+        reply: socks5::Reply,
+    },
     /// The route has no parent to take (every member of its group is down, and its
     /// fallback refuses).
     #[error("{0}")]
@@ -163,6 +170,14 @@ pub enum Error {
     /// Still open when the shutdown's grace period ended.
     #[error("closed at the shutdown deadline")]
     ShutdownDeadline,
+    /// An upstream-side failure on a connection through parents: `parent` is the one
+    /// the bytes came from (the last of the route's), as `"NAME"`.
+    #[error("through parent {parent}: {source}")]
+    Through { parent: Box<str>, source: Box<Error> },
+    /// An HTTP parent refused a request sent to it in absolute form (a 407 is for
+    /// rustle, which sent its credentials, not for the client).
+    #[error("parent {parent} refused the request: {status}")]
+    ParentRefused { parent: Box<str>, status: u16 },
 }
 
 impl Error {
@@ -196,6 +211,8 @@ impl Error {
             },
             Error::Overloaded => Some(503),
             Error::ShutdownDeadline => None,
+            Error::Through { source, .. } => source.status(),
+            Error::ParentRefused { .. } => Some(502),
             Error::AuthRequired(_) => Some(407),
             Error::AuthRateLimited => Some(429),
             Error::LimitReached(_) => Some(503),
@@ -224,6 +241,8 @@ impl Error {
                 ConnectError::NoParent(_) => R::GeneralFailure,
             },
             Error::Timeout(Phase::Connect) => R::TtlExpired,
+            Error::Through { source, .. } => source.socks5_reply(),
+            Error::ParentRefused { .. } => R::ConnectionRefused,
             Error::Socks5(e) => e.reply(),
             Error::Socks4(_) => R::GeneralFailure,
             Error::BindStranger(_) => R::NotAllowed,
@@ -244,6 +263,39 @@ impl Error {
             | Error::ShutdownDeadline
             | Error::LimitReached(_) => R::GeneralFailure,
             Error::AuthRequired(_) | Error::AuthRateLimited => R::NotAllowed,
+        }
+    }
+}
+
+impl Error {
+    /// Names the parent `via` came through in an error of the upstream side (its bytes or
+    /// its silence), so that the client and the log know which hop failed.
+    pub fn through(self, via: Option<&crate::accesslog::Via>) -> Error {
+        let Some(via) = via else { return self };
+        let upstream_side = matches!(
+            self,
+            Error::Upstream(_)
+                | Error::UpstreamClosed(_)
+                | Error::BadResponse(_)
+                | Error::BadResponseBody(_)
+                | Error::BadUpgrade
+                | Error::Timeout(Phase::UpstreamHead | Phase::UpstreamBody)
+        );
+        if !upstream_side {
+            return self;
+        }
+        let parent = via.parents.rsplit(',').next().unwrap_or_default();
+        Error::Through { parent: format!("\"{parent}\"").into(), source: Box::new(self) }
+    }
+
+    /// The route and parent of a connection through parents that failed to be made, for
+    /// its log line.
+    pub fn failed_via(&self) -> Option<crate::accesslog::Via> {
+        match self {
+            Error::Connect(ConnectError::Parent { route, name, .. }) => {
+                Some(crate::accesslog::Via { route: route.clone(), parents: name.clone() })
+            }
+            _ => None,
         }
     }
 }

@@ -366,7 +366,9 @@ impl Client {
             Target::Authority { .. } => connect::tunnel(self, ex).await,
             // https:// (and wss:// in an upgrade) in absolute form, as squid takes it: TLS
             // is originated here.
-            Target::Absolute { .. } => forward::forward(self, ex).await,
+            Target::Absolute { .. } => {
+                forward::forward(self, ex).await.map_err(|e| e.through(ex.via.as_deref()))
+            }
             Target::Origin { .. } | Target::Asterisk => Err(Error::Unsupported(
                 "this is a forward proxy: requests need an absolute URI such as \
                  http://host/path (or CONNECT host:port)",
@@ -507,6 +509,7 @@ impl Client {
     }
 
     pub fn log(&self, ex: &Exchange, error: Option<&Error>) {
+        let failed_via = error.and_then(Error::failed_via);
         if let Some(t) = &self.traffic {
             t.add(crate::limits::Direction::Up, ex.up);
             t.add(crate::limits::Direction::Down, ex.down);
@@ -528,7 +531,7 @@ impl Client {
             error: error.map(|e| e as &dyn fmt::Display),
             user: self.user.as_deref(),
             tls: self.tls.as_deref(),
-            via: ex.via.as_deref(),
+            via: ex.via.as_deref().or(failed_via.as_ref()),
         });
     }
 }

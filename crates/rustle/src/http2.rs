@@ -360,6 +360,7 @@ impl Exchange {
         }
         let log = &shared.worker.log;
         if log.enabled() {
+            let failed_via = error.and_then(Error::failed_via);
             log.log(&Entry {
                 client: shared.peer,
                 method: self.method.as_bytes(),
@@ -372,7 +373,7 @@ impl Exchange {
                 error: error.map(|e| e as &dyn std::fmt::Display),
                 user: self.user.as_deref(),
                 tls: shared.tls.as_deref(),
-                via: self.via.as_deref(),
+                via: self.via.as_deref().or(failed_via.as_ref()),
             });
         }
     }
@@ -404,13 +405,15 @@ async fn stream(live: Live, req: Request<RecvStream>, mut respond: SendResponse<
         match (req.method() == http::Method::CONNECT, protocol.as_deref()) {
             (true, None) => tunnel::connect(&shared, &mut ex, req, &mut respond, live).await,
             (true, Some("websocket")) => {
-                forward::websocket(&shared, &mut ex, req, &mut respond, live).await
+                let r = forward::websocket(&shared, &mut ex, req, &mut respond, live).await;
+                r.map_err(|e| e.through(ex.via.as_deref()))
             }
             (true, Some(_)) => Err(Error::Unsupported(
                 "extended CONNECT: the only :protocol supported is websocket",
             )),
             (false, _) => {
-                forward::forward(&shared, &mut ex, req, &mut respond).await.map(|()| None)
+                let r = forward::forward(&shared, &mut ex, req, &mut respond).await;
+                r.map(|()| None).map_err(|e| e.through(ex.via.as_deref()))
             }
         }
     }

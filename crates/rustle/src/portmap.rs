@@ -31,7 +31,7 @@ pub async fn serve(guard: ConnGuard, listener: Arc<Listener>, stream: TcpStream,
     };
     let name = format!("relay://{target}");
     let fail = |why: &dyn std::fmt::Display, upstream: Option<SocketAddr>, tls| {
-        log_failure(&worker, peer, start, &name, upstream, why, tls)
+        log_failure(&worker, peer, start, &name, upstream, why, tls, None)
     };
     // Boxed: the handshake's state would otherwise make every plain relay's future
     // larger; a TLS handshake costs far more than one allocation.
@@ -82,7 +82,17 @@ pub async fn serve(guard: ConnGuard, listener: Arc<Listener>, stream: TcpStream,
                 Error::Connect(ConnectError::Tls { addr, .. }) => Some(*addr),
                 _ => None,
             };
-            return fail(&e, addr, tls.as_deref());
+            let via = e.failed_via();
+            return log_failure(
+                &worker,
+                peer,
+                start,
+                &name,
+                addr,
+                &e,
+                tls.as_deref(),
+                via.as_ref(),
+            );
         }
     };
     let record = Record {
@@ -132,6 +142,7 @@ async fn accept_tls(
     Ok((accepted.stream, Some(accepted.session)))
 }
 
+#[allow(clippy::too_many_arguments)]
 fn log_failure(
     worker: &Worker,
     peer: SocketAddr,
@@ -140,6 +151,7 @@ fn log_failure(
     upstream: Option<SocketAddr>,
     why: &dyn std::fmt::Display,
     tls: Option<&Session>,
+    via: Option<&crate::accesslog::Via>,
 ) {
     worker.log.log(&Entry {
         client: peer,
@@ -153,6 +165,6 @@ fn log_failure(
         error: Some(why),
         user: None,
         tls,
-        via: None,
+        via,
     });
 }

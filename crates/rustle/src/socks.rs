@@ -198,6 +198,7 @@ impl Session {
         if !self.worker.log.enabled() {
             return;
         }
+        let failed_via = error.and_then(Error::failed_via);
         self.worker.log.log(&Entry {
             client: self.peer,
             method: self.method.as_bytes(),
@@ -210,7 +211,7 @@ impl Session {
             error: error.map(|e| e as &dyn std::fmt::Display),
             user: self.user.as_deref(),
             tls: None,
-            via: self.via.as_deref(),
+            via: self.via.as_deref().or(failed_via.as_ref()),
         });
     }
 

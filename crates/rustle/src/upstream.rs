@@ -151,8 +151,9 @@ impl Plan<'_> {
 impl<'a> Want<'a> {
     /// The access decision's view of this request.
     fn access(&self, policy: &'a Policy) -> Access<'a> {
-        // Rules are the only reader of the user's groups: no lookup when there are none.
-        let user = match policy.rules.is_empty() {
+        // Rules and routes are the only readers of the user's groups: no lookup when there
+        // are none.
+        let user = match policy.rules.is_empty() && policy.routes.is_empty() {
             true => None,
             false => self.user.and_then(|u| policy.users.get(u)),
         };

@@ -252,6 +252,10 @@ pub async fn forward(c: &mut Client, ex: &mut Exchange) -> Result<Next, Error> {
                 }
             }
         }
+        if absolute && rhead.status == 407 {
+            // The parent wants (other) credentials from rustle: not the client's to give.
+            return Err(parent_refused(via.as_deref(), rhead.status));
+        }
         if rhead.status == 101 {
             if !upgrade || !body_done {
                 return Err(Error::BadUpgrade);
@@ -453,4 +457,10 @@ async fn connect_watched(
     let connect = std::pin::pin!(worker.upstreams.connect(policy, want, plan, timeouts));
     let max = worker.limits.max_head;
     unless_left(worker, connect, || client_left(stream, buf, max, Phase::Connect, false)).await
+}
+
+/// An HTTP parent's refusal of a request sent to it in absolute form.
+pub(crate) fn parent_refused(via: Option<&crate::accesslog::Via>, status: u16) -> Error {
+    let parent = via.and_then(|v| v.parents.rsplit(',').next()).unwrap_or_default();
+    Error::ParentRefused { parent: format!("\"{parent}\"").into(), status }
 }

@@ -104,9 +104,10 @@ pub(super) async fn forward(
         unless_reset(respond, connect).await?
     };
     // The head goes to the origin, or in absolute form to a parent proxy.
-    let to_parent = absolute.as_ref().map(|a| a.as_deref());
     let method_str = parts.method.as_str();
-    write_head(shared, &parts, &target, method_str, framing, to_parent, &mut out);
+    let auth = absolute.as_ref().map(|a| a.as_deref());
+    write_head(shared, &parts, &target, method_str, framing, auth, &mut out);
+    let to_parent = absolute.is_some();
     ex.upstream = Some(addr);
     ex.via = via;
     let worker = shared.worker.clone();
@@ -201,6 +202,10 @@ pub(super) async fn forward(
         match outcome {
             Err(e) => Err(e),
             Ok(()) if rhead.status == 101 => Err(Error::BadUpgrade),
+            // The parent wants (other) credentials from rustle: not the client's to give.
+            Ok(()) if to_parent && rhead.status == 407 => {
+                Err(Error::ParentRefused { parent: last_parent(ex), status: 407 })
+            }
             Ok(()) => {
                 let via = shared.worker.cfg.http.via;
                 let resp = response(&rhead, ubuf.filled(), via.then_some(VIA))?;
@@ -776,4 +781,10 @@ fn is_hop_by_hop(name: &HeaderName) -> bool {
             | header::PROXY_AUTHENTICATE
     ) || name.as_str() == "keep-alive"
         || name.as_str() == "proxy-connection"
+}
+
+/// `"NAME"` of the last parent this stream went through.
+fn last_parent(ex: &Exchange) -> Box<str> {
+    let parent = ex.via.as_deref().and_then(|v| v.parents.rsplit(',').next()).unwrap_or_default();
+    format!("\"{parent}\"").into()
 }

@@ -33,13 +33,14 @@ struct Failure {
     broken: bool,
 }
 
-fn parent_error(p: &Parent, reason: String, status: u16, reply: Reply) -> Error {
+fn parent_error(route: &str, p: &Parent, reason: String, status: u16, reply: Reply) -> Error {
     let addr = if p.host.contains(':') {
         format!("[{}]:{}", p.host, p.port)
     } else {
         format!("{}:{}", p.host, p.port)
     };
     Error::Connect(ConnectError::Parent {
+        route: route.into(),
         name: p.name.clone(),
         addr: addr.into(),
         reason,
@@ -73,7 +74,7 @@ impl Upstreams {
             if chain.is_empty() {
                 return self.direct(policy, want, rules_too, timeouts).await;
             }
-            match self.chain(policy, want, &chain, timeouts).await {
+            match self.chain(policy, want, route, &chain, timeouts).await {
                 Ok(mut c) => {
                     for p in &chain {
                         if p.succeeded() {
@@ -111,13 +112,14 @@ impl Upstreams {
         &self,
         policy: &Policy,
         want: &Want<'_>,
+        route: &str,
         chain: &[&Arc<Parent>],
         timeouts: &Timeouts,
     ) -> Result<Connected, Failure> {
         let first = chain[0];
         let fail = |hop: usize, reason: String, status: u16, reply: Reply, broken: bool| Failure {
             hop,
-            error: parent_error(chain[hop], reason, status, reply),
+            error: parent_error(route, chain[hop], reason, status, reply),
             broken,
         };
         let (tcp, addr) = self
@@ -444,7 +446,7 @@ impl Upstreams {
                     return Ok(Some(UdpVia { control, relay, via: via(route, &chain) }));
                 }
                 Err((reason, broken, status, reply)) => {
-                    let error = parent_error(p, reason, status, reply);
+                    let error = parent_error(route, p, reason, status, reply);
                     if !broken {
                         return Err(error);
                     }
