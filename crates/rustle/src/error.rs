@@ -70,21 +70,27 @@ pub enum ConnectError {
     /// The TLS handshake with the upstream failed (verification names what it found).
     #[error("TLS to {addr} failed: {reason}")]
     Tls { addr: SocketAddr, reason: String },
-    /// A parent proxy on the route failed or refused: `reason` continues the sentence
-    /// `parent "NAME" (ADDRESS) ...`; `status` and `reply` are what the client is told.
-    #[error("parent \"{name}\" ({addr}) {reason}")]
-    Parent {
-        route: Box<str>,
-        name: Box<str>,
-        addr: Box<str>,
-        reason: String,
-        status: u16,
-        reply: socks5::Reply,
-    },
+    /// A parent proxy on the route failed or refused (boxed: rare, and every `Error` would
+    /// otherwise grow by it).
+    #[error("{0}")]
+    Parent(Box<ParentFailure>),
     /// The route has no parent to take (every member of its group is down, and its
     /// fallback refuses).
     #[error("{0}")]
     NoParent(String),
+}
+
+/// A parent proxy that failed or refused: `reason` continues the sentence `parent "NAME"
+/// (ADDRESS) ...`; `status` and `reply` are what the client is told.
+#[derive(Debug, thiserror::Error)]
+#[error("parent \"{name}\" ({addr}) {reason}")]
+pub struct ParentFailure {
+    pub route: Box<str>,
+    pub name: Box<str>,
+    pub addr: Box<str>,
+    pub reason: String,
+    pub status: u16,
+    pub reply: socks5::Reply,
 }
 
 impl ConnectError {
@@ -195,7 +201,7 @@ impl Error {
             Error::BindStranger(_) => None,
             Error::Connect(ConnectError::Timeout(_)) => Some(504),
             Error::Connect(ConnectError::Denied(_)) => Some(403),
-            Error::Connect(ConnectError::Parent { status, .. }) => Some(*status),
+            Error::Connect(ConnectError::Parent(p)) => Some(p.status),
             Error::Connect(_) => Some(502),
             Error::Upstream(_) => Some(502),
             Error::UpstreamClosed(_) => Some(502),
@@ -237,7 +243,7 @@ impl Error {
                 ConnectError::Timeout(_) => R::TtlExpired,
                 ConnectError::Denied(_) => R::NotAllowed,
                 ConnectError::Tls { .. } => R::GeneralFailure,
-                ConnectError::Parent { reply, .. } => *reply,
+                ConnectError::Parent(p) => p.reply,
                 ConnectError::NoParent(_) => R::GeneralFailure,
             },
             Error::Timeout(Phase::Connect) => R::TtlExpired,
@@ -292,8 +298,8 @@ impl Error {
     /// its log line.
     pub fn failed_via(&self) -> Option<crate::accesslog::Via> {
         match self {
-            Error::Connect(ConnectError::Parent { route, name, .. }) => {
-                Some(crate::accesslog::Via { route: route.clone(), parents: name.clone() })
+            Error::Connect(ConnectError::Parent(p)) => {
+                Some(crate::accesslog::Via { route: p.route.clone(), parents: p.name.clone() })
             }
             _ => None,
         }

@@ -13,7 +13,9 @@ use tokio::io::{AsyncRead, AsyncWrite};
 
 use crate::body;
 use crate::buf::Buf;
+use crate::conn::Stream;
 use crate::error::{Error, Phase};
+use crate::upstream::Connected;
 use crate::worker::Worker;
 
 /// Why a request is answered 502 rather than sent again on a new connection.
@@ -186,5 +188,91 @@ pub async fn write_timed<W: AsyncWrite + Unpin>(
         Ok(()) => Ok(()),
         Err(Some(e)) => Err(Error::Upstream(e)),
         Err(None) => Err(Error::Timeout(Phase::UpstreamHead)),
+    }
+}
+
+/// What a front end brings to sending a request upstream (`send`).
+pub trait Requester {
+    /// Ends, with the error to give, when the client has left while the origin prepares
+    /// its answer (HTTP/1: `client_left`; HTTP/2: the stream's reset).
+    fn left(&mut self) -> impl Future<Output = Error> + '_;
+
+    /// A new connection to the same target by the same route, for a request whose pooled
+    /// connection was found dead.
+    fn reconnect(&mut self) -> impl Future<Output = Result<Connected, Error>> + '_;
+}
+
+/// The upstream connection an exchange runs on.
+pub struct Leg {
+    pub stream: Stream,
+    pub addr: std::net::SocketAddr,
+    /// Taken from the pool.
+    pub reused: bool,
+    /// Where it goes back to the pool (None: the caller's key).
+    pub pool_key: Option<Box<[u8]>>,
+    /// The request went in absolute form (to an HTTP parent).
+    pub absolute: bool,
+}
+
+/// The request's facts that decide how it is sent and retried.
+pub struct Outgoing<'a> {
+    /// The head, with the body bytes that fit beside it.
+    pub out: &'a [u8],
+    /// Nothing of the body is left to stream after `out`.
+    pub whole: bool,
+    /// How the response is framed (only HEAD differs).
+    pub method: Method,
+    /// Its method may be sent twice (RFC 9110 9.2.2).
+    pub idempotent: bool,
+}
+
+/// Sends a request's head (and the body bytes in hand) on `leg` and, when the request
+/// went out whole, reads the response head into `ubuf` and `rhead` while the client is
+/// watched. A pooled connection found dead before any byte of an answer is replaced
+/// (`Requester::reconnect`) and an idempotent request sent again; any other request may
+/// have had its effect and gets a 502 that says it was not repeated. One path for
+/// HTTP/1 and HTTP/2 clients.
+pub async fn send<R: Requester>(
+    worker: &Worker,
+    leg: &mut Leg,
+    client: &mut R,
+    req: &Outgoing<'_>,
+    ubuf: &mut Buf,
+    rhead: &mut ResponseHead,
+    io: Duration,
+) -> Result<(), Error> {
+    loop {
+        let sent = write_timed(&mut leg.stream, req.out, io).await;
+        let result = match sent {
+            Ok(()) if req.whole => {
+                let left = std::pin::pin!(client.left());
+                let up = &mut leg.stream;
+                read_response_head_or(worker, up, ubuf, rhead, req.method, io, Some(left)).await
+            }
+            other => other,
+        };
+        let dead = matches!(result, Err(Error::Upstream(_) | Error::UpstreamClosed(_)));
+        match result {
+            Ok(()) => return Ok(()),
+            Err(_) if dead && leg.reused && ubuf.is_empty() => {
+                if !req.idempotent {
+                    return Err(Error::UpstreamClosed(NOT_RETRIED));
+                }
+                tracing::debug!("pooled connection to {} was dead; reconnecting", leg.addr);
+                let fresh = client.reconnect().await?;
+                if fresh.absolute.is_some() != leg.absolute {
+                    // The new connection's last hop takes the request in another form.
+                    return Err(Error::UpstreamClosed(NOT_RETRIED));
+                }
+                *leg = Leg {
+                    stream: fresh.stream,
+                    addr: fresh.addr,
+                    reused: false,
+                    pool_key: fresh.pool_key,
+                    absolute: leg.absolute,
+                };
+            }
+            Err(e) => return Err(e),
+        }
     }
 }

@@ -19,7 +19,9 @@ use crate::buf::Buf;
 use crate::config::SpliceMode;
 use crate::conn::Stream;
 use crate::error::{Error, Phase};
-use crate::exchange::{client_left, read_response_head_or, unless_left, write_timed, NOT_RETRIED};
+use crate::exchange::{
+    client_left, read_response_head_or, send, unless_left, write_timed, Leg, Outgoing, Requester,
+};
 use crate::tunnel::Handoff;
 use crate::upstream::{Connected, Start, Tls, Want};
 use crate::worker::Worker;
@@ -74,7 +76,7 @@ pub async fn forward(c: &mut Client, ex: &mut Exchange) -> Result<Next, Error> {
     let tls = if https { Tls::Origin } else { Tls::Plain };
     let via_name = cfg.http.via.then_some(VIA);
     // (In a block: what it needs does not stay in the connection's future.)
-    let (mut up, mut addr, mut reused, via, mut pool_key, mut req_body, absolute, mut ubuf) = {
+    let (up, addr, reused, via, pool_key, mut req_body, absolute, mut ubuf) = {
         let policy = worker.policy();
         let user = c.user.clone();
         let want = Want {
@@ -146,49 +148,18 @@ pub async fn forward(c: &mut Client, ex: &mut Exchange) -> Result<Next, Error> {
     rhead.headers = worker.take_fields();
     let io = cfg.timeouts.io;
 
-    // The request went out whole: a pooled connection that turns out to be dead before
-    // any byte of an answer can be replaced and an idempotent request sent again (RFC 9110
-    // 9.2.2); any other request may have had its effect, so it is not repeated.
+    // Sent, and the answer's head read, on one path with HTTP/2 (`exchange::send`, which
+    // also replaces a pooled connection found dead, for an idempotent request).
     let whole = req_body.is_done();
-    let max_head = worker.limits.max_head;
-    loop {
-        let sent = write_timed(&mut up, &c.out, io).await;
-        let result = match sent {
-            Ok(()) if whole => {
-                let left = std::pin::pin!(client_left(
-                    &mut c.stream,
-                    &mut c.buf,
-                    max_head,
-                    Phase::UpstreamHead,
-                    false
-                ));
-                let (ubuf, rhead) = (&mut ubuf, &mut rhead);
-                read_response_head_or(&worker, &mut up, ubuf, rhead, method, io, Some(left)).await
-            }
-            Ok(()) => Ok(()),
-            Err(e) => Err(e),
-        };
-        match result {
-            Ok(()) => break,
-            Err(Error::Upstream(_) | Error::UpstreamClosed(_)) if reused && ubuf.is_empty() => {
-                if !method.is_idempotent() {
-                    return Err(Error::UpstreamClosed(NOT_RETRIED));
-                }
-                tracing::debug!("pooled connection to {addr} was dead; reconnecting");
-                let fresh = Box::pin(c.upstream(None, host, port, Protocol::Http, tls));
-                let fresh = fresh.await?;
-                if fresh.absolute.is_some() != absolute {
-                    // The new connection's last hop takes the request in another form.
-                    return Err(Error::UpstreamClosed(NOT_RETRIED));
-                }
-                pool_key = fresh.pool_key;
-                (up, addr, reused) = (fresh.stream, fresh.addr, false);
-                ex.upstream = Some(addr);
-            }
-            Err(e) => return Err(e),
-        }
-    }
-    let _ = reused;
+    let mut leg = Leg { stream: up, addr, reused, pool_key, absolute };
+    let out = std::mem::take(&mut c.out);
+    let request = Outgoing { out: &out, whole, method, idempotent: method.is_idempotent() };
+    let mut again = Again { c: &mut *c, host, port, tls };
+    let sent = send(&worker, &mut leg, &mut again, &request, &mut ubuf, &mut rhead, io).await;
+    c.out = out;
+    ex.upstream = Some(leg.addr);
+    sent?;
+    let Leg { stream: mut up, addr, pool_key, .. } = leg;
 
     let splice = c.listener.splice != SpliceMode::Never;
     let throttle = c.throttle();
@@ -463,4 +434,25 @@ async fn connect_watched(
 pub(crate) fn parent_refused(via: Option<&crate::accesslog::Via>, status: u16) -> Error {
     let parent = via.and_then(|v| v.parents.rsplit(',').next()).unwrap_or_default();
     Error::ParentRefused { parent: format!("\"{parent}\"").into(), status }
+}
+
+/// HTTP/1's side of `exchange::send`: the client connection watched for leaving, and a
+/// new connection to the request's target.
+struct Again<'a> {
+    c: &'a mut Client,
+    host: &'a str,
+    port: u16,
+    tls: Tls<'a>,
+}
+
+impl Requester for Again<'_> {
+    fn left(&mut self) -> impl Future<Output = Error> + '_ {
+        let max = self.c.worker.limits.max_head;
+        client_left(&mut self.c.stream, &mut self.c.buf, max, Phase::UpstreamHead, false)
+    }
+
+    fn reconnect(&mut self) -> impl Future<Output = Result<Connected, Error>> + '_ {
+        // Boxed: a rare path, and an attempt's state is large.
+        Box::pin(self.c.upstream(None, self.host, self.port, Protocol::Http, self.tls))
+    }
 }

@@ -35,7 +35,7 @@ use crate::acl::Protocol;
 use crate::body::{self, Dir, State};
 use crate::buf::Buf;
 use crate::error::{Error, Phase};
-use crate::exchange::{read_response_head_or, write_timed, NOT_RETRIED};
+use crate::exchange::{read_response_head_or, send, write_timed, Leg, Outgoing, Requester};
 use crate::limits::{Direction as LimitDir, Limit};
 use crate::upstream::{Connected, Tls};
 
@@ -99,7 +99,7 @@ pub(super) async fn forward(
     let key = pool_key(&mut key_buf, https, &host, port);
     let user = ex.user.clone();
     let tls = if https { Tls::Origin } else { Tls::Plain };
-    let Connected { stream: mut up, mut addr, mut reused, via, absolute, early, mut pool_key } = {
+    let Connected { stream: up, addr, reused, via, absolute, early, pool_key } = {
         let connect = upstream(shared, user.as_deref(), Some(&key), &host, port, HTTP, tls);
         unless_reset(respond, connect).await?
     };
@@ -117,44 +117,20 @@ pub(super) async fn forward(
     let mut rhead = ResponseHead::new();
     rhead.headers.reserve(16);
 
-    // A body-less request with an idempotent method can be sent again on a new connection
-    // when a pooled one turns out dead before any response byte (as HTTP/1.1 does).
+    // Sent, and the answer's head read, on one path with HTTP/1 (`exchange::send`, which
+    // also replaces a pooled connection found dead, for an idempotent request).
     let whole = framing == Framing::None;
-    loop {
-        let sent = write_timed(&mut up, &out, io).await;
-        let result = match sent {
-            Ok(()) if whole => {
-                let mut reset = Reset(respond);
-                let (ubuf, rhead) = (&mut ubuf, &mut rhead);
-                let reset = Some(std::pin::Pin::new(&mut reset));
-                read_response_head_or(&worker, &mut up, ubuf, rhead, method, io, reset).await
-            }
-            other => other,
-        };
-        match result {
-            Ok(()) => break,
-            Err(Error::Upstream(_) | Error::UpstreamClosed(_))
-                if reused && ubuf.is_empty() && parts.method.is_idempotent() =>
-            {
-                let connect = upstream(shared, user.as_deref(), None, &host, port, HTTP, tls);
-                let fresh = unless_reset(respond, connect).await?;
-                if fresh.absolute.is_some() != absolute.is_some() {
-                    // The new connection's last hop takes the request in another form.
-                    worker.give_buf(ubuf);
-                    return Err(Error::UpstreamClosed(NOT_RETRIED));
-                }
-                pool_key = fresh.pool_key;
-                (up, addr, reused) = (fresh.stream, fresh.addr, false);
-                ex.upstream = Some(addr);
-            }
-            Err(e) => {
-                let dead = matches!(e, Error::Upstream(_) | Error::UpstreamClosed(_));
-                let retriable = reused && ubuf.is_empty();
-                worker.give_buf(ubuf);
-                return Err(if dead && retriable { Error::UpstreamClosed(NOT_RETRIED) } else { e });
-            }
-        }
+    let mut leg = Leg { stream: up, addr, reused, pool_key, absolute: to_parent };
+    let request = Outgoing { out: &out, whole, method, idempotent: parts.method.is_idempotent() };
+    let mut again =
+        Again { shared, respond: &mut *respond, user: user.as_deref(), host: &host, port, tls };
+    let sent = send(&worker, &mut leg, &mut again, &request, &mut ubuf, &mut rhead, io).await;
+    ex.upstream = Some(leg.addr);
+    if let Err(e) = sent {
+        worker.give_buf(ubuf);
+        return Err(e);
     }
+    let Leg { stream: mut up, addr, pool_key, .. } = leg;
 
     let mut send: Option<SendStream<Bytes>> = None;
     // Request body bytes sent, counted as they go: the response may end first.
@@ -787,4 +763,28 @@ fn is_hop_by_hop(name: &HeaderName) -> bool {
 fn last_parent(ex: &Exchange) -> Box<str> {
     let parent = ex.via.as_deref().and_then(|v| v.parents.rsplit(',').next()).unwrap_or_default();
     format!("\"{parent}\"").into()
+}
+
+/// HTTP/2's side of `exchange::send`: the stream watched for a reset, and a new
+/// connection to the request's target.
+struct Again<'a> {
+    shared: &'a Rc<Shared>,
+    respond: &'a mut SendResponse<Bytes>,
+    user: Option<&'a str>,
+    host: &'a str,
+    port: u16,
+    tls: Tls<'a>,
+}
+
+impl Requester for Again<'_> {
+    fn left(&mut self) -> impl std::future::Future<Output = Error> + '_ {
+        Reset(self.respond)
+    }
+
+    fn reconnect(&mut self) -> impl std::future::Future<Output = Result<Connected, Error>> + '_ {
+        let Again { shared, respond, user, host, port, tls } = self;
+        let connect = upstream(shared, *user, None, host, *port, HTTP, *tls);
+        // Boxed: a rare path, and an attempt's state is large.
+        Box::pin(unless_reset(respond, connect))
+    }
 }

@@ -39,14 +39,14 @@ fn parent_error(route: &str, p: &Parent, reason: String, status: u16, reply: Rep
     } else {
         format!("{}:{}", p.host, p.port)
     };
-    Error::Connect(ConnectError::Parent {
+    Error::Connect(ConnectError::Parent(Box::new(crate::error::ParentFailure {
         route: route.into(),
         name: p.name.clone(),
         addr: addr.into(),
         reason,
         status,
         reply,
-    })
+    })))
 }
 
 impl Upstreams {
