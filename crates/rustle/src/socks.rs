@@ -21,7 +21,7 @@ use crate::buf::Buf;
 use crate::config::Listener;
 use crate::conn::Stream;
 use crate::error::{Error, Phase};
-use crate::policy::{Access, Policy};
+
 use crate::tunnel::{Handoff, Record};
 use crate::upstream::{Start, Tls, Want};
 use crate::worker::{ConnGuard, Worker};
@@ -215,22 +215,17 @@ impl Session {
         });
     }
 
-    /// Whom the access rules see: this client, its user, `host:port` by `protocol`.
-    pub fn access<'a>(
-        &'a self,
-        policy: &'a Policy,
-        host: &'a str,
-        port: u16,
-        protocol: AclProtocol,
-    ) -> Access<'a> {
-        Access {
-            policy,
-            listener: self.listener.name.as_deref(),
-            client: self.peer.ip(),
-            user: self.user.as_deref().and_then(|u| policy.users.get(u)),
+    /// What the upstream layer is asked for a UDP datagram of this association to
+    /// `host:port`.
+    pub fn want<'a>(&'a self, host: &'a str, port: u16) -> Want<'a> {
+        Want {
             host,
             port,
-            protocol,
+            protocol: AclProtocol::Udp,
+            client: self.peer.ip(),
+            user: self.user.as_deref(),
+            listener: self.listener.name.as_deref(),
+            tls: Tls::Plain,
         }
     }
 

@@ -149,6 +149,21 @@ impl Plan<'_> {
 }
 
 impl<'a> Want<'a> {
+    /// The access rules on this request before any address is known: Ok(true) when they
+    /// need the address (`check`).
+    pub fn precheck(&self, policy: &Policy) -> Result<bool, Denial> {
+        self.access(policy).precheck()
+    }
+
+    /// The built-in protections and the rules on connecting (or sending) to `addr`.
+    pub fn check(&self, policy: &Policy, addr: SocketAddr) -> Option<Denial> {
+        let access = self.access(policy);
+        match access.precheck() {
+            Ok(rules_too) => access.check_addr(addr, rules_too),
+            Err(d) => Some(d),
+        }
+    }
+
     /// The access decision's view of this request.
     fn access(&self, policy: &'a Policy) -> Access<'a> {
         // Rules and routes are the only readers of the user's groups: no lookup when there

@@ -13,9 +13,8 @@ use tokio::io::AsyncReadExt;
 use tokio::net::UdpSocket;
 
 use super::{reply5, Session};
-use crate::acl::Protocol as AclProtocol;
 use crate::error::Error;
-use crate::upstream::{Tls, UdpVia, Want};
+use crate::upstream::UdpVia;
 use crate::worker::Worker;
 
 /// Largest UDP payload; a datagram buffer of this size never truncates.
@@ -76,15 +75,7 @@ pub async fn associate(s: &mut Session, hint: &Address) -> Result<(), Error> {
             Host::Ip(ip) => ip.to_string(),
             Host::Domain(d) => d.as_str().to_string(),
         };
-        let want = Want {
-            host: &host,
-            port: hint.port,
-            protocol: AclProtocol::Udp,
-            client: s.peer.ip(),
-            user: s.user.as_deref(),
-            listener: s.listener.name.as_deref(),
-            tls: Tls::Plain,
-        };
+        let want = s.want(&host, hint.port);
         let timeouts = &worker.cfg.timeouts;
         match Box::pin(worker.upstreams.udp_route(&policy, &want, timeouts)).await {
             Ok(through) => through,
@@ -165,12 +156,8 @@ pub async fn associate(s: &mut Session, hint: &Address) -> Result<(), Error> {
                         Host::Ip(ip) => ip.to_string(),
                         Host::Domain(d) => d.as_str().to_string(),
                     };
-                    let access = s.access(&policy, &host, dst.port(), AclProtocol::Udp);
-                    let denied = match access.filter() {
-                        Err(d) => Some(d),
-                        Ok(f) => f(dst),
-                    };
-                    if let Some(d) = denied {
+                    let want = s.want(&host, dst.port());
+                    if let Some(d) = want.check(&policy, dst) {
                         tracing::debug!("{}: UDP to {dst} {d}", s.peer);
                         counts.dropped += 1;
                         continue;
@@ -381,8 +368,8 @@ async fn destination_allowed(s: &Session, dst: &Address) -> bool {
         Host::Ip(ip) => ip.to_string(),
         Host::Domain(d) => d.as_str().to_string(),
     };
-    let access = s.access(&policy, &host, dst.port, AclProtocol::Udp);
-    let needs_address = match access.precheck() {
+    let want = s.want(&host, dst.port);
+    let needs_address = match want.precheck(&policy) {
         Ok(needs) => needs,
         Err(d) => {
             tracing::debug!("{}: UDP to {host}:{} {d}", s.peer, dst.port);
@@ -393,7 +380,7 @@ async fn destination_allowed(s: &Session, dst: &Address) -> bool {
         return true;
     }
     let Some(addr) = resolve_udp(&s.worker, dst).await else { return false };
-    match access.check_addr(addr, true) {
+    match want.check(&policy, addr) {
         None => true,
         Some(d) => {
             tracing::debug!("{}: UDP to {addr} {d}", s.peer);
