@@ -1269,3 +1269,41 @@ fn a_pooled_connection_to_a_killed_parent_is_not_reused() {
         }
     }
 }
+
+/// SIGHUP's reload puts new parents and routes in force for new connections; a tunnel
+/// already open keeps the path it was opened on.
+#[test]
+fn a_reload_changes_routes_for_new_connections_and_open_tunnels_keep_their_path() {
+    let echo = TcpEcho::start().unwrap();
+    let origin = Origin::start().unwrap();
+    let a = Proxy::from_toml("");
+    let b = Proxy::from_toml("");
+    let tables = |via: &str| {
+        format!(
+            "{}{}{}{}",
+            three_listeners(echo.addr()),
+            parent("a", "http", a.addr(), ""),
+            parent("b", "http", b.addr(), ""),
+            route("all", "", via)
+        )
+    };
+    let proxy = Proxy::from_toml(&tables("\"a\""));
+    let (mut open, r) = connect_with(proxy.addr(), &echo.addr().to_string(), &[]);
+    assert_eq!(r.status, 200, "{}{}", r.head_text(), r.text());
+    assert_echoes(&mut open.s, &pattern(10_000));
+    assert_eq!(get_through(proxy.addr(), &origin.url("/bytes/5"), &[]).status, 200);
+    proxy.reload_toml(&tables("\"b\""));
+    assert_eq!(get_through(proxy.addr(), &origin.url("/bytes/6"), &[]).status, 200);
+    tunnel_echo(proxy.addr(), echo.addr(), 1_000);
+    // The tunnel opened before the reload still goes through `a`.
+    assert_echoes(&mut open.s, &pattern(20_000));
+    drop(open);
+    let through = |p: &Proxy, what: &str| count_lines(|| p.log_text(), |l| l.contains(what), 1);
+    assert_eq!(through(&a, "/bytes/5 "), 1, "before the reload, via a:\n{}", a.log_text());
+    assert_eq!(through(&b, "/bytes/6 "), 1, "after the reload, via b:\n{}", b.log_text());
+    assert_eq!(through(&a, "/bytes/6 "), 0, "after the reload, not via a:\n{}", a.log_text());
+    let tunnels = |p: &Proxy| count_lines(|| p.log_text(), |l| rustle_tunnel(l, echo.addr()), 1);
+    assert_eq!((tunnels(&a), tunnels(&b)), (1, 1), "a:\n{}\nb:\n{}", a.log_text(), b.log_text());
+    let line = proxy.log_line(|l| l.contains("/bytes/6 "));
+    assert!(line.contains(" route=all via=b"), "{line}");
+}
