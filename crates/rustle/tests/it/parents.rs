@@ -1307,3 +1307,34 @@ fn a_reload_changes_routes_for_new_connections_and_open_tunnels_keep_their_path(
     let line = proxy.log_line(|l| l.contains("/bytes/6 "));
     assert!(line.contains(" route=all via=b"), "{line}");
 }
+
+/// A parent marked down comes back as soon as its health probe succeeds, long before its
+/// `down_for` has passed; until then it is refused at once.
+#[test]
+fn a_health_probe_brings_a_parent_back_before_its_down_time_ends() {
+    let origin = Origin::start().unwrap();
+    // A free port where the parent will be (nothing listens there yet).
+    let spot = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    let extra = "max_failures = 1\ndown_for = \"60s\"\nprobe = \"tcp\"\nprobe_every = \"1s\"";
+    let proxy = Proxy::from_toml(&format!(
+        "{}{}",
+        parent("p", "http", spot, extra),
+        route("all", "", "\"p\"")
+    ));
+    let url = origin.url("/bytes/3");
+    assert_502_naming(&get_through(proxy.addr(), &url, &[]), "parent \"p\"", &["reached"]);
+    let r = get_through(proxy.addr(), &url, &[]);
+    assert!(r.status == 502 && r.text().contains("down"), "{}{}", r.head_text(), r.text());
+    // The parent starts; the probe finds it within a second or two.
+    let _parent = Proxy::from_toml(&format!("[[listener]]\nlisten = \"{spot}\"\n"));
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let r = get_through(proxy.addr(), &url, &[]);
+        if r.status == 200 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "still refused: {}{}", r.head_text(), r.text());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(origin.requests(), 1);
+}
