@@ -17,6 +17,8 @@ use crate::routes::{self, Route};
 pub(crate) struct HttpStats {
     pub(crate) requests: AtomicU64,
     pub(crate) connections: AtomicU64,
+    /// Connections accepted whose serve task has not ended yet (see `Open`).
+    pub(crate) open: AtomicU64,
     pub(crate) ws_messages: AtomicU64,
     /// Reused in place (clear + extend), so steady state does not allocate.
     pub(crate) last_head: Mutex<Vec<u8>>,
@@ -27,6 +29,24 @@ impl HttpStats {
         // A poisoned lock only means a handler panicked mid-copy; the bytes
         // are still the best information we have.
         self.last_head.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Counts a connection as open until the returned guard drops. Taken at
+    /// accept and moved into the connection's task, so the count goes down
+    /// however the task ends: EOF, close, an I/O error, a panic, or the
+    /// runtime dropping the task when the fixture stops.
+    pub(crate) fn open(self: &Arc<Self>) -> Open {
+        self.open.fetch_add(1, Ordering::Relaxed);
+        Open(Arc::clone(self))
+    }
+}
+
+/// One open connection in `HttpStats::open`; see `HttpStats::open`.
+pub(crate) struct Open(Arc<HttpStats>);
+
+impl Drop for Open {
+    fn drop(&mut self) {
+        self.0.open.fetch_sub(1, Ordering::Relaxed);
     }
 }
 

@@ -21,6 +21,7 @@ mod lifecycle;
 mod limits;
 mod loadgen;
 mod parents;
+mod pool;
 mod relay;
 mod rules;
 mod socks;
