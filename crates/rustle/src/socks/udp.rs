@@ -99,13 +99,8 @@ pub async fn associate(s: &mut Session, hint: &Address) -> Result<(), Error> {
     let bound = relay.local_addr().map_err(Error::Upstream)?;
     let _registered = Registered::new(bound);
     reply5(s, socks5::Reply::Succeeded, Some(bound)).await;
-    // RFC 1928: the client may name the address it will send from; zeros mean unknown.
-    // A socket bound to INADDR_ANY knows its port but not its address, so a port alone
-    // counts as declared. Datagrams must come from the TCP client's host in any case.
-    let expected_port = (hint.port != 0).then_some(hint.port);
-    let client_ip = s.peer.ip();
     let idle = s.worker.cfg.timeouts.udp_idle;
-    let mut client_udp: Option<SocketAddr> = None;
+    let mut client = Client::new(s.peer.ip(), hint);
     let mut out4: Option<UdpSocket> = None;
     let mut out6: Option<UdpSocket> = None;
     let mut peers: HashSet<SocketAddr> = HashSet::new();
@@ -126,20 +121,10 @@ pub async fn associate(s: &mut Session, hint: &Address) -> Result<(), Error> {
             _ = timer => break Ok(()),
             r = relay.recv_from(&mut from_client) => {
                 let (n, src) = r.map_err(Error::Upstream)?;
-                if src.ip() != client_ip || expected_port.is_some_and(|p| p != src.port()) {
-                    counts.dropped += 1;
-                    continue;
-                }
-                client_udp.get_or_insert(src);
-                let Ok((header, offset)) = socks5::parse_udp(&from_client[..n]) else {
+                let Some((header, offset)) = client.datagram(src, &from_client[..n]) else {
                     counts.dropped += 1;
                     continue;
                 };
-                if header.frag != 0 {
-                    // Fragmentation is optional in RFC 1928; rustle does not reassemble.
-                    counts.dropped += 1;
-                    continue;
-                }
                 let Some(dst) = resolve_udp(&s.worker, &header.dst).await else {
                     counts.dropped += 1;
                     continue;
@@ -177,10 +162,10 @@ pub async fn associate(s: &mut Session, hint: &Address) -> Result<(), Error> {
                 }
             }
             r = recv_opt(&out4, &mut from_peer4) => {
-                relay_back(r, &peers, client_udp, &relay, &from_peer4, &mut back, &mut counts).await;
+                relay_back(r, &peers, client.udp, &relay, &from_peer4, &mut back, &mut counts).await;
             }
             r = recv_opt(&out6, &mut from_peer6) => {
-                relay_back(r, &peers, client_udp, &relay, &from_peer6, &mut back, &mut counts).await;
+                relay_back(r, &peers, client.udp, &relay, &from_peer6, &mut back, &mut counts).await;
             }
         }
     };
@@ -280,10 +265,8 @@ async fn associate_via(s: &mut Session, hint: &Address, mut via: UdpVia) -> Resu
     s.upstream = Some(via.relay);
     s.via = Some(via.via.clone());
     reply5(s, socks5::Reply::Succeeded, Some(bound)).await;
-    let expected_port = (hint.port != 0).then_some(hint.port);
-    let client_ip = s.peer.ip();
     let idle = s.worker.cfg.timeouts.udp_idle;
-    let mut client_udp: Option<SocketAddr> = None;
+    let mut client = Client::new(s.peer.ip(), hint);
     let mut allowed: HashSet<Address> = HashSet::new();
     let mut from_client = vec![0u8; MAX_DATAGRAM];
     let mut from_parent = vec![0u8; MAX_DATAGRAM];
@@ -305,19 +288,10 @@ async fn associate_via(s: &mut Session, hint: &Address, mut via: UdpVia) -> Resu
             _ = timer => break Ok(()),
             r = relay.recv_from(&mut from_client) => {
                 let (n, src) = r.map_err(Error::Upstream)?;
-                if src.ip() != client_ip || expected_port.is_some_and(|p| p != src.port()) {
-                    counts.dropped += 1;
-                    continue;
-                }
-                client_udp.get_or_insert(src);
-                let Ok((header, offset)) = socks5::parse_udp(&from_client[..n]) else {
+                let Some((header, offset)) = client.datagram(src, &from_client[..n]) else {
                     counts.dropped += 1;
                     continue;
                 };
-                if header.frag != 0 {
-                    counts.dropped += 1;
-                    continue;
-                }
                 if !allowed.contains(&header.dst) {
                     // A new destination: the access rules decide, on the name the parent
                     // will resolve (resolved here only when a rule needs its address).
@@ -338,7 +312,7 @@ async fn associate_via(s: &mut Session, hint: &Address, mut via: UdpVia) -> Resu
             r = out.recv(&mut from_parent) => {
                 let Ok(n) = r else { counts.dropped += 1; continue };
                 let (Some(client), Ok((_, offset))) =
-                    (client_udp, socks5::parse_udp(&from_parent[..n]))
+                    (client.udp, socks5::parse_udp(&from_parent[..n]))
                 else {
                     counts.dropped += 1;
                     continue;
@@ -386,5 +360,36 @@ async fn destination_allowed(s: &Session, dst: &Address) -> bool {
             tracing::debug!("{}: UDP to {addr} {d}", s.peer);
             false
         }
+    }
+}
+
+/// The client's side of an association: datagrams are taken only from the TCP client's
+/// host (and from the port it declared, when it declared one); the first one fixes where
+/// replies go.
+struct Client {
+    ip: IpAddr,
+    port: Option<u16>,
+    /// Where the client's datagrams come from, once one has.
+    udp: Option<SocketAddr>,
+}
+
+impl Client {
+    /// RFC 1928: the client may name the address it will send from; zeros mean unknown. A
+    /// socket bound to INADDR_ANY knows its port but not its address, so a port alone
+    /// counts as declared.
+    fn new(ip: IpAddr, hint: &Address) -> Client {
+        Client { ip, port: (hint.port != 0).then_some(hint.port), udp: None }
+    }
+
+    /// A datagram from `src`: its SOCKS5 header and where its payload starts, or None to
+    /// drop it (from elsewhere, malformed, or a fragment: fragmentation is optional in RFC
+    /// 1928, and rustle does not reassemble).
+    fn datagram(&mut self, src: SocketAddr, bytes: &[u8]) -> Option<(socks5::UdpHeader, usize)> {
+        if src.ip() != self.ip || self.port.is_some_and(|p| p != src.port()) {
+            return None;
+        }
+        self.udp.get_or_insert(src);
+        let (header, offset) = socks5::parse_udp(bytes).ok()?;
+        (header.frag == 0).then_some((header, offset))
     }
 }

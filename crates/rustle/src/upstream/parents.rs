@@ -142,9 +142,7 @@ impl Upstreams {
         let mut early = Vec::new();
         for (i, p) in chain.iter().enumerate() {
             let next = chain.get(i + 1);
-            let user = p.user_for(want.user);
-            let password = p.password.as_ref().map_or("", |s| s.expose());
-            let creds = user.map(|user| Credentials { user, password });
+            let creds = credentials(p, want.user);
             let http = matches!(p.kind, ParentKind::Http | ParentKind::Https);
             if next.is_none() && http && takes_absolute(want, chain) {
                 absolute = Some(creds.map(basic));
@@ -154,11 +152,7 @@ impl Upstreams {
                 Some(n) => (&n.host, n.port),
                 None => (want.host, want.port),
             };
-            let kind = match p.kind {
-                ParentKind::Http | ParentKind::Https => HopKind::Http,
-                ParentKind::Socks5 => HopKind::Socks5,
-                ParentKind::Socks4a => HopKind::Socks4a,
-            };
+            let kind = hop_kind(p.kind);
             early =
                 hop::tunnel(&mut stream, kind, creds, host, port, timeouts.connect).await.map_err(
                     |e| fail(i, e.to_string(), e.status(), e.socks5_reply(), e.parent_failed()),
@@ -305,9 +299,24 @@ impl Upstreams {
 
 /// The `Proxy-Authorization` value for an HTTP parent, if it has credentials.
 fn proxy_authorization(p: &Parent, client_user: Option<&str>) -> Option<Box<[u8]>> {
+    credentials(p, client_user).map(basic)
+}
+
+/// What `p` is sent as credentials: its `user` (or, with `pass_user`, the client's own
+/// name) with its password.
+fn credentials<'a>(p: &'a Parent, client_user: Option<&'a str>) -> Option<Credentials<'a>> {
     let user = p.user_for(client_user)?;
     let password = p.password.as_ref().map_or("", |s| s.expose());
-    Some(basic(Credentials { user, password }))
+    Some(Credentials { user, password })
+}
+
+/// The handshake a parent of this kind takes (an `https` one inside its TLS).
+fn hop_kind(kind: ParentKind) -> HopKind {
+    match kind {
+        ParentKind::Http | ParentKind::Https => HopKind::Http,
+        ParentKind::Socks5 => HopKind::Socks5,
+        ParentKind::Socks4a => HopKind::Socks4a,
+    }
 }
 
 /// `Plan::absolute` for a picked chain.
@@ -332,14 +341,8 @@ impl Upstreams {
             if p.kind == ParentKind::Https {
                 stream = parent_tls(policy, p, stream, timeouts).await?;
             }
-            let user = p.user_for(None);
-            let password = p.password.as_ref().map_or("", |s| s.expose());
-            let creds = user.map(|user| Credentials { user, password });
-            let kind = match p.kind {
-                ParentKind::Http | ParentKind::Https => HopKind::Http,
-                ParentKind::Socks5 => HopKind::Socks5,
-                ParentKind::Socks4a => HopKind::Socks4a,
-            };
+            let creds = credentials(p, None);
+            let kind = hop_kind(p.kind);
             hop::tunnel(&mut stream, kind, creds, &target.host, target.port, timeouts.connect)
                 .await
                 .map(drop)
@@ -422,9 +425,7 @@ impl Upstreams {
                         |e| (format!("cannot be reached: {e}"), true, 502, Reply::GeneralFailure),
                     )?;
                 let mut control = Stream::Tcp(tcp);
-                let user = p.user_for(want.user);
-                let password = p.password.as_ref().map_or("", |s| s.expose());
-                let creds = user.map(|user| Credentials { user, password });
+                let creds = credentials(p, want.user);
                 let unknown = std::net::SocketAddr::from(([0, 0, 0, 0], 0));
                 let relay = hop::udp_associate(&mut control, creds, unknown, timeouts.connect)
                     .await
