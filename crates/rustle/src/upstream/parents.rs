@@ -81,11 +81,8 @@ impl Upstreams {
                             tracing::info!("{p} is up again");
                         }
                     }
-                    let parents: Vec<&str> = chain.iter().map(|p| &*p.name).collect();
-                    c.via = Some(Rc::new(Via {
-                        route: route.into(),
-                        parents: parents.join(",").into(),
-                    }));
+                    c.via = Some(via(route, &chain));
+                    c.pool_key = Some(pool_key(want, &chain, c.absolute.is_some()));
                     return Ok(c);
                 }
                 Err(Failure { hop, error, broken: true }) => {

@@ -1338,3 +1338,48 @@ fn a_health_probe_brings_a_parent_back_before_its_down_time_ends() {
     }
     assert_eq!(origin.requests(), 1);
 }
+
+/// Plain HTTP through a parent reuses pooled connections to it, as to an origin: an
+/// HTTP parent takes requests for any origin on one connection, and a SOCKS5 parent's
+/// tunnel to an origin is pooled under the parent and the origin.
+#[test]
+fn plain_http_through_parents_is_pooled() {
+    for kind in ["http", "socks5"] {
+        let origin = Origin::start().unwrap();
+        let other = Origin::start().unwrap();
+        let p = match kind {
+            "http" => Proxy::from_toml(""),
+            _ => Proxy::from_toml("[[listener]]\nkind = \"socks\"\nlisten = \"127.0.0.1:0\"\n"),
+        };
+        let proxy = Proxy::from_toml(&format!(
+            "{}{}",
+            parent("p", kind, p.addr(), ""),
+            route("all", "", "\"p\"")
+        ));
+        for client in 0..3 {
+            let mut c = Conn::open(proxy.addr());
+            for i in 0..4 {
+                let o = if i % 2 == 0 { &origin } else { &other };
+                c.send(&request("GET", &o.url(&format!("/bytes/{}", 10 + client)), &[], b""));
+                let r = c.read_response();
+                assert_eq!(r.status, 200, "{kind}: {}{}", r.head_text(), r.text());
+            }
+        }
+        assert_eq!((origin.requests(), other.requests()), (6, 6), "{kind}");
+        // One tunnel to each origin through a SOCKS5 parent, each reused; an HTTP parent
+        // pools its own origin connections the same way.
+        assert_eq!((origin.connections(), other.connections()), (1, 1), "{kind}");
+        if kind == "http" {
+            // Every exchange a line at the parent, each naming its client: the first hop,
+            // on one connection.
+            let lines = count_lines(|| p.log_text(), |l| l.contains(" 200 "), 12);
+            assert_eq!(lines, 12, "{kind}:\n{}", p.log_text());
+            let log = p.log_text();
+            let mut clients: Vec<&str> =
+                log.lines().filter_map(|l| l.split_whitespace().nth(1)).collect();
+            clients.sort_unstable();
+            clients.dedup();
+            assert_eq!(clients.len(), 1, "connections to the HTTP parent:\n{log}");
+        }
+    }
+}
