@@ -241,21 +241,16 @@ impl Upstreams {
             Way::Undecided => self.decide(policy, &want.access(policy)).await?,
             way => way,
         };
-        match way {
-            Way::Route { name, hops } => {
-                return self
-                    .through(policy, want, plan.rules_too, (name, hops), None, timeouts)
-                    .await
+        // Through parents: boxed, so that a direct connection's future does not carry a
+        // chain's handshakes.
+        let (route, first) = match way {
+            Way::Route { name, hops } => ((name, hops), None),
+            Way::Chain { name, hops, chain } => ((name, hops), Some(chain)),
+            Way::Direct | Way::Undecided => {
+                return self.direct(policy, want, plan.rules_too, timeouts).await
             }
-            Way::Chain { name, hops, chain } => {
-                let first = Some(chain);
-                return self
-                    .through(policy, want, plan.rules_too, (name, hops), first, timeouts)
-                    .await;
-            }
-            Way::Direct | Way::Undecided => {}
-        }
-        self.direct(policy, want, plan.rules_too, timeouts).await
+        };
+        Box::pin(self.through(policy, want, plan.rules_too, route, first, timeouts)).await
     }
 
     /// Settles a plan that `undecided` says the target's addresses decide: resolved now,
@@ -311,7 +306,12 @@ impl Upstreams {
         let filter = |addr| access.check_addr(addr, rules_too);
         let (host, port) = (want.host, want.port);
         let (tcp, addr) = self.connect_tcp(host, port, timeouts.connect, &filter).await?;
-        let stream = target_tls(policy, want, Stream::Tcp(tcp), addr, timeouts).await?;
+        let stream = match want.tls {
+            Tls::Plain => Stream::Tcp(tcp),
+            // Boxed: a handshake's state would otherwise make every new connection's
+            // future (a tunnel's included) several times larger while it connects.
+            _ => Box::pin(target_tls(policy, want, Stream::Tcp(tcp), addr, timeouts)).await?,
+        };
         Ok(Connected::direct(stream, addr, false))
     }
 }

@@ -24,7 +24,7 @@ pub async fn tunnel(c: &mut Client, ex: &mut Exchange) -> Result<Next, Error> {
         .map_err(|_| Error::Unsupported("the host name is not ASCII"))?
         .to_ascii_lowercase();
     c.buf.consume(c.head.len);
-    let up = Box::pin(c.upstream(None, &host, port, Protocol::Connect, Tls::Plain)).await?;
+    let up = c.upstream(None, &host, port, Protocol::Connect, Tls::Plain).await?;
     ex.upstream = Some(up.addr);
     c.stream.write_all(ESTABLISHED).await.map_err(Error::Client)?;
     c.stream.flush().await.map_err(Error::Client)?;
