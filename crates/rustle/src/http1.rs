@@ -56,7 +56,8 @@ pub struct Client {
     pub peer: SocketAddr,
     pub buf: Buf,
     pub head: RequestHead,
-    /// Outgoing heads are assembled here, reused across requests.
+    /// Outgoing heads are assembled here (from the worker's spares; given back while the
+    /// connection waits for a request).
     pub out: Vec<u8>,
     /// The current request's pool key (`host:port`), reused across requests.
     pub key: Vec<u8>,
@@ -143,7 +144,7 @@ async fn serve_with(
         auth_gen: 0,
         traffic: None,
         head: RequestHead::new(),
-        out: Vec::with_capacity(1024),
+        out: Vec::new(),
         key: Vec::new(),
         method: Vec::new(),
         target: Vec::new(),
@@ -227,6 +228,7 @@ async fn serve_with(
         }
     }
     worker.give_buf(std::mem::take(&mut c.buf));
+    worker.give_out(std::mem::take(&mut c.out));
     // A TLS session this side ends ends with close_notify: without it a client cannot
     // tell a whole close-delimited answer from a cut one (GnuTLS clients fail the
     // session). `fail` ends its own sessions, and sends nothing after a cut answer, whose
@@ -321,6 +323,7 @@ impl Client {
                         // connections hold no buffer (it goes back to the worker's pool).
                         Some(tcp) if self.buf.is_empty() => {
                             self.worker.give_buf(std::mem::take(&mut self.buf));
+                            self.worker.give_out(std::mem::take(&mut self.out));
                             let ready = std::future::poll_fn(|cx| tcp.poll_read_ready(cx));
                             let woke = waiters.wait(ready, deadline).await;
                             self.buf = self.worker.take_buf();

@@ -45,6 +45,8 @@ pub struct Worker {
     bufs: RefCell<Vec<Buf>>,
     /// Response field lists not in use (see `take_fields`).
     fields: RefCell<Vec<Vec<rustle_proto::http::Header>>>,
+    /// Outgoing-head buffers not in use (see `take_out`).
+    outs: RefCell<Vec<Vec<u8>>>,
     /// The fewest spare buffers since the last trim: that many were not needed.
     bufs_low: Cell<usize>,
     /// When the allocator was last asked to give free pages back.
@@ -89,6 +91,12 @@ const MAX_SPARE_BUFS: usize = 4096;
 /// Least time between two hand-backs of free memory to the kernel (`trim_bufs`).
 const RELEASE_EVERY: Duration = Duration::from_secs(10);
 
+/// Spare outgoing-head buffers a worker keeps, the size a new one starts with, and the
+/// largest it keeps (a head with up to 64 KiB of body coalesced, and some room).
+const MAX_SPARE_OUTS: usize = 256;
+const OUT_SIZE: usize = 1024;
+const MAX_KEPT_OUT: usize = 80 * 1024;
+
 /// Spare response field lists a worker keeps, and the largest it keeps (in fields).
 const MAX_SPARE_FIELDS: usize = 256;
 const MAX_KEPT_FIELDS: usize = 64;
@@ -128,6 +136,7 @@ impl Worker {
             active: Cell::new(0),
             bufs: RefCell::new(Vec::new()),
             fields: RefCell::new(Vec::new()),
+            outs: RefCell::new(Vec::new()),
             bufs_low: Cell::new(0),
             parked_untrimmed: Cell::new(0),
             released: Cell::new(
@@ -250,6 +259,22 @@ impl Worker {
         if spare.len() < MAX_SPARE_FIELDS && fields.capacity() <= MAX_KEPT_FIELDS {
             fields.clear();
             spare.push(fields);
+        }
+    }
+
+    /// A buffer for outgoing heads (and the body bytes that go with them) from the
+    /// worker's spares: a kept-alive connection gives its own back while it waits for its
+    /// next request, so that an idle client holds none (10 KB answers made each idle
+    /// connection keep 10 KB).
+    pub fn take_out(&self) -> Vec<u8> {
+        self.outs.borrow_mut().pop().unwrap_or_else(|| Vec::with_capacity(OUT_SIZE))
+    }
+
+    pub fn give_out(&self, mut out: Vec<u8>) {
+        let mut spare = self.outs.borrow_mut();
+        if out.capacity() > 0 && spare.len() < MAX_SPARE_OUTS && out.capacity() <= MAX_KEPT_OUT {
+            out.clear();
+            spare.push(out);
         }
     }
 

@@ -117,6 +117,9 @@ pub async fn forward(c: &mut Client, ex: &mut Exchange) -> Result<Next, Error> {
             absolute: absolute.is_some(),
             proxy_authorization: absolute.as_ref().and_then(|a| a.as_deref()),
         };
+        if c.out.capacity() == 0 {
+            c.out = worker.take_out();
+        }
         c.out.clear();
         write_request(head, filled, &rw, &mut c.out);
         let mut req_body = State::new(head.body);
