@@ -212,6 +212,10 @@ pub struct Leg {
     pub pool_key: Option<Box<[u8]>>,
     /// The request went in absolute form (to an HTTP parent).
     pub absolute: bool,
+    /// Through parents: a fresh connection that dies before any byte of an answer may be
+    /// a parent that just went down, and an idempotent request is sent once more, by a
+    /// new pick (which passes over a parent marked down).
+    pub through_parents: bool,
 }
 
 /// The request's facts that decide how it is sent and retried.
@@ -241,6 +245,7 @@ pub async fn send<R: Requester>(
     rhead: &mut ResponseHead,
     io: Duration,
 ) -> Result<(), Error> {
+    let mut fresh_retry = leg.through_parents;
     loop {
         let sent = write_timed(&mut leg.stream, req.out, io).await;
         let result = match sent {
@@ -254,11 +259,17 @@ pub async fn send<R: Requester>(
         let dead = matches!(result, Err(Error::Upstream(_) | Error::UpstreamClosed(_)));
         match result {
             Ok(()) => return Ok(()),
-            Err(_) if dead && leg.reused && ubuf.is_empty() => {
+            Err(_) if dead && (leg.reused || fresh_retry) && ubuf.is_empty() => {
+                if !leg.reused {
+                    fresh_retry = false;
+                }
                 if !req.idempotent {
                     return Err(Error::UpstreamClosed(NOT_RETRIED));
                 }
-                tracing::debug!("pooled connection to {} was dead; reconnecting", leg.addr);
+                tracing::debug!(
+                    "connection to {} was dead before answering; reconnecting",
+                    leg.addr
+                );
                 let fresh = client.reconnect().await?;
                 if fresh.absolute.is_some() != leg.absolute {
                     // The new connection's last hop takes the request in another form.
@@ -268,6 +279,7 @@ pub async fn send<R: Requester>(
                     stream: fresh.stream,
                     addr: fresh.addr,
                     reused: false,
+                    through_parents: fresh.via.is_some(),
                     pool_key: fresh.pool_key,
                     absolute: leg.absolute,
                 };

@@ -154,7 +154,8 @@ pub async fn forward(c: &mut Client, ex: &mut Exchange) -> Result<Next, Error> {
     // Sent, and the answer's head read, on one path with HTTP/2 (`exchange::send`, which
     // also replaces a pooled connection found dead, for an idempotent request).
     let whole = req_body.is_done();
-    let mut leg = Leg { stream: up, addr, reused, pool_key, absolute };
+    let through_parents = via.is_some();
+    let mut leg = Leg { stream: up, addr, reused, pool_key, absolute, through_parents };
     let out = std::mem::take(&mut c.out);
     let request = Outgoing { out: &out, whole, method, idempotent: method.is_idempotent() };
     let mut again = Again { c: &mut *c, host, port, tls };

@@ -120,7 +120,8 @@ pub(super) async fn forward(
     // Sent, and the answer's head read, on one path with HTTP/1 (`exchange::send`, which
     // also replaces a pooled connection found dead, for an idempotent request).
     let whole = framing == Framing::None;
-    let mut leg = Leg { stream: up, addr, reused, pool_key, absolute: to_parent };
+    let through_parents = ex.via.is_some();
+    let mut leg = Leg { stream: up, addr, reused, pool_key, absolute: to_parent, through_parents };
     let request = Outgoing { out: &out, whole, method, idempotent: parts.method.is_idempotent() };
     let mut again =
         Again { shared, respond: &mut *respond, user: user.as_deref(), host: &host, port, tls };
