@@ -35,6 +35,7 @@
 //! - `buf`: the read buffer heads are parsed in.
 //! - `error`: the error type and what each error tells the client.
 //! - `config`: the TOML configuration, its defaults and checks.
+//! - `notify`: readiness, reloads and stopping said to systemd (`$NOTIFY_SOCKET`).
 //! - `sys`: the one unsafe module: pipes and splice(2).
 //!
 //! Protocol parsing lives in the `rustle-proto` crate, which does no I/O.
@@ -54,6 +55,7 @@ pub mod http1;
 pub mod http2;
 pub mod idle;
 pub mod limits;
+pub mod notify;
 pub mod policy;
 pub mod portmap;
 pub mod relay;

@@ -160,16 +160,23 @@ pub fn run_until_signal(
     let running = crate::server::start(loaded.config)?;
     let from_file = loaded.listeners_from_file;
     let stop = running.stopper();
+    let listening: Vec<String> = running.addrs.iter().map(|(k, a)| format!("{a} ({k})")).collect();
+    crate::notify::ready(&format!("listening on {}", listening.join(", ")));
     rt.block_on(async {
         loop {
             tokio::select! {
                 _ = term.recv() => { tracing::info!("SIGTERM: draining connections"); break }
                 _ = int.recv() => { tracing::info!("SIGINT: draining connections"); break }
-                _ = hup.recv() => hangup(&running, &source, from_file),
+                _ = hup.recv() => {
+                    crate::notify::reloading();
+                    hangup(&running, &source, from_file);
+                    crate::notify::ready("serving");
+                }
                 _ = usr1.recv() => reopen_access_log(&running),
             }
         }
     });
+    crate::notify::stopping();
     let _ = stop.send(true);
     running.join();
     tracing::info!("stopped");

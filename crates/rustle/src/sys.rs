@@ -3,7 +3,7 @@
 //! allocator's free pages back to the kernel (malloc_trim), TCP_DEFER_ACCEPT on listeners
 //! and SO_RCVLOWAT on spliced sockets, and registering with tokio's event loop a listening
 //! socket (without tokio's accept, which registers every connection) and a worker's park
-//! of idle tunnels. Everything here is a thin, checked wrapper; the rest of the proxy sees
+//! of idle tunnels, and reading CLOCK_MONOTONIC for systemd. Everything here is a thin, checked wrapper; the rest of the proxy sees
 //! a safe `Pipe`, a yes/no and a hint.
 #![allow(unsafe_code)]
 
@@ -21,6 +21,20 @@ pub fn release_free_memory() {
     unsafe {
         libc::malloc_trim(0);
     }
+}
+
+/// CLOCK_MONOTONIC in microseconds, the clock systemd's `MONOTONIC_USEC=` is read on
+/// (`std::time::Instant` does not say its value).
+pub fn monotonic_usec() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: `ts` is a valid, writable timespec for the call's duration; CLOCK_MONOTONIC
+    // is always available on Linux, and on failure `ts` stays zero.
+    unsafe {
+        libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts);
+    }
+    let secs = u64::try_from(ts.tv_sec).unwrap_or(0);
+    let micros = u64::try_from(ts.tv_nsec).unwrap_or(0) / 1_000;
+    secs.saturating_mul(1_000_000).saturating_add(micros)
 }
 
 /// A listening socket whose readiness tokio watches, so that connections can be taken

@@ -511,3 +511,38 @@ fn sigusr1_with_the_access_log_on_stdout_changes_nothing() {
     );
     assert_eq!(get_status(addr, &origin.url("/bytes/3")), 200, "{}", bin.stderr());
 }
+
+/// Under systemd (`Type=notify`), rustle says on `$NOTIFY_SOCKET` when it is ready (with
+/// where it listens), when a SIGHUP reload begins (with the monotonic time systemd asks
+/// for) and ends, and when it stops.
+#[test]
+fn the_service_manager_hears_ready_reloading_and_stopping() {
+    use std::os::unix::net::UnixDatagram;
+    let dir = TempDir::new("notify");
+    let socket_path = dir.file("notify.sock");
+    let socket = UnixDatagram::bind(&socket_path).expect("bind the notify socket");
+    socket.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let next = || {
+        let mut buf = [0u8; 512];
+        let n = socket.recv(&mut buf).expect("a notification");
+        String::from_utf8_lossy(&buf[..n]).into_owned()
+    };
+    let config = dir.file("rustle.toml");
+    std::fs::write(&config, "[[listener]]\nlisten = \"127.0.0.1:0\"\n").unwrap();
+    let env = [("NOTIFY_SOCKET", socket_path.as_os_str())];
+    let mut bin =
+        RustleProcess::spawn_env(&["--config", config.to_str().unwrap(), "--workers", "1"], &env);
+    let addr = bin.next_listener();
+    let ready = next();
+    assert!(ready.starts_with("READY=1\nSTATUS=listening on 127.0.0.1:"), "{ready:?}");
+    assert!(ready.contains(&format!("{} (http)", addr)), "{ready:?}");
+    bin.signal("HUP");
+    let reloading = next();
+    let usec = reloading.strip_prefix("RELOADING=1\nMONOTONIC_USEC=").expect(&reloading);
+    assert!(usec.parse::<u64>().is_ok_and(|n| n > 0), "{reloading:?}");
+    assert_eq!(next(), "READY=1\nSTATUS=serving");
+    assert!(bin.wait_for_stderr("SIGHUP: reloaded", Duration::from_secs(5)), "{}", bin.stderr());
+    bin.signal("TERM");
+    assert_eq!(next(), "STOPPING=1");
+    assert!(bin.wait(Duration::from_secs(10)).is_some_and(|s| s.success()), "{}", bin.stderr());
+}

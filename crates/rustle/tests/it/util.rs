@@ -747,9 +747,19 @@ impl RustleProcess {
 
     /// `spawn` with another build of the binary (a release build, for measurements).
     pub fn spawn_bin(bin: &str, args: &[&str]) -> RustleProcess {
+        RustleProcess::spawn_with(bin, args, &[])
+    }
+
+    /// `spawn` with these environment variables set for the process.
+    pub fn spawn_env(args: &[&str], env: &[(&str, &std::ffi::OsStr)]) -> RustleProcess {
+        RustleProcess::spawn_with(rustle_bin(), args, env)
+    }
+
+    fn spawn_with(bin: &str, args: &[&str], env: &[(&str, &std::ffi::OsStr)]) -> RustleProcess {
         use std::io::{BufRead, BufReader};
         let mut child = Command::new(bin)
             .args(args)
+            .envs(env.iter().copied())
             .env("RUST_LOG", "info")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
