@@ -612,6 +612,9 @@ pub struct Config {
     /// Accept listeners on non-loopback addresses without any access control.
     #[serde(default)]
     pub allow_open_proxy: bool,
+    /// Who the process runs as once its listeners are bound.
+    #[serde(default)]
+    pub process: Process,
     #[serde(default, rename = "listener")]
     pub listeners: Vec<Listener>,
     #[serde(default)]
@@ -652,6 +655,16 @@ pub struct Config {
     /// Which requests go through which parents, first match wins; none matching: direct.
     #[serde(default, rename = "route")]
     pub routes: Vec<RouteConfig>,
+}
+
+/// `[process]`: once the listeners are bound (ports below 1024 included), run as `user`
+/// (with its primary group, or `group`): for a proxy started as root. Read at start only.
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct Process {
+    #[serde(default)]
+    pub user: Option<String>,
+    #[serde(default)]
+    pub group: Option<String>,
 }
 
 /// With no listener in the file or on the command line: HTTP and SOCKS detected on the

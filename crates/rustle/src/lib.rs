@@ -36,6 +36,7 @@
 //! - `error`: the error type and what each error tells the client.
 //! - `config`: the TOML configuration, its defaults and checks.
 //! - `notify`: readiness, reloads and stopping said to systemd (`$NOTIFY_SOCKET`).
+//! - `privileges`: running as `user`/`group` once the listeners are bound.
 //! - `sys`: the one unsafe module: pipes and splice(2).
 //!
 //! Protocol parsing lives in the `rustle-proto` crate, which does no I/O.
@@ -58,6 +59,7 @@ pub mod limits;
 pub mod notify;
 pub mod policy;
 pub mod portmap;
+pub mod privileges;
 pub mod relay;
 pub mod reload;
 pub mod route;

@@ -157,7 +157,12 @@ pub fn run_until_signal(
             signal(SignalKind::user_defined1())?,
         )
     };
+    let process = loaded.config.process.clone();
     let running = crate::server::start(loaded.config)?;
+    if let Err(e) = crate::privileges::drop_to(process.user.as_deref(), process.group.as_deref()) {
+        running.stop();
+        anyhow::bail!("{e}");
+    }
     let from_file = loaded.listeners_from_file;
     let stop = running.stopper();
     let listening: Vec<String> = running.addrs.iter().map(|(k, a)| format!("{a} ({k})")).collect();

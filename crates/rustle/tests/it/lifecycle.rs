@@ -546,3 +546,51 @@ fn the_service_manager_hears_ready_reloading_and_stopping() {
     assert_eq!(next(), "STOPPING=1");
     assert!(bin.wait(Duration::from_secs(10)).is_some_and(|s| s.success()), "{}", bin.stderr());
 }
+
+/// Started as root with `[process] user`, rustle binds its listeners, then runs as that
+/// user and its group (every thread: the workers serve as that user); an unknown user is
+/// refused at start, naming it.
+#[test]
+fn root_drops_to_the_configured_user_after_binding() {
+    if !crate::util::peers::is_root() {
+        eprintln!("SKIPPED: root_drops_to_the_configured_user_after_binding needs root");
+        return;
+    }
+    let Ok(nobody) = Command::new("id").args(["-u", "nobody"]).output() else { return };
+    let uid = String::from_utf8_lossy(&nobody.stdout).trim().to_string();
+    let dir = TempDir::new("process-user");
+    let config = dir.file("rustle.toml");
+    std::fs::write(
+        &config,
+        "[process]\nuser = \"nobody\"\n[[listener]]\nlisten = \"127.0.0.1:0\"\n",
+    )
+    .unwrap();
+    let (mut bin, addr) =
+        RustleProcess::start(&["--config", config.to_str().unwrap(), "--workers", "2"]);
+    let origin = Origin::start().unwrap();
+    let mut c = Conn::open(addr);
+    c.send(&request("GET", &origin.url("/bytes/3"), &[], b""));
+    assert_eq!(c.read_response().status, 200, "{}", bin.stderr());
+    let pid = bin.child.id();
+    // Every thread, not only the main one.
+    for task in std::fs::read_dir(format!("/proc/{pid}/task")).unwrap() {
+        let status = std::fs::read_to_string(task.unwrap().path().join("status")).unwrap();
+        let line = status.lines().find(|l| l.starts_with("Uid:")).unwrap().to_string();
+        let ids: Vec<&str> = line.split_whitespace().skip(1).collect();
+        assert!(ids.iter().all(|id| *id == uid), "{line} (nobody is {uid})");
+        let groups = status.lines().find(|l| l.starts_with("Groups:")).unwrap();
+        assert!(!groups.split_whitespace().skip(1).any(|g| g == "0"), "{groups}");
+    }
+    bin.signal("TERM");
+    assert!(bin.wait(Duration::from_secs(10)).is_some());
+
+    std::fs::write(
+        &config,
+        "[process]\nuser = \"no-such-user-here\"\n[[listener]]\nlisten = \"127.0.0.1:0\"\n",
+    )
+    .unwrap();
+    let mut bad = RustleProcess::spawn(&["--config", config.to_str().unwrap()]);
+    let status = bad.wait(Duration::from_secs(10)).expect("exits");
+    assert!(!status.success());
+    assert!(bad.stderr().contains("user `no-such-user-here` does not exist"), "{}", bad.stderr());
+}
