@@ -226,8 +226,9 @@ fn via(route: &str, chain: &[&Arc<Parent>]) -> Rc<Via> {
 }
 
 /// Where a connection through `chain` is pooled: the parents' names, then the target
-/// unless the last parent takes requests for any target (absolute form). A NUL first, so
-/// that no `host:port` key is ever the same.
+/// unless the last parent takes requests for any target (absolute form), and the user
+/// when a parent was sent the client's own name. A NUL first, so that no `host:port` key
+/// is ever the same.
 fn pool_key(want: &Want<'_>, chain: &[&Arc<Parent>], absolute: bool) -> Box<[u8]> {
     let mut key = Vec::with_capacity(64);
     key.push(0);
@@ -242,6 +243,13 @@ fn pool_key(want: &Want<'_>, chain: &[&Arc<Parent>], absolute: bool) -> Box<[u8]
         key.extend(want.host.bytes().map(|b| b.to_ascii_lowercase()));
         key.push(b':');
         key.extend_from_slice(want.port.to_string().as_bytes());
+        // A tunnel through a parent that was given the client's own name (`pass_user`)
+        // is that user's: another's requests must not ride it. (In absolute form each
+        // request carries its own credentials.)
+        if let Some(user) = want.user.filter(|_| chain.iter().any(|p| p.pass_user)) {
+            key.push(0);
+            key.extend_from_slice(user.as_bytes());
+        }
     }
     key.into_boxed_slice()
 }
@@ -458,5 +466,49 @@ impl Upstreams {
         Err(last.unwrap_or(Error::Connect(ConnectError::NoParent(format!(
             "route `{route}`: no parent answered"
         )))))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn routes(text: &str) -> crate::route::Routes {
+        let cfg = crate::config::Config::parse(text).expect("valid");
+        crate::route::Routes::build(&cfg, &[]).expect("builds")
+    }
+
+    fn want<'a>(user: Option<&'a str>) -> Want<'a> {
+        Want {
+            host: "Origin.example",
+            port: 80,
+            protocol: Protocol::Http,
+            client: std::net::IpAddr::from([192, 0, 2, 1]),
+            user,
+            listener: None,
+            tls: Tls::Plain,
+        }
+    }
+
+    #[test]
+    fn pool_keys_name_the_parents_the_target_and_a_passed_user() {
+        let r = routes(
+            "[[parent]]\nname = \"s\"\nkind = \"socks5\"\naddress = \"10.0.0.1:1080\"\n\
+             [[parent]]\nname = \"u\"\nkind = \"socks5\"\naddress = \"10.0.0.2:1080\"\n\
+             pass_user = true\npassword = \"pw\"\n\
+             [[parent]]\nname = \"h\"\nkind = \"http\"\naddress = \"10.0.0.3:3128\"\n",
+        );
+        let [s, u, h] = [&r.parents()[0], &r.parents()[1], &r.parents()[2]];
+        // An HTTP parent takes any target: one key for all.
+        assert_eq!(&*pool_key(&want(Some("alice")), &[h], true), b"\0h>");
+        // A tunnel: the target, lower-cased.
+        assert_eq!(&*pool_key(&want(Some("alice")), &[s], false), b"\0s>origin.example:80");
+        assert_eq!(&*pool_key(&want(None), &[h, s], false), b"\0h>s>origin.example:80");
+        // Through a parent given the client's name, each user has its own.
+        let alice = pool_key(&want(Some("alice")), &[u], false);
+        let bob = pool_key(&want(Some("bob")), &[u], false);
+        assert_eq!(&*alice, b"\0u>origin.example:80\0alice");
+        assert_ne!(alice, bob);
+        assert!(takes_absolute(&want(None), &[s, h]) && !takes_absolute(&want(None), &[h, s]));
     }
 }
