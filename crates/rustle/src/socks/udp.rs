@@ -88,17 +88,8 @@ pub async fn associate(s: &mut Session, hint: &Address) -> Result<(), Error> {
     if let Some(through) = through {
         return Box::pin(associate_via(s, hint, through)).await;
     }
-    let local_ip = s.stream.local_addr().map_err(Error::Client)?.ip();
-    let relay = match UdpSocket::bind((local_ip, 0)).await {
-        Ok(r) => r,
-        Err(e) => {
-            reply5(s, socks5::Reply::GeneralFailure, None).await;
-            return Err(Error::Upstream(e));
-        }
-    };
-    let bound = relay.local_addr().map_err(Error::Upstream)?;
-    let _registered = Registered::new(bound);
-    reply5(s, socks5::Reply::Succeeded, Some(bound)).await;
+    let (relay, _registered) = relay_socket(s).await?;
+    reply5(s, socks5::Reply::Succeeded, Some(_registered.0)).await;
     let idle = s.worker.cfg.timeouts.udp_idle;
     let mut client = Client::new(s.peer.ip(), hint);
     let mut out4: Option<UdpSocket> = None;
@@ -177,6 +168,24 @@ pub async fn associate(s: &mut Session, hint: &Address) -> Result<(), Error> {
     result
 }
 
+/// The association's relay socket, on the address the client reached us on, listed among
+/// the process's relay sockets while it lives; a failure is answered (general failure).
+async fn relay_socket(s: &mut Session) -> Result<(UdpSocket, Registered), Error> {
+    let bound = async {
+        let local_ip = s.stream.local_addr()?.ip();
+        let relay = UdpSocket::bind((local_ip, 0)).await?;
+        let addr = relay.local_addr()?;
+        Ok::<_, io::Error>((relay, addr))
+    };
+    match bound.await {
+        Ok((relay, addr)) => Ok((relay, Registered::new(addr))),
+        Err(e) => {
+            reply5(s, socks5::Reply::GeneralFailure, None).await;
+            Err(Error::Upstream(e))
+        }
+    }
+}
+
 /// A datagram from a destination goes back to the client with a SOCKS5 header, but only
 /// from destinations the client has sent to.
 async fn relay_back(
@@ -242,29 +251,26 @@ async fn resolve_udp(worker: &Worker, dst: &Address) -> Option<SocketAddr> {
 /// they came. Ends with either TCP connection (the client's or the parent's), or after
 /// `timeouts.udp_idle` without a datagram.
 async fn associate_via(s: &mut Session, hint: &Address, mut via: UdpVia) -> Result<(), Error> {
-    let local_ip = s.stream.local_addr().map_err(Error::Client)?.ip();
     let bind_out: SocketAddr = match via.relay {
         SocketAddr::V4(_) => (Ipv4Addr::UNSPECIFIED, 0).into(),
         SocketAddr::V6(_) => (Ipv6Addr::UNSPECIFIED, 0).into(),
     };
-    let sockets = async {
-        let relay = UdpSocket::bind((local_ip, 0)).await?;
+    let (relay, _registered) = relay_socket(s).await?;
+    let out = async {
         let out = UdpSocket::bind(bind_out).await?;
         out.connect(via.relay).await?;
-        Ok::<_, io::Error>((relay, out))
+        Ok::<_, io::Error>(out)
     };
-    let (relay, out) = match sockets.await {
-        Ok(x) => x,
+    let out = match out.await {
+        Ok(out) => out,
         Err(e) => {
             reply5(s, socks5::Reply::GeneralFailure, None).await;
             return Err(Error::Upstream(e));
         }
     };
-    let bound = relay.local_addr().map_err(Error::Upstream)?;
-    let _registered = Registered::new(bound);
     s.upstream = Some(via.relay);
     s.via = Some(via.via.clone());
-    reply5(s, socks5::Reply::Succeeded, Some(bound)).await;
+    reply5(s, socks5::Reply::Succeeded, Some(_registered.0)).await;
     let idle = s.worker.cfg.timeouts.udp_idle;
     let mut client = Client::new(s.peer.ip(), hint);
     let mut allowed: HashSet<Address> = HashSet::new();
