@@ -99,6 +99,10 @@ pub struct RuleConfig {
     /// Authenticated user names; `*` is any authenticated user.
     #[serde(default)]
     pub users: Option<Vec<String>>,
+    /// The line of `users` in the file, for a user found undefined once the users are
+    /// loaded (`Policy::build`).
+    #[serde(skip)]
+    pub users_line: Option<usize>,
     /// The user is in any of these groups.
     #[serde(default)]
     pub groups: Option<Vec<String>>,
@@ -137,6 +141,26 @@ pub fn undefined_groups(
             problems.push(format!(
                 "{at}{what} {}: group `{group}` is not defined: no user is in it (give it to a \
                  user, or declare it in [auth.groups], even empty)",
+                i + 1
+            ));
+        }
+    }
+    problems
+}
+
+/// `line N: rule K: user ...` for each user a rule names that `defined` does not know
+/// (`*`, any authenticated user, aside): a misspelt user would make its rule match nobody.
+pub fn undefined_users(
+    rules: &[RuleConfig],
+    what: &str,
+    defined: impl Fn(&str) -> bool,
+) -> Vec<String> {
+    let mut problems = Vec::new();
+    for (i, rule) in rules.iter().enumerate() {
+        for user in rule.users.iter().flatten().filter(|u| *u != "*" && !defined(u)) {
+            let at = rule.users_line.map(|n| format!("line {n}: ")).unwrap_or_default();
+            problems.push(format!(
+                "{at}{what} {}: user `{user}` is not defined (in [auth] or the users file)",
                 i + 1
             ));
         }
@@ -652,6 +676,19 @@ mod tests {
         assert_eq!(got.len(), 1, "{got:?}");
         assert!(got[0].starts_with("line 3: rule 1: group `admins` is not defined"), "{got:?}");
         assert!(undefined_groups(&rules, "rule", |_| true).is_empty());
+    }
+
+    #[test]
+    fn undefined_users_are_named_with_their_line() {
+        let mut rules = configs(
+            "[[rule]]\naction = \"allow\"\nusers = [\"alice\", \"*\", \"bob\"]\n\
+             [[rule]]\naction = \"deny\"\n",
+        );
+        rules[0].users_line = Some(3);
+        let got = undefined_users(&rules, "rule", |u| u == "alice");
+        assert_eq!(got.len(), 1, "{got:?}");
+        assert!(got[0].starts_with("line 3: rule 1: user `bob` is not defined"), "{got:?}");
+        assert!(undefined_users(&rules, "rule", |_| true).is_empty());
     }
 
     /// An anonymous CONNECT to example.com:443 from 192.0.2.1 on listener "main",

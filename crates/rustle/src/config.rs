@@ -1,8 +1,8 @@
 //! The configuration: a TOML file, defaults that are safe on their own, and command-line
 //! overrides for the common cases. Every problem found is reported with its line, and
 //! unknown keys are errors, so a typo never silently falls back to a default. Unknown keys
-//! are collected with `serde_ignored` rather than `deny_unknown_fields`, so that all of them
-//! are reported, along with the first malformed value.
+//! are collected with `serde_ignored` rather than `deny_unknown_fields`, and values that do
+//! not deserialize by `config/collect`, so that all of them are reported at once.
 
 use std::fmt;
 use std::net::SocketAddr;
@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Deserializer};
 
+mod collect;
 mod routing;
 
 pub use routing::{
@@ -672,6 +673,19 @@ pub struct Process {
 pub const DEFAULT_AUTO: &str = "127.0.0.1:3128";
 pub const DEFAULT_SOCKS: &str = "127.0.0.1:1080";
 
+/// The configuration file read when none is given, if it exists.
+pub const DEFAULT_FILE: &str = "/etc/rustle/rustle.toml";
+
+/// The file to read when none is given (if it exists): `$RUSTLE_CONFIG` when that is set
+/// (empty: none), `DEFAULT_FILE` otherwise.
+pub fn default_file() -> Option<PathBuf> {
+    match std::env::var_os("RUSTLE_CONFIG") {
+        Some(path) if path.is_empty() => None,
+        Some(path) => Some(PathBuf::from(path)),
+        None => Some(PathBuf::from(DEFAULT_FILE)),
+    }
+}
+
 /// One problem in a configuration file, with where it is.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Problem {
@@ -709,6 +723,60 @@ impl fmt::Display for Problems {
 
 impl std::error::Error for Problems {}
 
+/// Configuration text parsed: what could be read of it, and every problem found.
+pub struct Parsed {
+    /// The configuration, each value that did not deserialize left at its default (a table
+    /// missing a required key left out): complete only when `problems` is empty.
+    pub config: Config,
+    /// In the order of the file.
+    pub problems: Vec<Problem>,
+    /// Where the configuration's keys are in the text.
+    pub lines: Lines,
+}
+
+/// Where keys are in a configuration text, by their path in the configuration as parsed
+/// (`["listener", "0", "tls", "cert"]`: the first listener read, which is not the first
+/// in the file when one before it was left out).
+#[derive(Default)]
+pub struct Lines {
+    text: String,
+    doc: Option<toml_edit::ImDocument<String>>,
+    removed: collect::Removed,
+}
+
+impl Lines {
+    /// The line of the key at `segs` (map keys and array indexes).
+    pub fn of(&self, segs: &[&str]) -> Option<usize> {
+        let segs: Vec<String> = segs.iter().map(|s| s.to_string()).collect();
+        self.at(&segs)
+    }
+
+    fn at(&self, segs: &[String]) -> Option<usize> {
+        self.at_original(&self.removed.original(segs))
+    }
+
+    /// The line of the key at `segs`, a path in the file as written.
+    fn at_original(&self, segs: &[String]) -> Option<usize> {
+        key_offset(self.doc.as_ref()?, segs).map(|o| self.line_of(o))
+    }
+
+    fn line_of(&self, offset: usize) -> usize {
+        let text = &self.text;
+        text[..offset.min(text.len())].matches('\n').count() + 1
+    }
+
+    /// Whether a value at or inside `segs` did not deserialize (and was reported so): the
+    /// checks after parsing say nothing more of it.
+    pub fn damaged(&self, segs: &[&str]) -> bool {
+        let segs: Vec<String> = segs.iter().map(|s| s.to_string()).collect();
+        self.damaged_at(&segs)
+    }
+
+    fn damaged_at(&self, segs: &[String]) -> bool {
+        self.removed.is_damaged(&self.removed.original(segs))
+    }
+}
+
 impl Config {
     /// Reads and checks a file.
     pub fn load(path: &Path) -> Result<Config, Problems> {
@@ -721,30 +789,54 @@ impl Config {
 
     /// Parses and checks configuration text, returning every problem found.
     pub fn parse(text: &str) -> Result<Config, Vec<Problem>> {
-        let line_of = |offset: usize| text[..offset.min(text.len())].matches('\n').count() + 1;
-        let mut unknown = Vec::new();
-        let de = toml::Deserializer::new(text);
-        let parsed: Result<Config, _> =
-            serde_ignored::deserialize(de, |path| unknown.push(path_segments(&path)));
-        let mut problems = Vec::new();
-        let doc = toml_edit::ImDocument::parse(text).ok();
-        for segs in &unknown {
-            let line = doc.as_ref().and_then(|d| key_offset(d, segs)).map(line_of);
-            problems.push(Problem { line, message: format!("unknown key `{}`", segs.join(".")) });
+        let parsed = Config::parse_all(text);
+        match parsed.problems.is_empty() {
+            true => Ok(parsed.config),
+            false => Err(parsed.problems),
         }
-        let mut config = match parsed {
-            Ok(c) => c,
-            Err(e) => {
-                let line = e.span().map(|s| line_of(s.start));
-                problems.push(Problem { line, message: e.message().trim().to_string() });
-                return Err(problems);
+    }
+
+    /// Parses and checks configuration text: every problem, in the order of the file, and
+    /// the configuration with each value that did not deserialize left at its default (a
+    /// table missing a required key left out), for the checks that come after (`rustle
+    /// check` goes on to the files it names and the users they define).
+    pub fn parse_all(text: &str) -> Parsed {
+        let mut lines = Lines { text: text.to_string(), ..Default::default() };
+        let mut problems = Vec::new();
+        // A syntax error leaves nothing to deserialize.
+        let table = match toml_edit::ImDocument::parse(text.to_string()) {
+            Ok(doc) => {
+                lines.doc = Some(doc);
+                text.parse::<toml::Table>().map_err(|e| (e.span(), e.message().to_string()))
+            }
+            Err(e) => Err((e.span(), e.message().to_string())),
+        };
+        let table = match table {
+            Ok(t) => t,
+            Err((span, message)) => {
+                let line = span.map(|s| lines.line_of(s.start));
+                problems.push(Problem { line, message: message.trim().to_string() });
+                return Parsed { config: Config::default(), problems, lines };
             }
         };
+        let collected = collect::deserialize::<Config>(toml::Value::Table(table));
+        lines.removed = collected.removed;
+        let mut config = collected.value;
+        // (Paths in the file as written.)
+        for segs in &collected.unknown {
+            let line = lines.at_original(segs);
+            problems.push(Problem { line, message: format!("unknown key `{}`", segs.join(".")) });
+        }
+        for (segs, message) in collected.errors {
+            problems.push(Problem { line: lines.at_original(&segs), message });
+        }
+        let line_in = |segs: &[&str]| lines.of(segs);
         for (i, l) in config.listeners.iter().enumerate() {
-            let line_at = |key: &str| {
-                let segs = ["listener".to_string(), i.to_string(), key.to_string()];
-                doc.as_ref().and_then(|d| key_offset(d, &segs)).map(line_of)
-            };
+            // A listener with a value that did not deserialize is reported for that alone.
+            if lines.damaged(&["listener", &i.to_string()]) {
+                continue;
+            }
+            let line_at = |key: &str| line_in(&["listener", &i.to_string(), key]);
             if let Some(message) = open_proxy_problem(&config, l) {
                 problems.push(Problem { line: line_at("listen"), message });
             }
@@ -764,34 +856,39 @@ impl Config {
                 }
             }
         }
-        let line_in = |segs: &[&str]| {
-            let segs: Vec<String> = segs.iter().map(|s| s.to_string()).collect();
-            doc.as_ref().and_then(|d| key_offset(d, &segs)).map(line_of)
-        };
         for (i, rule) in config.rules.iter_mut().enumerate() {
             rule.groups_line = line_in(&["rule", &i.to_string(), "groups"]);
+            rule.users_line = line_in(&["rule", &i.to_string(), "users"]);
         }
         for (i, route) in config.routes.iter_mut().enumerate() {
             route.groups_line = line_in(&["route", &i.to_string(), "groups"]);
+            route.users_line = line_in(&["route", &i.to_string(), "users"]);
         }
         let routing =
             routing::problems(&config.parents, &config.groups, &config.routes, &config.listeners);
         for (segs, message) in routing {
-            let line = doc.as_ref().and_then(|d| key_offset(d, &segs)).map(line_of);
-            problems.push(Problem { line, message });
+            if !lines.damaged_at(&segs) {
+                problems.push(Problem { line: lines.at(&segs), message });
+            }
         }
         let default_allow = config.default_action == DefaultAction::Allow;
         if let Err(errs) = crate::acl::RuleSet::compile(&config.rules, default_allow) {
             for (i, e) in errs {
+                if lines.damaged(&["rule", &i.to_string()]) {
+                    continue;
+                }
                 let line = line_in(&["rule", &i.to_string()]);
                 problems.push(Problem { line, message: format!("rule {}: {e}", i + 1) });
             }
         }
         let mut users = crate::auth::Users::default();
         for (i, u) in config.auth.users.iter().enumerate() {
+            if lines.damaged(&["auth", "user", &i.to_string()]) {
+                continue;
+            }
             if let Err(e) = users.add(&u.name, &u.password, &u.groups) {
                 let line = line_in(&["auth", "user", &i.to_string(), "name"]);
-                problems.push(Problem { line, message: format!("user `{}`: {e}", u.name) });
+                problems.push(Problem { line, message: format!("auth.user `{}`: {e}", u.name) });
             }
         }
         for (key, value) in [
@@ -813,11 +910,9 @@ impl Config {
             line: line_in(&["http2", key]),
             message: format!("http2.{key}: {message}"),
         }));
-        if problems.is_empty() {
-            Ok(config)
-        } else {
-            Err(problems)
-        }
+        // In the order of the file; problems of no one line last.
+        problems.sort_by_key(|p| p.line.unwrap_or(usize::MAX));
+        Parsed { config, problems, lines }
     }
 
     /// Listeners to start: those configured, or the default ones.
@@ -1098,33 +1193,9 @@ fn own_listener<'a>(
         .find(|o| ips.iter().any(|&ip| crate::acl::reaches(SocketAddr::new(ip, port), o.listen)))
 }
 
-fn path_segments(path: &serde_ignored::Path<'_>) -> Vec<String> {
-    use serde_ignored::Path;
-    let mut segs = Vec::new();
-    let mut p = path;
-    loop {
-        match p {
-            Path::Root => break,
-            Path::Seq { parent, index } => {
-                segs.push(index.to_string());
-                p = parent;
-            }
-            Path::Map { parent, key } => {
-                segs.push(key.clone());
-                p = parent;
-            }
-            Path::Some { parent }
-            | Path::NewtypeStruct { parent }
-            | Path::NewtypeVariant { parent } => p = parent,
-        }
-    }
-    segs.reverse();
-    segs
-}
-
 /// Byte offset of the key at `segs` (map keys and array indexes) in the document. Items
 /// are cloned as the walk goes: this runs only when reporting errors.
-fn key_offset(doc: &toml_edit::ImDocument<&str>, segs: &[String]) -> Option<usize> {
+fn key_offset(doc: &toml_edit::ImDocument<String>, segs: &[String]) -> Option<usize> {
     use toml_edit::{Item, Value};
     let mut item = doc.as_item().clone();
     let mut offset = None;
@@ -1241,6 +1312,38 @@ mod tests {
         assert_eq!(p[0].line, Some(4), "{p:?}");
         assert!(p[0].message.contains("invalid duration"), "{p:?}");
         let p = Config::parse("[[listener]]\nlisten = \"nowhere\"\n").expect_err("bad");
+        assert_eq!(p[0].line, Some(2), "{p:?}");
+    }
+
+    #[test]
+    fn a_type_error_hides_nothing_after_it() {
+        let text = "[timeouts]\nheader = \"ten seconds\"\n\
+                    [[listener]]\nlisten = \"nowhere\"\n\
+                    [[listener]]\nkind = \"socks\"\nlisten = \"127.0.0.1:1080\"\nh2c = true\n\
+                    [[listener]]\nkind = \"relay\"\nlisten = \"127.0.0.1:8000\"\n\
+                    target = \"127.0.0.1:1080\"\n\
+                    [limits]\nmax_connections = \"many\"\n";
+        let p = Config::parse(text).expect_err("five faults");
+        let lines: Vec<Option<usize>> = p.iter().map(|p| p.line).collect();
+        // One problem each: the listener whose `listen` is no address is not reported again
+        // as missing it, and the listeners after it keep their own lines.
+        assert_eq!(lines, [Some(2), Some(4), Some(8), Some(12), Some(14)], "{p:?}");
+        let wants = ["invalid duration", "nowhere", "h2c", "own listener", "expected usize"];
+        for (problem, want) in p.iter().zip(wants) {
+            assert!(problem.message.contains(want), "{want}: {p:?}");
+        }
+        // What could be read is there for the checks after parsing.
+        let parsed = Config::parse_all(text);
+        assert_eq!(parsed.config.listeners.len(), 2);
+        assert_eq!(parsed.lines.of(&["listener", "0", "kind"]), Some(6));
+        assert!(parsed.lines.damaged(&["timeouts", "header"]));
+        assert!(!parsed.lines.damaged(&["listener", "0"]));
+    }
+
+    #[test]
+    fn a_syntax_error_is_reported_with_its_line() {
+        let p = Config::parse("workers = 1\n[limits\nmax_connections = 3\n").expect_err("bad");
+        assert_eq!(p.len(), 1, "{p:?}");
         assert_eq!(p[0].line, Some(2), "{p:?}");
     }
 

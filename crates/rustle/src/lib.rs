@@ -2,6 +2,8 @@
 //!
 //! Modules, from the top down (each depends only on those below it; ARCHITECTURE.md
 //! draws the layers):
+//! - `check`: every problem of a configuration at once (`rustle check`, start-up): the
+//!   file's, the files it names, the names its rules use.
 //! - `reload`: the signal loop; what SIGHUP (the configuration again) and SIGUSR1 (the
 //!   access log) change.
 //! - `server`: binds listeners, starts workers (one current-thread runtime per core),
@@ -46,6 +48,7 @@ pub mod acl;
 pub mod auth;
 pub mod body;
 pub mod buf;
+pub mod check;
 pub mod config;
 pub mod conn;
 pub mod dispatch;

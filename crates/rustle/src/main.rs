@@ -4,17 +4,73 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand, ValueEnum};
+use clap::{CommandFactory, Parser, Subcommand, ValueEnum};
 use rustle::config::{
-    Config, HostPort, ListenTls, Listener, ListenerKind, LogFormat, LogTarget, Overrides, Source,
+    HostPort, ListenTls, Listener, ListenerKind, LogFormat, LogTarget, Overrides, Source,
 };
 
+/// The end of `--help` and of the manual page: (heading, [(item, what it is)]).
+const MORE: &[(&str, &[(&str, &str)])] = &[
+    (
+        "Files",
+        &[(
+            "/etc/rustle/rustle.toml",
+            "the configuration read when --config is not given, if it exists",
+        )],
+    ),
+    (
+        "Environment",
+        &[
+            (
+                "RUSTLE_CONFIG",
+                "the file read in its place when --config is not given (empty: none)",
+            ),
+            ("RUST_LOG", "the diagnostics filter, over [log] level"),
+        ],
+    ),
+    (
+        "Signals",
+        &[
+            ("SIGHUP", "read the configuration again"),
+            ("SIGUSR1", "reopen the access log file"),
+            ("SIGTERM, SIGINT", "stop accepting, let connections finish, exit"),
+        ],
+    ),
+];
+
+/// `MORE` as the end of `--help`.
+fn more_help() -> String {
+    let mut out = String::new();
+    for (heading, items) in MORE {
+        out.push_str(&format!("{heading}:\n"));
+        for (item, what) in *items {
+            out.push_str(&format!("  {item:<24} {what}\n"));
+        }
+        out.push('\n');
+    }
+    out.trim_end().to_string()
+}
+
+/// `MORE` as sections of the manual page (roff).
+fn more_roff() -> String {
+    let esc = |s: &str| s.replace('\\', "\\e").replace('-', "\\-");
+    let mut out = String::new();
+    for (heading, items) in MORE {
+        out.push_str(&format!(".SH {}\n", heading.to_uppercase()));
+        for (item, what) in *items {
+            out.push_str(&format!(".TP\n\\fB{}\\fR\n{}\n", esc(item), esc(what)));
+        }
+    }
+    out
+}
+
 #[derive(Parser)]
-#[command(name = "rustle", version, about = "A fast, lean forward proxy")]
+#[command(name = "rustle", version, about = "A fast, lean forward proxy", after_long_help = more_help())]
 struct Cli {
     #[command(subcommand)]
     command: Option<Command>,
-    /// Configuration file (TOML); see rustle.example.toml.
+    /// Configuration file (TOML); see rustle.example.toml. Without it, /etc/rustle/rustle.toml
+    /// is read if it exists ($RUSTLE_CONFIG names another default file; empty: none).
     #[arg(long, short, value_name = "FILE")]
     config: Option<PathBuf>,
     /// HTTP proxy listener (repeatable). Any listener flag replaces the file's listeners.
@@ -81,6 +137,17 @@ enum Command {
         #[arg(long, value_name = "DIR", default_value = ".")]
         out: PathBuf,
     },
+    /// Print the manual page (roff): `rustle man | man -l -`.
+    Man {
+        /// Write rustle.1 and a page per subcommand (rustle-check.1, ...) into DIR instead.
+        #[arg(long, value_name = "DIR")]
+        dir: Option<PathBuf>,
+    },
+    /// Print the completion script for SHELL: `source <(rustle completions bash)`.
+    Completions {
+        /// bash, zsh, fish, elvish or powershell.
+        shell: clap_complete::Shell,
+    },
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -98,12 +165,22 @@ fn main() -> ExitCode {
     if let Some(Command::Cert { self_signed, out }) = &cli.command {
         return cert(self_signed, out);
     }
+    if let Some(Command::Man { dir }) = &cli.command {
+        return man(dir.as_deref());
+    }
+    if let Some(Command::Completions { shell }) = &cli.command {
+        clap_complete::generate(*shell, &mut Cli::command(), "rustle", &mut std::io::stdout());
+        return ExitCode::SUCCESS;
+    }
+    // Without --config, the default file if it exists.
+    let default = rustle::config::default_file();
+    let file = cli.config.clone().or_else(|| default.clone().filter(|f| f.exists()));
     // `rustle check --config FILE` or `rustle --config FILE check`.
     if let Some(Command::Check { config }) = &cli.command {
-        return check(config.as_deref().or(cli.config.as_deref()));
+        return check(config.as_deref().or(file.as_deref()));
     }
-    let source = Source { file: cli.config.clone(), overrides: overrides(&cli) };
-    let loaded = match source.read() {
+    let source = Source { file, overrides: overrides(&cli) };
+    let loaded = match rustle::check::source(&source) {
         Ok(loaded) => loaded,
         Err(problems) => {
             eprintln!("{problems}");
@@ -111,6 +188,14 @@ fn main() -> ExitCode {
         }
     };
     init_tracing(&loaded.config.log.level);
+    match (&source.file, &default) {
+        (Some(file), _) => tracing::info!("configuration: {}", file.display()),
+        (None, Some(default)) => tracing::info!(
+            "no configuration file ({} does not exist): the command line and the defaults",
+            default.display()
+        ),
+        (None, None) => tracing::info!("no configuration file: the command line and the defaults"),
+    }
     if let Err(msg) = loaded.config.check_listeners() {
         tracing::error!("{msg}");
         return ExitCode::from(2);
@@ -168,47 +253,85 @@ fn overrides(cli: &Cli) -> Overrides {
     }
 }
 
-/// `rustle check`: the file alone, checked as at start-up.
+/// `rustle check`: the file alone, checked as at start-up: every problem, each with its
+/// line.
 fn check(file: Option<&std::path::Path>) -> ExitCode {
     let Some(path) = file else {
-        eprintln!("rustle check: give the file with --config FILE");
+        eprintln!(
+            "rustle check: no file: give it with --config FILE (without it, {} is read when \
+             it exists)",
+            rustle::config::DEFAULT_FILE
+        );
         return ExitCode::from(2);
     };
-    let cfg = match Config::load(path) {
-        Ok(c) => c,
+    let source = Source { file: Some(path.to_owned()), overrides: Overrides::default() };
+    let loaded = match rustle::check::source(&source) {
+        Ok(loaded) => loaded,
         Err(problems) => {
             eprintln!("{problems}");
             return ExitCode::from(2);
         }
     };
-    // Users files, group members and limits are checked as at start-up.
-    // What start-up refuses and a reload only warns of is refused here too.
-    let built = rustle::policy::Policy::build(&cfg, &[]).and_then(|policy| {
-        let problems = policy.startup_problems();
-        match problems.is_empty() {
-            true => Ok(policy),
-            false => Err(problems),
-        }
-    });
-    match built {
-        Err(problems) => {
-            for p in problems {
-                eprintln!("{}: {p}", path.display());
-            }
-            ExitCode::from(2)
-        }
-        Ok(policy) => {
-            if policy.users.plain_count() > 0 {
-                eprintln!(
-                    "{}: warning: {} user(s) have plaintext passwords",
-                    path.display(),
-                    policy.users.plain_count()
-                );
-            }
-            println!("{}: ok", path.display());
-            ExitCode::SUCCESS
+    // (Checked above: the policy builds.)
+    if let Ok(policy) = rustle::policy::Policy::build(&loaded.config, &[]) {
+        if policy.users.plain_count() > 0 {
+            eprintln!(
+                "{}: warning: {} user(s) have plaintext passwords",
+                path.display(),
+                policy.users.plain_count()
+            );
         }
     }
+    println!("{}: ok", path.display());
+    ExitCode::SUCCESS
+}
+
+/// `rustle man`: the manual page made from the command line's definition, or with `--dir`
+/// that page and one per subcommand as files.
+fn man(dir: Option<&std::path::Path>) -> ExitCode {
+    let mut cmd = Cli::command().disable_help_subcommand(true);
+    cmd.build();
+    let page = |cmd: clap::Command| {
+        let title = cmd.get_display_name().unwrap_or(cmd.get_name()).to_uppercase();
+        let source = format!("rustle {}", env!("CARGO_PKG_VERSION"));
+        clap_mangen::Man::new(cmd).title(title).source(source)
+    };
+    let written = match dir {
+        None => main_page(page(cmd), &mut std::io::stdout()),
+        Some(dir) => {
+            let subcommands: Vec<clap::Command> =
+                cmd.get_subcommands().filter(|s| !s.is_hide_set()).cloned().collect();
+            let main = dir.join("rustle.1");
+            std::fs::File::create(&main).and_then(|mut f| main_page(page(cmd), &mut f)).and_then(
+                |()| {
+                    println!("{}", main.display());
+                    subcommands.into_iter().try_for_each(|c| {
+                        println!("{}", page(c).generate_to(dir)?.display());
+                        Ok(())
+                    })
+                },
+            )
+        }
+    };
+    match written {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("rustle man: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// The page of `rustle` itself: clap_mangen's sections, then `MORE`'s.
+fn main_page(page: clap_mangen::Man, out: &mut dyn std::io::Write) -> std::io::Result<()> {
+    page.render_title(out)?;
+    page.render_name_section(out)?;
+    page.render_synopsis_section(out)?;
+    page.render_description_section(out)?;
+    page.render_options_section(out)?;
+    page.render_subcommands_section(out)?;
+    out.write_all(more_roff().as_bytes())?;
+    page.render_version_section(out)
 }
 
 fn passwd(name: &str) -> ExitCode {

@@ -35,7 +35,7 @@ pub struct Policy {
     pub builtins: Builtins,
     pub realm: String,
     /// Bytes per second (up, down) of each user with a limit of its own.
-    user_rates: HashMap<String, (Option<u64>, Option<u64>)>,
+    user_rates: UserRates,
     default_user_rate: (Option<u64>, Option<u64>),
     /// Each limited user's buckets, made on first use and shared by its connections.
     user_buckets: Mutex<HashMap<String, UserBuckets>>,
@@ -46,9 +46,9 @@ pub struct Policy {
     /// TLS towards origins of `https://` URLs, or why there is none (no CA to verify
     /// with: such requests then get a 502 saying so).
     https_origins: Result<Arc<rustls::ClientConfig>, String>,
-    /// Rules naming a group no user is in (`acl::undefined_groups`, usually a misspelling;
-    /// such a rule matches nobody).
-    pub unknown_groups: Vec<String>,
+    /// Rules and routes naming a group no user is in or a user that is not defined
+    /// (`undefined_names`: usually a misspelling; such a rule matches nobody).
+    pub undefined_names: Vec<String>,
     /// A listener requires authentication and no user is defined: everyone is refused.
     pub auth_without_users: bool,
     /// Parents, groups and routes.
@@ -71,11 +71,24 @@ impl Policy {
     /// proxy refuse more, not less, and refusing a reload for it would keep what the new
     /// files removed (a revoked user, the last member of a group) in force.
     pub fn startup_problems(&self) -> Vec<String> {
-        let mut problems = self.unknown_groups.clone();
-        if self.auth_without_users {
-            problems.push("a listener requires authentication but [auth] defines no user".into());
+        refused_at_start(self.undefined_names.clone(), self.auth_without_users)
+    }
+
+    /// Every problem of a configuration's policy: what `build` refuses (files that cannot
+    /// be read or parsed, certificates, users, rules, routes) and what start-up refuses
+    /// (`startup_problems`), both at once.
+    pub fn check(cfg: &Config) -> Vec<String> {
+        match Policy::build(cfg, &[]) {
+            Ok(policy) => policy.startup_problems(),
+            // Which names are undefined is known only with the users file read.
+            Err(problems) if users_file_unread(cfg) => problems,
+            Err(mut problems) => {
+                let (users, _, _) = users_of(cfg);
+                let undefined = undefined_names(cfg, &users);
+                problems.extend(refused_at_start(undefined, auth_without_users(cfg, &users)));
+                problems
+            }
         }
-        problems
     }
 
     /// What listener `index` accepts as TLS, if it does.
@@ -117,37 +130,8 @@ impl Policy {
 
     /// Builds the policy; `own` are the proxy's listening addresses (for loop refusal).
     pub fn build(cfg: &Config, own: &[SocketAddr]) -> Result<Policy, Vec<String>> {
-        let mut problems = Vec::new();
-        let mut users = match &cfg.auth.users_file {
-            Some(path) => Users::load(path).unwrap_or_else(|e| {
-                problems.push(e);
-                Users::default()
-            }),
-            None => Users::default(),
-        };
-        let mut user_rates = HashMap::new();
-        for u in &cfg.auth.users {
-            if let Err(e) = users.add(&u.name, &u.password, &u.groups) {
-                problems.push(format!("auth.user `{}`: {e}", u.name));
-            }
-            match (rate(&u.rate_up, "rate_up"), rate(&u.rate_down, "rate_down")) {
-                (Ok(None), Ok(None)) => {}
-                (Ok(up), Ok(down)) => {
-                    user_rates.insert(u.name.clone(), (up, down));
-                }
-                (Err(e), _) | (_, Err(e)) => problems.push(format!("auth.user `{}`: {e}", u.name)),
-            }
-        }
-        for (group, members) in &cfg.auth.groups {
-            users.add_group_members(group, members);
-        }
-        for (group, member) in users.undefined_members() {
-            problems.push(format!("auth.groups: `{member}` in group `{group}` is not a user"));
-        }
-        let defined = |g: &str| users.has_group(g) || cfg.auth.groups.contains_key(g);
-        let mut unknown_groups = crate::acl::undefined_groups(&cfg.rules, "rule", defined);
-        let route_conditions: Vec<_> = cfg.routes.iter().map(|r| r.conditions()).collect();
-        unknown_groups.extend(crate::acl::undefined_groups(&route_conditions, "route", defined));
+        let (users, user_rates, mut problems) = users_of(cfg);
+        let undefined_names = undefined_names(cfg, &users);
         let routes = crate::route::Routes::build(cfg, own).unwrap_or_else(|errs| {
             problems.extend(errs);
             crate::route::Routes::default()
@@ -218,15 +202,14 @@ impl Policy {
                     .ok()
             })
             .collect();
-        let auth_without_users =
-            cfg.effective_listeners().iter().any(|l| l.auth) && users.is_empty();
+        let auth_without_users = auth_without_users(cfg, &users);
         if !problems.is_empty() {
             return Err(problems);
         }
         Ok(Policy {
             routes,
             parent_tls,
-            unknown_groups,
+            undefined_names,
             auth_without_users,
             users,
             rules,
@@ -270,6 +253,86 @@ impl Policy {
         }
         t
     }
+}
+
+/// Bytes per second (up, down) of each user with a limit of its own.
+type UserRates = HashMap<String, (Option<u64>, Option<u64>)>;
+
+/// The users of a configuration (its users file, then `[auth]`'s users and groups), the
+/// bandwidth of those with their own, and the problems found on the way.
+fn users_of(cfg: &Config) -> (Users, UserRates, Vec<String>) {
+    let mut problems = Vec::new();
+    let mut users = match &cfg.auth.users_file {
+        Some(path) => Users::load(path).unwrap_or_else(|e| {
+            problems.push(e);
+            Users::default()
+        }),
+        None => Users::default(),
+    };
+    let mut user_rates = HashMap::new();
+    for u in &cfg.auth.users {
+        if let Err(e) = users.add(&u.name, &u.password, &u.groups) {
+            problems.push(format!("auth.user `{}`: {e}", u.name));
+        }
+        match (rate(&u.rate_up, "rate_up"), rate(&u.rate_down, "rate_down")) {
+            (Ok(None), Ok(None)) => {}
+            (Ok(up), Ok(down)) => {
+                user_rates.insert(u.name.clone(), (up, down));
+            }
+            (Err(e), _) | (_, Err(e)) => problems.push(format!("auth.user `{}`: {e}", u.name)),
+        }
+    }
+    for (group, members) in &cfg.auth.groups {
+        users.add_group_members(group, members);
+    }
+    for (group, member) in users.undefined_members() {
+        problems.push(format!("auth.groups: `{member}` in group `{group}` is not a user"));
+    }
+    (users, user_rates, problems)
+}
+
+/// The configuration names a users file that cannot be read or parsed.
+fn users_file_unread(cfg: &Config) -> bool {
+    cfg.auth.users_file.as_deref().is_some_and(|path| Users::load(path).is_err())
+}
+
+/// Groups and users named by rules and routes that no user is in or that no user is
+/// (`line N: rule K: ...`). Users named by client certificates or accepted whatever
+/// credentials they give are known only when they connect: with a listener taking those,
+/// rules may name anyone.
+fn undefined_names(cfg: &Config, users: &Users) -> Vec<String> {
+    use crate::acl::{undefined_groups, undefined_users};
+    use crate::config::{CertUser, ClientCerts};
+    let defined = |g: &str| users.has_group(g) || cfg.auth.groups.contains_key(g);
+    let route_conditions: Vec<_> = cfg.routes.iter().map(|r| r.conditions()).collect();
+    let mut out = undefined_groups(&cfg.rules, "rule", defined);
+    out.extend(undefined_groups(&route_conditions, "route", defined));
+    let users_from_elsewhere = cfg.effective_listeners().iter().any(|l| {
+        let certs = l.tls.as_ref().is_some_and(|t| {
+            t.client_certs != ClientCerts::None && t.client_user != CertUser::None
+        });
+        certs || l.accept_any_credentials
+    });
+    if !users_from_elsewhere {
+        let known = |u: &str| users.get(u).is_some();
+        out.extend(undefined_users(&cfg.rules, "rule", known));
+        out.extend(undefined_users(&route_conditions, "route", known));
+    }
+    out
+}
+
+/// A listener requires authentication and no user is defined: everyone is refused.
+fn auth_without_users(cfg: &Config, users: &Users) -> bool {
+    cfg.effective_listeners().iter().any(|l| l.auth) && users.is_empty()
+}
+
+/// What start-up refuses and a reload only warns of (`Policy::startup_problems`).
+fn refused_at_start(mut undefined_names: Vec<String>, auth_without_users: bool) -> Vec<String> {
+    if auth_without_users {
+        undefined_names
+            .push("a listener requires authentication but [auth] defines no user".into());
+    }
+    undefined_names
 }
 
 /// One access decision in the making: who asks for what.

@@ -38,7 +38,7 @@ pub fn apply(running: &Running, cfg: &Config) -> Result<Vec<String>, String> {
     let old = running.policy();
     let mut warnings = vet(cfg, running.listeners(), &old, &policy)?;
     // (A listener requiring authentication left with no user: `vet` names it.)
-    warnings.extend(policy.unknown_groups.iter().cloned());
+    warnings.extend(policy.undefined_names.iter().cloned());
     policy.keep_tls_of(&old);
     policy.routes.keep_health_of(&old.routes);
     running.publish(policy);

@@ -211,6 +211,9 @@ pub struct RouteConfig {
     pub clients: Option<Vec<String>>,
     #[serde(default)]
     pub users: Option<Vec<String>>,
+    /// The line of `users`, for a user found undefined once the users are loaded.
+    #[serde(skip)]
+    pub users_line: Option<usize>,
     /// User groups (`[auth.groups]`), not `[[group]]`s.
     #[serde(default)]
     pub groups: Option<Vec<String>>,
@@ -240,6 +243,7 @@ impl RouteConfig {
             listeners: self.listeners.clone(),
             clients: self.clients.clone(),
             users: self.users.clone(),
+            users_line: self.users_line,
             groups: self.groups.clone(),
             groups_line: self.groups_line,
             hosts: self.hosts.clone(),

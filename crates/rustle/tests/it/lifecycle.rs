@@ -171,6 +171,7 @@ impl Binary {
         let marker = format!(" ({kind})");
         let mut child = Command::new(rustle_bin())
             .args(args)
+            .env("RUSTLE_CONFIG", "")
             .env("RUST_LOG", "info")
             .stdin(Stdio::null())
             .stdout(Stdio::null())

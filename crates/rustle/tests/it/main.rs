@@ -20,6 +20,7 @@ mod http2;
 mod lifecycle;
 mod limits;
 mod loadgen;
+mod packaging;
 mod parents;
 mod pool;
 mod relay;

@@ -121,6 +121,7 @@ fn the_binary_serves_a_relay_flag() {
     let mut child = Command::new(rustle_bin())
         .args(["--relay", &format!("127.0.0.1:0={}", origin.addr()), "--workers", "1"])
         .args(["--log", "off"])
+        .env("RUSTLE_CONFIG", "")
         .env("RUST_LOG", "info")
         .stdin(Stdio::null())
         .stdout(Stdio::null())

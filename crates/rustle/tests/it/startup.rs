@@ -316,3 +316,114 @@ fn cert_names_the_curl_options_that_trust_the_ca() {
     assert!(text.contains(&format!("curl --cacert {ca} https://proxy.test:PORT/")), "{text}");
     assert!(text.contains("--tls-cert") && text.contains("--tls-key"), "{text}");
 }
+
+#[test]
+fn check_and_start_report_every_problem_at_once_with_its_line() {
+    let dir = TempDir::new("every");
+    let (port, relay) = (free_port(false), free_port(false));
+    let missing = |name: &str| dir.file(name).display().to_string();
+    let users = dir.file("users");
+    std::fs::write(&users, "alice:plain:pw:staff\n").unwrap();
+    // (a line of the file, part of the problem it must be reported with; "" for none)
+    let file: &[(String, &str)] = &[
+        ("[timeouts]".into(), ""),
+        // A type error first: it hides nothing after it.
+        ("header = \"ten seconds\"".into(), "invalid duration"),
+        ("[auth]".into(), ""),
+        (format!("users_file = \"{}\"", users.display()), ""),
+        ("[tls]".into(), ""),
+        (format!("origin_ca = \"{}\"", missing("ca.pem")), "the origin CA file"),
+        ("[[listener]]".into(), ""),
+        (format!("listen = \"127.0.0.1:{port}\""), ""),
+        ("auth = true".into(), ""),
+        ("[[listener]]".into(), ""),
+        ("kind = \"https\"".into(), ""),
+        ("listen = \"127.0.0.1:0\"".into(), ""),
+        ("[listener.tls]".into(), ""),
+        (format!("cert = \"{}\"", missing("cert.pem")), "the certificate of listener 2"),
+        (format!("key = \"{}\"", missing("key.pem")), "the key of listener 2"),
+        ("[[listener]]".into(), ""),
+        ("kind = \"relay\"".into(), ""),
+        (format!("listen = \"127.0.0.1:{relay}\""), ""),
+        (format!("target = \"127.0.0.1:{port}\""), "own listener"),
+        ("[[rule]]".into(), ""),
+        ("action = \"allow\"".into(), ""),
+        ("groups = [\"staf\"]".into(), "group `staf` is not defined"),
+        ("users = [\"bob\"]".into(), "user `bob` is not defined"),
+    ];
+    let text: String = file.iter().map(|(l, _)| format!("{l}\n")).collect();
+    let path = dir.file("rustle.toml");
+    std::fs::write(&path, &text).unwrap();
+    let expect = |err: &str| {
+        let reported: Vec<&str> = err.lines().filter(|l| l.contains(": line ")).collect();
+        for (n, (_, want)) in file.iter().enumerate().filter(|(_, (_, w))| !w.is_empty()) {
+            let at = format!("{}: line {}: ", path.display(), n + 1);
+            assert!(
+                reported.iter().any(|l| l.starts_with(&at) && l.contains(want)),
+                "no `{want}` at line {}:\n{err}",
+                n + 1
+            );
+        }
+        let wanted = file.iter().filter(|(_, w)| !w.is_empty()).count();
+        assert_eq!(reported.len(), wanted, "one line per problem:\n{err}");
+        assert!(err.contains("cannot read"), "{err}");
+    };
+    let out = Command::new(rustle_bin())
+        .args(["check", "--config", path.to_str().unwrap()])
+        .output()
+        .expect("run rustle check");
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    let check_err = String::from_utf8_lossy(&out.stderr).into_owned();
+    expect(&check_err);
+    // Start-up shows the same list, and binds nothing.
+    let mut p = RustleProcess::spawn_bin(rustle_bin(), &["--config", path.to_str().unwrap()]);
+    let status = p.wait(Duration::from_secs(10)).expect("rustle started");
+    assert_eq!(status.code(), Some(2), "{}", p.stderr());
+    let start_err = p.stderr();
+    expect(&start_err);
+    assert_eq!(start_err.trim_end(), check_err.trim_end());
+}
+
+#[test]
+fn the_default_file_is_read_without_config_and_the_log_names_it() {
+    let dir = TempDir::new("default");
+    let file = dir.file("rustle.toml");
+    std::fs::write(&file, "[[listener]]\nkind = \"socks\"\nlisten = \"127.0.0.1:0\"\n").unwrap();
+    // RUSTLE_CONFIG names the default file (/etc/rustle/rustle.toml otherwise).
+    let env = [("RUSTLE_CONFIG", file.as_os_str())];
+    let mut p = RustleProcess::spawn_env(&["--workers", "1"], &env);
+    let addr = p.next_listener();
+    let err = p.stderr();
+    assert!(err.contains(&format!("configuration: {}", file.display())), "{err}");
+    // The file's listener: SOCKS5 answers a greeting.
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.write_all(&[5, 1, 0]).unwrap();
+    let mut reply = [0u8; 2];
+    std::io::Read::read_exact(&mut s, &mut reply).unwrap();
+    assert_eq!(reply, [5, 0]);
+    // `rustle check` without --config checks it too.
+    let out = Command::new(rustle_bin()).arg("check").env("RUSTLE_CONFIG", &file).output().unwrap();
+    assert_success("rustle check", &out);
+    assert!(String::from_utf8_lossy(&out.stdout).contains(&format!("{}: ok", file.display())));
+
+    // A listener flag replaces the file's listeners, the rest of the file still applies.
+    std::fs::write(&file, "[log]\naccess = \"off\"\n").unwrap();
+    let mut p = RustleProcess::spawn_env(&["--http", "127.0.0.1:0", "--workers", "1"], &env);
+    let addr = p.next_listener();
+    let origin = Origin::start().unwrap();
+    let mut c = Conn::open(addr);
+    c.send(&get(&origin.url("/bytes/10")));
+    assert_eq!(c.read_response().body, pattern(10));
+    assert!(p.stderr().contains(&format!("configuration: {}", file.display())), "{}", p.stderr());
+
+    // No such file: the command line and the defaults, and the log says so.
+    let gone = dir.file("gone.toml");
+    let env = [("RUSTLE_CONFIG", gone.as_os_str())];
+    let mut p = RustleProcess::spawn_env(&["--http", "127.0.0.1:0", "--workers", "1"], &env);
+    p.next_listener();
+    let said = format!("no configuration file ({} does not exist)", gone.display());
+    assert!(p.stderr().contains(&said), "{}", p.stderr());
+    let out = Command::new(rustle_bin()).arg("check").env("RUSTLE_CONFIG", &gone).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--config FILE"), "{out:?}");
+}

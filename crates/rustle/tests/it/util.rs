@@ -757,8 +757,10 @@ impl RustleProcess {
 
     fn spawn_with(bin: &str, args: &[&str], env: &[(&str, &std::ffi::OsStr)]) -> RustleProcess {
         use std::io::{BufRead, BufReader};
+        // No default configuration file (/etc/rustle/rustle.toml) unless a test names one.
         let mut child = Command::new(bin)
             .args(args)
+            .env("RUSTLE_CONFIG", "")
             .envs(env.iter().copied())
             .env("RUST_LOG", "info")
             .stdin(Stdio::null())
