@@ -1,90 +1,39 @@
-//! The access log: one line per request or tunnel, plain or JSON. Each worker formats into
-//! its own buffer and writes it out in one call when it fills or on a short timer, so a
-//! request costs no syscall and no lock for logging.
+//! The access log: one line per request, tunnel or refused connection. Every front end
+//! fills in one record (`Entry`); the format (`format`: plain, JSON, squid's native format
+//! or a template) is only a way to write it, and the sink (`sink`: a stream, a file,
+//! syslog or the journal) only where the lines go. Each worker formats into its own buffer
+//! and hands it to the sink when it fills or on the housekeeping tick, so a request costs
+//! no syscall and no lock for logging.
+
+mod format;
+mod sink;
 
 use std::cell::RefCell;
-use std::fmt::{self, Write as _};
-use std::fs::File;
-use std::io::{self, Write};
+use std::fmt;
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use crate::config::{LogFormat, LogTarget};
+use crate::config::{Listener, LogFormat};
 
-/// A worker writes its buffer out once it holds this much, so a busy worker makes one
-/// write call per few hundred lines.
+pub use sink::{LogFile, Sink};
+
+/// A worker hands its buffer to the sink once it holds this much, so a busy worker makes
+/// one write call per few hundred lines.
 const FLUSH_AT: usize = 32 * 1024;
-
-/// Where the lines of all workers go. Flushes take the lock; lines never do.
-#[derive(Clone)]
-pub enum Sink {
-    Stdout,
-    Stderr,
-    File(Arc<LogFile>),
-    Off,
-}
-
-/// An access-log file shared by the workers, and the path it was opened at.
-pub struct LogFile {
-    path: PathBuf,
-    file: Mutex<File>,
-}
-
-fn open_append(path: &Path) -> io::Result<File> {
-    std::fs::OpenOptions::new().create(true).append(true).open(path)
-}
-
-impl Sink {
-    pub fn open(target: &LogTarget) -> io::Result<Sink> {
-        Ok(match target {
-            LogTarget::Stdout => Sink::Stdout,
-            LogTarget::Stderr => Sink::Stderr,
-            LogTarget::Off => Sink::Off,
-            LogTarget::File(path) => {
-                let file = Mutex::new(open_append(path)?);
-                Sink::File(Arc::new(LogFile { path: path.clone(), file }))
-            }
-        })
-    }
-
-    /// Opens the file again at its path (SIGUSR1, once logrotate has renamed it): every
-    /// worker's next flush, which takes the lock anyway, goes to the new file, lines it
-    /// buffered before included. The path reopened, or None when lines go to no file.
-    pub fn reopen(&self) -> io::Result<Option<&Path>> {
-        let Sink::File(log) = self else {
-            return Ok(None);
-        };
-        // Opened before taking the lock: a slow file system does not stall the flushes.
-        let fresh = open_append(&log.path)?;
-        let mut file = log.file.lock().unwrap_or_else(|p| p.into_inner());
-        *file = fresh;
-        Ok(Some(&log.path))
-    }
-
-    fn write(&self, bytes: &[u8]) {
-        let res = match self {
-            Sink::Stdout => io::stdout().lock().write_all(bytes),
-            Sink::Stderr => io::stderr().lock().write_all(bytes),
-            Sink::File(log) => match log.file.lock() {
-                Ok(mut f) => f.write_all(bytes),
-                Err(poisoned) => poisoned.into_inner().write_all(bytes),
-            },
-            Sink::Off => Ok(()),
-        };
-        if let Err(e) = res {
-            tracing::warn!("access log write failed: {e}");
-        }
-    }
-}
 
 /// What one line says.
 pub struct Entry<'a> {
     pub client: SocketAddr,
+    /// The listener the client came in on.
+    pub listener: &'a Listener,
+    /// What the client spoke, as far as it was told.
+    pub protocol: Protocol,
+    /// `-` when the request was refused before its method was read.
     pub method: &'a [u8],
+    /// `-` when the request was refused before its target was read.
     pub target: &'a [u8],
-    /// The status the client got; 0 when it got none (it went away first).
+    /// The status the client got; 0 when it got none (it went away first, or the protocol
+    /// has no status to give). SOCKS: the reply code.
     pub status: u16,
     /// Bytes from the client to the upstream (request body or tunnel).
     pub up: u64,
@@ -101,6 +50,80 @@ pub struct Entry<'a> {
     /// The route and the parent proxies taken, when a route sent the request through
     /// parents.
     pub via: Option<&'a Via>,
+    /// The request's User-Agent and Referer values; kept by the front ends only when the
+    /// format shows them (`AccessLog::wants_headers`), empty otherwise.
+    pub user_agent: &'a [u8],
+    pub referer: &'a [u8],
+}
+
+impl<'a> Entry<'a> {
+    /// A connection refused before a request was read (a failed handshake, a protocol
+    /// not detected, a limit): who, on which listener, and why; nothing else is known.
+    pub fn refused(
+        client: SocketAddr,
+        listener: &'a Listener,
+        protocol: Protocol,
+        start: Instant,
+        error: &'a dyn fmt::Display,
+    ) -> Entry<'a> {
+        Entry {
+            client,
+            listener,
+            protocol,
+            method: b"-",
+            target: b"-",
+            status: 0,
+            up: 0,
+            down: 0,
+            start,
+            upstream: None,
+            error: Some(error),
+            user: None,
+            tls: None,
+            via: None,
+            user_agent: b"",
+            referer: b"",
+        }
+    }
+}
+
+/// What a client spoke, for the log.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Protocol {
+    /// Refused before it could be told (a failed TLS handshake, an undetected protocol).
+    #[default]
+    Unknown,
+    Http10,
+    Http11,
+    Http2,
+    Socks4,
+    Socks5,
+    /// A TCP port relay.
+    Tcp,
+    /// A UDP port relay.
+    Udp,
+}
+
+impl Protocol {
+    pub fn http1(minor: u8) -> Protocol {
+        match minor {
+            0 => Protocol::Http10,
+            _ => Protocol::Http11,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Protocol::Unknown => "-",
+            Protocol::Http10 => "HTTP/1.0",
+            Protocol::Http11 => "HTTP/1.1",
+            Protocol::Http2 => "HTTP/2",
+            Protocol::Socks4 => "SOCKS4",
+            Protocol::Socks5 => "SOCKS5",
+            Protocol::Tcp => "TCP",
+            Protocol::Udp => "UDP",
+        }
+    }
 }
 
 /// A route through parent proxies, as the log names it.
@@ -114,18 +137,60 @@ pub struct Via {
 pub struct AccessLog {
     sink: Sink,
     format: LogFormat,
-    buf: RefCell<Vec<u8>>,
-    /// The formatted current second, recomputed only when the second changes.
-    clock: RefCell<(u64, String)>,
+    wants_headers: bool,
+    /// Lines (or, for datagram sinks, messages) not yet handed to the sink.
+    buf: RefCell<Pending>,
+    /// The current second, formatted, recomputed only when the second changes.
+    clock: RefCell<Clock>,
+}
+
+/// A worker's lines not yet written, and where each message ends (datagram sinks send
+/// one message per line).
+#[derive(Default)]
+struct Pending {
+    bytes: Vec<u8>,
+    ends: Vec<usize>,
+}
+
+/// The wall clock as lines show it, kept per second.
+#[derive(Default)]
+pub(crate) struct Clock {
+    secs: u64,
+    /// `YYYY-MM-DDTHH:MM:SS` (UTC).
+    iso: String,
+    /// `Mmm dd HH:MM:SS` (UTC), for RFC 3164 syslog headers.
+    bsd: String,
+}
+
+impl Clock {
+    fn at(&mut self, secs: u64) {
+        if self.secs != secs || self.iso.is_empty() {
+            let c = Civil::of(secs);
+            self.secs = secs;
+            self.iso = c.iso();
+            self.bsd = c.bsd();
+        }
+    }
+}
+
+/// A moment as lines show it: the second's texts and the milliseconds.
+pub(crate) struct Now<'a> {
+    pub clock: &'a Clock,
+    pub millis: u32,
+    pub unix: Duration,
 }
 
 impl AccessLog {
     pub fn new(sink: Sink, format: LogFormat) -> Self {
         AccessLog {
             sink,
+            wants_headers: format.wants_headers(),
             format,
-            buf: RefCell::new(Vec::with_capacity(FLUSH_AT + 1024)),
-            clock: RefCell::new((0, String::new())),
+            buf: RefCell::new(Pending {
+                bytes: Vec::with_capacity(FLUSH_AT + 1024),
+                ends: Vec::new(),
+            }),
+            clock: RefCell::new(Clock::default()),
         }
     }
 
@@ -133,165 +198,83 @@ impl AccessLog {
         !matches!(self.sink, Sink::Off)
     }
 
+    /// Whether lines show the User-Agent or Referer: front ends keep them only then.
+    pub fn wants_headers(&self) -> bool {
+        self.wants_headers && self.enabled()
+    }
+
     pub fn log(&self, e: &Entry<'_>) {
         if !self.enabled() {
             return;
         }
-        let mut line = String::with_capacity(160);
-        let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
-        {
-            let mut clock = self.clock.borrow_mut();
-            if clock.0 != now.as_secs() || clock.1.is_empty() {
-                *clock = (now.as_secs(), civil_time(now.as_secs()));
-            }
-            let _ = write!(line, "{}.{:03}Z", clock.1, now.subsec_millis());
+        let unix = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
+        let mut clock = self.clock.borrow_mut();
+        clock.at(unix.as_secs());
+        let now = Now { clock: &clock, millis: unix.subsec_millis(), unix };
+        let mut pending = self.buf.borrow_mut();
+        let Pending { bytes, ends } = &mut *pending;
+        self.sink.open_message(bytes, &now);
+        format::write(&self.format, bytes, e, &now);
+        self.sink.close_message(bytes, e);
+        if self.sink.is_datagram() {
+            ends.push(bytes.len());
         }
-        let ms = e.start.elapsed().as_secs_f64() * 1000.0;
-        let method = String::from_utf8_lossy(e.method);
-        let target = String::from_utf8_lossy(e.target);
-        // Writing to a String cannot fail.
-        let _ = match self.format {
-            LogFormat::Plain => {
-                let up = e.upstream.map(|a| a.to_string());
-                write!(
-                    line,
-                    " {} {} {} {} {} {} {:.3}ms {}",
-                    e.client,
-                    method,
-                    target,
-                    e.status,
-                    e.up,
-                    e.down,
-                    ms,
-                    up.as_deref().unwrap_or("-"),
-                )
-                .and_then(|_| match e.user {
-                    Some(u) => write!(line, " user={}", Escaped(u)),
-                    None => Ok(()),
-                })
-                .and_then(|_| match e.tls {
-                    Some(t) => write!(
-                        line,
-                        " tls={}/{} sni={}{}",
-                        t.version,
-                        t.cipher,
-                        Escaped(t.sni.as_deref().unwrap_or("-")),
-                        if t.resumed { " resumed" } else { "" }
-                    ),
-                    None => Ok(()),
-                })
-                .and_then(|_| match e.via {
-                    Some(v) => {
-                        write!(line, " route={} via={}", Escaped(&v.route), Escaped(&v.parents))
-                    }
-                    None => Ok(()),
-                })
-                .and_then(|_| match e.error {
-                    Some(err) => write!(line, " \"{}\"", Escaped(&err.to_string())),
-                    None => Ok(()),
-                })
-            }
-            LogFormat::Json => {
-                let time = std::mem::take(&mut line);
-                write!(
-                    line,
-                    "{{\"time\":\"{}\",\"client\":\"{}\",\"method\":\"{}\",\"target\":\"{}\",\
-                     \"status\":{},\"bytes_up\":{},\"bytes_down\":{},\"ms\":{:.3}",
-                    time,
-                    e.client,
-                    Escaped(&method),
-                    Escaped(&target),
-                    e.status,
-                    e.up,
-                    e.down,
-                    ms
-                )
-                .and_then(|_| match e.upstream {
-                    Some(a) => write!(line, ",\"upstream\":\"{a}\""),
-                    None => Ok(()),
-                })
-                .and_then(|_| match e.user {
-                    Some(u) => write!(line, ",\"user\":\"{}\"", Escaped(u)),
-                    None => Ok(()),
-                })
-                .and_then(|_| match e.tls {
-                    Some(t) => write!(
-                        line,
-                        ",\"tls_version\":\"{}\",\"tls_cipher\":\"{}\",\"sni\":\"{}\",\
-                         \"tls_resumed\":{}",
-                        t.version,
-                        t.cipher,
-                        Escaped(t.sni.as_deref().unwrap_or("")),
-                        t.resumed
-                    ),
-                    None => Ok(()),
-                })
-                .and_then(|_| match e.via {
-                    Some(v) => write!(
-                        line,
-                        ",\"route\":\"{}\",\"via\":\"{}\"",
-                        Escaped(&v.route),
-                        Escaped(&v.parents)
-                    ),
-                    None => Ok(()),
-                })
-                .and_then(|_| match e.error {
-                    Some(err) => write!(line, ",\"error\":\"{}\"", Escaped(&err.to_string())),
-                    None => Ok(()),
-                })
-                .and_then(|_| line.write_char('}'))
-            }
-        };
-        line.push('\n');
-        let mut buf = self.buf.borrow_mut();
-        buf.extend_from_slice(line.as_bytes());
-        if buf.len() >= FLUSH_AT {
-            self.sink.write(&buf);
-            buf.clear();
+        if bytes.len() >= FLUSH_AT {
+            self.sink.write(bytes, ends);
+            bytes.clear();
+            ends.clear();
         }
     }
 
     pub fn flush(&self) {
-        let mut buf = self.buf.borrow_mut();
-        if !buf.is_empty() {
-            self.sink.write(&buf);
-            buf.clear();
+        let mut pending = self.buf.borrow_mut();
+        let Pending { bytes, ends } = &mut *pending;
+        if !bytes.is_empty() {
+            self.sink.write(bytes, ends);
+            bytes.clear();
+            ends.clear();
         }
     }
 }
 
-/// Escapes a string for a JSON string or a quoted plain-log field.
-struct Escaped<'a>(&'a str);
-
-impl fmt::Display for Escaped<'_> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        for c in self.0.chars() {
-            match c {
-                '"' => f.write_str("\\\"")?,
-                '\\' => f.write_str("\\\\")?,
-                c if (c as u32) < 0x20 => write!(f, "\\u{:04x}", c as u32)?,
-                c => f.write_char(c)?,
-            }
-        }
-        Ok(())
-    }
+/// A UTC date and time of day.
+struct Civil {
+    y: i64,
+    m: i64,
+    d: i64,
+    secs: u64,
 }
 
-/// `YYYY-MM-DDTHH:MM:SS` in UTC for a Unix time (the days-to-civil algorithm of
-/// Howard Hinnant's date library), so logging needs no date crate.
-fn civil_time(secs: u64) -> String {
-    let days = (secs / 86_400) as i64;
-    let rem = secs % 86_400;
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    format!("{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}", rem / 3600, rem / 60 % 60, rem % 60)
+impl Civil {
+    /// For a Unix time (the days-to-civil algorithm of Howard Hinnant's date library), so
+    /// logging needs no date crate.
+    fn of(secs: u64) -> Civil {
+        let days = (secs / 86_400) as i64;
+        let z = days + 719_468;
+        let era = z.div_euclid(146_097);
+        let doe = z.rem_euclid(146_097);
+        let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+        let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+        let mp = (5 * doy + 2) / 153;
+        let d = doy - (153 * mp + 2) / 5 + 1;
+        let m = if mp < 10 { mp + 3 } else { mp - 9 };
+        let y = yoe + era * 400 + i64::from(m <= 2);
+        Civil { y, m, d, secs: secs % 86_400 }
+    }
+
+    fn iso(&self) -> String {
+        let Civil { y, m, d, secs: s } = *self;
+        format!("{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}", s / 3600, s / 60 % 60, s % 60)
+    }
+
+    /// RFC 3164's `Mmm dd HH:MM:SS`, the day padded with a space.
+    fn bsd(&self) -> String {
+        const MONTHS: [&str; 12] =
+            ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"];
+        let Civil { m, d, secs: s, .. } = *self;
+        let month = MONTHS[(m.clamp(1, 12) - 1) as usize];
+        format!("{month} {d:>2} {:02}:{:02}:{:02}", s / 3600, s / 60 % 60, s % 60)
+    }
 }
 
 #[cfg(test)]
@@ -300,13 +283,10 @@ mod tests {
 
     #[test]
     fn civil_time_matches_known_dates() {
-        assert_eq!(civil_time(0), "1970-01-01T00:00:00");
-        assert_eq!(civil_time(951_782_400), "2000-02-29T00:00:00");
-        assert_eq!(civil_time(1_795_934_498), "2026-11-29T06:41:38");
-    }
-
-    #[test]
-    fn escaping() {
-        assert_eq!(Escaped("a\"b\\c\n").to_string(), "a\\\"b\\\\c\\u000a");
+        assert_eq!(Civil::of(0).iso(), "1970-01-01T00:00:00");
+        assert_eq!(Civil::of(951_782_400).iso(), "2000-02-29T00:00:00");
+        assert_eq!(Civil::of(1_795_934_498).iso(), "2026-11-29T06:41:38");
+        assert_eq!(Civil::of(1_795_934_498).bsd(), "Nov 29 06:41:38");
+        assert_eq!(Civil::of(1_733_100_000).bsd(), "Dec  2 00:40:00");
     }
 }

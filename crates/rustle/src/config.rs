@@ -12,8 +12,13 @@ use std::time::Duration;
 use serde::{Deserialize, Deserializer};
 
 mod collect;
+mod log;
 mod routing;
 
+pub use log::{
+    Diagnostics, Facility, Field, Log, LogFormat, LogTarget, Piece, SyslogAddr, SyslogFormat,
+    Template,
+};
 pub use routing::{
     names_of, GroupConfig, Named, ParentConfig, ParentKind, Probe, RouteConfig, Secret, Sticky,
     DENY, DIRECT,
@@ -314,56 +319,6 @@ impl Listener {
 
 fn default_kind() -> ListenerKind {
     ListenerKind::Http
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum LogFormat {
-    Plain,
-    Json,
-}
-
-/// Where access-log lines go.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum LogTarget {
-    Stdout,
-    Stderr,
-    Off,
-    File(PathBuf),
-}
-
-impl<'de> Deserialize<'de> for LogTarget {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let s = String::deserialize(d)?;
-        Ok(LogTarget::parse(&s))
-    }
-}
-
-impl LogTarget {
-    pub fn parse(s: &str) -> Self {
-        match s {
-            "stdout" | "-" => LogTarget::Stdout,
-            "stderr" => LogTarget::Stderr,
-            "off" | "none" => LogTarget::Off,
-            path => LogTarget::File(PathBuf::from(path)),
-        }
-    }
-}
-
-#[derive(Debug, Clone, Deserialize)]
-#[serde(default)]
-pub struct Log {
-    /// `stdout`, `stderr`, `off` or a file path (appended to).
-    pub access: LogTarget,
-    pub format: LogFormat,
-    /// Diagnostics filter for `tracing` (overridden by RUST_LOG).
-    pub level: String,
-}
-
-impl Default for Log {
-    fn default() -> Self {
-        Log { access: LogTarget::Stdout, format: LogFormat::Plain, level: "info".into() }
-    }
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -998,8 +953,8 @@ impl Overrides {
         if let Some(n) = self.workers {
             cfg.workers = n;
         }
-        if let Some(format) = self.log_format {
-            cfg.log.format = format;
+        if let Some(format) = &self.log_format {
+            cfg.log.format = format.clone();
         }
         if let Some(access) = &self.access_log {
             cfg.log.access = access.clone();

@@ -9,11 +9,11 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use rustle_proto::detect::{detect, Protocol};
+use rustle_proto::detect::{detect, Protocol as Detected};
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
-use crate::accesslog::Entry;
+use crate::accesslog::{Entry, Protocol};
 use crate::buf::Buf;
 use crate::config::Listener;
 use crate::conn::Stream;
@@ -59,7 +59,7 @@ pub async fn serve_https(
                 let _ = stream.shutdown().await;
             }
         }
-        log_failure(&worker, peer, start, "not a TLS handshake on a TLS port");
+        log_failure(&worker, &listener, peer, start, "not a TLS handshake on a TLS port");
         worker.give_buf(buf);
         return;
     }
@@ -82,7 +82,7 @@ pub async fn serve_prefixed(
     let crate::tls::Accepted { stream, session, cert_user, h2 } = match accepted {
         Ok(a) => a,
         Err(why) => {
-            log_failure(&worker, peer, start, &why);
+            log_failure(&worker, &listener, peer, start, &why);
             return;
         }
     };
@@ -110,7 +110,7 @@ pub async fn serve_auto(
             Ok(Some(p)) => break p,
             Ok(None) => {}
             Err(e) => {
-                log_failure(&worker, peer, Instant::now(), &format!("{e}"));
+                log_failure(&worker, &listener, peer, Instant::now(), &format!("{e}"));
                 worker.give_buf(buf);
                 return;
             }
@@ -126,7 +126,7 @@ pub async fn serve_auto(
             }
         }
     };
-    if protocol == Protocol::Http {
+    if protocol == Detected::Http {
         // HTTP keeps a fresh socket unregistered until it must wait.
         return serve_http(guard, listener, stream, peer, buf).await;
     }
@@ -135,6 +135,7 @@ pub async fn serve_auto(
         Err(e) => {
             log_failure(
                 &worker,
+                &listener,
                 peer,
                 Instant::now(),
                 &format!("cannot register the connection: {e}"),
@@ -144,11 +145,11 @@ pub async fn serve_auto(
         }
     };
     match protocol {
-        Protocol::Http => {}
-        Protocol::Socks4 | Protocol::Socks5 => {
+        Detected::Http => {}
+        Detected::Socks4 | Detected::Socks5 => {
             crate::socks::serve(guard, listener, stream, peer, buf).await
         }
-        Protocol::Tls => {
+        Detected::Tls => {
             // HTTP inside TLS, when the listener has a certificate.
             let deadline = tokio::time::Instant::now() + worker.cfg.timeouts.handshake;
             serve_prefixed(guard, listener, stream, peer, buf, deadline).await
@@ -167,29 +168,23 @@ pub async fn refuse_auto(
     let mut first = [0u8; 1];
     let wait = guard.worker().cfg.timeouts.header;
     if let Ok(Ok(1)) = tokio::time::timeout(wait, stream.peek(&mut first)).await {
-        if let Ok(Some(Protocol::Http)) = detect(&first) {
+        if let Ok(Some(Detected::Http)) = detect(&first) {
             crate::http1::refuse_overloaded(guard, listener, stream.into(), peer).await;
             return;
         }
     }
-    log_failure(guard.worker(), peer, Instant::now(), "too many connections");
+    log_failure(guard.worker(), &listener, peer, Instant::now(), "too many connections");
 }
 
-fn log_failure(worker: &Worker, peer: SocketAddr, start: Instant, why: &str) {
-    worker.log.log(&Entry {
-        client: peer,
-        method: b"-",
-        target: b"-",
-        status: 0,
-        up: 0,
-        down: 0,
-        start,
-        upstream: None,
-        error: Some(&why),
-        user: None,
-        tls: None,
-        via: None,
-    });
+/// The one line of a connection refused before a request was read.
+pub(crate) fn log_failure(
+    worker: &Worker,
+    listener: &Listener,
+    peer: SocketAddr,
+    start: Instant,
+    why: &str,
+) {
+    worker.log.log(&Entry::refused(peer, listener, Protocol::Unknown, start, &why));
 }
 
 /// Serves a plain HTTP proxy connection (`Stream::Fresh` from the accept loop: it is

@@ -16,7 +16,7 @@ use tokio::io::{AsyncRead, AsyncWriteExt, ReadBuf};
 mod connect;
 mod forward;
 
-use crate::accesslog::Entry;
+use crate::accesslog::{Entry, Protocol};
 use crate::buf::Buf;
 use crate::config::Listener;
 use crate::conn::Stream;
@@ -69,9 +69,8 @@ pub struct Client {
     auth_gen: u64,
     /// The user's traffic counters, found once per connection.
     traffic: Option<Arc<crate::limits::UserTraffic>>,
-    /// Method and target of the current request, kept for its log line.
-    method: Vec<u8>,
-    target: Vec<u8>,
+    /// What the current request's log line shows of it.
+    logged: Logged,
     /// The TLS session of an HTTPS proxy port, for log lines.
     pub tls: Option<Rc<crate::tls::Session>>,
     /// The user came from a verified client certificate: no password is asked.
@@ -146,8 +145,7 @@ async fn serve_with(
         head: RequestHead::new(),
         out: Vec::new(),
         key: Vec::new(),
-        method: Vec::new(),
-        target: Vec::new(),
+        logged: Logged::default(),
         tls,
         cert_auth: false,
     };
@@ -175,8 +173,7 @@ async fn serve_with(
                 return Some(H2c { guard, listener, stream, peer, buf });
             }
             Err(e) => {
-                c.method.clear();
-                c.target.clear();
+                c.keep_request_line();
                 let mut ex = Exchange::new(start);
                 c.fail(&mut ex, &e).await;
                 clean = false;
@@ -186,22 +183,24 @@ async fn serve_with(
         let mut ex = Exchange::new(worker.stamp());
         // Kept for the log line (the head is consumed by then); nothing to keep without one.
         if worker.log.enabled() {
-            c.method.clear();
-            c.method.extend_from_slice(c.head.method_span.get(c.buf.filled()));
-            c.target.clear();
-            c.target.extend_from_slice(c.head.target_span.get(c.buf.filled()));
+            c.keep_for_log();
         }
         let next = match c.handle(&mut ex).await {
             Ok(Next::Tunnel(handoff)) => {
                 // The tunnel logs itself when it ends; this task ends now so that the
                 // open tunnel does not keep an HTTP connection's state.
                 worker.give_buf(std::mem::take(&mut c.buf));
-                let Client { guard, stream, peer, method, target, listener, user, tls, .. } = c;
+                let l = &c.logged;
+                let mut label =
+                    crate::tunnel::Label::with_headers(l.part(0), l.part(1), l.part(2), l.part(3));
+                label.protocol = l.protocol;
+                let Client { guard, stream, peer, listener, user, tls, .. } = c;
                 let record = Record {
                     peer,
                     tls,
                     user,
-                    label: crate::tunnel::Label::new(&method, &target),
+                    listener: listener.clone(),
+                    label,
                     status: ex.status,
                     start: ex.start,
                     upstream: ex.upstream,
@@ -262,8 +261,7 @@ pub async fn refuse_overloaded(
         head: RequestHead::new(),
         out: Vec::new(),
         key: Vec::new(),
-        method: Vec::new(),
-        target: Vec::new(),
+        logged: Logged::default(),
         tls: None,
         cert_auth: false,
     };
@@ -482,6 +480,36 @@ impl Client {
         Ok(if keep { Next::KeepAlive } else { Next::Close })
     }
 
+    /// Keeps what the log line of the request just parsed shows (the head is consumed by
+    /// the time it is written).
+    fn keep_for_log(&mut self) {
+        let buf = self.buf.filled();
+        let (head, l) = (&self.head, &mut self.logged);
+        l.clear(Protocol::http1(head.minor));
+        l.push(head.method_span.get(buf));
+        l.push(head.target_span.get(buf));
+        if self.worker.log.wants_headers() {
+            l.push(head.header(buf, "user-agent").unwrap_or_default());
+            l.push(head.header(buf, "referer").unwrap_or_default());
+        }
+    }
+
+    /// For a request refused before its head was whole or valid: what its request line
+    /// said, as far as it got (the method, the target, the version), for the log.
+    fn keep_request_line(&mut self) {
+        let (method, target, version) = request_line(self.buf.filled());
+        let protocol = match version {
+            b"HTTP/1.0" => Protocol::Http10,
+            b"HTTP/1.1" => Protocol::Http11,
+            _ => Protocol::Unknown,
+        };
+        self.logged.clear(protocol);
+        if self.worker.log.enabled() {
+            self.logged.push(method);
+            self.logged.push(target);
+        }
+    }
+
     /// Answers an error if the client can still be told, and logs it.
     pub async fn fail(&mut self, ex: &mut Exchange, e: &Error) {
         if let (false, Some(status)) = (ex.responded, e.status()) {
@@ -522,10 +550,15 @@ impl Client {
             return;
         }
         let dash: &[u8] = b"-";
+        let l = &self.logged;
         log.log(&Entry {
             client: self.peer,
-            method: if self.method.is_empty() { dash } else { &self.method },
-            target: if self.target.is_empty() { dash } else { &self.target },
+            listener: &self.listener,
+            protocol: l.protocol,
+            user_agent: l.part(2),
+            referer: l.part(3),
+            method: if l.part(0).is_empty() { dash } else { l.part(0) },
+            target: if l.part(1).is_empty() { dash } else { l.part(1) },
             status: ex.status,
             up: ex.up,
             down: ex.down,
@@ -537,6 +570,70 @@ impl Client {
             via: ex.via.as_deref().or(failed_via.as_ref()),
         });
     }
+}
+
+/// What a request's log line shows of it, kept in one buffer reused from request to
+/// request: the method, the target, and the User-Agent and Referer when the log shows
+/// them.
+#[derive(Default)]
+struct Logged {
+    bytes: Vec<u8>,
+    /// Where each of the first three parts ends (the fourth ends with `bytes`); a part
+    /// not pushed is empty.
+    ends: [u32; 3],
+    parts: u8,
+    protocol: Protocol,
+}
+
+impl Logged {
+    fn clear(&mut self, protocol: Protocol) {
+        self.bytes.clear();
+        self.ends = [0; 3];
+        self.parts = 0;
+        self.protocol = protocol;
+    }
+
+    fn push(&mut self, part: &[u8]) {
+        self.bytes.extend_from_slice(part);
+        if let Some(end) = self.ends.get_mut(usize::from(self.parts)) {
+            // A head is far smaller than 4 GiB.
+            *end = u32::try_from(self.bytes.len()).unwrap_or(u32::MAX);
+        }
+        self.parts += 1;
+    }
+
+    fn part(&self, i: usize) -> &[u8] {
+        if i >= usize::from(self.parts) {
+            return &[];
+        }
+        let from = if i == 0 { 0 } else { self.ends[i - 1] as usize };
+        let to = self.ends.get(i).map_or(self.bytes.len(), |&e| e as usize);
+        self.bytes.get(from..to).unwrap_or_default()
+    }
+}
+
+/// Most of a target a refused request's log line shows.
+const REFUSED_TARGET_MAX: usize = 1024;
+
+/// The tokens of a request line that was not accepted, as far as they are printable
+/// ASCII: the method, the target (cut at `REFUSED_TARGET_MAX`) and the version; empty
+/// where there was none.
+fn request_line(buf: &[u8]) -> (&[u8], &[u8], &[u8]) {
+    let line = buf.split(|&b| b == b'\n').next().unwrap_or_default();
+    let line = line.strip_suffix(b"\r").unwrap_or(line);
+    let mut tokens = line.split(|&b| b == b' ');
+    let mut next = |max: usize| {
+        let t = tokens.next().unwrap_or_default();
+        let t = &t[..t.len().min(max)];
+        match t.iter().all(u8::is_ascii_graphic) {
+            true => t,
+            false => &[][..],
+        }
+    };
+    let method = next(32);
+    let target = next(REFUSED_TARGET_MAX);
+    let version = next(8);
+    (method, target, version)
 }
 
 pub fn reason(status: u16) -> &'static str {

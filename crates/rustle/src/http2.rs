@@ -31,7 +31,7 @@ use http::{HeaderMap, HeaderValue, Request, Response, StatusCode};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
 
-use crate::accesslog::Entry;
+use crate::accesslog::{Entry, Protocol};
 use crate::buf::Buf;
 use crate::config::Listener;
 use crate::conn::Stream;
@@ -151,13 +151,24 @@ async fn serve_with<IO>(
 ) where
     IO: AsyncRead + AsyncWrite + Unpin + 'static,
 {
+    let worker = guard.worker().clone();
+    let start = Instant::now();
+    // The one line of a connection refused or ended for cause before or besides its
+    // streams' own lines.
+    let conn_tls = tls.clone();
+    let refused = |listener: &Listener, why: &dyn std::fmt::Display, user: Option<&str>| {
+        let mut e = Entry::refused(peer, listener, Protocol::Http2, start, why);
+        e.user = user;
+        e.tls = conn_tls.as_deref();
+        worker.log.log(&e);
+    };
     if let Some(user) = &cert_user {
         if !guard.hold_user(user) {
             tracing::warn!("{peer}: HTTP/2 connection refused: too many connections for {user}");
+            refused(&listener, &Error::LimitReached("for this user"), Some(user));
             return;
         }
     }
-    let worker = guard.worker().clone();
     let cfg = &worker.cfg.http2;
     let flood = Rc::new(io::Flood::new(cfg));
     let out = io::Out::new(io);
@@ -177,10 +188,12 @@ async fn serve_with<IO>(
         Ok(Ok(c)) => c,
         Ok(Err(e)) => {
             tracing::debug!("{peer}: HTTP/2 handshake failed: {e}");
+            refused(&listener, &format_args!("HTTP/2 handshake failed: {e}"), None);
             return;
         }
         Err(_) => {
             tracing::debug!("{peer}: HTTP/2 handshake timed out");
+            refused(&listener, &"HTTP/2 handshake timed out", None);
             return;
         }
     };
@@ -274,10 +287,18 @@ async fn serve_with<IO>(
             }
             Event::Failed(e) => {
                 log_failure(peer, &e);
+                // A protocol error of the client's that h2 answered with GOAWAY (not a
+                // broken socket, not the client's own GOAWAY), unless the flood said it.
+                if !e.is_io() && !e.is_remote() && !flooded {
+                    let why = format_args!("HTTP/2 connection error: {e}");
+                    refused(&shared.listener, &why, shared.cert_user.as_deref());
+                }
                 break;
             }
             Event::Flood(why) => {
                 flooded = true;
+                let why = format_args!("HTTP/2 connection closed for abuse: {why}");
+                refused(&shared.listener, &why, shared.cert_user.as_deref());
                 tracing::warn!(
                     "{peer}: HTTP/2 connection closed for abuse ({why}); GOAWAY ENHANCE_YOUR_CALM"
                 );
@@ -334,6 +355,9 @@ struct Exchange {
     /// The route and parents taken, if any.
     via: Option<Rc<crate::accesslog::Via>>,
     user: Option<Rc<str>>,
+    /// The request's User-Agent and Referer, kept only when the log shows them.
+    user_agent: Vec<u8>,
+    referer: Vec<u8>,
 }
 
 impl Exchange {
@@ -349,6 +373,8 @@ impl Exchange {
             upstream: self.upstream,
             via: self.via.take(),
             user: self.user.clone(),
+            user_agent: std::mem::take(&mut self.user_agent),
+            referer: std::mem::take(&mut self.referer),
         }
     }
 
@@ -363,6 +389,10 @@ impl Exchange {
             let failed_via = error.and_then(Error::failed_via);
             log.log(&Entry {
                 client: shared.peer,
+                listener: &shared.listener,
+                protocol: Protocol::Http2,
+                user_agent: &self.user_agent,
+                referer: &self.referer,
                 method: self.method.as_bytes(),
                 target: self.target.as_bytes(),
                 status: self.status,
@@ -384,7 +414,13 @@ async fn stream(live: Live, req: Request<RecvStream>, mut respond: SendResponse<
     let shared = live.0.clone();
     // The log line's method and target, formatted only when there is a log.
     let logged = shared.worker.log.enabled();
+    let header = |name: http::header::HeaderName| match shared.worker.log.wants_headers() {
+        true => req.headers().get(name).map(|v| v.as_bytes().to_vec()).unwrap_or_default(),
+        false => Vec::new(),
+    };
     let mut ex = Exchange {
+        user_agent: header(http::header::USER_AGENT),
+        referer: header(http::header::REFERER),
         start: Instant::now(),
         method: if logged { req.method().as_str().to_string() } else { String::new() },
         target: if logged { target_text(&req) } else { String::new() },

@@ -108,9 +108,10 @@ struct Cli {
     /// the default ones) then requires authentication.
     #[arg(long, value_name = "FILE")]
     users: Option<PathBuf>,
-    /// Where access-log lines go: stdout, stderr or a file.
-    #[arg(long, value_name = "PATH")]
-    access_log: Option<String>,
+    /// Where access-log lines go: stdout, stderr, a file, syslog[:/path or :udp://ADDR]
+    /// or journald.
+    #[arg(long, value_name = "PATH", value_parser = LogTarget::parse)]
+    access_log: Option<LogTarget>,
 }
 
 #[derive(Subcommand)]
@@ -154,6 +155,7 @@ enum Command {
 enum LogArg {
     Plain,
     Json,
+    Squid,
     Off,
 }
 
@@ -187,7 +189,7 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    init_tracing(&loaded.config.log.level);
+    init_tracing(&loaded.config.log);
     match (&source.file, &default) {
         (Some(file), _) => tracing::info!("configuration: {}", file.display()),
         (None, Some(default)) => tracing::info!(
@@ -236,11 +238,12 @@ fn overrides(cli: &Cli) -> Overrides {
     let log_format = match cli.log {
         Some(LogArg::Plain) => Some(LogFormat::Plain),
         Some(LogArg::Json) => Some(LogFormat::Json),
+        Some(LogArg::Squid) => Some(LogFormat::Squid),
         Some(LogArg::Off) | None => None,
     };
     // `--access-log PATH` wins over `--log off`.
     let access_log = match (&cli.access_log, cli.log) {
-        (Some(path), _) => Some(LogTarget::parse(path)),
+        (Some(target), _) => Some(target.clone()),
         (None, Some(LogArg::Off)) => Some(LogTarget::Off),
         (None, _) => None,
     };
@@ -403,11 +406,23 @@ fn relay_arg(s: &str) -> Result<(SocketAddr, HostPort), String> {
     Ok((listen, target.parse()?))
 }
 
-fn init_tracing(level: &str) {
+fn init_tracing(log: &rustle::config::Log) {
     use tracing_subscriber::EnvFilter;
     let filter = EnvFilter::try_from_default_env()
-        .or_else(|_| EnvFilter::try_new(level))
+        .or_else(|_| EnvFilter::try_new(&log.level))
         .unwrap_or_else(|_| EnvFilter::new("info"));
+    if log.diagnostics == rustle::config::Diagnostics::Journald {
+        use tracing_subscriber::layer::SubscriberExt as _;
+        use tracing_subscriber::util::SubscriberInitExt as _;
+        match tracing_journald::layer() {
+            Ok(journal) => {
+                let journal = journal.with_syslog_identifier(log.tag.clone());
+                tracing_subscriber::registry().with(filter).with(journal).init();
+                return;
+            }
+            Err(e) => eprintln!("cannot log diagnostics to the journal ({e}); using stderr"),
+        }
+    }
     use std::io::IsTerminal as _;
     tracing_subscriber::fmt()
         .with_env_filter(filter)

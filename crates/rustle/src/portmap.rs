@@ -10,7 +10,7 @@ use std::time::Instant;
 
 use tokio::net::TcpStream;
 
-use crate::accesslog::Entry;
+use crate::accesslog::{Entry, Protocol as LogProtocol};
 use crate::acl::Protocol;
 use crate::buf::{Buf, READ_SIZE};
 use crate::config::Listener;
@@ -31,7 +31,7 @@ pub async fn serve(guard: ConnGuard, listener: Arc<Listener>, stream: TcpStream,
     };
     let name = format!("relay://{target}");
     let fail = |why: &dyn std::fmt::Display, upstream: Option<SocketAddr>, tls| {
-        log_failure(&worker, peer, start, &name, upstream, why, tls, None)
+        log_failure(&worker, &listener, peer, start, &name, upstream, why, tls, None)
     };
     // Boxed: the handshake's state would otherwise make every plain relay's future
     // larger; a TLS handshake costs far more than one allocation.
@@ -85,6 +85,7 @@ pub async fn serve(guard: ConnGuard, listener: Arc<Listener>, stream: TcpStream,
             let via = e.failed_via();
             return log_failure(
                 &worker,
+                &listener,
                 peer,
                 start,
                 &name,
@@ -98,7 +99,8 @@ pub async fn serve(guard: ConnGuard, listener: Arc<Listener>, stream: TcpStream,
     let record = Record {
         tls,
         peer,
-        label: crate::tunnel::Label::new(b"RELAY", name.as_bytes()),
+        listener: listener.clone(),
+        label: crate::tunnel::Label::new(LogProtocol::Tcp, b"RELAY", name.as_bytes()),
         user: None,
         status: 0,
         start,
@@ -145,6 +147,7 @@ async fn accept_tls(
 #[allow(clippy::too_many_arguments)]
 fn log_failure(
     worker: &Worker,
+    listener: &Listener,
     peer: SocketAddr,
     start: Instant,
     target: &str,
@@ -155,6 +158,10 @@ fn log_failure(
 ) {
     worker.log.log(&Entry {
         client: peer,
+        listener,
+        protocol: LogProtocol::Tcp,
+        user_agent: b"",
+        referer: b"",
         method: b"RELAY",
         target: target.as_bytes(),
         status: 0,

@@ -126,6 +126,8 @@ pub fn reopen_access_log(running: &Running) {
             let target = match running.access_log() {
                 Sink::Stdout => "goes to stdout",
                 Sink::Stderr => "goes to stderr",
+                Sink::Syslog(_) => "goes to syslog",
+                Sink::Journald(_) => "goes to the journal",
                 Sink::Off | Sink::File(_) => "is off",
             };
             tracing::info!("SIGUSR1: the access log {target}; nothing to reopen");

@@ -255,7 +255,7 @@ pub fn start(cfg: Config) -> anyhow::Result<Running> {
     let conn_limits =
         ConnLimits::new(cfg.limits.max_connections_per_client, cfg.limits.max_connections_per_user);
     let traffic = Traffic::new();
-    let sink = Sink::open(&cfg.log.access).context("cannot open the access log")?;
+    let sink = Sink::open(&cfg.log).context("cannot open the access log")?;
     let (stop, shutdown) = watch::channel(false);
     let open = Arc::new(AtomicUsize::new(0));
     let mut threads = Vec::new();
@@ -567,6 +567,8 @@ async fn accept_loop(
                 tokio::task::spawn_local(crate::dispatch::refuse_auto(guard, l, stream, peer));
             } else {
                 tracing::warn!("{peer}: refused, {open} connections open");
+                let why = "too many connections";
+                crate::dispatch::log_failure(&worker, &l, peer, std::time::Instant::now(), why);
             }
             continue;
         }

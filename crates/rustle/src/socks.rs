@@ -15,7 +15,7 @@ use tokio::net::{TcpListener, TcpStream};
 
 mod udp;
 
-use crate::accesslog::Entry;
+use crate::accesslog::{Entry, Protocol as LogProtocol};
 use crate::acl::Protocol as AclProtocol;
 use crate::buf::Buf;
 use crate::config::Listener;
@@ -50,6 +50,8 @@ pub struct Session {
     pub upstream: Option<SocketAddr>,
     /// The route and parents taken, if any.
     pub via: Option<Rc<crate::accesslog::Via>>,
+    /// SOCKS4 or SOCKS5, once the first byte said which.
+    pub protocol: LogProtocol,
     /// The deadline for the whole handshake.
     deadline: tokio::time::Instant,
 }
@@ -81,11 +83,18 @@ pub async fn serve(
         down: 0,
         upstream: None,
         via: None,
+        protocol: LogProtocol::Unknown,
         deadline,
     };
     let result = match s.fill_until(|b| !b.is_empty()).await {
-        Ok(()) if s.buf.filled()[0] == socks5::VERSION => socks5_session(&mut s).await,
-        Ok(()) if s.buf.filled()[0] == socks4::VERSION => socks4_session(&mut s).await,
+        Ok(()) if s.buf.filled()[0] == socks5::VERSION => {
+            s.protocol = LogProtocol::Socks5;
+            socks5_session(&mut s).await
+        }
+        Ok(()) if s.buf.filled()[0] == socks4::VERSION => {
+            s.protocol = LogProtocol::Socks4;
+            socks4_session(&mut s).await
+        }
         Ok(()) => Err(Error::Unsupported("not a SOCKS4 or SOCKS5 handshake")),
         Err(e) => Err(e),
     };
@@ -104,13 +113,15 @@ pub async fn serve(
                 upstream,
                 user,
                 via,
+                protocol,
                 ..
             } = s;
             let record = Record {
                 tls: None,
                 peer,
+                listener: s.listener.clone(),
                 user: user.map(std::rc::Rc::from),
-                label: crate::tunnel::Label::new(method.as_bytes(), target.as_bytes()),
+                label: crate::tunnel::Label::new(protocol, method.as_bytes(), target.as_bytes()),
                 status,
                 start,
                 upstream,
@@ -201,6 +212,10 @@ impl Session {
         let failed_via = error.and_then(Error::failed_via);
         self.worker.log.log(&Entry {
             client: self.peer,
+            listener: &self.listener,
+            protocol: self.protocol,
+            user_agent: b"",
+            referer: b"",
             method: self.method.as_bytes(),
             target: if self.target.is_empty() { b"-" } else { self.target.as_bytes() },
             status: self.status,

@@ -7,11 +7,13 @@ pub mod park;
 
 use std::future::Future;
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Instant;
 
 use tokio::net::TcpStream;
 
-use crate::accesslog::Entry;
+use crate::accesslog::{Entry, Protocol};
+use crate::config::Listener;
 use crate::conn::Stream;
 use crate::limits::Throttle;
 use crate::relay::{self, Ended, Opts, Relay};
@@ -31,7 +33,10 @@ pub struct Handoff {
 /// What the tunnel's log line says about how it began.
 pub struct Record {
     pub peer: SocketAddr,
-    /// Method and target, for the log line.
+    /// The listener the client came in on.
+    pub listener: Arc<Listener>,
+    /// Method and target (and User-Agent and Referer when the log shows them), and the
+    /// protocol.
     pub label: Label,
     pub status: u16,
     pub start: Instant,
@@ -47,24 +52,60 @@ pub struct Record {
     pub down: u64,
 }
 
-/// A log line's method and target in one allocation (none when both are empty): an open
-/// tunnel keeps it for as long as it lasts.
+/// A log line's method, target, User-Agent and Referer in one allocation (none when all
+/// are empty): an open tunnel keeps it for as long as it lasts.
 pub struct Label {
     bytes: Box<[u8]>,
-    method_len: usize,
+    /// Where the method, target and User-Agent end (the Referer ends with `bytes`).
+    ends: [u16; 3],
+    /// Beside the ends, where the label's allocation leaves room for it.
+    pub protocol: Protocol,
 }
 
+/// The longest part a label keeps (a longer one is cut for the log).
+const PART_MAX: usize = u16::MAX as usize / 4;
+
 impl Label {
-    pub fn new(method: &[u8], target: &[u8]) -> Label {
-        Label { bytes: [method, target].concat().into(), method_len: method.len() }
+    pub fn new(protocol: Protocol, method: &[u8], target: &[u8]) -> Label {
+        let mut label = Label::with_headers(method, target, b"", b"");
+        label.protocol = protocol;
+        label
+    }
+
+    /// A label with the request's User-Agent and Referer (empty when the log does not show
+    /// them).
+    pub fn with_headers(method: &[u8], target: &[u8], ua: &[u8], referer: &[u8]) -> Label {
+        let parts = [method, target, ua, referer].map(|p| &p[..p.len().min(PART_MAX)]);
+        let mut ends = [0u16; 3];
+        let mut at = 0;
+        for (end, part) in ends.iter_mut().zip(parts) {
+            at += part.len();
+            // At most 3 * PART_MAX: fits.
+            *end = at as u16;
+        }
+        Label { bytes: parts.concat().into(), ends, protocol: Protocol::Unknown }
+    }
+
+    fn part(&self, i: usize) -> &[u8] {
+        let from = if i == 0 { 0 } else { usize::from(self.ends[i - 1]) };
+        let to = self.ends.get(i).map_or(self.bytes.len(), |&e| usize::from(e));
+        self.bytes.get(from..to).unwrap_or_default()
     }
 
     pub fn method(&self) -> &[u8] {
-        &self.bytes[..self.method_len]
+        self.part(0)
     }
 
     pub fn target(&self) -> &[u8] {
-        &self.bytes[self.method_len..]
+        self.part(1)
+    }
+
+    pub fn user_agent(&self) -> &[u8] {
+        self.part(2)
+    }
+
+    pub fn referer(&self) -> &[u8] {
+        self.part(3)
     }
 
     /// Moves a short label out of its allocation (leaving this one empty), for a parked
@@ -74,25 +115,28 @@ impl Label {
         let len = u8::try_from(self.bytes.len()).ok().filter(|&n| usize::from(n) <= PACKED)?;
         let mut bytes = [0u8; PACKED];
         bytes[..self.bytes.len()].copy_from_slice(&self.bytes);
-        let method_len = u8::try_from(self.method_len).ok()?;
-        *self = Label { bytes: Box::default(), method_len: 0 };
-        Some(PackedLabel { bytes, len, method_len })
+        // Each end is at most `len`, which fits a byte.
+        let ends = self.ends.map(|e| e as u8);
+        let protocol = self.protocol;
+        *self = Label { bytes: Box::default(), ends: [0; 3], protocol };
+        Some(PackedLabel { bytes, len, ends, protocol })
     }
 
     pub fn unpack(p: &PackedLabel) -> Label {
         let bytes = &p.bytes[..usize::from(p.len)];
-        Label { bytes: bytes.into(), method_len: usize::from(p.method_len) }
+        Label { bytes: bytes.into(), ends: p.ends.map(u16::from), protocol: p.protocol }
     }
 }
 
 /// Longest label a parked tunnel keeps inline.
-const PACKED: usize = 62;
+const PACKED: usize = 59;
 
 /// A label without an allocation (see `Label::pack`).
 pub struct PackedLabel {
     bytes: [u8; PACKED],
     len: u8,
-    method_len: u8,
+    ends: [u8; 3],
+    protocol: Protocol,
 }
 
 /// Starts the relay task; the caller's task should end right after. Two plain sockets get
@@ -174,6 +218,10 @@ pub(crate) fn finish(
     if log.enabled() {
         log.log(&Entry {
             client: rec.peer,
+            listener: &rec.listener,
+            protocol: rec.label.protocol,
+            user_agent: rec.label.user_agent(),
+            referer: rec.label.referer(),
             method: rec.label.method(),
             target: rec.label.target(),
             status: rec.status,

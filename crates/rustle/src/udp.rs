@@ -11,7 +11,7 @@ use std::time::Instant;
 
 use tokio::net::UdpSocket;
 
-use crate::accesslog::Entry;
+use crate::accesslog::{Entry, Protocol};
 use crate::config::Listener;
 use crate::worker::Worker;
 
@@ -54,18 +54,19 @@ pub async fn serve_relay(worker: Rc<Worker>, listener: Arc<Listener>, socket: Ud
                 if sessions.borrow().len() >= MAX_SESSIONS {
                     continue;
                 }
-                let Ok(ips) = worker.upstreams.resolve(&target.host).await else { continue };
-                let Some(ip) = ips.first() else { continue };
-                let dst = SocketAddr::new(*ip, target.port);
-                let any = if dst.is_ipv4() {
-                    IpAddr::V4(Ipv4Addr::UNSPECIFIED)
-                } else {
-                    IpAddr::V6(Ipv6Addr::UNSPECIFIED)
+                let start = Instant::now();
+                let out = match session_socket(&worker, &target).await {
+                    Ok(out) => out,
+                    Err(why) => {
+                        let mut e = Entry::refused(client, &listener, Protocol::Udp, start, &why);
+                        let name = format!("udp://{target}");
+                        (e.method, e.target) = (b"UDP", name.as_bytes());
+                        worker.log.log(&e);
+                        continue;
+                    }
                 };
-                let Ok(out) = UdpSocket::bind((any, 0)).await else { continue };
-                if out.connect(dst).await.is_err() {
-                    continue;
-                }
+                let dst = out.1;
+                let out = out.0;
                 let s = Rc::new(RelaySession {
                     out: Rc::new(out),
                     last: Cell::new(Instant::now()),
@@ -74,6 +75,7 @@ pub async fn serve_relay(worker: Rc<Worker>, listener: Arc<Listener>, socket: Ud
                 sessions.borrow_mut().insert(client, s.clone());
                 tokio::task::spawn_local(relay_session(
                     worker.clone(),
+                    listener.clone(),
                     socket.clone(),
                     sessions.clone(),
                     client,
@@ -91,9 +93,28 @@ pub async fn serve_relay(worker: Rc<Worker>, listener: Arc<Listener>, socket: Ud
     }
 }
 
+/// A new session's socket, connected to the target.
+async fn session_socket(
+    worker: &Worker,
+    target: &crate::config::HostPort,
+) -> Result<(UdpSocket, SocketAddr), String> {
+    let ips = worker.upstreams.resolve(&target.host).await.map_err(|e| e.to_string())?;
+    let ip = ips.first().ok_or_else(|| format!("{}: no address", target.host))?;
+    let dst = SocketAddr::new(*ip, target.port);
+    let any = match dst.is_ipv4() {
+        true => IpAddr::V4(Ipv4Addr::UNSPECIFIED),
+        false => IpAddr::V6(Ipv6Addr::UNSPECIFIED),
+    };
+    let out = UdpSocket::bind((any, 0)).await.map_err(|e| format!("cannot bind: {e}"))?;
+    out.connect(dst).await.map_err(|e| format!("cannot connect to {dst}: {e}"))?;
+    Ok((out, dst))
+}
+
 /// Replies from the target go back to one client until the session goes idle.
+#[allow(clippy::too_many_arguments)]
 async fn relay_session(
     worker: Rc<Worker>,
+    listener: Arc<Listener>,
     socket: Rc<UdpSocket>,
     sessions: Rc<RefCell<HashMap<SocketAddr, Rc<RelaySession>>>>,
     client: SocketAddr,
@@ -125,6 +146,10 @@ async fn relay_session(
     let up = session.up.get();
     worker.log.log(&Entry {
         client,
+        listener: &listener,
+        protocol: Protocol::Udp,
+        user_agent: b"",
+        referer: b"",
         method: b"UDP",
         target: name.as_bytes(),
         status: 0,

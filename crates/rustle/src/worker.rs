@@ -118,7 +118,7 @@ impl Worker {
         sink: Sink,
         open: Arc<AtomicUsize>,
     ) -> Worker {
-        let log = AccessLog::new(sink, cfg.log.format);
+        let log = AccessLog::new(sink, cfg.log.format.clone());
         let limits = rustle_proto::http::Limits {
             max_head: cfg.limits.max_header_bytes,
             max_headers: cfg.limits.max_headers,

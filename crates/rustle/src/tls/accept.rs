@@ -72,14 +72,15 @@ where
         fed = feed(conn, buf.filled());
     });
     give_back(buf);
+    if let Err(first) = fed {
+        // The bytes in hand are refused already: one poll sends the alert, and the
+        // connection closes (and its line is logged) now, not at the handshake deadline.
+        let _ = crate::idle::poll_once(std::pin::pin!(accept)).await;
+        return Err(format!("TLS handshake failed: {first}"));
+    }
     let tls = match tokio::time::timeout_at(deadline, accept).await {
         Err(_) => return Err("TLS handshake timed out".into()),
-        Ok(Err(e)) => {
-            return Err(match fed {
-                Err(first) => format!("TLS handshake failed: {first}"),
-                Ok(()) => format!("TLS handshake failed: {e}"),
-            })
-        }
+        Ok(Err(e)) => return Err(format!("TLS handshake failed: {e}")),
         Ok(Ok(s)) => s,
     };
     let conn = tls.get_ref().1;

@@ -9,6 +9,7 @@
 
 mod util;
 
+mod accesslog;
 mod auth;
 mod connect;
 mod engine;
