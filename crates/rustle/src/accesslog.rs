@@ -112,8 +112,10 @@ pub struct Via {
 }
 
 pub struct AccessLog {
-    sink: Sink,
-    format: LogFormat,
+    sink: RefCell<Sink>,
+    format: std::cell::Cell<LogFormat>,
+    /// The sink is not `Off` (read per exchange without touching the `RefCell`).
+    on: std::cell::Cell<bool>,
     buf: RefCell<Vec<u8>>,
     /// The formatted current second, recomputed only when the second changes.
     clock: RefCell<(u64, String)>,
@@ -122,15 +124,25 @@ pub struct AccessLog {
 impl AccessLog {
     pub fn new(sink: Sink, format: LogFormat) -> Self {
         AccessLog {
-            sink,
-            format,
+            on: std::cell::Cell::new(!matches!(sink, Sink::Off)),
+            sink: RefCell::new(sink),
+            format: std::cell::Cell::new(format),
             buf: RefCell::new(Vec::with_capacity(FLUSH_AT + 1024)),
             clock: RefCell::new((0, String::new())),
         }
     }
 
     pub fn enabled(&self) -> bool {
-        !matches!(self.sink, Sink::Off)
+        self.on.get()
+    }
+
+    /// Where lines go and how they look from now on (a reload): what is buffered is
+    /// written out first, where it was meant to go.
+    pub fn reconfigure(&self, sink: Sink, format: LogFormat) {
+        self.flush();
+        self.on.set(!matches!(sink, Sink::Off));
+        *self.sink.borrow_mut() = sink;
+        self.format.set(format);
     }
 
     pub fn log(&self, e: &Entry<'_>) {
@@ -150,7 +162,7 @@ impl AccessLog {
         let method = String::from_utf8_lossy(e.method);
         let target = String::from_utf8_lossy(e.target);
         // Writing to a String cannot fail.
-        let _ = match self.format {
+        let _ = match self.format.get() {
             LogFormat::Plain => {
                 let up = e.upstream.map(|a| a.to_string());
                 write!(
@@ -246,7 +258,7 @@ impl AccessLog {
         let mut buf = self.buf.borrow_mut();
         buf.extend_from_slice(line.as_bytes());
         if buf.len() >= FLUSH_AT {
-            self.sink.write(&buf);
+            self.sink.borrow().write(&buf);
             buf.clear();
         }
     }
@@ -254,7 +266,7 @@ impl AccessLog {
     pub fn flush(&self) {
         let mut buf = self.buf.borrow_mut();
         if !buf.is_empty() {
-            self.sink.write(&buf);
+            self.sink.borrow().write(&buf);
             buf.clear();
         }
     }

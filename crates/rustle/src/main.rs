@@ -55,6 +55,11 @@ struct Cli {
     /// Where access-log lines go: stdout, stderr or a file.
     #[arg(long, value_name = "PATH")]
     access_log: Option<String>,
+    /// Take the listening sockets over from the rustle running with the same control
+    /// socket ([process] control_socket), which then drains and exits: an upgrade or a
+    /// restart that refuses no connection.
+    #[arg(long)]
+    takeover: bool,
 }
 
 #[derive(Subcommand)]
@@ -110,13 +115,14 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    init_tracing(&loaded.config.log.level);
+    let set_log_level = init_tracing(&loaded.config.log.level);
     if let Err(msg) = loaded.config.check_listeners() {
         tracing::error!("{msg}");
         return ExitCode::from(2);
     }
     rustle::server::raise_file_limit(&loaded.config);
-    match rustle::reload::run_until_signal(loaded, source) {
+    let opts = rustle::reload::Options { takeover: cli.takeover, set_log_level };
+    match rustle::reload::run_until_signal(loaded, source, opts) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             tracing::error!("{e:#}");
@@ -280,15 +286,28 @@ fn relay_arg(s: &str) -> Result<(SocketAddr, HostPort), String> {
     Ok((listen, target.parse()?))
 }
 
-fn init_tracing(level: &str) {
-    use tracing_subscriber::EnvFilter;
-    let filter = EnvFilter::try_from_default_env()
-        .or_else(|_| EnvFilter::try_new(level))
-        .unwrap_or_else(|_| EnvFilter::new("info"));
+/// Sets up diagnostics on stderr, filtered by RUST_LOG or else `level`. Returns what puts
+/// a reloaded `log.level` in force (None when RUST_LOG decides).
+#[allow(clippy::type_complexity)]
+fn init_tracing(level: &str) -> Option<Box<dyn Fn(&str) -> Result<(), String>>> {
+    use tracing_subscriber::prelude::*;
+    use tracing_subscriber::{reload, EnvFilter};
+    let from_env = EnvFilter::try_from_default_env().ok();
+    let by_env = from_env.is_some();
+    let filter = from_env
+        .or_else(|| EnvFilter::try_new(level).ok())
+        .unwrap_or_else(|| EnvFilter::new("info"));
+    let (filter, handle) = reload::Layer::new(filter);
     use std::io::IsTerminal as _;
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
+    let fmt = tracing_subscriber::fmt::layer()
         .with_ansi(std::io::stderr().is_terminal())
-        .with_writer(std::io::stderr)
-        .init();
+        .with_writer(std::io::stderr);
+    tracing_subscriber::registry().with(filter).with(fmt).init();
+    if by_env {
+        return None;
+    }
+    Some(Box::new(move |level: &str| {
+        let filter = EnvFilter::try_new(level).map_err(|e| e.to_string())?;
+        handle.reload(filter).map_err(|e| e.to_string())
+    }))
 }

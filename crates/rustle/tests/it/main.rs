@@ -28,4 +28,5 @@ mod socks;
 mod startup;
 mod tls;
 mod udp;
+mod upgrade;
 mod websocket;
