@@ -715,12 +715,17 @@ pub struct Process {
 }
 
 impl Process {
-    /// The control socket: `control_socket` when set; otherwise
-    /// `/run/rustle/rustle.sock` for root and `$XDG_RUNTIME_DIR/rustle.sock` for other
-    /// users; None (no takeover) when neither applies.
+    /// The control socket: `control_socket` when set; otherwise `rustle.sock` in
+    /// `$RUNTIME_DIRECTORY` (systemd's `RuntimeDirectory=`), `/run/rustle/` for root, or
+    /// `$XDG_RUNTIME_DIR`; None (no takeover) when none applies.
     pub fn control_socket_path(&self) -> Option<PathBuf> {
         if let Some(path) = &self.control_socket {
             return Some(path.clone());
+        }
+        if let Some(dir) = std::env::var_os("RUNTIME_DIRECTORY").filter(|d| !d.is_empty()) {
+            // systemd may list several, separated by colons: the first is ours.
+            let first = dir.to_string_lossy().split(':').next().unwrap_or_default().to_string();
+            return Some(PathBuf::from(first).join("rustle.sock"));
         }
         if nix::unistd::geteuid().is_root() {
             return Some(PathBuf::from("/run/rustle/rustle.sock"));

@@ -288,8 +288,7 @@ fn relay_arg(s: &str) -> Result<(SocketAddr, HostPort), String> {
 
 /// Sets up diagnostics on stderr, filtered by RUST_LOG or else `level`. Returns what puts
 /// a reloaded `log.level` in force (None when RUST_LOG decides).
-#[allow(clippy::type_complexity)]
-fn init_tracing(level: &str) -> Option<Box<dyn Fn(&str) -> Result<(), String>>> {
+fn init_tracing(level: &str) -> Option<rustle::reload::SetLogLevel> {
     use tracing_subscriber::prelude::*;
     use tracing_subscriber::{reload, EnvFilter};
     let from_env = EnvFilter::try_from_default_env().ok();

@@ -23,8 +23,11 @@ pub struct Options {
     /// control socket, which then drains and exits.
     pub takeover: bool,
     /// Puts a new `log.level` in force (the diagnostics filter); None leaves it.
-    pub set_log_level: Option<Box<dyn Fn(&str) -> Result<(), String>>>,
+    pub set_log_level: Option<SetLogLevel>,
 }
+
+/// Puts a `log.level` filter in force, or says why it cannot.
+pub type SetLogLevel = Box<dyn Fn(&str) -> Result<(), String>>;
 
 /// SIGHUP: re-reads the file (and the command line's users file) and puts it in force;
 /// a source with problems changes nothing.
@@ -203,12 +206,20 @@ pub fn run_until_signal(
         }
         false => (crate::takeover::activation_sockets()?, None),
     };
-    let running = crate::server::start_with(loaded.config, inherited)?;
-    // The control socket: a process taking over replaces the old one's.
-    let control = {
+    // The control socket, bound before the listeners say where they are (and before root
+    // is given up); a process taking over replaces the old one's once it serves.
+    let bind_control = |replace: bool| {
         let _in = rt.enter();
-        control_path.as_deref().and_then(|p| crate::takeover::Control::bind(p, handover.is_some()))
+        control_path.as_deref().and_then(|p| crate::takeover::Control::bind(p, replace))
     };
+    let mut control = match handover {
+        Some(_) => None,
+        None => bind_control(false),
+    };
+    let running = crate::server::start_with(loaded.config, inherited)?;
+    if handover.is_some() {
+        control = bind_control(true);
+    }
     if let Err(e) = crate::privileges::drop_to(process.user.as_deref(), process.group.as_deref()) {
         running.stop();
         anyhow::bail!("{e}");
@@ -219,6 +230,7 @@ pub fn run_until_signal(
             tracing::warn!("--takeover: the old process did not confirm it drains: {e}");
         }
     }
+    running.announce();
     let from_file = loaded.listeners_from_file;
     let stop = running.stopper();
     let listening: Vec<String> =
@@ -241,15 +253,12 @@ pub fn run_until_signal(
                     crate::notify::ready("serving");
                 }
                 _ = usr1.recv() => reopen_access_log(&running),
-                conn = next => match conn {
-                    Ok(conn) => {
-                        if crate::takeover::serve(&running, conn) {
-                            running.stop_accepting();
-                            break;
-                        }
+                conn = next => {
+                    if crate::takeover::serve(&running, conn) {
+                        running.stop_accepting();
+                        break;
                     }
-                    Err(e) => tracing::warn!("control socket: {e}"),
-                },
+                }
             }
         }
     });

@@ -285,6 +285,16 @@ impl Running {
         *state = State { bound, policy, config: plan.config, sink: plan.sink };
     }
 
+    /// Logs where each listener listens (`start_with` leaves it to the caller, which
+    /// may first give root up: the lines tell that the proxy is ready).
+    pub fn announce(&self) {
+        let workers = self.workers.len();
+        for b in &self.state().bound {
+            let l = &b.listener;
+            tracing::info!("listening on {} ({}), {workers} worker(s)", l.listen, l.kind);
+        }
+    }
+
     /// Every worker stops accepting (a takeover: the new process accepts on the same
     /// sockets); connections in flight go on. The main thread keeps its copies until it
     /// exits.
@@ -308,12 +318,14 @@ impl Running {
 
 /// Binds the listeners and starts the workers; returns at once.
 pub fn start(cfg: Config) -> anyhow::Result<Running> {
-    start_with(cfg, Inherited::default())
+    let running = start_with(cfg, Inherited::default())?;
+    running.announce();
+    Ok(running)
 }
 
 /// `start`, taking listening sockets from `inherited` for the listeners they match (a
-/// takeover, socket activation) and binding the others. Inherited sockets no listener
-/// wants are closed.
+/// takeover, socket activation) and binding the others, without the `announce` lines.
+/// Inherited sockets no listener wants are closed.
 pub fn start_with(cfg: Config, mut inherited: Inherited) -> anyhow::Result<Running> {
     let config = Arc::new(cfg.clone());
     let workers = cfg.worker_count();
@@ -385,10 +397,6 @@ pub fn start_with(cfg: Config, mut inherited: Inherited) -> anyhow::Result<Runni
             local.block_on(&rt, worker_main(worker, rx));
         })?;
         threads.push(t);
-    }
-    for b in &bound {
-        let l = &b.listener;
-        tracing::info!("listening on {} ({}), {workers} worker(s)", l.listen, l.kind);
     }
     let state = Mutex::new(State { bound, policy, config, sink });
     Ok(Running { threads, stop, workers: senders, state, traffic, conn_limits })

@@ -100,14 +100,29 @@ impl Control {
         }
     }
 
-    /// The next connection, as a blocking stream with timeouts.
-    pub async fn accept(&self) -> std::io::Result<UnixStream> {
-        let (s, _) = self.listener.accept().await?;
-        let s = s.into_std()?;
-        s.set_nonblocking(false)?;
-        s.set_read_timeout(Some(PATIENCE))?;
-        s.set_write_timeout(Some(PATIENCE))?;
-        Ok(s)
+    /// The next connection, as a blocking stream with timeouts. Failures (out of
+    /// descriptors, say) pause accepting for a second; the first of a run is logged.
+    pub async fn accept(&self) -> UnixStream {
+        let mut failing = false;
+        loop {
+            let accepted = self.listener.accept().await.and_then(|(s, _)| {
+                let s = s.into_std()?;
+                s.set_nonblocking(false)?;
+                s.set_read_timeout(Some(PATIENCE))?;
+                s.set_write_timeout(Some(PATIENCE))?;
+                Ok(s)
+            });
+            match accepted {
+                Ok(s) => return s,
+                Err(e) => {
+                    if !failing {
+                        tracing::warn!("control socket {}: {e}; pausing", self.path.display());
+                        failing = true;
+                    }
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                }
+            }
+        }
     }
 }
 

@@ -266,6 +266,7 @@ fn tcp_options(s: &Socket2, kind: ListenerKind) -> std::io::Result<()> {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 
@@ -294,8 +295,8 @@ mod tests {
         // As many as workers: one each.
         let b = bound(3);
         let all = fds(&b.sockets);
-        for w in 0..3 {
-            assert_eq!(fds(&b.for_worker(w, 3).unwrap()), [all[w]]);
+        for (w, socket) in all.iter().enumerate() {
+            assert_eq!(fds(&b.for_worker(w, 3).unwrap()), [*socket]);
         }
         // More sockets than workers: every socket served, some workers take two.
         let mut served: Vec<u64> = (0..2).flat_map(|w| fds(&b.for_worker(w, 2).unwrap())).collect();
