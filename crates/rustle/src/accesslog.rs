@@ -8,7 +8,7 @@
 mod format;
 mod sink;
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::fmt;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -135,9 +135,11 @@ pub struct Via {
 }
 
 pub struct AccessLog {
-    sink: Sink,
-    format: LogFormat,
-    wants_headers: bool,
+    sink: RefCell<Sink>,
+    format: RefCell<LogFormat>,
+    /// The sink is not `Off` (read per exchange without touching the `RefCell`).
+    on: Cell<bool>,
+    wants_headers: Cell<bool>,
     /// Lines (or, for datagram sinks, messages) not yet handed to the sink.
     buf: RefCell<Pending>,
     /// The current second, formatted, recomputed only when the second changes.
@@ -183,9 +185,10 @@ pub(crate) struct Now<'a> {
 impl AccessLog {
     pub fn new(sink: Sink, format: LogFormat) -> Self {
         AccessLog {
-            sink,
-            wants_headers: format.wants_headers(),
-            format,
+            on: Cell::new(!matches!(sink, Sink::Off)),
+            wants_headers: Cell::new(format.wants_headers()),
+            sink: RefCell::new(sink),
+            format: RefCell::new(format),
             buf: RefCell::new(Pending {
                 bytes: Vec::with_capacity(FLUSH_AT + 1024),
                 ends: Vec::new(),
@@ -195,12 +198,22 @@ impl AccessLog {
     }
 
     pub fn enabled(&self) -> bool {
-        !matches!(self.sink, Sink::Off)
+        self.on.get()
+    }
+
+    /// Where lines go and how they look from now on (a reload): what is buffered is
+    /// written out first, where and as it was meant to go.
+    pub fn reconfigure(&self, sink: Sink, format: LogFormat) {
+        self.flush();
+        self.on.set(!matches!(sink, Sink::Off));
+        self.wants_headers.set(format.wants_headers());
+        *self.sink.borrow_mut() = sink;
+        *self.format.borrow_mut() = format;
     }
 
     /// Whether lines show the User-Agent or Referer: front ends keep them only then.
     pub fn wants_headers(&self) -> bool {
-        self.wants_headers && self.enabled()
+        self.wants_headers.get() && self.enabled()
     }
 
     pub fn log(&self, e: &Entry<'_>) {
@@ -211,16 +224,17 @@ impl AccessLog {
         let mut clock = self.clock.borrow_mut();
         clock.at(unix.as_secs());
         let now = Now { clock: &clock, millis: unix.subsec_millis(), unix };
+        let sink = self.sink.borrow();
         let mut pending = self.buf.borrow_mut();
         let Pending { bytes, ends } = &mut *pending;
-        self.sink.open_message(bytes, &now);
-        format::write(&self.format, bytes, e, &now);
-        self.sink.close_message(bytes, e);
-        if self.sink.is_datagram() {
+        sink.open_message(bytes, &now);
+        format::write(&self.format.borrow(), bytes, e, &now);
+        sink.close_message(bytes, e);
+        if sink.is_datagram() {
             ends.push(bytes.len());
         }
         if bytes.len() >= FLUSH_AT {
-            self.sink.write(bytes, ends);
+            sink.write(bytes, ends);
             bytes.clear();
             ends.clear();
         }
@@ -230,7 +244,7 @@ impl AccessLog {
         let mut pending = self.buf.borrow_mut();
         let Pending { bytes, ends } = &mut *pending;
         if !bytes.is_empty() {
-            self.sink.write(bytes, ends);
+            self.sink.borrow().write(bytes, ends);
             bytes.clear();
             ends.clear();
         }

@@ -169,12 +169,55 @@ pub struct Listener {
     /// only ever spoke HTTP/1.1 keeps answering the preface with an error.
     #[serde(default)]
     pub h2c: bool,
-    /// The buckets of `rate_up`/`rate_down`, made at start.
+    /// The buckets of `rate_up`/`rate_down`, made when the listener is bound (kept by a
+    /// reload that leaves the rates as they were).
     #[serde(skip)]
     pub throttle: crate::limits::Throttle,
-    /// Position among the listeners started (the policy's TLS settings are kept by it).
+    /// Which listener of the configuration this is (`effective_listeners` sets it): a
+    /// reload, a takeover and the policy's TLS settings find a listener by it.
     #[serde(skip)]
-    pub index: usize,
+    pub key: ListenerKey,
+}
+
+/// A listener's identity across reloads and upgrades: its address as configured (port 0
+/// included), its transport, and its rank among the listeners configured with the same
+/// address and transport (only port-0 listeners share an address). Reordering listeners
+/// in the file changes no key; editing a listener's other settings changes none either.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct ListenerKey {
+    pub listen: SocketAddr,
+    pub udp: bool,
+    pub rank: usize,
+}
+
+impl Default for ListenerKey {
+    fn default() -> Self {
+        ListenerKey { listen: SocketAddr::from(([0, 0, 0, 0], 0)), udp: false, rank: 0 }
+    }
+}
+
+impl fmt::Display for ListenerKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let transport = if self.udp { "udp" } else { "tcp" };
+        match self.rank {
+            0 => write!(f, "{} ({transport})", self.listen),
+            n => write!(f, "{} ({transport}, #{})", self.listen, n + 1),
+        }
+    }
+}
+
+/// Sets each listener's `key` from its position among those of the same address.
+fn assign_keys(listeners: &mut [Listener]) {
+    for i in 0..listeners.len() {
+        let (before, rest) = listeners.split_at_mut(i);
+        let l = &mut rest[0];
+        let udp = l.kind == ListenerKind::UdpRelay;
+        let rank = before
+            .iter()
+            .filter(|o| o.listen == l.listen && (o.kind == ListenerKind::UdpRelay) == udp)
+            .count();
+        l.key = ListenerKey { listen: l.listen, udp, rank };
+    }
 }
 
 /// A certificate chain and key (PEM files), optionally for some server names only.
@@ -312,7 +355,7 @@ impl Listener {
             target_tls: None,
             h2c: false,
             throttle: Default::default(),
-            index: 0,
+            key: ListenerKey::default(),
         }
     }
 }
@@ -614,13 +657,39 @@ pub struct Config {
 }
 
 /// `[process]`: once the listeners are bound (ports below 1024 included), run as `user`
-/// (with its primary group, or `group`): for a proxy started as root. Read at start only.
-#[derive(Debug, Clone, Default, Deserialize)]
+/// (with its primary group, or `group`): for a proxy started as root. `control_socket`:
+/// where the running process answers `rustle --takeover` (see `control_socket_path`).
+/// Read at start only.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq, Eq)]
 pub struct Process {
     #[serde(default)]
     pub user: Option<String>,
     #[serde(default)]
     pub group: Option<String>,
+    #[serde(default)]
+    pub control_socket: Option<PathBuf>,
+}
+
+impl Process {
+    /// The control socket: `control_socket` when set; otherwise `rustle.sock` in
+    /// `$RUNTIME_DIRECTORY` (systemd's `RuntimeDirectory=`), `/run/rustle/` for root, or
+    /// `$XDG_RUNTIME_DIR`; None (no takeover) when none applies.
+    pub fn control_socket_path(&self) -> Option<PathBuf> {
+        if let Some(path) = &self.control_socket {
+            return Some(path.clone());
+        }
+        if let Some(dir) = std::env::var_os("RUNTIME_DIRECTORY").filter(|d| !d.is_empty()) {
+            // systemd may list several, separated by colons: the first is ours.
+            let first = dir.to_string_lossy().split(':').next().unwrap_or_default().to_string();
+            return Some(PathBuf::from(first).join("rustle.sock"));
+        }
+        if nix::unistd::geteuid().is_root() {
+            return Some(PathBuf::from("/run/rustle/rustle.sock"));
+        }
+        std::env::var_os("XDG_RUNTIME_DIR")
+            .filter(|d| !d.is_empty())
+            .map(|d| PathBuf::from(d).join("rustle.sock"))
+    }
 }
 
 /// With no listener in the file or on the command line: HTTP and SOCKS detected on the
@@ -870,16 +939,18 @@ impl Config {
         Parsed { config, problems, lines }
     }
 
-    /// Listeners to start: those configured, or the default ones.
+    /// Listeners to start: those configured, or the default ones, each with its `key`.
     pub fn effective_listeners(&self) -> Vec<Listener> {
-        if self.listeners.is_empty() {
+        let mut listeners = if self.listeners.is_empty() {
             // Constants that always parse.
             let auto = DEFAULT_AUTO.parse().unwrap_or_else(|_| unreachable!());
             let socks = DEFAULT_SOCKS.parse().unwrap_or_else(|_| unreachable!());
             vec![Listener::new(ListenerKind::Auto, auto), Listener::new(ListenerKind::Socks, socks)]
         } else {
             self.listeners.clone()
-        }
+        };
+        assign_keys(&mut listeners);
+        listeners
     }
 
     /// Checks that need the final listener list (after command-line overrides).

@@ -34,7 +34,7 @@ pub async fn serve_https(
 ) {
     let worker = guard.worker().clone();
     let start = Instant::now();
-    let deadline = tokio::time::Instant::now() + worker.cfg.timeouts.handshake;
+    let deadline = tokio::time::Instant::now() + worker.cfg().timeouts.handshake;
     let mut buf = worker.take_buf();
     let read = tokio::time::timeout_at(deadline, buf.read_from(&mut stream, crate::buf::READ_SIZE));
     match read.await {
@@ -104,7 +104,7 @@ pub async fn serve_auto(
 ) {
     let worker = guard.worker().clone();
     let mut buf = worker.take_buf();
-    let deadline = tokio::time::Instant::now() + worker.cfg.timeouts.header;
+    let deadline = tokio::time::Instant::now() + worker.cfg().timeouts.header;
     let protocol = loop {
         match detect(buf.filled()) {
             Ok(Some(p)) => break p,
@@ -151,7 +151,7 @@ pub async fn serve_auto(
         }
         Detected::Tls => {
             // HTTP inside TLS, when the listener has a certificate.
-            let deadline = tokio::time::Instant::now() + worker.cfg.timeouts.handshake;
+            let deadline = tokio::time::Instant::now() + worker.cfg().timeouts.handshake;
             serve_prefixed(guard, listener, stream, peer, buf, deadline).await
         }
     }
@@ -166,7 +166,7 @@ pub async fn refuse_auto(
     peer: SocketAddr,
 ) {
     let mut first = [0u8; 1];
-    let wait = guard.worker().cfg.timeouts.header;
+    let wait = guard.worker().cfg().timeouts.header;
     if let Ok(Ok(1)) = tokio::time::timeout(wait, stream.peek(&mut first)).await {
         if let Ok(Some(Detected::Http)) = detect(&first) {
             crate::http1::refuse_overloaded(guard, listener, stream.into(), peer).await;

@@ -282,8 +282,8 @@ impl Client {
     /// Reads until a whole request head is parsed. `Ok(false)`: the client closed (or the
     /// worker is stopping) between requests, which is not an error.
     async fn read_head(&mut self) -> Result<bool, Error> {
-        let limits = self.worker.limits;
-        let timeouts = &self.worker.cfg.timeouts;
+        let limits = self.worker.limits();
+        let timeouts = &self.worker.cfg().timeouts;
         let mut deadline = None;
         loop {
             if !self.buf.is_empty() {
@@ -442,9 +442,9 @@ impl Client {
         };
         // Boxed, on this path only: an attempt's state (resolver, Happy Eyeballs, timer,
         // handshake) would otherwise enlarge every HTTP connection's future.
-        let connect =
-            Box::pin(worker.upstreams.connect(&policy, &want, plan, &worker.cfg.timeouts));
-        let (stream, buf, max) = (&mut self.stream, &mut self.buf, worker.limits.max_head);
+        let cfg = worker.cfg();
+        let connect = Box::pin(worker.upstreams.connect(&policy, &want, plan, &cfg.timeouts));
+        let (stream, buf, max) = (&mut self.stream, &mut self.buf, worker.limits().max_head);
         let tunnel = protocol == crate::acl::Protocol::Connect;
         crate::exchange::unless_left(&worker, connect, || {
             crate::exchange::client_left(stream, buf, max, Phase::Connect, tunnel)

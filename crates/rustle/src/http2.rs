@@ -169,7 +169,7 @@ async fn serve_with<IO>(
             return;
         }
     }
-    let cfg = &worker.cfg.http2;
+    let cfg = &worker.cfg().http2;
     let flood = Rc::new(io::Flood::new(cfg));
     let out = io::Out::new(io);
     let io = io::Watch::new(out.clone(), flood.clone(), prefix);
@@ -184,7 +184,7 @@ async fn serve_with<IO>(
         .max_local_error_reset_streams(Some(cfg.max_local_error_reset_streams))
         .enable_connect_protocol();
     let handshake = builder.handshake::<_, Bytes>(io);
-    let mut conn = match tokio::time::timeout(worker.cfg.timeouts.header, handshake).await {
+    let mut conn = match tokio::time::timeout(worker.cfg().timeouts.header, handshake).await {
         Ok(Ok(c)) => c,
         Ok(Err(e)) => {
             tracing::debug!("{peer}: HTTP/2 handshake failed: {e}");
@@ -211,7 +211,7 @@ async fn serve_with<IO>(
         driver: Cell::new(None),
     });
     let mut shutdown = worker.shutdown.clone();
-    let keepalive = worker.cfg.timeouts.keepalive;
+    let keepalive = worker.cfg().timeouts.keepalive;
     // Armed while no stream is open: an idle connection is closed like an idle HTTP/1.1
     // one. Once closing, the same timer bounds how long the GOAWAY may take.
     let mut timer: Pin<Box<tokio::time::Sleep>> = Box::pin(tokio::time::sleep(keepalive));
@@ -309,7 +309,7 @@ async fn serve_with<IO>(
             Event::Shutdown => {
                 conn.graceful_shutdown();
                 closing = true;
-                let grace = worker.cfg.timeouts.shutdown;
+                let grace = worker.cfg().timeouts.shutdown;
                 timer.as_mut().reset(tokio::time::Instant::now() + grace);
             }
             Event::Idle if closing => {
@@ -570,7 +570,7 @@ async fn upstream(
     match worker.upstreams.start(&policy, &want, key)? {
         Start::Ready(c) => Ok(c),
         Start::Connect(plan) => {
-            let timeouts = &worker.cfg.timeouts;
+            let timeouts = &worker.cfg().timeouts;
             Box::pin(worker.upstreams.connect(&policy, &want, plan, timeouts)).await
         }
     }

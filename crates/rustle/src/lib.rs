@@ -4,10 +4,14 @@
 //! draws the layers):
 //! - `check`: every problem of a configuration at once (`rustle check`, start-up): the
 //!   file's, the files it names, the names its rules use.
-//! - `reload`: the signal loop; what SIGHUP (the configuration again) and SIGUSR1 (the
-//!   access log) change.
-//! - `server`: binds listeners, starts workers (one current-thread runtime per core),
-//!   hands each accepted connection to `dispatch`, runs the parents' health probes.
+//! - `reload`: the signal loop; what SIGHUP (the whole configuration again) and SIGUSR1
+//!   (the access log) change.
+//! - `takeover`: the control socket a `rustle --takeover` takes the listening sockets
+//!   over by, and systemd's socket activation.
+//! - `server`: binds listeners (or takes inherited ones), starts workers (one
+//!   current-thread runtime per core), hands each accepted connection to `dispatch`,
+//!   runs the parents' health probes, and puts a reload's listeners and settings in
+//!   force in every worker.
 //! - `dispatch`: from an accepted connection to its front end: HTTP/1.1 or h2c, TLS then
 //!   HTTP/1.1 or HTTP/2 by ALPN, and the `auto` port's first-byte detection.
 //! - Front ends: `http1` (with `http1/forward`, absolute-form requests, and
@@ -39,7 +43,8 @@
 //! - `config`: the TOML configuration, its defaults and checks.
 //! - `notify`: readiness, reloads and stopping said to systemd (`$NOTIFY_SOCKET`).
 //! - `privileges`: running as `user`/`group` once the listeners are bound.
-//! - `sys`: the one unsafe module: pipes and splice(2).
+//! - `sys`: the one unsafe module: pipes and splice(2), descriptors passed by other
+//!   processes.
 //!
 //! Protocol parsing lives in the `rustle-proto` crate, which does no I/O.
 
@@ -69,6 +74,7 @@ pub mod route;
 pub mod server;
 pub mod socks;
 pub mod sys;
+pub mod takeover;
 pub mod tls;
 pub mod tunnel;
 pub mod udp;

@@ -27,7 +27,7 @@
 
 use std::collections::HashMap;
 use std::net::IpAddr;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -339,11 +339,15 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 /// is counted elsewhere (`server`).
 #[derive(Debug)]
 pub struct ConnLimits {
-    per_client: Option<usize>,
-    per_user: Option<usize>,
+    /// The limits (`NO_LIMIT`: none); a reload sets them (`set_limits`).
+    per_client: AtomicUsize,
+    per_user: AtomicUsize,
     clients: Mutex<HashMap<IpAddr, usize>>,
     users: Mutex<HashMap<Box<str>, usize>>,
 }
+
+/// `ConnLimits`' value for no limit.
+const NO_LIMIT: usize = usize::MAX;
 
 /// What a `Slot` holds.
 #[derive(Debug)]
@@ -374,17 +378,27 @@ impl ConnLimits {
     /// `None` is no limit (and no counting). A limit of 0 refuses everything.
     pub fn new(per_client: Option<usize>, per_user: Option<usize>) -> Arc<ConnLimits> {
         Arc::new(ConnLimits {
-            per_client,
-            per_user,
+            per_client: AtomicUsize::new(per_client.unwrap_or(NO_LIMIT)),
+            per_user: AtomicUsize::new(per_user.unwrap_or(NO_LIMIT)),
             clients: Mutex::new(HashMap::new()),
             users: Mutex::new(HashMap::new()),
         })
     }
 
+    /// New limits (a reload), for connections opened from now on: those open count
+    /// against a limit only if one was in force when they opened.
+    pub fn set_limits(&self, per_client: Option<usize>, per_user: Option<usize>) {
+        self.per_client.store(per_client.unwrap_or(NO_LIMIT), Ordering::Relaxed);
+        self.per_user.store(per_user.unwrap_or(NO_LIMIT), Ordering::Relaxed);
+    }
+
     /// A slot for one more connection from `ip`, or None when it already has the maximum.
     /// IPv4-mapped IPv6 addresses count as their IPv4 address.
     pub fn acquire_client(self: &Arc<Self>, ip: IpAddr) -> Option<Slot> {
-        let Some(max) = self.per_client else { return Some(self.unlimited()) };
+        let max = self.per_client.load(Ordering::Relaxed);
+        if max == NO_LIMIT {
+            return Some(self.unlimited());
+        }
         let ip = ip.to_canonical();
         if !acquire(&mut lock(&self.clients), ip, max) {
             return None;
@@ -394,7 +408,10 @@ impl ConnLimits {
 
     /// A slot for one more connection of `user`, or None when it already has the maximum.
     pub fn acquire_user(self: &Arc<Self>, user: &str) -> Option<Slot> {
-        let Some(max) = self.per_user else { return Some(self.unlimited()) };
+        let max = self.per_user.load(Ordering::Relaxed);
+        if max == NO_LIMIT {
+            return Some(self.unlimited());
+        }
         let mut users = lock(&self.users);
         let n = users.get(user).copied().unwrap_or(0);
         if n >= max {

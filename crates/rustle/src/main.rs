@@ -112,6 +112,11 @@ struct Cli {
     /// or journald.
     #[arg(long, value_name = "PATH", value_parser = LogTarget::parse)]
     access_log: Option<LogTarget>,
+    /// Take the listening sockets over from the rustle running with the same control
+    /// socket ([process] control_socket), which then drains and exits: an upgrade or a
+    /// restart that refuses no connection.
+    #[arg(long)]
+    takeover: bool,
 }
 
 #[derive(Subcommand)]
@@ -189,7 +194,7 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    init_tracing(&loaded.config.log);
+    let set_log_level = init_tracing(&loaded.config.log);
     match (&source.file, &default) {
         (Some(file), _) => tracing::info!("configuration: {}", file.display()),
         (None, Some(default)) => tracing::info!(
@@ -203,7 +208,8 @@ fn main() -> ExitCode {
         return ExitCode::from(2);
     }
     rustle::server::raise_file_limit(&loaded.config);
-    match rustle::reload::run_until_signal(loaded, source) {
+    let opts = rustle::reload::Options { takeover: cli.takeover, set_log_level };
+    match rustle::reload::run_until_signal(loaded, source, opts) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             tracing::error!("{e:#}");
@@ -406,27 +412,39 @@ fn relay_arg(s: &str) -> Result<(SocketAddr, HostPort), String> {
     Ok((listen, target.parse()?))
 }
 
-fn init_tracing(log: &rustle::config::Log) {
-    use tracing_subscriber::EnvFilter;
-    let filter = EnvFilter::try_from_default_env()
-        .or_else(|_| EnvFilter::try_new(&log.level))
-        .unwrap_or_else(|_| EnvFilter::new("info"));
+/// Sets up diagnostics on stderr (or the journal, `log.diagnostics`), filtered by RUST_LOG
+/// or else `log.level`. Returns what puts a reloaded `log.level` in force (None when
+/// RUST_LOG decides).
+fn init_tracing(log: &rustle::config::Log) -> Option<rustle::reload::SetLogLevel> {
+    use tracing_subscriber::prelude::*;
+    use tracing_subscriber::{reload, EnvFilter};
+    let from_env = EnvFilter::try_from_default_env().ok();
+    let by_env = from_env.is_some();
+    let filter = from_env
+        .or_else(|| EnvFilter::try_new(&log.level).ok())
+        .unwrap_or_else(|| EnvFilter::new("info"));
+    let (filter, handle) = reload::Layer::new(filter);
+    let set: Option<rustle::reload::SetLogLevel> = match by_env {
+        true => None,
+        false => Some(Box::new(move |level: &str| {
+            let filter = EnvFilter::try_new(level).map_err(|e| e.to_string())?;
+            handle.reload(filter).map_err(|e| e.to_string())
+        })),
+    };
     if log.diagnostics == rustle::config::Diagnostics::Journald {
-        use tracing_subscriber::layer::SubscriberExt as _;
-        use tracing_subscriber::util::SubscriberInitExt as _;
         match tracing_journald::layer() {
             Ok(journal) => {
                 let journal = journal.with_syslog_identifier(log.tag.clone());
                 tracing_subscriber::registry().with(filter).with(journal).init();
-                return;
+                return set;
             }
             Err(e) => eprintln!("cannot log diagnostics to the journal ({e}); using stderr"),
         }
     }
     use std::io::IsTerminal as _;
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
+    let fmt = tracing_subscriber::fmt::layer()
         .with_ansi(std::io::stderr().is_terminal())
-        .with_writer(std::io::stderr)
-        .init();
+        .with_writer(std::io::stderr);
+    tracing_subscriber::registry().with(filter).with(fmt).init();
+    set
 }

@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 
 use crate::acl::{Builtins, Protocol, Request, RuleSet, Verdict};
 use crate::auth::{User, Users};
-use crate::config::{Config, DefaultAction};
+use crate::config::{Config, DefaultAction, ListenerKey};
 use crate::limits::{parse_rate, Bucket, Limit, Throttle};
 
 /// Why a destination was refused; named in the 403 body, the SOCKS log line.
@@ -39,10 +39,11 @@ pub struct Policy {
     default_user_rate: (Option<u64>, Option<u64>),
     /// Each limited user's buckets, made on first use and shared by its connections.
     user_buckets: Mutex<HashMap<String, UserBuckets>>,
-    /// TLS accepted by each listener (by `Listener::index`), certificates loaded.
-    tls_accept: Vec<Option<Arc<crate::tls::Acceptor>>>,
-    /// TLS originated by each relay listener towards its target.
-    tls_connect: Vec<Option<Arc<rustls::ClientConfig>>>,
+    /// TLS accepted by the listeners that have it (by `Listener::key`, so that a reload
+    /// reordering listeners gives each its own certificates), certificates loaded.
+    tls_accept: Vec<(ListenerKey, Arc<crate::tls::Acceptor>)>,
+    /// TLS originated by relay listeners towards their targets, by `Listener::key`.
+    tls_connect: Vec<(ListenerKey, Arc<rustls::ClientConfig>)>,
     /// TLS towards origins of `https://` URLs, or why there is none (no CA to verify
     /// with: such requests then get a 502 saying so).
     https_origins: Result<Arc<rustls::ClientConfig>, String>,
@@ -56,6 +57,9 @@ pub struct Policy {
     /// TLS towards each `https` parent (by parent index), verified with its `ca` or the
     /// system's roots.
     parent_tls: Vec<Option<Arc<rustls::ClientConfig>>>,
+    /// The whole configuration this policy was built from: workers read its timeouts,
+    /// limits and log settings for each new connection, so that a reload changes them too.
+    pub config: Arc<Config>,
 }
 
 /// ALPN of the HTTPS proxy port, in order of preference: HTTP/2 when the client offers
@@ -91,14 +95,14 @@ impl Policy {
         }
     }
 
-    /// What listener `index` accepts as TLS, if it does.
-    pub fn tls_acceptor(&self, index: usize) -> Option<&Arc<crate::tls::Acceptor>> {
-        self.tls_accept.get(index).and_then(Option::as_ref)
+    /// What the listener `key` names accepts as TLS, if it does.
+    pub fn tls_acceptor(&self, key: &ListenerKey) -> Option<&Arc<crate::tls::Acceptor>> {
+        self.tls_accept.iter().find(|(k, _)| k == key).map(|(_, a)| a)
     }
 
-    /// The client config of relay listener `index`'s TLS towards its target.
-    pub fn tls_connector(&self, index: usize) -> Option<&Arc<rustls::ClientConfig>> {
-        self.tls_connect.get(index).and_then(Option::as_ref)
+    /// The client config of relay listener `key`'s TLS towards its target.
+    pub fn tls_connector(&self, key: &ListenerKey) -> Option<&Arc<rustls::ClientConfig>> {
+        self.tls_connect.iter().find(|(k, _)| k == key).map(|(_, c)| c)
     }
 
     /// The client config towards `https` parent `index`.
@@ -109,23 +113,6 @@ impl Policy {
     /// The client config for origins of `https://` URLs.
     pub fn https_origins(&self) -> Result<&Arc<rustls::ClientConfig>, &str> {
         self.https_origins.as_ref().map_err(String::as_str)
-    }
-
-    /// Listeners started from the command line are not in a reloaded file: keep their
-    /// TLS settings as they were.
-    pub fn keep_tls_of(&mut self, old: &Policy) {
-        fn keep<T: Clone>(new: &mut Vec<Option<T>>, old: &[Option<T>]) {
-            if new.len() < old.len() {
-                new.resize(old.len(), None);
-            }
-            for (n, o) in new.iter_mut().zip(old) {
-                if n.is_none() {
-                    n.clone_from(o);
-                }
-            }
-        }
-        keep(&mut self.tls_accept, &old.tls_accept);
-        keep(&mut self.tls_connect, &old.tls_connect);
     }
 
     /// Builds the policy; `own` are the proxy's listening addresses (for loop refusal).
@@ -161,24 +148,20 @@ impl Policy {
                 crate::config::ListenerKind::Relay => &[][..],
                 _ => HTTPS_ALPN,
             };
-            tls_accept.push(l.tls.as_ref().and_then(|t| match crate::tls::acceptor(t, alpn) {
-                Ok(a) => Some(Arc::new(a)),
-                Err(e) => {
-                    problems.push(format!("{what}: tls: {e}"));
-                    None
+            if let Some(t) = &l.tls {
+                match crate::tls::acceptor(t, alpn) {
+                    Ok(a) => tls_accept.push((l.key, Arc::new(a))),
+                    Err(e) => problems.push(format!("{what}: tls: {e}")),
                 }
-            }));
-            tls_connect.push(l.target_tls.as_ref().and_then(|t| {
+            }
+            if let Some(t) = &l.target_tls {
                 let named =
                     l.target.as_ref().map(|target| crate::tls::server_name(t, &target.host));
                 match named.transpose().and_then(|_| crate::tls::connector(t)) {
-                    Ok(c) => Some(c),
-                    Err(e) => {
-                        problems.push(format!("{what}: target_tls: {e}"));
-                        None
-                    }
+                    Ok(c) => tls_connect.push((l.key, c)),
+                    Err(e) => problems.push(format!("{what}: target_tls: {e}")),
                 }
-            }));
+            }
         }
         let origins = crate::config::ConnectTls {
             ca: cfg.tls.origin_ca.clone(),
@@ -224,6 +207,7 @@ impl Policy {
             tls_connect,
             https_origins,
             user_buckets: Mutex::new(HashMap::new()),
+            config: Arc::new(cfg.clone()),
         })
     }
 

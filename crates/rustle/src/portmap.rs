@@ -44,8 +44,8 @@ pub async fn serve(guard: ConnGuard, listener: Arc<Listener>, stream: TcpStream,
         Err(why) => return fail(&why, None, None),
     };
     let policy = worker.policy();
-    let tls_to_target = match (&listener.target_tls, policy.tls_connector(listener.index)) {
-        (Some(settings), Some(_)) => Tls::Relay { listener: listener.index, settings },
+    let tls_to_target = match (&listener.target_tls, policy.tls_connector(&listener.key)) {
+        (Some(settings), Some(_)) => Tls::Relay { listener: &listener.key, settings },
         _ => Tls::Plain,
     };
     let want = Want {
@@ -65,7 +65,7 @@ pub async fn serve(guard: ConnGuard, listener: Arc<Listener>, stream: TcpStream,
         Ok(Start::Connect(plan)) => {
             // Boxed (every relay's future would otherwise grow by an attempt's state); a
             // client that leaves meanwhile ends the attempt.
-            let timeouts = &worker.cfg.timeouts;
+            let timeouts = &worker.cfg().timeouts;
             let connect = Box::pin(worker.upstreams.connect(&policy, &want, plan, timeouts));
             unless_left(&worker, connect, || {
                 client_left(&mut client, &mut early, READ_SIZE, Phase::Connect, true)
@@ -125,7 +125,7 @@ async fn accept_tls(
     listener: &Listener,
     mut stream: TcpStream,
 ) -> Result<(Stream, Option<Rc<Session>>), String> {
-    let deadline = tokio::time::Instant::now() + worker.cfg.timeouts.handshake;
+    let deadline = tokio::time::Instant::now() + worker.cfg().timeouts.handshake;
     let mut buf = worker.take_buf();
     let read = tokio::time::timeout_at(deadline, buf.read_from(&mut stream, crate::buf::READ_SIZE));
     let first = match read.await {

@@ -1,9 +1,14 @@
-//! What signals change in a running proxy. SIGHUP derives the configuration again from its
-//! source, exactly as start-up does (the file re-read, the command line's options on top),
-//! and puts the new users, rules and limits in force, unless the result would leave a
-//! running listener less protected than start-up allows, or the file looks emptied or cut
-//! short: then nothing changes and the log says why. SIGUSR1 reopens the access log file
-//! (logrotate's `postrotate`).
+//! What signals and the control socket change in a running proxy. SIGHUP derives the
+//! configuration again from its source, exactly as start-up does (the file re-read, the
+//! command line's options on top), and puts all of it in force: listeners added are
+//! bound, listeners dropped stop accepting (their connections go on), the others keep
+//! their sockets and take their new settings; users, rules, routes, certificates,
+//! timeouts, limits and log settings apply to new connections. A source with problems,
+//! a listener that cannot be bound, or a result that would leave a listener less
+//! protected than start-up allows changes nothing, and the log says why. SIGUSR1 reopens
+//! the access log file (logrotate's `postrotate`). A `rustle --takeover` connecting to
+//! the control socket takes the listening sockets over, and this process then drains and
+//! exits (`takeover`).
 
 use std::sync::Arc;
 
@@ -11,37 +16,63 @@ use crate::config::{Config, Listener, Source};
 use crate::policy::Policy;
 use crate::server::Running;
 
-/// SIGHUP: re-reads the file (and the command line's users file) and puts the policy in
-/// force; a source with problems changes nothing. `listeners_from_file`: the running
-/// listeners are the ones the file declared at start.
-pub fn hangup(running: &Running, source: &Source, listeners_from_file: bool) {
+/// What the binary gives the signal loop besides the configuration.
+#[derive(Default)]
+pub struct Options {
+    /// `--takeover`: take the listening sockets over from the rustle answering on the
+    /// control socket, which then drains and exits.
+    pub takeover: bool,
+    /// Puts a new `log.level` in force (the diagnostics filter); None leaves it.
+    pub set_log_level: Option<SetLogLevel>,
+}
+
+/// Puts a `log.level` filter in force, or says why it cannot.
+pub type SetLogLevel = Box<dyn Fn(&str) -> Result<(), String>>;
+
+/// SIGHUP: re-reads the file (and the command line's users file) and puts it in force;
+/// a source with problems changes nothing.
+/// `listeners_from_file`: the running listeners are the ones the file declared at start.
+pub fn hangup(running: &Running, source: &Source, listeners_from_file: bool, opts: &Options) {
+    let old_level = running.config().log.level.clone();
     match derive(source, listeners_from_file).and_then(|cfg| apply(running, &cfg)) {
         Ok(warnings) => {
             for w in warnings {
                 tracing::warn!("SIGHUP: {w}");
             }
-            tracing::info!(
-                "SIGHUP: reloaded users, rules and per-user limits from {source} \
-                 (listeners and connection limits stay as started)"
-            );
+            let level = running.config().log.level.clone();
+            if level != old_level {
+                if let Some(set) = &opts.set_log_level {
+                    if let Err(e) = set(&level) {
+                        tracing::warn!("SIGHUP: log.level {level:?}: {e}; the filter stays");
+                    }
+                }
+            }
+            let listeners: Vec<String> =
+                running.addrs().iter().map(|(k, a)| format!("{a} ({k})")).collect();
+            tracing::info!("SIGHUP: reloaded {source}; listeners: {}", listeners.join(", "));
         }
-        Err(e) => tracing::error!("SIGHUP: {e}; keeping the previous policy"),
+        Err(e) => tracing::error!("SIGHUP: {e}; keeping the previous configuration and policy"),
     }
 }
 
-/// Puts new users, rules, limits, routes and certificates in force (SIGHUP). Listeners
-/// and everything else stay as they started; connections already open keep going. A
-/// configuration that would leave a running listener less protected than start-up
-/// allows changes nothing (`vet`); the warnings name protections it drops.
+/// Puts a whole configuration in force (SIGHUP): listeners bound, kept or closed as it
+/// says, then the policy and settings published to every worker; connections already
+/// open keep going with what they started with. A listener that cannot be bound, or a
+/// configuration that would leave a listener less protected than start-up allows
+/// (`vet`), changes nothing; the warnings name protections it drops and settings that
+/// only a restart or a takeover puts in force.
 pub fn apply(running: &Running, cfg: &Config) -> Result<Vec<String>, String> {
-    let mut policy = Policy::build(cfg, running.own()).map_err(|p| p.join("; "))?;
+    // New listeners are bound first (the policy refuses the proxy's own addresses as
+    // destinations); dropping `plan` on any failure below closes them again.
+    let plan = running.prepare(cfg)?;
+    let mut policy = Policy::build(cfg, &plan.own()).map_err(|p| p.join("; "))?;
     let old = running.policy();
-    let mut warnings = vet(cfg, running.listeners(), &old, &policy)?;
+    let mut warnings = vet(cfg, &plan.listeners(), &old, &policy)?;
     // (A listener requiring authentication left with no user: `vet` names it.)
     warnings.extend(policy.undefined_names.iter().cloned());
-    policy.keep_tls_of(&old);
+    warnings.extend(plan.warnings.iter().cloned());
     policy.routes.keep_health_of(&old.routes);
-    running.publish(policy);
+    running.commit(plan, policy);
     Ok(warnings)
 }
 
@@ -69,25 +100,25 @@ fn derive(source: &Source, listeners_from_file: bool) -> Result<Config, String> 
     Ok(loaded.config)
 }
 
-/// Checks a new configuration and its policy against the listeners running: the start-up
-/// open-proxy check on each. Returns a warning for each protection the new policy drops,
+/// Checks a new configuration and its policy against the listeners it would run (those
+/// kept and those added): the start-up open-proxy check on each. Returns a warning for each protection the new policy drops,
 /// and for each listener requiring authentication that is left with no user (it then
 /// refuses everyone: stricter, so it goes through).
 pub fn vet(
     cfg: &Config,
-    running: &[Arc<Listener>],
+    listeners: &[Arc<Listener>],
     old: &Policy,
     new: &Policy,
 ) -> Result<Vec<String>, String> {
-    for l in running {
+    for l in listeners {
         if let Some(problem) = cfg.open_proxy_problem(l) {
-            return Err(format!("under the new configuration, the running {problem}"));
+            return Err(format!("under the new configuration, {problem}"));
         }
     }
     let mut warnings = Vec::new();
-    for l in running.iter().filter(|l| l.auth && new.users.is_empty()) {
+    for l in listeners.iter().filter(|l| l.auth && new.users.is_empty()) {
         warnings.push(format!(
-            "the running listener {} on {} requires authentication, and the new \
+            "the listener {} on {} requires authentication, and the new \
              configuration defines no user: every client of it is refused",
             l.kind, l.listen
         ));
@@ -120,10 +151,11 @@ pub fn vet(
 /// it new lines go to a fresh file. Without a file there is nothing to reopen.
 pub fn reopen_access_log(running: &Running) {
     use crate::accesslog::Sink;
-    match running.access_log().reopen() {
+    let sink = running.access_log();
+    match sink.reopen() {
         Ok(Some(path)) => tracing::info!("SIGUSR1: reopened the access log {}", path.display()),
         Ok(None) => {
-            let target = match running.access_log() {
+            let target = match sink {
                 Sink::Stdout => "goes to stdout",
                 Sink::Stderr => "goes to stderr",
                 Sink::Syslog(_) => "goes to syslog",
@@ -138,12 +170,13 @@ pub fn reopen_access_log(running: &Running) {
     }
 }
 
-/// Runs until SIGINT or SIGTERM. SIGHUP derives the configuration from `source` again
-/// and puts its policy in force; SIGUSR1 reopens the access log. `loaded` is what
-/// `source` gave at start.
+/// Runs until SIGINT or SIGTERM, or until a new process took the listeners over. SIGHUP
+/// derives the configuration from `source` again and puts it in force; SIGUSR1 reopens
+/// the access log. `loaded` is what `source` gave at start.
 pub fn run_until_signal(
     loaded: crate::config::Loaded,
     source: crate::config::Source,
+    opts: Options,
 ) -> anyhow::Result<()> {
     use tokio::signal::unix::{signal, SignalKind};
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
@@ -160,32 +193,81 @@ pub fn run_until_signal(
         )
     };
     let process = loaded.config.process.clone();
-    let running = crate::server::start(loaded.config)?;
+    let control_path = process.control_socket_path();
+    // The listening sockets of the process taken over, or of the service manager.
+    let (inherited, handover) = match opts.takeover {
+        true => {
+            let Some(path) = &control_path else {
+                anyhow::bail!(
+                    "--takeover: no control socket to find the running rustle by: set \
+                     [process] control_socket (or XDG_RUNTIME_DIR)"
+                );
+            };
+            let (inherited, handover) = crate::takeover::take_over(path)?;
+            (inherited, Some(handover))
+        }
+        false => (crate::takeover::activation_sockets()?, None),
+    };
+    // The control socket, bound before the listeners say where they are (and before root
+    // is given up); a process taking over replaces the old one's once it serves.
+    let bind_control = |replace: bool| {
+        let _in = rt.enter();
+        control_path.as_deref().and_then(|p| crate::takeover::Control::bind(p, replace))
+    };
+    let mut control = match handover {
+        Some(_) => None,
+        None => bind_control(false),
+    };
+    let running = crate::server::start_with(loaded.config, inherited)?;
+    if handover.is_some() {
+        control = bind_control(true);
+    }
     if let Err(e) = crate::privileges::drop_to(process.user.as_deref(), process.group.as_deref()) {
         running.stop();
         anyhow::bail!("{e}");
     }
+    if let Some(handover) = handover {
+        // Serving on the same sockets already: the old process may stop accepting.
+        if let Err(e) = handover.release() {
+            tracing::warn!("--takeover: the old process did not confirm it drains: {e}");
+        }
+    }
+    running.announce();
     let from_file = loaded.listeners_from_file;
     let stop = running.stopper();
-    let listening: Vec<String> = running.addrs.iter().map(|(k, a)| format!("{a} ({k})")).collect();
+    let listening: Vec<String> =
+        running.addrs().iter().map(|(k, a)| format!("{a} ({k})")).collect();
     crate::notify::ready(&format!("listening on {}", listening.join(", ")));
     rt.block_on(async {
         loop {
+            let next = async {
+                match &control {
+                    Some(c) => c.accept().await,
+                    None => std::future::pending().await,
+                }
+            };
             tokio::select! {
                 _ = term.recv() => { tracing::info!("SIGTERM: draining connections"); break }
                 _ = int.recv() => { tracing::info!("SIGINT: draining connections"); break }
                 _ = hup.recv() => {
                     crate::notify::reloading();
-                    hangup(&running, &source, from_file);
+                    hangup(&running, &source, from_file, &opts);
                     crate::notify::ready("serving");
                 }
                 _ = usr1.recv() => reopen_access_log(&running),
+                conn = next => {
+                    if crate::takeover::serve(&running, conn) {
+                        running.stop_accepting();
+                        break;
+                    }
+                }
             }
         }
     });
     crate::notify::stopping();
     let _ = stop.send(true);
     running.join();
+    drop(control);
     tracing::info!("stopped");
     Ok(())
 }

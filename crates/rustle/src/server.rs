@@ -1,31 +1,34 @@
 //! Workers and listeners. Each worker is a thread running a current-thread tokio runtime
 //! with its own SO_REUSEPORT listening sockets, so the kernel spreads new connections over
 //! the workers and a connection never leaves the thread that accepted it: no lock, no
-//! atomic and no cross-thread wake-up on the request path.
+//! atomic and no cross-thread wake-up on the request path. The main thread keeps a copy
+//! of every listening socket (`bind`): a reload binds, keeps or closes listeners and tells
+//! each worker over its own channel (`Update`); a takeover hands the sockets to the new
+//! process.
 
+mod bind;
+
+use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::rc::Rc;
 use std::sync::atomic::AtomicUsize;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
-use socket2::{Domain, Protocol, Socket as Socket2, Type};
 use tokio::io::unix::AsyncFd;
 use tokio::io::Interest;
 use tokio::net::TcpStream;
-use tokio::sync::watch;
+use tokio::sync::{mpsc, watch};
 
+pub use self::bind::{Bound, Group, Inherited, Socket};
 use crate::accesslog::Sink;
 use crate::buf::Buf;
-use crate::config::{Config, Listener, ListenerKind};
+use crate::config::{Config, Listener, ListenerKey, ListenerKind};
 use crate::conn::Stream;
 use crate::limits::{parse_rate, Bucket, ConnLimits, Limit, Throttle, Traffic};
 use crate::policy::Policy;
 use crate::worker::Worker;
-
-/// Pending connections per listening socket; the kernel caps it at somaxconn.
-const BACKLOG: i32 = 4096;
 
 /// After an accept error such as EMFILE, wait this long before accepting again instead
 /// of spinning on a listener that stays readable.
@@ -34,138 +37,71 @@ const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
 /// How often a worker closes expired idle origin connections.
 const SWEEP_EVERY: Duration = Duration::from_secs(1);
 
-/// Each worker's sockets, with the listener each belongs to.
-type WorkerSockets = Vec<(Arc<Listener>, Socket)>;
-
-/// A listening socket of one worker.
-pub enum Socket {
-    Tcp(std::net::TcpListener),
-    Udp(std::net::UdpSocket),
+/// What a worker is told to put in force: at start, on a reload, and when a takeover
+/// asks it to stop accepting (no listener).
+pub struct Update {
+    policy: Arc<Policy>,
+    sink: Sink,
+    /// The worker's listeners from now on: their settings, and the worker's descriptors
+    /// of a listener's sockets when it is new to the worker (None: keep those it has for
+    /// that key). A listener not named stops accepting.
+    listeners: Vec<(Arc<Listener>, Option<Vec<Socket>>)>,
 }
 
-impl Socket {
-    fn local_addr(&self) -> std::io::Result<SocketAddr> {
-        match self {
-            Socket::Tcp(s) => s.local_addr(),
-            Socket::Udp(s) => s.local_addr(),
-        }
-    }
-}
-
-/// Binds every configured listener once per worker. The first socket of a listener is
-/// bound first, so that port 0 resolves to one port shared by all workers. An address
-/// something else already serves is refused (`ensure_unused`).
-fn bind_all(listeners: &[Listener], workers: usize) -> anyhow::Result<Vec<WorkerSockets>> {
-    let mut per_worker: Vec<Vec<_>> = (0..workers).map(|_| Vec::new()).collect();
-    for l in listeners {
-        if l.listen.port() != 0 {
-            ensure_unused(l.listen, l.kind == ListenerKind::UdpRelay)?;
-        }
-        let mut l = l.clone();
-        for sockets in per_worker.iter_mut() {
-            let addr = l.listen;
-            let s = if l.kind == ListenerKind::UdpRelay {
-                bind_udp(addr).map(Socket::Udp)
-            } else {
-                bind_one(addr, l.kind).map(Socket::Tcp)
-            }
-            .with_context(|| format!("cannot listen on {addr}"))?;
-            l.listen = s.local_addr()?;
-            sockets.push((Arc::new(l.clone()), s));
-        }
-    }
-    Ok(per_worker)
-}
-
-/// Fails, naming the address, when a socket already listens on `addr` (TCP) or is bound
-/// to it (UDP). The workers' sockets use SO_REUSEPORT, which would let them join those of
-/// another rustle started on the same address (same user), the two then splitting the
-/// traffic: so first a probe socket is bound there without SO_REUSEPORT, which the kernel
-/// refuses (EADDRINUSE) while any socket serves the address, a SO_REUSEPORT group or a
-/// wildcard listener covering it included. For TCP the probe has SO_REUSEADDR, so that
-/// connections of an earlier run left in TIME_WAIT do not count. The probe is closed
-/// before the real sockets are bound.
-fn ensure_unused(addr: SocketAddr, udp: bool) -> anyhow::Result<()> {
-    let probe = || -> std::io::Result<()> {
-        let (ty, proto) = match udp {
-            true => (Type::DGRAM, Protocol::UDP),
-            false => (Type::STREAM, Protocol::TCP),
-        };
-        let s = Socket2::new(Domain::for_address(addr), ty, Some(proto))?;
-        if !udp {
-            s.set_reuse_address(true)?;
-        }
-        if addr.is_ipv6() {
-            s.set_only_v6(true)?;
-        }
-        s.bind(&addr.into())
-    };
-    match probe() {
-        Ok(()) => Ok(()),
-        Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => Err(anyhow::anyhow!(
-            "cannot listen on {addr} ({}): the address is already in use, by another \
-             process (another rustle?) or another listener of this configuration",
-            if udp { "udp" } else { "tcp" }
-        )),
-        Err(e) => Err(e).with_context(|| format!("cannot listen on {addr}")),
-    }
-}
-
-fn bind_udp(addr: SocketAddr) -> std::io::Result<std::net::UdpSocket> {
-    let s = Socket2::new(Domain::for_address(addr), Type::DGRAM, Some(Protocol::UDP))?;
-    // The kernel hashes each client address to one of the workers' sockets, so a
-    // client's session stays on one worker.
-    s.set_reuse_port(true)?;
-    if addr.is_ipv6() {
-        s.set_only_v6(true)?;
-    }
-    s.set_nonblocking(true)?;
-    s.bind(&addr.into())?;
-    Ok(s.into())
-}
-
-/// How long an HTTP, HTTPS, SOCKS or auto listener lets the kernel hold a connection that
-/// has sent nothing yet (TCP_DEFER_ACCEPT) before handing it over.
-const DEFER_ACCEPT_SECS: u32 = 1;
-
-fn bind_one(addr: SocketAddr, kind: ListenerKind) -> std::io::Result<std::net::TcpListener> {
-    let s = Socket2::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
-    s.set_reuse_address(true)?;
-    s.set_reuse_port(true)?;
-    if addr.is_ipv6() {
-        s.set_only_v6(true)?;
-    }
-    // Accepted sockets inherit TCP_NODELAY from the listener on Linux: one setsockopt
-    // here instead of one per connection.
-    s.set_nodelay(true)?;
-    // A plain HTTP (or auto-detected) connection starts unregistered and reads at once
-    // (`Stream::Fresh`): accepted only with its first bytes there, it is served without
-    // waiting on epoll. SOCKS and TLS clients speak first too: their connections come with
-    // their greeting or ClientHello, one wake-up instead of two. (A port relay does not
-    // know who speaks first: no deferral there.)
-    if matches!(
-        kind,
-        ListenerKind::Http | ListenerKind::Auto | ListenerKind::Socks | ListenerKind::Https
-    ) {
-        crate::sys::defer_accept(&s, DEFER_ACCEPT_SECS)?;
-    }
-    s.set_nonblocking(true)?;
-    s.bind(&addr.into())?;
-    s.listen(BACKLOG)?;
-    Ok(s.into())
-}
-
-/// The bound addresses, for callers that asked for port 0.
+/// A running proxy: its workers, and what the main thread keeps to reload or hand over.
 pub struct Running {
-    pub addrs: Vec<(ListenerKind, SocketAddr)>,
     threads: Vec<std::thread::JoinHandle<()>>,
     stop: watch::Sender<bool>,
-    policy_tx: watch::Sender<Arc<Policy>>,
-    own: Vec<SocketAddr>,
-    /// The listeners as bound (ports resolved), which a reload does not change.
-    listeners: Vec<Arc<Listener>>,
+    workers: Vec<mpsc::UnboundedSender<Update>>,
+    state: Mutex<State>,
     traffic: Arc<Traffic>,
+    conn_limits: Arc<ConnLimits>,
+}
+
+/// What a reload replaces.
+struct State {
+    /// The listeners in configuration order, with the main thread's copy of their sockets.
+    bound: Vec<Bound>,
+    policy: Arc<Policy>,
+    /// The configuration in force, as derived (listeners as configured, port 0 included).
+    config: Arc<Config>,
     sink: Sink,
+}
+
+/// A reload made ready but not yet in force: new listeners bound, the access log opened.
+/// Dropping it closes what it opened and changes nothing.
+pub struct Plan {
+    listeners: Vec<Planned>,
+    /// Listeners of the running set that the new configuration drops (by position).
+    removed: Vec<usize>,
+    sink: Sink,
+    config: Arc<Config>,
+    /// Settings changed that only a restart or a takeover puts in force.
+    pub warnings: Vec<String>,
+}
+
+enum Planned {
+    /// A running listener (by position) kept with its sockets and these settings.
+    Kept(usize, Arc<Listener>),
+    Fresh(Bound),
+}
+
+impl Plan {
+    /// The listeners the reload would run, as bound.
+    pub fn listeners(&self) -> Vec<Arc<Listener>> {
+        self.listeners
+            .iter()
+            .map(|p| match p {
+                Planned::Kept(_, l) => l.clone(),
+                Planned::Fresh(b) => b.listener.clone(),
+            })
+            .collect()
+    }
+
+    /// Their addresses (refused as destinations).
+    pub fn own(&self) -> Vec<SocketAddr> {
+        self.listeners().iter().map(|l| l.listen).collect()
+    }
 }
 
 impl Running {
@@ -175,10 +111,19 @@ impl Running {
         self.join();
     }
 
+    /// Waits for every worker to finish (after `stop`, or the stopper's signal). The main
+    /// thread's copies of the listening sockets close first, so that once the workers
+    /// closed theirs the ports refuse new connections (unless a process that took them
+    /// over holds them).
     pub fn join(self) {
+        self.state().bound.clear();
         for t in self.threads {
             let _ = t.join();
         }
+    }
+
+    fn state(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Bytes each way per authenticated user so far: (user, up, down), sorted by user.
@@ -192,52 +137,221 @@ impl Running {
 
     /// The policy in force.
     pub fn policy(&self) -> Arc<Policy> {
-        self.policy_tx.borrow().clone()
+        self.state().policy.clone()
     }
 
-    /// Puts `policy` in force in every worker.
-    pub fn publish(&self, policy: Policy) {
-        let _ = self.policy_tx.send(Arc::new(policy));
+    /// The configuration in force, as derived (listeners as configured).
+    pub fn config(&self) -> Arc<Config> {
+        self.state().config.clone()
+    }
+
+    /// Every listener's kind and bound address, in configuration order.
+    pub fn addrs(&self) -> Vec<(ListenerKind, SocketAddr)> {
+        self.state().bound.iter().map(|b| (b.listener.kind, b.listener.listen)).collect()
     }
 
     /// The proxy's own listening addresses (refused as destinations).
-    pub fn own(&self) -> &[SocketAddr] {
-        &self.own
+    pub fn own(&self) -> Vec<SocketAddr> {
+        self.state().bound.iter().map(|b| b.listener.listen).collect()
     }
 
     /// The listeners as bound (ports resolved).
-    pub fn listeners(&self) -> &[Arc<Listener>] {
-        &self.listeners
+    pub fn listeners(&self) -> Vec<Arc<Listener>> {
+        self.state().bound.iter().map(|b| b.listener.clone()).collect()
     }
 
     /// Where the access log goes (SIGUSR1 reopens a file).
-    pub fn access_log(&self) -> &Sink {
-        &self.sink
+    pub fn access_log(&self) -> Sink {
+        self.state().sink.clone()
+    }
+
+    /// Everything a reload to `cfg` needs that can fail, without changing anything in
+    /// force: listeners the running set lacks are bound (a failure, such as an address
+    /// in use, fails the whole reload), the others matched to running ones by their key
+    /// (their sockets stay, so the port never refuses a connection), a new access-log
+    /// target opened.
+    pub fn prepare(&self, cfg: &Config) -> Result<Plan, String> {
+        let state = self.state();
+        let old = &state.config;
+        let workers = self.workers.len();
+        let mut warnings = Vec::new();
+        if cfg.worker_count() != workers {
+            warnings.push(format!(
+                "workers = {} takes effect at the next start (or takeover); {workers} run",
+                cfg.worker_count()
+            ));
+        }
+        if cfg.process != old.process {
+            warnings.push("[process] takes effect at the next start (or takeover)".to_string());
+        }
+        if cfg.tls.ktls != old.tls.ktls {
+            warnings.push("tls.ktls takes effect at the next start (or takeover)".to_string());
+        }
+        let mut listeners = Vec::new();
+        let mut kept = vec![false; state.bound.len()];
+        let mut inherited = Inherited::default();
+        for mut l in cfg.effective_listeners() {
+            let running = state.bound.iter().position(|b| b.listener.key == l.key);
+            let Some(i) = running else {
+                l.throttle = listener_throttle(&l).map_err(|e| format!("{e:#}"))?;
+                let bound =
+                    bind::bind(&l, workers, &mut inherited).map_err(|e| format!("{e:#}"))?;
+                listeners.push(Planned::Fresh(bound));
+                continue;
+            };
+            kept[i] = true;
+            let was = &state.bound[i].listener;
+            l.listen = was.listen;
+            l.throttle = match (l.rate_up == was.rate_up, l.rate_down == was.rate_down) {
+                (true, true) => was.throttle.clone(),
+                _ => listener_throttle(&l).map_err(|e| format!("{e:#}"))?,
+            };
+            listeners.push(Planned::Kept(i, Arc::new(l)));
+        }
+        let removed = (0..kept.len()).filter(|&i| !kept[i]).collect();
+        let (new_log, old_log) = (&cfg.log, &old.log);
+        let same_sink = new_log.access == old_log.access
+            && new_log.syslog_format == old_log.syslog_format
+            && new_log.syslog_facility == old_log.syslog_facility
+            && new_log.tag == old_log.tag;
+        let sink = match same_sink {
+            true => state.sink.clone(),
+            false => Sink::open(&cfg.log)
+                .map_err(|e| format!("cannot open the access log {:?}: {e}", cfg.log.access))?,
+        };
+        Ok(Plan { listeners, removed, sink, config: Arc::new(cfg.clone()), warnings })
+    }
+
+    /// Puts a prepared reload in force: every worker gets the new policy and
+    /// configuration and its new listener set; listeners dropped stop accepting
+    /// (connections in flight go on), new ones start.
+    pub fn commit(&self, plan: Plan, policy: Policy) {
+        let policy = Arc::new(policy);
+        let cfg = &plan.config;
+        self.conn_limits
+            .set_limits(cfg.limits.max_connections_per_client, cfg.limits.max_connections_per_user);
+        let mut state = self.state();
+        let mut old: Vec<Option<Bound>> = state.bound.drain(..).map(Some).collect();
+        let mut bound = Vec::new();
+        let mut fresh = Vec::new();
+        for p in plan.listeners {
+            match p {
+                Planned::Kept(i, l) => {
+                    let Some(mut b) = old[i].take() else { continue };
+                    if b.listener.kind != l.kind {
+                        if let Err(e) = b.set_kind(l.kind) {
+                            tracing::warn!("listener {}: {e}", l.listen);
+                        }
+                    }
+                    b.listener = l;
+                    bound.push(b);
+                }
+                Planned::Fresh(b) => {
+                    fresh.push(b.listener.key);
+                    bound.push(b);
+                }
+            }
+        }
+        for i in plan.removed {
+            if let Some(b) = old[i].take() {
+                let l = &b.listener;
+                tracing::info!(
+                    "closed the listener on {} ({}): not in the configuration",
+                    l.listen,
+                    l.kind
+                );
+            }
+        }
+        let workers = self.workers.len();
+        for (id, tx) in self.workers.iter().enumerate() {
+            let listeners = bound
+                .iter()
+                .map(|b| {
+                    let sockets = match fresh.contains(&b.listener.key) {
+                        true => Some(b.for_worker(id, workers).unwrap_or_else(|e| {
+                            tracing::error!("worker {id}: listener {}: {e}", b.listener.listen);
+                            Vec::new()
+                        })),
+                        false => None,
+                    };
+                    (b.listener.clone(), sockets)
+                })
+                .collect();
+            let update = Update { policy: policy.clone(), sink: plan.sink.clone(), listeners };
+            let _ = tx.send(update);
+        }
+        for b in bound.iter().filter(|b| fresh.contains(&b.listener.key)) {
+            let l = &b.listener;
+            tracing::info!("listening on {} ({}), {workers} worker(s)", l.listen, l.kind);
+        }
+        // The main thread's copies of dropped listeners close here; the workers close
+        // theirs as they take the update.
+        drop(old);
+        *state = State { bound, policy, config: plan.config, sink: plan.sink };
+    }
+
+    /// Logs where each listener listens (`start_with` leaves it to the caller, which
+    /// may first give root up: the lines tell that the proxy is ready).
+    pub fn announce(&self) {
+        let workers = self.workers.len();
+        for b in &self.state().bound {
+            let l = &b.listener;
+            tracing::info!("listening on {} ({}), {workers} worker(s)", l.listen, l.kind);
+        }
+    }
+
+    /// Every worker stops accepting (a takeover: the new process accepts on the same
+    /// sockets); connections in flight go on. The main thread keeps its copies until it
+    /// exits.
+    pub fn stop_accepting(&self) {
+        let state = self.state();
+        for tx in &self.workers {
+            let update = Update {
+                policy: state.policy.clone(),
+                sink: state.sink.clone(),
+                listeners: vec![],
+            };
+            let _ = tx.send(update);
+        }
+    }
+
+    /// The listeners' sockets, each listener's as a group, to hand to a new process.
+    pub fn with_sockets<T>(&self, f: impl FnOnce(&[Bound]) -> T) -> T {
+        f(&self.state().bound)
     }
 }
 
 /// Binds the listeners and starts the workers; returns at once.
 pub fn start(cfg: Config) -> anyhow::Result<Running> {
-    let cfg = Arc::new(cfg);
+    let running = start_with(cfg, Inherited::default())?;
+    running.announce();
+    Ok(running)
+}
+
+/// `start`, taking listening sockets from `inherited` for the listeners they match (a
+/// takeover, socket activation) and binding the others, without the `announce` lines.
+/// Inherited sockets no listener wants are closed.
+pub fn start_with(cfg: Config, mut inherited: Inherited) -> anyhow::Result<Running> {
+    let config = Arc::new(cfg.clone());
     let workers = cfg.worker_count();
-    let mut listeners = cfg.effective_listeners();
-    for (i, l) in listeners.iter_mut().enumerate() {
-        l.throttle = listener_throttle(l)?;
-        l.index = i;
-    }
-    let mut sockets = bind_all(&listeners, workers)?;
-    let mut addrs = Vec::new();
     let mut bound = Vec::new();
-    if let Some(first) = sockets.first() {
-        for (l, s) in first {
-            addrs.push((l.kind, s.local_addr()?));
-            bound.push(l.clone());
-        }
+    for mut l in cfg.effective_listeners() {
+        l.throttle = listener_throttle(&l)?;
+        bound.push(bind::bind(&l, workers, &mut inherited)?);
     }
-    let own: Vec<SocketAddr> = addrs.iter().map(|(_, a)| *a).collect();
+    for g in &inherited.groups {
+        let what = if g.udp { "udp" } else { "tcp" };
+        tracing::info!(
+            "{} inherited socket(s) on {} ({what}): no listener of this configuration; closed",
+            g.sockets.len(),
+            g.addr
+        );
+    }
+    drop(inherited);
+    let own: Vec<SocketAddr> = bound.iter().map(|b| b.listener.listen).collect();
     // Before the policy: TLS configs are built for kernel TLS when it is on.
     crate::tls::set_ktls(false);
-    if listeners.iter().any(|l| l.tls.is_some() || l.target_tls.is_some()) {
+    if bound.iter().any(|b| b.listener.tls.is_some() || b.listener.target_tls.is_some()) {
         crate::tls::set_ktls(ktls_available(cfg.tls.ktls));
     }
     let policy = Policy::build(&cfg, &own).map_err(|p| anyhow::anyhow!(p.join("\n")))?;
@@ -251,7 +365,7 @@ pub fn start(cfg: Config) -> anyhow::Result<Running> {
             policy.users.plain_count()
         );
     }
-    let (policy_tx, policy_rx) = watch::channel(Arc::new(policy));
+    let policy = Arc::new(policy);
     let conn_limits =
         ConnLimits::new(cfg.limits.max_connections_per_client, cfg.limits.max_connections_per_user);
     let traffic = Traffic::new();
@@ -259,9 +373,16 @@ pub fn start(cfg: Config) -> anyhow::Result<Running> {
     let (stop, shutdown) = watch::channel(false);
     let open = Arc::new(AtomicUsize::new(0));
     let mut threads = Vec::new();
-    for (id, socks) in sockets.drain(..).enumerate() {
-        let cfg = cfg.clone();
-        let policy_rx = policy_rx.clone();
+    let mut senders = Vec::new();
+    for id in 0..workers {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let mut listeners = Vec::new();
+        for b in &bound {
+            listeners.push((b.listener.clone(), Some(b.for_worker(id, workers)?)));
+        }
+        let _ = tx.send(Update { policy: policy.clone(), sink: sink.clone(), listeners });
+        senders.push(tx);
+        let policy = policy.clone();
         let conn_limits = conn_limits.clone();
         let traffic = traffic.clone();
         let sink = sink.clone();
@@ -276,24 +397,14 @@ pub fn start(cfg: Config) -> anyhow::Result<Running> {
                 }
             };
             let local = tokio::task::LocalSet::new();
-            let worker = Rc::new(Worker::new(
-                id,
-                cfg,
-                policy_rx,
-                shutdown,
-                conn_limits,
-                traffic,
-                sink,
-                open,
-            ));
-            local.block_on(&rt, worker_main(worker, socks));
+            let worker =
+                Rc::new(Worker::new(id, policy, shutdown, conn_limits, traffic, sink, open));
+            local.block_on(&rt, worker_main(worker, rx));
         })?;
         threads.push(t);
     }
-    for (kind, addr) in &addrs {
-        tracing::info!("listening on {addr} ({kind}), {workers} worker(s)");
-    }
-    Ok(Running { addrs, threads, stop, policy_tx, own, listeners: bound, traffic, sink })
+    let state = Mutex::new(State { bound, policy, config, sink });
+    Ok(Running { threads, stop, workers: senders, state, traffic, conn_limits })
 }
 
 /// Descriptors the proxy holds besides its connections: standard streams, the event
@@ -392,18 +503,84 @@ fn listener_throttle(l: &Listener) -> anyhow::Result<Throttle> {
     })
 }
 
-async fn worker_main(worker: Rc<Worker>, sockets: Vec<(Arc<Listener>, Socket)>) {
-    for (l, s) in sockets {
-        let started = match s {
-            Socket::Tcp(s) => crate::sys::watch_listener(s)
-                .map(|s| drop(tokio::task::spawn_local(accept_loop(worker.clone(), l, s)))),
-            Socket::Udp(s) => tokio::net::UdpSocket::from_std(s).map(|s| {
-                drop(tokio::task::spawn_local(crate::udp::serve_relay(worker.clone(), l, s)))
-            }),
-        };
-        if let Err(e) = started {
-            tracing::error!("worker {}: cannot use a listener: {e}", worker.id);
+/// A listening socket registered with this worker's event loop.
+#[derive(Clone)]
+enum Registered {
+    Tcp(Rc<AsyncFd<std::net::TcpListener>>),
+    Udp(Rc<tokio::net::UdpSocket>),
+}
+
+/// The listeners a worker serves: for each, its sockets and the task serving each (an
+/// accept loop, or the UDP relay).
+#[derive(Default)]
+struct Serving(HashMap<ListenerKey, Vec<(Registered, tokio::task::JoinHandle<()>)>>);
+
+impl Serving {
+    /// Serves `listeners` from now on. The task serving a socket ends and a new one takes
+    /// the same socket with the new settings (aborting a task at its wait for the next
+    /// connection loses none: the connections queued stay in the socket's queue, and
+    /// those accepted already run in tasks of their own). Listeners not named end; their
+    /// sockets close (the worker's descriptors).
+    fn apply(&mut self, worker: &Rc<Worker>, listeners: Vec<(Arc<Listener>, Option<Vec<Socket>>)>) {
+        let mut old = std::mem::take(&mut self.0);
+        for (l, sockets) in listeners {
+            let running = old.remove(&l.key).unwrap_or_default();
+            let mut registered = Vec::new();
+            for (r, task) in running {
+                task.abort();
+                registered.push(r);
+            }
+            if let Some(sockets) = sockets {
+                registered.clear();
+                for s in sockets {
+                    let r = match s {
+                        Socket::Tcp(s) => {
+                            crate::sys::watch_listener(s).map(|s| Registered::Tcp(Rc::new(s)))
+                        }
+                        Socket::Udp(s) => {
+                            tokio::net::UdpSocket::from_std(s).map(|s| Registered::Udp(Rc::new(s)))
+                        }
+                    };
+                    match r {
+                        Ok(r) => registered.push(r),
+                        Err(e) => tracing::error!(
+                            "worker {}: cannot use the listener on {}: {e}",
+                            worker.id,
+                            l.listen
+                        ),
+                    }
+                }
+            }
+            let tasks = registered
+                .into_iter()
+                .map(|r| {
+                    let task =
+                        match r.clone() {
+                            Registered::Tcp(s) => {
+                                tokio::task::spawn_local(accept_loop(worker.clone(), l.clone(), s))
+                            }
+                            Registered::Udp(s) => tokio::task::spawn_local(
+                                crate::udp::serve_relay(worker.clone(), l.clone(), s),
+                            ),
+                        };
+                    (r, task)
+                })
+                .collect();
+            self.0.insert(l.key, tasks);
         }
+        for (_, tasks) in old {
+            for (_, task) in tasks {
+                task.abort();
+            }
+        }
+    }
+}
+
+async fn worker_main(worker: Rc<Worker>, mut updates: mpsc::UnboundedReceiver<Update>) {
+    let mut serving = Serving::default();
+    // The first update (sent before the thread started) names the listeners.
+    if let Ok(Update { listeners, .. }) = updates.try_recv() {
+        serving.apply(&worker, listeners);
     }
     // Housekeeping: flush the access log, close expired idle origin connections, end
     // idle tunnels (their deadlines are swept here rather than timed one by one).
@@ -413,7 +590,6 @@ async fn worker_main(worker: Rc<Worker>, sockets: Vec<(Arc<Listener>, Socket)>) 
         drop(tokio::task::spawn_local(probe_parents(worker.clone())));
     }
     let mut shutdown = worker.shutdown.clone();
-    let mut policy_rx = worker.policy_updates();
     // One tick flushes the access log (a line waits in a worker's buffer no longer) and
     // sweeps the waits.
     let mut flush = tokio::time::interval(crate::idle::TICK);
@@ -436,18 +612,20 @@ async fn worker_main(worker: Rc<Worker>, sockets: Vec<(Arc<Listener>, Socket)>) 
                     break;
                 }
             }
-            Ok(()) = policy_rx.changed() => {
-                let new = policy_rx.borrow_and_update().clone();
-                worker.set_policy(new);
+            Some(update) = updates.recv() => {
+                worker.reconfigure(update.policy, update.sink);
+                serving.apply(&worker, update.listeners);
             }
         }
     }
-    // Draining: listeners stop on their own; wait for connections in flight. Idle
-    // kept-alive connections are woken to close.
+    // Draining: listeners stop (the accept loops end on the shutdown signal, or here);
+    // wait for connections in flight.
+    // Idle kept-alive connections are woken to close.
+    serving.apply(&worker, Vec::new());
     worker.stopping.set(true);
     worker.waiters.sweep(Instant::now(), true);
     worker.upstreams.clear();
-    let deadline = Instant::now() + worker.cfg.timeouts.shutdown;
+    let deadline = Instant::now() + worker.cfg().timeouts.shutdown;
     while worker.active() > 0 && Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(20)).await;
         crate::idle::sweep_relays(Instant::now());
@@ -491,7 +669,7 @@ async fn probe_parents(worker: Rc<Worker>) {
             let (worker, policy) = (worker.clone(), policy.clone());
             drop(tokio::task::spawn_local(async move {
                 let parent = &policy.routes.parents()[i];
-                worker.upstreams.probe(&policy, parent, &worker.cfg.timeouts).await;
+                worker.upstreams.probe(&policy, parent, &worker.cfg().timeouts).await;
             }));
         }
         last.retain(|name, _| policy.routes.parents().iter().any(|p| p.name == *name));
@@ -514,7 +692,7 @@ fn accept_one(
 async fn accept_loop(
     worker: Rc<Worker>,
     config: Arc<Listener>,
-    listener: AsyncFd<std::net::TcpListener>,
+    listener: Rc<AsyncFd<std::net::TcpListener>>,
 ) {
     let mut shutdown = worker.shutdown.clone();
     let mut failures = AcceptFailures::default();
@@ -536,7 +714,7 @@ async fn accept_loop(
         }
         let (guard, open, over_client) = worker.admit(peer.ip());
         let l = config.clone();
-        let overloaded = open > worker.cfg.limits.max_connections || over_client;
+        let overloaded = open > worker.cfg().limits.max_connections || over_client;
         if config.kind == ListenerKind::Http {
             let stream = Stream::Fresh(Some(stream));
             if overloaded {

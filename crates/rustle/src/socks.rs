@@ -65,7 +65,7 @@ pub async fn serve(
     buf: Buf,
 ) {
     let worker = guard.worker().clone();
-    let deadline = tokio::time::Instant::now() + worker.cfg.timeouts.header;
+    let deadline = tokio::time::Instant::now() + worker.cfg().timeouts.header;
     let mut s = Session {
         guard,
         user: None,
@@ -274,7 +274,8 @@ impl Session {
                 // state). A client that leaves meanwhile ends the attempt; what it sends
                 // meanwhile (optimistic data) is kept in `buf` and goes first through the
                 // tunnel.
-                let connect = Box::pin(w.upstreams.connect(&policy, &want, plan, &w.cfg.timeouts));
+                let cfg = w.cfg();
+                let connect = Box::pin(w.upstreams.connect(&policy, &want, plan, &cfg.timeouts));
                 crate::exchange::unless_left(&w, connect, || {
                     let max = crate::buf::READ_SIZE;
                     crate::exchange::client_left(stream, buf, max, Phase::Connect, true)
@@ -312,7 +313,7 @@ impl Session {
         self.replied = true;
         self.status = codes.0;
         self.send(&reply(true, bound)).await?;
-        let wait = self.worker.cfg.timeouts.io;
+        let wait = self.worker.cfg().timeouts.io;
         // A client that leaves meanwhile takes the listening socket with it.
         let accept = tokio::time::timeout(wait, listener.accept());
         let left = crate::exchange::client_left(

@@ -3,8 +3,10 @@
 //! allocator's free pages back to the kernel (malloc_trim), TCP_DEFER_ACCEPT on listeners
 //! and SO_RCVLOWAT on spliced sockets, and registering with tokio's event loop a listening
 //! socket (without tokio's accept, which registers every connection) and a worker's park
-//! of idle tunnels, and reading CLOCK_MONOTONIC for systemd. Everything here is a thin, checked wrapper; the rest of the proxy sees
-//! a safe `Pipe`, a yes/no and a hint.
+//! of idle tunnels, reading CLOCK_MONOTONIC for systemd, and taking ownership of
+//! listening sockets another process passed (systemd's socket activation, or a rustle
+//! handing its sockets over with SCM_RIGHTS). Everything here is a thin, checked wrapper;
+//! the rest of the proxy sees a safe `Pipe`, a yes/no, a hint and owned descriptors.
 #![allow(unsafe_code)]
 
 use std::io;
@@ -128,6 +130,99 @@ pub fn ktls_probe() -> io::Result<()> {
         return Err(io::Error::last_os_error());
     }
     Ok(())
+}
+
+/// Descriptors at most in one message of `send_fds` (the kernel's SCM_MAX_FD is 253).
+pub const MAX_FDS_PER_MESSAGE: usize = 250;
+
+/// Sends `bytes` on a Unix stream socket with `fds` attached (SCM_RIGHTS): the receiver
+/// gets descriptors of the same open sockets. At most `MAX_FDS_PER_MESSAGE` at once.
+pub fn send_fds(
+    socket: &std::os::unix::net::UnixStream,
+    bytes: &[u8],
+    fds: &[BorrowedFd<'_>],
+) -> io::Result<()> {
+    use nix::sys::socket::{sendmsg, ControlMessage, MsgFlags};
+    let raw: Vec<libc::c_int> = fds.iter().map(|fd| fd.as_raw_fd()).collect();
+    let cmsgs = match raw.is_empty() {
+        true => Vec::new(),
+        false => vec![ControlMessage::ScmRights(&raw)],
+    };
+    let iov = [io::IoSlice::new(bytes)];
+    let sent = sendmsg::<()>(socket.as_raw_fd(), &iov, &cmsgs, MsgFlags::MSG_NOSIGNAL, None)?;
+    if sent != bytes.len() {
+        return Err(io::Error::other("short write of a message with descriptors"));
+    }
+    Ok(())
+}
+
+/// Receives bytes into `buf` from a Unix stream socket, with the descriptors that came
+/// with them (SCM_RIGHTS), now owned here (close-on-exec). 0 bytes: the peer closed.
+pub fn recv_fds(
+    socket: &std::os::unix::net::UnixStream,
+    buf: &mut [u8],
+) -> io::Result<(usize, Vec<OwnedFd>)> {
+    use nix::sys::socket::{recvmsg, ControlMessageOwned, MsgFlags};
+    let mut iov = [io::IoSliceMut::new(buf)];
+    // Room for the most descriptors one message can carry, so that none is cut off.
+    let mut space = nix::cmsg_space!([std::os::fd::RawFd; 253]);
+    let msg =
+        recvmsg::<()>(socket.as_raw_fd(), &mut iov, Some(&mut space), MsgFlags::MSG_CMSG_CLOEXEC)?;
+    let mut fds = Vec::new();
+    for c in msg.cmsgs()? {
+        if let ControlMessageOwned::ScmRights(received) = c {
+            for fd in received {
+                // SAFETY: the kernel has just installed this descriptor in our table for
+                // this message (SCM_RIGHTS); nothing else in the process knows its
+                // number, so the OwnedFd is its only owner and closes it once.
+                fds.push(unsafe { OwnedFd::from_raw_fd(fd) });
+            }
+        }
+    }
+    Ok((msg.bytes, fds))
+}
+
+/// Listening sockets passed by the service manager (systemd's socket activation): when
+/// `LISTEN_PID` is this process, the `LISTEN_FDS` descriptors from 3 on, with their
+/// names from `LISTEN_FDNAMES` when given. The variables are removed, so that a second
+/// call finds none (and no child inherits them); an empty list without them.
+pub fn listen_fds() -> io::Result<Vec<(OwnedFd, Option<String>)>> {
+    let (Some(pid), Some(count)) = (std::env::var_os("LISTEN_PID"), std::env::var_os("LISTEN_FDS"))
+    else {
+        return Ok(Vec::new());
+    };
+    let names = std::env::var("LISTEN_FDNAMES").ok();
+    for var in ["LISTEN_PID", "LISTEN_FDS", "LISTEN_FDNAMES"] {
+        std::env::remove_var(var);
+    }
+    if pid.to_str().and_then(|p| p.parse::<u32>().ok()) != Some(std::process::id()) {
+        return Ok(Vec::new());
+    }
+    let bad = || io::Error::other(format!("LISTEN_FDS={count:?} is not a count of descriptors"));
+    let count: libc::c_int = count.to_str().and_then(|n| n.parse().ok()).ok_or_else(bad)?;
+    if !(0..=4096).contains(&count) {
+        return Err(bad());
+    }
+    let mut names = names.as_deref().unwrap_or("").split(':').map(str::to_string);
+    let mut fds = Vec::new();
+    for fd in 3..3 + count {
+        // SAFETY: fcntl(F_GETFD) on a descriptor number only reads its flags; -1 tells
+        // that the service manager did not leave it open.
+        let flags = unsafe { libc::fcntl(fd, libc::F_GETFD) };
+        if flags < 0 {
+            return Err(io::Error::other(format!(
+                "LISTEN_FDS says descriptor {fd} was passed, but it is not open"
+            )));
+        }
+        // SAFETY: as above, and setting FD_CLOEXEC only changes this descriptor's flag.
+        unsafe { libc::fcntl(fd, libc::F_SETFD, flags | libc::FD_CLOEXEC) };
+        // SAFETY: the service manager passed descriptors 3..3+LISTEN_FDS to this process
+        // (LISTEN_PID) for it to own; nothing else in rustle uses them, and the variables
+        // are gone, so no other OwnedFd for them is ever made.
+        let owned = unsafe { OwnedFd::from_raw_fd(fd) };
+        fds.push((owned, names.next().filter(|n| !n.is_empty())));
+    }
+    Ok(fds)
 }
 
 /// A pipe used as the in-kernel buffer between two sockets, with the count of bytes in it.

@@ -30,9 +30,10 @@ struct RelaySession {
 
 /// The UDP port relay: each client address gets its own connected socket towards the
 /// target, so replies need no lookup; a session ends after `timeouts.udp_idle` of silence.
-pub async fn serve_relay(worker: Rc<Worker>, listener: Arc<Listener>, socket: UdpSocket) {
+/// The socket is shared with the worker's listener registry, so that a reload changing
+/// the target goes on with the same socket.
+pub async fn serve_relay(worker: Rc<Worker>, listener: Arc<Listener>, socket: Rc<UdpSocket>) {
     let Some(target) = listener.target.clone() else { return };
-    let socket = Rc::new(socket);
     let sessions: Rc<RefCell<HashMap<SocketAddr, Rc<RelaySession>>>> = Rc::default();
     let mut shutdown = worker.shutdown.clone();
     let mut buf = vec![0u8; MAX_DATAGRAM];
@@ -123,7 +124,7 @@ async fn relay_session(
     dst: SocketAddr,
 ) {
     let start = Instant::now();
-    let idle = worker.cfg.timeouts.udp_idle;
+    let idle = worker.cfg().timeouts.udp_idle;
     let mut buf = vec![0u8; MAX_DATAGRAM];
     let mut down = 0u64;
     loop {

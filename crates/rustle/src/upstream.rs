@@ -55,9 +55,9 @@ pub enum Tls<'a> {
     /// An `https://` origin: verified against `[tls] origin_ca` or the system's roots, the
     /// host sent as SNI.
     Origin,
-    /// A relay listener's `target_tls` (its index in the policy, and its settings).
+    /// A relay listener's `target_tls` (its key in the policy, and its settings).
     Relay {
-        listener: usize,
+        listener: &'a crate::config::ListenerKey,
         settings: &'a ConnectTls,
     },
 }
@@ -365,7 +365,8 @@ struct Idle {
 
 /// A worker's view of the upstream side.
 pub struct Upstreams {
-    cfg: UpstreamConfig,
+    /// Pool and name-cache settings; a reload replaces them (`set_config`).
+    cfg: RefCell<UpstreamConfig>,
     dns: RefCell<HashMap<Box<str>, (Cached, Instant)>>,
     pool: RefCell<Pool>,
 }
@@ -379,10 +380,15 @@ struct Pool {
 impl Upstreams {
     pub fn new(cfg: UpstreamConfig) -> Self {
         Upstreams {
-            cfg,
+            cfg: RefCell::new(cfg),
             dns: RefCell::new(HashMap::new()),
             pool: RefCell::new(Pool { map: HashMap::new(), total: 0 }),
         }
+    }
+
+    /// The pool and name-cache settings from now on (a reload).
+    pub fn set_config(&self, cfg: UpstreamConfig) {
+        *self.cfg.borrow_mut() = cfg;
     }
 
     /// Resolves `host` (an IP literal costs nothing) through the cache.
@@ -415,7 +421,7 @@ impl Upstreams {
                 if ips.is_empty() {
                     (Cached::Failed("no addresses".into()), NEGATIVE_TTL)
                 } else {
-                    (Cached::Found(ips.into()), self.cfg.dns_cache_ttl)
+                    (Cached::Found(ips.into()), self.cfg.borrow().dns_cache_ttl)
                 }
             }
             Err(e) => (Cached::Failed(resolve_reason(&e)), NEGATIVE_TTL),
@@ -488,7 +494,7 @@ impl Upstreams {
         let mut pool = self.pool.borrow_mut();
         let Pool { map, total } = &mut *pool;
         let list = map.get_mut(key)?;
-        let deadline = Instant::now().checked_sub(self.cfg.pool_idle_timeout);
+        let deadline = Instant::now().checked_sub(self.cfg.borrow().pool_idle_timeout);
         while let Some(mut idle) = list.pop() {
             *total -= 1;
             let expired = deadline.is_some_and(|d| idle.since < d);
@@ -504,10 +510,10 @@ impl Upstreams {
     /// A connection the pool has no room for is closed (a TLS one with close_notify).
     pub fn put(&self, key: &[u8], mut stream: Stream, addr: SocketAddr) {
         let mut pool = self.pool.borrow_mut();
-        let max = self.cfg.pool_max_idle_per_host;
+        let max = self.cfg.borrow().pool_max_idle_per_host;
         let Pool { map, total } = &mut *pool;
         let list = map.get_mut(key);
-        let full = *total >= self.cfg.pool_max_idle
+        let full = *total >= self.cfg.borrow().pool_max_idle
             || list.as_ref().map_or(max == 0, |list| list.len() >= max);
         if full {
             stream.close_now();
@@ -527,7 +533,7 @@ impl Upstreams {
     /// the worker's housekeeping timer so idle sockets do not linger.
     pub fn sweep(&self) {
         let mut pool = self.pool.borrow_mut();
-        let Some(deadline) = Instant::now().checked_sub(self.cfg.pool_idle_timeout) else {
+        let Some(deadline) = Instant::now().checked_sub(self.cfg.borrow().pool_idle_timeout) else {
             return;
         };
         let Pool { map, total } = &mut *pool;

@@ -22,10 +22,14 @@ use crate::upstream::Upstreams;
 /// What every connection task of one worker shares.
 pub struct Worker {
     pub id: usize,
-    pub cfg: Arc<Config>,
+    /// The configuration in force (timeouts, limits, log settings...), from the policy
+    /// snapshot: replaced with it on SIGHUP; `Rc` so that taking it costs no atomic.
+    // Rc over the shared Arc on purpose, as for `policy`.
+    #[allow(clippy::redundant_allocation)]
+    cfg: RefCell<Rc<Arc<Config>>>,
     pub upstreams: Upstreams,
     pub log: AccessLog,
-    pub limits: rustle_proto::http::Limits,
+    limits: Cell<rustle_proto::http::Limits>,
     pub shutdown: watch::Receiver<bool>,
     /// Set once shutdown begins, read without touching the watch channel's lock.
     pub stopping: Cell<bool>,
@@ -35,7 +39,6 @@ pub struct Worker {
     // Rc over the shared Arc on purpose: cloning the Rc costs no atomic operation.
     #[allow(clippy::redundant_allocation)]
     policy: RefCell<Rc<Arc<Policy>>>,
-    policy_rx: watch::Receiver<Arc<Policy>>,
     /// Credentials checks (this worker's cache and failure limiter; no lock).
     auth: Gate,
     pub conn_limits: Arc<ConnLimits>,
@@ -105,32 +108,26 @@ const MAX_KEPT_FIELDS: usize = 64;
 const PARKED_TO_RELEASE: usize = 256;
 
 impl Worker {
-    /// The context of worker `id`: `policy_rx` gives the policy in force, `open` counts
-    /// client connections across workers.
-    #[allow(clippy::too_many_arguments)]
+    /// The context of worker `id`: `policy` is the policy in force (its `config` the
+    /// configuration), `open` counts client connections across workers.
     pub fn new(
         id: usize,
-        cfg: Arc<Config>,
-        policy_rx: watch::Receiver<Arc<Policy>>,
+        policy: Arc<Policy>,
         shutdown: watch::Receiver<bool>,
         conn_limits: Arc<ConnLimits>,
         traffic: Arc<Traffic>,
         sink: Sink,
         open: Arc<AtomicUsize>,
     ) -> Worker {
+        let cfg = policy.config.clone();
         let log = AccessLog::new(sink, cfg.log.format.clone());
-        let limits = rustle_proto::http::Limits {
-            max_head: cfg.limits.max_header_bytes,
-            max_headers: cfg.limits.max_headers,
-        };
         let a = &cfg.auth;
         let auth = Gate::new(a.cache_ttl, a.failures_burst, a.failures_per_minute);
-        let initial_policy = policy_rx.borrow().clone();
         Worker {
             id,
             upstreams: Upstreams::new(cfg.upstream.clone()),
             log,
-            limits,
+            limits: Cell::new(head_limits(&cfg)),
             shutdown,
             stopping: Cell::new(false),
             active: Cell::new(0),
@@ -143,14 +140,23 @@ impl Worker {
                 Instant::now().checked_sub(RELEASE_EVERY).unwrap_or_else(Instant::now),
             ),
             waiters: Default::default(),
-            policy: RefCell::new(Rc::new(initial_policy)),
+            policy: RefCell::new(Rc::new(policy)),
             auth,
-            policy_rx,
             conn_limits,
             traffic,
             open,
-            cfg,
+            cfg: RefCell::new(Rc::new(cfg)),
         }
+    }
+
+    /// The configuration in force, for one connection or request.
+    pub fn cfg(&self) -> Rc<Arc<Config>> {
+        self.cfg.borrow().clone()
+    }
+
+    /// The request-head limits in force.
+    pub fn limits(&self) -> rustle_proto::http::Limits {
+        self.limits.get()
     }
 
     /// Counts a connection just accepted from `client`: its guard, the connections now
@@ -174,13 +180,18 @@ impl Worker {
         self.active.get()
     }
 
-    /// A receiver of new policies (SIGHUP), for the worker's housekeeping loop.
-    pub fn policy_updates(&self) -> watch::Receiver<Arc<Policy>> {
-        self.policy_rx.clone()
-    }
-
-    /// Puts a new policy in force for connections and requests that start from now on.
-    pub fn set_policy(&self, policy: Arc<Policy>) {
+    /// Puts a new policy and its configuration in force for connections and requests
+    /// that start from now on (SIGHUP): timeouts, head limits, the origin pool's and the
+    /// credential checks' settings, the access log's format and where it goes (`sink`).
+    /// Connections already open keep the snapshot they took.
+    pub fn reconfigure(&self, policy: Arc<Policy>, sink: Sink) {
+        let cfg = policy.config.clone();
+        self.log.reconfigure(sink, cfg.log.format.clone());
+        self.limits.set(head_limits(&cfg));
+        self.upstreams.set_config(cfg.upstream.clone());
+        let a = &cfg.auth;
+        self.auth.set_limits(a.cache_ttl, a.failures_burst, a.failures_per_minute);
+        *self.cfg.borrow_mut() = Rc::new(cfg);
         *self.policy.borrow_mut() = Rc::new(policy);
     }
 
@@ -229,7 +240,7 @@ impl Worker {
         deadline: tokio::time::Instant,
     ) -> Result<crate::tls::Accepted, String> {
         let policy = self.policy();
-        let Some(acceptor) = policy.tls_acceptor(listener.index).cloned() else {
+        let Some(acceptor) = policy.tls_acceptor(&listener.key).cloned() else {
             self.give_buf(buf);
             return Err("a TLS ClientHello on a port without [listener.tls]".into());
         };
@@ -239,9 +250,10 @@ impl Worker {
 
     /// Relay settings for a tunnel accepted on a listener with this splice mode.
     pub fn relay_opts(&self, splice: crate::config::SpliceMode) -> crate::relay::Opts {
-        let r = &self.cfg.relay;
+        let cfg = self.cfg();
+        let r = &cfg.relay;
         crate::relay::Opts {
-            idle: self.cfg.timeouts.tunnel_idle,
+            idle: cfg.timeouts.tunnel_idle,
             splice,
             grace: (r.grace_reads > 0)
                 .then_some(crate::relay::Grace { reads: r.grace_reads, delay: r.grace_delay }),
@@ -322,6 +334,13 @@ impl Worker {
             buf.clear();
             bufs.push(buf);
         }
+    }
+}
+
+fn head_limits(cfg: &Config) -> rustle_proto::http::Limits {
+    rustle_proto::http::Limits {
+        max_head: cfg.limits.max_header_bytes,
+        max_headers: cfg.limits.max_headers,
     }
 }
 

@@ -75,7 +75,7 @@ fn idle_tunnels_are_parked_and_resume_when_either_side_speaks() {
     cfg.timeouts.shutdown = Duration::from_millis(500);
     cfg.timeouts.tunnel_idle = Duration::from_secs(4);
     let running = rustle::server::start(cfg).expect("proxy starts");
-    let (http, socks) = (running.addrs[0].1, running.addrs[1].1);
+    let (http, socks) = (running.addrs()[0].1, running.addrs()[1].1);
     let target = echo_server.addr();
 
     let mut a = connect_tunnel(http, target);

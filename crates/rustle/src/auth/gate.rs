@@ -26,6 +26,8 @@ pub enum Refusal {
 pub struct Gate {
     creds: RefCell<CredentialCache>,
     failures: RefCell<FailureLimiter>,
+    /// The `ttl`, `burst` and `per_minute` in force.
+    settings: std::cell::Cell<(Duration, u32, u32)>,
 }
 
 impl Gate {
@@ -35,6 +37,19 @@ impl Gate {
         Gate {
             creds: RefCell::new(CredentialCache::new(ttl, CRED_CACHE_MAX)),
             failures: RefCell::new(FailureLimiter::new(burst, per_minute, FAILURE_TRACK_MAX)),
+            settings: std::cell::Cell::new((ttl, burst, per_minute)),
+        }
+    }
+
+    /// New settings (a reload): the cache and the failure counts start afresh only when
+    /// their own settings changed.
+    pub fn set_limits(&self, ttl: Duration, burst: u32, per_minute: u32) {
+        let (old_ttl, old_burst, old_per_minute) = self.settings.replace((ttl, burst, per_minute));
+        if old_ttl != ttl {
+            *self.creds.borrow_mut() = CredentialCache::new(ttl, CRED_CACHE_MAX);
+        }
+        if (old_burst, old_per_minute) != (burst, per_minute) {
+            *self.failures.borrow_mut() = FailureLimiter::new(burst, per_minute, FAILURE_TRACK_MAX);
         }
     }
 

@@ -42,7 +42,7 @@ const HTTPS_KEY: &[u8] = b"https://";
 
 pub async fn forward(c: &mut Client, ex: &mut Exchange) -> Result<Next, Error> {
     let worker = c.worker.clone();
-    let cfg = &worker.cfg;
+    let cfg = worker.cfg();
     let Target::Absolute { host, port, scheme, .. } = c.head.target else {
         return Err(Error::Unsupported("not an absolute-form request"));
     };
@@ -362,7 +362,7 @@ async fn switch_protocols(
     ubuf.consume(rhead.len);
     let early_down = ubuf.filled().to_vec();
     worker.give_buf(ubuf);
-    write_timed(&mut c.stream, &c.out, worker.cfg.timeouts.io).await.map_err(client_side)?;
+    write_timed(&mut c.stream, &c.out, worker.cfg().timeouts.io).await.map_err(client_side)?;
     ex.status = 101;
     ex.responded = true;
     let early_up = c.buf.filled().to_vec();
@@ -385,7 +385,7 @@ async fn client_left_http<R: AsyncRead + Unpin>(
         let tick = waiters.deadline(Duration::ZERO);
         let _ = waiters.within(std::future::pending::<()>(), tick).await;
     }
-    client_left(r, buf, worker.limits.max_head, phase, false).await
+    client_left(r, buf, worker.limits().max_head, phase, false).await
 }
 
 /// Waits for `fut` when there is one, forever when not.
@@ -428,9 +428,9 @@ async fn connect_watched(
     stream: &mut crate::conn::Stream,
     buf: &mut Buf,
 ) -> Result<Connected, Error> {
-    let timeouts = &worker.cfg.timeouts;
+    let timeouts = &worker.cfg().timeouts;
     let connect = std::pin::pin!(worker.upstreams.connect(policy, want, plan, timeouts));
-    let max = worker.limits.max_head;
+    let max = worker.limits().max_head;
     unless_left(worker, connect, || client_left(stream, buf, max, Phase::Connect, false)).await
 }
 
@@ -451,7 +451,7 @@ struct Again<'a> {
 
 impl Requester for Again<'_> {
     fn left(&mut self) -> impl Future<Output = Error> + '_ {
-        let max = self.c.worker.limits.max_head;
+        let max = self.c.worker.limits().max_head;
         client_left(&mut self.c.stream, &mut self.c.buf, max, Phase::UpstreamHead, false)
     }
 

@@ -72,7 +72,7 @@ pub(super) async fn forward(
         }
     };
     let (host, port) = host_port(Some(&target), Some(if https { 443 } else { 80 }))?;
-    let io = shared.worker.cfg.timeouts.io;
+    let io = shared.worker.cfg().timeouts.io;
     let mut framing = match content_length(&parts.headers)? {
         _ if body.is_end_stream() => Framing::None,
         Some(n) => Framing::Length(n),
@@ -184,7 +184,7 @@ pub(super) async fn forward(
                 Err(Error::ParentRefused { parent: last_parent(ex), status: 407 })
             }
             Ok(()) => {
-                let via = shared.worker.cfg.http.via;
+                let via = shared.worker.cfg().http.via;
                 let resp = response(&rhead, ubuf.filled(), via.then_some(VIA))?;
                 ubuf.consume(rhead.len);
                 let mut state = match rhead.body {
@@ -255,7 +255,7 @@ pub(super) async fn websocket(
     let target = authority(&parts)?;
     check_websocket_scheme(&parts)?;
     let (host, port) = host_port(Some(&target), Some(80))?;
-    let io = &shared.worker.cfg.timeouts;
+    let io = &shared.worker.cfg().timeouts;
     let user = ex.user.clone();
     let connect = upstream_tcp(shared, user.as_deref(), &host, port, Protocol::Http);
     let Tcp { stream: mut up, addr, via, absolute, early } = unless_reset(respond, connect).await?;
@@ -421,7 +421,7 @@ fn write_head(
         out.extend_from_slice(&cookies.join(&b"; "[..]));
         out.extend_from_slice(b"\r\n");
     }
-    let cfg = &shared.worker.cfg.http;
+    let cfg = &shared.worker.cfg().http;
     if cfg.via {
         // The client spoke HTTP/2 to us: received-protocol "2".
         let mine = format!("2 {VIA}");

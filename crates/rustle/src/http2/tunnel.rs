@@ -63,7 +63,7 @@ pub(super) async fn connect(
     ex.via = via;
     let send = respond.send_response(Response::new(()), false).map_err(client_error)?;
     ex.status = 200;
-    let io = &shared.worker.cfg.timeouts;
+    let io = &shared.worker.cfg().timeouts;
     let mut relay = Tunnel::new(req.into_body(), send, up, io.tunnel_idle, io.io)
         .throttled(&shared.throttle(user.as_deref()));
     // What the last parent passed on with its reply goes first.

@@ -76,7 +76,7 @@ pub async fn associate(s: &mut Session, hint: &Address) -> Result<(), Error> {
             Host::Domain(d) => d.as_str().to_string(),
         };
         let want = s.want(&host, hint.port);
-        let timeouts = &worker.cfg.timeouts;
+        let timeouts = &worker.cfg().timeouts;
         match Box::pin(worker.upstreams.udp_route(&policy, &want, timeouts)).await {
             Ok(through) => through,
             Err(e) => {
@@ -90,7 +90,7 @@ pub async fn associate(s: &mut Session, hint: &Address) -> Result<(), Error> {
     }
     let (relay, _registered) = relay_socket(s).await?;
     reply5(s, socks5::Reply::Succeeded, Some(_registered.0)).await;
-    let idle = s.worker.cfg.timeouts.udp_idle;
+    let idle = s.worker.cfg().timeouts.udp_idle;
     let mut client = Client::new(s.peer.ip(), hint);
     let mut out4: Option<UdpSocket> = None;
     let mut out6: Option<UdpSocket> = None;
@@ -271,7 +271,7 @@ async fn associate_via(s: &mut Session, hint: &Address, mut via: UdpVia) -> Resu
     s.upstream = Some(via.relay);
     s.via = Some(via.via.clone());
     reply5(s, socks5::Reply::Succeeded, Some(_registered.0)).await;
-    let idle = s.worker.cfg.timeouts.udp_idle;
+    let idle = s.worker.cfg().timeouts.udp_idle;
     let mut client = Client::new(s.peer.ip(), hint);
     let mut allowed: HashSet<Address> = HashSet::new();
     let mut from_client = vec![0u8; MAX_DATAGRAM];

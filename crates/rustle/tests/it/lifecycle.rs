@@ -360,7 +360,7 @@ fn reload_refused(bin: &RustleProcess, file: &std::path::Path, text: &str, n: us
     std::fs::write(file, text).unwrap();
     bin.signal("HUP");
     assert!(
-        bin.wait_for_stderr_n("keeping the previous policy", n, Duration::from_secs(5)),
+        bin.wait_for_stderr_n("keeping the previous configuration", n, Duration::from_secs(5)),
         "reload {n} of {text:?} was not refused:\n{}",
         bin.stderr()
     );
@@ -420,10 +420,11 @@ fn a_reload_dropping_protections_is_warned_about() {
     assert_eq!(status, 200);
 }
 
-/// A reload may change a listener in the file, but the socket already bound stays: the
-/// new rules must keep a running public listener from becoming an open proxy.
+/// A reload keeping a public listener must not turn it into an open proxy, and a reload
+/// adding one must protect it as start-up does: either is refused, and the rules in force
+/// stay.
 #[test]
-fn a_reload_that_would_open_a_running_public_listener_is_refused() {
+fn a_reload_that_would_open_a_public_listener_is_refused() {
     let origin = Origin::start().unwrap();
     let dir = TempDir::new("reload-open");
     let (bin, addr, file) = start_with_file(
@@ -440,16 +441,23 @@ fn a_reload_that_would_open_a_running_public_listener_is_refused() {
     };
     assert_eq!(status_from("127.0.0.1"), 200, "{}", bin.stderr());
     assert_eq!(status_from("127.0.0.2"), 403);
-    // The file's own listener moves to loopback, so the file alone passes the open-proxy
-    // check; the rules that restricted the running 0.0.0.0 listener are gone.
+    // The running 0.0.0.0 listener kept, the rules restricting its clients gone.
     reload_refused(
         &bin,
         &file,
-        "workers = 1\n[log]\naccess = \"off\"\n[[listener]]\nlisten = \"127.0.0.1:0\"\n",
+        "workers = 1\n[log]\naccess = \"off\"\n[[listener]]\nlisten = \"0.0.0.0:0\"\n",
         1,
     );
+    // A loopback listener kept, a public one added without protection.
+    reload_refused(
+        &bin,
+        &file,
+        "workers = 1\n[log]\naccess = \"off\"\n[[listener]]\nlisten = \"127.0.0.1:0\"\n\
+         [[listener]]\nlisten = \"0.0.0.0:0\"\n",
+        2,
+    );
     let err = bin.stderr();
-    assert!(err.contains("open proxy"), "the refusal does not say why:\n{err}");
+    assert!(err.matches("open proxy").count() >= 2, "the refusals do not say why:\n{err}");
     assert_eq!(status_from("127.0.0.2"), 403, "the running listener became an open proxy");
     assert_eq!(status_from("127.0.0.1"), 200);
 }

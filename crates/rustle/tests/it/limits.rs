@@ -230,7 +230,7 @@ fn sighup_reloads_users_and_keeps_open_tunnels() {
     std::fs::write(&users, "carol\n").unwrap();
     bin.signal("HUP");
     assert!(
-        bin.wait_for_stderr("keeping the previous policy", Duration::from_secs(5)),
+        bin.wait_for_stderr("keeping the previous configuration", Duration::from_secs(5)),
         "no message about the bad reload:\n{}",
         bin.stderr()
     );

@@ -30,4 +30,5 @@ mod socks;
 mod startup;
 mod tls;
 mod udp;
+mod upgrade;
 mod websocket;

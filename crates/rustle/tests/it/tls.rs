@@ -531,6 +531,34 @@ fn sighup_reloads_certificates_and_keeps_open_connections() {
     assert!(e.to_string().contains("UnknownIssuer"), "{e}");
 }
 
+/// Certificates follow their listener's address, not its position: a reload that puts
+/// the listeners in another order and changes one listener's certificate gives each
+/// listener its own.
+#[test]
+fn a_reload_keeps_certificates_with_their_listeners_when_reordered() {
+    let dir = TempDir::new("https-reorder");
+    let (a, b, c) = (certs(&dir, "a.test"), certs(&dir, "b.test"), certs(&dir, "c.test"));
+    let https = |ip: &str, files: &rustle::tls::SelfSignedFiles| {
+        format!(
+            "[[listener]]\nkind = \"https\"\nlisten = \"{ip}:0\"\n[listener.tls]\n\
+             cert = \"{}\"\nkey = \"{}\"\n",
+            files.chain.display(),
+            files.key.display()
+        )
+    };
+    let proxy = Proxy::from_toml(&format!("{}{}", https("127.0.0.1", &a), https("127.0.0.2", &b)));
+    let (one, two) = (proxy.addr_of(0), proxy.addr_of(1));
+    let verifies = |addr, name: &str, files: &rustle::tls::SelfSignedFiles| {
+        tls_connect(addr, name, &client_config(&files.ca, None)).is_ok()
+    };
+    assert!(verifies(one, "a.test", &a) && verifies(two, "b.test", &b));
+    // 127.0.0.2 first now, with the same certificate; 127.0.0.1 gets c.
+    proxy.reload_toml(&format!("{}{}", https("127.0.0.2", &b), https("127.0.0.1", &c)));
+    assert!(verifies(one, "c.test", &c), "127.0.0.1 does not present its new certificate");
+    assert!(!verifies(one, "b.test", &b), "127.0.0.1 took the other listener's certificate");
+    assert!(verifies(two, "b.test", &b), "127.0.0.2 lost its certificate");
+}
+
 #[test]
 fn check_reports_certificate_problems() {
     let dir = TempDir::new("check-tls");

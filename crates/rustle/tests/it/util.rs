@@ -77,8 +77,8 @@ impl Proxy {
         cfg.timeouts.shutdown = Duration::from_millis(500);
         tweak(&mut cfg);
         let running = rustle::server::start(cfg).expect("proxy starts");
-        let addr = running.addrs[0].1;
-        let addrs = running.addrs.clone();
+        let addrs = running.addrs();
+        let addr = addrs[0].1;
         Proxy { running: Some(running), addr, addrs, log, _dir: dir }
     }
 
@@ -683,14 +683,21 @@ impl Proxy {
         })
     }
 
-    /// Puts the users, rules and per-user limits of configuration text in force, as
-    /// SIGHUP does (listeners and the rest stay as started).
+    /// Puts configuration text in force, as SIGHUP does, with the test defaults forced
+    /// as `from_toml` forces them (the listeners running when the text has none).
     pub fn reload_toml(&self, text: &str) {
-        let cfg = Config::parse(text).unwrap_or_else(|p| {
+        let mut cfg = Config::parse(text).unwrap_or_else(|p| {
             let p: Vec<String> = p.iter().map(|p| p.to_string()).collect();
             panic!("reload configuration has problems: {p:?}\n{text}")
         });
         let running = self.running.as_ref().expect("the proxy runs");
+        let old = running.config();
+        if cfg.listeners.is_empty() {
+            cfg.listeners.clone_from(&old.listeners);
+        }
+        cfg.workers = old.workers;
+        cfg.log.access = old.log.access.clone();
+        cfg.timeouts.shutdown = old.timeouts.shutdown;
         rustle::reload::apply(running, &cfg).expect("reload");
     }
 
@@ -755,13 +762,55 @@ impl RustleProcess {
         RustleProcess::spawn_with(rustle_bin(), args, env)
     }
 
+    /// Starts another program that runs rustle (`systemd-socket-activate`, say), read
+    /// the same way.
+    pub fn spawn_program(program: &str, args: &[&str]) -> RustleProcess {
+        RustleProcess::spawn_with(program, args, &[])
+    }
+
+    /// Starts `rustle ARGS` with `listener` passed as systemd passes sockets (descriptor
+    /// 3, LISTEN_FDS=1, LISTEN_PID the process's own: a shell sets it and execs rustle).
+    #[allow(unsafe_code)]
+    pub fn spawn_with_listen_fd(args: &[&str], listener: std::net::TcpListener) -> RustleProcess {
+        use std::os::fd::AsRawFd;
+        use std::os::unix::process::CommandExt;
+        let mut all = vec!["-c", "LISTEN_PID=$$ LISTEN_FDS=1 exec \"$0\" \"$@\"", rustle_bin()];
+        all.extend_from_slice(args);
+        let mut cmd = Command::new("sh");
+        cmd.args(all);
+        let fd = listener.as_raw_fd();
+        // SAFETY: between fork and exec only dup2 and fcntl run, both async-signal-safe;
+        // `fd` stays open in the parent (the listener lives until after spawn).
+        unsafe {
+            cmd.pre_exec(move || {
+                let rc = match fd {
+                    3 => libc::fcntl(3, libc::F_SETFD, 0),
+                    _ => libc::dup2(fd, 3),
+                };
+                match rc < 0 {
+                    true => Err(std::io::Error::last_os_error()),
+                    false => Ok(()),
+                }
+            });
+        }
+        let p = RustleProcess::spawn_command(cmd);
+        drop(listener);
+        p
+    }
+
     fn spawn_with(bin: &str, args: &[&str], env: &[(&str, &std::ffi::OsStr)]) -> RustleProcess {
+        let mut cmd = Command::new(bin);
+        cmd.args(args).envs(env.iter().copied());
+        RustleProcess::spawn_command(cmd)
+    }
+
+    fn spawn_command(mut cmd: Command) -> RustleProcess {
         use std::io::{BufRead, BufReader};
         // No default configuration file (/etc/rustle/rustle.toml) unless a test names one.
-        let mut child = Command::new(bin)
-            .args(args)
-            .env("RUSTLE_CONFIG", "")
-            .envs(env.iter().copied())
+        if !cmd.get_envs().any(|(k, _)| k == "RUSTLE_CONFIG") {
+            cmd.env("RUSTLE_CONFIG", "");
+        }
+        let mut child = cmd
             .env("RUST_LOG", "info")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
