@@ -10,6 +10,9 @@
 //! - [`origin`]  — `Origin`, the HTTP/1.1 origin on plain TCP (routes below).
 //! - [`tls`]     — `TlsOrigin`, the same origin behind rustls with a throwaway CA.
 //! - [`echo`]    — `TcpEcho` (echo + half-close) and `TcpServe` (answer after EOF).
+//! - [`faulty`]  — `FaultyOrigin` (HTTP or raw: resets mid-body, closes before
+//!   answering, splits its head byte by byte, drips, never reads, sends more than it
+//!   announced) and `FaultyClient`/`Trickle`, the same faults from the client's side.
 //! - [`udp`]     — `UdpEcho`, datagram echo.
 //! - [`pattern`] — the deterministic body pattern and its checksums.
 //! - [`ws`]      — WebSocket helpers (`accept_key`); the `/ws` echo itself.
@@ -46,6 +49,7 @@
 
 pub mod campaign;
 pub mod echo;
+pub mod faulty;
 pub mod floor;
 pub mod load;
 pub mod origin;
@@ -61,6 +65,7 @@ mod http;
 mod routes;
 
 pub use echo::{TcpEcho, TcpServe};
+pub use faulty::{Fault, FaultyClient, FaultyOrigin, Speak};
 pub use origin::Origin;
 pub use tls::TlsOrigin;
 pub use udp::UdpEcho;

@@ -198,13 +198,14 @@ where
             (splice, &mut *state, r.tcp(), w.tcp())
         {
             if buf.is_empty() && *n >= SPLICE_MIN {
-                let round = splice_body(src, dst, *n);
-                match tokio::time::timeout(idle, round).await {
-                    Err(_) => return Err(dir.read_timeout()),
+                match splice_body(src, dst, *n, idle).await {
+                    Err(SpliceFailure::SrcStalled) => return Err(dir.read_timeout()),
+                    // The destination not taking what was read is the destination's fault.
+                    Err(SpliceFailure::DstStalled) => return Err(dir.write_timeout()),
                     // No pipe to be had: copy this round instead.
-                    Ok(Ok(None)) => {}
-                    Ok(Ok(Some(0))) => return Err(dir.truncated()),
-                    Ok(Ok(Some(k))) => {
+                    Ok(None) => {}
+                    Ok(Some(0)) => return Err(dir.truncated()),
+                    Ok(Some(k)) => {
                         *n -= k as u64;
                         total += k as u64;
                         if *n == 0 {
@@ -212,8 +213,8 @@ where
                         }
                         continue;
                     }
-                    Ok(Err(SpliceFailure::Src(e))) => return Err(dir.read_error(e)),
-                    Ok(Err(SpliceFailure::Dst(e))) => return Err(dir.write_error(e)),
+                    Err(SpliceFailure::Src(e)) => return Err(dir.read_error(e)),
+                    Err(SpliceFailure::Dst(e)) => return Err(dir.write_error(e)),
                 }
             }
         }

@@ -100,6 +100,26 @@ impl Stream {
         }
     }
 
+    /// Makes closing a plain TCP stream a reset (SO_LINGER 0): for an answer whose end
+    /// is the connection's end, cut short, so that the client does not take the cut for
+    /// the end. Nothing for TLS, whose missing close_notify already says it.
+    pub fn reset_on_close(&self) {
+        let res = match self {
+            Stream::Tcp(s) => socket2::SockRef::from(s).set_linger(Some(std::time::Duration::ZERO)),
+            Stream::Fresh(Some(s)) => {
+                socket2::SockRef::from(s).set_linger(Some(std::time::Duration::ZERO))
+            }
+            Stream::Fresh(None)
+            | Stream::Server(_)
+            | Stream::Client(_)
+            | Stream::Kernel(_)
+            | Stream::Nested(_) => Ok(()),
+        };
+        if let Err(e) = res {
+            tracing::debug!("SO_LINGER 0 on a cut connection: {e}");
+        }
+    }
+
     /// Registers a `Fresh` socket with the event loop (it becomes `Tcp`); other streams
     /// are left as they are.
     pub fn register(&mut self) -> io::Result<()> {

@@ -88,11 +88,23 @@ pub struct Exchange {
     pub via: Option<Rc<crate::accesslog::Via>>,
     /// A status line has gone to the client: an error can no longer be answered.
     pub responded: bool,
+    /// The body going to the client ends with the connection (close-delimited): cut
+    /// short, the connection is reset rather than closed, or the cut would look whole.
+    pub unframed: bool,
 }
 
 impl Exchange {
     fn new(start: Instant) -> Self {
-        Exchange { start, status: 0, up: 0, down: 0, upstream: None, via: None, responded: false }
+        Exchange {
+            start,
+            status: 0,
+            up: 0,
+            down: 0,
+            upstream: None,
+            via: None,
+            responded: false,
+            unframed: false,
+        }
     }
 }
 
@@ -535,6 +547,8 @@ impl Client {
             }
             ex.status = status;
             ex.responded = true;
+        } else if ex.responded && ex.unframed {
+            self.stream.reset_on_close();
         }
         self.log(ex, Some(e));
     }

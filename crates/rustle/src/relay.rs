@@ -850,24 +850,35 @@ fn deadline(
     }
 }
 
-/// Which socket failed in `splice_body`.
+/// Which socket failed in `splice_body`, or stalled past the timeout.
 #[derive(Debug)]
 pub enum SpliceFailure {
     Src(io::Error),
     Dst(io::Error),
+    /// Nothing came from the source.
+    SrcStalled,
+    /// The destination did not take what was read (the side that stalled is the one a
+    /// timeout blames).
+    DstStalled,
 }
 
-/// Splices up to `max` bytes of an HTTP body from `src` to `dst`, once. `Ok(None)`: no
-/// pipe could be had, so copy instead; `Ok(Some(0))`: the source ended.
+/// Splices up to `max` bytes of an HTTP body from `src` to `dst`, once, within `idle`.
+/// `Ok(None)`: no pipe could be had, so copy instead; `Ok(Some(0))`: the source ended.
 pub async fn splice_body(
     src: &TcpStream,
     dst: &TcpStream,
     max: u64,
+    idle: Duration,
 ) -> Result<Option<usize>, SpliceFailure> {
     let Some(mut pipe) = POOLS.with(Pools::take_pipe) else { return Ok(None) };
     let max = usize::try_from(max).unwrap_or(usize::MAX);
-    let result = splice_once(&mut pipe, src, dst, Side::Client, Side::Upstream, max).await;
+    let round = splice_once(&mut pipe, src, dst, Side::Client, Side::Upstream, max);
+    let result = tokio::time::timeout(idle, round).await;
+    // Bytes still in the pipe were read and not taken: the destination stalled.
+    let stalled =
+        if pipe.is_empty() { SpliceFailure::SrcStalled } else { SpliceFailure::DstStalled };
     POOLS.with(|pools| pools.give_pipe(pipe));
+    let Ok(result) = result else { return Err(stalled) };
     match result {
         Ok(n) => Ok(Some(n)),
         Err(Error::Client(e)) => Err(SpliceFailure::Src(e)),

@@ -261,6 +261,7 @@ pub async fn forward(c: &mut Client, ex: &mut Exchange) -> Result<Next, Error> {
             ex.down += body::coalesce(&mut ubuf, &mut resp_body, out, COALESCE, Dir::Down)?;
             ex.status = rhead.status;
             ex.responded = true;
+            ex.unframed = rhead.body == BodyKind::CloseDelimited || dechunk;
             let resp_fut = async {
                 write_timed(&mut cw, out, io).await.map_err(client_side)?;
                 body::copy(

@@ -15,6 +15,7 @@ mod connect;
 mod engine;
 mod errors;
 mod faults;
+mod faulty;
 mod hop;
 mod http;
 mod http2;
