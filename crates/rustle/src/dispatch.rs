@@ -59,7 +59,7 @@ pub async fn serve_https(
                 let _ = stream.shutdown().await;
             }
         }
-        log_failure(&worker, peer, start, "not a TLS handshake on a TLS port");
+        log_failure(&worker, listener.index, peer, start, "not a TLS handshake on a TLS port");
         worker.give_buf(buf);
         return;
     }
@@ -82,7 +82,7 @@ pub async fn serve_prefixed(
     let crate::tls::Accepted { stream, session, cert_user, h2 } = match accepted {
         Ok(a) => a,
         Err(why) => {
-            log_failure(&worker, peer, start, &why);
+            log_failure(&worker, listener.index, peer, start, &why);
             return;
         }
     };
@@ -110,7 +110,7 @@ pub async fn serve_auto(
             Ok(Some(p)) => break p,
             Ok(None) => {}
             Err(e) => {
-                log_failure(&worker, peer, Instant::now(), &format!("{e}"));
+                log_failure(&worker, listener.index, peer, Instant::now(), &format!("{e}"));
                 worker.give_buf(buf);
                 return;
             }
@@ -135,6 +135,7 @@ pub async fn serve_auto(
         Err(e) => {
             log_failure(
                 &worker,
+                listener.index,
                 peer,
                 Instant::now(),
                 &format!("cannot register the connection: {e}"),
@@ -172,10 +173,22 @@ pub async fn refuse_auto(
             return;
         }
     }
-    log_failure(guard.worker(), peer, Instant::now(), "too many connections");
+    crate::metrics::refused(listener.index, crate::metrics::Refused::Limit);
+    log_failure(guard.worker(), listener.index, peer, Instant::now(), "too many connections");
 }
 
-fn log_failure(worker: &Worker, peer: SocketAddr, start: Instant, why: &str) {
+/// A connection that failed before its protocol was known: counted, and its log line.
+fn log_failure(worker: &Worker, listener: usize, peer: SocketAddr, start: Instant, why: &str) {
+    crate::metrics::ended(&crate::metrics::End {
+        listener,
+        proto: crate::metrics::Proto::Other,
+        status: 0,
+        up: 0,
+        down: 0,
+        user: None,
+        refused: None,
+        tunnel: None,
+    });
     worker.log.log(&Entry {
         client: peer,
         method: b"-",

@@ -196,6 +196,7 @@ async fn serve_with(
                 // The tunnel logs itself when it ends; this task ends now so that the
                 // open tunnel does not keep an HTTP connection's state.
                 worker.give_buf(std::mem::take(&mut c.buf));
+                let proto = c.proto();
                 let Client { guard, stream, peer, method, target, listener, user, tls, .. } = c;
                 let record = Record {
                     peer,
@@ -208,6 +209,7 @@ async fn serve_with(
                     via: ex.via.take(),
                     up: ex.up,
                     down: ex.down,
+                    proto,
                 };
                 let opts = worker.relay_opts(listener.splice);
                 crate::tunnel::spawn(guard, stream, handoff, opts, record);
@@ -511,12 +513,30 @@ impl Client {
         self.log(ex, Some(e));
     }
 
+    /// What the current request is, for the metrics.
+    fn proto(&self) -> crate::metrics::Proto {
+        match self.head.method {
+            rustle_proto::http::Method::Connect => crate::metrics::Proto::Connect,
+            _ => crate::metrics::Proto::Http1,
+        }
+    }
+
     pub fn log(&self, ex: &Exchange, error: Option<&Error>) {
         let failed_via = error.and_then(Error::failed_via);
         if let Some(t) = &self.traffic {
             t.add(crate::limits::Direction::Up, ex.up);
             t.add(crate::limits::Direction::Down, ex.down);
         }
+        crate::metrics::ended(&crate::metrics::End {
+            listener: self.guard.listener(),
+            proto: self.proto(),
+            status: ex.status,
+            up: ex.up,
+            down: ex.down,
+            user: self.user.as_deref(),
+            refused: error.and_then(Error::refusal),
+            tunnel: None,
+        });
         let log = &self.worker.log;
         if !log.enabled() {
             return;

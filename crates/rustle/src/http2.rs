@@ -334,6 +334,8 @@ struct Exchange {
     /// The route and parents taken, if any.
     via: Option<Rc<crate::accesslog::Via>>,
     user: Option<Rc<str>>,
+    /// The stream became a tunnel (CONNECT, WebSocket), for the metrics' durations.
+    tunnel: bool,
 }
 
 impl Exchange {
@@ -349,6 +351,7 @@ impl Exchange {
             upstream: self.upstream,
             via: self.via.take(),
             user: self.user.clone(),
+            tunnel: true,
         }
     }
 
@@ -358,6 +361,16 @@ impl Exchange {
             t.add(crate::limits::Direction::Up, self.up);
             t.add(crate::limits::Direction::Down, self.down);
         }
+        crate::metrics::ended(&crate::metrics::End {
+            listener: shared.listener.index,
+            proto: crate::metrics::Proto::Http2,
+            status: self.status,
+            up: self.up,
+            down: self.down,
+            user: self.user.as_deref(),
+            refused: error.and_then(Error::refusal),
+            tunnel: self.tunnel.then_some(self.start),
+        });
         let log = &shared.worker.log;
         if log.enabled() {
             let failed_via = error.and_then(Error::failed_via);
@@ -382,6 +395,7 @@ impl Exchange {
 /// The task of one stream until its answer (a tunnel continues in a task of its own).
 async fn stream(live: Live, req: Request<RecvStream>, mut respond: SendResponse<Bytes>) {
     let shared = live.0.clone();
+    crate::metrics::h2_stream(shared.listener.index);
     // The log line's method and target, formatted only when there is a log.
     let logged = shared.worker.log.enabled();
     let mut ex = Exchange {
@@ -394,6 +408,7 @@ async fn stream(live: Live, req: Request<RecvStream>, mut respond: SendResponse<
         upstream: None,
         via: None,
         user: None,
+        tunnel: false,
     };
     let result = async {
         if shared.listener.auth {

@@ -166,6 +166,10 @@ pub struct Running {
     listeners: Vec<Arc<Listener>>,
     traffic: Arc<Traffic>,
     sink: Sink,
+    /// Whether the proxy takes new connections (`/readyz`).
+    readiness: Arc<crate::metrics::Readiness>,
+    /// The admin endpoint, when `[admin] listen` is set.
+    admin: Option<crate::admin::Handle>,
 }
 
 impl Running {
@@ -179,6 +183,21 @@ impl Running {
         for t in self.threads {
             let _ = t.join();
         }
+        // Answers (`/readyz`: draining) until the last worker is done.
+        if let Some(admin) = self.admin {
+            admin.stop();
+        }
+    }
+
+    /// The admin endpoint's address, when there is one.
+    pub fn admin_addr(&self) -> Option<SocketAddr> {
+        self.admin.as_ref().map(|a| a.addr)
+    }
+
+    /// Whether the proxy takes new connections, as `/readyz` says: ready once bound,
+    /// draining once a shutdown begins (a takeover may say so too).
+    pub fn readiness(&self) -> &Arc<crate::metrics::Readiness> {
+        &self.readiness
     }
 
     /// Bytes each way per authenticated user so far: (user, up, down), sorted by user.
@@ -240,6 +259,9 @@ pub fn start(cfg: Config) -> anyhow::Result<Running> {
     if listeners.iter().any(|l| l.tls.is_some() || l.target_tls.is_some()) {
         crate::tls::set_ktls(ktls_available(cfg.tls.ktls));
     }
+    if let Some(problem) = cfg.admin.open_problem() {
+        anyhow::bail!("{problem}");
+    }
     let policy = Policy::build(&cfg, &own).map_err(|p| anyhow::anyhow!(p.join("\n")))?;
     let problems = policy.startup_problems();
     if !problems.is_empty() {
@@ -258,8 +280,31 @@ pub fn start(cfg: Config) -> anyhow::Result<Running> {
     let sink = Sink::open(&cfg.log.access).context("cannot open the access log")?;
     let (stop, shutdown) = watch::channel(false);
     let open = Arc::new(AtomicUsize::new(0));
+    let stats: Vec<_> =
+        (0..workers).map(|_| crate::metrics::WorkerStats::new(listeners.len())).collect();
+    let readiness = Arc::new(crate::metrics::Readiness::default());
+    let admin = match cfg.admin.listen {
+        Some(listen) => Some(crate::admin::start(
+            &cfg.admin,
+            listen,
+            crate::admin::State {
+                listeners: bound
+                    .iter()
+                    .map(|l| crate::metrics::ListenerLabel {
+                        listen: l.listen.to_string(),
+                        kind: l.kind.as_str(),
+                    })
+                    .collect(),
+                workers: stats.clone(),
+                readiness: readiness.clone(),
+                policy: policy_rx.clone(),
+                shutdown: shutdown.clone(),
+            },
+        )?),
+        None => None,
+    };
     let mut threads = Vec::new();
-    for (id, socks) in sockets.drain(..).enumerate() {
+    for ((id, socks), stats) in sockets.drain(..).enumerate().zip(stats) {
         let cfg = cfg.clone();
         let policy_rx = policy_rx.clone();
         let conn_limits = conn_limits.clone();
@@ -275,6 +320,7 @@ pub fn start(cfg: Config) -> anyhow::Result<Running> {
                     return;
                 }
             };
+            crate::metrics::install(stats);
             let local = tokio::task::LocalSet::new();
             let worker = Rc::new(Worker::new(
                 id,
@@ -293,7 +339,19 @@ pub fn start(cfg: Config) -> anyhow::Result<Running> {
     for (kind, addr) in &addrs {
         tracing::info!("listening on {addr} ({kind}), {workers} worker(s)");
     }
-    Ok(Running { addrs, threads, stop, policy_tx, own, listeners: bound, traffic, sink })
+    readiness.set_ready();
+    Ok(Running {
+        addrs,
+        threads,
+        stop,
+        policy_tx,
+        own,
+        listeners: bound,
+        traffic,
+        sink,
+        readiness,
+        admin,
+    })
 }
 
 /// Descriptors the proxy holds besides its connections: standard streams, the event
@@ -534,7 +592,7 @@ async fn accept_loop(
         if failures.in_a_row > 0 {
             failures.recovered(config.listen);
         }
-        let (guard, open, over_client) = worker.admit(peer.ip());
+        let (guard, open, over_client) = worker.admit(peer.ip(), config.index);
         let l = config.clone();
         let overloaded = open > worker.cfg.limits.max_connections || over_client;
         if config.kind == ListenerKind::Http {
@@ -566,6 +624,7 @@ async fn accept_loop(
             if config.kind == ListenerKind::Auto {
                 tokio::task::spawn_local(crate::dispatch::refuse_auto(guard, l, stream, peer));
             } else {
+                crate::metrics::refused(config.index, crate::metrics::Refused::Limit);
                 tracing::warn!("{peer}: refused, {open} connections open");
             }
             continue;

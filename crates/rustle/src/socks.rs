@@ -50,6 +50,8 @@ pub struct Session {
     pub upstream: Option<SocketAddr>,
     /// The route and parents taken, if any.
     pub via: Option<Rc<crate::accesslog::Via>>,
+    /// SOCKS4 or SOCKS5 once the first byte said which, for the metrics.
+    pub proto: crate::metrics::Proto,
     /// The deadline for the whole handshake.
     deadline: tokio::time::Instant,
 }
@@ -81,11 +83,18 @@ pub async fn serve(
         down: 0,
         upstream: None,
         via: None,
+        proto: crate::metrics::Proto::Other,
         deadline,
     };
     let result = match s.fill_until(|b| !b.is_empty()).await {
-        Ok(()) if s.buf.filled()[0] == socks5::VERSION => socks5_session(&mut s).await,
-        Ok(()) if s.buf.filled()[0] == socks4::VERSION => socks4_session(&mut s).await,
+        Ok(()) if s.buf.filled()[0] == socks5::VERSION => {
+            s.proto = crate::metrics::Proto::Socks5;
+            socks5_session(&mut s).await
+        }
+        Ok(()) if s.buf.filled()[0] == socks4::VERSION => {
+            s.proto = crate::metrics::Proto::Socks4;
+            socks4_session(&mut s).await
+        }
         Ok(()) => Err(Error::Unsupported("not a SOCKS4 or SOCKS5 handshake")),
         Err(e) => Err(e),
     };
@@ -104,6 +113,7 @@ pub async fn serve(
                 upstream,
                 user,
                 via,
+                proto,
                 ..
             } = s;
             let record = Record {
@@ -117,6 +127,7 @@ pub async fn serve(
                 via,
                 up: 0,
                 down: 0,
+                proto,
             };
             let opts = worker.relay_opts(s.listener.splice);
             crate::tunnel::spawn(guard, stream.into(), handoff, opts, record);
@@ -195,6 +206,16 @@ impl Session {
             t.add(crate::limits::Direction::Up, self.up);
             t.add(crate::limits::Direction::Down, self.down);
         }
+        crate::metrics::ended(&crate::metrics::End {
+            listener: self.listener.index,
+            proto: self.proto,
+            status: Error::status_of(error),
+            up: self.up,
+            down: self.down,
+            user: self.user.as_deref(),
+            refused: error.and_then(Error::refusal),
+            tunnel: None,
+        });
         if !self.worker.log.enabled() {
             return;
         }

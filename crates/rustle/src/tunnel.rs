@@ -45,6 +45,8 @@ pub struct Record {
     /// Bytes already counted by the handshake (a 101 response's body bytes, say).
     pub up: u64,
     pub down: u64,
+    /// What the client spoke, for the metrics.
+    pub proto: crate::metrics::Proto,
 }
 
 /// A log line's method and target in one allocation (none when both are empty): an open
@@ -158,7 +160,7 @@ pub(crate) fn socket_task(
     }
 }
 
-/// A tunnel's end: its bytes to the user's traffic, its access-log line.
+/// A tunnel's end: its bytes to the user's traffic and the metrics, its access-log line.
 pub(crate) fn finish(
     guard: &ConnGuard,
     rec: &Record,
@@ -170,6 +172,21 @@ pub(crate) fn finish(
         t.add(crate::limits::Direction::Up, rec.up + totals.up);
         t.add(crate::limits::Direction::Down, rec.down + totals.down);
     }
+    use crate::metrics::Proto;
+    crate::metrics::ended(&crate::metrics::End {
+        listener: guard.listener(),
+        proto: rec.proto,
+        // SOCKS and port relays have no status: the tunnel was set up.
+        status: match rec.proto {
+            Proto::Http1 | Proto::Http2 | Proto::Connect => rec.status,
+            Proto::Socks4 | Proto::Socks5 | Proto::Relay | Proto::Udp | Proto::Other => 200,
+        },
+        up: rec.up + totals.up,
+        down: rec.down + totals.down,
+        user: rec.user.as_deref(),
+        refused: None,
+        tunnel: Some(rec.start),
+    });
     let log = &guard.worker().log;
     if log.enabled() {
         log.log(&Entry {

@@ -80,6 +80,7 @@ pub async fn serve_relay(worker: Rc<Worker>, listener: Arc<Listener>, socket: Ud
                     s.clone(),
                     format!("udp://{target}"),
                     dst,
+                    listener.index,
                 ));
                 s
             }
@@ -92,6 +93,7 @@ pub async fn serve_relay(worker: Rc<Worker>, listener: Arc<Listener>, socket: Ud
 }
 
 /// Replies from the target go back to one client until the session goes idle.
+#[allow(clippy::too_many_arguments)]
 async fn relay_session(
     worker: Rc<Worker>,
     socket: Rc<UdpSocket>,
@@ -100,6 +102,7 @@ async fn relay_session(
     session: Rc<RelaySession>,
     name: String,
     dst: SocketAddr,
+    listener: usize,
 ) {
     let start = Instant::now();
     let idle = worker.cfg.timeouts.udp_idle;
@@ -123,6 +126,16 @@ async fn relay_session(
     }
     sessions.borrow_mut().remove(&client);
     let up = session.up.get();
+    crate::metrics::ended(&crate::metrics::End {
+        listener,
+        proto: crate::metrics::Proto::Udp,
+        status: 200,
+        up,
+        down,
+        user: None,
+        refused: None,
+        tunnel: Some(start),
+    });
     worker.log.log(&Entry {
         client,
         method: b"UDP",

@@ -62,6 +62,8 @@ pub struct Worker {
 /// Held by a connection task; releases its slot when the task ends however it ends.
 pub struct ConnGuard {
     worker: Rc<Worker>,
+    /// The listener it was accepted on (`Listener::index`), for the metrics.
+    listener: usize,
     /// The connection's slots under the per-client and per-user limits; boxed, and only
     /// when a limit holds one, because every open connection and tunnel keeps its guard.
     slots: Option<Box<Slots>>,
@@ -73,12 +75,15 @@ struct Slots {
     _client: Option<Slot>,
     /// The authenticated user's slot under `limits.max_connections_per_user`.
     user: Option<Slot>,
+    /// The user's open connections in the metrics.
+    user_conn: Option<crate::metrics::UserConn>,
 }
 
 impl Drop for ConnGuard {
     fn drop(&mut self) {
         self.worker.active.set(self.worker.active.get() - 1);
         self.worker.open.fetch_sub(1, Ordering::Relaxed);
+        crate::metrics::closed(self.listener);
     }
 }
 
@@ -153,18 +158,25 @@ impl Worker {
         }
     }
 
-    /// Counts a connection just accepted from `client`: its guard, the connections now
-    /// open across workers, and whether the client is over its own limit.
-    pub fn admit(self: &Rc<Self>, client: std::net::IpAddr) -> (ConnGuard, usize, bool) {
+    /// Counts a connection just accepted from `client` on listener `listener` (its
+    /// index): its guard, the connections now open across workers, and whether the client
+    /// is over its own limit.
+    pub fn admit(
+        self: &Rc<Self>,
+        client: std::net::IpAddr,
+        listener: usize,
+    ) -> (ConnGuard, usize, bool) {
+        crate::metrics::accepted(listener);
         let open = self.open.fetch_add(1, Ordering::Relaxed) + 1;
         self.active.set(self.active.get() + 1);
         let client_slot = self.conn_limits.acquire_client(client);
         let over_client = client_slot.is_none();
         let guard = ConnGuard {
             worker: self.clone(),
+            listener,
             slots: client_slot
                 .filter(Slot::counts)
-                .map(|c| Box::new(Slots { _client: Some(c), user: None })),
+                .map(|c| Box::new(Slots { _client: Some(c), ..Slots::default() })),
         };
         (guard, open, over_client)
     }
@@ -234,7 +246,10 @@ impl Worker {
             return Err("a TLS ClientHello on a port without [listener.tls]".into());
         };
         drop(policy);
-        crate::tls::accept(&acceptor, stream, buf, |b| self.give_buf(b), deadline).await
+        let accepted =
+            crate::tls::accept(&acceptor, stream, buf, |b| self.give_buf(b), deadline).await;
+        crate::metrics::tls_handshake(listener.index, accepted.is_ok());
+        accepted
     }
 
     /// Relay settings for a tunnel accepted on a listener with this splice mode.
@@ -330,17 +345,25 @@ impl ConnGuard {
         &self.worker
     }
 
+    /// The index of the listener the connection came from.
+    pub fn listener(&self) -> usize {
+        self.listener
+    }
+
     /// Counts this connection against `user`'s limit (once per connection); false when
-    /// the user is at its limit.
+    /// the user is at its limit. The first call also counts the connection as the user's
+    /// in the metrics (the one allocation an authenticated connection adds: its slots).
     pub fn hold_user(&mut self, user: &str) -> bool {
-        if self.slots.as_ref().is_some_and(|s| s.user.is_some()) {
+        if self.slots.as_ref().is_some_and(|s| s.user.is_some() || s.user_conn.is_some()) {
             return true;
         }
         match self.worker.conn_limits.acquire_user(user) {
             Some(slot) => {
+                let slots = self.slots.get_or_insert_with(Box::default);
                 if slot.counts() {
-                    self.slots.get_or_insert_with(Box::default).user = Some(slot);
+                    slots.user = Some(slot);
                 }
+                slots.user_conn = crate::metrics::user_connection(user);
                 true
             }
             None => false,

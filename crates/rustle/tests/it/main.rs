@@ -20,6 +20,7 @@ mod http2;
 mod lifecycle;
 mod limits;
 mod loadgen;
+mod metrics;
 mod parents;
 mod pool;
 mod relay;
