@@ -177,6 +177,10 @@ pub struct Listener {
     /// reload, a takeover and the policy's TLS settings find a listener by it.
     #[serde(skip)]
     pub key: ListenerKey,
+    /// Its counters, a slot per worker, made when the listener is bound (kept by a reload
+    /// that keeps the listener).
+    #[serde(skip)]
+    pub counters: std::sync::Arc<crate::metrics::ListenerCounters>,
 }
 
 /// A listener's identity across reloads and upgrades: its address as configured (port 0
@@ -355,6 +359,7 @@ impl Listener {
             target_tls: None,
             h2c: false,
             throttle: Default::default(),
+            counters: Default::default(),
             key: ListenerKey::default(),
         }
     }
@@ -654,6 +659,63 @@ pub struct Config {
     /// Which requests go through which parents, first match wins; none matching: direct.
     #[serde(default, rename = "route")]
     pub routes: Vec<RouteConfig>,
+    /// The metrics and health endpoint (`[admin]`), off unless `listen` is set.
+    #[serde(default)]
+    pub admin: Admin,
+}
+
+/// `[admin]`: Prometheus metrics at `/metrics`, `/healthz` and `/readyz`, on a listener of
+/// their own (its own thread, not a worker). Read at start only.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(default)]
+pub struct Admin {
+    /// Where the admin endpoint listens; None: no admin endpoint.
+    pub listen: Option<SocketAddr>,
+    /// When set, every request needs `Authorization: Bearer TOKEN`.
+    pub token: Option<Secret>,
+    /// When not empty, only clients in these address blocks are answered.
+    #[serde(deserialize_with = "cidrs")]
+    pub allow: Vec<crate::acl::Cidr>,
+    /// Users with a series of their own (the most traffic); the rest are summed under
+    /// `user="other"`, so that the output stays bounded however many users there are.
+    pub max_user_series: usize,
+}
+
+/// Users with series of their own by default: enough for a team, few enough that a scrape
+/// stays small.
+pub const DEFAULT_MAX_USER_SERIES: usize = 100;
+
+impl Default for Admin {
+    fn default() -> Self {
+        Admin {
+            listen: None,
+            token: None,
+            allow: Vec::new(),
+            max_user_series: DEFAULT_MAX_USER_SERIES,
+        }
+    }
+}
+
+impl Admin {
+    /// Why this admin listener would expose the proxy's metrics to anyone who can reach
+    /// it, if it would: a non-loopback address needs a token or client blocks (the spirit
+    /// of the proxy listeners' open-proxy check).
+    pub fn open_problem(&self) -> Option<String> {
+        let listen = self.listen?;
+        if listen.ip().is_loopback() || self.token.is_some() || !self.allow.is_empty() {
+            return None;
+        }
+        Some(format!(
+            "admin listener on {listen} would serve metrics (users, traffic, parents) to \
+             anyone who can reach it: bind it to a loopback address, or set `token` or \
+             `allow` in [admin]"
+        ))
+    }
+}
+
+fn cidrs<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<crate::acl::Cidr>, D::Error> {
+    let list = Vec::<String>::deserialize(d)?;
+    list.iter().map(|s| s.parse().map_err(serde::de::Error::custom)).collect()
 }
 
 /// `[process]`: once the listeners are bound (ports below 1024 included), run as `user`
@@ -929,6 +991,9 @@ impl Config {
                 line: None,
                 message: "limits.max_header_bytes must be at least 1024".into(),
             });
+        }
+        if let Some(message) = config.admin.open_problem() {
+            problems.push(Problem { line: line_in(&["admin", "listen"]), message });
         }
         problems.extend(http2_problems(&config.http2).into_iter().map(|(key, message)| Problem {
             line: line_in(&["http2", key]),
@@ -1381,6 +1446,34 @@ mod tests {
         assert!(p[0].message.contains("open proxy"));
         let ok = format!("allow_open_proxy = true\n{text}");
         assert!(Config::parse(&ok).is_ok());
+    }
+
+    #[test]
+    fn admin_section() {
+        let text = "[admin]\nlisten = \"127.0.0.1:9090\"\nmax_user_series = 5\n";
+        let c = Config::parse(text).expect("valid admin");
+        assert_eq!(c.admin.listen, Some("127.0.0.1:9090".parse().expect("address")));
+        assert_eq!(c.admin.max_user_series, 5);
+        assert!(c.admin.token.is_none() && c.admin.allow.is_empty());
+        assert_eq!(
+            Config::parse("").expect("empty").admin.max_user_series,
+            DEFAULT_MAX_USER_SERIES
+        );
+        // Reachable from other machines with no token and no client blocks: refused,
+        // with the line of `listen`.
+        let open = "workers = 1\n[admin]\nlisten = \"0.0.0.0:9090\"\n";
+        let p = Config::parse(open).expect_err("open admin");
+        assert_eq!(p[0].line, Some(3), "{p:?}");
+        assert!(p[0].message.contains("admin listener on 0.0.0.0:9090"), "{p:?}");
+        for protect in ["token = \"s3cret\"", "allow = [\"10.0.0.0/8\"]"] {
+            assert!(Config::parse(&format!("{open}{protect}\n")).is_ok(), "{protect}");
+        }
+        // A bad block and an unknown key are reported with their lines.
+        let p = Config::parse("[admin]\nport = 1\n").expect_err("unknown key");
+        assert_eq!(p[0].to_string(), "line 2: unknown key `admin.port`");
+        let p = Config::parse("[admin]\nallow = [\"10.1.0.0/8\"]\n").expect_err("bad block");
+        assert_eq!(p[0].line, Some(2), "{p:?}");
+        assert!(p[0].message.contains("host bits"), "{p:?}");
     }
 
     #[test]

@@ -173,6 +173,7 @@ pub async fn refuse_auto(
             return;
         }
     }
+    crate::metrics::refused(&listener.counters, crate::metrics::Refused::Limit);
     log_failure(guard.worker(), &listener, peer, Instant::now(), "too many connections");
 }
 
@@ -184,6 +185,16 @@ pub(crate) fn log_failure(
     start: Instant,
     why: &str,
 ) {
+    crate::metrics::ended(&crate::metrics::End {
+        listener: &listener.counters,
+        proto: crate::metrics::Proto::Other,
+        status: 0,
+        up: 0,
+        down: 0,
+        user: None,
+        refused: None,
+        tunnel: None,
+    });
     worker.log.log(&Entry::refused(peer, listener, Protocol::Unknown, start, &why));
 }
 

@@ -8,6 +8,8 @@ use std::net::SocketAddr;
 use rustle_proto::http::HeadError;
 use rustle_proto::{socks4, socks5};
 
+use crate::metrics::Refused;
+
 /// The phase a timeout happened in; it decides the status and the log line.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Phase {
@@ -274,6 +276,54 @@ impl Error {
 }
 
 impl Error {
+    /// The refusal this error is, for the metrics' `cause` label; None for failures.
+    /// Exhaustive like the two mappings above, so that a new variant decides here too.
+    pub fn refusal(&self) -> Option<Refused> {
+        match self {
+            Error::Connect(ConnectError::Denied(_)) => Some(Refused::Rule),
+            Error::Connect(
+                ConnectError::Resolve { .. }
+                | ConnectError::Refused(_)
+                | ConnectError::Reset(_)
+                | ConnectError::NetUnreachable(_)
+                | ConnectError::HostUnreachable(_)
+                | ConnectError::Other { .. }
+                | ConnectError::Timeout(_)
+                | ConnectError::Tls { .. }
+                | ConnectError::Parent(_)
+                | ConnectError::NoParent(_),
+            ) => None,
+            Error::AuthRequired(_) | Error::AuthRateLimited => Some(Refused::Auth),
+            Error::LimitReached(_) | Error::Overloaded => Some(Refused::Limit),
+            Error::Through { source, .. } => source.refusal(),
+            Error::BadRequest(_)
+            | Error::Unsupported(_)
+            | Error::BadRequestBody(_)
+            | Error::Client(_)
+            | Error::ClientTruncated
+            | Error::ClientLeft(_)
+            | Error::HandshakeTruncated
+            | Error::BindStranger(_)
+            | Error::Upstream(_)
+            | Error::UpstreamClosed(_)
+            | Error::BadResponse(_)
+            | Error::BadResponseBody(_)
+            | Error::BadUpgrade
+            | Error::Timeout(_)
+            | Error::Socks5(_)
+            | Error::Socks4(_)
+            | Error::ShutdownDeadline
+            | Error::ParentRefused { .. } => None,
+        }
+    }
+
+    /// The HTTP status standing for this outcome on a protocol without statuses (SOCKS,
+    /// relays), for the metrics: 200 without an error, the error's status otherwise (0:
+    /// none, the client left).
+    pub fn status_of(error: Option<&Error>) -> u16 {
+        error.map_or(200, |e| e.status().unwrap_or(0))
+    }
+
     /// Names the parent `via` came through in an error of the upstream side (its bytes or
     /// its silence), so that the client and the log know which hop failed.
     pub fn through(self, via: Option<&crate::accesslog::Via>) -> Error {

@@ -246,6 +246,7 @@ pub async fn send<R: Requester>(
     io: Duration,
 ) -> Result<(), Error> {
     let mut fresh_retry = leg.through_parents;
+    let started = std::time::Instant::now();
     loop {
         let sent = write_timed(&mut leg.stream, req.out, io).await;
         let result = match sent {
@@ -258,7 +259,10 @@ pub async fn send<R: Requester>(
         };
         let dead = matches!(result, Err(Error::Upstream(_) | Error::UpstreamClosed(_)));
         match result {
-            Ok(()) => return Ok(()),
+            Ok(()) => {
+                crate::metrics::response_head(started.elapsed());
+                return Ok(());
+            }
             Err(_) if dead && (leg.reused || fresh_retry) && ubuf.is_empty() => {
                 if !leg.reused {
                     fresh_retry = false;

@@ -211,7 +211,6 @@ async fn serve_with(
                     peer,
                     tls,
                     user,
-                    listener: listener.clone(),
                     label,
                     status: ex.status,
                     start: ex.start,
@@ -553,12 +552,30 @@ impl Client {
         self.log(ex, Some(e));
     }
 
+    /// What the current request is, for the metrics.
+    fn proto(&self) -> crate::metrics::Proto {
+        match self.head.method {
+            rustle_proto::http::Method::Connect => crate::metrics::Proto::Connect,
+            _ => crate::metrics::Proto::Http1,
+        }
+    }
+
     pub fn log(&self, ex: &Exchange, error: Option<&Error>) {
         let failed_via = error.and_then(Error::failed_via);
         if let Some(t) = &self.traffic {
             t.add(crate::limits::Direction::Up, ex.up);
             t.add(crate::limits::Direction::Down, ex.down);
         }
+        crate::metrics::ended(&crate::metrics::End {
+            listener: &self.guard.listener().counters,
+            proto: self.proto(),
+            status: ex.status,
+            up: ex.up,
+            down: ex.down,
+            user: self.user.as_deref(),
+            refused: error.and_then(Error::refusal),
+            tunnel: None,
+        });
         let log = &self.worker.log;
         if !log.enabled() {
             return;

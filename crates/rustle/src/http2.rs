@@ -358,6 +358,8 @@ struct Exchange {
     /// The request's User-Agent and Referer, kept only when the log shows them.
     user_agent: Vec<u8>,
     referer: Vec<u8>,
+    /// The stream became a tunnel (CONNECT, WebSocket), for the metrics' durations.
+    tunnel: bool,
 }
 
 impl Exchange {
@@ -375,6 +377,7 @@ impl Exchange {
             user: self.user.clone(),
             user_agent: std::mem::take(&mut self.user_agent),
             referer: std::mem::take(&mut self.referer),
+            tunnel: true,
         }
     }
 
@@ -384,6 +387,16 @@ impl Exchange {
             t.add(crate::limits::Direction::Up, self.up);
             t.add(crate::limits::Direction::Down, self.down);
         }
+        crate::metrics::ended(&crate::metrics::End {
+            listener: &shared.listener.counters,
+            proto: crate::metrics::Proto::Http2,
+            status: self.status,
+            up: self.up,
+            down: self.down,
+            user: self.user.as_deref(),
+            refused: error.and_then(Error::refusal),
+            tunnel: self.tunnel.then_some(self.start),
+        });
         let log = &shared.worker.log;
         if log.enabled() {
             let failed_via = error.and_then(Error::failed_via);
@@ -412,6 +425,7 @@ impl Exchange {
 /// The task of one stream until its answer (a tunnel continues in a task of its own).
 async fn stream(live: Live, req: Request<RecvStream>, mut respond: SendResponse<Bytes>) {
     let shared = live.0.clone();
+    crate::metrics::h2_stream(&shared.listener.counters);
     // The log line's method and target, formatted only when there is a log.
     let logged = shared.worker.log.enabled();
     let header = |name: http::header::HeaderName| match shared.worker.log.wants_headers() {
@@ -430,6 +444,7 @@ async fn stream(live: Live, req: Request<RecvStream>, mut respond: SendResponse<
         upstream: None,
         via: None,
         user: None,
+        tunnel: false,
     };
     let result = async {
         if shared.listener.auth {

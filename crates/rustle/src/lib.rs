@@ -12,6 +12,8 @@
 //!   current-thread runtime per core), hands each accepted connection to `dispatch`,
 //!   runs the parents' health probes, and puts a reload's listeners and settings in
 //!   force in every worker.
+//! - `admin`: the admin endpoint (`/metrics`, `/healthz`, `/readyz`) on a thread of its
+//!   own; only `server` starts it.
 //! - `dispatch`: from an accepted connection to its front end: HTTP/1.1 or h2c, TLS then
 //!   HTTP/1.1 or HTTP/2 by ALPN, and the `auto` port's first-byte detection.
 //! - Front ends: `http1` (with `http1/forward`, absolute-form requests, and
@@ -31,6 +33,8 @@
 //! - `route`: parents, groups and routes compiled: which way a request goes, which parent
 //!   a hop takes, each parent's health (pure, no I/O).
 //! - `policy`, `acl`, `auth`, `limits`: what is allowed, to whom, how much.
+//! - `metrics`: per-worker counters (no lock, no read-modify-write atomic), summed and
+//!   written as Prometheus text when the admin endpoint is scraped.
 //! - `idle`: kept-alive connections waiting for a request, ended by the worker's tick.
 //! - `conn`: a connection's stream, plain TCP or TLS, and its halves.
 //! - `body`: streaming bodies by their framing (length, chunked, until close).
@@ -50,6 +54,7 @@
 
 pub mod accesslog;
 pub mod acl;
+pub mod admin;
 pub mod auth;
 pub mod body;
 pub mod buf;
@@ -64,6 +69,7 @@ pub mod http1;
 pub mod http2;
 pub mod idle;
 pub mod limits;
+pub mod metrics;
 pub mod notify;
 pub mod policy;
 pub mod portmap;

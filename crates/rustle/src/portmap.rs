@@ -31,7 +31,7 @@ pub async fn serve(guard: ConnGuard, listener: Arc<Listener>, stream: TcpStream,
     };
     let name = format!("relay://{target}");
     let fail = |why: &dyn std::fmt::Display, upstream: Option<SocketAddr>, tls| {
-        log_failure(&worker, &listener, peer, start, &name, upstream, why, tls, None)
+        log_failure(&worker, &listener, peer, start, &name, upstream, why, tls, None, None)
     };
     // Boxed: the handshake's state would otherwise make every plain relay's future
     // larger; a TLS handshake costs far more than one allocation.
@@ -93,13 +93,13 @@ pub async fn serve(guard: ConnGuard, listener: Arc<Listener>, stream: TcpStream,
                 &e,
                 tls.as_deref(),
                 via.as_ref(),
+                Some(&e),
             );
         }
     };
     let record = Record {
         tls,
         peer,
-        listener: listener.clone(),
         label: crate::tunnel::Label::new(LogProtocol::Tcp, b"RELAY", name.as_bytes()),
         user: None,
         status: 0,
@@ -144,6 +144,8 @@ async fn accept_tls(
     Ok((accepted.stream, Some(accepted.session)))
 }
 
+/// A relay connection that failed before its tunnel: counted, and its log line. `error`:
+/// the failure as an error, when it is one (a TLS handshake's is only text).
 #[allow(clippy::too_many_arguments)]
 fn log_failure(
     worker: &Worker,
@@ -155,7 +157,18 @@ fn log_failure(
     why: &dyn std::fmt::Display,
     tls: Option<&Session>,
     via: Option<&crate::accesslog::Via>,
+    error: Option<&Error>,
 ) {
+    crate::metrics::ended(&crate::metrics::End {
+        listener: &listener.counters,
+        proto: crate::metrics::Proto::Relay,
+        status: error.map_or(0, |e| e.status().unwrap_or(0)),
+        up: 0,
+        down: 0,
+        user: None,
+        refused: error.and_then(Error::refusal),
+        tunnel: None,
+    });
     worker.log.log(&Entry {
         client: peer,
         listener,

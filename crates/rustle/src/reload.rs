@@ -34,7 +34,9 @@ pub type SetLogLevel = Box<dyn Fn(&str) -> Result<(), String>>;
 /// `listeners_from_file`: the running listeners are the ones the file declared at start.
 pub fn hangup(running: &Running, source: &Source, listeners_from_file: bool, opts: &Options) {
     let old_level = running.config().log.level.clone();
-    match derive(source, listeners_from_file).and_then(|cfg| apply(running, &cfg)) {
+    let result = derive(source, listeners_from_file).and_then(|cfg| apply(running, &cfg));
+    crate::metrics::reloaded(result.is_ok());
+    match result {
         Ok(warnings) => {
             for w in warnings {
                 tracing::warn!("SIGHUP: {w}");

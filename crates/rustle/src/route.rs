@@ -117,6 +117,8 @@ fn stamp(now: Instant) -> u64 {
 /// A parent's health: consecutive failures, and until when it is down.
 #[derive(Debug)]
 pub struct Health {
+    /// Failures and connect latency for `/metrics` (shared like the rest of the health).
+    pub stats: crate::metrics::ParentStats,
     failures: AtomicU32,
     /// [`stamp`] of the end of its down time; 0: never marked down since the last success.
     down_until: AtomicU64,
@@ -125,7 +127,11 @@ pub struct Health {
 impl Default for Health {
     fn default() -> Self {
         epoch();
-        Health { failures: AtomicU32::new(0), down_until: AtomicU64::new(0) }
+        Health {
+            stats: Default::default(),
+            failures: AtomicU32::new(0),
+            down_until: AtomicU64::new(0),
+        }
     }
 }
 
@@ -141,6 +147,7 @@ impl Health {
     /// false when it stays up, or was already down (a connection begun before).
     /// `max_failures = 0`: never marked down.
     pub fn failed(&self, now: Instant, max_failures: u32, down_for: Duration) -> bool {
+        self.stats.failures.fetch_add(1, Ordering::Relaxed);
         let n = self.failures.fetch_add(1, Ordering::Relaxed).saturating_add(1);
         if max_failures == 0 || n < max_failures {
             return false;

@@ -56,6 +56,11 @@ pub struct Running {
     state: Mutex<State>,
     traffic: Arc<Traffic>,
     conn_limits: Arc<ConnLimits>,
+    /// Whether the proxy takes new connections (`/readyz`).
+    readiness: Arc<crate::metrics::Readiness>,
+    /// The admin endpoint, when `[admin] listen` is set, and what its scrapes read.
+    admin: Option<crate::admin::Handle>,
+    admin_view: watch::Sender<Arc<crate::admin::View>>,
 }
 
 /// What a reload replaces.
@@ -120,6 +125,21 @@ impl Running {
         for t in self.threads {
             let _ = t.join();
         }
+        // Answers (`/readyz`: draining) until the last worker is done.
+        if let Some(admin) = self.admin {
+            admin.stop();
+        }
+    }
+
+    /// The admin endpoint's address, when there is one.
+    pub fn admin_addr(&self) -> Option<SocketAddr> {
+        self.admin.as_ref().map(|a| a.addr)
+    }
+
+    /// Whether the proxy takes new connections, as `/readyz` says: ready once bound,
+    /// draining once a shutdown begins (a takeover may say so too).
+    pub fn readiness(&self) -> &Arc<crate::metrics::Readiness> {
+        &self.readiness
     }
 
     fn state(&self) -> std::sync::MutexGuard<'_, State> {
@@ -184,6 +204,9 @@ impl Running {
         if cfg.process != old.process {
             warnings.push("[process] takes effect at the next start (or takeover)".to_string());
         }
+        if cfg.admin != old.admin {
+            warnings.push("[admin] takes effect at the next start (or takeover)".to_string());
+        }
         if cfg.tls.ktls != old.tls.ktls {
             warnings.push("tls.ktls takes effect at the next start (or takeover)".to_string());
         }
@@ -194,6 +217,7 @@ impl Running {
             let running = state.bound.iter().position(|b| b.listener.key == l.key);
             let Some(i) = running else {
                 l.throttle = listener_throttle(&l).map_err(|e| format!("{e:#}"))?;
+                l.counters = crate::metrics::ListenerCounters::new(workers);
                 let bound =
                     bind::bind(&l, workers, &mut inherited).map_err(|e| format!("{e:#}"))?;
                 listeners.push(Planned::Fresh(bound));
@@ -202,6 +226,7 @@ impl Running {
             kept[i] = true;
             let was = &state.bound[i].listener;
             l.listen = was.listen;
+            l.counters = was.counters.clone();
             l.throttle = match (l.rate_up == was.rate_up, l.rate_down == was.rate_down) {
                 (true, true) => was.throttle.clone(),
                 _ => listener_throttle(&l).map_err(|e| format!("{e:#}"))?,
@@ -287,6 +312,7 @@ impl Running {
         // The main thread's copies of dropped listeners close here; the workers close
         // theirs as they take the update.
         drop(old);
+        let _ = self.admin_view.send(admin_view(&bound, &policy));
         *state = State { bound, policy, config: plan.config, sink: plan.sink };
     }
 
@@ -304,6 +330,7 @@ impl Running {
     /// sockets); connections in flight go on. The main thread keeps its copies until it
     /// exits.
     pub fn stop_accepting(&self) {
+        self.readiness.set_draining();
         let state = self.state();
         for tx in &self.workers {
             let update = Update {
@@ -337,6 +364,7 @@ pub fn start_with(cfg: Config, mut inherited: Inherited) -> anyhow::Result<Runni
     let mut bound = Vec::new();
     for mut l in cfg.effective_listeners() {
         l.throttle = listener_throttle(&l)?;
+        l.counters = crate::metrics::ListenerCounters::new(workers);
         bound.push(bind::bind(&l, workers, &mut inherited)?);
     }
     for g in &inherited.groups {
@@ -353,6 +381,9 @@ pub fn start_with(cfg: Config, mut inherited: Inherited) -> anyhow::Result<Runni
     crate::tls::set_ktls(false);
     if bound.iter().any(|b| b.listener.tls.is_some() || b.listener.target_tls.is_some()) {
         crate::tls::set_ktls(ktls_available(cfg.tls.ktls));
+    }
+    if let Some(problem) = cfg.admin.open_problem() {
+        anyhow::bail!("{problem}");
     }
     let policy = Policy::build(&cfg, &own).map_err(|p| anyhow::anyhow!(p.join("\n")))?;
     let problems = policy.startup_problems();
@@ -372,9 +403,25 @@ pub fn start_with(cfg: Config, mut inherited: Inherited) -> anyhow::Result<Runni
     let sink = Sink::open(&cfg.log).context("cannot open the access log")?;
     let (stop, shutdown) = watch::channel(false);
     let open = Arc::new(AtomicUsize::new(0));
+    let stats: Vec<_> = (0..workers).map(|_| crate::metrics::WorkerStats::new()).collect();
+    let readiness = Arc::new(crate::metrics::Readiness::default());
+    let (admin_view, view) = watch::channel(admin_view(&bound, &policy));
+    let admin = match cfg.admin.listen {
+        Some(listen) => Some(crate::admin::start(
+            &cfg.admin,
+            listen,
+            crate::admin::State {
+                workers: stats.clone(),
+                readiness: readiness.clone(),
+                view,
+                shutdown: shutdown.clone(),
+            },
+        )?),
+        None => None,
+    };
     let mut threads = Vec::new();
     let mut senders = Vec::new();
-    for id in 0..workers {
+    for (id, stats) in stats.into_iter().enumerate() {
         let (tx, rx) = mpsc::unbounded_channel();
         let mut listeners = Vec::new();
         for b in &bound {
@@ -396,6 +443,7 @@ pub fn start_with(cfg: Config, mut inherited: Inherited) -> anyhow::Result<Runni
                     return;
                 }
             };
+            crate::metrics::install(id, stats);
             let local = tokio::task::LocalSet::new();
             let worker =
                 Rc::new(Worker::new(id, policy, shutdown, conn_limits, traffic, sink, open));
@@ -404,7 +452,31 @@ pub fn start_with(cfg: Config, mut inherited: Inherited) -> anyhow::Result<Runni
         threads.push(t);
     }
     let state = Mutex::new(State { bound, policy, config, sink });
-    Ok(Running { threads, stop, workers: senders, state, traffic, conn_limits })
+    readiness.set_ready();
+    Ok(Running {
+        threads,
+        stop,
+        workers: senders,
+        state,
+        traffic,
+        conn_limits,
+        readiness,
+        admin,
+        admin_view,
+    })
+}
+
+/// What the admin endpoint's scrapes read of the listeners and the policy.
+fn admin_view(bound: &[Bound], policy: &Arc<Policy>) -> Arc<crate::admin::View> {
+    let listeners = bound
+        .iter()
+        .map(|b| crate::metrics::ListenerLabel {
+            listen: b.listener.listen.to_string(),
+            kind: b.listener.kind.as_str(),
+            counters: b.listener.counters.clone(),
+        })
+        .collect();
+    Arc::new(crate::admin::View { listeners, policy: policy.clone() })
 }
 
 /// Descriptors the proxy holds besides its connections: standard streams, the event
@@ -712,7 +784,7 @@ async fn accept_loop(
         if failures.in_a_row > 0 {
             failures.recovered(config.listen);
         }
-        let (guard, open, over_client) = worker.admit(peer.ip());
+        let (guard, open, over_client) = worker.admit(peer.ip(), &config);
         let l = config.clone();
         let overloaded = open > worker.cfg().limits.max_connections || over_client;
         if config.kind == ListenerKind::Http {
@@ -744,6 +816,7 @@ async fn accept_loop(
             if config.kind == ListenerKind::Auto {
                 tokio::task::spawn_local(crate::dispatch::refuse_auto(guard, l, stream, peer));
             } else {
+                crate::metrics::refused(&config.counters, crate::metrics::Refused::Limit);
                 tracing::warn!("{peer}: refused, {open} connections open");
                 let why = "too many connections";
                 crate::dispatch::log_failure(&worker, &l, peer, std::time::Instant::now(), why);

@@ -119,7 +119,6 @@ pub async fn serve(
             let record = Record {
                 tls: None,
                 peer,
-                listener: s.listener.clone(),
                 user: user.map(std::rc::Rc::from),
                 label: crate::tunnel::Label::new(protocol, method.as_bytes(), target.as_bytes()),
                 status,
@@ -206,6 +205,20 @@ impl Session {
             t.add(crate::limits::Direction::Up, self.up);
             t.add(crate::limits::Direction::Down, self.down);
         }
+        crate::metrics::ended(&crate::metrics::End {
+            listener: &self.listener.counters,
+            proto: match self.protocol {
+                LogProtocol::Socks4 => crate::metrics::Proto::Socks4,
+                LogProtocol::Socks5 => crate::metrics::Proto::Socks5,
+                _ => crate::metrics::Proto::Other,
+            },
+            status: Error::status_of(error),
+            up: self.up,
+            down: self.down,
+            user: self.user.as_deref(),
+            refused: error.and_then(Error::refusal),
+            tunnel: None,
+        });
         if !self.worker.log.enabled() {
             return;
         }

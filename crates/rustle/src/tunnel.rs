@@ -7,13 +7,11 @@ pub mod park;
 
 use std::future::Future;
 use std::net::SocketAddr;
-use std::sync::Arc;
 use std::time::Instant;
 
 use tokio::net::TcpStream;
 
 use crate::accesslog::{Entry, Protocol};
-use crate::config::Listener;
 use crate::conn::Stream;
 use crate::limits::Throttle;
 use crate::relay::{self, Ended, Opts, Relay};
@@ -33,8 +31,6 @@ pub struct Handoff {
 /// What the tunnel's log line says about how it began.
 pub struct Record {
     pub peer: SocketAddr,
-    /// The listener the client came in on.
-    pub listener: Arc<Listener>,
     /// Method and target (and User-Agent and Referer when the log shows them), and the
     /// protocol.
     pub label: Label,
@@ -202,7 +198,7 @@ pub(crate) fn socket_task(
     }
 }
 
-/// A tunnel's end: its bytes to the user's traffic, its access-log line.
+/// A tunnel's end: its bytes to the user's traffic and the metrics, its access-log line.
 pub(crate) fn finish(
     guard: &ConnGuard,
     rec: &Record,
@@ -214,11 +210,35 @@ pub(crate) fn finish(
         t.add(crate::limits::Direction::Up, rec.up + totals.up);
         t.add(crate::limits::Direction::Down, rec.down + totals.down);
     }
+    use crate::metrics::Proto;
+    // What the client spoke, from the log's protocol (an HTTP/1 tunnel is a CONNECT's
+    // unless it began with 101 Switching Protocols). SOCKS and port relays have no
+    // status: the tunnel was set up.
+    let (proto, status) = match rec.label.protocol {
+        Protocol::Http10 | Protocol::Http11 if rec.status == 101 => (Proto::Http1, 101),
+        Protocol::Http10 | Protocol::Http11 => (Proto::Connect, rec.status),
+        Protocol::Http2 => (Proto::Http2, rec.status),
+        Protocol::Socks4 => (Proto::Socks4, 200),
+        Protocol::Socks5 => (Proto::Socks5, 200),
+        Protocol::Tcp => (Proto::Relay, 200),
+        Protocol::Udp => (Proto::Udp, 200),
+        Protocol::Unknown => (Proto::Other, 200),
+    };
+    crate::metrics::ended(&crate::metrics::End {
+        listener: &guard.listener().counters,
+        proto,
+        status,
+        up: rec.up + totals.up,
+        down: rec.down + totals.down,
+        user: rec.user.as_deref(),
+        refused: None,
+        tunnel: Some(rec.start),
+    });
     let log = &guard.worker().log;
     if log.enabled() {
         log.log(&Entry {
             client: rec.peer,
-            listener: &rec.listener,
+            listener: guard.listener(),
             protocol: rec.label.protocol,
             user_agent: rec.label.user_agent(),
             referer: rec.label.referer(),

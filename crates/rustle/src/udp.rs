@@ -145,6 +145,16 @@ async fn relay_session(
     }
     sessions.borrow_mut().remove(&client);
     let up = session.up.get();
+    crate::metrics::ended(&crate::metrics::End {
+        listener: &listener.counters,
+        proto: crate::metrics::Proto::Udp,
+        status: 200,
+        up,
+        down,
+        user: None,
+        refused: None,
+        tunnel: Some(start),
+    });
     worker.log.log(&Entry {
         client,
         listener: &listener,

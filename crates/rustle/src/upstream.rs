@@ -229,8 +229,24 @@ impl Upstreams {
     }
 
     /// The second step: a new connection as `plan` says, within the connect timeout, with
-    /// TLS on top as `want` asks (within the handshake timeout).
+    /// TLS on top as `want` asks (within the handshake timeout). The time it took goes to
+    /// the metrics.
     pub async fn connect(
+        &self,
+        policy: &Policy,
+        want: &Want<'_>,
+        plan: Plan<'_>,
+        timeouts: &crate::config::Timeouts,
+    ) -> Result<Connected, Error> {
+        let started = std::time::Instant::now();
+        let connected = self.make(policy, want, plan, timeouts).await;
+        if connected.is_ok() {
+            crate::metrics::upstream_connected(started.elapsed());
+        }
+        connected
+    }
+
+    async fn make(
         &self,
         policy: &Policy,
         want: &Want<'_>,

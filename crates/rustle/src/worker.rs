@@ -65,6 +65,8 @@ pub struct Worker {
 /// Held by a connection task; releases its slot when the task ends however it ends.
 pub struct ConnGuard {
     worker: Rc<Worker>,
+    /// The listener it was accepted on.
+    listener: Arc<crate::config::Listener>,
     /// The connection's slots under the per-client and per-user limits; boxed, and only
     /// when a limit holds one, because every open connection and tunnel keeps its guard.
     slots: Option<Box<Slots>>,
@@ -76,12 +78,15 @@ struct Slots {
     _client: Option<Slot>,
     /// The authenticated user's slot under `limits.max_connections_per_user`.
     user: Option<Slot>,
+    /// The user's open connections in the metrics.
+    user_conn: Option<crate::metrics::UserConn>,
 }
 
 impl Drop for ConnGuard {
     fn drop(&mut self) {
         self.worker.active.set(self.worker.active.get() - 1);
         self.worker.open.fetch_sub(1, Ordering::Relaxed);
+        crate::metrics::closed(&self.listener.counters);
     }
 }
 
@@ -159,18 +164,24 @@ impl Worker {
         self.limits.get()
     }
 
-    /// Counts a connection just accepted from `client`: its guard, the connections now
-    /// open across workers, and whether the client is over its own limit.
-    pub fn admit(self: &Rc<Self>, client: std::net::IpAddr) -> (ConnGuard, usize, bool) {
+    /// Counts a connection just accepted from `client` on `listener`: its guard, the
+    /// connections now open across workers, and whether the client is over its own limit.
+    pub fn admit(
+        self: &Rc<Self>,
+        client: std::net::IpAddr,
+        listener: &Arc<crate::config::Listener>,
+    ) -> (ConnGuard, usize, bool) {
+        crate::metrics::accepted(&listener.counters);
         let open = self.open.fetch_add(1, Ordering::Relaxed) + 1;
         self.active.set(self.active.get() + 1);
         let client_slot = self.conn_limits.acquire_client(client);
         let over_client = client_slot.is_none();
         let guard = ConnGuard {
             worker: self.clone(),
+            listener: listener.clone(),
             slots: client_slot
                 .filter(Slot::counts)
-                .map(|c| Box::new(Slots { _client: Some(c), user: None })),
+                .map(|c| Box::new(Slots { _client: Some(c), ..Slots::default() })),
         };
         (guard, open, over_client)
     }
@@ -245,7 +256,10 @@ impl Worker {
             return Err("a TLS ClientHello on a port without [listener.tls]".into());
         };
         drop(policy);
-        crate::tls::accept(&acceptor, stream, buf, |b| self.give_buf(b), deadline).await
+        let accepted =
+            crate::tls::accept(&acceptor, stream, buf, |b| self.give_buf(b), deadline).await;
+        crate::metrics::tls_handshake(&listener.counters, accepted.is_ok());
+        accepted
     }
 
     /// Relay settings for a tunnel accepted on a listener with this splice mode.
@@ -349,17 +363,25 @@ impl ConnGuard {
         &self.worker
     }
 
+    /// The listener the connection came from.
+    pub fn listener(&self) -> &Arc<crate::config::Listener> {
+        &self.listener
+    }
+
     /// Counts this connection against `user`'s limit (once per connection); false when
-    /// the user is at its limit.
+    /// the user is at its limit. The first call also counts the connection as the user's
+    /// in the metrics (the one allocation an authenticated connection adds: its slots).
     pub fn hold_user(&mut self, user: &str) -> bool {
-        if self.slots.as_ref().is_some_and(|s| s.user.is_some()) {
+        if self.slots.as_ref().is_some_and(|s| s.user.is_some() || s.user_conn.is_some()) {
             return true;
         }
         match self.worker.conn_limits.acquire_user(user) {
             Some(slot) => {
+                let slots = self.slots.get_or_insert_with(Box::default);
                 if slot.counts() {
-                    self.slots.get_or_insert_with(Box::default).user = Some(slot);
+                    slots.user = Some(slot);
                 }
+                slots.user_conn = crate::metrics::user_connection(user);
                 true
             }
             None => false,

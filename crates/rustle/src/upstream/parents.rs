@@ -74,9 +74,12 @@ impl Upstreams {
             if chain.is_empty() {
                 return self.direct(policy, want, rules_too, timeouts).await;
             }
+            let started = Instant::now();
             match self.chain(policy, want, route, &chain, timeouts).await {
                 Ok(mut c) => {
+                    let took = started.elapsed();
                     for p in &chain {
+                        p.health.stats.connect.observe(took);
                         if p.succeeded() {
                             tracing::info!("{p} is up again");
                         }

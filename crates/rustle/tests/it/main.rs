@@ -22,6 +22,7 @@ mod http2;
 mod lifecycle;
 mod limits;
 mod loadgen;
+mod metrics;
 mod packaging;
 mod parents;
 mod pool;

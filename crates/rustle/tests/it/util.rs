@@ -105,6 +105,16 @@ impl Proxy {
         self.running.as_ref().map(|r| r.traffic()).unwrap_or_default()
     }
 
+    /// The running proxy.
+    pub fn running(&self) -> &Running {
+        self.running.as_ref().expect("the proxy runs")
+    }
+
+    /// The admin endpoint's address (`[admin] listen`).
+    pub fn admin_addr(&self) -> SocketAddr {
+        self.running().admin_addr().expect("an admin listener")
+    }
+
     /// Every listener's kind and bound address, in configuration order.
     pub fn addrs(&self) -> &[(ListenerKind, SocketAddr)] {
         &self.addrs

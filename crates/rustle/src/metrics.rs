@@ -1,0 +1,554 @@
+//! Counters for the admin endpoint's `/metrics`: per listener, per user, latency
+//! histograms, reloads. Each worker counts into its own [`WorkerStats`], which only that
+//! worker's thread writes; the admin thread sums the workers' figures when it is scraped.
+//!
+//! A counter is an `AtomicU64` written with a relaxed load and a relaxed store, not a
+//! read-modify-write: with one writer no update is lost, and on x86-64 both are plain
+//! `mov`s (no `lock`-prefixed instruction, no cache line taken from another core), so a
+//! count costs what an ordinary `u64` increment costs. The atomics are there only so that
+//! the scraping thread may read them. The request path takes no lock and allocates
+//! nothing here: a worker finds its stats through a thread-local (`install`), a user's
+//! through a worker-local map filled the first time that user is seen.
+//!
+//! `metrics` imports nothing from the rest of the crate: any layer may count.
+
+use std::cell::{OnceCell, RefCell};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering::Relaxed};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+/// A counter written by one thread only (see the module documentation).
+#[derive(Debug, Default)]
+pub struct Counter(AtomicU64);
+
+impl Counter {
+    #[inline]
+    pub fn add(&self, n: u64) {
+        // One writer: load + store, no lock-prefixed add (see the module documentation).
+        self.0.store(self.0.load(Relaxed).wrapping_add(n), Relaxed);
+    }
+
+    pub fn get(&self) -> u64 {
+        self.0.load(Relaxed)
+    }
+}
+
+/// What an exchange spoke, for the `protocol` label.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Proto {
+    /// A plain HTTP/1.x request forwarded (an upgrade to WebSocket included).
+    Http1,
+    /// An HTTP/2 stream (a request, CONNECT or WebSocket stream).
+    Http2,
+    /// An HTTP/1.1 CONNECT tunnel.
+    Connect,
+    Socks4,
+    Socks5,
+    /// A TCP port relay connection.
+    Relay,
+    /// A UDP port relay session.
+    Udp,
+    /// A connection that failed before its protocol was known (a TLS handshake, bytes
+    /// that are no protocol, a refusal at the connection limit).
+    Other,
+}
+
+impl Proto {
+    const ALL: [Proto; 8] = [
+        Proto::Http1,
+        Proto::Http2,
+        Proto::Connect,
+        Proto::Socks4,
+        Proto::Socks5,
+        Proto::Relay,
+        Proto::Udp,
+        Proto::Other,
+    ];
+
+    fn label(self) -> &'static str {
+        match self {
+            Proto::Http1 => "http1",
+            Proto::Http2 => "http2",
+            Proto::Connect => "connect",
+            Proto::Socks4 => "socks4",
+            Proto::Socks5 => "socks5",
+            Proto::Relay => "relay",
+            Proto::Udp => "udp",
+            Proto::Other => "other",
+        }
+    }
+}
+
+/// Why a request or connection was refused, for the `cause` label.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refused {
+    /// A connection limit (the proxy's, a client's, a user's).
+    Limit,
+    /// An access rule, a route or a built-in protection.
+    Rule,
+    /// Missing or failed authentication (rate-limited attempts included).
+    Auth,
+}
+
+const CAUSES: [&str; 3] = ["limit", "rule", "auth"];
+
+/// Status classes, for the `code` label (haproxy's names); `other`: no status (the client
+/// left before an answer, or a protocol without one failed before its reply).
+const CLASSES: [&str; 6] = ["1xx", "2xx", "3xx", "4xx", "5xx", "other"];
+
+fn class(status: u16) -> usize {
+    match status {
+        100..=199 => 0,
+        200..=299 => 1,
+        300..=399 => 2,
+        400..=499 => 3,
+        500..=599 => 4,
+        _ => 5,
+    }
+}
+
+/// One listener's counters in one worker.
+#[derive(Debug, Default)]
+pub struct ListenerStats {
+    accepted: Counter,
+    closed: Counter,
+    refused: [Counter; 3],
+    /// By [`Proto`], then by status class.
+    requests: [[Counter; 6]; 8],
+    bytes_in: Counter,
+    bytes_out: Counter,
+    tls_handshakes: Counter,
+    tls_failures: Counter,
+    h2_streams: Counter,
+}
+
+/// One listener's counters: a slot per worker, each written by its worker only, summed
+/// when scraped. A listener carries its own (`config::Listener::counters`), so a reload
+/// that keeps a listener keeps its counts, and one that drops it drops them.
+#[derive(Debug, Default)]
+pub struct ListenerCounters {
+    slots: Box<[Slot]>,
+}
+
+/// A worker's slot, on cache lines of its own: workers never write the same line.
+#[derive(Debug, Default)]
+#[repr(align(128))]
+struct Slot(ListenerStats);
+
+impl ListenerCounters {
+    pub fn new(workers: usize) -> std::sync::Arc<ListenerCounters> {
+        std::sync::Arc::new(ListenerCounters {
+            slots: (0..workers).map(|_| Slot::default()).collect(),
+        })
+    }
+
+    fn slot(&self, worker: usize) -> Option<&ListenerStats> {
+        self.slots.get(worker).map(|s| &s.0)
+    }
+
+    /// `f` summed over the workers' slots.
+    pub(crate) fn sum(&self, f: impl Fn(&ListenerStats) -> u64) -> u64 {
+        self.slots.iter().map(|s| f(&s.0)).sum()
+    }
+}
+
+/// Upper bounds of the latency histograms' buckets, in seconds: from half a millisecond
+/// (a pooled or local origin) to half a minute (the connect timeout's order).
+pub const LATENCY_BUCKETS: [f64; 15] =
+    [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0];
+
+/// Upper bounds of the tunnel-duration buckets, in seconds: from a short exchange through
+/// a tunnel to a day-long connection.
+pub const DURATION_BUCKETS: [f64; 15] = [
+    0.01, 0.1, 0.5, 1.0, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0, 1800.0, 3600.0, 7200.0, 21600.0,
+    86400.0,
+];
+
+/// The same bounds in nanoseconds, so that an observation compares integers.
+const fn nanos(b: [f64; 15]) -> [u64; 15] {
+    let mut out = [0u64; 15];
+    let mut i = 0;
+    while i < 15 {
+        out[i] = (b[i] * 1e9) as u64;
+        i += 1;
+    }
+    out
+}
+
+const LATENCY_NS: [u64; 15] = nanos(LATENCY_BUCKETS);
+const DURATION_NS: [u64; 15] = nanos(DURATION_BUCKETS);
+
+/// Which bucket a duration falls in (15: above the last bound).
+fn bucket(bounds: &[u64; 15], d: Duration) -> (usize, u64) {
+    let ns = u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
+    (bounds.iter().position(|&b| ns <= b).unwrap_or(15), ns)
+}
+
+/// A histogram written by one thread; bucket counts are not cumulative here (they are
+/// made so when written out).
+#[derive(Debug, Default)]
+pub struct Histogram {
+    counts: [Counter; 16],
+    sum_ns: Counter,
+}
+
+impl Histogram {
+    fn observe(&self, bounds: &[u64; 15], d: Duration) {
+        let (i, ns) = bucket(bounds, d);
+        self.counts[i].add(1);
+        self.sum_ns.add(ns);
+    }
+
+    fn add_to(&self, into: &mut Summed) {
+        for (sum, c) in into.counts.iter_mut().zip(&self.counts) {
+            *sum += c.get();
+        }
+        into.sum_ns += self.sum_ns.get();
+    }
+}
+
+/// A histogram several threads write (fetch_add): for a parent's connect latency, shared
+/// by the workers and kept across reloads like its health. Observed once per new
+/// connection through a parent, not per request.
+#[derive(Debug, Default)]
+pub struct SharedHistogram {
+    counts: [AtomicU64; 16],
+    sum_ns: AtomicU64,
+}
+
+impl SharedHistogram {
+    pub fn observe(&self, d: Duration) {
+        let (i, ns) = bucket(&LATENCY_NS, d);
+        self.counts[i].fetch_add(1, Relaxed);
+        self.sum_ns.fetch_add(ns, Relaxed);
+    }
+
+    pub fn summed(&self) -> Summed {
+        let mut s = Summed::default();
+        for (sum, c) in s.counts.iter_mut().zip(&self.counts) {
+            *sum = c.load(Relaxed);
+        }
+        s.sum_ns = self.sum_ns.load(Relaxed);
+        s
+    }
+}
+
+/// A histogram's figures summed over workers.
+#[derive(Debug, Default, Clone)]
+pub struct Summed {
+    counts: [u64; 16],
+    sum_ns: u64,
+}
+
+/// A parent's counters (in its `route::Health`, shared by the workers).
+#[derive(Debug, Default)]
+pub struct ParentStats {
+    /// Connections through it (or probes) that failed at it.
+    pub failures: AtomicU64,
+    /// Time to a connection through it (the whole chain it was part of).
+    pub connect: SharedHistogram,
+}
+
+/// One user's counters in one worker.
+#[derive(Debug, Default)]
+pub struct UserStats {
+    requests: Counter,
+    bytes_in: Counter,
+    bytes_out: Counter,
+    opened: Counter,
+    closed: Counter,
+    denied: Counter,
+}
+
+/// Users a worker keeps counters of, at most: names come from the configuration, but
+/// a listener that accepts any credentials (`accept_any_credentials`) takes whatever
+/// name a client sends. Users past this count are counted under `other`.
+const MAX_USERS_PER_WORKER: usize = 10_000;
+
+/// Everything one worker counts. Written only by its worker thread.
+#[derive(Debug)]
+pub struct WorkerStats {
+    connect: Histogram,
+    head: Histogram,
+    tunnel: Histogram,
+    /// Users seen by this worker; the lock is taken by the worker only the first time it
+    /// sees a user, and by the scrape.
+    users: Mutex<Vec<(Box<str>, Arc<UserStats>)>>,
+    /// Users past `MAX_USERS_PER_WORKER`.
+    overflow: Arc<UserStats>,
+}
+
+impl WorkerStats {
+    pub fn new() -> Arc<WorkerStats> {
+        Arc::new(WorkerStats {
+            connect: Histogram::default(),
+            head: Histogram::default(),
+            tunnel: Histogram::default(),
+            users: Mutex::new(Vec::new()),
+            overflow: Arc::default(),
+        })
+    }
+}
+
+/// A worker thread's way to its stats.
+struct Local {
+    /// The worker's number: its slot in each listener's counters.
+    id: usize,
+    stats: Arc<WorkerStats>,
+    users: RefCell<HashMap<Box<str>, Arc<UserStats>>>,
+}
+
+impl Local {
+    fn listener<'a>(&self, c: &'a ListenerCounters) -> Option<&'a ListenerStats> {
+        c.slot(self.id)
+    }
+
+    /// The user's counters, made (and registered for the scrape) on first sight.
+    fn user(&self, name: &str) -> Arc<UserStats> {
+        let mut users = self.users.borrow_mut();
+        if let Some(u) = users.get(name) {
+            return u.clone();
+        }
+        if users.len() >= MAX_USERS_PER_WORKER {
+            return self.stats.overflow.clone();
+        }
+        let u = Arc::new(UserStats::default());
+        self.stats
+            .users
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push((name.into(), u.clone()));
+        users.insert(name.into(), u.clone());
+        u
+    }
+
+    /// Runs `f` on the user's counters without touching the `Arc`'s count.
+    fn with_user(&self, name: &str, f: impl FnOnce(&UserStats)) {
+        if let Some(u) = self.users.borrow().get(name) {
+            return f(u);
+        }
+        f(&self.user(name))
+    }
+}
+
+thread_local! {
+    static HERE: OnceCell<Local> = const { OnceCell::new() };
+}
+
+/// Makes `stats` this thread's (a worker's, once at its start). Counting on a thread
+/// without stats does nothing.
+pub fn install(id: usize, stats: Arc<WorkerStats>) {
+    HERE.with(|h| {
+        let _ = h.set(Local { id, stats, users: RefCell::default() });
+    });
+}
+
+#[inline]
+fn here(f: impl FnOnce(&Local)) {
+    HERE.with(|h| {
+        if let Some(l) = h.get() {
+            f(l)
+        }
+    });
+}
+
+/// A connection was accepted on `listener`.
+pub fn accepted(listener: &ListenerCounters) {
+    here(|l| {
+        if let Some(s) = l.listener(listener) {
+            s.accepted.add(1)
+        }
+    })
+}
+
+/// A connection accepted on `listener` closed.
+pub fn closed(listener: &ListenerCounters) {
+    here(|l| {
+        if let Some(s) = l.listener(listener) {
+            s.closed.add(1)
+        }
+    })
+}
+
+/// A connection refused with no exchange to log (over the limit on a port that has no
+/// way to say so).
+pub fn refused(listener: &ListenerCounters, cause: Refused) {
+    here(|l| {
+        if let Some(s) = l.listener(listener) {
+            s.refused[cause as usize].add(1)
+        }
+    })
+}
+
+/// A TLS handshake with a client of `listener` completed or failed.
+pub fn tls_handshake(listener: &ListenerCounters, ok: bool) {
+    here(|l| {
+        if let Some(s) = l.listener(listener) {
+            s.tls_handshakes.add(1);
+            if !ok {
+                s.tls_failures.add(1);
+            }
+        }
+    })
+}
+
+/// An HTTP/2 stream began on `listener`.
+pub fn h2_stream(listener: &ListenerCounters) {
+    here(|l| {
+        if let Some(s) = l.listener(listener) {
+            s.h2_streams.add(1)
+        }
+    })
+}
+
+/// A new upstream connection (direct or through parents) took `d` to make.
+pub fn upstream_connected(d: Duration) {
+    here(|l| l.stats.connect.observe(&LATENCY_NS, d))
+}
+
+/// A response head came `d` after its request began to go out.
+pub fn response_head(d: Duration) {
+    here(|l| l.stats.head.observe(&LATENCY_NS, d))
+}
+
+/// How an exchange or tunnel ended: one per access-log line, counted whether or not the
+/// log is on.
+pub struct End<'a> {
+    pub listener: &'a ListenerCounters,
+    pub proto: Proto,
+    /// The HTTP status the client got; 0: none. Protocols without statuses give 200 for
+    /// a tunnel or session that was set up, and their error's HTTP status otherwise.
+    pub status: u16,
+    /// Bytes from the client towards the upstream, and back.
+    pub up: u64,
+    pub down: u64,
+    /// The authenticated user.
+    pub user: Option<&'a str>,
+    pub refused: Option<Refused>,
+    /// When a tunnel began, for its duration.
+    pub tunnel: Option<Instant>,
+}
+
+pub fn ended(e: &End<'_>) {
+    here(|l| {
+        if let Some(s) = l.listener(e.listener) {
+            s.requests[e.proto as usize][class(e.status)].add(1);
+            s.bytes_in.add(e.up);
+            s.bytes_out.add(e.down);
+            if let Some(cause) = e.refused {
+                s.refused[cause as usize].add(1);
+            }
+        }
+        if let Some(start) = e.tunnel {
+            l.stats.tunnel.observe(&DURATION_NS, start.elapsed());
+        }
+        if let Some(name) = e.user {
+            l.with_user(name, |u| {
+                u.requests.add(1);
+                u.bytes_in.add(e.up);
+                u.bytes_out.add(e.down);
+                if e.refused.is_some() {
+                    u.denied.add(1);
+                }
+            });
+        }
+    })
+}
+
+/// An open connection of an authenticated user; counts it closed when dropped (on the
+/// worker thread that opened it, where the connection lives).
+#[derive(Debug)]
+pub struct UserConn(Arc<UserStats>);
+
+impl Drop for UserConn {
+    fn drop(&mut self) {
+        self.0.closed.add(1);
+    }
+}
+
+/// A connection authenticated as `user` (once per connection).
+pub fn user_connection(user: &str) -> Option<UserConn> {
+    let mut conn = None;
+    here(|l| {
+        let u = l.user(user);
+        u.opened.add(1);
+        conn = Some(UserConn(u));
+    });
+    conn
+}
+
+static RELOADS: AtomicU64 = AtomicU64::new(0);
+static RELOAD_FAILURES: AtomicU64 = AtomicU64::new(0);
+
+/// A configuration reload was applied (`ok`) or refused.
+pub fn reloaded(ok: bool) {
+    match ok {
+        true => RELOADS.fetch_add(1, Relaxed),
+        false => RELOAD_FAILURES.fetch_add(1, Relaxed),
+    };
+}
+
+/// Whether the proxy takes new connections, for `/readyz`.
+#[derive(Debug)]
+pub struct Readiness(AtomicU8);
+
+impl Default for Readiness {
+    fn default() -> Self {
+        Readiness(AtomicU8::new(STARTING))
+    }
+}
+
+const STARTING: u8 = 0;
+const READY: u8 = 1;
+const DRAINING: u8 = 2;
+
+impl Readiness {
+    /// The listeners are bound and the workers accept.
+    pub fn set_ready(&self) {
+        self.0.store(READY, Relaxed);
+    }
+
+    /// The listeners stop accepting (a shutdown or a takeover began); final.
+    pub fn set_draining(&self) {
+        self.0.store(DRAINING, Relaxed);
+    }
+
+    /// Ok when ready; otherwise why not.
+    pub fn check(&self) -> Result<(), &'static str> {
+        match self.0.load(Relaxed) {
+            READY => Ok(()),
+            DRAINING => Err("draining: the listeners no longer accept connections"),
+            _ => Err("starting: the listeners are not bound yet"),
+        }
+    }
+}
+
+mod text;
+
+pub use text::{render, ListenerLabel, ParentView, Process, Scrape};
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn buckets_and_classes() {
+        assert_eq!(bucket(&LATENCY_NS, Duration::from_micros(500)).0, 0);
+        assert_eq!(bucket(&LATENCY_NS, Duration::from_micros(501)).0, 1);
+        assert_eq!(bucket(&LATENCY_NS, Duration::from_secs(31)).0, 15);
+        assert_eq!(bucket(&DURATION_NS, Duration::from_secs(2)).0, 4);
+        assert_eq!([class(101), class(204), class(302), class(407), class(502)], [0, 1, 2, 3, 4]);
+        assert_eq!([class(0), class(600)], [5, 5]);
+    }
+
+    #[test]
+    fn readiness() {
+        let r = Readiness::default();
+        assert!(r.check().expect_err("not ready").starts_with("starting"));
+        r.set_ready();
+        assert!(r.check().is_ok());
+        r.set_draining();
+        assert!(r.check().expect_err("not ready").starts_with("draining"));
+    }
+}
