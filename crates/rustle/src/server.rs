@@ -34,6 +34,11 @@ const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
 /// How often a worker closes expired idle origin connections.
 const SWEEP_EVERY: Duration = Duration::from_secs(1);
 
+/// How long a reload waits for every worker to have the new policy in force before it says
+/// so anyway (a worker takes it at its next turn of the housekeeping loop, within
+/// microseconds unless its thread is starved; the wait only bounds a stuck worker).
+const IN_FORCE_WITHIN: Duration = Duration::from_secs(5);
+
 /// Each worker's sockets, with the listener each belongs to.
 type WorkerSockets = Vec<(Arc<Listener>, Socket)>;
 
@@ -155,12 +160,56 @@ fn bind_one(addr: SocketAddr, kind: ListenerKind) -> std::io::Result<std::net::T
     Ok(s.into())
 }
 
+/// The policy each worker has in force (by identity), so that a reload returns, and says
+/// "reloaded", only once every worker has taken it.
+struct InForce {
+    taken: std::sync::Mutex<Vec<Option<Arc<Policy>>>>,
+    changed: std::sync::Condvar,
+}
+
+impl InForce {
+    fn new(workers: usize) -> Arc<InForce> {
+        Arc::new(InForce {
+            taken: std::sync::Mutex::new(vec![None; workers]),
+            changed: std::sync::Condvar::new(),
+        })
+    }
+
+    /// Worker `id` has `policy` in force.
+    fn took(&self, id: usize, policy: Arc<Policy>) {
+        // A poisoned lock only means another worker panicked while holding it: the slots
+        // are still plain values.
+        let mut taken = self.taken.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(slot) = taken.get_mut(id) {
+            *slot = Some(policy);
+        }
+        self.changed.notify_all();
+    }
+
+    /// Waits up to `within` for every worker to have `policy` in force; the workers that
+    /// have not by then.
+    fn wait(&self, policy: &Arc<Policy>, within: Duration) -> Vec<usize> {
+        let late = |taken: &Vec<Option<Arc<Policy>>>| -> Vec<usize> {
+            let has = |p: &Option<Arc<Policy>>| p.as_ref().is_some_and(|p| Arc::ptr_eq(p, policy));
+            taken.iter().enumerate().filter(|(_, p)| !has(p)).map(|(id, _)| id).collect()
+        };
+        let taken = self.taken.lock().unwrap_or_else(|p| p.into_inner());
+        let (taken, _) = self
+            .changed
+            .wait_timeout_while(taken, within, |t| !late(t).is_empty())
+            .unwrap_or_else(|p| p.into_inner());
+        late(&taken)
+    }
+}
+
 /// The bound addresses, for callers that asked for port 0.
 pub struct Running {
     pub addrs: Vec<(ListenerKind, SocketAddr)>,
     threads: Vec<std::thread::JoinHandle<()>>,
     stop: watch::Sender<bool>,
     policy_tx: watch::Sender<Arc<Policy>>,
+    in_force: Arc<InForce>,
+    switches: Arc<crate::relay::Switches>,
     own: Vec<SocketAddr>,
     /// The listeners as bound (ports resolved), which a reload does not change.
     listeners: Vec<Arc<Listener>>,
@@ -195,9 +244,24 @@ impl Running {
         self.policy_tx.borrow().clone()
     }
 
-    /// Puts `policy` in force in every worker.
+    /// Puts `policy` in force in every worker, and returns once each has it (for new
+    /// connections and requests), or after `IN_FORCE_WITHIN` with a warning naming the
+    /// workers that have not taken it yet.
     pub fn publish(&self, policy: Policy) {
-        let _ = self.policy_tx.send(Arc::new(policy));
+        let policy = Arc::new(policy);
+        let _ = self.policy_tx.send(policy.clone());
+        let late = self.in_force.wait(&policy, IN_FORCE_WITHIN);
+        if !late.is_empty() {
+            tracing::warn!(
+                "worker(s) {late:?} have not taken the new policy after {IN_FORCE_WITHIN:?}; \
+                 they will at their next turn"
+            );
+        }
+    }
+
+    /// Mode switches of this proxy's relays so far: (to splice, back to copy).
+    pub fn mode_switches(&self) -> (u64, u64) {
+        self.switches.get()
     }
 
     /// The proxy's own listening addresses (refused as destinations).
@@ -258,9 +322,12 @@ pub fn start(cfg: Config) -> anyhow::Result<Running> {
     let sink = Sink::open(&cfg.log.access).context("cannot open the access log")?;
     let (stop, shutdown) = watch::channel(false);
     let open = Arc::new(AtomicUsize::new(0));
+    let in_force = InForce::new(sockets.len());
+    let switches = Arc::new(crate::relay::Switches::default());
     let mut threads = Vec::new();
     for (id, socks) in sockets.drain(..).enumerate() {
         let cfg = cfg.clone();
+        let (in_force, switches) = (in_force.clone(), switches.clone());
         let policy_rx = policy_rx.clone();
         let conn_limits = conn_limits.clone();
         let traffic = traffic.clone();
@@ -276,6 +343,7 @@ pub fn start(cfg: Config) -> anyhow::Result<Running> {
                 }
             };
             let local = tokio::task::LocalSet::new();
+            crate::relay::count_switches_in(switches);
             let worker = Rc::new(Worker::new(
                 id,
                 cfg,
@@ -286,14 +354,26 @@ pub fn start(cfg: Config) -> anyhow::Result<Running> {
                 sink,
                 open,
             ));
-            local.block_on(&rt, worker_main(worker, socks));
+            in_force.took(id, worker.policy().as_ref().clone());
+            local.block_on(&rt, worker_main(worker, socks, in_force));
         })?;
         threads.push(t);
     }
     for (kind, addr) in &addrs {
         tracing::info!("listening on {addr} ({kind}), {workers} worker(s)");
     }
-    Ok(Running { addrs, threads, stop, policy_tx, own, listeners: bound, traffic, sink })
+    Ok(Running {
+        addrs,
+        threads,
+        stop,
+        policy_tx,
+        in_force,
+        switches,
+        own,
+        listeners: bound,
+        traffic,
+        sink,
+    })
 }
 
 /// Descriptors the proxy holds besides its connections: standard streams, the event
@@ -392,7 +472,11 @@ fn listener_throttle(l: &Listener) -> anyhow::Result<Throttle> {
     })
 }
 
-async fn worker_main(worker: Rc<Worker>, sockets: Vec<(Arc<Listener>, Socket)>) {
+async fn worker_main(
+    worker: Rc<Worker>,
+    sockets: Vec<(Arc<Listener>, Socket)>,
+    in_force: Arc<InForce>,
+) {
     for (l, s) in sockets {
         let started = match s {
             Socket::Tcp(s) => crate::sys::watch_listener(s)
@@ -438,7 +522,8 @@ async fn worker_main(worker: Rc<Worker>, sockets: Vec<(Arc<Listener>, Socket)>) 
             }
             Ok(()) = policy_rx.changed() => {
                 let new = policy_rx.borrow_and_update().clone();
-                worker.set_policy(new);
+                worker.set_policy(new.clone());
+                in_force.took(worker.id, new);
             }
         }
     }
