@@ -723,15 +723,18 @@ impl Config {
     pub fn parse(text: &str) -> Result<Config, Vec<Problem>> {
         let line_of = |offset: usize| text[..offset.min(text.len())].matches('\n').count() + 1;
         let mut unknown = Vec::new();
-        let de = toml::Deserializer::new(text);
-        let parsed: Result<Config, _> =
-            serde_ignored::deserialize(de, |path| unknown.push(path_segments(&path)));
+        let parsed: Result<Config, toml::de::Error> =
+            toml::Deserializer::parse(text).and_then(|de| {
+                serde_ignored::deserialize(de, |path| unknown.push(path_segments(&path)))
+            });
         let mut problems = Vec::new();
-        let doc = toml_edit::ImDocument::parse(text).ok();
+        let doc = toml_edit::Document::parse(text).ok();
         for segs in &unknown {
             let line = doc.as_ref().and_then(|d| key_offset(d, segs)).map(line_of);
             problems.push(Problem { line, message: format!("unknown key `{}`", segs.join(".")) });
         }
+        // In the file's order (the parser meets keys in the order of its own tables).
+        problems.sort_by_key(|p| p.line.unwrap_or(usize::MAX));
         let mut config = match parsed {
             Ok(c) => c,
             Err(e) => {
@@ -1124,7 +1127,7 @@ fn path_segments(path: &serde_ignored::Path<'_>) -> Vec<String> {
 
 /// Byte offset of the key at `segs` (map keys and array indexes) in the document. Items
 /// are cloned as the walk goes: this runs only when reporting errors.
-fn key_offset(doc: &toml_edit::ImDocument<&str>, segs: &[String]) -> Option<usize> {
+fn key_offset(doc: &toml_edit::Document<&str>, segs: &[String]) -> Option<usize> {
     use toml_edit::{Item, Value};
     let mut item = doc.as_item().clone();
     let mut offset = None;
