@@ -84,13 +84,25 @@ fn sigterm_removes_the_scratch_directory() {
         .spawn()
         .expect("starting the campaign");
     let scratch = tmp.join(format!("rustle-campaign-{}", child.id()));
-    // Wait until the proxy runs (its run directory exists), then a moment more.
+    // Wait until a run is under way: the proxy started (its run directory exists) and the
+    // load generator, a child of the campaign, runs against it.
+    let pid = child.id();
+    let load_runs = || {
+        let mut tasks =
+            std::fs::read_dir(format!("/proc/{pid}/task")).into_iter().flatten().flatten();
+        tasks.any(|task| {
+            let children = std::fs::read_to_string(task.path().join("children"));
+            children.unwrap_or_default().split_whitespace().any(|c| {
+                let cmdline = std::fs::read(format!("/proc/{c}/cmdline")).unwrap_or_default();
+                cmdline.split(|b| *b == 0).any(|arg| arg == b"load")
+            })
+        })
+    };
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
-    while !scratch.join("run-1").exists() && std::time::Instant::now() < deadline {
+    while !(scratch.join("run-1").exists() && load_runs()) {
+        assert!(std::time::Instant::now() < deadline, "the campaign never started a run");
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
-    assert!(scratch.join("run-1").exists(), "the campaign never started a run");
-    std::thread::sleep(std::time::Duration::from_millis(500));
     let killed = Command::new("kill").args(["-s", "TERM", &child.id().to_string()]).status();
     assert!(killed.expect("kill").success());
     let status = child.wait().expect("waiting for the campaign");

@@ -90,7 +90,8 @@ fn a_slow_reader_holds_the_forwarder_back_without_loss() {
     let req = format!("GET /bytes/{n} HTTP/1.1\r\nHost: o\r\nConnection: close\r\n\r\n");
     s.write_all(req.as_bytes()).unwrap();
     // Socket buffers fill while nobody reads: the forwarder must stop reading
-    // the origin and resume once the client's side drains.
+    // the origin and resume once the client's side drains. (The scenario: a client that
+    // does not read for a while.)
     std::thread::sleep(Duration::from_millis(300));
     let mut got = Vec::new();
     s.read_to_end(&mut got).unwrap();
@@ -145,6 +146,7 @@ fn with_http_every_head_is_rewritten_and_bodies_pass_whole() {
         body.len() * 2
     );
     w.write_all(format!("{req}{body}").as_bytes()).unwrap();
+    // The scenario: the second half of the body in a read of its own.
     std::thread::sleep(Duration::from_millis(100));
     w.write_all(body.as_bytes()).unwrap();
     let r = s.response(false);
@@ -169,6 +171,7 @@ fn with_http_every_head_is_rewritten_and_bodies_pass_whole() {
 #[test]
 fn with_http_a_read_past_a_body_turns_the_connection_opaque() {
     let (o, mut w, mut s) = http_floor();
+    // The scenario: each write in a read of its own.
     let pause = || std::thread::sleep(Duration::from_millis(100));
     let echo = o.url("/echo");
     w.write_all(

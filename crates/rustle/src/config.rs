@@ -826,7 +826,7 @@ pub struct Parsed {
 #[derive(Default)]
 pub struct Lines {
     text: String,
-    doc: Option<toml_edit::ImDocument<String>>,
+    doc: Option<toml_edit::Document<String>>,
     removed: collect::Removed,
 }
 
@@ -890,7 +890,7 @@ impl Config {
         let mut lines = Lines { text: text.to_string(), ..Default::default() };
         let mut problems = Vec::new();
         // A syntax error leaves nothing to deserialize.
-        let table = match toml_edit::ImDocument::parse(text.to_string()) {
+        let table = match toml_edit::Document::parse(text.to_string()) {
             Ok(doc) => {
                 lines.doc = Some(doc);
                 text.parse::<toml::Table>().map_err(|e| (e.span(), e.message().to_string()))
@@ -1286,7 +1286,7 @@ fn own_listener<'a>(
 
 /// Byte offset of the key at `segs` (map keys and array indexes) in the document. Items
 /// are cloned as the walk goes: this runs only when reporting errors.
-fn key_offset(doc: &toml_edit::ImDocument<String>, segs: &[String]) -> Option<usize> {
+fn key_offset(doc: &toml_edit::Document<String>, segs: &[String]) -> Option<usize> {
     use toml_edit::{Item, Value};
     let mut item = doc.as_item().clone();
     let mut offset = None;

@@ -410,6 +410,7 @@ impl AsyncWrite for WriteHalf<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::future::Future as _;
     use std::io::Write as _;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -438,17 +439,17 @@ mod tests {
         std::io::Read::read_exact(&mut client, &mut got).expect("test socket");
         assert_eq!(&got, b"answer");
 
-        // Nothing to read now: the read registers the socket and waits.
-        let writer = std::thread::spawn(move || {
-            std::thread::sleep(std::time::Duration::from_millis(50));
-            client.write_all(b"more").expect("test socket");
-            client
-        });
-        let n = s.read(&mut buf).await.expect("test socket");
+        // Nothing to read now: the read registers the socket and waits. Polled once by hand
+        // (pending: nothing was sent), then the bytes are sent and the same read finishes.
+        let mut read = Box::pin(s.read(&mut buf));
+        let first = std::future::poll_fn(|cx| Poll::Ready(read.as_mut().poll(cx))).await;
+        assert!(first.is_pending(), "a read with nothing sent finished: {first:?}");
+        client.write_all(b"more").expect("test socket");
+        let n = read.await.expect("test socket");
         assert_eq!(&buf[..n], b"more");
         assert!(matches!(s, Stream::Tcp(_)), "a blocked read registers the socket");
         assert!(s.tcp().is_some());
-        drop(writer.join().expect("test socket"));
+        drop(client);
         // End of stream reads as 0 bytes.
         assert_eq!(s.read(&mut buf).await.expect("test socket"), 0);
     }

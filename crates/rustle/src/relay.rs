@@ -22,6 +22,7 @@ use std::io;
 use std::os::fd::AsFd;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::task::{ready, Context, Poll};
 use std::time::{Duration, Instant};
 
@@ -57,14 +58,31 @@ const LOWAT: usize = 256 * 1024;
 /// Idle pipes and spare buffers a worker keeps.
 const MAX_SPARE: usize = 64;
 
-/// How many times directions switched mode, process-wide (rare events; for tests and
-/// diagnostics).
-static TO_SPLICE: AtomicU64 = AtomicU64::new(0);
-static TO_COPY: AtomicU64 = AtomicU64::new(0);
+/// How many times directions switched mode (rare events; for tests and diagnostics).
+/// Each thread's relays count into the thread's own, or into their proxy's once its
+/// worker thread said so (`count_switches_in`): one proxy, or one test, sees its own
+/// relays only.
+#[derive(Debug, Default)]
+pub struct Switches {
+    to_splice: AtomicU64,
+    to_copy: AtomicU64,
+}
 
-/// (switches to splice, switches back to copy) so far.
+impl Switches {
+    /// (switches to splice, switches back to copy) so far.
+    pub fn get(&self) -> (u64, u64) {
+        (self.to_splice.load(Ordering::Relaxed), self.to_copy.load(Ordering::Relaxed))
+    }
+}
+
+/// The relays of this thread count their mode switches in `switches` from now on.
+pub fn count_switches_in(switches: Arc<Switches>) {
+    POOLS.with(|p| *p.switches.borrow_mut() = switches);
+}
+
+/// (switches to splice, switches back to copy) of this thread's relays so far.
 pub fn mode_switches() -> (u64, u64) {
-    (TO_SPLICE.load(Ordering::Relaxed), TO_COPY.load(Ordering::Relaxed))
+    POOLS.with(|p| p.switches.borrow().get())
 }
 
 /// Optional grace delay (3proxy's `-g`): after `reads` small reads in a row, wait `delay`
@@ -121,6 +139,7 @@ struct Pools {
     pipe_warned: Cell<bool>,
     /// (splices into a pipe, bytes they moved)
     splice_reads: Cell<(u64, u64)>,
+    switches: RefCell<Arc<Switches>>,
 }
 
 impl Default for Pools {
@@ -131,6 +150,7 @@ impl Default for Pools {
             pipes: RefCell::new(Vec::new()),
             pipe_warned: Cell::new(false),
             splice_reads: Cell::new((0, 0)),
+            switches: RefCell::new(Arc::default()),
         }
     }
 }
@@ -477,7 +497,7 @@ impl Dir {
             if opts.splice == SpliceMode::Auto && u32::from(self.small) >= SMALL_READS_TO_COPY {
                 self.splicing = false;
                 self.small = 0;
-                TO_COPY.fetch_add(1, Ordering::Relaxed);
+                POOLS.with(|p| p.switches.borrow().to_copy.fetch_add(1, Ordering::Relaxed));
             }
             return;
         }
@@ -491,7 +511,7 @@ impl Dir {
         if opts.splice == SpliceMode::Auto && u32::from(self.full) >= FULL_READS_TO_SPLICE {
             self.splicing = true;
             self.full = 0;
-            TO_SPLICE.fetch_add(1, Ordering::Relaxed);
+            POOLS.with(|p| p.switches.borrow().to_splice.fetch_add(1, Ordering::Relaxed));
         }
         if let Some(g) = opts.grace {
             if u32::from(self.small) >= g.reads {

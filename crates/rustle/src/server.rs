@@ -37,6 +37,50 @@ const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
 /// How often a worker closes expired idle origin connections.
 const SWEEP_EVERY: Duration = Duration::from_secs(1);
 
+/// How long a reload waits for every worker to have the new policy in force before it says
+/// so anyway (a worker takes it at its next turn of its loop, within microseconds unless
+/// its thread is starved; the wait only bounds a stuck worker).
+const IN_FORCE_WITHIN: Duration = Duration::from_secs(5);
+
+/// The policy each worker has in force (by identity), so that a reload returns, and says
+/// "reloaded", only once every worker has taken it.
+struct InForce {
+    taken: Mutex<Vec<Option<Arc<Policy>>>>,
+    changed: std::sync::Condvar,
+}
+
+impl InForce {
+    fn new(workers: usize) -> Arc<InForce> {
+        Arc::new(InForce { taken: Mutex::new(vec![None; workers]), changed: Default::default() })
+    }
+
+    /// Worker `id` has `policy` in force.
+    fn took(&self, id: usize, policy: Arc<Policy>) {
+        // A poisoned lock only means another worker panicked while holding it: the slots
+        // are still plain values.
+        let mut taken = self.taken.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(slot) = taken.get_mut(id) {
+            *slot = Some(policy);
+        }
+        self.changed.notify_all();
+    }
+
+    /// Waits up to `within` for every worker to have `policy` in force; the workers that
+    /// have not by then.
+    fn wait(&self, policy: &Arc<Policy>, within: Duration) -> Vec<usize> {
+        let late = |taken: &Vec<Option<Arc<Policy>>>| -> Vec<usize> {
+            let has = |p: &Option<Arc<Policy>>| p.as_ref().is_some_and(|p| Arc::ptr_eq(p, policy));
+            taken.iter().enumerate().filter(|(_, p)| !has(p)).map(|(id, _)| id).collect()
+        };
+        let taken = self.taken.lock().unwrap_or_else(|p| p.into_inner());
+        let (taken, _) = self
+            .changed
+            .wait_timeout_while(taken, within, |t| !late(t).is_empty())
+            .unwrap_or_else(|p| p.into_inner());
+        late(&taken)
+    }
+}
+
 /// What a worker is told to put in force: at start, on a reload, and when a takeover
 /// asks it to stop accepting (no listener).
 pub struct Update {
@@ -56,6 +100,8 @@ pub struct Running {
     state: Mutex<State>,
     traffic: Arc<Traffic>,
     conn_limits: Arc<ConnLimits>,
+    in_force: Arc<InForce>,
+    switches: Arc<crate::relay::Switches>,
     /// Whether the proxy takes new connections (`/readyz`).
     readiness: Arc<crate::metrics::Readiness>,
     /// The admin endpoint, when `[admin] listen` is set, and what its scrapes read.
@@ -313,7 +359,20 @@ impl Running {
         // theirs as they take the update.
         drop(old);
         let _ = self.admin_view.send(admin_view(&bound, &policy));
-        *state = State { bound, policy, config: plan.config, sink: plan.sink };
+        *state = State { bound, policy: policy.clone(), config: plan.config, sink: plan.sink };
+        drop(state);
+        let late = self.in_force.wait(&policy, IN_FORCE_WITHIN);
+        if !late.is_empty() {
+            tracing::warn!(
+                "worker(s) {late:?} have not taken the new configuration after \
+                 {IN_FORCE_WITHIN:?}; they will at their next turn"
+            );
+        }
+    }
+
+    /// Mode switches of this proxy's relays so far: (to splice, back to copy).
+    pub fn mode_switches(&self) -> (u64, u64) {
+        self.switches.get()
     }
 
     /// Logs where each listener listens (`start_with` leaves it to the caller, which
@@ -419,6 +478,8 @@ pub fn start_with(cfg: Config, mut inherited: Inherited) -> anyhow::Result<Runni
         )?),
         None => None,
     };
+    let in_force = InForce::new(workers);
+    let switches = Arc::new(crate::relay::Switches::default());
     let mut threads = Vec::new();
     let mut senders = Vec::new();
     for (id, stats) in stats.into_iter().enumerate() {
@@ -430,6 +491,7 @@ pub fn start_with(cfg: Config, mut inherited: Inherited) -> anyhow::Result<Runni
         let _ = tx.send(Update { policy: policy.clone(), sink: sink.clone(), listeners });
         senders.push(tx);
         let policy = policy.clone();
+        let (in_force, switches) = (in_force.clone(), switches.clone());
         let conn_limits = conn_limits.clone();
         let traffic = traffic.clone();
         let sink = sink.clone();
@@ -444,10 +506,12 @@ pub fn start_with(cfg: Config, mut inherited: Inherited) -> anyhow::Result<Runni
                 }
             };
             crate::metrics::install(id, stats);
+            crate::relay::count_switches_in(switches);
             let local = tokio::task::LocalSet::new();
             let worker =
                 Rc::new(Worker::new(id, policy, shutdown, conn_limits, traffic, sink, open));
-            local.block_on(&rt, worker_main(worker, rx));
+            in_force.took(id, policy_of(&worker));
+            local.block_on(&rt, worker_main(worker, rx, in_force));
         })?;
         threads.push(t);
     }
@@ -460,6 +524,8 @@ pub fn start_with(cfg: Config, mut inherited: Inherited) -> anyhow::Result<Runni
         state,
         traffic,
         conn_limits,
+        in_force,
+        switches,
         readiness,
         admin,
         admin_view,
@@ -648,7 +714,16 @@ impl Serving {
     }
 }
 
-async fn worker_main(worker: Rc<Worker>, mut updates: mpsc::UnboundedReceiver<Update>) {
+/// The policy a worker has in force.
+fn policy_of(worker: &Worker) -> Arc<Policy> {
+    Arc::clone(&worker.policy())
+}
+
+async fn worker_main(
+    worker: Rc<Worker>,
+    mut updates: mpsc::UnboundedReceiver<Update>,
+    in_force: Arc<InForce>,
+) {
     let mut serving = Serving::default();
     // The first update (sent before the thread started) names the listeners.
     if let Ok(Update { listeners, .. }) = updates.try_recv() {
@@ -687,6 +762,7 @@ async fn worker_main(worker: Rc<Worker>, mut updates: mpsc::UnboundedReceiver<Up
             Some(update) = updates.recv() => {
                 worker.reconfigure(update.policy, update.sink);
                 serving.apply(&worker, update.listeners);
+                in_force.took(worker.id, policy_of(&worker));
             }
         }
     }

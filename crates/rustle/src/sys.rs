@@ -334,6 +334,16 @@ mod tests {
     use std::io::{Read, Write};
     use std::os::fd::AsFd;
 
+    /// Waits (up to 5 s) until `s` has bytes or its end ready to read, with a blocking peek;
+    /// leaves it non-blocking. Loopback delivers promptly, but not always before the
+    /// sender's write returns.
+    fn wait_readable(s: &std::net::TcpStream) {
+        s.set_nonblocking(false).expect("blocking");
+        s.set_read_timeout(Some(std::time::Duration::from_secs(5))).expect("timeout");
+        s.peek(&mut [0u8; 1]).expect("bytes or their end within 5 s");
+        s.set_nonblocking(true).expect("nonblocking");
+    }
+
     #[test]
     fn splices_between_sockets() {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
@@ -349,7 +359,7 @@ mod tests {
         let e = pipe.fill(b.as_fd()).expect_err("nothing yet");
         assert_eq!(e.kind(), io::ErrorKind::WouldBlock);
         a.write_all(b"hello through the kernel").expect("write");
-        std::thread::sleep(std::time::Duration::from_millis(20));
+        wait_readable(&b);
         let n = pipe.fill(b.as_fd()).expect("fill");
         assert_eq!(n, 24);
         assert_eq!(pipe.len(), 24);
@@ -359,7 +369,7 @@ mod tests {
         d.read_exact(&mut got).expect("read");
         assert_eq!(&got, b"hello through the kernel");
         drop(a);
-        std::thread::sleep(std::time::Duration::from_millis(20));
+        wait_readable(&b);
         assert_eq!(pipe.fill(b.as_fd()).expect("eof"), 0, "end of stream reads as 0");
     }
 }

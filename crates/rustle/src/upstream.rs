@@ -707,11 +707,16 @@ mod tests {
         let (server_a, _) = listener.accept().await.expect("accept");
         let b = TcpStream::connect(addr).await.expect("connect");
         let (_server_b, _) = listener.accept().await.expect("accept");
+        // a's origin closes; once its end has arrived (the pool's staleness check looks
+        // for it), both are parked.
+        drop(server_a);
+        tokio::time::timeout(Duration::from_secs(5), a.readable())
+            .await
+            .expect("the origin's close arrives")
+            .expect("readable");
         ups.put(b"k:1", a.into(), addr);
         ups.put(b"k:1", b.into(), addr);
         assert_eq!(ups.idle_count(), 2);
-        drop(server_a);
-        tokio::time::sleep(Duration::from_millis(50)).await;
         // b is newest, so it comes first and is alive.
         assert!(ups.take(b"k:1").is_some());
         // a was closed by its origin: not handed out.

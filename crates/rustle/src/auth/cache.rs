@@ -178,6 +178,9 @@ mod tests {
         assert!(cache.lookup("alice", b"secret", 1));
         let mut short = CredentialCache::new(Duration::from_millis(1), 8);
         short.insert("alice", b"secret", 1);
+        // The cache reads std's clock: a real wait, which cannot race since a sleep lasts at
+        // least what it asks (5 ms past a 1 ms lifetime). The expiry itself is tested on
+        // given instants above.
         std::thread::sleep(Duration::from_millis(5));
         assert!(!short.lookup("alice", b"secret", 1));
     }

@@ -328,6 +328,8 @@ fn threads_in_real_time_hold_the_rate() {
             })
         })
         .collect();
+    // The scenario: the threads take for a while (300 ms of the real clock the bucket
+    // reads); the upper bound is measured on the elapsed time, whatever it turns out.
     thread::sleep(ms(300));
     stop.store(true, Ordering::Relaxed);
     let total: u64 = handles.into_iter().map(|h| h.join().expect("thread")).sum();

@@ -252,7 +252,7 @@ fn bind_tcp(addr: SocketAddr, kind: ListenerKind) -> std::io::Result<std::net::T
 fn tcp_options(s: &Socket2, kind: ListenerKind) -> std::io::Result<()> {
     // Accepted sockets inherit TCP_NODELAY from the listener on Linux: one setsockopt
     // here instead of one per connection.
-    s.set_nodelay(true)?;
+    s.set_tcp_nodelay(true)?;
     // A plain HTTP (or auto-detected) connection starts unregistered and reads at once
     // (`Stream::Fresh`): accepted only with its first bytes there, it is served without
     // waiting on epoll. SOCKS and TLS clients speak first too: their connections come with

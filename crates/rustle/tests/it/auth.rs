@@ -436,12 +436,7 @@ password = "plain:Zebra-Quartz-42"
     let line = proxy.log_line(|l| l.contains("socks5://"));
     assert!(line.ends_with(" user=alice"), "{line}");
     // Two failures logged; then no trace of either password, plain or encoded.
-    let deadline = std::time::Instant::now() + Duration::from_secs(2);
-    while proxy.log_text().matches("wrong password").count() < 2
-        && std::time::Instant::now() < deadline
-    {
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_until(Duration::from_secs(5), || proxy.log_text().matches("wrong password").count() >= 2);
     let log = proxy.log_text();
     assert_eq!(log.matches("wrong password").count(), 2, "{log}");
     for secret in ["Zebra", "Quartz", "Wrong-Horse", "Horse-17"] {
@@ -604,18 +599,12 @@ fn per_user_traffic_is_counted_across_requests_and_tunnels() {
     assert_eq!(t.take(1000), vec![7u8; 1000]);
     drop(t);
     drop(c);
-    let start = std::time::Instant::now();
-    loop {
+    let counted = || {
         let traffic = proxy.traffic();
         let alice = traffic.iter().find(|(u, _, _)| u == "alice").cloned();
-        if let Some((_, up, down)) = alice {
-            if up >= 1000 && down >= 3 * 5000 + 1000 {
-                break;
-            }
-        }
-        assert!(start.elapsed() < std::time::Duration::from_secs(3), "counters: {traffic:?}");
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
+        alice.is_some_and(|(_, up, down)| up >= 1000 && down >= 3 * 5000 + 1000)
+    };
+    assert!(wait_until(Duration::from_secs(5), counted), "counters: {:?}", proxy.traffic());
 }
 
 #[test]

@@ -197,6 +197,7 @@ fn idle_tunnels_are_closed_and_busy_ones_are_not() {
     for i in 0..12u8 {
         busy.send(&[i; 10]);
         assert_eq!(busy.take(10), vec![i; 10], "busy tunnel, message {i}");
+        // The scenario: a tunnel that talks every 100 ms, a quarter of the idle timeout.
         std::thread::sleep(Duration::from_millis(100));
     }
     // Quiet: closed long ago (its timeout passed while the busy one talked).

@@ -262,7 +262,9 @@ fn chunk_size_beyond_2_53_in_a_request_is_400() {
     let proxy = Proxy::start();
     let mut c = Conn::to_proxy(&proxy);
     c.send(&head_at(origin.addr(), "POST", "/", "Transfer-Encoding: chunked\r\n"));
-    std::thread::sleep(Duration::from_millis(100));
+    // The head is at the origin (the request under way) before the bad chunk comes.
+    let head_there = || origin.received_so_far().windows(4).any(|w| w == b"\r\n\r\n");
+    assert!(wait_until(Duration::from_secs(5), head_there), "the head did not reach the origin");
     c.send(b"5\r\nhello\r\n20000000000000\r\n");
     let r = c.read_response();
     assert_eq!(r.status, 400, "{}", r.text());

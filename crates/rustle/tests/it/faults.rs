@@ -124,13 +124,7 @@ fn listening(port: u16) -> bool {
 /// Waits until `counter` reaches `n`, for at most `within`; the time it took, if it did.
 fn reaches(counter: &AtomicUsize, n: usize, within: Duration) -> Option<Duration> {
     let start = Instant::now();
-    while start.elapsed() < within {
-        if counter.load(Ordering::SeqCst) >= n {
-            return Some(start.elapsed());
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    None
+    wait_until(within, || counter.load(Ordering::SeqCst) >= n).then(|| start.elapsed())
 }
 
 #[test]
@@ -195,6 +189,8 @@ fn a_client_that_leaves_before_the_answer_closes_its_origin_connection_at_once()
     let o = origin.addr;
     c.send(format!("GET http://{o}/slow HTTP/1.1\r\nHost: {o}\r\n\r\n").as_bytes());
     assert!(reaches(&origin.accepted, 1, Duration::from_secs(5)).is_some(), "no origin conn");
+    // The scenario: the client leaves after the proxy has waited a while for the answer
+    // (past the tick after which it watches the client), not at once.
     std::thread::sleep(Duration::from_millis(300));
     drop(c);
     let took = reaches(&origin.closed, 1, Duration::from_secs(5));
@@ -220,6 +216,7 @@ fn a_client_that_leaves_after_a_request_body_closes_its_origin_connection() {
     );
     c.send(&body);
     assert!(reaches(&origin.accepted, 1, Duration::from_secs(5)).is_some(), "no origin conn");
+    // The scenario, as above: the client leaves once the wait for the answer is under way.
     std::thread::sleep(Duration::from_millis(300));
     drop(c);
     let took = reaches(&origin.closed, 1, Duration::from_secs(5));
@@ -235,8 +232,9 @@ fn a_pipelined_request_sent_while_the_origin_thinks_is_kept_for_its_turn() {
     let fast = origin.url("/bytes/3");
     let host = origin.addr();
     c.send(format!("GET {slow} HTTP/1.1\r\nHost: {host}\r\n\r\n").as_bytes());
-    // Sent while the proxy waits for the first answer (and watches this client).
-    std::thread::sleep(Duration::from_millis(250));
+    // Sent while the proxy waits for the first answer (and watches this client): once the
+    // origin has the first request, which it answers 400 ms later.
+    assert!(wait_until(Duration::from_secs(5), || origin.requests() > 0), "no request");
     c.send(format!("GET {fast} HTTP/1.1\r\nHost: {host}\r\n\r\n").as_bytes());
     assert_eq!(c.read_response().status, 200);
     let second = c.read_response();
@@ -267,6 +265,8 @@ async fn http2_streams_of_a_client_that_leaves_close_their_origin_connections() 
     let closed = origin.closed.clone();
     let one = tokio::task::spawn_blocking(move || reaches(&closed, 1, Duration::from_secs(5)));
     assert!(one.await.unwrap().is_some(), "a reset stream kept its origin connection");
+    // That the others stay is seen only over time: a short real wait in which a wrong
+    // close (which would fail the test) would show.
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(origin.closed.load(Ordering::SeqCst), 1, "other streams' origin connections ended");
     // The whole connection goes: every origin connection ends with it.
@@ -285,12 +285,9 @@ fn a_socks5_bind_whose_client_leaves_stops_listening() {
     assert_eq!(rep, 0, "first BIND reply");
     assert!(listening(bound.port()), "nothing listens on {bound}");
     drop(s);
-    let start = Instant::now();
     // Looked up in the kernel's table: a connection would be taken as the BIND's peer.
-    while listening(bound.port()) {
-        assert!(start.elapsed() < Duration::from_secs(5), "{bound} still listens 5 s after");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let gone = wait_until(Duration::from_secs(5), || !listening(bound.port()));
+    assert!(gone, "{bound} still listens 5 s after");
     let line = proxy.log_line(|l| l.contains(" BIND "));
     assert!(line.contains("client closed the connection while waiting for the BIND"), "{line}");
 }
@@ -311,6 +308,8 @@ fn leaves_while_connecting(proxy: &Proxy, bytes: &[u8], reply: usize, pred: impl
     let mut c = connect(proxy.addr());
     c.write_all(bytes).unwrap();
     read_exact_n(&mut c, reply);
+    // The scenario: the client leaves while the proxy connects (to a black hole, for 8 s),
+    // once that is under way.
     std::thread::sleep(Duration::from_millis(300));
     drop(c);
     let left = Instant::now();
@@ -369,6 +368,7 @@ async fn an_http2_connect_stream_reset_while_connecting_stops_connecting() {
     let mut send = send.ready().await.unwrap();
     let req = Request::builder().method(Method::CONNECT).uri(hole.addr.to_string());
     let (resp, stream) = send.send_request(req.body(()).unwrap(), false).expect("send");
+    // The scenario, as in `leaves_while_connecting`.
     tokio::time::sleep(Duration::from_millis(300)).await;
     // Dropping both halves resets the stream.
     drop((resp, stream));
@@ -390,6 +390,7 @@ fn slow_echo(after: Duration) -> SocketAddr {
     let BlackHole { addr, listener, held } = black_hole();
     let l: TcpListener = listener.into();
     std::thread::spawn(move || {
+        // The scenario: a listener that cannot take connections for a while.
         std::thread::sleep(after);
         // The queue's own connections go, which lets the proxy's SYN in when it comes again.
         for _ in 0..held.len() {
@@ -414,7 +415,8 @@ fn bytes_and_a_half_close_sent_during_a_slow_connect_go_through_once_in_order() 
     let mut c = connect(proxy.addr());
     let head = format!("CONNECT {origin} HTTP/1.1\r\nHost: {origin}\r\n\r\n");
     c.write_all(format!("{head}first,").as_bytes()).unwrap();
-    // Sent while the proxy connects (and watches this client).
+    // Sent while the proxy connects (and watches this client): the scenario is a client
+    // writing in pieces, 0.4 s and 0.7 s in, of a connect that takes about a second.
     std::thread::sleep(Duration::from_millis(400));
     c.write_all(b"second,").unwrap();
     std::thread::sleep(Duration::from_millis(300));
@@ -436,6 +438,7 @@ fn bytes_and_a_half_close_sent_during_a_slow_connect_go_through_once_in_order() 
     hello.extend_from_slice(&request5(CONNECT, &Dst::Addr(origin)));
     hello.extend_from_slice(b"first,");
     c.write_all(&hello).unwrap();
+    // The same pieces, as above.
     std::thread::sleep(Duration::from_millis(400));
     c.write_all(b"second,").unwrap();
     std::thread::sleep(Duration::from_millis(300));
@@ -452,6 +455,7 @@ fn bytes_and_a_half_close_sent_during_a_slow_connect_go_through_once_in_order() 
     let proxy = slow_connect_proxy(ListenerKind::Relay, Some(origin));
     let mut c = connect(proxy.addr());
     c.write_all(b"first,").unwrap();
+    // The same pieces, as above.
     std::thread::sleep(Duration::from_millis(400));
     c.write_all(b"second,").unwrap();
     std::thread::sleep(Duration::from_millis(300));

@@ -110,20 +110,12 @@ async fn send_all(send: &mut SendStream<Bytes>, mut data: Bytes) {
 /// Waits (without blocking the test's runtime, which drives the client) for `n` access-log
 /// lines satisfying `pred`.
 async fn wait_log(proxy: &Proxy, n: usize, pred: impl Fn(&str) -> bool) -> Vec<String> {
-    let deadline = Instant::now() + Duration::from_secs(5);
-    loop {
-        let lines: Vec<String> =
-            proxy.log_text().lines().filter(|l| pred(l)).map(str::to_string).collect();
-        if lines.len() >= n {
-            return lines;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "wanted {n} matching lines; the log has:\n{}",
-            proxy.log_text()
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let lines = || -> Vec<String> {
+        proxy.log_text().lines().filter(|l| pred(l)).map(str::to_string).collect()
+    };
+    let there = wait_until_async(Duration::from_secs(5), || lines().len() >= n).await;
+    assert!(there, "wanted {n} matching lines; the log has:\n{}", proxy.log_text());
+    lines()
 }
 
 fn sha(bytes: &[u8]) -> String {
@@ -229,6 +221,7 @@ async fn a_bulk_tunnel_and_many_small_answers_share_a_connection_intact() {
             let chunk = chunk.expect("tunnel data");
             let _ = recv.flow_control().release_capacity(chunk.len());
             got.extend_from_slice(&chunk);
+            // The scenario: a slow reader (see above).
             tokio::time::sleep(Duration::from_micros(500)).await;
         }
         got
@@ -446,12 +439,7 @@ fn ws_frame(opcode: u8, payload: &[u8]) -> Vec<u8> {
 async fn websocket_client(addr: SocketAddr) -> SendRequest<Bytes> {
     let c = client(addr).await;
     // The server's SETTINGS may not have been read yet.
-    for _ in 0..200 {
-        if c.is_extended_connect_protocol_enabled() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    wait_until_async(Duration::from_secs(5), || c.is_extended_connect_protocol_enabled()).await;
     assert!(
         c.is_extended_connect_protocol_enabled(),
         "SETTINGS_ENABLE_CONNECT_PROTOCOL not offered"
@@ -991,12 +979,16 @@ async fn ten_thousand_idle_connect_streams_memory() {
         let got = match recv.data().await.unwrap() {
             Ok(got) => got,
             Err(e) => {
-                std::thread::sleep(Duration::from_millis(500));
+                // Its whole stderr: the process ended, its reader thread done.
+                let _ = p.child.kill();
+                p.wait(Duration::from_secs(5));
                 panic!("{e}; proxy stderr:\n{}", p.stderr())
             }
         };
         let _ = recv.flow_control().release_capacity(got.len());
     }
+    // The scenario: the streams idle a while (past a housekeeping sweep, which trims idle
+    // buffers) before the memory they hold is measured.
     tokio::time::sleep(Duration::from_millis(500)).await;
     let after = rss();
     eprintln!(

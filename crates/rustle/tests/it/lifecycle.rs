@@ -29,6 +29,7 @@ fn slow_header_client_gets_408() {
             if stop_w.load(Ordering::Relaxed) || w.write_all(&[b]).is_err() {
                 return;
             }
+            // The scenario: a client that drips its head, a byte every 100 ms.
             std::thread::sleep(Duration::from_millis(100));
         }
     });
@@ -82,10 +83,15 @@ fn connection_limit_answers_503() {
     held[0].send(&get(&origin.url("/bytes/2")));
     assert_eq!(held[0].read_response().body, pattern(2));
     drop(held.pop());
-    std::thread::sleep(Duration::from_millis(200));
-    let mut fourth = Conn::to_proxy(&proxy);
-    fourth.send(&get(&origin.url("/bytes/3")));
-    assert_eq!(fourth.read_response().body, pattern(3));
+    // The slot is freed once the proxy has seen the close: new connections are tried
+    // until one is served (the refused ones hold nothing).
+    let body = wait_for(Duration::from_secs(5), "a connection served after one closed", || {
+        let mut fourth = Conn::to_proxy(&proxy);
+        fourth.send(&get(&origin.url("/bytes/3")));
+        let r = fourth.read_response();
+        (r.status == 200).then_some(r.body)
+    });
+    assert_eq!(body, pattern(3));
 }
 
 #[test]
@@ -212,16 +218,12 @@ impl Binary {
 
     /// Waits up to `limit` for the process to exit.
     fn wait(&mut self, limit: Duration) -> Option<ExitStatus> {
-        let deadline = Instant::now() + limit;
-        loop {
-            if let Some(s) = self.child.try_wait().unwrap() {
-                return Some(s);
-            }
-            if Instant::now() > deadline {
-                return None;
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
+        let mut status = None;
+        wait_until(limit, || {
+            status = self.child.try_wait().unwrap();
+            status.is_some()
+        });
+        status
     }
 
     pub(crate) fn stderr(&self) -> String {
@@ -252,17 +254,12 @@ fn sigterm_lets_the_request_in_flight_finish() {
         (r, rest, closed)
     });
     // Let the request reach the origin, then signal.
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while origin.requests() == 0 && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    wait_until(Duration::from_secs(5), || origin.requests() > 0);
     assert_eq!(origin.requests(), 1, "the request did not reach the origin");
     bin.sigterm();
-    std::thread::sleep(Duration::from_millis(200));
-    match TcpStream::connect(addr) {
-        Err(e) => assert_eq!(e.kind(), std::io::ErrorKind::ConnectionRefused),
-        Ok(_) => panic!("a new connection was accepted after SIGTERM"),
-    }
+    // The listener closes as the drain begins: new connections are refused from then on.
+    let refused = || matches!(TcpStream::connect(addr), Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused);
+    assert!(wait_until(Duration::from_secs(5), refused), "new connections still accepted");
     let (r, rest, closed) = in_flight.join().unwrap();
     assert_eq!(r.status, 200, "{}", r.head_text());
     assert_eq!(r.body, b"ok");
@@ -464,14 +461,9 @@ fn a_reload_that_would_open_a_public_listener_is_refused() {
 
 /// Waits until the file at `path` holds `n` lines containing `what`.
 fn wait_for_lines(path: &std::path::Path, what: &str, n: usize) -> String {
-    let deadline = Instant::now() + Duration::from_secs(5);
-    loop {
-        let text = std::fs::read_to_string(path).unwrap_or_default();
-        if text.lines().filter(|l| l.contains(what)).count() >= n || Instant::now() > deadline {
-            return text;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let text = || std::fs::read_to_string(path).unwrap_or_default();
+    wait_until(Duration::from_secs(5), || text().lines().filter(|l| l.contains(what)).count() >= n);
+    text()
 }
 
 #[test]
@@ -581,14 +573,26 @@ fn root_drops_to_the_configured_user_after_binding() {
     c.send(&request("GET", &origin.url("/bytes/3"), &[], b""));
     assert_eq!(c.read_response().status, 200, "{}", bin.stderr());
     let pid = bin.child.id();
-    // Every thread, not only the main one.
-    for task in std::fs::read_dir(format!("/proc/{pid}/task")).unwrap() {
-        let status = std::fs::read_to_string(task.unwrap().path().join("status")).unwrap();
-        let line = status.lines().find(|l| l.starts_with("Uid:")).unwrap().to_string();
-        let ids: Vec<&str> = line.split_whitespace().skip(1).collect();
-        assert!(ids.iter().all(|id| *id == uid), "{line} (nobody is {uid})");
-        let groups = status.lines().find(|l| l.starts_with("Groups:")).unwrap();
-        assert!(!groups.split_whitespace().skip(1).any(|g| g == "0"), "{groups}");
+    // Every thread, not only the main one. Root is given up just after the listeners say
+    // where they are (and may already serve): waited for, the threads' (Uid, Groups) lines.
+    let threads = || -> Vec<(String, String)> {
+        let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).unwrap();
+        tasks
+            .map(|task| {
+                let status = std::fs::read_to_string(task.unwrap().path().join("status")).unwrap();
+                let line =
+                    |key: &str| status.lines().find(|l| l.starts_with(key)).unwrap().to_string();
+                (line("Uid:"), line("Groups:"))
+            })
+            .collect()
+    };
+    let dropped = |(ids, groups): &(String, String)| {
+        ids.split_whitespace().skip(1).all(|id| id == uid)
+            && !groups.split_whitespace().skip(1).any(|g| g == "0")
+    };
+    wait_until(Duration::from_secs(5), || threads().iter().all(dropped));
+    for t in threads() {
+        assert!(dropped(&t), "{} {} (nobody is {uid})", t.0, t.1);
     }
     bin.signal("TERM");
     assert!(bin.wait(Duration::from_secs(10)).is_some());

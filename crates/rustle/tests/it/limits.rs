@@ -1,7 +1,7 @@
 //! Limits as clients see them: concurrent connections per client address and per user,
 //! bandwidth per listener and per user, and a SIGHUP reload of users on the real binary.
 
-use std::io::Write;
+use std::io::{Read, Write};
 use std::time::{Duration, Instant};
 
 use rustle_bench::pattern::pattern;
@@ -17,6 +17,18 @@ fn assert_socks_refused(from: &str, proxy: std::net::SocketAddr) {
     let (got, closed) = read_until_close(&mut s);
     assert!(closed, "a connection over the limit was left open");
     assert!(got.is_empty(), "a connection over the limit got {got:?}");
+}
+
+/// A closed connection's slot is freed once the proxy has seen the close, a moment after
+/// it: new connections are tried (up to 5 s) until one is let in; the refused ones are
+/// closed at once and hold nothing.
+const SLOT_FREED_WITHIN: Duration = Duration::from_secs(5);
+
+/// One GET of `url` through `proxy` from `from`, on a new connection: its status.
+fn status_from(from: &str, proxy: std::net::SocketAddr, url: &str, headers: &[&str]) -> u16 {
+    let mut c = Conn::open_from(from, proxy);
+    c.send(&request("GET", url, headers, b""));
+    c.read_response().status
 }
 
 #[test]
@@ -56,30 +68,32 @@ max_connections_per_client = 2
     held[0].send(&get(&url));
     assert_eq!(held[0].read_response().status, 200);
     drop(held.pop());
-    std::thread::sleep(Duration::from_millis(200));
-    let mut again = Conn::open_from("127.0.0.1", proxy.addr());
-    again.send(&get(&url));
-    assert_eq!(again.read_response().status, 200);
-    drop(again);
+    wait_for(SLOT_FREED_WITHIN, "a new connection from 127.0.0.1 served", || {
+        (status_from("127.0.0.1", proxy.addr(), &url, &[]) == 200).then_some(())
+    });
     drop(held);
 
     // SOCKS tunnels from one address: the third is closed, a freed slot is reusable.
     let dst = Dst::Addr(echo.addr());
-    let open = |from: &str| {
+    // A tunnel, or `None` when the proxy closes the connection without a word.
+    let try_open = |from: &str| {
         let mut s = connect_from(from, proxy.addr_of(1));
-        assert_eq!(greet(&mut s, &[0]), 0);
+        s.write_all(&[5, 1, 0]).ok()?;
+        let mut choice = [0u8; 2];
+        s.read_exact(&mut choice).ok()?;
+        assert_eq!(choice, [5, 0]);
         s.write_all(&request5(CONNECT, &dst)).unwrap();
         assert_eq!(read_reply5(&mut s).0, 0);
-        s
+        Some(s)
     };
+    let open = |from: &str| try_open(from).expect("a SOCKS5 tunnel under the limit");
     let mut t1 = open("127.0.0.3");
     let mut t2 = open("127.0.0.3");
     assert_socks_refused("127.0.0.3", proxy.addr_of(1));
     assert_echoes(&mut t1, b"one");
     assert_echoes(&mut t2, b"two");
     drop(t1);
-    std::thread::sleep(Duration::from_millis(200));
-    let mut t3 = open("127.0.0.3");
+    let mut t3 = wait_for(SLOT_FREED_WITHIN, "a tunnel from 127.0.0.3", || try_open("127.0.0.3"));
     assert_echoes(&mut t3, b"three");
 }
 
@@ -112,9 +126,11 @@ fn connections_per_user() {
     first.send(&request("GET", &url, &[&alice], b""));
     assert_eq!(first.read_response().status, 200);
     drop(first);
-    std::thread::sleep(Duration::from_millis(200));
-    let (mut t, r) = connect_with(proxy.addr(), &echo.addr().to_string(), &[&alice]);
-    assert_eq!(r.status, 200, "alice after her first connection closed: {}", r.head_text());
+    let mut t =
+        wait_for(SLOT_FREED_WITHIN, "a tunnel of alice after her first connection closed", || {
+            let (t, r) = connect_with(proxy.addr(), &echo.addr().to_string(), &[&alice]);
+            (r.status == 200).then_some(t)
+        });
     assert_echoes(&mut t.s, b"alice again");
 }
 
@@ -255,16 +271,10 @@ fn a_removed_user_is_refused_on_a_kept_alive_connection() {
         "[[listener]]\nlisten = \"127.0.0.1:0\"\nauth = true\n\
          [auth]\n[[auth.user]]\nname = \"bob\"\npassword = \"plain:hunter2\"\n",
     );
-    // The reload reaches the worker: a new connection as alice is refused.
-    let deadline = Instant::now() + Duration::from_secs(2);
-    loop {
-        let r = parse_response(&raw(&proxy, &request("GET", &url, &[&alice], b"")));
-        if r.status == 407 {
-            break;
-        }
-        assert!(Instant::now() < deadline, "alice still accepted: {}", r.head_text());
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    // The reload is in force when `reload_toml` returns: a new connection as alice is
+    // refused.
+    let r = parse_response(&raw(&proxy, &request("GET", &url, &[&alice], b"")));
+    assert_eq!(r.status, 407, "alice still accepted: {}", r.head_text());
     kept.send(&request("GET", &url, &[&alice], b""));
     let r = kept.read_response();
     assert_eq!(

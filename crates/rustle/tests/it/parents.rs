@@ -201,14 +201,7 @@ fn refused(addr: SocketAddr) -> bool {
 /// Whether at least `n` processes of a fixture (group `pgid`, or naming `dir`) run within
 /// a second.
 fn processes_within(pgid: u32, dir: &std::path::Path, n: usize) -> bool {
-    let deadline = Instant::now() + Duration::from_secs(1);
-    while leftovers(pgid, dir).len() < n {
-        if Instant::now() > deadline {
-            return false;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    true
+    wait_until(Duration::from_secs(1), || leftovers(pgid, dir).len() >= n)
 }
 
 #[test]
@@ -280,14 +273,9 @@ fn rustle_via(relay_to: SocketAddr, tables: &str, via: &str) -> Proxy {
 /// Waits up to 3 s for `text()` to hold at least `n` lines satisfying `pred`; returns how
 /// many it holds then.
 fn count_lines(text: impl Fn() -> String, pred: impl Fn(&str) -> bool, n: usize) -> usize {
-    let deadline = Instant::now() + Duration::from_secs(3);
-    loop {
-        let count = text().lines().filter(|l| pred(l)).count();
-        if count >= n || Instant::now() > deadline {
-            return count;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let count = || text().lines().filter(|l| pred(l)).count();
+    wait_until(Duration::from_secs(3), || count() >= n);
+    count()
 }
 
 /// squid's access log as it is now (no waiting).
@@ -456,6 +444,9 @@ fn parents_without_a_route_are_not_used() {
     assert_eq!(n, 7, "{}", proxy.log_text());
     let log = proxy.log_text();
     assert!(!log.contains("via=") && !log.contains("route="), "direct lines name no route:\n{log}");
+    // Nothing to wait for: no use of squid or dante can be seen as an event. Their logs
+    // are written as exchanges end, and every exchange has ended: a short real wait lets a
+    // late line (which would fail the test) show.
     std::thread::sleep(Duration::from_millis(300));
     assert_eq!(squid_log(&squid), "", "squid was used");
     assert!(!dante_log(&dante).contains("tcp/connect"), "dante was used:\n{}", dante_log(&dante));
@@ -646,17 +637,9 @@ fn a_weighted_group_splits_connections_by_weight() {
     let took = start.elapsed();
     assert_eq!(echo.connections(), 1000);
     // The parents' own logs: waiting for both to reach 1000 together.
-    let deadline = Instant::now() + Duration::from_secs(3);
-    let (mut na, mut nb);
-    loop {
-        let count =
-            |p: &Proxy| p.log_text().lines().filter(|l| rustle_tunnel(l, echo.addr())).count();
-        (na, nb) = (count(&a), count(&b));
-        if na + nb >= 1000 || Instant::now() > deadline {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let count = |p: &Proxy| p.log_text().lines().filter(|l| rustle_tunnel(l, echo.addr())).count();
+    wait_until(Duration::from_secs(3), || count(&a) + count(&b) >= 1000);
+    let (na, nb) = (count(&a), count(&b));
     assert_eq!(na + nb, 1000, "a {na}, b {nb}");
     assert!((720..=780).contains(&na), "weights 3:1 over 1000 connections gave a {na}, b {nb}");
     count_lines(|| proxy.log_text(), |l| field(l, "via").is_some(), 1000);
@@ -760,9 +743,6 @@ fn a_killed_parent_fails_over_to_the_survivor() {
             t
         })
         .collect();
-    std::thread::sleep(Duration::from_millis(300));
-    let on_dante = dante_log(&dante).lines().filter(|l| dante_opened(l, echo.addr())).count();
-    assert!((1..=3).contains(&on_dante), "{on_dante} of 4 tunnels through dante:\n{}", log());
 
     squid.kill();
     // The tunnels through squid end; those through dante go on.
@@ -783,7 +763,11 @@ fn a_killed_parent_fails_over_to_the_survivor() {
             Err(e) => panic!("a tunnel neither echoed nor closed after the kill: {e}"),
         }
     }
-    assert_eq!(alive, on_dante, "the tunnels through dante survive, squid's end");
+    assert!((1..=3).contains(&alive), "{alive} of 4 tunnels through dante:\n{}", log());
+    // Dante logged each of them as it opened (and no other tunnel to the echo server yet).
+    let on_dante = || dante_log(&dante).lines().filter(|l| dante_opened(l, echo.addr())).count();
+    wait_until(Duration::from_secs(3), || on_dante() >= alive);
+    assert_eq!(alive, on_dante(), "the tunnels through dante survive, squid's end");
     // Every later connection succeeds, through dante.
     let before = log().lines().count();
     for i in 0..20 {
@@ -806,7 +790,7 @@ fn a_killed_parent_fails_over_to_the_survivor() {
         after.iter().filter(|l| field(l, "via") == Some("sq")).collect();
     // The tunnels that died with squid may be logged after the kill: only they name it.
     assert!(
-        through_squid.len() <= 4 - on_dante
+        through_squid.len() <= 4 - alive
             && through_squid.iter().all(|l| LogLine::parse(l).method == "CONNECT"),
         "exchanges after the kill went to squid: {through_squid:#?}"
     );
@@ -1086,7 +1070,7 @@ fn try_tunnel(proxy: SocketAddr, echo: SocketAddr) -> Result<(), String> {
 
 #[test]
 fn only_exchanges_in_flight_on_a_killed_parent_fail() {
-    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
     use std::sync::Arc;
     let origin = Origin::start().unwrap();
     let echo = TcpEcho::start().unwrap();
@@ -1100,12 +1084,13 @@ fn only_exchanges_in_flight_on_a_killed_parent_fail() {
         route("all", "", "\"pair\"")
     ));
     let stop = Arc::new(AtomicBool::new(false));
+    let finished = Arc::new(AtomicUsize::new(0));
     // Three clients, each one exchange at a time, plain GETs and tunnels in turn: when
     // the parent dies each has at most one exchange on it, so at most one failure.
     let clients: Vec<_> = (0..3)
         .map(|k| {
-            let (addr, origin, echo, stop) =
-                (proxy.addr(), origin.addr(), echo.addr(), stop.clone());
+            let (addr, origin, echo, stop, finished) =
+                (proxy.addr(), origin.addr(), echo.addr(), stop.clone(), finished.clone());
             std::thread::spawn(move || {
                 let mut done = Vec::new();
                 let mut i = k;
@@ -1116,18 +1101,24 @@ fn only_exchanges_in_flight_on_a_killed_parent_fail() {
                         _ => try_tunnel(addr, echo),
                     };
                     done.push((start, result));
+                    finished.fetch_add(1, Ordering::SeqCst);
                     i += 1;
                 }
                 done
             })
         })
         .collect();
-    std::thread::sleep(Duration::from_millis(700));
+    // At least ten exchanges before the kill and ten begun after it (three may be in
+    // flight when it comes), counted as they finish.
+    let done = || finished.load(Ordering::SeqCst);
+    assert!(wait_until(Duration::from_secs(20), || done() >= 10), "{} exchanges", done());
     let killing = Instant::now();
     doomed.kill();
     let killed = Instant::now();
-    std::thread::sleep(Duration::from_millis(1000));
+    let at_kill = done();
+    let enough = wait_until(Duration::from_secs(20), || done() >= at_kill + 13);
     stop.store(true, Ordering::Relaxed);
+    assert!(enough, "{} exchanges after the kill", done() - at_kill);
     let per_client: Vec<Vec<(Instant, Result<(), String>)>> =
         clients.into_iter().map(|c| c.join().unwrap()).collect();
     let at = |t: Instant| match t.checked_duration_since(killing) {
@@ -1212,10 +1203,7 @@ fn a_parent_dying_in_the_middle_of_a_request_is_named() {
     let mut c = Conn::to_proxy(&proxy);
     c.send(&get(&url));
     // The request is at the origin, squid waiting for its answer, when squid dies.
-    let deadline = Instant::now() + Duration::from_secs(3);
-    while origin.requests() == 0 && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    wait_until(Duration::from_secs(3), || origin.requests() > 0);
     assert_eq!(origin.requests(), 1, "the request did not reach the origin");
     squid.kill();
     let r = c.read_response();
@@ -1327,15 +1315,15 @@ fn a_health_probe_brings_a_parent_back_before_its_down_time_ends() {
     assert!(r.status == 502 && r.text().contains("down"), "{}{}", r.head_text(), r.text());
     // The parent starts; the probe finds it within a second or two.
     let _parent = Proxy::from_toml(&format!("[[listener]]\nlisten = \"{spot}\"\n"));
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
+    let mut last = None;
+    let served = wait_until(Duration::from_secs(10), || {
         let r = get_through(proxy.addr(), &url, &[]);
-        if r.status == 200 {
-            break;
-        }
-        assert!(Instant::now() < deadline, "still refused: {}{}", r.head_text(), r.text());
-        std::thread::sleep(Duration::from_millis(100));
-    }
+        let ok = r.status == 200;
+        last = Some(r);
+        ok
+    });
+    let r = last.expect("one try at least");
+    assert!(served, "still refused: {}{}", r.head_text(), r.text());
     assert_eq!(origin.requests(), 1);
 }
 

@@ -5,7 +5,7 @@
 //! The origin fixture counts the connections open at its end. One worker, so one pool.
 
 use std::io::{self, Read};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use rustle_bench::pattern::pattern;
 use rustle_bench::Origin;
@@ -60,18 +60,10 @@ fn burst(proxy: &Proxy, urls: &[String], n: usize) -> Vec<Conn> {
 /// Waits (up to 5 s) until `open()` is at most `max`, and returns it. Once every answer
 /// has been read nothing opens a new origin connection, so the count only goes down.
 fn settles_at_most(max: u64, open: impl Fn() -> u64) -> u64 {
-    let deadline = Instant::now() + Duration::from_secs(5);
-    loop {
-        let now = open();
-        if now <= max {
-            return now;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{now} origin connections still open, at most {max} expected"
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    wait_until(Duration::from_secs(5), || open() <= max);
+    let now = open();
+    assert!(now <= max, "{now} origin connections still open, at most {max} expected");
+    now
 }
 
 /// Asserts every client connection is still open and has nothing unread: the proxy has

@@ -558,6 +558,8 @@ fn clients_that_wait_before_speaking_are_served() {
     let echo = TcpEcho::start().unwrap();
     let http = Proxy::start();
     let auto = Proxy::with_listener(ListenerKind::Auto, None, |_| {});
+    // The scenario: each client waits this long before its first byte, past the
+    // deferral (TCP_DEFER_ACCEPT, 1 s), and a while between requests.
     let wait = Duration::from_millis(1500);
     for proxy in [&http, &auto] {
         let mut c = Conn::to_proxy(proxy);

@@ -20,6 +20,54 @@ pub mod peers;
 /// How long a raw client waits for bytes before giving up on a read.
 pub const READ_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// How often `wait_until` looks again: often enough that a test waits a few ms past its
+/// event, rarely enough that a poll (reading a log file, /proc) costs nothing to measure.
+const POLL_EVERY: Duration = Duration::from_millis(10);
+
+/// Waits for an event: looks at `cond` until it holds or `limit` has passed, and says
+/// whether it held. The tests' one way to wait for something to have happened (a log
+/// line, a counter, a listener up or gone, a process exit) instead of sleeping for it;
+/// `limit` is a failure bound, generous so that a loaded machine does not fail the test.
+pub fn wait_until(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + limit;
+    loop {
+        if cond() {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(POLL_EVERY);
+    }
+}
+
+/// `wait_until` for a value: looks at `get` until it gives one, for up to `limit`; panics
+/// naming `what` was awaited when it gives none.
+#[track_caller]
+pub fn wait_for<T>(limit: Duration, what: &str, mut get: impl FnMut() -> Option<T>) -> T {
+    let mut got = None;
+    wait_until(limit, || {
+        got = get();
+        got.is_some()
+    });
+    got.unwrap_or_else(|| panic!("waited {limit:?} for {what}, in vain"))
+}
+
+/// `wait_until` for async tests, whose own tasks (an h2 connection's driver, say) must go
+/// on while they wait.
+pub async fn wait_until_async(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + limit;
+    loop {
+        if cond() {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        tokio::time::sleep(POLL_EVERY).await;
+    }
+}
+
 /// A scratch directory removed on drop.
 pub struct TempDir(PathBuf);
 
@@ -137,31 +185,36 @@ impl Proxy {
     /// The access-log lines written so far, waiting up to ~1 s for at least one (the log
     /// is flushed every 100 ms).
     pub fn log_lines(&self) -> Vec<String> {
-        let deadline = Instant::now() + Duration::from_millis(1200);
-        loop {
-            let text = std::fs::read_to_string(&self.log).unwrap_or_default();
-            let lines: Vec<String> = text.lines().map(str::to_string).collect();
-            if !lines.is_empty() || Instant::now() > deadline {
-                return lines;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        wait_until(Duration::from_millis(1200), || !self.log_text().is_empty());
+        self.log_text().lines().map(str::to_string).collect()
     }
 
-    /// The first log line satisfying `pred`, waiting up to ~2 s for it; panics with every
+    /// The first log line satisfying `pred`, waiting up to 5 s for it; panics with every
     /// line seen when none matches.
     pub fn log_line(&self, pred: impl Fn(&str) -> bool) -> String {
-        let deadline = Instant::now() + Duration::from_secs(2);
-        loop {
-            let text = std::fs::read_to_string(&self.log).unwrap_or_default();
-            if let Some(l) = text.lines().find(|l| pred(l)) {
-                return l.to_string();
-            }
-            if Instant::now() > deadline {
-                panic!("no matching access-log line; the log has:\n{text}");
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        let mut found = None;
+        wait_until(Duration::from_secs(5), || {
+            found = self.log_text().lines().find(|l| pred(l)).map(str::to_string);
+            found.is_some()
+        });
+        found.unwrap_or_else(|| {
+            panic!("no matching access-log line; the log has:\n{}", self.log_text())
+        })
+    }
+
+    /// The access-log lines satisfying `pred`, once there are at least `n` (waiting up to
+    /// 5 s; fewer then).
+    pub fn log_lines_matching(&self, n: usize, pred: impl Fn(&str) -> bool) -> Vec<String> {
+        let lines = || -> Vec<String> {
+            self.log_text().lines().filter(|l| pred(l)).map(str::to_string).collect()
+        };
+        wait_until(Duration::from_secs(5), || lines().len() >= n);
+        lines()
+    }
+
+    /// Mode switches (to splice, back to copy) of this proxy's relays so far.
+    pub fn mode_switches(&self) -> (u64, u64) {
+        self.running.as_ref().map(|r| r.mode_switches()).unwrap_or_default()
     }
 }
 
@@ -877,20 +930,18 @@ impl RustleProcess {
 
     /// Waits up to `limit` for the process to exit.
     pub fn wait(&mut self, limit: Duration) -> Option<std::process::ExitStatus> {
-        let deadline = Instant::now() + limit;
-        loop {
-            if let Some(s) = self.child.try_wait().unwrap() {
-                // The reader thread ends with the pipe, after the last lines.
-                if let Some(reader) = self.reader.take() {
-                    let _ = reader.join();
-                }
-                return Some(s);
+        let mut status = None;
+        wait_until(limit, || {
+            status = self.child.try_wait().unwrap();
+            status.is_some()
+        });
+        if status.is_some() {
+            // The reader thread ends with the pipe, after the last lines.
+            if let Some(reader) = self.reader.take() {
+                let _ = reader.join();
             }
-            if Instant::now() > deadline {
-                return None;
-            }
-            std::thread::sleep(Duration::from_millis(10));
         }
+        status
     }
 
     pub fn stderr(&self) -> String {
@@ -899,26 +950,12 @@ impl RustleProcess {
 
     /// Waits up to `limit` for stderr to contain `text`.
     pub fn wait_for_stderr(&self, text: &str, limit: Duration) -> bool {
-        let deadline = Instant::now() + limit;
-        while Instant::now() < deadline {
-            if self.stderr().contains(text) {
-                return true;
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        false
+        self.wait_for_stderr_n(text, 1, limit)
     }
 
     /// Waits up to `limit` for stderr to contain `text` at least `n` times.
     pub fn wait_for_stderr_n(&self, text: &str, n: usize, limit: Duration) -> bool {
-        let deadline = Instant::now() + limit;
-        while Instant::now() < deadline {
-            if self.stderr().matches(text).count() >= n {
-                return true;
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        false
+        wait_until(limit, || self.stderr().matches(text).count() >= n)
     }
 
     /// Sends a signal (`HUP`, `TERM`) with kill(1).
@@ -1228,6 +1265,7 @@ pub mod socks {
 pub struct RawOrigin {
     addr: SocketAddr,
     received: std::sync::mpsc::Receiver<Vec<u8>>,
+    so_far: std::sync::Arc<std::sync::Mutex<Vec<u8>>>,
 }
 
 impl RawOrigin {
@@ -1238,6 +1276,8 @@ impl RawOrigin {
         let addr = listener.local_addr().unwrap();
         let answer = answer.to_vec();
         let (tx, received) = std::sync::mpsc::channel();
+        let so_far = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let seen = so_far.clone();
         std::thread::spawn(move || {
             let Ok((mut s, _)) = listener.accept() else { return };
             s.set_read_timeout(Some(READ_TIMEOUT)).unwrap();
@@ -1246,7 +1286,10 @@ impl RawOrigin {
             while !complete(&got) {
                 match s.read(&mut buf) {
                     Ok(0) | Err(_) => break,
-                    Ok(n) => got.extend_from_slice(&buf[..n]),
+                    Ok(n) => {
+                        got.extend_from_slice(&buf[..n]);
+                        seen.lock().unwrap().extend_from_slice(&buf[..n]);
+                    }
                 }
             }
             let _ = s.write_all(&answer);
@@ -1256,7 +1299,7 @@ impl RawOrigin {
             // no reset that could cut the answer short.
             while matches!(s.read(&mut buf), Ok(n) if n > 0) {}
         });
-        RawOrigin { addr, received }
+        RawOrigin { addr, received, so_far }
     }
 
     /// Serves `answer` as soon as a request head is in.
@@ -1268,7 +1311,12 @@ impl RawOrigin {
         self.addr
     }
 
-    /// The bytes the origin received before it answered.
+    /// The bytes received so far, while the origin still reads (no waiting).
+    pub fn received_so_far(&self) -> Vec<u8> {
+        self.so_far.lock().unwrap().clone()
+    }
+
+    /// The bytes the origin received before it answered (waiting for it to answer).
     pub fn received(&self) -> Vec<u8> {
         self.received.recv_timeout(READ_TIMEOUT * 2).expect("the raw origin was reached")
     }

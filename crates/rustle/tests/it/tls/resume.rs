@@ -7,7 +7,7 @@
 //! exchange, then `-sess_in`, the way a client that reads an answer holds its tickets.
 
 use std::process::Stdio;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use super::*;
 
@@ -64,14 +64,10 @@ fn s_client(proxy: &Proxy, ca: &Path, args: &[&str], input: &[u8]) -> String {
         let _ = stdout.read_to_end(&mut out);
         out
     });
-    let deadline = Instant::now() + Duration::from_secs(15);
-    while child.try_wait().unwrap().is_none() {
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("openssl s_client {args:?} did not finish within 15 s");
-        }
-        std::thread::sleep(Duration::from_millis(20));
+    if !wait_until(Duration::from_secs(15), || child.try_wait().unwrap().is_some()) {
+        let _ = child.kill();
+        let _ = child.wait();
+        panic!("openssl s_client {args:?} did not finish within 15 s");
     }
     String::from_utf8_lossy(&reader.join().unwrap()).into_owned()
 }
@@ -87,17 +83,9 @@ fn count(text: &str, prefix: &str) -> usize {
 }
 
 /// The access-log lines containing `needle` (`tls=TLSv1_3/`), once there are `n` (waiting
-/// up to 3 s; fewer then).
+/// up to 5 s; fewer then).
 fn tls_lines(proxy: &Proxy, needle: &str, n: usize) -> Vec<String> {
-    let deadline = Instant::now() + Duration::from_secs(3);
-    loop {
-        let lines: Vec<String> =
-            proxy.log_lines().into_iter().filter(|l| l.contains(needle)).collect();
-        if lines.len() >= n || Instant::now() > deadline {
-            return lines;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    proxy.log_lines_matching(n, |l| l.contains(needle))
 }
 
 #[test]

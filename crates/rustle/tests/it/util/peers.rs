@@ -19,9 +19,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use super::{have, TempDir};
+use super::{have, wait_until, TempDir};
 
 /// How long a daemon may take to listen before `start` gives up (squid needs ~0.1-1 s).
 const START_DEADLINE: Duration = Duration::from_secs(20);
@@ -432,14 +432,9 @@ fn free_port() -> u16 {
 
 /// Waits up to `limit` for the file's text to satisfy `ready`; returns it as it is then.
 fn wait_for_text(path: &Path, limit: Duration, ready: impl Fn(&str) -> bool) -> String {
-    let deadline = Instant::now() + limit;
-    loop {
-        let text = std::fs::read_to_string(path).unwrap_or_default();
-        if ready(&text) || Instant::now() > deadline {
-            return text;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let text = || std::fs::read_to_string(path).unwrap_or_default();
+    wait_until(limit, || ready(&text()));
+    text()
 }
 
 fn wait_for_line(path: &Path, what: &str, pred: impl Fn(&str) -> bool) -> String {
@@ -491,21 +486,18 @@ impl Daemon {
     /// Waits until the daemon itself holds a socket listening on 127.0.0.1:`port` (read
     /// from /proc, so that no probe connection shows up in its logs).
     fn wait_listening(&self, port: u16, logs: &[&str]) -> Result<(), Failure> {
-        let deadline = Instant::now() + START_DEADLINE;
-        loop {
-            if listening_inode(port).is_some_and(|inode| holds_socket(self.pid, inode)) {
-                return Ok(());
-            }
-            if !is_alive(self.pid) {
-                return Err(Failure::Exited(self.report(logs)));
-            }
-            if Instant::now() > deadline {
-                return Err(Failure::Timeout(format!(
-                    "not listening on 127.0.0.1:{port} after {START_DEADLINE:?}\n{}",
-                    self.report(logs)
-                )));
-            }
-            std::thread::sleep(Duration::from_millis(20));
+        let listening = || listening_inode(port).is_some_and(|inode| holds_socket(self.pid, inode));
+        // Over when it listens, or when it has exited (it never will then).
+        wait_until(START_DEADLINE, || listening() || !is_alive(self.pid));
+        if listening() {
+            Ok(())
+        } else if !is_alive(self.pid) {
+            Err(Failure::Exited(self.report(logs)))
+        } else {
+            Err(Failure::Timeout(format!(
+                "not listening on 127.0.0.1:{port} after {START_DEADLINE:?}\n{}",
+                self.report(logs)
+            )))
         }
     }
 
@@ -528,14 +520,8 @@ impl Daemon {
         let _ = self.child.kill();
         let _ = self.child.wait();
         self.stopped = true;
-        let deadline = Instant::now() + Duration::from_secs(2);
-        let left = loop {
-            let left = leftovers(self.pid, &self.dir);
-            if left.is_empty() || Instant::now() > deadline {
-                break left;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        };
+        wait_until(Duration::from_secs(2), || leftovers(self.pid, &self.dir).is_empty());
+        let left = leftovers(self.pid, &self.dir);
         if let Some(prefix) = &self.shm_prefix {
             for segment in shm_segments(prefix) {
                 let _ = std::fs::remove_file(segment);
@@ -551,10 +537,7 @@ impl Daemon {
             return;
         }
         signal("TERM", &self.pid.to_string());
-        let deadline = Instant::now() + TERM_GRACE;
-        while matches!(self.child.try_wait(), Ok(None)) && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(10));
-        }
+        wait_until(TERM_GRACE, || !matches!(self.child.try_wait(), Ok(None)));
         // The daemon if it is still there, and whatever helpers outlive it.
         let left = self.kill();
         if !left.is_empty() && !std::thread::panicking() {
