@@ -359,13 +359,16 @@ fn connection_futures_stay_within_budget() {
 /// An open tunnel is one tunnel task: the number that decides memory per tunnel. tokio
 /// rounds a task to 128 bytes with 104 of its own (header 32, scheduler and id 16, stage
 /// tag 8, trailer 48): up to 536 bytes of future the task takes 640 bytes, past that 768.
-const TUNNEL_BUDGET: usize = 528;
+/// (536: the connection guard names its listener, for the metrics' open connections; the
+/// task is still 640 bytes, with no room left.)
+const TUNNEL_BUDGET: usize = 536;
 const RELAY_BUDGET: usize = 352;
 /// Connections still in a handshake or an HTTP exchange.
 /// (HTTP grew by its TLS session, the plain-or-TLS stream and https:// origins when TLS
 /// came, the handshakes themselves boxed; then by the origin connection it keeps.)
-/// (Then shrank when the connection guard boxed its limit slots.)
-const HTTP_BUDGET: usize = 3520;
+/// (Then shrank when the connection guard boxed its limit slots; grew by 8 bytes when the
+/// guard named its listener, for the metrics.)
+const HTTP_BUDGET: usize = 3528;
 /// (SOCKS: a handshake's state, with UDP ASSOCIATE's boxed.)
 const SOCKS_BUDGET: usize = 1728;
 /// (The relay grew a little with its TLS options; the handshakes themselves are boxed.)
