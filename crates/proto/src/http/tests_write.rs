@@ -454,3 +454,42 @@ fn connect_request_errors() {
         assert_eq!(out, b"prefix", "nothing written on error");
     }
 }
+
+/// What forwarding may add to a head (Host, Via, X-Forwarded-For, Forwarded on a
+/// request; Via and Connection on a response): at most four fields. A head at the field
+/// limit therefore goes out with up to four more, which a next hop with the same limit
+/// refuses (431); the fuzz targets re-parse forwarded heads with this allowance.
+#[test]
+fn forwarding_adds_at_most_four_fields() {
+    let lines = |s: &[u8]| s.windows(2).filter(|w| w == b"\r\n").count();
+    let mut buf = b"POST http://a/ HTTP/1.0\r\n".to_vec();
+    for i in 0..127 {
+        buf.extend_from_slice(format!("X-{i}: v\r\n").as_bytes());
+    }
+    buf.extend_from_slice(b"Content-Length: 0\r\n\r\n");
+    let rw = RequestRewrite {
+        via: Some("rustle"),
+        forwarded_for: Some("192.0.2.7"),
+        upgrade: false,
+        absolute: false,
+        proxy_authorization: None,
+    };
+    let out = req(&buf, &rw);
+    assert!(lines(out.as_bytes()) <= lines(&buf) + 4, "{out}");
+    let mut again = RequestHead::new();
+    let limits = Limits { max_headers: 128 + 4, ..Limits::default() };
+    assert_eq!(parse_request(out.as_bytes(), &limits, &mut again), Ok(Some(())));
+    assert_eq!(
+        parse_request(out.as_bytes(), &Limits::default(), &mut RequestHead::new()),
+        Err(HeadError::TooManyHeaders)
+    );
+
+    let mut buf = b"HTTP/1.1 200 OK\r\n".to_vec();
+    for i in 0..127 {
+        buf.extend_from_slice(format!("X-{i}: v\r\n").as_bytes());
+    }
+    buf.extend_from_slice(b"Content-Length: 0\r\n\r\n");
+    let rw = ResponseRewrite { via: Some("rustle"), close: true, ..ResponseRewrite::default() };
+    let out = res(&buf, Method::Get, &rw);
+    assert!(lines(out.as_bytes()) <= lines(&buf) + 4, "{out}");
+}
