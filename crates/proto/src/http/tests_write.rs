@@ -493,3 +493,17 @@ fn forwarding_adds_at_most_four_fields() {
     let out = res(&buf, Method::Get, &rw);
     assert!(lines(out.as_bytes()) <= lines(&buf) + 4, "{out}");
 }
+
+/// Content-Length given twice as the same number in different digits (`0`, `00`) is one
+/// length: accepted, sent on once, and not ambiguous (a fuzzing find: the property check
+/// compared the digits as text).
+#[test]
+fn equal_lengths_in_other_digits_are_one_length() {
+    let buf = b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\nContent-Length:00\r\n\r\n";
+    let mut head = ResponseHead::new();
+    assert_eq!(parse_response(buf, &Limits::default(), Method::Get, &mut head), Ok(Some(())));
+    assert_eq!(head.body, BodyKind::Length(0));
+    crate::check::assert_unambiguous(&crate::check::response_fields(buf, &head), "accepted");
+    let out = res(buf, Method::Get, &ResponseRewrite::default());
+    assert_eq!(out.to_ascii_lowercase().matches("content-length").count(), 1, "{out}");
+}
