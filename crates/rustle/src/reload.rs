@@ -228,6 +228,8 @@ pub fn run_until_signal(
         running.stop();
         anyhow::bail!("{e}");
     }
+    // No connection is served before root is given up: the workers accept from here.
+    running.serve();
     if let Some(handover) = handover {
         // Serving on the same sockets already: the old process may stop accepting.
         if let Err(e) = handover.release() {

@@ -102,6 +102,8 @@ pub struct Running {
     conn_limits: Arc<ConnLimits>,
     in_force: Arc<InForce>,
     switches: Arc<crate::relay::Switches>,
+    /// Each worker's first listeners, until `serve` sends them.
+    first: Mutex<Vec<Update>>,
     /// Whether the proxy takes new connections (`/readyz`).
     readiness: Arc<crate::metrics::Readiness>,
     /// The admin endpoint, when `[admin] listen` is set, and what its scrapes read.
@@ -375,6 +377,16 @@ impl Running {
         self.switches.get()
     }
 
+    /// The workers begin accepting (`start_with` leaves them idle), and `/readyz` says
+    /// ready. Once only; later calls do nothing.
+    pub fn serve(&self) {
+        let first = std::mem::take(&mut *self.first.lock().unwrap_or_else(|p| p.into_inner()));
+        for (tx, update) in self.workers.iter().zip(first) {
+            let _ = tx.send(update);
+        }
+        self.readiness.set_ready();
+    }
+
     /// Logs where each listener listens (`start_with` leaves it to the caller, which
     /// may first give root up: the lines tell that the proxy is ready).
     pub fn announce(&self) {
@@ -410,12 +422,14 @@ impl Running {
 /// Binds the listeners and starts the workers; returns at once.
 pub fn start(cfg: Config) -> anyhow::Result<Running> {
     let running = start_with(cfg, Inherited::default())?;
+    running.serve();
     running.announce();
     Ok(running)
 }
 
 /// `start`, taking listening sockets from `inherited` for the listeners they match (a
 /// takeover, socket activation) and binding the others, without the `announce` lines.
+/// The workers accept nothing until `serve`, so that a caller can give root up first.
 /// Inherited sockets no listener wants are closed.
 pub fn start_with(cfg: Config, mut inherited: Inherited) -> anyhow::Result<Running> {
     let config = Arc::new(cfg.clone());
@@ -482,13 +496,15 @@ pub fn start_with(cfg: Config, mut inherited: Inherited) -> anyhow::Result<Runni
     let switches = Arc::new(crate::relay::Switches::default());
     let mut threads = Vec::new();
     let mut senders = Vec::new();
+    // Each worker's listeners, sent by `serve` (after root is given up).
+    let mut first = Vec::new();
     for (id, stats) in stats.into_iter().enumerate() {
         let (tx, rx) = mpsc::unbounded_channel();
         let mut listeners = Vec::new();
         for b in &bound {
             listeners.push((b.listener.clone(), Some(b.for_worker(id, workers)?)));
         }
-        let _ = tx.send(Update { policy: policy.clone(), sink: sink.clone(), listeners });
+        first.push(Update { policy: policy.clone(), sink: sink.clone(), listeners });
         senders.push(tx);
         let policy = policy.clone();
         let (in_force, switches) = (in_force.clone(), switches.clone());
@@ -516,8 +532,8 @@ pub fn start_with(cfg: Config, mut inherited: Inherited) -> anyhow::Result<Runni
         threads.push(t);
     }
     let state = Mutex::new(State { bound, policy, config, sink });
-    readiness.set_ready();
     Ok(Running {
+        first: Mutex::new(first),
         threads,
         stop,
         workers: senders,
@@ -724,11 +740,8 @@ async fn worker_main(
     mut updates: mpsc::UnboundedReceiver<Update>,
     in_force: Arc<InForce>,
 ) {
+    // The first update (`Running::serve`) brings the listeners.
     let mut serving = Serving::default();
-    // The first update (sent before the thread started) names the listeners.
-    if let Ok(Update { listeners, .. }) = updates.try_recv() {
-        serving.apply(&worker, listeners);
-    }
     // Housekeeping: flush the access log, close expired idle origin connections, end
     // idle tunnels (their deadlines are swept here rather than timed one by one).
     crate::idle::sweep_relays_here();
