@@ -111,20 +111,9 @@ fi
 # ------------------------------------------------------------ state, cleanup
 WORK=$(mktemp -d /tmp/parent-overhead.XXXXXX)
 PIDS=()
-stop_pid() {  # stop_pid PID: TERM, wait up to 5 s, then KILL. Only our PIDs.
-  local pid=$1 i
-  [[ -n $pid ]] || return 0
-  kill -0 "$pid" 2>/dev/null || { wait "$pid" 2>/dev/null || true; return 0; }
-  kill -TERM "$pid" 2>/dev/null || true
-  for i in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-  kill -0 "$pid" 2>/dev/null && kill -KILL "$pid" 2>/dev/null || true
-  wait "$pid" 2>/dev/null || true
-}
-cleanup() {
-  local pid
-  for pid in "${PIDS[@]}"; do stop_pid "$pid"; done
-  rm -rf "$WORK"
-}
+# shellcheck source=bench/lib.sh
+source "$HERE/lib.sh"
+cleanup() { stop_all; }
 trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
@@ -135,25 +124,6 @@ cp "$BENCH_BIN" "$WORK/rustle-bench"
 RUSTLE=$WORK/rustle
 BENCH=$WORK/rustle-bench
 
-free_port() {
-  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
-}
-wait_listening() {  # wait_listening PID PORT NAME
-  local i
-  for i in $(seq 100); do
-    [[ -n $(ss -Htln "sport = :$2") ]] && return 0
-    kill -0 "$1" 2>/dev/null || die "$3 exited: $(tail -3 "$WORK/$3.err" 2>/dev/null)"
-    sleep 0.05
-  done
-  die "$3 is not listening on port $2"
-}
-cpu_ticks() {  # utime+stime of PID (all its threads), clock ticks
-  local stat rest
-  stat=$(cat "/proc/$1/stat") || { echo 0; return; }
-  rest=${stat##*) }
-  read -r -a f <<< "$rest"
-  echo $(( f[11] + f[12] ))
-}
 active_opens() {  # TcpActiveOpens of this network namespace
   awk '$1 == "Tcp:" { if (!h) { for (i = 2; i <= NF; i++) if ($i == "ActiveOpens") c = i; h = 1 } else print $c }' /proc/net/snmp
 }

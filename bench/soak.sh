@@ -111,20 +111,10 @@ ulimit -n "$NOFILE" || die "cannot set the open-file limit to $NOFILE (ulimit -H
 
 WORK=$(mktemp -d /tmp/soak.XXXXXX)
 PIDS=()
-stop_pid() {  # TERM, wait up to 10 s, then KILL. Only our PIDs.
-  local pid=$1 i
-  [[ -n $pid ]] || return 0
-  kill -0 "$pid" 2>/dev/null || { wait "$pid" 2>/dev/null || true; return 0; }
-  kill -TERM "$pid" 2>/dev/null || true
-  for i in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-  kill -0 "$pid" 2>/dev/null && kill -KILL "$pid" 2>/dev/null || true
-  wait "$pid" 2>/dev/null || true
-}
-cleanup() {
-  local pid
-  for pid in "${PIDS[@]}"; do stop_pid "$pid"; done
-  rm -rf "$WORK"
-}
+STOP_WAIT=100
+# shellcheck source=bench/lib.sh
+source "$HERE/lib.sh"
+cleanup() { stop_all; }
 trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
@@ -134,27 +124,8 @@ cp "$BENCH_BIN" "$WORK/rustle-bench"
 RUSTLE=$WORK/rustle
 BENCH=$WORK/rustle-bench
 
-free_port() {
-  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
-}
-wait_listening() {  # wait_listening PID PORT NAME
-  local i
-  for i in $(seq 200); do
-    [[ -n $(ss -Htln "sport = :$2") ]] && return 0
-    kill -0 "$1" 2>/dev/null || die "$3 exited: $(tail -3 "$WORK/$3.err" 2>/dev/null)"
-    sleep 0.05
-  done
-  die "$3 is not listening on port $2"
-}
 files() { find "/proc/$1/fd" -mindepth 1 -maxdepth 1 2>/dev/null | wc -l; }
 rss_kb() { awk '/^VmRSS:/ {print $2}' "/proc/$1/status" 2>/dev/null || echo 0; }
-cpu_ticks() {
-  local stat rest
-  stat=$(cat "/proc/$1/stat") || { echo 0; return; }
-  rest=${stat##*) }
-  read -r -a f <<< "$rest"
-  echo $(( f[11] + f[12] ))
-}
 
 STAMP=$(date -u +%Y%m%d-%H%M%S)
 mkdir -p "$RESULTS_DIR"
