@@ -507,7 +507,17 @@ impl UserTraffic {
 #[derive(Debug, Default)]
 pub struct Traffic {
     users: Mutex<HashMap<Box<str>, Arc<UserTraffic>>>,
+    /// Users past `MAX_TRAFFIC_USERS`, counted together.
+    others: Arc<UserTraffic>,
 }
+
+/// Users with counters of their own, at most: names come from the configuration, but a
+/// listener that accepts any credentials (`accept_any_credentials`) takes whatever name a
+/// client sends, and the map must not grow with them.
+pub const MAX_TRAFFIC_USERS: usize = 10_000;
+
+/// The name `Traffic::snapshot` gives the users counted together.
+pub const OTHER_USERS: &str = "*others*";
 
 impl Traffic {
     pub fn new() -> Arc<Traffic> {
@@ -521,12 +531,16 @@ impl Traffic {
         if let Some(t) = users.get(user) {
             return t.clone();
         }
+        if users.len() >= MAX_TRAFFIC_USERS {
+            return self.others.clone();
+        }
         let t = Arc::new(UserTraffic::default());
         users.insert(user.into(), t.clone());
         t
     }
 
-    /// (user, up, down) for every user seen, sorted by user.
+    /// (user, up, down) for every user seen, sorted by user; those past
+    /// `MAX_TRAFFIC_USERS` summed last as `OTHER_USERS`, once there are any.
     pub fn snapshot(&self) -> Vec<(String, u64, u64)> {
         let mut v: Vec<_> = lock(&self.users)
             .iter()
@@ -536,6 +550,10 @@ impl Traffic {
             })
             .collect();
         v.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        let (up, down) = self.others.get();
+        if Arc::strong_count(&self.others) > 1 || up > 0 || down > 0 {
+            v.push((OTHER_USERS.to_string(), up, down));
+        }
         v
     }
 }

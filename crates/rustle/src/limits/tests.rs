@@ -534,3 +534,20 @@ fn traffic_counters_and_snapshot() {
         vec![("alice".to_string(), 7, 120_000), ("bob".to_string(), 10, 2000)]
     );
 }
+
+#[test]
+fn traffic_keeps_at_most_max_users_and_counts_the_rest_together() {
+    let t = Traffic::new();
+    for i in 0..MAX_TRAFFIC_USERS {
+        t.entry(&format!("u{i}")).add(Direction::Up, 1);
+    }
+    let late = t.entry("one-too-many");
+    late.add(Direction::Down, 5);
+    t.entry("another").add(Direction::Down, 6);
+    assert!(Arc::ptr_eq(&late, &t.entry("another")), "the rest share one entry");
+    let snap = t.snapshot();
+    assert_eq!(snap.len(), MAX_TRAFFIC_USERS + 1);
+    assert_eq!(snap.last(), Some(&(OTHER_USERS.to_string(), 0, 11)));
+    // A user with counters keeps them.
+    assert_eq!(t.entry("u7").get(), (1, 0));
+}
