@@ -663,6 +663,23 @@ impl<C, U> Relay<C, U> {
     }
 }
 
+impl<C: Borrow<TcpStream>, U: Borrow<TcpStream>> Relay<C, U> {
+    /// After the relay ended with `result`: a side that reset the connection gets the
+    /// other side reset too (SO_LINGER 0, so that closing sends RST), where a plain close
+    /// would tell that peer the stream ended whole. Once per tunnel, at its end.
+    pub fn pass_reset(&self, result: &Result<(), Error>) {
+        let reset = |e: &io::Error| e.kind() == io::ErrorKind::ConnectionReset;
+        let other = match result {
+            Err(Error::Upstream(e)) if reset(e) => self.client.borrow(),
+            Err(Error::Client(e)) if reset(e) => self.upstream.borrow(),
+            _ => return,
+        };
+        if let Err(e) = socket2::SockRef::from(other).set_linger(Some(Duration::ZERO)) {
+            tracing::debug!("SO_LINGER 0 to pass a reset on: {e}");
+        }
+    }
+}
+
 impl Relay<TcpStream, TcpStream> {
     /// Lets the relay end with `Ended::Idle` once it has been idle for `PARK_AFTER`.
     pub fn parking(mut self) -> Self {

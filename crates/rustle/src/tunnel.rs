@@ -190,6 +190,7 @@ pub(crate) fn socket_task(
     async move {
         match std::future::poll_fn(|cx| relay.poll_ended(cx)).await {
             Ended::Done(totals, result) => {
+                relay.pass_reset(&result);
                 finish(&guard, &rec, totals, result);
                 drop(guard);
             }

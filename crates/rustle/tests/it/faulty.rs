@@ -690,6 +690,11 @@ fn origin_tunnel(rig: &Rig, raw: &FaultyOrigin, fault: Fault, proto: Proto) -> O
                     got.len()
                 )
             })?;
+            // The origin's reset is passed on: a plain close would say the stream ended
+            // whole.
+            if fault == Fault::ResetMidBody {
+                expect(how == "reset", || format!("the origin's reset came as {how}"))?;
+            }
             format!("{} bytes, then {how}", got.len())
         }
     };
