@@ -134,18 +134,17 @@ pub fn undefined_groups(
     what: &str,
     defined: impl Fn(&str) -> bool,
 ) -> Vec<String> {
-    let mut problems = Vec::new();
-    for (i, rule) in rules.iter().enumerate() {
-        for group in rule.groups.iter().flatten().filter(|g| !defined(g)) {
-            let at = rule.groups_line.map(|n| format!("line {n}: ")).unwrap_or_default();
-            problems.push(format!(
-                "{at}{what} {}: group `{group}` is not defined: no user is in it (give it to a \
-                 user, or declare it in [auth.groups], even empty)",
-                i + 1
-            ));
-        }
-    }
-    problems
+    undefined(
+        rules,
+        |r| (&r.groups, r.groups_line),
+        |g| !defined(g),
+        |i, group| {
+            format!(
+                "{what} {i}: group `{group}` is not defined: no user is in it (give it to a user, \
+             or declare it in [auth.groups], even empty)"
+            )
+        },
+    )
 }
 
 /// `line N: rule K: user ...` for each user a rule names that `defined` does not know
@@ -155,14 +154,28 @@ pub fn undefined_users(
     what: &str,
     defined: impl Fn(&str) -> bool,
 ) -> Vec<String> {
+    undefined(
+        rules,
+        |r| (&r.users, r.users_line),
+        |u| u != "*" && !defined(u),
+        |i, user| format!("{what} {i}: user `{user}` is not defined (in [auth] or the users file)"),
+    )
+}
+
+/// The names a rule's list (`field`: the list and its line) holds that `unknown` picks,
+/// each said by `say(rule number, name)` after its line.
+fn undefined(
+    rules: &[RuleConfig],
+    field: impl Fn(&RuleConfig) -> (&Option<Vec<String>>, Option<usize>),
+    unknown: impl Fn(&str) -> bool,
+    say: impl Fn(usize, &str) -> String,
+) -> Vec<String> {
     let mut problems = Vec::new();
     for (i, rule) in rules.iter().enumerate() {
-        for user in rule.users.iter().flatten().filter(|u| *u != "*" && !defined(u)) {
-            let at = rule.users_line.map(|n| format!("line {n}: ")).unwrap_or_default();
-            problems.push(format!(
-                "{at}{what} {}: user `{user}` is not defined (in [auth] or the users file)",
-                i + 1
-            ));
+        let (names, line) = field(rule);
+        for name in names.iter().flatten().filter(|n| unknown(n)) {
+            let at = line.map(|n| format!("line {n}: ")).unwrap_or_default();
+            problems.push(format!("{at}{}", say(i + 1, name)));
         }
     }
     problems
