@@ -20,7 +20,7 @@ use std::str::FromStr;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use argon2::password_hash::rand_core::{OsRng, RngCore};
-use argon2::password_hash::{PasswordHash, PasswordHasher, PasswordVerifier, SaltString};
+use argon2::password_hash::{PasswordHash, PasswordHasher, SaltString};
 use argon2::{Argon2, Params};
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
@@ -28,11 +28,13 @@ use subtle::ConstantTimeEq;
 mod basic;
 mod cache;
 mod gate;
+mod hasher;
 mod limiter;
 
 pub use basic::{parse_basic, BasicError, MAX_BASIC_LEN};
 pub use cache::CredentialCache;
 pub use gate::{Gate, Refusal};
+pub use hasher::{Busy, Hasher, HasherLimits};
 pub use limiter::FailureLimiter;
 
 /// Longest user or group name, in bytes: long enough for e-mail-like names, short enough
@@ -139,22 +141,69 @@ impl Verifier {
         }
     }
 
+    /// The argon2id memory cost in KiB (what one check of this verifier holds); 0 for the
+    /// others (bcrypt holds 4 KiB whatever its cost).
+    fn memory_kib(&self) -> u32 {
+        match self {
+            Verifier::Argon2(hash) => PasswordHash::new(hash)
+                .ok()
+                .and_then(|h| Params::try_from(&h).ok())
+                .map_or(0, |p| p.m_cost()),
+            Verifier::Bcrypt(_) | Verifier::Plain(_) => 0,
+        }
+    }
+
+    /// Whether the check is a deliberately slow hash (to run on the hashing threads).
+    fn is_slow(&self) -> bool {
+        !matches!(self, Verifier::Plain(_))
+    }
+
+    /// `verify_in` with memory of its own (allocated and freed here).
     fn verify(&self, password: &[u8]) -> bool {
+        self.verify_in(password, &mut Vec::new())
+    }
+
+    /// Checks `password`; an argon2id check works in `memory`, grown to the hash's memory
+    /// cost when it is smaller and kept by the caller for the next check, so that a hashing
+    /// thread allocates its memory once rather than on every check.
+    fn verify_in(&self, password: &[u8], memory: &mut Vec<argon2::Block>) -> bool {
         match self {
             // `verify` errs only on a malformed hash, which `parse` has ruled out. Like every
             // bcrypt, it looks at the first 72 bytes of the password only.
             Verifier::Bcrypt(hash) => bcrypt::verify(password, hash).unwrap_or(false),
-            Verifier::Argon2(hash) => match PasswordHash::new(hash) {
-                // The parameters come from the hash, not from `Argon2::default()`.
-                Ok(hash) => Argon2::default().verify_password(password, &hash).is_ok(),
-                Err(_) => false,
-            },
+            Verifier::Argon2(hash) => argon2id_matches(hash, password, memory).unwrap_or(false),
             Verifier::Plain(digest) => {
                 let presented: [u8; 32] = Sha256::digest(password).into();
                 presented.ct_eq(digest).into()
             }
         }
     }
+}
+
+/// Whether `password` hashes to the PHC string `hash` (argon2id, its parameters, salt and
+/// output from the string), computed in `memory`; None for a hash that does not parse
+/// (`Verifier::parse` has ruled that out) or parameters argon2 refuses.
+fn argon2id_matches(hash: &str, password: &[u8], memory: &mut Vec<argon2::Block>) -> Option<bool> {
+    let hash = PasswordHash::new(hash).ok()?;
+    let params = Params::try_from(&hash).ok()?;
+    let version = match hash.version {
+        Some(v) => argon2::Version::try_from(v).ok()?,
+        None => argon2::Version::default(),
+    };
+    let mut salt = [0u8; 64];
+    let salt = hash.salt?.decode_b64(&mut salt).ok()?;
+    let expected = hash.hash?;
+    let blocks = params.block_count();
+    if memory.len() < blocks {
+        // Grown in place to the largest cost seen: at most `MAX_ARGON2_MEMORY_KIB`.
+        memory.resize(blocks, argon2::Block::default());
+    }
+    let mut out = [0u8; 64];
+    let out = out.get_mut(..expected.len())?;
+    Argon2::new(argon2::Algorithm::Argon2id, version, params)
+        .hash_password_into_with_memory(password, salt, out, &mut memory[..])
+        .ok()?;
+    Some(out.ct_eq(expected.as_bytes()).into())
 }
 
 impl fmt::Debug for Verifier {
@@ -178,9 +227,25 @@ impl User {
 
     /// Whether `password` is this user's. Slow on purpose for bcrypt and argon2id
     /// (milliseconds to hundreds of them, by the hash's cost): call it off the event loop,
-    /// with `spawn_blocking`, and put a `CredentialCache` in front. Constant-time for plain.
+    /// on a `Hasher`, and put a `CredentialCache` in front. Constant-time for plain.
     pub fn verify(&self, password: &[u8]) -> bool {
         self.verifier.verify(password)
+    }
+
+    /// `verify` working in `memory` (see `hasher`: each hashing thread keeps its own).
+    fn verify_in(&self, password: &[u8], memory: &mut Vec<argon2::Block>) -> bool {
+        self.verifier.verify_in(password, memory)
+    }
+
+    /// Whether checking this user's password is a deliberately slow hash (bcrypt,
+    /// argon2id) rather than a constant-time comparison (`plain:`).
+    pub fn is_slow(&self) -> bool {
+        self.verifier.is_slow()
+    }
+
+    /// The memory one check of this user's password holds, in KiB, for argon2id (0 else).
+    pub fn memory_kib(&self) -> u32 {
+        self.verifier.memory_kib()
     }
 
     /// `bcrypt`, `argon2id` or `plain`, for start-up messages.

@@ -584,6 +584,23 @@ pub struct Auth {
     /// Failed attempts one client address may make at once, and how many more per minute.
     pub failures_burst: u32,
     pub failures_per_minute: u32,
+    /// Threads that run password hashes for the whole process (read at start only).
+    pub hash_threads: usize,
+    /// Password checks that may wait for a hashing thread, across clients.
+    pub max_pending_hashes: usize,
+    /// Password checks one client address may have waiting or running.
+    pub max_hashes_per_client: usize,
+}
+
+impl Auth {
+    /// The hashing threads' sizes.
+    pub fn hasher_limits(&self) -> crate::auth::HasherLimits {
+        crate::auth::HasherLimits {
+            threads: self.hash_threads,
+            max_pending: self.max_pending_hashes,
+            per_client: self.max_hashes_per_client,
+        }
+    }
 }
 
 impl Default for Auth {
@@ -596,6 +613,9 @@ impl Default for Auth {
             cache_ttl: Duration::from_secs(300),
             failures_burst: 10,
             failures_per_minute: 10,
+            hash_threads: 2,
+            max_pending_hashes: 64,
+            max_hashes_per_client: 2,
         }
     }
 }
@@ -991,6 +1011,16 @@ impl Config {
                 line: None,
                 message: "limits.max_header_bytes must be at least 1024".into(),
             });
+        }
+        for (key, value) in [
+            ("hash_threads", config.auth.hash_threads),
+            ("max_pending_hashes", config.auth.max_pending_hashes),
+            ("max_hashes_per_client", config.auth.max_hashes_per_client),
+        ] {
+            if value == 0 {
+                let line = line_in(&["auth", key]);
+                problems.push(Problem { line, message: format!("auth.{key} must be at least 1") });
+            }
         }
         if let Some(message) = config.admin.open_problem() {
             problems.push(Problem { line: line_in(&["admin", "listen"]), message });

@@ -169,6 +169,9 @@ pub enum Error {
     /// Too many failed attempts from this client address.
     #[error("too many failed authentication attempts")]
     AuthRateLimited,
+    /// The password-hashing threads' queue is full (of other clients' logins).
+    #[error("too many logins being checked, try again shortly")]
+    AuthBusy,
     /// Per-client or per-user connection limit.
     #[error("too many connections {0}")]
     LimitReached(&'static str),
@@ -223,6 +226,7 @@ impl Error {
             Error::ParentRefused { .. } => Some(502),
             Error::AuthRequired(_) => Some(407),
             Error::AuthRateLimited => Some(429),
+            Error::AuthBusy => Some(503),
             Error::LimitReached(_) => Some(503),
             Error::Socks5(_) | Error::Socks4(_) => Some(400),
         }
@@ -269,7 +273,8 @@ impl Error {
             | Error::Timeout(_)
             | Error::Overloaded
             | Error::ShutdownDeadline
-            | Error::LimitReached(_) => R::GeneralFailure,
+            | Error::LimitReached(_)
+            | Error::AuthBusy => R::GeneralFailure,
             Error::AuthRequired(_) | Error::AuthRateLimited => R::NotAllowed,
         }
     }
@@ -294,7 +299,7 @@ impl Error {
                 | ConnectError::NoParent(_),
             ) => None,
             Error::AuthRequired(_) | Error::AuthRateLimited => Some(Refused::Auth),
-            Error::LimitReached(_) | Error::Overloaded => Some(Refused::Limit),
+            Error::LimitReached(_) | Error::Overloaded | Error::AuthBusy => Some(Refused::Limit),
             Error::Through { source, .. } => source.refusal(),
             Error::BadRequest(_)
             | Error::Unsupported(_)

@@ -489,6 +489,21 @@ pub fn reloaded(ok: bool) {
     };
 }
 
+static AUTH_HASHES: AtomicU64 = AtomicU64::new(0);
+static AUTH_HASHES_REFUSED: AtomicU64 = AtomicU64::new(0);
+
+/// A password hash was computed (on a hashing thread: several writers, so an atomic add;
+/// once per hash, which takes milliseconds).
+pub fn auth_hashed() {
+    AUTH_HASHES.fetch_add(1, Relaxed);
+}
+
+/// A password check was refused a place on the hashing threads (its client's share or the
+/// queue was full).
+pub fn auth_hash_refused() {
+    AUTH_HASHES_REFUSED.fetch_add(1, Relaxed);
+}
+
 /// Whether the proxy takes new connections, for `/readyz`.
 #[derive(Debug)]
 pub struct Readiness(AtomicU8);

@@ -473,6 +473,10 @@ pub fn start_with(cfg: Config, mut inherited: Inherited) -> anyhow::Result<Runni
     let conn_limits =
         ConnLimits::new(cfg.limits.max_connections_per_client, cfg.limits.max_connections_per_user);
     let traffic = Traffic::new();
+    let hasher = Arc::new(
+        crate::auth::Hasher::start(cfg.auth.hasher_limits())
+            .context("cannot start the password hashing threads")?,
+    );
     let sink = Sink::open(&cfg.log).context("cannot open the access log")?;
     let (stop, shutdown) = watch::channel(false);
     let open = Arc::new(AtomicUsize::new(0));
@@ -513,6 +517,7 @@ pub fn start_with(cfg: Config, mut inherited: Inherited) -> anyhow::Result<Runni
         let sink = sink.clone();
         let shutdown = shutdown.clone();
         let open = open.clone();
+        let hasher = hasher.clone();
         let t = std::thread::Builder::new().name(format!("rustle-w{id}")).spawn(move || {
             let rt = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
                 Ok(rt) => rt,
@@ -524,8 +529,16 @@ pub fn start_with(cfg: Config, mut inherited: Inherited) -> anyhow::Result<Runni
             crate::metrics::install(id, stats);
             crate::relay::count_switches_in(switches);
             let local = tokio::task::LocalSet::new();
-            let worker =
-                Rc::new(Worker::new(id, policy, shutdown, conn_limits, traffic, sink, open));
+            let worker = Rc::new(Worker::new(
+                id,
+                policy,
+                shutdown,
+                conn_limits,
+                traffic,
+                sink,
+                open,
+                hasher,
+            ));
             in_force.took(id, policy_of(&worker));
             local.block_on(&rt, worker_main(worker, rx, in_force));
         })?;

@@ -123,11 +123,12 @@ impl Worker {
         traffic: Arc<Traffic>,
         sink: Sink,
         open: Arc<AtomicUsize>,
+        hasher: Arc<crate::auth::Hasher>,
     ) -> Worker {
         let cfg = policy.config.clone();
         let log = AccessLog::new(sink, cfg.log.format.clone());
         let a = &cfg.auth;
-        let auth = Gate::new(a.cache_ttl, a.failures_burst, a.failures_per_minute);
+        let auth = Gate::new(a.cache_ttl, a.failures_burst, a.failures_per_minute, hasher);
         Worker {
             id,
             upstreams: Upstreams::new(cfg.upstream.clone()),
@@ -202,6 +203,7 @@ impl Worker {
         self.upstreams.set_config(cfg.upstream.clone());
         let a = &cfg.auth;
         self.auth.set_limits(a.cache_ttl, a.failures_burst, a.failures_per_minute);
+        self.auth.hasher().set_limits(a.max_pending_hashes, a.max_hashes_per_client);
         *self.cfg.borrow_mut() = Rc::new(cfg);
         *self.policy.borrow_mut() = Rc::new(policy);
     }
@@ -238,6 +240,7 @@ impl Worker {
             Ok(()) => Ok(()),
             Err(Refusal::RateLimited) => Err(Error::AuthRateLimited),
             Err(Refusal::Wrong) => Err(Error::AuthRequired("unknown user or wrong password")),
+            Err(Refusal::Busy) => Err(Error::AuthBusy),
         }
     }
 

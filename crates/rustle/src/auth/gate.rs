@@ -1,12 +1,14 @@
 //! One worker's check of a user name and password: the verified-credentials cache first,
-//! then the (deliberately slow) hash off the event loop, with failed attempts limited per
-//! client address. Per worker, so no lock.
+//! then the (deliberately slow) hash on the process's hashing threads (`Hasher`), with
+//! failed attempts limited per client address and counted before the hash. Per worker, so
+//! no lock (the `Hasher` takes one, per hash).
 
 use std::cell::RefCell;
 use std::net::IpAddr;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::{decoy_user, CredentialCache, FailureLimiter, Users};
+use super::{decoy_user, Busy, CredentialCache, FailureLimiter, Hasher, Users};
 
 /// Verified credentials a worker remembers.
 const CRED_CACHE_MAX: usize = 10_000;
@@ -21,6 +23,8 @@ pub enum Refusal {
     RateLimited,
     /// An unknown name or a wrong password (not said which).
     Wrong,
+    /// The hashing threads' queue is full of other clients' checks: not checked.
+    Busy,
 }
 
 pub struct Gate {
@@ -28,13 +32,16 @@ pub struct Gate {
     failures: RefCell<FailureLimiter>,
     /// The `ttl`, `burst` and `per_minute` in force.
     settings: std::cell::Cell<(Duration, u32, u32)>,
+    /// The process's hashing threads, shared by the workers.
+    hasher: Arc<Hasher>,
 }
 
 impl Gate {
     /// `ttl`: how long verified credentials are remembered; `burst` and `per_minute`: the
-    /// failed attempts a client address may make.
-    pub fn new(ttl: Duration, burst: u32, per_minute: u32) -> Gate {
+    /// failed attempts a client address may make; `hasher`: where slow hashes run.
+    pub fn new(ttl: Duration, burst: u32, per_minute: u32, hasher: Arc<Hasher>) -> Gate {
         Gate {
+            hasher,
             creds: RefCell::new(CredentialCache::new(ttl, CRED_CACHE_MAX)),
             failures: RefCell::new(FailureLimiter::new(burst, per_minute, FAILURE_TRACK_MAX)),
             settings: std::cell::Cell::new((ttl, burst, per_minute)),
@@ -53,9 +60,16 @@ impl Gate {
         }
     }
 
+    /// The hashing threads this gate uses (to change their queue's limits on a reload).
+    pub fn hasher(&self) -> &Hasher {
+        &self.hasher
+    }
+
     /// Checks `user` and `password` against `users`. An unknown name costs the same hash
-    /// as a known one (the set's most common kind and cost), so that timing does not tell
-    /// which names exist.
+    /// as a known one (the set's most common kind and cost, on the same threads), so that
+    /// timing does not tell which names exist. The attempt is counted as failed before
+    /// the hash and given back when it succeeds: attempts made at once see each other, so
+    /// no more of them are hashed than the client's failure budget allows.
     pub async fn verify(
         &self,
         users: &Users,
@@ -79,13 +93,27 @@ impl Gate {
             self.failures.borrow_mut().record_failure(client, now);
             return Err(Refusal::Wrong);
         };
-        let pw = password.to_vec();
-        let ok = tokio::task::spawn_blocking(move || u.verify(&pw)).await.unwrap_or(false);
+        // `allowed` above and this run with no await between: the token is there.
+        self.failures.borrow_mut().reserve(client, now);
+        let ok = match u.is_slow() {
+            true => match self.hasher.check(client, generation, user, &u, password).await {
+                Ok(ok) => ok,
+                // Over its own share: the reserved attempt stays counted.
+                Err(Busy::Client) => return Err(Refusal::RateLimited),
+                // Others' checks fill the queue: not this client's failure.
+                Err(Busy::Queue) => {
+                    self.failures.borrow_mut().give_back(client, Instant::now());
+                    return Err(Refusal::Busy);
+                }
+            },
+            // A constant-time comparison of digests: no thread needed.
+            false => u.verify(password),
+        };
         if ok && known {
+            self.failures.borrow_mut().give_back(client, Instant::now());
             self.creds.borrow_mut().insert(user, password, generation);
             Ok(())
         } else {
-            self.failures.borrow_mut().record_failure(client, Instant::now());
             Err(Refusal::Wrong)
         }
     }

@@ -54,6 +54,31 @@ impl FailureLimiter {
         }
     }
 
+    /// Counts an attempt from `ip` as failed before it is checked, if its bucket has a
+    /// token left: false (and nothing taken) when it has none. Attempts made at once thus
+    /// see each other: no more than the bucket holds are checked, however many arrive
+    /// together. A success then gives the token back (`give_back`).
+    pub fn reserve(&mut self, ip: IpAddr, now: Instant) -> bool {
+        if !self.allowed(ip, now) {
+            return false;
+        }
+        self.record_failure(ip, now);
+        true
+    }
+
+    /// Returns the token a `reserve` took, for an attempt that succeeded; a bucket full
+    /// again is forgotten.
+    pub fn give_back(&mut self, ip: IpAddr, now: Instant) {
+        let key = client(ip);
+        let Some(bucket) = self.buckets.get(&key) else { return };
+        let units = self.level(bucket, now).saturating_add(UNITS_PER_TOKEN);
+        if units >= self.capacity {
+            self.buckets.remove(&key);
+        } else {
+            self.buckets.insert(key, Bucket { units, at: now });
+        }
+    }
+
     /// Takes one token from `ip`'s bucket.
     pub fn record_failure(&mut self, ip: IpAddr, now: Instant) {
         if self.max == 0 {
@@ -104,7 +129,7 @@ impl FailureLimiter {
 }
 
 /// The address a client is counted under.
-fn client(ip: IpAddr) -> IpAddr {
+pub(super) fn client(ip: IpAddr) -> IpAddr {
     match ip {
         IpAddr::V4(_) => ip,
         IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
@@ -160,6 +185,28 @@ mod tests {
         // Failures while blocked do not dig deeper than empty.
         limiter.record_failure(a, later);
         assert!(limiter.allowed(a, later + Duration::from_secs(10)));
+    }
+
+    #[test]
+    fn reserve_before_the_check_and_give_back_on_success() {
+        let t0 = Instant::now();
+        let mut limiter = FailureLimiter::new(3, 0, 100);
+        let a = ip("192.0.2.1");
+        // Three attempts at once take the three tokens; the fourth is refused before any
+        // of them is answered.
+        assert!(limiter.reserve(a, t0) && limiter.reserve(a, t0) && limiter.reserve(a, t0));
+        assert!(!limiter.reserve(a, t0));
+        // One succeeds: its token comes back, and one more attempt may be made.
+        limiter.give_back(a, t0);
+        assert!(limiter.reserve(a, t0));
+        assert!(!limiter.reserve(a, t0));
+        // Successes give back no more than was taken: a full bucket is forgotten.
+        for _ in 0..5 {
+            limiter.give_back(a, t0);
+        }
+        assert!(limiter.is_empty());
+        limiter.give_back(ip("192.0.2.2"), t0);
+        assert!(limiter.is_empty());
     }
 
     #[test]

@@ -5,7 +5,7 @@ const ALICE_2Y: &str = "alice:$2y$05$a4sAdIJvjXxEtKlF5tjrQOpShx4NkG5q8eu1./T/YDh
 /// `htpasswd -nbB -C 4 bob 'pa:ss word'`.
 const BOB_2Y: &str = "bob:$2y$04$zRvf4W96Ido1qWY3w2HUUe5mEiuQCKo890wvmh7ehdQ95yws57J12";
 /// glibc/libxcrypt `crypt("secret", "$2b$05$...")`.
-const SECRET_2B: &str = "$2b$05$VXCRALIKs76fXPgY6zSCo.d74aeA0kbclZNyPYT8w/KWSH2/xUX4i";
+pub(super) const SECRET_2B: &str = "$2b$05$VXCRALIKs76fXPgY6zSCo.d74aeA0kbclZNyPYT8w/KWSH2/xUX4i";
 /// The reference `argon2` tool: `echo -n secret | argon2 rustle-test-salt -id -t 1 -k 64 -p 1 -e`
 /// (small parameters so that unoptimised test builds stay fast).
 const SECRET_ARGON2ID: &str =

@@ -9,8 +9,9 @@ use std::sync::{Arc, PoisonError};
 use std::time::Duration;
 
 use super::{
-    Histogram, ListenerCounters, ListenerStats, Proto, Summed, UserStats, WorkerStats, CAUSES,
-    CLASSES, DURATION_BUCKETS, LATENCY_BUCKETS, RELOADS, RELOAD_FAILURES,
+    Histogram, ListenerCounters, ListenerStats, Proto, Summed, UserStats, WorkerStats, AUTH_HASHES,
+    AUTH_HASHES_REFUSED, CAUSES, CLASSES, DURATION_BUCKETS, LATENCY_BUCKETS, RELOADS,
+    RELOAD_FAILURES,
 };
 
 /// A listener as its labels name it.
@@ -308,6 +309,12 @@ pub fn render(s: &Scrape<'_>) -> String {
     let name = "rustle_config_reload_failures_total";
     t.family(name, "counter", "Configuration reloads refused (the previous one kept).");
     t.sample(name, &[], RELOAD_FAILURES.load(Relaxed));
+    let name = "rustle_auth_hashes_total";
+    t.family(name, "counter", "Password hashes computed (bcrypt, argon2id).");
+    t.sample(name, &[], AUTH_HASHES.load(Relaxed));
+    let name = "rustle_auth_hashes_refused_total";
+    t.family(name, "counter", "Password checks refused a place on the hashing threads.");
+    t.sample(name, &[], AUTH_HASHES_REFUSED.load(Relaxed));
     let name = "process_start_time_seconds";
     t.family(name, "gauge", "Start time of the process since the Unix epoch, in seconds.");
     t.sample(name, &[], p.start_time);
