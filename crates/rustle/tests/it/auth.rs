@@ -650,3 +650,277 @@ fn a_reload_that_empties_the_users_file_refuses_everyone() {
     let status = p.wait(Duration::from_secs(10)).expect("rustle started without users");
     assert!(!status.success() && p.stderr().contains("defines no user"), "{}", p.stderr());
 }
+
+/// The real binary with an argon2id user of the default cost (19 MiB, what `rustle passwd`
+/// writes) behind an HTTP listener (h2c too), a SOCKS listener and the admin endpoint:
+/// for floods of logins, whose memory is that of the process.
+struct LoginTarget {
+    bin: RustleProcess,
+    at: Ends,
+    _dir: TempDir,
+}
+
+/// Where `LoginTarget` listens.
+#[derive(Debug, Clone, Copy)]
+struct Ends {
+    http: std::net::SocketAddr,
+    socks: std::net::SocketAddr,
+    admin: std::net::SocketAddr,
+    /// Where requests go once authenticated: nothing listens there (502).
+    closed: std::net::SocketAddr,
+}
+
+/// alice's password in `LoginTarget`.
+const ALICE_PASSWORD: &str = "correct horse battery staple";
+
+impl LoginTarget {
+    fn start(auth_keys: &str) -> LoginTarget {
+        let dir = TempDir::new("login-flood");
+        let line = rustle::auth::hash_line("alice", ALICE_PASSWORD.as_bytes()).unwrap();
+        assert!(line.contains("$argon2id$v=19$m=19456,"), "{line}");
+        let users = users_file(&dir, &[&line]);
+        let config = dir.file("rustle.toml");
+        let text = format!(
+            "workers = 2\n\
+             [[listener]]\nlisten = \"127.0.0.1:0\"\nauth = true\nh2c = true\n\
+             [[listener]]\nkind = \"socks\"\nlisten = \"127.0.0.1:0\"\nauth = true\n\
+             [admin]\nlisten = \"127.0.0.1:0\"\n\
+             [auth]\nusers_file = \"{}\"\n{auth_keys}\n",
+            users.display()
+        );
+        std::fs::write(&config, text).unwrap();
+        let mut bin = RustleProcess::spawn(&["--config", config.to_str().unwrap()]);
+        let http = bin.next_listener();
+        let socks = bin.next_listener();
+        let marker = "admin endpoint on http://";
+        assert!(bin.wait_for_stderr(marker, Duration::from_secs(10)), "{}", bin.stderr());
+        let stderr = bin.stderr();
+        let rest = &stderr[stderr.find(marker).unwrap() + marker.len()..];
+        let admin = rest.split('/').next().unwrap().parse().expect("admin address");
+        LoginTarget { bin, at: Ends { http, socks, admin, closed: closed_port() }, _dir: dir }
+    }
+
+    /// A line of `/proc/PID/status`, in KiB (`VmRSS`, `VmHWM`).
+    fn status_kib(&self, field: &str) -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.bin.child.id()))
+            .expect("the proxy's /proc status");
+        let line = status.lines().find(|l| l.starts_with(field)).expect(field);
+        line.split_whitespace().nth(1).unwrap().parse().unwrap()
+    }
+
+    fn metric(&self, name: &str) -> u64 {
+        self.at.metric(name)
+    }
+}
+
+impl Ends {
+    /// A counter without labels from `/metrics`.
+    fn metric(&self, name: &str) -> u64 {
+        let r = parse_response(&raw_to(
+            self.admin,
+            b"GET /metrics HTTP/1.1\r\nHost: admin\r\nConnection: close\r\n\r\n",
+        ));
+        assert_eq!(r.status, 200, "{}", r.head_text());
+        let text = r.text();
+        let line = text.lines().find(|l| l.starts_with(&format!("{name} "))).unwrap_or_else(|| {
+            panic!("no {name} in /metrics:\n{text}");
+        });
+        line.split_whitespace().nth(1).unwrap().parse().unwrap()
+    }
+
+    /// A request as alice with `password` from the local address `from`: its status.
+    fn http_login(&self, from: &str, password: &str) -> u16 {
+        let mut c = Conn::open_from(from, self.http);
+        let url = format!("http://{}/", self.closed);
+        c.send(&request("GET", &url, &[&proxy_auth("alice", password)], b""));
+        c.read_head().status
+    }
+}
+
+/// What a flood of logins did: statuses (or SOCKS replies) counted, hashes computed, the
+/// proxy's resident memory before and at its peak (KiB).
+#[derive(Debug)]
+struct Flood {
+    answers: std::collections::BTreeMap<u16, usize>,
+    hashes: u64,
+    rss_before: u64,
+    peak: u64,
+}
+
+impl Flood {
+    fn of(target: &LoginTarget, answers: Vec<u16>, rss_before: u64) -> Flood {
+        let mut counted = std::collections::BTreeMap::new();
+        for a in answers {
+            *counted.entry(a).or_default() += 1;
+        }
+        Flood {
+            answers: counted,
+            hashes: target.metric("rustle_auth_hashes_total"),
+            rss_before,
+            peak: target.status_kib("VmHWM:"),
+        }
+    }
+
+    fn count(&self, answer: u16) -> usize {
+        self.answers.get(&answer).copied().unwrap_or(0)
+    }
+}
+
+/// `n` threads that each open a connection, wait for the others, then run `attempt` with
+/// their index: every attempt is in flight at once.
+fn all_at_once(n: usize, attempt: impl Fn(usize) -> u16 + Sync) -> Vec<u16> {
+    let barrier = std::sync::Barrier::new(n);
+    std::thread::scope(|s| {
+        let handles: Vec<_> = (0..n)
+            .map(|i| {
+                let (barrier, attempt) = (&barrier, &attempt);
+                s.spawn(move || {
+                    barrier.wait();
+                    attempt(i)
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    })
+}
+
+/// The most a flood may add to the proxy's peak memory: two hashing threads at 19 MiB
+/// each, with room for the connections and the allocator's slack.
+const FLOOD_PEAK_KIB: u64 = 120 * 1024;
+
+/// The most the hashes of a flood from one address may number with two workers: their
+/// failure budgets (10 each by default).
+const FLOOD_HASHES: u64 = 2 * 10;
+
+#[test]
+fn two_hundred_concurrent_wrong_passwords_are_counted_before_they_are_hashed() {
+    let target = LoginTarget::start("");
+    let before = target.status_kib("VmRSS:");
+    // Each a different guess (the same one would share a check).
+    let answers = all_at_once(200, |i| target.at.http_login("127.0.0.1", &format!("guess {i}")));
+    let flood = Flood::of(&target, answers, before);
+    eprintln!(
+        "200 concurrent wrong argon2id logins over HTTP/1.1: {:?}, {} hashes, VmRSS {} KiB \
+         before, VmHWM {} KiB",
+        flood.answers, flood.hashes, flood.rss_before, flood.peak
+    );
+    assert_eq!(flood.count(407) + flood.count(429), 200, "{flood:?}");
+    assert!(flood.count(429) >= 150, "most must be refused unhashed: {flood:?}");
+    assert!(flood.hashes <= FLOOD_HASHES, "{flood:?}");
+    assert!(flood.peak < flood.rss_before + FLOOD_PEAK_KIB, "{flood:?}");
+    // The address is locked out; another one still logs in.
+    assert_eq!(target.at.http_login("127.0.0.1", ALICE_PASSWORD), 429);
+    assert_eq!(target.at.http_login("127.0.0.2", ALICE_PASSWORD), 502);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hundred_h2_streams_of_wrong_passwords_are_counted_before_they_are_hashed() {
+    let target = LoginTarget::start("");
+    let before = target.status_kib("VmRSS:");
+    let tcp = tokio::net::TcpStream::connect(target.at.http).await.unwrap();
+    let (send, conn) = h2::client::handshake(tcp).await.expect("h2 handshake");
+    tokio::spawn(async move {
+        let _ = conn.await;
+    });
+    let mut send = send.ready().await.expect("ready");
+    let mut streams = Vec::new();
+    for i in 0..100 {
+        let guess = base64(format!("alice:guess {i}").as_bytes());
+        let req = http::Request::builder()
+            .uri(format!("http://{}/", target.at.closed))
+            .header("proxy-authorization", format!("Basic {guess}"))
+            .body(())
+            .unwrap();
+        send = send.ready().await.expect("ready");
+        let (resp, _) = send.send_request(req, true).expect("send a request");
+        streams.push(resp);
+    }
+    let mut answers = Vec::new();
+    for resp in streams {
+        let resp = tokio::time::timeout(READ_TIMEOUT, resp).await.expect("an answer in time");
+        answers.push(resp.expect("a response").status().as_u16());
+    }
+    let flood = Flood::of(&target, answers, before);
+    eprintln!(
+        "100 h2 streams of wrong argon2id logins on one connection: {:?}, {} hashes, VmRSS \
+         {} KiB before, VmHWM {} KiB",
+        flood.answers, flood.hashes, flood.rss_before, flood.peak
+    );
+    assert_eq!(flood.count(407) + flood.count(429), 100, "{flood:?}");
+    // One connection is one worker's: its budget of 10.
+    assert!(flood.count(429) >= 85, "{flood:?}");
+    assert!(flood.hashes <= 10, "{flood:?}");
+    assert!(flood.peak < flood.rss_before + FLOOD_PEAK_KIB, "{flood:?}");
+}
+
+#[test]
+fn a_socks5_flood_of_wrong_passwords_is_counted_before_it_is_hashed() {
+    let target = LoginTarget::start("");
+    let before = target.status_kib("VmRSS:");
+    let answers = all_at_once(200, |i| {
+        let mut s = connect_from("127.0.0.1", target.at.socks);
+        u16::from(login5(&mut s, "alice", &format!("guess {i}")))
+    });
+    let flood = Flood::of(&target, answers, before);
+    eprintln!(
+        "200 concurrent wrong argon2id SOCKS5 logins: {:?}, {} hashes, VmRSS {} KiB before, \
+         VmHWM {} KiB",
+        flood.answers, flood.hashes, flood.rss_before, flood.peak
+    );
+    assert_eq!(flood.count(0), 0, "{flood:?}");
+    assert!(flood.hashes <= FLOOD_HASHES, "{flood:?}");
+    assert!(flood.peak < flood.rss_before + FLOOD_PEAK_KIB, "{flood:?}");
+    assert!(!target.bin.stderr().contains("guess "), "a password in the log");
+}
+
+#[test]
+fn a_login_from_another_address_is_served_during_a_flood() {
+    // No failure budget to speak of: only the hashing queue's fairness protects others.
+    let target = LoginTarget::start("failures_burst = 1000000\nfailures_per_minute = 1000000");
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let tried = std::sync::atomic::AtomicUsize::new(0);
+    std::thread::scope(|s| {
+        for t in 0..50 {
+            let (stop, tried, at) = (&stop, &tried, target.at);
+            s.spawn(move || {
+                let mut i = 0;
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    i += 1;
+                    at.http_login("127.0.0.1", &format!("guess {t} {i}"));
+                    tried.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                }
+            });
+        }
+        // The flood is on: the hashing threads have been busy with its checks a while.
+        let busy =
+            wait_until(Duration::from_secs(20), || target.metric("rustle_auth_hashes_total") >= 6);
+        let hashes = target.metric("rustle_auth_hashes_total");
+        let start = std::time::Instant::now();
+        let status = target.at.http_login("127.0.0.2", ALICE_PASSWORD);
+        let took = start.elapsed();
+        let flooded = tried.load(std::sync::atomic::Ordering::Relaxed);
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        eprintln!(
+            "a right login from 127.0.0.2 during a flood ({flooded} attempts, {hashes} hashes \
+             before it) took {took:?}"
+        );
+        assert!(busy && hashes >= 4, "no flood to speak of: {flooded} attempts, {hashes} hashes");
+        // 502: past authentication, to a closed port.
+        assert_eq!(status, 502);
+        assert!(took < Duration::from_secs(2), "the right login waited {took:?}");
+    });
+}
+
+#[test]
+fn sequential_wrong_argon2_passwords_do_not_grow_memory() {
+    let target = LoginTarget::start("hash_threads = 1");
+    let mut rss = Vec::new();
+    for i in 0..4 {
+        assert_eq!(target.at.http_login("127.0.0.1", &format!("guess {i}")), 407);
+        rss.push(target.status_kib("VmRSS:"));
+    }
+    eprintln!("VmRSS after each of 4 wrong argon2id logins: {rss:?} KiB");
+    for (i, kib) in rss.iter().enumerate().skip(1) {
+        assert!(*kib < rss[0] + 4 * 1024, "attempt {}: {rss:?} KiB", i + 1);
+    }
+}
