@@ -7,7 +7,9 @@
 //! - `cache`: `CredentialCache`, so the deliberately slow hash runs once per `ttl`.
 //! - `limiter`: `FailureLimiter`, a token bucket of failed attempts per client address.
 //! - `gate`: `Gate`, one worker's check of credentials: the cache, then the hash off the
-//!   event loop, failures limited.
+//!   event loop, failures limited (counted before the hash).
+//! - `hasher`: `Hasher`, the process's few hashing threads, their bounded queue and the
+//!   share of it one client address may take; each thread reuses one argon2 memory block.
 //!
 //! Password material is never logged: the `Debug` impls here show names, groups and the kind
 //! of verifier, never a password or a hash, and no error message repeats a hash field (a
@@ -45,9 +47,9 @@ pub const MAX_NAME_LEN: usize = 64;
 /// work (cost 17 is several seconds per check), so a higher one is a typo or a trap.
 pub const MAX_BCRYPT_COST: u32 = 17;
 
-/// Highest argon2id memory cost accepted, in KiB (256 MiB). Every check in flight holds
-/// this much memory; the crate's default is 19 MiB, and RFC 9106's second recommendation
-/// 64 MiB. A bigger one in a proxy's users file would let a burst of logins exhaust memory.
+/// Highest argon2id memory cost accepted, in KiB (256 MiB). Each hashing thread keeps a
+/// block of the largest cost it has checked; the crate's default is 19 MiB, and RFC 9106's
+/// second recommendation 64 MiB. A bigger one in a proxy's users file is a typo or a trap.
 pub const MAX_ARGON2_MEMORY_KIB: u32 = 256 * 1024;
 
 /// How a user's password is checked. The hash strings are kept as written (bcrypt and PHC

@@ -1428,6 +1428,22 @@ mod tests {
     }
 
     #[test]
+    fn hashing_thread_and_queue_sizes_of_zero_are_refused_with_lines() {
+        let c = Config::parse("[auth]\nhash_threads = 1\n").expect("valid");
+        assert_eq!(c.auth.hasher_limits().threads, 1);
+        assert_eq!((c.auth.max_pending_hashes, c.auth.max_hashes_per_client), (64, 2));
+        let text = "[auth]\nhash_threads = 0\nmax_pending_hashes = 0\nmax_hashes_per_client = 0\n";
+        let p = Config::parse(text).expect_err("zeros");
+        let shown: Vec<String> = p.iter().map(|p| p.to_string()).collect();
+        for (line, key) in
+            [(2, "hash_threads"), (3, "max_pending_hashes"), (4, "max_hashes_per_client")]
+        {
+            let want = format!("line {line}: auth.{key} must be at least 1");
+            assert!(shown.contains(&want), "{want} in {shown:?}");
+        }
+    }
+
+    #[test]
     fn type_errors_have_lines() {
         let p = Config::parse("\n\n[timeouts]\nheader = \"ten seconds\"\n").expect_err("bad");
         assert_eq!(p[0].line, Some(4), "{p:?}");
