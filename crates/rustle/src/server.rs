@@ -258,6 +258,10 @@ impl Running {
         if cfg.tls.ktls != old.tls.ktls {
             warnings.push("tls.ktls takes effect at the next start (or takeover)".to_string());
         }
+        if cfg.auth.hash_threads != old.auth.hash_threads {
+            warnings
+                .push("auth.hash_threads takes effect at the next start (or takeover)".to_string());
+        }
         let mut listeners = Vec::new();
         let mut kept = vec![false; state.bound.len()];
         let mut inherited = Inherited::default();

@@ -114,7 +114,10 @@ const PARKED_TO_RELEASE: usize = 256;
 
 impl Worker {
     /// The context of worker `id`: `policy` is the policy in force (its `config` the
-    /// configuration), `open` counts client connections across workers.
+    /// configuration), `open` counts client connections across workers, `hasher` runs the
+    /// password hashes of every worker.
+    // Each argument is a part handed over once per worker thread, at start.
+    #[allow(clippy::too_many_arguments)]
     pub fn new(
         id: usize,
         policy: Arc<Policy>,
