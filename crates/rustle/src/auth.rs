@@ -245,11 +245,6 @@ impl User {
         self.verifier.is_slow()
     }
 
-    /// The memory one check of this user's password holds, in KiB, for argon2id (0 else).
-    pub fn memory_kib(&self) -> u32 {
-        self.verifier.memory_kib()
-    }
-
     /// `bcrypt`, `argon2id` or `plain`, for start-up messages.
     pub fn verifier_kind(&self) -> &'static str {
         self.verifier.kind()
@@ -420,6 +415,12 @@ impl Users {
 
     pub fn is_empty(&self) -> bool {
         self.by_name.is_empty()
+    }
+
+    /// The largest argon2id memory cost of these users, in KiB (0 without argon2id): what
+    /// each hashing thread comes to hold.
+    pub fn max_memory_kib(&self) -> u32 {
+        self.by_name.values().map(|u| u.verifier.memory_kib()).max().unwrap_or(0)
     }
 
     /// How many users have a `plain:` password, for a warning at start-up.

@@ -481,6 +481,14 @@ pub fn start_with(cfg: Config, mut inherited: Inherited) -> anyhow::Result<Runni
         crate::auth::Hasher::start(cfg.auth.hasher_limits())
             .context("cannot start the password hashing threads")?,
     );
+    let kib = policy.users.max_memory_kib();
+    if kib > 0 {
+        tracing::info!(
+            "password hashes: {} thread(s), each holding up to {} MiB (argon2id m_cost)",
+            cfg.auth.hash_threads,
+            kib.div_ceil(1024)
+        );
+    }
     let sink = Sink::open(&cfg.log).context("cannot open the access log")?;
     let (stop, shutdown) = watch::channel(false);
     let open = Arc::new(AtomicUsize::new(0));

@@ -173,6 +173,26 @@ fn argon2id_from_the_reference_tool() {
 }
 
 #[test]
+fn one_memory_block_serves_checks_of_every_cost() {
+    let users = parse(&format!("dave:{SECRET_ARGON2ID}\nerin:{SECRET_ARGON2ID_P2}\n{BOB_2Y}\n"));
+    assert_eq!(users.max_memory_kib(), 256);
+    assert_eq!(parse(BOB_2Y).max_memory_kib(), 0);
+    // Grown to the larger cost, then reused as it is for the smaller one (argon2 works in
+    // its first blocks): the answers are those of memory of the exact size.
+    let mut memory = Vec::new();
+    for (name, password, right) in [
+        ("erin", &b"secret"[..], true),
+        ("dave", b"secret", true),
+        ("dave", b"secreT", false),
+        ("erin", b"", false),
+        ("bob", b"pa:ss word", true),
+    ] {
+        assert_eq!(user(&users, name).verify_in(password, &mut memory), right, "{name}");
+        assert_eq!(memory.len(), 256, "KiB blocks kept");
+    }
+}
+
+#[test]
 fn plain_is_counted_and_exact() {
     let mut users = parse("erin:plain:open sesame\n");
     assert_eq!(users.plain_count(), 1);
