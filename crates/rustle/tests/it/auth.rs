@@ -935,3 +935,24 @@ fn sequential_wrong_argon2_passwords_do_not_grow_memory() {
         assert!(*kib < rss[0] + 4 * 1024, "attempt {}: {rss:?} KiB", i + 1);
     }
 }
+
+#[test]
+fn a_full_hashing_queue_answers_503_without_counting_a_failure() {
+    let target = LoginTarget::start("hash_threads = 1\nmax_pending_hashes = 1\nfailures_burst = 1");
+    let from = |i: usize| format!("127.0.0.{}", 10 + i);
+    // One wrong guess from each of 30 addresses at once: one hashing, one waiting, the
+    // rest refused at once.
+    let answers = all_at_once(30, |i| target.at.http_login(&from(i), &format!("guess {i}")));
+    let flood = Flood::of(&target, answers.clone(), 0);
+    eprintln!("30 addresses at once, a queue of 1: {:?}, {} hashes", flood.answers, flood.hashes);
+    assert_eq!(flood.count(407) + flood.count(503), 30, "{flood:?}");
+    assert!(flood.count(503) >= 20, "{flood:?}");
+    assert_eq!(flood.hashes, flood.count(407) as u64, "{flood:?}");
+    assert!(target.metric("rustle_auth_hashes_refused_total") >= 20);
+    // With a budget of one failure each: an address refused for others' sake still logs
+    // in; one whose guess was checked and wrong has used its budget.
+    let refused = answers.iter().position(|&a| a == 503).unwrap();
+    assert_eq!(target.at.http_login(&from(refused), ALICE_PASSWORD), 502);
+    let checked = answers.iter().position(|&a| a == 407).unwrap();
+    assert_eq!(target.at.http_login(&from(checked), ALICE_PASSWORD), 429);
+}
