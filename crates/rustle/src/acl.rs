@@ -89,7 +89,8 @@ pub struct RuleConfig {
     /// For logs; default "rule N" (1-based).
     #[serde(default)]
     pub name: Option<String>,
-    pub action: Action,
+    /// `allow` or `deny`, as written (checked with the rest).
+    pub action: String,
     /// Listener names.
     #[serde(default)]
     pub listeners: Option<Vec<String>>,
@@ -485,6 +486,14 @@ impl RuleSet {
                 Some(n) => n.as_str().into(),
                 None => format!("rule {}", i + 1).into(),
             };
+            let action = match r.action.as_str() {
+                "allow" => Action::Allow,
+                "deny" => Action::Deny,
+                other => {
+                    p.push((i, format!("`action` must be \"allow\" or \"deny\", not {other:?}")));
+                    Action::Deny
+                }
+            };
             let users = compile_list(i, "users", "user", &r.users, p, |s| match s {
                 "*" => Ok(None),
                 s => non_empty(s).map(Some),
@@ -499,7 +508,7 @@ impl RuleSet {
             .map(|list| list.iter().fold(0u8, |bits, p| bits | p.bit()));
             compiled.push(Rule {
                 name,
-                action: r.action,
+                action,
                 listeners: compile_list(i, "listeners", "listener", &r.listeners, p, non_empty),
                 clients: compile_list(i, "clients", "client", &r.clients, p, |s| s.parse()),
                 users,
