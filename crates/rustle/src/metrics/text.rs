@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use super::{
     Histogram, ListenerCounters, ListenerStats, Proto, Summed, UserStats, WorkerStats, CAUSES,
-    CLASSES, DURATION_BUCKETS, LATENCY_BUCKETS, RELOADS, RELOAD_FAILURES,
+    CLASSES, DURATION_BUCKETS, LAST_RELOAD_OK, LATENCY_BUCKETS, RELOADS, RELOAD_FAILURES,
 };
 
 /// A listener as its labels name it.
@@ -308,6 +308,9 @@ pub fn render(s: &Scrape<'_>) -> String {
     let name = "rustle_config_reload_failures_total";
     t.family(name, "counter", "Configuration reloads refused (the previous one kept).");
     t.sample(name, &[], RELOAD_FAILURES.load(Relaxed));
+    let name = "rustle_config_last_reload_successful";
+    t.family(name, "gauge", "1 if the last reload was applied (or none was asked), 0 if refused.");
+    t.sample(name, &[], LAST_RELOAD_OK.load(Relaxed));
     let name = "process_start_time_seconds";
     t.family(name, "gauge", "Start time of the process since the Unix epoch, in seconds.");
     t.sample(name, &[], p.start_time);
