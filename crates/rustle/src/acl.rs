@@ -980,8 +980,17 @@ mod tests {
     }
 
     #[test]
-    fn unknown_action_and_protocol_type_are_serde_errors() {
-        assert!(toml::from_str::<File>("[[rule]]\naction = \"permit\"\n").is_err());
+    fn an_unknown_action_is_reported_with_the_rest_of_its_rule() {
+        let text = "[[rule]]\naction = \"permit\"\nclients = [\"10.0.0.0/33\"]\n";
+        let errors = RuleSet::compile(&configs(text), true).expect_err("bad rule");
+        let texts: Vec<&str> = errors.iter().map(|(_, e)| e.as_str()).collect();
+        assert_eq!(texts.len(), 2, "{texts:?}");
+        assert!(texts[0].contains("\"permit\""), "{texts:?}");
+        assert!(texts[1].contains("10.0.0.0/33"), "{texts:?}");
+    }
+
+    #[test]
+    fn a_missing_action_and_a_wrong_type_are_serde_errors() {
         assert!(toml::from_str::<File>("[[rule]]\n").is_err());
         assert!(toml::from_str::<File>("[[rule]]\naction = \"allow\"\nports = [443]\n").is_err());
     }
