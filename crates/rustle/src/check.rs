@@ -13,6 +13,18 @@ use crate::config::{Config, Lines, Loaded, Overrides, Problem, Problems, Source}
 /// on top) and checks all of it; the problems, in the order of the file, when there are
 /// any.
 pub fn source(source: &Source) -> Result<Loaded, Problems> {
+    checked(source, true)
+}
+
+/// `source` for a reload: the same checks but those of the names rules use and of listeners
+/// requiring authentication with no user, which refuse a start but not a reload (refusing
+/// a reload that revokes a user, the last of a group, or every user would keep their
+/// passwords valid); the reload warns of them (`reload::vet`) and builds the policy.
+pub fn reload_source(source: &Source) -> Result<Loaded, Problems> {
+    checked(source, false)
+}
+
+fn checked(source: &Source, at_start: bool) -> Result<Loaded, Problems> {
     let label = source.file.clone().unwrap_or_else(|| PathBuf::from("rustle"));
     let fail = |list: Vec<Problem>| Problems { file: label.clone(), list };
     let text = match &source.file {
@@ -44,7 +56,11 @@ pub fn source(source: &Source) -> Result<Loaded, Problems> {
     let (unreadable, paths) = unreadable_files(&config, &from_file);
     problems.extend(unreadable);
     problems.extend(access_log_problem(&config, &from_file, source.overrides.access_log.is_none()));
-    for message in crate::policy::Policy::check(&config).iter().flat_map(|m| m.lines()) {
+    let policy = match at_start {
+        true => crate::policy::Policy::check(&config),
+        false => Vec::new(),
+    };
+    for message in policy.iter().flat_map(|m| m.lines()) {
         // Said already: by the file's checks, or as a file that cannot be read.
         let known = problems.iter().any(|p| p.message == message)
             || paths.iter().any(|path| message.contains(&*path.to_string_lossy()));

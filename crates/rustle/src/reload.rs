@@ -110,9 +110,10 @@ fn apply_as(running: &Running, cfg: &Config, confirmed: bool) -> Result<Vec<Stri
 }
 
 /// The configuration a reload would run with, or why it is not taken: checked as start-up
-/// and `rustle check` check it (a file declaring no listener included).
+/// and `rustle check` check it (a file declaring no listener included), the names of users
+/// and groups aside (`check::reload_source`).
 fn derive(source: &Source) -> Result<Config, String> {
-    crate::check::source(source).map(|loaded| loaded.config).map_err(|p| p.to_string())
+    crate::check::reload_source(source).map(|loaded| loaded.config).map_err(|p| p.to_string())
 }
 
 /// Checks a new configuration and its policy against the listeners it would run (those
