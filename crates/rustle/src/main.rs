@@ -31,7 +31,7 @@ const MORE: &[(&str, &[(&str, &str)])] = &[
     (
         "Signals",
         &[
-            ("SIGHUP", "read the configuration again"),
+            ("SIGHUP", "read the configuration again (rustle reload: and print the outcome)"),
             ("SIGUSR1", "reopen the access log file"),
             ("SIGTERM, SIGINT", "stop accepting, let connections finish, exit"),
         ],
