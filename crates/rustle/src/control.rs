@@ -203,3 +203,62 @@ fn ask(path: &Path, request: &str) -> anyhow::Result<Vec<String>> {
     }
     Ok(lines)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{ClientCerts, ListenTls, ListenerKind};
+
+    fn listener(auth: bool, certs: ClientCerts, confirmed: bool) -> Listener {
+        let mut l = Listener::new(ListenerKind::Https, "127.0.0.1:3129".parse().expect("addr"));
+        let mut tls = ListenTls::new("c.pem".into(), "k.pem".into());
+        tls.client_certs = certs;
+        l.tls = Some(tls);
+        l.auth = auth;
+        l.allow_less_protection = confirmed;
+        l.key = ListenerKey { listen: l.listen, udp: false, rank: 0 };
+        l
+    }
+
+    #[test]
+    fn a_protection_dropped_is_refused_unless_confirmed() {
+        use ClientCerts::{None as NoCerts, Optional, Required};
+        // (running: auth, certs required; new: auth, certs, confirmed in the file; refused)
+        let table = [
+            (true, false, false, NoCerts, false, true),
+            (true, false, true, NoCerts, false, false),
+            (false, true, false, Optional, false, true),
+            (false, true, false, Required, false, false),
+            (true, true, true, Optional, false, true),
+            (true, true, false, NoCerts, true, false),
+            (false, false, false, NoCerts, false, false),
+            (true, false, false, NoCerts, true, false),
+        ];
+        for (auth, required, new_auth, new_certs, confirmed, refused) in table {
+            let running =
+                [(listener(auth, NoCerts, false).key, Protection { auth, client_cert: required })];
+            let new = [listener(new_auth, new_certs, confirmed)];
+            let lost = less_protected(&running, &new, false);
+            assert_eq!(
+                !lost.is_empty(),
+                refused,
+                "{auth} {required} -> {new_auth} {new_certs:?}: {lost:?}"
+            );
+            // The command line's confirmation allows all of it.
+            assert!(less_protected(&running, &new, true).is_empty());
+        }
+        // Another address: nothing to compare with.
+        let running = [(ListenerKey::default(), Protection { auth: true, client_cert: true })];
+        assert!(less_protected(&running, &[listener(false, NoCerts, false)], false).is_empty());
+    }
+
+    #[test]
+    fn protections_cross_the_control_socket_unchanged() {
+        for auth in [false, true] {
+            for client_cert in [false, true] {
+                let p = Protection { auth, client_cert };
+                assert_eq!(Protection::from_words(p.to_words()), p);
+            }
+        }
+    }
+}

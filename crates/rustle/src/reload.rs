@@ -3,9 +3,11 @@
 //! command line's options on top), and puts all of it in force: listeners added are
 //! bound, listeners dropped stop accepting (their connections go on), the others keep
 //! their sockets and take their new settings; users, rules, routes, certificates,
-//! timeouts, limits and log settings apply to new connections. A source with problems,
-//! a listener that cannot be bound, or a result that would leave a listener less
-//! protected than start-up allows changes nothing, and the log says why. SIGUSR1 reopens
+//! timeouts, limits and log settings apply to new connections. A source with problems
+//! (the start-up checks), a listener that cannot be bound, or a result that would leave a
+//! listener less protected than start-up allows or than it runs with (unless confirmed)
+//! changes nothing, and the log, the metrics and systemd's status line say why; `rustle
+//! reload` asks the same over the control socket and gets the outcome. SIGUSR1 reopens
 //! the access log file (logrotate's `postrotate`). A `rustle --takeover` connecting to
 //! the control socket takes the listening sockets over, and this process then drains and
 //! exits (`takeover`).
