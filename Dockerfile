@@ -16,7 +16,7 @@ RUN --mount=type=cache,target=/usr/local/cargo/registry \
     --mount=type=cache,target=/src/target \
     cargo build --release --locked -p rustle \
     && install -D -m 0755 target/release/rustle /out/rustle \
-    && /out/rustle check --config contrib/docker/rustle.toml
+    && /out/rustle check --no-bind --config contrib/docker/rustle.toml
 
 # glibc, libgcc and CA certificates (TLS towards origins), no shell, no package manager;
 # Debian 12, as the builder.

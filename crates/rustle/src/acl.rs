@@ -89,7 +89,8 @@ pub struct RuleConfig {
     /// For logs; default "rule N" (1-based).
     #[serde(default)]
     pub name: Option<String>,
-    pub action: Action,
+    /// `allow` or `deny`, as written (checked with the rest).
+    pub action: String,
     /// Listener names.
     #[serde(default)]
     pub listeners: Option<Vec<String>>,
@@ -485,6 +486,14 @@ impl RuleSet {
                 Some(n) => n.as_str().into(),
                 None => format!("rule {}", i + 1).into(),
             };
+            let action = match r.action.as_str() {
+                "allow" => Action::Allow,
+                "deny" => Action::Deny,
+                other => {
+                    p.push((i, format!("`action` must be \"allow\" or \"deny\", not {other:?}")));
+                    Action::Deny
+                }
+            };
             let users = compile_list(i, "users", "user", &r.users, p, |s| match s {
                 "*" => Ok(None),
                 s => non_empty(s).map(Some),
@@ -499,7 +508,7 @@ impl RuleSet {
             .map(|list| list.iter().fold(0u8, |bits, p| bits | p.bit()));
             compiled.push(Rule {
                 name,
-                action: r.action,
+                action,
                 listeners: compile_list(i, "listeners", "listener", &r.listeners, p, non_empty),
                 clients: compile_list(i, "clients", "client", &r.clients, p, |s| s.parse()),
                 users,
@@ -971,8 +980,17 @@ mod tests {
     }
 
     #[test]
-    fn unknown_action_and_protocol_type_are_serde_errors() {
-        assert!(toml::from_str::<File>("[[rule]]\naction = \"permit\"\n").is_err());
+    fn an_unknown_action_is_reported_with_the_rest_of_its_rule() {
+        let text = "[[rule]]\naction = \"permit\"\nclients = [\"10.0.0.0/33\"]\n";
+        let errors = RuleSet::compile(&configs(text), true).expect_err("bad rule");
+        let texts: Vec<&str> = errors.iter().map(|(_, e)| e.as_str()).collect();
+        assert_eq!(texts.len(), 2, "{texts:?}");
+        assert!(texts[0].contains("\"permit\""), "{texts:?}");
+        assert!(texts[1].contains("10.0.0.0/33"), "{texts:?}");
+    }
+
+    #[test]
+    fn a_missing_action_and_a_wrong_type_are_serde_errors() {
         assert!(toml::from_str::<File>("[[rule]]\n").is_err());
         assert!(toml::from_str::<File>("[[rule]]\naction = \"allow\"\nports = [443]\n").is_err());
     }

@@ -7,12 +7,24 @@
 use std::io::Read as _;
 use std::path::{Path, PathBuf};
 
-use crate::config::{Config, Lines, Loaded, Problem, Problems, Source};
+use crate::config::{Config, Lines, Loaded, Overrides, Problem, Problems, Source};
 
 /// Derives the configuration from `source` as start-up does (the file, the command line
 /// on top) and checks all of it; the problems, in the order of the file, when there are
 /// any.
 pub fn source(source: &Source) -> Result<Loaded, Problems> {
+    checked(source, true)
+}
+
+/// `source` for a reload: the same checks but those of the names rules use and of listeners
+/// requiring authentication with no user, which refuse a start but not a reload (refusing
+/// a reload that revokes a user, the last of a group, or every user would keep their
+/// passwords valid); the reload warns of them (`reload::vet`) and builds the policy.
+pub fn reload_source(source: &Source) -> Result<Loaded, Problems> {
+    checked(source, false)
+}
+
+fn checked(source: &Source, at_start: bool) -> Result<Loaded, Problems> {
     let label = source.file.clone().unwrap_or_else(|| PathBuf::from("rustle"));
     let fail = |list: Vec<Problem>| Problems { file: label.clone(), list };
     let text = match &source.file {
@@ -25,6 +37,9 @@ pub fn source(source: &Source) -> Result<Loaded, Problems> {
     let parsed = Config::parse_all(&text);
     let (mut config, mut problems, lines) = (parsed.config, parsed.problems, parsed.lines);
     let listeners_from_file = source.overrides.listeners.is_empty() && !config.listeners.is_empty();
+    if source.file.is_some() {
+        problems.extend(empty_problem(blank, &config, &lines, &source.overrides));
+    }
     source.overrides.apply(&mut config);
     // The listeners as run: the command line's or the default ones are checked here (the
     // file's were, with their lines).
@@ -40,7 +55,12 @@ pub fn source(source: &Source) -> Result<Loaded, Problems> {
     };
     let (unreadable, paths) = unreadable_files(&config, &from_file);
     problems.extend(unreadable);
-    for message in crate::policy::Policy::check(&config).iter().flat_map(|m| m.lines()) {
+    problems.extend(access_log_problem(&config, &from_file, source.overrides.access_log.is_none()));
+    let policy = match at_start {
+        true => crate::policy::Policy::check(&config),
+        false => Vec::new(),
+    };
+    for message in policy.iter().flat_map(|m| m.lines()) {
         // Said already: by the file's checks, or as a file that cannot be read.
         let known = problems.iter().any(|p| p.message == message)
             || paths.iter().any(|path| message.contains(&*path.to_string_lossy()));
@@ -53,6 +73,73 @@ pub fn source(source: &Source) -> Result<Loaded, Problems> {
         true => Ok(Loaded { config, listeners_from_file, blank }),
         false => Err(fail(problems)),
     }
+}
+
+/// A file that exists and declares no listener: empty (a tool that truncates before it
+/// writes leaves one), or cut short before its first `[[listener]]`. The built-in listeners
+/// are for running with no file at all; from a file they would replace every listener it
+/// meant to declare, with none of its protections. Listeners given on the command line
+/// replace the file's, so a file without any is fine with them.
+fn empty_problem(
+    blank: bool,
+    config: &Config,
+    lines: &Lines,
+    overrides: &Overrides,
+) -> Option<Problem> {
+    if !overrides.listeners.is_empty() {
+        return None;
+    }
+    let message = if blank {
+        "the file is empty (nothing but blank lines and comments), so it declares no \
+         listener; to run the built-in listeners, start rustle without a file"
+    } else if config.listeners.is_empty() && lines.of(&["listener"]).is_none() {
+        // (A [[listener]] left out for its own problem is reported for that.)
+        "the file declares no listener (no [[listener]]: cut short?); the built-in \
+         listeners are only for running without a file"
+    } else {
+        return None;
+    };
+    Some(Problem { line: None, message: message.to_string() })
+}
+
+/// An access log file that cannot be opened for writing: its directory missing, or not
+/// writable (and the file itself, when it exists). Checked without creating anything.
+fn access_log_problem(cfg: &Config, from_file: &FromFile<'_>, in_file: bool) -> Option<Problem> {
+    use nix::unistd::{access, AccessFlags};
+    let crate::config::LogTarget::File(path) = &cfg.log.access else { return None };
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    let why = if path.exists() {
+        access(path.as_path(), AccessFlags::W_OK).err().map(|e| format!("cannot write to it: {e}"))
+    } else if !dir.is_dir() {
+        Some(format!("its directory {} does not exist", dir.display()))
+    } else {
+        access(dir, AccessFlags::W_OK | AccessFlags::X_OK)
+            .err()
+            .map(|e| format!("cannot create it in {}: {e}", dir.display()))
+    }?;
+    let line = in_file.then(|| from_file.lines.of(&["log", "access"])).flatten();
+    Some(Problem { line, message: format!("log.access: {}: {why}", path.display()) })
+}
+
+/// For `rustle check`: each listener with a fixed address that something already serves,
+/// tested as start-up tests it (a socket bound there without SO_REUSEPORT, then closed).
+pub fn addresses_in_use(cfg: &Config) -> Vec<String> {
+    let listeners = cfg.effective_listeners();
+    let fixed = listeners.iter().filter(|l| l.listen.port() != 0);
+    fixed
+        .filter_map(|l| {
+            let udp = l.kind == crate::config::ListenerKind::UdpRelay;
+            let e = crate::server::ensure_unused(l.listen, udp).err()?;
+            Some(format!(
+                "listener {} on {}: {e:#} (if the running rustle holds it, test the file \
+                 with `rustle check --no-bind`)",
+                l.kind, l.listen
+            ))
+        })
+        .collect()
 }
 
 /// Which parts of the configuration as run come from the file (and so have lines there).

@@ -169,6 +169,11 @@ pub struct Listener {
     /// only ever spoke HTTP/1.1 keeps answering the preface with an error.
     #[serde(default)]
     pub h2c: bool,
+    /// The operator's word that a reload (or a takeover) may leave this listener less
+    /// protected than the one running at its address: no longer requiring `auth`, or
+    /// client certificates. Without it such a change is refused.
+    #[serde(default)]
+    pub allow_less_protection: bool,
     /// The buckets of `rate_up`/`rate_down`, made when the listener is bound (kept by a
     /// reload that leaves the rates as they were).
     #[serde(skip)]
@@ -358,6 +363,7 @@ impl Listener {
             tls: None,
             target_tls: None,
             h2c: false,
+            allow_less_protection: false,
             throttle: Default::default(),
             counters: Default::default(),
             key: ListenerKey::default(),
@@ -1345,19 +1351,33 @@ fn key_offset(doc: &toml_edit::Document<String>, segs: &[String]) -> Option<usiz
     offset
 }
 
-/// Accepts `"250ms"`, `"10s"`, `"5m"`, `"1h"` or a bare number of seconds.
+/// Accepts `"250ms"`, `"10s"`, `"5m"`, `"1h"` or a bare number of seconds; anything else
+/// is refused naming what was expected and what was found (`io = -5`: a negative number).
 fn duration<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
-    #[derive(Deserialize)]
-    #[serde(untagged)]
-    enum Raw {
-        Secs(u64),
-        Text(String),
+    struct Visitor;
+    impl serde::de::Visitor<'_> for Visitor {
+        type Value = Duration;
+
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("a duration: a number of seconds (0 or more) or text such as \"10s\", \"250ms\", \"5m\", \"1h\"")
+        }
+
+        fn visit_u64<E: serde::de::Error>(self, s: u64) -> Result<Duration, E> {
+            at_most_a_year(Duration::from_secs(s), &s.to_string()).map_err(E::custom)
+        }
+
+        fn visit_i64<E: serde::de::Error>(self, s: i64) -> Result<Duration, E> {
+            match u64::try_from(s) {
+                Ok(s) => self.visit_u64(s),
+                Err(_) => Err(E::invalid_value(serde::de::Unexpected::Signed(s), &self)),
+            }
+        }
+
+        fn visit_str<E: serde::de::Error>(self, t: &str) -> Result<Duration, E> {
+            parse_duration(t).map_err(E::custom)
+        }
     }
-    match Raw::deserialize(d)? {
-        Raw::Secs(s) => at_most_a_year(Duration::from_secs(s), &s.to_string()),
-        Raw::Text(t) => parse_duration(&t),
-    }
-    .map_err(serde::de::Error::custom)
+    d.deserialize_any(Visitor)
 }
 
 /// The longest duration a setting takes: deadlines are instants, and "forever" written as a

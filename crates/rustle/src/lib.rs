@@ -8,6 +8,8 @@
 //!   (the access log) change.
 //! - `takeover`: the control socket a `rustle --takeover` takes the listening sockets
 //!   over by, and systemd's socket activation.
+//! - `control`: the control socket's other requests: `reload` (`rustle reload`) and the
+//!   running listeners' protections, which a takeover compares before it takes over.
 //! - `server`: binds listeners (or takes inherited ones), starts workers (one
 //!   current-thread runtime per core), hands each accepted connection to `dispatch`,
 //!   runs the parents' health probes, and puts a reload's listeners and settings in
@@ -61,6 +63,7 @@ pub mod buf;
 pub mod check;
 pub mod config;
 pub mod conn;
+pub mod control;
 pub mod dispatch;
 pub mod error;
 pub mod exchange;

@@ -31,7 +31,7 @@ const MORE: &[(&str, &[(&str, &str)])] = &[
     (
         "Signals",
         &[
-            ("SIGHUP", "read the configuration again"),
+            ("SIGHUP", "read the configuration again (rustle reload: and print the outcome)"),
             ("SIGUSR1", "reopen the access log file"),
             ("SIGTERM, SIGINT", "stop accepting, let connections finish, exit"),
         ],
@@ -117,6 +117,10 @@ struct Cli {
     /// restart that refuses no connection.
     #[arg(long)]
     takeover: bool,
+    /// With --takeover: the new configuration may leave a listener less protected than the
+    /// running process's (no longer requiring `auth` or client certificates).
+    #[arg(long, requires = "takeover")]
+    allow_less_protection: bool,
 }
 
 #[derive(Subcommand)]
@@ -126,6 +130,22 @@ enum Command {
         /// The file to check (`rustle --config FILE check` works too).
         #[arg(long, short, value_name = "FILE")]
         config: Option<PathBuf>,
+        /// Skip the test that each listener's address is free (on a build machine, or with
+        /// the rustle to reload holding them).
+        #[arg(long)]
+        no_bind: bool,
+    },
+    /// Ask the running rustle (found by the control socket, as --takeover finds it) to read
+    /// its configuration again, and print the outcome: `reloaded`, or why it refused.
+    Reload {
+        /// The configuration file naming the control socket (`rustle --config FILE reload`
+        /// works too).
+        #[arg(long, short, value_name = "FILE")]
+        config: Option<PathBuf>,
+        /// The new configuration may leave a listener less protected than the running one
+        /// (no longer requiring `auth` or client certificates).
+        #[arg(long)]
+        allow_less_protection: bool,
     },
     /// Print a users-file line (`NAME:$argon2id$...`) for a password read from the
     /// terminal (without echo) or from standard input.
@@ -183,8 +203,11 @@ fn main() -> ExitCode {
     let default = rustle::config::default_file();
     let file = cli.config.clone().or_else(|| default.clone().filter(|f| f.exists()));
     // `rustle check --config FILE` or `rustle --config FILE check`.
-    if let Some(Command::Check { config }) = &cli.command {
-        return check(config.as_deref().or(file.as_deref()));
+    if let Some(Command::Check { config, no_bind }) = &cli.command {
+        return check(config.as_deref().or(file.as_deref()), !*no_bind);
+    }
+    if let Some(Command::Reload { config, allow_less_protection }) = &cli.command {
+        return reload(config.as_deref().or(file.as_deref()), *allow_less_protection);
     }
     let source = Source { file, overrides: overrides(&cli) };
     let loaded = match rustle::check::source(&source) {
@@ -208,7 +231,11 @@ fn main() -> ExitCode {
         return ExitCode::from(2);
     }
     rustle::server::raise_file_limit(&loaded.config);
-    let opts = rustle::reload::Options { takeover: cli.takeover, set_log_level };
+    let opts = rustle::reload::Options {
+        takeover: cli.takeover,
+        set_log_level,
+        allow_less_protection: cli.allow_less_protection,
+    };
     match rustle::reload::run_until_signal(loaded, source, opts) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
@@ -263,8 +290,8 @@ fn overrides(cli: &Cli) -> Overrides {
 }
 
 /// `rustle check`: the file alone, checked as at start-up: every problem, each with its
-/// line.
-fn check(file: Option<&std::path::Path>) -> ExitCode {
+/// line; with `bind`, also whether each listener's address is free.
+fn check(file: Option<&std::path::Path>, bind: bool) -> ExitCode {
     let Some(path) = file else {
         eprintln!(
             "rustle check: no file: give it with --config FILE (without it, {} is read when \
@@ -281,6 +308,15 @@ fn check(file: Option<&std::path::Path>) -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    if bind {
+        let in_use = rustle::check::addresses_in_use(&loaded.config);
+        if !in_use.is_empty() {
+            for problem in in_use {
+                eprintln!("{}: {problem}", path.display());
+            }
+            return ExitCode::from(2);
+        }
+    }
     // (Checked above: the policy builds.)
     if let Ok(policy) = rustle::policy::Policy::build(&loaded.config, &[]) {
         if policy.users.plain_count() > 0 {
@@ -293,6 +329,49 @@ fn check(file: Option<&std::path::Path>) -> ExitCode {
     }
     println!("{}: ok", path.display());
     ExitCode::SUCCESS
+}
+
+/// `rustle reload`: the running rustle reads its configuration again (as on SIGHUP) and
+/// says how it went; exit status 1 when it refused.
+fn reload(file: Option<&std::path::Path>, confirm: bool) -> ExitCode {
+    // The control socket as the running process resolved it: from the file (read leniently:
+    // a file the reload refuses still names its socket) or the defaults.
+    let text = file.map(std::fs::read_to_string).transpose();
+    let text = match text {
+        Ok(text) => text.unwrap_or_default(),
+        Err(e) => {
+            eprintln!("rustle reload: cannot read the configuration: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let config = rustle::config::Config::parse_all(&text).config;
+    let Some(path) = config.process.control_socket_path() else {
+        eprintln!(
+            "rustle reload: no control socket to find the running rustle by: set [process] \
+             control_socket (or XDG_RUNTIME_DIR), or send it SIGHUP"
+        );
+        return ExitCode::from(2);
+    };
+    match rustle::control::reload(&path, confirm) {
+        Ok(Ok(warnings)) => {
+            for w in warnings {
+                eprintln!("warning: {w}");
+            }
+            println!("reloaded");
+            ExitCode::SUCCESS
+        }
+        Ok(Err(reasons)) => {
+            eprintln!("reload refused; the running configuration stays:");
+            for r in reasons {
+                eprintln!("{r}");
+            }
+            ExitCode::FAILURE
+        }
+        Err(e) => {
+            eprintln!("rustle reload: {e:#}");
+            ExitCode::from(2)
+        }
+    }
 }
 
 /// `rustle man`: the manual page made from the command line's definition, or with `--dir`

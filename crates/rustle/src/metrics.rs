@@ -480,6 +480,9 @@ pub fn user_connection(user: &str) -> Option<UserConn> {
 
 static RELOADS: AtomicU64 = AtomicU64::new(0);
 static RELOAD_FAILURES: AtomicU64 = AtomicU64::new(0);
+/// 1 until a reload is refused, then the outcome of the last one (the configuration that
+/// started the process counts as a success).
+static LAST_RELOAD_OK: AtomicU64 = AtomicU64::new(1);
 
 /// A configuration reload was applied (`ok`) or refused.
 pub fn reloaded(ok: bool) {
@@ -487,6 +490,7 @@ pub fn reloaded(ok: bool) {
         true => RELOADS.fetch_add(1, Relaxed),
         false => RELOAD_FAILURES.fetch_add(1, Relaxed),
     };
+    LAST_RELOAD_OK.store(u64::from(ok), Relaxed);
 }
 
 static AUTH_HASHES: AtomicU64 = AtomicU64::new(0);

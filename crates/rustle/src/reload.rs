@@ -3,16 +3,19 @@
 //! command line's options on top), and puts all of it in force: listeners added are
 //! bound, listeners dropped stop accepting (their connections go on), the others keep
 //! their sockets and take their new settings; users, rules, routes, certificates,
-//! timeouts, limits and log settings apply to new connections. A source with problems,
-//! a listener that cannot be bound, or a result that would leave a listener less
-//! protected than start-up allows changes nothing, and the log says why. SIGUSR1 reopens
+//! timeouts, limits and log settings apply to new connections. A source with problems
+//! (the start-up checks), a listener that cannot be bound, or a result that would leave a
+//! listener less protected than start-up allows or than it runs with (unless confirmed)
+//! changes nothing, and the log, the metrics and systemd's status line say why; `rustle
+//! reload` asks the same over the control socket and gets the outcome. SIGUSR1 reopens
 //! the access log file (logrotate's `postrotate`). A `rustle --takeover` connecting to
 //! the control socket takes the listening sockets over, and this process then drains and
 //! exits (`takeover`).
 
 use std::sync::Arc;
 
-use crate::config::{Config, Listener, Source};
+use crate::config::{Config, Listener, ListenerKey, Source};
+use crate::control::{less_protected, Protection};
 use crate::policy::Policy;
 use crate::server::Running;
 
@@ -24,19 +27,29 @@ pub struct Options {
     pub takeover: bool,
     /// Puts a new `log.level` in force (the diagnostics filter); None leaves it.
     pub set_log_level: Option<SetLogLevel>,
+    /// `--allow-less-protection`: a takeover may leave listeners less protected than the
+    /// running process's (`less_protected`).
+    pub allow_less_protection: bool,
 }
 
 /// Puts a `log.level` filter in force, or says why it cannot.
 pub type SetLogLevel = Box<dyn Fn(&str) -> Result<(), String>>;
 
-/// SIGHUP: re-reads the file (and the command line's users file) and puts it in force;
-/// a source with problems changes nothing.
-/// `listeners_from_file`: the running listeners are the ones the file declared at start.
-pub fn hangup(running: &Running, source: &Source, listeners_from_file: bool, opts: &Options) {
+/// SIGHUP, or `reload` on the control socket: re-reads the file (and the command line's
+/// users file) and puts it in force; a source with problems changes nothing. The outcome
+/// goes to the log, to the metrics and to the service manager (`STATUS=`); it is also
+/// returned, for `rustle reload`. `confirmed`: the operator allows listeners less
+/// protected than the running ones (`rustle reload --allow-less-protection`).
+pub fn hangup(
+    running: &Running,
+    source: &Source,
+    opts: &Options,
+    confirmed: bool,
+) -> Result<Vec<String>, String> {
     let old_level = running.config().log.level.clone();
-    let result = derive(source, listeners_from_file).and_then(|cfg| apply(running, &cfg));
+    let result = derive(source).and_then(|cfg| apply_as(running, &cfg, confirmed));
     crate::metrics::reloaded(result.is_ok());
-    match result {
+    match &result {
         Ok(warnings) => {
             for w in warnings {
                 tracing::warn!("SIGHUP: {w}");
@@ -52,18 +65,38 @@ pub fn hangup(running: &Running, source: &Source, listeners_from_file: bool, opt
             let listeners: Vec<String> =
                 running.addrs().iter().map(|(k, a)| format!("{a} ({k})")).collect();
             tracing::info!("SIGHUP: reloaded {source}; listeners: {}", listeners.join(", "));
+            crate::notify::ready("serving");
         }
-        Err(e) => tracing::error!("SIGHUP: {e}; keeping the previous configuration and policy"),
+        Err(e) => {
+            tracing::error!("SIGHUP: {e}; keeping the previous configuration and policy");
+            // Ready again (systemd waits for it), with the refusal in the status line:
+            // `systemctl status` shows it, and `systemctl reload` users can look.
+            let first = e.lines().next().unwrap_or_default();
+            crate::notify::ready(&format!("reload refused: {first}"));
+        }
     }
+    result
 }
 
 /// Puts a whole configuration in force (SIGHUP): listeners bound, kept or closed as it
 /// says, then the policy and settings published to every worker; connections already
 /// open keep going with what they started with. A listener that cannot be bound, or a
-/// configuration that would leave a listener less protected than start-up allows
-/// (`vet`), changes nothing; the warnings name protections it drops and settings that
-/// only a restart or a takeover puts in force.
+/// configuration that would leave a listener less protected than start-up allows or than
+/// it runs with (`vet`), changes nothing; the warnings name protections it drops and
+/// settings that only a restart or a takeover puts in force.
 pub fn apply(running: &Running, cfg: &Config) -> Result<Vec<String>, String> {
+    apply_as(running, cfg, false)
+}
+
+/// `apply`, where `confirmed` allows listeners less protected than the running ones.
+fn apply_as(running: &Running, cfg: &Config, confirmed: bool) -> Result<Vec<String>, String> {
+    let running_now: Vec<(ListenerKey, Protection)> =
+        running.listeners().iter().map(|l| (l.key, Protection::of(l))).collect();
+    let new: Vec<Listener> = cfg.effective_listeners();
+    let lost = less_protected(&running_now, &new, confirmed);
+    if !lost.is_empty() {
+        return Err(lost.join("; "));
+    }
     // New listeners are bound first (the policy refuses the proxy's own addresses as
     // destinations); dropping `plan` on any failure below closes them again.
     let plan = running.prepare(cfg)?;
@@ -78,28 +111,11 @@ pub fn apply(running: &Running, cfg: &Config) -> Result<Vec<String>, String> {
     Ok(warnings)
 }
 
-/// The configuration a reload would run with, or why the file is not taken.
-fn derive(source: &Source, listeners_from_file: bool) -> Result<Config, String> {
-    let loaded = source.read().map_err(|p| p.to_string())?;
-    if let Some(file) = &source.file {
-        // No one means to run a proxy from an empty file; a tool that truncates before it
-        // writes leaves one, and it would drop every rule and protection.
-        if loaded.blank {
-            return Err(format!(
-                "{} is empty (nothing but blank lines and comments): not reloaded",
-                file.display()
-            ));
-        }
-        if listeners_from_file && !loaded.listeners_from_file {
-            return Err(format!(
-                "{} declares no listener, but the running listeners came from it: the file \
-                 looks cut short, not reloaded",
-                file.display()
-            ));
-        }
-    }
-    loaded.config.check_listeners()?;
-    Ok(loaded.config)
+/// The configuration a reload would run with, or why it is not taken: checked as start-up
+/// and `rustle check` check it (a file declaring no listener included), the names of users
+/// and groups aside (`check::reload_source`).
+fn derive(source: &Source) -> Result<Config, String> {
+    crate::check::reload_source(source).map(|loaded| loaded.config).map_err(|p| p.to_string())
 }
 
 /// Checks a new configuration and its policy against the listeners it would run (those
@@ -205,6 +221,24 @@ pub fn run_until_signal(
                      [process] control_socket (or XDG_RUNTIME_DIR)"
                 );
             };
+            // Compared before the sockets are asked for: a refusal leaves the running
+            // process untouched.
+            match crate::control::listeners(path)? {
+                Some(running_now) => {
+                    let new = loaded.config.effective_listeners();
+                    let lost = less_protected(&running_now, &new, opts.allow_less_protection);
+                    if !lost.is_empty() {
+                        anyhow::bail!(
+                            "--takeover refused, the running rustle goes on serving: {}",
+                            lost.join("; ")
+                        );
+                    }
+                }
+                None => tracing::warn!(
+                    "--takeover: the running rustle does not list its listeners' protections \
+                     (an older version): not compared"
+                ),
+            }
             let (inherited, handover) = crate::takeover::take_over(path)?;
             (inherited, Some(handover))
         }
@@ -237,7 +271,6 @@ pub fn run_until_signal(
         }
     }
     running.announce();
-    let from_file = loaded.listeners_from_file;
     let stop = running.stopper();
     let listening: Vec<String> =
         running.addrs().iter().map(|(k, a)| format!("{a} ({k})")).collect();
@@ -255,12 +288,18 @@ pub fn run_until_signal(
                 _ = int.recv() => { tracing::info!("SIGINT: draining connections"); break }
                 _ = hup.recv() => {
                     crate::notify::reloading();
-                    hangup(&running, &source, from_file, &opts);
-                    crate::notify::ready("serving");
+                    let _ = hangup(&running, &source, &opts, false);
                 }
                 _ = usr1.recv() => reopen_access_log(&running),
                 conn = next => {
-                    if crate::takeover::serve(&running, conn) {
+                    let mut other = |request: &str, conn: &std::os::unix::net::UnixStream| {
+                        let reload = |confirmed: bool| {
+                            crate::notify::reloading();
+                            hangup(&running, &source, &opts, confirmed)
+                        };
+                        crate::control::answer(request, conn, &running, reload)
+                    };
+                    if crate::takeover::serve(&running, conn, &mut other) {
                         running.stop_accepting();
                         break;
                     }

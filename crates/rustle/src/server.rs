@@ -21,7 +21,7 @@ use tokio::io::Interest;
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, watch};
 
-pub use self::bind::{Bound, Group, Inherited, Socket};
+pub use self::bind::{ensure_unused, Bound, Group, Inherited, Socket};
 use crate::accesslog::Sink;
 use crate::buf::Buf;
 use crate::config::{Config, Listener, ListenerKey, ListenerKind};

@@ -136,9 +136,14 @@ impl Drop for Control {
 
 /// Answers one connection on the control socket (the main thread waits for it: the
 /// exchange is short and bounded by `PATIENCE`). Returns true when a new process took
-/// the listeners over and asked this one to drain.
-pub fn serve(running: &Running, conn: UnixStream) -> bool {
-    match hand_over(running, conn) {
+/// the listeners over and asked this one to drain. Any other request (its first line) goes
+/// to `other` (`control::answer`).
+pub fn serve(
+    running: &Running,
+    conn: UnixStream,
+    other: &mut dyn FnMut(&str, &UnixStream),
+) -> bool {
+    match hand_over(running, conn, other) {
         Ok(Some(pid)) => {
             tracing::info!(
                 "takeover: the listening sockets are served by the new process{pid}; \
@@ -154,11 +159,19 @@ pub fn serve(running: &Running, conn: UnixStream) -> bool {
     }
 }
 
-fn hand_over(running: &Running, conn: UnixStream) -> anyhow::Result<Option<String>> {
+fn hand_over(
+    running: &Running,
+    conn: UnixStream,
+    other: &mut dyn FnMut(&str, &UnixStream),
+) -> anyhow::Result<Option<String>> {
     let mut reader = BufReader::new(conn.try_clone()?);
     let mut line = String::new();
     if reader.read_line(&mut line)? == 0 {
         // A probe (another rustle checking whether this socket is alive).
+        return Ok(None);
+    }
+    if !line.starts_with("takeover") {
+        other(line.trim(), &conn);
         return Ok(None);
     }
     let version = line.trim().strip_prefix("takeover ").and_then(|v| v.parse::<u32>().ok());

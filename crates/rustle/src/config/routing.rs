@@ -11,7 +11,7 @@ use std::time::Duration;
 use serde::{Deserialize, Deserializer};
 
 use super::{duration, HostPort, Listener};
-use crate::acl::{Action, RuleConfig};
+use crate::acl::RuleConfig;
 
 /// What a parent proxy speaks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize)]
@@ -239,7 +239,7 @@ impl RouteConfig {
     pub fn conditions(&self) -> RuleConfig {
         RuleConfig {
             name: self.name.clone(),
-            action: Action::Allow,
+            action: "allow".to_string(),
             listeners: self.listeners.clone(),
             clients: self.clients.clone(),
             users: self.users.clone(),

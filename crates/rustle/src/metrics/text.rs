@@ -10,8 +10,8 @@ use std::time::Duration;
 
 use super::{
     Histogram, ListenerCounters, ListenerStats, Proto, Summed, UserStats, WorkerStats, AUTH_HASHES,
-    AUTH_HASHES_REFUSED, CAUSES, CLASSES, DURATION_BUCKETS, LATENCY_BUCKETS, RELOADS,
-    RELOAD_FAILURES,
+    AUTH_HASHES_REFUSED, CAUSES, CLASSES, DURATION_BUCKETS, LAST_RELOAD_OK, LATENCY_BUCKETS,
+    RELOADS, RELOAD_FAILURES,
 };
 
 /// A listener as its labels name it.
@@ -309,6 +309,9 @@ pub fn render(s: &Scrape<'_>) -> String {
     let name = "rustle_config_reload_failures_total";
     t.family(name, "counter", "Configuration reloads refused (the previous one kept).");
     t.sample(name, &[], RELOAD_FAILURES.load(Relaxed));
+    let name = "rustle_config_last_reload_successful";
+    t.family(name, "gauge", "1 if the last reload was applied (or none was asked), 0 if refused.");
+    t.sample(name, &[], LAST_RELOAD_OK.load(Relaxed));
     let name = "rustle_auth_hashes_total";
     t.family(name, "counter", "Password hashes computed (bcrypt, argon2id).");
     t.sample(name, &[], AUTH_HASHES.load(Relaxed));

@@ -194,7 +194,7 @@ pub fn bind(l: &Listener, workers: usize, inherited: &mut Inherited) -> anyhow::
 /// wildcard listener covering it included. For TCP the probe has SO_REUSEADDR, so that
 /// connections of an earlier run left in TIME_WAIT do not count. The probe is closed
 /// before the real sockets are bound.
-fn ensure_unused(addr: SocketAddr, udp: bool) -> anyhow::Result<()> {
+pub fn ensure_unused(addr: SocketAddr, udp: bool) -> anyhow::Result<()> {
     let probe = || -> std::io::Result<()> {
         let (ty, proto) = match udp {
             true => (Type::DGRAM, Protocol::UDP),

@@ -33,4 +33,5 @@ mod startup;
 mod tls;
 mod udp;
 mod upgrade;
+mod vetting;
 mod websocket;
