@@ -64,11 +64,28 @@ pub struct View {
 /// The running admin endpoint.
 pub struct Handle {
     pub addr: SocketAddr,
+    /// The address configured (port 0 as configured), under which a takeover hands the
+    /// socket over.
+    pub configured: SocketAddr,
+    /// The main thread's copy of the listening socket, for a takeover.
+    socket: std::net::TcpListener,
     stop: watch::Sender<bool>,
     thread: std::thread::JoinHandle<()>,
 }
 
 impl Handle {
+    /// The listening socket.
+    pub fn socket(&self) -> std::os::fd::BorrowedFd<'_> {
+        use std::os::fd::AsFd as _;
+        self.socket.as_fd()
+    }
+
+    /// Stops accepting (the socket stays open for a process that took it over); answers
+    /// under way finish.
+    pub fn stop_accepting(&self) {
+        let _ = self.stop.send(true);
+    }
+
     /// Stops answering (once the workers are done) and waits for the thread.
     pub fn stop(self) {
         let _ = self.stop.send(true);
@@ -76,12 +93,22 @@ impl Handle {
     }
 }
 
-/// Binds `cfg.listen` and starts the admin thread.
-pub fn start(cfg: &Admin, listen: SocketAddr, state: State) -> anyhow::Result<Handle> {
-    let listener = std::net::TcpListener::bind(listen)
-        .with_context(|| format!("cannot listen on {listen} (admin)"))?;
+/// Starts the admin thread on `inherited` (the socket of a process taken over, or of the
+/// service manager), else on `listen` bound here.
+pub fn start(
+    cfg: &Admin,
+    listen: SocketAddr,
+    inherited: Option<std::net::TcpListener>,
+    state: State,
+) -> anyhow::Result<Handle> {
+    let listener = match inherited {
+        Some(l) => l,
+        None => std::net::TcpListener::bind(listen)
+            .with_context(|| format!("cannot listen on {listen} (admin)"))?,
+    };
     listener.set_nonblocking(true)?;
     let addr = listener.local_addr()?;
+    let socket = listener.try_clone()?;
     let (stop, stopped) = watch::channel(false);
     let server = Arc::new(Server {
         token: cfg.token.as_ref().map(|t| t.expose().as_bytes().to_vec()),
@@ -102,7 +129,7 @@ pub fn start(cfg: &Admin, listen: SocketAddr, state: State) -> anyhow::Result<Ha
         rt.block_on(serve(server, listener, stopped));
     })?;
     tracing::info!("admin endpoint on http://{addr}/metrics (also /healthz, /readyz)");
-    Ok(Handle { addr, stop, thread })
+    Ok(Handle { addr, configured: listen, socket, stop, thread })
 }
 
 struct Server {
