@@ -357,11 +357,10 @@ mod tests {
         let mut l0 = Listener::new(ListenerKind::Http, "127.0.0.1:0".parse().unwrap());
         l0.key = ListenerKey { listen: l0.listen, udp: false, rank: 0 };
         let sockets = b.sockets.iter().map(|s| s.try_clone().unwrap()).collect();
-        let mut inherited =
-            Inherited {
-                groups: vec![Group { key: Some(l0.key), addr, udp: false, sockets }],
-                admin: None,
-            };
+        let mut inherited = Inherited {
+            groups: vec![Group { key: Some(l0.key), addr, udp: false, sockets }],
+            admin: None,
+        };
         assert_eq!(bind(&l0, 1, &mut inherited).unwrap().listener.listen, addr);
     }
 }
