@@ -291,7 +291,7 @@ pub async fn refuse_overloaded(
 
 impl Client {
     /// Reads until a whole request head is parsed. `Ok(false)`: the client closed (or its
-    /// idle wait ended: keep-alive timeout, end of a drain) between requests, which is
+    /// idle wait ended: keep-alive timeout, a drain's idle grace) between requests, which is
     /// not an error. A draining worker still reads a request that comes, and answers it
     /// with `Connection: close`.
     async fn read_head(&mut self) -> Result<bool, Error> {

@@ -34,6 +34,13 @@ use crate::worker::Worker;
 /// of spinning on a listener that stays readable.
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
 
+/// In a drain, how long a kept-alive connection idle between requests has to send its next
+/// one (answered with `Connection: close`) before it is closed. A client in the middle of
+/// a series of requests sends its next within milliseconds; a client's idle pool (a
+/// browser's) should not hold the process for the whole drain. Closing an idle connection
+/// is then no more abrupt than its keep-alive timeout.
+const DRAIN_IDLE_GRACE: Duration = Duration::from_secs(1);
+
 /// At the end of a drain, how long idle kept-alive connections, woken to close, have to
 /// do so (a TLS one sends close_notify) before the rest are dropped.
 const IDLE_CLOSE_GRACE: Duration = Duration::from_millis(100);
@@ -803,16 +810,16 @@ async fn worker_main(
     // wait for connections in flight. A kept-alive HTTP/1 connection is not cut between
     // requests, where a request of its client may be on its way: its next request is
     // answered with `Connection: close` (HTTP/2 connections get GOAWAY and finish their
-    // streams), and one that sends nothing closes at its keep-alive timeout or at the end
-    // of the drain.
+    // streams), and one that sends nothing for `DRAIN_IDLE_GRACE` is closed.
     serving.apply(&worker, Vec::new());
     worker.stopping.set(true);
     worker.upstreams.clear();
-    let deadline = Instant::now() + worker.cfg().timeouts.shutdown;
+    let start = Instant::now();
+    let deadline = start + worker.cfg().timeouts.shutdown;
     while worker.active() > 0 && Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(20)).await;
         let now = Instant::now();
-        worker.waiters.sweep(now, false);
+        worker.waiters.sweep(now, now >= start + DRAIN_IDLE_GRACE);
         crate::idle::sweep_relays(now);
         crate::tunnel::park::sweep(now);
         worker.log.flush();
