@@ -37,9 +37,10 @@ const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
 /// In a drain, how long a kept-alive connection idle between requests has to send its next
 /// one (answered with `Connection: close`) before it is closed. A client in the middle of
 /// a series of requests sends its next within milliseconds; a client's idle pool (a
-/// browser's) should not hold the process for the whole drain. Closing an idle connection
-/// is then no more abrupt than its keep-alive timeout.
-const DRAIN_IDLE_GRACE: Duration = Duration::from_secs(1);
+/// browser's) should not hold the process for the whole drain, nor a shutdown with no work
+/// in flight last long. Closing an idle connection is then no more abrupt than its
+/// keep-alive timeout.
+const DRAIN_IDLE_GRACE: Duration = Duration::from_millis(500);
 
 /// At the end of a drain, how long idle kept-alive connections, woken to close, have to
 /// do so (a TLS one sends close_notify) before the rest are dropped.
