@@ -192,9 +192,11 @@ async fn serve(
         let (server, waiting_conn) = (server.clone(), waiting.clone());
         tokio::spawn(async move {
             let _permit = permit;
+            // Only an eviction ends it early: `leave` drops the sender, which disables
+            // this branch (the pattern does not match) rather than firing it.
             tokio::select! {
                 () = answer(&server, stream, peer, || waiting_conn.leave(id)) => {}
-                _ = evicted => {}
+                Ok(()) = evicted => {}
             }
             waiting_conn.leave(id);
         });
@@ -211,7 +213,7 @@ async fn serve(
 }
 
 /// The connections still waiting for their request head, oldest first, each with the
-/// sender whose drop closes it.
+/// sender that closes it.
 #[derive(Default)]
 struct Waiting {
     inner: std::sync::Mutex<WaitingInner>,
@@ -247,7 +249,7 @@ impl Waiting {
     /// Closes the connection that has waited longest for its head; its address.
     fn evict_oldest(&self) -> Option<SocketAddr> {
         let (_, (peer, tx)) = self.lock().by_age.pop_first()?;
-        drop(tx);
+        let _ = tx.send(());
         Some(peer)
     }
 }
@@ -436,4 +438,24 @@ fn resident_bytes() -> Option<u64> {
     let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
     let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
     Some(kb * 1024)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_an_eviction_fires_a_connections_receiver() {
+        let waiting = Waiting::default();
+        let peer: SocketAddr = "127.0.0.1:1".parse().unwrap();
+        let (first, mut evicted_first) = waiting.enter(peer);
+        let (_, mut evicted_second) = waiting.enter(peer);
+        // Its head in: out of the list, and its receiver says "no sender", which the
+        // connection task's select does not take as an eviction.
+        waiting.leave(first);
+        assert_eq!(evicted_first.try_recv(), Err(oneshot::error::TryRecvError::Closed));
+        assert_eq!(waiting.evict_oldest(), Some(peer));
+        assert_eq!(evicted_second.try_recv(), Ok(()));
+        assert_eq!(waiting.evict_oldest(), None);
+    }
 }
