@@ -447,7 +447,7 @@ mod tests {
     #[test]
     fn only_an_eviction_fires_a_connections_receiver() {
         let waiting = Waiting::default();
-        let peer: SocketAddr = "127.0.0.1:1".parse().unwrap();
+        let peer = SocketAddr::from(([127, 0, 0, 1], 1));
         let (first, mut evicted_first) = waiting.enter(peer);
         let (_, mut evicted_second) = waiting.enter(peer);
         // Its head in: out of the list, and its receiver says "no sender", which the
