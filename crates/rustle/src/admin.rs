@@ -4,6 +4,15 @@
 //! current-thread runtime, so that a scrape never runs on a worker; it answers one request
 //! per connection (HTTP/1.1, `Connection: close`), with a bounded head and a deadline.
 //! `server` starts it; nothing below `server` imports it.
+//!
+//! Under abuse it stays available to the probes that matter: a client outside `allow` is
+//! closed at accept (no slot, no read); a client has `HEAD_TIMEOUT` from connecting to
+//! the end of its request head; and when every slot is taken, a new connection closes
+//! the one that has waited longest for its head. A connection that has sent its head is
+//! never closed for room, so silent or dripping connections, from any number of
+//! addresses, delay a probe (which sends its head at once) by one accept at most. No
+//! per-address cap: probes and scrapers often share an address with others (kubelet
+//! connects from the node's address, every test from 127.0.0.1).
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
@@ -12,7 +21,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use anyhow::Context as _;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::TcpStream;
-use tokio::sync::watch;
+use tokio::sync::{oneshot, watch};
 
 use crate::config::Admin;
 use crate::metrics::{self, ListenerLabel, ParentView, Readiness, WorkerStats};
@@ -21,11 +30,17 @@ use crate::policy::Policy;
 /// The largest request head taken; a scraper's is a few hundred bytes.
 const MAX_HEAD: usize = 8 * 1024;
 
-/// How long a client has to send its request and take the answer.
+/// How long a client has from connecting to the end of its request head. Scrapers and
+/// probes send theirs at once, in one packet; the bound is tight so that silent
+/// connections give their slots back soon even when nothing evicts them.
+const HEAD_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// How long a client has, once its head is in, to take the answer.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// Connections served at once; more wait in the kernel's backlog (a scraper or probe
-/// needs one at a time).
+/// Connections served at once (a scraper or probe needs one at a time). When all are
+/// taken, the one that has waited longest for its head is closed to make room; only
+/// when every one of them is being answered does a new connection wait for a slot.
 const MAX_CONNECTIONS: usize = 64;
 
 /// What the admin thread reads.
@@ -49,11 +64,28 @@ pub struct View {
 /// The running admin endpoint.
 pub struct Handle {
     pub addr: SocketAddr,
+    /// The address configured (port 0 as configured), under which a takeover hands the
+    /// socket over.
+    pub configured: SocketAddr,
+    /// The main thread's copy of the listening socket, for a takeover.
+    socket: std::net::TcpListener,
     stop: watch::Sender<bool>,
     thread: std::thread::JoinHandle<()>,
 }
 
 impl Handle {
+    /// The listening socket.
+    pub fn socket(&self) -> std::os::fd::BorrowedFd<'_> {
+        use std::os::fd::AsFd as _;
+        self.socket.as_fd()
+    }
+
+    /// Stops accepting (the socket stays open for a process that took it over); answers
+    /// under way finish.
+    pub fn stop_accepting(&self) {
+        let _ = self.stop.send(true);
+    }
+
     /// Stops answering (once the workers are done) and waits for the thread.
     pub fn stop(self) {
         let _ = self.stop.send(true);
@@ -61,12 +93,22 @@ impl Handle {
     }
 }
 
-/// Binds `cfg.listen` and starts the admin thread.
-pub fn start(cfg: &Admin, listen: SocketAddr, state: State) -> anyhow::Result<Handle> {
-    let listener = std::net::TcpListener::bind(listen)
-        .with_context(|| format!("cannot listen on {listen} (admin)"))?;
+/// Starts the admin thread on `inherited` (the socket of a process taken over, or of the
+/// service manager), else on `listen` bound here.
+pub fn start(
+    cfg: &Admin,
+    listen: SocketAddr,
+    inherited: Option<std::net::TcpListener>,
+    state: State,
+) -> anyhow::Result<Handle> {
+    let listener = match inherited {
+        Some(l) => l,
+        None => std::net::TcpListener::bind(listen)
+            .with_context(|| format!("cannot listen on {listen} (admin)"))?,
+    };
     listener.set_nonblocking(true)?;
     let addr = listener.local_addr()?;
+    let socket = listener.try_clone()?;
     let (stop, stopped) = watch::channel(false);
     let server = Arc::new(Server {
         token: cfg.token.as_ref().map(|t| t.expose().as_bytes().to_vec()),
@@ -87,7 +129,7 @@ pub fn start(cfg: &Admin, listen: SocketAddr, state: State) -> anyhow::Result<Ha
         rt.block_on(serve(server, listener, stopped));
     })?;
     tracing::info!("admin endpoint on http://{addr}/metrics (also /healthz, /readyz)");
-    Ok(Handle { addr, stop, thread })
+    Ok(Handle { addr, configured: listen, socket, stop, thread })
 }
 
 struct Server {
@@ -112,12 +154,8 @@ async fn serve(
         }
     };
     let slots = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
+    let waiting = Arc::new(Waiting::default());
     loop {
-        let permit = tokio::select! {
-            p = slots.clone().acquire_owned() => p,
-            _ = stop.changed() => return,
-        };
-        let Ok(permit) = permit else { return };
         let (stream, peer) = tokio::select! {
             a = listener.accept() => match a {
                 Ok(a) => a,
@@ -127,15 +165,92 @@ async fn serve(
                     continue;
                 }
             },
-            _ = stop.changed() => return,
+            _ = stop.changed() => break,
         };
-        let server = server.clone();
+        // Refused before anything is read or held: a slot is only for allowed clients.
+        if !server.allowed(peer.ip()) {
+            tracing::debug!("admin: {peer}: closed at accept, not in [admin] allow");
+            continue;
+        }
+        let permit = match slots.clone().try_acquire_owned() {
+            Ok(p) => Ok(p),
+            Err(_) => {
+                if let Some(evicted) = waiting.evict_oldest() {
+                    tracing::debug!(
+                        "admin: all {MAX_CONNECTIONS} slots taken; closing the connection \
+                         waiting longest for its request head (from {evicted})"
+                    );
+                }
+                tokio::select! {
+                    p = slots.clone().acquire_owned() => p,
+                    _ = stop.changed() => break,
+                }
+            }
+        };
+        let Ok(permit) = permit else { break };
+        let (id, evicted) = waiting.enter(peer);
+        let (server, waiting_conn) = (server.clone(), waiting.clone());
         tokio::spawn(async move {
             let _permit = permit;
-            if tokio::time::timeout(REQUEST_TIMEOUT, answer(&server, stream, peer)).await.is_err() {
-                tracing::debug!("admin: {peer}: timed out");
+            // Only an eviction ends it early: `leave` drops the sender, which disables
+            // this branch (the pattern does not match) rather than firing it.
+            tokio::select! {
+                () = answer(&server, stream, peer, || waiting_conn.leave(id)) => {}
+                Ok(()) = evicted => {}
             }
+            waiting_conn.leave(id);
         });
+        // The new connection's task reads its head (usually there already) before the
+        // next accept can evict it.
+        tokio::task::yield_now().await;
+    }
+    // Not accepting any more (a takeover: the new process accepts on the same socket);
+    // answers under way finish within their deadline, and connections still silent close.
+    drop(listener);
+    while waiting.evict_oldest().is_some() {}
+    let all = u32::try_from(MAX_CONNECTIONS).unwrap_or(u32::MAX);
+    let _ = tokio::time::timeout(HEAD_TIMEOUT + REQUEST_TIMEOUT, slots.acquire_many(all)).await;
+}
+
+/// The connections still waiting for their request head, oldest first, each with the
+/// sender that closes it.
+#[derive(Default)]
+struct Waiting {
+    inner: std::sync::Mutex<WaitingInner>,
+}
+
+#[derive(Default)]
+struct WaitingInner {
+    next: u64,
+    by_age: std::collections::BTreeMap<u64, (SocketAddr, oneshot::Sender<()>)>,
+}
+
+impl Waiting {
+    fn lock(&self) -> std::sync::MutexGuard<'_, WaitingInner> {
+        // The admin thread alone takes it; a poisoned lock still holds plain values.
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// A new connection: its number, and what fires when it is evicted.
+    fn enter(&self, peer: SocketAddr) -> (u64, oneshot::Receiver<()>) {
+        let (tx, rx) = oneshot::channel();
+        let mut w = self.lock();
+        let id = w.next;
+        w.next += 1;
+        w.by_age.insert(id, (peer, tx));
+        (id, rx)
+    }
+
+    /// The connection's head is in (or it ended): it can no longer be evicted.
+    fn leave(&self, id: u64) {
+        self.lock().by_age.remove(&id);
+    }
+
+    /// Closes the connection that has waited longest for its head; its address.
+    fn evict_oldest(&self) -> Option<SocketAddr> {
+        let (_, (peer, tx)) = self.lock().by_age.pop_first()?;
+        let _ = tx.send(());
+        Some(peer)
     }
 }
 
@@ -158,29 +273,16 @@ impl Reply {
     }
 }
 
-async fn answer(server: &Server, mut stream: TcpStream, peer: SocketAddr) {
-    let mut buf = Vec::with_capacity(1024);
-    let mut head_only = false;
-    let reply = loop {
-        let mut chunk = [0u8; 1024];
-        match stream.read(&mut chunk).await {
-            Ok(0) | Err(_) => return,
-            Ok(n) => buf.extend_from_slice(&chunk[..n]),
-        }
-        let mut headers = [httparse::EMPTY_HEADER; 32];
-        let mut req = httparse::Request::new(&mut headers);
-        match req.parse(&buf) {
-            Ok(httparse::Status::Complete(_)) => {
-                head_only = req.method == Some("HEAD");
-                break server.route(&req, peer.ip());
-            }
-            Ok(httparse::Status::Partial) if buf.len() < MAX_HEAD => continue,
-            Ok(httparse::Status::Partial) => {
-                break Reply::text(431, "request head too large (at most 8 KiB)")
-            }
-            Err(e) => break Reply::text(400, &format!("malformed request: {e}")),
-        }
+/// Reads one request head within `HEAD_TIMEOUT` (`head_in` is called once it is in) and
+/// writes the answer within `REQUEST_TIMEOUT`.
+async fn answer(server: &Server, mut stream: TcpStream, peer: SocketAddr, head_in: impl FnOnce()) {
+    let Ok(read) = tokio::time::timeout(HEAD_TIMEOUT, read_request(server, &mut stream)).await
+    else {
+        tracing::debug!("admin: {peer}: no whole request head within {HEAD_TIMEOUT:?}; closed");
+        return;
     };
+    let Some((reply, head_only)) = read else { return };
+    head_in();
     if reply.status >= 400 {
         tracing::debug!("admin: {peer}: {} {}", reply.status, reply.body.trim_end());
     }
@@ -196,8 +298,36 @@ async fn answer(server: &Server, mut stream: TcpStream, peer: SocketAddr) {
     if !head_only {
         out.extend_from_slice(reply.body.as_bytes());
     }
-    if stream.write_all(&out).await.is_ok() {
-        let _ = stream.shutdown().await;
+    let write = async {
+        if stream.write_all(&out).await.is_ok() {
+            let _ = stream.shutdown().await;
+        }
+    };
+    if tokio::time::timeout(REQUEST_TIMEOUT, write).await.is_err() {
+        tracing::debug!("admin: {peer}: did not take the answer within {REQUEST_TIMEOUT:?}");
+    }
+}
+
+/// The answer to the request head read from `stream`, and whether it is for HEAD (no
+/// body); None when the client left first.
+async fn read_request(server: &Server, stream: &mut TcpStream) -> Option<(Reply, bool)> {
+    let mut buf = Vec::with_capacity(1024);
+    loop {
+        let mut chunk = [0u8; 1024];
+        match stream.read(&mut chunk).await {
+            Ok(0) | Err(_) => return None,
+            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+        }
+        let mut headers = [httparse::EMPTY_HEADER; 32];
+        let mut req = httparse::Request::new(&mut headers);
+        return Some(match req.parse(&buf) {
+            Ok(httparse::Status::Complete(_)) => (server.route(&req), req.method == Some("HEAD")),
+            Ok(httparse::Status::Partial) if buf.len() < MAX_HEAD => continue,
+            Ok(httparse::Status::Partial) => {
+                (Reply::text(431, "request head too large (at most 8 KiB)"), false)
+            }
+            Err(e) => (Reply::text(400, &format!("malformed request: {e}")), false),
+        });
     }
 }
 
@@ -216,10 +346,13 @@ fn reason(status: u16) -> &'static str {
 }
 
 impl Server {
-    fn route(&self, req: &httparse::Request<'_, '_>, client: IpAddr) -> Reply {
-        if !self.allow.is_empty() && !self.allow.iter().any(|c| c.contains(client)) {
-            return Reply::text(403, &format!("forbidden: {client} is not in [admin] allow"));
-        }
+    /// Whether `client` may connect at all (`[admin] allow`; anyone without it).
+    fn allowed(&self, client: IpAddr) -> bool {
+        self.allow.is_empty() || self.allow.iter().any(|c| c.contains(client))
+    }
+
+    /// The answer to a request of an allowed client.
+    fn route(&self, req: &httparse::Request<'_, '_>) -> Reply {
         if let Some(token) = &self.token {
             let given = req
                 .headers
@@ -305,4 +438,24 @@ fn resident_bytes() -> Option<u64> {
     let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
     let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
     Some(kb * 1024)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_an_eviction_fires_a_connections_receiver() {
+        let waiting = Waiting::default();
+        let peer = SocketAddr::from(([127, 0, 0, 1], 1));
+        let (first, mut evicted_first) = waiting.enter(peer);
+        let (_, mut evicted_second) = waiting.enter(peer);
+        // Its head in: out of the list, and its receiver says "no sender", which the
+        // connection task's select does not take as an eviction.
+        waiting.leave(first);
+        assert_eq!(evicted_first.try_recv(), Err(oneshot::error::TryRecvError::Closed));
+        assert_eq!(waiting.evict_oldest(), Some(peer));
+        assert_eq!(evicted_second.try_recv(), Ok(()));
+        assert_eq!(waiting.evict_oldest(), None);
+    }
 }

@@ -400,6 +400,11 @@ pub struct Timeouts {
     /// On SIGTERM, how long requests and tunnels in flight may take to finish.
     #[serde(deserialize_with = "duration")]
     pub shutdown: Duration,
+    /// On SIGTERM, SIGINT or a takeover, how long the process goes on accepting with
+    /// `/readyz` saying 503 before it stops accepting and drains: the time load balancers
+    /// and Kubernetes take to stop sending new connections (haproxy's `grace`).
+    #[serde(deserialize_with = "duration")]
+    pub drain_delay: Duration,
     /// A TLS handshake (from the first byte to its end, either side) must finish within.
     #[serde(deserialize_with = "duration")]
     pub handshake: Duration,
@@ -415,6 +420,7 @@ impl Default for Timeouts {
             tunnel_idle: Duration::from_secs(300),
             udp_idle: Duration::from_secs(60),
             shutdown: Duration::from_secs(30),
+            drain_delay: Duration::ZERO,
             handshake: Duration::from_secs(10),
         }
     }

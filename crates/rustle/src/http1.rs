@@ -290,8 +290,10 @@ pub async fn refuse_overloaded(
 }
 
 impl Client {
-    /// Reads until a whole request head is parsed. `Ok(false)`: the client closed (or the
-    /// worker is stopping) between requests, which is not an error.
+    /// Reads until a whole request head is parsed. `Ok(false)`: the client closed (or its
+    /// idle wait ended: keep-alive timeout, a drain's idle grace) between requests, which is
+    /// not an error. A draining worker still reads a request that comes, and answers it
+    /// with `Connection: close`.
     async fn read_head(&mut self) -> Result<bool, Error> {
         let limits = self.worker.limits();
         let timeouts = &self.worker.cfg().timeouts;
@@ -303,9 +305,6 @@ impl Client {
                 }
                 // A slow-header client gets the header timeout from its first byte on.
                 deadline.get_or_insert_with(|| tokio::time::Instant::now() + timeouts.header);
-            }
-            if self.worker.stopping.get() && self.buf.is_empty() {
-                return Ok(false);
             }
             // A request that is already there (pipelined, or sent right after connecting)
             // is read without arming a timer.
@@ -465,7 +464,9 @@ impl Client {
 
     /// RFC 9110 7.6.2: an OPTIONS or TRACE with Max-Forwards 0 is answered by the proxy.
     async fn answer_max_forwards(&mut self, ex: &mut Exchange) -> Result<Next, Error> {
-        let keep = self.head.keep_alive() && self.head.body == rustle_proto::http::BodyKind::None;
+        let keep = self.head.keep_alive()
+            && self.head.body == rustle_proto::http::BodyKind::None
+            && !self.worker.stopping.get();
         self.out.clear();
         let conn = if keep { "" } else { "Connection: close\r\n" };
         if self.head.method == Method::Trace {

@@ -1,7 +1,7 @@
 //! Waiting for a kept-alive client's next request without a timer or a shutdown watch per
 //! wait. A connection between requests registers its waker here with a deadline; the
 //! worker's housekeeping tick (every 100 ms) wakes the ones past their deadline, and wakes
-//! them all when the worker stops. Registering is a slot in a vector and a waker clone,
+//! them all half a second into a drain. Registering is a slot in a vector and a waker clone,
 //! where a tokio timer plus a watch-channel waiter took two locks and a timer-wheel
 //! insertion and removal per request. Deadlines start from the last sweep's time plus one
 //! tick, not from a clock read, so that a kept-alive exchange reads no clock. The price is

@@ -537,7 +537,7 @@ impl Readiness {
     pub fn check(&self) -> Result<(), &'static str> {
         match self.0.load(Relaxed) {
             READY => Ok(()),
-            DRAINING => Err("draining: the listeners no longer accept connections"),
+            DRAINING => Err("draining: this process is shutting down"),
             _ => Err("starting: the listeners are not bound yet"),
         }
     }

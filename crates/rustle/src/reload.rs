@@ -276,7 +276,7 @@ pub fn run_until_signal(
         running.addrs().iter().map(|(k, a)| format!("{a} ({k})")).collect();
     crate::notify::ready(&format!("listening on {}", listening.join(", ")));
     rt.block_on(async {
-        loop {
+        let taken_over = loop {
             let next = async {
                 match &control {
                     Some(c) => c.accept().await,
@@ -284,8 +284,8 @@ pub fn run_until_signal(
                 }
             };
             tokio::select! {
-                _ = term.recv() => { tracing::info!("SIGTERM: draining connections"); break }
-                _ = int.recv() => { tracing::info!("SIGINT: draining connections"); break }
+                _ = term.recv() => { tracing::info!("SIGTERM: draining connections"); break false }
+                _ = int.recv() => { tracing::info!("SIGINT: draining connections"); break false }
                 _ = hup.recv() => {
                     crate::notify::reloading();
                     let _ = hangup(&running, &source, &opts, false);
@@ -300,14 +300,30 @@ pub fn run_until_signal(
                         crate::control::answer(request, conn, &running, reload)
                     };
                     if crate::takeover::serve(&running, conn, &mut other) {
-                        running.stop_accepting();
-                        break;
+                        // The new process answers on the admin socket from here.
+                        running.release_admin();
+                        break true;
                     }
                 }
             }
+        };
+        // `/readyz` says 503 at once; accepting goes on for `timeouts.drain_delay`, while
+        // load balancers and Kubernetes stop sending (a second SIGTERM or SIGINT ends it).
+        running.readiness().set_draining();
+        crate::notify::stopping();
+        let delay = running.config().timeouts.drain_delay;
+        if !delay.is_zero() {
+            tracing::info!("still accepting for {delay:?} (timeouts.drain_delay), then draining");
+            tokio::select! {
+                _ = tokio::time::sleep(delay) => {}
+                _ = term.recv() => tracing::info!("SIGTERM again: draining at once"),
+                _ = int.recv() => tracing::info!("SIGINT again: draining at once"),
+            }
+        }
+        if taken_over {
+            running.stop_accepting();
         }
     });
-    crate::notify::stopping();
     let _ = stop.send(true);
     running.join();
     drop(control);

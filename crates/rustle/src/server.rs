@@ -34,6 +34,18 @@ use crate::worker::Worker;
 /// of spinning on a listener that stays readable.
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
 
+/// In a drain, how long a kept-alive connection idle between requests has to send its next
+/// one (answered with `Connection: close`) before it is closed. A client in the middle of
+/// a series of requests sends its next within milliseconds; a client's idle pool (a
+/// browser's) should not hold the process for the whole drain, nor a shutdown with no work
+/// in flight last long. Closing an idle connection is then no more abrupt than its
+/// keep-alive timeout.
+const DRAIN_IDLE_GRACE: Duration = Duration::from_millis(500);
+
+/// At the end of a drain, how long idle kept-alive connections, woken to close, have to
+/// do so (a TLS one sends close_notify) before the rest are dropped.
+const IDLE_CLOSE_GRACE: Duration = Duration::from_millis(100);
+
 /// How often a worker closes expired idle origin connections.
 const SWEEP_EVERY: Duration = Duration::from_secs(1);
 
@@ -421,6 +433,20 @@ impl Running {
     pub fn with_sockets<T>(&self, f: impl FnOnce(&[Bound]) -> T) -> T {
         f(&self.state().bound)
     }
+
+    /// The admin endpoint's listening socket and the address configured for it, to hand
+    /// to a new process.
+    pub fn admin_socket(&self) -> Option<(SocketAddr, std::os::fd::BorrowedFd<'_>)> {
+        self.admin.as_ref().map(|a| (a.configured, a.socket()))
+    }
+
+    /// The admin endpoint stops accepting (a takeover: the new process answers on the
+    /// same socket); answers under way finish.
+    pub fn release_admin(&self) {
+        if let Some(admin) = &self.admin {
+            admin.stop_accepting();
+        }
+    }
 }
 
 /// Binds the listeners and starts the workers; returns at once.
@@ -444,6 +470,7 @@ pub fn start_with(cfg: Config, mut inherited: Inherited) -> anyhow::Result<Runni
         l.counters = crate::metrics::ListenerCounters::new(workers);
         bound.push(bind::bind(&l, workers, &mut inherited)?);
     }
+    let admin_socket = inherited.take_admin(cfg.admin.listen);
     for g in &inherited.groups {
         let what = if g.udp { "udp" } else { "tcp" };
         tracing::info!(
@@ -499,6 +526,7 @@ pub fn start_with(cfg: Config, mut inherited: Inherited) -> anyhow::Result<Runni
         Some(listen) => Some(crate::admin::start(
             &cfg.admin,
             listen,
+            admin_socket,
             crate::admin::State {
                 workers: stats.clone(),
                 readiness: readiness.clone(),
@@ -805,18 +833,29 @@ async fn worker_main(
         }
     }
     // Draining: listeners stop (the accept loops end on the shutdown signal, or here);
-    // wait for connections in flight.
-    // Idle kept-alive connections are woken to close.
+    // wait for connections in flight. A kept-alive HTTP/1 connection is not cut between
+    // requests, where a request of its client may be on its way: its next request is
+    // answered with `Connection: close` (HTTP/2 connections get GOAWAY and finish their
+    // streams), and one that sends nothing for `DRAIN_IDLE_GRACE` is closed.
     serving.apply(&worker, Vec::new());
     worker.stopping.set(true);
-    worker.waiters.sweep(Instant::now(), true);
     worker.upstreams.clear();
-    let deadline = Instant::now() + worker.cfg().timeouts.shutdown;
+    let start = Instant::now();
+    let deadline = start + worker.cfg().timeouts.shutdown;
     while worker.active() > 0 && Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(20)).await;
-        crate::idle::sweep_relays(Instant::now());
-        crate::tunnel::park::sweep(Instant::now());
+        let now = Instant::now();
+        worker.waiters.sweep(now, now >= start + DRAIN_IDLE_GRACE);
+        crate::idle::sweep_relays(now);
+        crate::tunnel::park::sweep(now);
         worker.log.flush();
+    }
+    // The drain is over: idle connections are woken to close (cleanly: close_notify on
+    // TLS), given a moment to do so.
+    worker.waiters.sweep(Instant::now(), true);
+    let closing = Instant::now() + IDLE_CLOSE_GRACE;
+    while worker.active() > 0 && Instant::now() < closing {
+        tokio::time::sleep(Duration::from_millis(5)).await;
     }
     crate::tunnel::park::close_all();
     if worker.active() > 0 {

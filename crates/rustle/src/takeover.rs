@@ -5,7 +5,9 @@
 //! tells the old process to drain: it stops accepting, finishes its connections within
 //! `timeouts.shutdown`, and exits. No connection is refused in between: at every moment
 //! some process accepts on every socket. Listeners the new configuration adds are bound
-//! fresh; the sockets of those it drops close when the old process stops accepting.
+//! fresh; the sockets of those it drops close when the old process stops accepting. The
+//! admin endpoint's socket goes over too (the new process serves it when its `[admin]
+//! listen` is the same), so that `/metrics` and the probes keep their port.
 //! Also here: the sockets systemd passes with socket activation (`LISTEN_FDS`).
 //!
 //! The exchange, one line each way, descriptors attached to `listener` lines:
@@ -14,6 +16,7 @@
 //! old: rustle PID
 //! old: listener tcp|udp CONFIGURED-ADDRESS RANK BOUND-ADDRESS COUNT   (COUNT descriptors)
 //! old: ...
+//! old: admin CONFIGURED-ADDRESS BOUND-ADDRESS                         (one descriptor)
 //! old: end
 //! new: drain
 //! old: draining
@@ -200,6 +203,11 @@ fn hand_over(
         }
         Ok(())
     })?;
+    if let Some((configured, fd)) = running.admin_socket() {
+        let bound = running.admin_addr().unwrap_or(configured);
+        let text = format!("admin {configured} {bound}\n");
+        crate::sys::send_fds(&conn, text.as_bytes(), &[fd])?;
+    }
     (&conn).write_all(b"end\n")?;
     line.clear();
     // The new process binds its other listeners and starts its workers meanwhile.
@@ -255,6 +263,15 @@ pub fn take_over(path: &Path) -> anyhow::Result<(Inherited, Handover)> {
     let mut inherited = Inherited::default();
     let mut count = 0;
     for (key, addr, fds) in received {
+        let Some(key) = key else {
+            // The admin endpoint's socket, under its configured address.
+            let Some(fd) = fds.into_iter().next() else { continue };
+            match Socket::from_fd(fd).with_context(|| format!("the admin socket {addr}"))? {
+                Socket::Tcp(s) => inherited.admin = Some((addr, s)),
+                Socket::Udp(_) => anyhow::bail!("the admin socket {addr} is a UDP socket"),
+            }
+            continue;
+        };
         let mut sockets = Vec::with_capacity(fds.len());
         for fd in fds {
             sockets.push(Socket::from_fd(fd).with_context(|| format!("a socket of {addr}"))?);
@@ -273,8 +290,9 @@ pub fn take_over(path: &Path) -> anyhow::Result<(Inherited, Handover)> {
     Ok((inherited, Handover { conn, reader }))
 }
 
-/// One listener's part of the exchange: its key there, its bound address, descriptors.
-type Received = (ListenerKey, SocketAddr, Vec<OwnedFd>);
+/// One listener's part of the exchange: its key there, its bound address, descriptors;
+/// or the admin socket's (no key, the configured address, one descriptor).
+type Received = (Option<ListenerKey>, SocketAddr, Vec<OwnedFd>);
 
 /// Reads the old process's lines up to `end`, with the descriptors that came with them
 /// (in order: each `listener` line takes the next COUNT of them). The reading is by hand
@@ -308,6 +326,14 @@ fn receive(conn: &UnixStream) -> anyhow::Result<Vec<Received>> {
             }
             let bad = || anyhow::anyhow!("unexpected line {line:?}");
             let f: Vec<&str> = line.split(' ').collect();
+            if let ["admin", configured, _bound] = f[..] {
+                let configured: SocketAddr = configured.parse().map_err(|_| bad())?;
+                let Some(fd) = fds.pop_front() else {
+                    anyhow::bail!("no descriptor came with the admin socket");
+                };
+                out.push((None, configured, vec![fd]));
+                continue;
+            }
             let ["listener", transport, listen, rank, addr, count] = f[..] else {
                 return Err(bad());
             };
@@ -321,7 +347,7 @@ fn receive(conn: &UnixStream) -> anyhow::Result<Vec<Received>> {
             if fds.len() < count {
                 anyhow::bail!("{count} descriptor(s) announced for {addr}, {} came", fds.len());
             }
-            out.push((key, addr, fds.drain(..count).collect()));
+            out.push((Some(key), addr, fds.drain(..count).collect()));
         }
     }
 }

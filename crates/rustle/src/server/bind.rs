@@ -125,6 +125,9 @@ pub struct Group {
 #[derive(Default)]
 pub struct Inherited {
     pub groups: Vec<Group>,
+    /// The admin endpoint's socket handed over by a rustle being taken over, with the
+    /// address configured there.
+    pub admin: Option<(SocketAddr, std::net::TcpListener)>,
 }
 
 impl Inherited {
@@ -139,6 +142,30 @@ impl Inherited {
             }
         }
         Ok(inherited)
+    }
+
+    /// The socket for an admin endpoint configured on `listen`: the one handed over for the
+    /// same configured address (a takeover), else a TCP socket bound to it (a fixed port:
+    /// socket activation). One handed over for another address is closed.
+    pub fn take_admin(&mut self, listen: Option<SocketAddr>) -> Option<std::net::TcpListener> {
+        let handed = self.admin.take();
+        let listen = listen?;
+        match handed {
+            Some((configured, socket)) if configured == listen => return Some(socket),
+            Some((configured, _)) => tracing::info!(
+                "the admin socket handed over ({configured}) is not this configuration's \
+                 ({listen}); closed"
+            ),
+            None => {}
+        }
+        let i = (listen.port() != 0)
+            .then(|| self.groups.iter().position(|g| g.key.is_none() && !g.udp && g.addr == listen))
+            .flatten()?;
+        let mut group = self.groups.swap_remove(i);
+        match group.sockets.pop() {
+            Some(Socket::Tcp(s)) => Some(s),
+            _ => None,
+        }
     }
 
     /// The sockets for `l`: those of the same key (a takeover), else those bound to the
@@ -330,8 +357,10 @@ mod tests {
         let mut l0 = Listener::new(ListenerKind::Http, "127.0.0.1:0".parse().unwrap());
         l0.key = ListenerKey { listen: l0.listen, udp: false, rank: 0 };
         let sockets = b.sockets.iter().map(|s| s.try_clone().unwrap()).collect();
-        let mut inherited =
-            Inherited { groups: vec![Group { key: Some(l0.key), addr, udp: false, sockets }] };
+        let mut inherited = Inherited {
+            groups: vec![Group { key: Some(l0.key), addr, udp: false, sockets }],
+            admin: None,
+        };
         assert_eq!(bind(&l0, 1, &mut inherited).unwrap().listener.listen, addr);
     }
 }

@@ -1389,3 +1389,50 @@ async fn an_h2_clients_forbidden_trailers_do_not_reach_the_origin() {
     let body = &seen[seen.find("\r\n\r\n").unwrap() + 4..];
     assert_eq!(body, "5\r\nhello\r\n0\r\nx-sum: 1\r\n\r\n", "{seen}");
 }
+
+/// A drain cuts no request: an HTTP/1 connection kept alive and idle when it begins gets
+/// its next request answered, with `Connection: close`; an HTTP/2 connection gets GOAWAY
+/// and its stream in flight completes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_drain_answers_idle_kept_alive_connections_and_finishes_http2_streams() {
+    let origin = Origin::start().unwrap();
+    let proxy = h2c_proxy(|cfg| cfg.timeouts.shutdown = Duration::from_secs(10));
+    let addr = proxy.addr();
+    let mut h1 = Conn::open(addr);
+    h1.send(&get(&origin.url("/bytes/10")));
+    let r = h1.read_response();
+    assert_eq!((r.status, r.header("connection")), (200, None), "kept alive");
+    // An HTTP/2 stream in flight: the origin answers after 1.5 s.
+    let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let (send, conn) = h2::client::handshake(tcp).await.expect("h2 handshake");
+    let conn = tokio::spawn(conn);
+    let mut send = send.ready().await.expect("ready");
+    let req = request(Method::GET, &origin.url("/delay/1500")).body(()).unwrap();
+    let (resp, _) = send.send_request(req, true).expect("send request");
+    let in_flight = tokio::spawn(read_response(resp));
+    // An idle raw HTTP/2 connection: its GOAWAY tells that the worker drains.
+    let mut raw = raw_h2(addr);
+    let mut raw = tokio::task::spawn_blocking(move || {
+        read_frame_until(&mut raw, |t, _, _, _| t == SETTINGS).expect("server settings");
+        raw
+    })
+    .await
+    .unwrap();
+    let _ = proxy.running().stopper().send(true);
+    let code = tokio::task::spawn_blocking(move || goaway_code(&mut raw)).await.unwrap();
+    assert_eq!(code, Some(0), "GOAWAY NO_ERROR on an idle connection");
+    // The idle HTTP/1 connection is answered, and told to close.
+    let h1 = tokio::task::spawn_blocking(move || {
+        h1.send(&get(&origin.url("/bytes/10")));
+        let r = h1.read_response();
+        assert_eq!((r.status, r.header("connection")), (200, Some("close")));
+        h1.assert_closed();
+        origin
+    });
+    let _origin = h1.await.unwrap();
+    // The stream in flight completes; then the connection ends.
+    let (resp, body) = in_flight.await.unwrap();
+    assert_eq!((resp.status(), body.as_slice()), (StatusCode::OK, &b"ok"[..]));
+    let ended = tokio::time::timeout(Duration::from_secs(5), conn).await;
+    assert!(ended.is_ok(), "the HTTP/2 connection stays open after its last stream");
+}

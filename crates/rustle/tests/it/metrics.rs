@@ -6,7 +6,7 @@
 
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
-use std::net::SocketAddr;
+use std::net::{SocketAddr, TcpStream};
 use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -446,10 +446,11 @@ fn the_token_and_client_blocks_are_enforced_and_bad_requests_answered() {
         admin_request_from(from, admin, &format!("GET {path} HTTP/1.1\r\nHost: a\r\n{headers}\r\n"))
     };
     let good = "Authorization: Bearer s3cret\r\n";
-    // From an address outside `allow`, even with the token: 403.
-    let r = get("127.0.0.1", "/metrics", good);
-    assert_eq!(r.status, 403, "{}", r.text());
-    assert!(r.text().contains("127.0.0.1 is not in [admin] allow"), "{}", r.text());
+    // From an address outside `allow`, even with the token: closed unanswered.
+    let mut s = connect_from("127.0.0.1", admin);
+    let _ = s.write_all(format!("GET /metrics HTTP/1.1\r\nHost: a\r\n{good}\r\n").as_bytes());
+    let (bytes, closed) = read_until_close(&mut s);
+    assert!(closed && bytes.is_empty(), "{}", String::from_utf8_lossy(&bytes));
     // Inside `allow`: no token or a wrong one is 401, the right one 200.
     let r = get("127.0.0.2", "/metrics", "");
     assert_eq!(r.status, 401, "{}", r.text());
@@ -475,6 +476,67 @@ fn the_token_and_client_blocks_are_enforced_and_bad_requests_answered() {
     let huge = format!("GET /metrics HTTP/1.1\r\nX: {}\r\n\r\n", "a".repeat(10_000));
     let r = admin_request_from("127.0.0.2", admin, &huge);
     assert_eq!(r.status, 431, "{}", r.text());
+}
+
+/// Whether the server closed `s` (end of stream or reset) within `limit`, with nothing
+/// sent on it.
+fn closed_within(s: &mut TcpStream, limit: Duration) -> bool {
+    s.set_read_timeout(Some(limit)).unwrap();
+    let mut byte = [0u8; 1];
+    match s.read(&mut byte) {
+        Ok(0) => true,
+        Err(e) => e.kind() == std::io::ErrorKind::ConnectionReset,
+        Ok(_) => panic!("the admin endpoint sent bytes to a silent connection"),
+    }
+}
+
+/// `/healthz` from 127.0.0.1, answered within `limit`, with `silent` connections that
+/// never send a byte open from 127.0.0.1 and 127.0.0.3 (a probe shares its address with
+/// others: kubelet, every test here).
+fn healthz_beside_silent_connections(silent: usize, limit: Duration) {
+    let proxy = with_admin(|_| {});
+    let admin = proxy.admin_addr();
+    let mut held: Vec<TcpStream> = (0..silent)
+        .map(|i| connect_from(if i % 2 == 0 { "127.0.0.1" } else { "127.0.0.3" }, admin))
+        .collect();
+    for round in 0..3 {
+        let start = Instant::now();
+        let mut s = connect_from("127.0.0.1", admin);
+        s.set_read_timeout(Some(limit)).unwrap();
+        s.write_all(b"GET /healthz HTTP/1.1\r\nHost: admin\r\n\r\n").unwrap();
+        let (bytes, closed) = read_until_close(&mut s);
+        let took = start.elapsed();
+        assert!(closed, "round {round}: /healthz not answered within {limit:?} ({silent} silent)");
+        let r = parse_response(&bytes);
+        assert_eq!((r.status, r.text().as_str()), (200, "ok\n"), "round {round}");
+        assert!(took < limit, "round {round}: {took:?}");
+    }
+    // Silent connections get no longer than the head deadline (2 s) either way.
+    let last = held.last_mut().unwrap();
+    assert!(closed_within(last, Duration::from_secs(5)), "a silent connection stays open");
+}
+
+#[test]
+fn healthz_answers_beside_64_silent_connections() {
+    healthz_beside_silent_connections(64, Duration::from_secs(1));
+}
+
+#[test]
+fn healthz_answers_beside_200_silent_connections() {
+    healthz_beside_silent_connections(200, Duration::from_secs(1));
+}
+
+#[test]
+fn a_client_outside_admin_allow_is_closed_at_accept_and_takes_no_slot() {
+    let proxy = with_admin(|cfg| cfg.admin.allow = vec!["127.0.0.1/32".parse().unwrap()]);
+    let admin = proxy.admin_addr();
+    // Closed before it sends anything, and a hundred of them hold nothing.
+    let mut outside: Vec<TcpStream> = (0..100).map(|_| connect_from("127.0.0.2", admin)).collect();
+    for s in &mut outside {
+        assert!(closed_within(s, Duration::from_secs(1)), "a refused client stays open");
+    }
+    let r = admin_get(admin, "/healthz", "");
+    assert_eq!(r.status, 200);
 }
 
 #[test]

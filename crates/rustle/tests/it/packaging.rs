@@ -272,9 +272,13 @@ fn the_kubernetes_example_probes_the_admin_port_and_mounts_the_configuration() {
         |kind: &str| docs.iter().find(|d| d["kind"] == kind).unwrap_or_else(|| panic!("{kind}"));
     let (config_map, deployment, service) = (of("ConfigMap"), of("Deployment"), of("Service"));
 
-    // The ConfigMap carries the container's file, which rustle accepts.
+    // The ConfigMap carries the container's file, which rustle accepts, and a drain delay.
     let image_file = std::fs::read_to_string(root().join("contrib/docker/rustle.toml")).unwrap();
-    assert_eq!(config_map["data"]["rustle.toml"], image_file.as_str());
+    let file = config_map["data"]["rustle.toml"].as_str().unwrap();
+    let kubernetes_only = file.strip_prefix(image_file.as_str()).expect("the image's file first");
+    assert!(kubernetes_only.contains("[timeouts]"), "{kubernetes_only}");
+    let timeouts = rustle::config::Config::parse(file).expect("the ConfigMap's file").timeouts;
+    assert!(!timeouts.drain_delay.is_zero(), "{kubernetes_only}");
 
     let pod = &deployment["spec"]["template"];
     let labels = &pod["metadata"]["labels"];
@@ -282,6 +286,12 @@ fn the_kubernetes_example_probes_the_admin_port_and_mounts_the_configuration() {
     let spec = &pod["spec"];
     assert_eq!(spec["securityContext"]["runAsNonRoot"], true);
     let c = &spec["containers"][0];
+    // SIGTERM: accepting for the drain delay, then draining; the grace period covers both
+    // (and rustle waits itself: no preStop hook, which the image could not run).
+    let grace = spec["terminationGracePeriodSeconds"].as_u64().unwrap();
+    let needed = (timeouts.drain_delay + timeouts.shutdown).as_secs();
+    assert!(grace > needed, "terminationGracePeriodSeconds {grace}, drain needs {needed}");
+    assert!(c["lifecycle"]["preStop"].is_null());
     assert_eq!(c["securityContext"]["readOnlyRootFilesystem"], true);
     assert_eq!(c["securityContext"]["allowPrivilegeEscalation"], false);
     for key in ["requests", "limits"] {

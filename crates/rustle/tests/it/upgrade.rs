@@ -410,3 +410,186 @@ fn socket_activation(tool: bool) {
         assert_eq!(get_body(addr, &origin.url("/bytes/13")), pattern(13));
     }
 }
+
+/// The admin endpoint's address, from the line that says where it is.
+fn admin_addr_of(p: &RustleProcess) -> SocketAddr {
+    assert!(
+        p.wait_for_stderr("admin endpoint on http://", Duration::from_secs(10)),
+        "no admin endpoint:\n{}",
+        p.stderr()
+    );
+    let err = p.stderr();
+    let rest = err.rsplit("admin endpoint on http://").next().unwrap();
+    rest.split('/').next().unwrap().parse().expect("the admin address")
+}
+
+/// One admin request on a new connection: its status and body.
+fn admin_get(addr: SocketAddr, path: &str) -> (u16, String) {
+    let mut s = connect(addr);
+    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: admin\r\n\r\n").as_bytes()).unwrap();
+    let (bytes, _) = read_until_close(&mut s);
+    let r = parse_response(&bytes);
+    (r.status, r.text())
+}
+
+/// Requests through `proxy` until `stop`, as a client that keeps connections alive and
+/// never resends: each request on a connection must get its whole answer; a new
+/// connection is opened when an answer says `Connection: close`. A request that gets no
+/// whole answer (a reset, an empty reply, a connection refused) is counted in `lost`.
+fn kept_alive_load(
+    proxy: SocketAddr,
+    url: String,
+    stop: Arc<AtomicBool>,
+    done: Arc<AtomicU64>,
+    lost: Arc<AtomicU64>,
+) {
+    let req = get(&url);
+    let mut conn: Option<TcpStream> = None;
+    while !stop.load(Ordering::Relaxed) {
+        let s = match &mut conn {
+            Some(s) => s,
+            None => match TcpStream::connect(proxy) {
+                Ok(s) => {
+                    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+                    conn.insert(s)
+                }
+                Err(e) => {
+                    eprintln!("connect: {e}");
+                    lost.fetch_add(1, Ordering::Relaxed);
+                    continue;
+                }
+            },
+        };
+        match whole_answer(s, &req, 100) {
+            Ok(closes) => {
+                done.fetch_add(1, Ordering::Relaxed);
+                if closes {
+                    conn = None;
+                }
+            }
+            Err(what) => {
+                eprintln!("a request lost: {what}");
+                lost.fetch_add(1, Ordering::Relaxed);
+                conn = None;
+            }
+        }
+    }
+}
+
+/// One request on `s` and its whole 200 answer with a `len`-byte body; whether the answer
+/// closes the connection, or what went wrong.
+fn whole_answer(s: &mut TcpStream, req: &[u8], len: usize) -> Result<bool, String> {
+    s.write_all(req).map_err(|e| format!("write: {e}"))?;
+    let mut got = Vec::new();
+    let mut chunk = [0u8; 8192];
+    loop {
+        let n = s.read(&mut chunk).map_err(|e| format!("read after {} bytes: {e}", got.len()))?;
+        if n == 0 {
+            return Err(format!("closed after {} bytes of the answer", got.len()));
+        }
+        got.extend_from_slice(&chunk[..n]);
+        let Some(end) = got.windows(4).position(|w| w == b"\r\n\r\n") else { continue };
+        if got.len() < end + 4 + len {
+            continue;
+        }
+        let head = String::from_utf8_lossy(&got[..end]).to_ascii_lowercase();
+        if !head.starts_with("http/1.1 200") {
+            return Err(head);
+        }
+        return Ok(head.contains("connection: close"));
+    }
+}
+
+#[test]
+fn takeover_with_admin_hands_its_port_over_and_loses_no_kept_alive_request() {
+    let origin = Origin::start().unwrap();
+    let dir = TempDir::new("takeover-admin");
+    let file = dir.file("rustle.toml");
+    let ctl = dir.file("control.sock");
+    let port = free_port();
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    let text = format!(
+        "{HEAD}[process]\ncontrol_socket = \"{}\"\n[timeouts]\nshutdown = \"20s\"\n\
+         [admin]\nlisten = \"127.0.0.1:0\"\n{}",
+        ctl.display(),
+        listener_toml("http", port)
+    );
+    std::fs::write(&file, &text).unwrap();
+    let config = file.to_str().unwrap();
+    let mut old = RustleProcess::spawn(&["--config", config]);
+    assert_eq!(old.next_listener(), addr);
+    let admin = admin_addr_of(&old);
+    assert!(old.wait_for_stderr("control socket", Duration::from_secs(5)), "{}", old.stderr());
+    assert_eq!(admin_get(admin, "/readyz").0, 200);
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let (done, lost) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+    let clients: Vec<_> = (0..4)
+        .map(|_| {
+            let (url, stop, done, lost) =
+                (origin.url("/bytes/100"), stop.clone(), done.clone(), lost.clone());
+            std::thread::spawn(move || kept_alive_load(addr, url, stop, done, lost))
+        })
+        .collect();
+    let count = || done.load(Ordering::Relaxed);
+    assert!(eventually(Duration::from_secs(10), || count() > 300), "no load");
+
+    let mut new = RustleProcess::spawn(&["--config", config, "--takeover"]);
+    assert_eq!(new.next_listener(), addr);
+    assert_eq!(admin_addr_of(&new), admin, "the new process serves the same admin port");
+    assert!(
+        old.wait_for_stderr("stops accepting", Duration::from_secs(10)),
+        "the old process does not drain:\n{}",
+        old.stderr()
+    );
+    let at_takeover = count();
+    let status = old.wait(Duration::from_secs(15)).expect("the old process exits after its drain");
+    assert!(status.success(), "{status}\n{}", old.stderr());
+    assert!(eventually(Duration::from_secs(10), || count() > at_takeover + 500));
+    // The admin port is the new process's now: ready, and counting its requests.
+    assert_eq!(admin_get(admin, "/readyz"), (200, "ready\n".to_string()));
+    let (status, metrics) = admin_get(admin, "/metrics");
+    assert_eq!(status, 200);
+    assert!(metrics.contains("rustle_listener_requests_total{"), "{metrics}");
+    stop.store(true, Ordering::Relaxed);
+    for c in clients {
+        c.join().unwrap();
+    }
+    eprintln!(
+        "takeover under kept-alive load: {} requests, {} lost",
+        count(),
+        lost.load(Ordering::Relaxed)
+    );
+    assert_eq!(lost.load(Ordering::Relaxed), 0, "requests lost; {} done", count());
+    new.signal("TERM");
+    assert!(new.wait(Duration::from_secs(25)).is_some_and(|s| s.success()), "{}", new.stderr());
+}
+
+#[test]
+fn drain_delay_keeps_accepting_with_readyz_503_after_sigterm() {
+    let origin = Origin::start().unwrap();
+    let dir = TempDir::new("drain-delay");
+    let file = dir.file("rustle.toml");
+    let text = format!(
+        "{HEAD}[timeouts]\ndrain_delay = \"3s\"\n[admin]\nlisten = \"127.0.0.1:0\"\n{}",
+        listener_toml("http", 0)
+    );
+    std::fs::write(&file, &text).unwrap();
+    let mut p = RustleProcess::spawn(&["--config", file.to_str().unwrap()]);
+    let addr = p.next_listener();
+    let admin = admin_addr_of(&p);
+    assert_eq!(admin_get(admin, "/readyz").0, 200);
+    p.signal("TERM");
+    assert!(
+        eventually(Duration::from_secs(5), || admin_get(admin, "/readyz").0 == 503),
+        "/readyz stays 200 after SIGTERM:\n{}",
+        p.stderr()
+    );
+    // Within the delay: new connections are still accepted and served.
+    assert_eq!(get_body(addr, &origin.url("/bytes/7")), pattern(7));
+    assert_eq!(admin_get(admin, "/healthz").0, 200);
+    assert_eq!(p.wait(Duration::ZERO), None, "exited within its drain delay");
+    let status = p.wait(Duration::from_secs(15)).expect("exits after the delay");
+    assert!(status.success(), "{status}\n{}", p.stderr());
+    assert!(p.stderr().contains("timeouts.drain_delay"), "{}", p.stderr());
+}
