@@ -587,3 +587,98 @@ fn the_unspecified_address_cannot_smuggle_past_a_loopback_rule() {
         origin.connections()
     );
 }
+
+/// `rules` (TOML: top-level keys, then tables) with a SOCKS listener on loopback.
+fn socks_with_rules(rules: &str) -> Proxy {
+    Proxy::from_toml(&format!("{rules}[[listener]]\nkind = \"socks\"\nlisten = \"127.0.0.1:0\"\n"))
+}
+
+/// A SOCKS5 BIND for connections from 127.0.0.1 (`announced` the address and port the
+/// request names): the first reply's code and the connection.
+fn bind5(proxy: &Proxy, announced: &str) -> (std::net::TcpStream, u8, SocketAddr) {
+    open5(proxy.addr(), BIND, &Dst::Addr(announced.parse().unwrap()))
+}
+
+/// A SOCKS4 BIND for `announced`: the first reply's code and the connection.
+fn bind4(proxy: &Proxy, announced: &str) -> (std::net::TcpStream, u8, SocketAddr) {
+    let mut s = connect(proxy.addr());
+    s.write_all(&request4(BIND, announced.parse().unwrap(), "", None)).unwrap();
+    let (rep, bound) = read_reply4(&mut s);
+    (s, rep, SocketAddr::V4(bound))
+}
+
+/// A refused BIND: its first reply is the failure, then the connection closes.
+#[track_caller]
+fn assert_bind_refused((mut s, rep, _): (std::net::TcpStream, u8, SocketAddr)) {
+    assert!(rep == 2 || rep == 0x5B, "BIND reply {rep:#04x}: the BIND was not refused");
+    assert!(closed_within(&mut s, Duration::from_secs(3)), "a refused BIND left open");
+}
+
+/// A granted BIND: a peer connects to the port the first reply named and is relayed.
+#[track_caller]
+fn assert_bind_works((mut s, rep, bound): (std::net::TcpStream, u8, SocketAddr), socks4: bool) {
+    assert!(rep == 0 || rep == 0x5A, "BIND reply {rep:#04x}: the BIND was refused");
+    let mut peer = connect(bound);
+    let rep = if socks4 { read_reply4(&mut s).0 } else { read_reply5(&mut s).0 };
+    assert!(rep == 0 || rep == 0x5A, "second BIND reply {rep:#04x}");
+    s.write_all(b"to the peer").unwrap();
+    assert_eq!(read_exact_n(&mut peer, 11), b"to the peer");
+}
+
+#[test]
+fn bind_is_checked_by_the_rules_and_the_default_action() {
+    let echo = TcpEcho::start().unwrap();
+    // CONNECT (HTTP) is denied and nothing else allowed: BIND falls to the default.
+    let proxy = socks_with_rules(
+        "default_action = \"deny\"\n[[rule]]\nname = \"no-connect\"\naction = \"deny\"\nprotocols = [\"connect\"]\n",
+    );
+    assert_bind_refused(bind5(&proxy, "127.0.0.1:0"));
+    assert_bind_refused(bind4(&proxy, "127.0.0.1:0"));
+    let line = proxy.log_line(|l| l.contains(" BIND ") && l.contains("socks5://"));
+    assert_eq!(LogLine::parse(&line).status, 2, "{line}");
+    assert!(line.contains("the default action"), "{line}");
+    let line = proxy.log_line(|l| l.contains(" BIND ") && l.contains("socks4://"));
+    assert!(line.contains("the default action"), "{line}");
+
+    // A rule allowing `bind` lets it through.
+    let proxy = socks_with_rules(
+        "default_action = \"deny\"\n[[rule]]\nname = \"binds\"\naction = \"allow\"\nprotocols = [\"bind\"]\n",
+    );
+    assert_bind_works(bind5(&proxy, "127.0.0.1:0"), false);
+    assert_bind_works(bind4(&proxy, "127.0.0.1:0"), true);
+    assert_eq!(socks5_reply(proxy.addr(), &Dst::Addr(echo.addr())), 2, "CONNECT allowed");
+
+    // A rule denying `bind` refuses it while CONNECT goes on.
+    let proxy = socks_with_rules(
+        "[[rule]]\nname = \"no-bind\"\naction = \"deny\"\nprotocols = [\"bind\"]\n",
+    );
+    assert_bind_refused(bind5(&proxy, "127.0.0.1:0"));
+    assert_bind_refused(bind4(&proxy, "127.0.0.1:0"));
+    proxy.log_line(|l| l.contains(" BIND ") && l.contains("no-bind"));
+    let mut s = connect5(proxy.addr(), &Dst::Addr(echo.addr()));
+    assert_echoes(&mut s, b"connect still allowed");
+}
+
+#[test]
+fn bind_rules_on_destinations_see_the_peer_that_connects() {
+    // The announced address is the unspecified one: the rules see who connects.
+    let only = |dest: &str| {
+        socks_with_rules(&format!(
+            "default_action = \"deny\"\n[[rule]]\nname = \"peer\"\naction = \"allow\"\nprotocols = [\"bind\"]\ndestinations = [\"{dest}\"]\n"
+        ))
+    };
+    let proxy = only("127.0.0.1");
+    assert_bind_works(bind5(&proxy, "0.0.0.0:0"), false);
+
+    let proxy = only("127.0.0.2");
+    let (mut s, rep, bound) = bind5(&proxy, "0.0.0.0:0");
+    assert_eq!(rep, 0, "first BIND reply: the peer is not known yet");
+    let _peer = connect(bound);
+    let (rep, from) = read_reply5(&mut s);
+    assert_eq!(rep, 2, "a peer the rules do not allow: second reply");
+    assert_eq!(from.ip().to_string(), "127.0.0.1");
+    assert!(closed_within(&mut s, Duration::from_secs(3)));
+    proxy.log_line(|l| l.contains(" BIND ") && l.contains("the default action"));
+    // Announced, the address is checked before listening.
+    assert_bind_refused(bind5(&proxy, "127.0.0.1:0"));
+}
