@@ -7,13 +7,16 @@
 //!
 //! Nothing here allocates while checking; compiling does all the parsing.
 
+pub mod local;
 mod net;
 
 use std::net::IpAddr;
 
 use serde::Deserialize;
 
-pub use net::{canonical, is_private, private_reason, reaches, Builtins, Cidr, LOOP_REASON};
+pub use net::{
+    canonical, is_private, private_reason, reaches, Builtins, Cidr, LOCAL_REASON, LOOP_REASON,
+};
 
 /// How the client reached the proxy, for `protocols`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize)]

@@ -61,10 +61,15 @@ impl Handle {
     }
 }
 
+/// Binds the admin endpoint's socket: before the policy is built, which refuses its
+/// address as a destination.
+pub fn bind(listen: SocketAddr) -> anyhow::Result<std::net::TcpListener> {
+    std::net::TcpListener::bind(listen)
+        .with_context(|| format!("cannot listen on {listen} (admin)"))
+}
+
 /// Binds `cfg.listen` and starts the admin thread.
-pub fn start(cfg: &Admin, listen: SocketAddr, state: State) -> anyhow::Result<Handle> {
-    let listener = std::net::TcpListener::bind(listen)
-        .with_context(|| format!("cannot listen on {listen} (admin)"))?;
+pub fn start(cfg: &Admin, listener: std::net::TcpListener, state: State) -> anyhow::Result<Handle> {
     listener.set_nonblocking(true)?;
     let addr = listener.local_addr()?;
     let (stop, stopped) = watch::channel(false);

@@ -1389,3 +1389,19 @@ async fn an_h2_clients_forbidden_trailers_do_not_reach_the_origin() {
     let body = &seen[seen.find("\r\n\r\n").unwrap() + 4..];
     assert_eq!(body, "5\r\nhello\r\n0\r\nx-sum: 1\r\n\r\n", "{seen}");
 }
+
+#[tokio::test]
+async fn the_admin_endpoint_is_refused_on_every_kind_of_stream() {
+    let proxy = h2c_proxy(|cfg| cfg.admin.listen = Some("127.0.0.1:0".parse().unwrap()));
+    let admin = proxy.admin_addr();
+    let mut c = client(proxy.addr()).await;
+    let url = format!("http://{admin}/metrics");
+    let (resp, body) = exchange(&mut c, request(Method::GET, &url).body(()).unwrap(), None).await;
+    let text = String::from_utf8_lossy(&body);
+    assert_eq!(resp.status(), 403, "{text}");
+    assert!(text.contains("own listening address") && !text.contains("# TYPE"), "{text}");
+    let req = request(Method::CONNECT, &admin.to_string()).body(()).unwrap();
+    let (resp, body) = exchange(&mut c, req, None).await;
+    assert_eq!(resp.status(), 403, "{}", String::from_utf8_lossy(&body));
+    assert!(String::from_utf8_lossy(&body).contains("own listening address"));
+}

@@ -682,3 +682,107 @@ fn bind_rules_on_destinations_see_the_peer_that_connects() {
     // Announced, the address is checked before listening.
     assert_bind_refused(bind5(&proxy, "127.0.0.1:0"));
 }
+
+#[test]
+fn the_admin_endpoint_is_refused_as_a_destination() {
+    let proxy = Proxy::from_toml(
+        r#"
+[admin]
+listen = "127.0.0.1:0"
+[[listener]]
+listen = "127.0.0.1:0"
+[[listener]]
+kind = "socks"
+listen = "127.0.0.1:0"
+"#,
+    );
+    let (http, socks, admin) = (proxy.addr(), proxy.addr_of(1), proxy.admin_addr());
+    let metrics = format!("http://{admin}/metrics");
+    let r = get_via(&proxy, &metrics);
+    assert_denied(&r, "built-in");
+    assert!(r.text().contains("own listening address"), "{}", r.text());
+    assert!(!r.text().contains("# TYPE"), "metrics reached a proxy user: {}", r.text());
+    let r = get_via(&proxy, &format!("http://localhost:{}/metrics", admin.port()));
+    assert_denied(&r, "own listening address");
+    let (_, r) = connect_with(http, &admin.to_string(), &[]);
+    assert_denied(&r, "own listening address");
+    assert_eq!(socks5_reply(socks, &Dst::Addr(admin)), 2);
+    assert_eq!(socks5_reply(socks, &Dst::Name("localhost", admin.port())), 2);
+    let mut s = connect(socks);
+    s.write_all(&request4(CONNECT, v4(admin), "", None)).unwrap();
+    assert_eq!(read_reply4(&mut s).0, 0x5B, "SOCKS4 CONNECT to the admin endpoint");
+    proxy.log_line(|l| l.contains("socks5://") && l.contains("own listening address"));
+
+    // Real clients: curl through the HTTP port and through SOCKS5 (the name resolved by
+    // the proxy).
+    let Some(out) = curl(&["-x", &format!("http://{http}"), "-w", "%{http_code}", &metrics]) else {
+        return;
+    };
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.ends_with("403"), "curl -x: {text}");
+    assert!(text.contains("own listening address") && !text.contains("# TYPE"), "{text}");
+    let socks_url = format!("http://localhost:{}/metrics", admin.port());
+    let out = curl(&["--socks5-hostname", &socks.to_string(), &socks_url]).unwrap();
+    assert!(!out.status.success(), "curl --socks5-hostname reached the admin endpoint");
+    assert!(!String::from_utf8_lossy(&out.stdout).contains("# TYPE"));
+}
+
+/// An address of this host's interfaces that is neither loopback nor in a range
+/// `deny_private_destinations` names (such as a public address); None, after saying so,
+/// when the host has none.
+fn public_local_address() -> Option<std::net::IpAddr> {
+    let found = nix::ifaddrs::getifaddrs().expect("getifaddrs").find_map(|ifa| {
+        let a = ifa.address?;
+        let ip = match (a.as_sockaddr_in(), a.as_sockaddr_in6()) {
+            (Some(v4), _) => std::net::IpAddr::V4(v4.ip()),
+            (None, Some(v6)) => std::net::IpAddr::V6(v6.ip()),
+            (None, None) => return None,
+        };
+        (!rustle::acl::is_private(ip)).then_some(ip)
+    });
+    if found.is_none() {
+        eprintln!("SKIPPED: this host has no address outside the private ranges");
+    }
+    found
+}
+
+#[test]
+fn a_wildcard_listener_is_refused_on_every_address_of_the_host() {
+    let Some(ip) = public_local_address() else { return };
+    // Listening on every address, closed to all but loopback clients.
+    let any = if ip.is_ipv4() { "0.0.0.0:0" } else { "[::]:0" };
+    let proxy = Proxy::from_toml(&format!(
+        "default_action = \"deny\"\n[[rule]]\naction = \"allow\"\nclients = [\"127.0.0.1\"]\n\
+         [[listener]]\nlisten = \"{any}\"\n"
+    ));
+    let own = SocketAddr::new(ip, proxy.addr().port());
+    let local = SocketAddr::new("127.0.0.1".parse().unwrap(), proxy.addr().port());
+    let (_, r) = connect_with(local, &own.to_string(), &[]);
+    assert_denied(&r, "own listening address");
+    let r = get_from("127.0.0.1", local, &format!("http://{own}/"), &[]);
+    assert_denied(&r, "own listening address");
+}
+
+#[test]
+fn deny_private_destinations_refuses_every_address_of_the_host() {
+    let Some(ip) = public_local_address() else { return };
+    let origin = Origin::start().unwrap();
+    let proxy = Proxy::from_toml(
+        r#"
+deny_private_destinations = true
+[[listener]]
+listen = "127.0.0.1:0"
+[[listener]]
+kind = "socks"
+listen = "127.0.0.1:0"
+"#,
+    );
+    let dest = SocketAddr::new(ip, origin.addr().port());
+    let r = get_via(&proxy, &format!("http://{dest}/"));
+    assert_denied(&r, "built-in");
+    assert!(r.text().contains("own host"), "{}", r.text());
+    let (_, r) = connect_with(proxy.addr(), &dest.to_string(), &[]);
+    assert_denied(&r, "own host");
+    assert_eq!(socks5_reply(proxy.addr_of(1), &Dst::Addr(dest)), 2);
+    proxy.log_line(|l| l.contains("socks5://") && l.contains("own host"));
+}
