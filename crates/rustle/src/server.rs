@@ -583,7 +583,9 @@ const SPARE_FILES: u64 = 64;
 /// Raises the soft open-file limit to the hard one (service managers usually leave the
 /// soft limit at 1024: about 500 proxied connections), and warns, with the figures, when
 /// even the hard limit is below what `limits.max_connections` needs: a proxied connection
-/// holds two descriptors (client and upstream), four more while splicing (two pipes).
+/// holds two descriptors (client and upstream), four more while splicing (two pipes); an
+/// HTTP/2 stream with an upstream takes a place of its own (its upstream socket), so two
+/// per place bounds HTTP/2 clients too.
 /// Past the limit, accepting pauses (see `AcceptFailures`) and connecting upstream fails.
 pub fn raise_file_limit(cfg: &Config) {
     use rlimit::Resource;
@@ -624,8 +626,8 @@ pub fn raise_file_limit(cfg: &Config) {
     if limit < need {
         tracing::warn!(
             "open-file limit {limit} (hard limit {hard}) is below the {need} that \
-             limits.max_connections = {connections} needs (2 per proxied connection, more while \
-             splicing): raise it (systemd LimitNOFILE=, ulimit -Hn) or lower max_connections"
+             limits.max_connections = {connections} needs (2 per proxied connection or HTTP/2 \
+             stream, more while splicing): raise it (systemd LimitNOFILE=, ulimit -Hn) or lower max_connections"
         );
     }
 }
