@@ -948,7 +948,7 @@ async fn ten_thousand_idle_connect_streams_memory() {
     std::fs::write(
         &config,
         "workers = 1\n[[listener]]\nlisten = \"127.0.0.1:0\"\nh2c = true\n[log]\naccess = \"stderr\"\n\
-         [http2]\nmax_concurrent_streams = 20000\n[limits]\nmax_connections = 100\n",
+         [http2]\nmax_concurrent_streams = 20000\n[limits]\nmax_connections = 20000\n",
     )
     .unwrap();
     // RUSTLE_BIN=target/release/rustle measures a release build (the default is the
