@@ -7,13 +7,16 @@
 //!
 //! Nothing here allocates while checking; compiling does all the parsing.
 
+pub mod local;
 mod net;
 
 use std::net::IpAddr;
 
 use serde::Deserialize;
 
-pub use net::{canonical, is_private, private_reason, reaches, Builtins, Cidr, LOOP_REASON};
+pub use net::{
+    canonical, is_private, private_reason, reaches, Builtins, Cidr, LOCAL_REASON, LOOP_REASON,
+};
 
 /// How the client reached the proxy, for `protocols`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize)]
@@ -29,16 +32,20 @@ pub enum Protocol {
     Relay,
     /// SOCKS5 UDP ASSOCIATE datagrams and the UDP port relay.
     Udp,
+    /// A SOCKS4 or SOCKS5 BIND (a listening port for one incoming connection), checked on
+    /// the host and port the client announced and on the address that connects.
+    Bind,
 }
 
 impl Protocol {
-    pub const ALL: [Protocol; 6] = [
+    pub const ALL: [Protocol; 7] = [
         Protocol::Http,
         Protocol::Connect,
         Protocol::Socks5,
         Protocol::Socks4,
         Protocol::Relay,
         Protocol::Udp,
+        Protocol::Bind,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -49,6 +56,7 @@ impl Protocol {
             Protocol::Socks4 => "socks4",
             Protocol::Relay => "relay",
             Protocol::Udp => "udp",
+            Protocol::Bind => "bind",
         }
     }
 
@@ -62,7 +70,7 @@ impl std::str::FromStr for Protocol {
 
     fn from_str(s: &str) -> Result<Protocol, String> {
         Protocol::ALL.into_iter().find(|p| p.as_str() == s).ok_or_else(|| {
-            format!("unknown protocol `{s}`: use http, connect, socks5, socks4, relay or udp")
+            format!("unknown protocol `{s}`: use http, connect, socks5, socks4, relay, udp or bind")
         })
     }
 }
@@ -121,7 +129,7 @@ pub struct RuleConfig {
     /// Destination ports: `443` or `8000-8999`.
     #[serde(default)]
     pub ports: Option<Vec<String>>,
-    /// http, connect, socks5, socks4, relay, udp.
+    /// http, connect, socks5, socks4, relay, udp, bind.
     #[serde(default)]
     pub protocols: Option<Vec<String>>,
 }
@@ -874,6 +882,8 @@ mod tests {
             ("protocols = [\"http\"]", req(), false),
             ("protocols = [\"udp\"]", Request { protocol: Protocol::Udp, ..req() }, true),
             ("protocols = [\"socks4\"]", Request { protocol: Protocol::Socks5, ..req() }, false),
+            ("protocols = [\"bind\"]", Request { protocol: Protocol::Bind, ..req() }, true),
+            ("protocols = [\"connect\"]", Request { protocol: Protocol::Bind, ..req() }, false),
         ];
         for (condition, r, matches) in table {
             let denying = set(&format!("[[rule]]\naction = \"deny\"\n{condition}\n"), true);
@@ -1031,9 +1041,16 @@ mod tests {
             (
                 "[[rule]]\naction = \"deny\"\nports = [\"1-1000\", \"1001-65535\"]\nhosts = [\"*\"]\n\
                  clients = [\"0.0.0.0/0\", \"::/0\"]\nprotocols = [\"http\", \"connect\", \"socks5\", \
+                 \"socks4\", \"relay\", \"udp\", \"bind\"]\n",
+                true,
+                true,
+            ),
+            // Without `bind`, a stranger may still BIND.
+            (
+                "[[rule]]\naction = \"deny\"\nprotocols = [\"http\", \"connect\", \"socks5\", \
                  \"socks4\", \"relay\", \"udp\"]\n",
                 true,
-                true,
+                false,
             ),
             ("[[rule]]\naction = \"deny\"\nclients = [\"0.0.0.0/0\"]\n", true, false),
             // Allow rules whose clients cover all of IPv4 let anyone in.

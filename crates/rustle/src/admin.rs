@@ -93,19 +93,21 @@ impl Handle {
     }
 }
 
-/// Starts the admin thread on `inherited` (the socket of a process taken over, or of the
-/// service manager), else on `listen` bound here.
+/// Binds the admin endpoint's socket: before the policy is built, which refuses its
+/// address as a destination.
+pub fn bind(listen: SocketAddr) -> anyhow::Result<std::net::TcpListener> {
+    std::net::TcpListener::bind(listen)
+        .with_context(|| format!("cannot listen on {listen} (admin)"))
+}
+
+/// Starts the admin thread on `listener`: bound by `bind`, or the socket of a process
+/// taken over or of the service manager; `listen` is the address configured for it.
 pub fn start(
     cfg: &Admin,
     listen: SocketAddr,
-    inherited: Option<std::net::TcpListener>,
+    listener: std::net::TcpListener,
     state: State,
 ) -> anyhow::Result<Handle> {
-    let listener = match inherited {
-        Some(l) => l,
-        None => std::net::TcpListener::bind(listen)
-            .with_context(|| format!("cannot listen on {listen} (admin)"))?,
-    };
     listener.set_nonblocking(true)?;
     let addr = listener.local_addr()?;
     let socket = listener.try_clone()?;

@@ -446,12 +446,22 @@ async fn stream(live: Live, req: Request<RecvStream>, mut respond: SendResponse<
         user: None,
         tunnel: false,
     };
+    let mut slot = None;
     let result = async {
+        let slot = &mut slot;
         if shared.listener.auth {
             ex.user = Some(authenticate(&shared, req.headers()).await?);
         } else {
             ex.user = shared.cert_user.clone();
         }
+        // Every kind of stream below may open an upstream connection: it counts against
+        // the connection limits until it ends (a tunnel: until its relay ends).
+        *slot = Some(
+            shared
+                .worker
+                .admit_stream(shared.peer.ip(), ex.user.as_deref())
+                .inspect_err(|e| tracing::warn!("{}: HTTP/2 stream refused: {e}", shared.peer))?,
+        );
         let protocol = req.extensions().get::<h2::ext::Protocol>().map(|p| p.as_str().to_owned());
         match (req.method() == http::Method::CONNECT, protocol.as_deref()) {
             (true, None) => tunnel::connect(&shared, &mut ex, req, &mut respond, live).await,
@@ -472,7 +482,10 @@ async fn stream(live: Live, req: Request<RecvStream>, mut respond: SendResponse<
     match result {
         // The tunnel task logs when it ends.
         Ok(Some(tunnel)) => {
-            tokio::task::spawn_local(tunnel);
+            tokio::task::spawn_local(async move {
+                tunnel.await;
+                drop(slot);
+            });
         }
         Ok(None) => ex.log(&shared, None),
         Err(e) => {

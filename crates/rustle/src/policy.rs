@@ -7,7 +7,7 @@ use std::fmt;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Mutex};
 
-use crate::acl::{Builtins, Protocol, Request, RuleSet, Verdict};
+use crate::acl::{canonical, Builtins, Protocol, Request, RuleSet, Verdict};
 use crate::auth::{User, Users};
 use crate::config::{Config, DefaultAction, ListenerKey};
 use crate::limits::{parse_rate, Bucket, Limit, Throttle};
@@ -365,6 +365,17 @@ impl Access<'_> {
     pub fn filter(&self) -> Result<impl Fn(SocketAddr) -> Option<Denial> + '_, Denial> {
         let rules_too = self.precheck()?;
         Ok(move |addr| self.check_addr(addr, rules_too))
+    }
+
+    /// The rules alone on `ip`, when the precheck said they need an address: a BIND's
+    /// peer, which connects to the proxy rather than being connected to, so that the
+    /// destination protections do not apply.
+    pub fn check_rules(&self, ip: IpAddr) -> Option<Denial> {
+        match self.policy.rules.check(&self.request(Some(canonical(ip)))) {
+            Verdict::Allow => None,
+            Verdict::Deny { rule, reason } => Some(self.denial(rule, reason)),
+            Verdict::NeedAddress => Some(self.denial(None, "undecidable")),
+        }
     }
 
     /// On each address about to be connected to: the built-in checks, then (when the

@@ -143,6 +143,8 @@ pub struct Plan {
     config: Arc<Config>,
     /// Settings changed that only a restart or a takeover puts in force.
     pub warnings: Vec<String>,
+    /// The admin endpoint's address (it stays as it is until the next start).
+    admin: Option<SocketAddr>,
 }
 
 enum Planned {
@@ -163,9 +165,9 @@ impl Plan {
             .collect()
     }
 
-    /// Their addresses (refused as destinations).
+    /// Their addresses and the admin endpoint's (refused as destinations).
     pub fn own(&self) -> Vec<SocketAddr> {
-        self.listeners().iter().map(|l| l.listen).collect()
+        self.listeners().iter().map(|l| l.listen).chain(self.admin).collect()
     }
 }
 
@@ -230,9 +232,11 @@ impl Running {
         self.state().bound.iter().map(|b| (b.listener.kind, b.listener.listen)).collect()
     }
 
-    /// The proxy's own listening addresses (refused as destinations).
+    /// The proxy's own listening addresses, the admin endpoint's too (refused as
+    /// destinations).
     pub fn own(&self) -> Vec<SocketAddr> {
-        self.state().bound.iter().map(|b| b.listener.listen).collect()
+        let listeners = self.state().bound.iter().map(|b| b.listener.listen).collect::<Vec<_>>();
+        listeners.into_iter().chain(self.admin_addr()).collect()
     }
 
     /// The listeners as bound (ports resolved).
@@ -308,7 +312,11 @@ impl Running {
             false => Sink::open(&cfg.log)
                 .map_err(|e| format!("cannot open the access log {:?}: {e}", cfg.log.access))?,
         };
-        Ok(Plan { listeners, removed, sink, config: Arc::new(cfg.clone()), warnings })
+        // A reload reads the host's addresses again (refused with `deny_private_destinations`,
+        // and reaching listeners on an unspecified address).
+        crate::acl::local::refresh();
+        let admin = self.admin_addr();
+        Ok(Plan { listeners, removed, sink, config: Arc::new(cfg.clone()), warnings, admin })
     }
 
     /// Puts a prepared reload in force: every worker gets the new policy and
@@ -480,7 +488,18 @@ pub fn start_with(cfg: Config, mut inherited: Inherited) -> anyhow::Result<Runni
         );
     }
     drop(inherited);
-    let own: Vec<SocketAddr> = bound.iter().map(|b| b.listener.listen).collect();
+    // The admin endpoint's socket is bound before the policy, which refuses it as a
+    // destination with every listener's.
+    let admin_listener = match (cfg.admin.listen, admin_socket) {
+        (Some(listen), Some(socket)) => Some((listen, socket)),
+        (Some(listen), None) => Some((listen, crate::admin::bind(listen)?)),
+        (None, _) => None,
+    };
+    let mut own: Vec<SocketAddr> = bound.iter().map(|b| b.listener.listen).collect();
+    if let Some((_, l)) = &admin_listener {
+        own.push(l.local_addr()?);
+    }
+    crate::acl::local::refresh();
     // Before the policy: TLS configs are built for kernel TLS when it is on.
     crate::tls::set_ktls(false);
     if bound.iter().any(|b| b.listener.tls.is_some() || b.listener.target_tls.is_some()) {
@@ -522,11 +541,11 @@ pub fn start_with(cfg: Config, mut inherited: Inherited) -> anyhow::Result<Runni
     let stats: Vec<_> = (0..workers).map(|_| crate::metrics::WorkerStats::new()).collect();
     let readiness = Arc::new(crate::metrics::Readiness::default());
     let (admin_view, view) = watch::channel(admin_view(&bound, &policy));
-    let admin = match cfg.admin.listen {
-        Some(listen) => Some(crate::admin::start(
+    let admin = match admin_listener {
+        Some((listen, listener)) => Some(crate::admin::start(
             &cfg.admin,
             listen,
-            admin_socket,
+            listener,
             crate::admin::State {
                 workers: stats.clone(),
                 readiness: readiness.clone(),
@@ -621,7 +640,9 @@ const SPARE_FILES: u64 = 64;
 /// Raises the soft open-file limit to the hard one (service managers usually leave the
 /// soft limit at 1024: about 500 proxied connections), and warns, with the figures, when
 /// even the hard limit is below what `limits.max_connections` needs: a proxied connection
-/// holds two descriptors (client and upstream), four more while splicing (two pipes).
+/// holds two descriptors (client and upstream), four more while splicing (two pipes); an
+/// HTTP/2 stream with an upstream takes a place of its own (its upstream socket), so two
+/// per place bounds HTTP/2 clients too.
 /// Past the limit, accepting pauses (see `AcceptFailures`) and connecting upstream fails.
 pub fn raise_file_limit(cfg: &Config) {
     use rlimit::Resource;
@@ -662,8 +683,8 @@ pub fn raise_file_limit(cfg: &Config) {
     if limit < need {
         tracing::warn!(
             "open-file limit {limit} (hard limit {hard}) is below the {need} that \
-             limits.max_connections = {connections} needs (2 per proxied connection, more while \
-             splicing): raise it (systemd LimitNOFILE=, ulimit -Hn) or lower max_connections"
+             limits.max_connections = {connections} needs (2 per proxied connection or HTTP/2 \
+             stream, more while splicing): raise it (systemd LimitNOFILE=, ulimit -Hn) or lower max_connections"
         );
     }
 }
@@ -807,6 +828,8 @@ async fn worker_main(
     // sweeps the waits.
     let mut flush = tokio::time::interval(crate::idle::TICK);
     let mut last_sweep = Instant::now();
+    // The first worker reads the host's addresses again now and then (`acl::local`).
+    let mut last_local = Instant::now();
     loop {
         tokio::select! {
             _ = flush.tick() => {
@@ -814,6 +837,10 @@ async fn worker_main(
                 let now = Instant::now();
                 worker.waiters.sweep(now, false);
                 crate::idle::sweep_relays(now);
+                if worker.id == 0 && last_local.elapsed() >= crate::acl::local::REFRESH_EVERY {
+                    crate::acl::local::refresh();
+                    last_local = Instant::now();
+                }
                 if last_sweep.elapsed() >= SWEEP_EVERY {
                     worker.upstreams.sweep();
                     worker.trim_bufs(crate::tunnel::park::sweep(now));

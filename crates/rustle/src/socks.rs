@@ -308,6 +308,34 @@ impl Session {
         Handoff { upstream, early_up, early_down, throttle }
     }
 
+    /// The access rules on a BIND to `dst` (protocol `bind`), with `peer` as the address
+    /// when the rules need one: Ok(true) when they need one and none was given (the
+    /// peer that connects is checked then).
+    fn bind_allowed(&self, dst: &Address, peer: Option<IpAddr>) -> Result<bool, Error> {
+        let policy = self.worker.policy();
+        let host = match &dst.host {
+            Host::Ip(ip) => ip.to_string(),
+            Host::Domain(d) => d.as_str().to_string(),
+        };
+        let user = self.user.as_deref().and_then(|u| policy.users.get(u));
+        let access = crate::policy::Access {
+            policy: &policy,
+            listener: self.listener.name.as_deref(),
+            client: self.peer.ip(),
+            user,
+            host: &host,
+            port: dst.port,
+            protocol: AclProtocol::Bind,
+        };
+        let denied = |d| Error::Connect(crate::error::ConnectError::Denied(d));
+        let needs_address = access.precheck().map_err(denied)?;
+        match (needs_address, peer) {
+            (false, _) => Ok(false),
+            (true, None) => Ok(true),
+            (true, Some(ip)) => access.check_rules(ip).map(denied).map_or(Ok(false), Err),
+        }
+    }
+
     /// BIND: listen on the address the client reached us on, tell it where, accept one
     /// connection from the expected host, tell it who came, then relay. `reply(ok, addr)`
     /// encodes the protocol's reply; `codes` are its (granted, refused) status codes.
@@ -320,6 +348,13 @@ impl Session {
     where
         F: Fn(bool, SocketAddr) -> Vec<u8>,
     {
+        // The rules on the announced host and port; when they need an address, on the
+        // announced one, or else on the peer that connects.
+        let announced = match &dst.host {
+            Host::Ip(ip) if !ip.is_unspecified() => Some(*ip),
+            Host::Ip(_) | Host::Domain(_) => None,
+        };
+        let peer_check = self.bind_allowed(dst, announced)?;
         let local_ip = self.stream.local_addr().map_err(Error::Client)?.ip();
         let listener = TcpListener::bind((local_ip, 0)).await.map_err(Error::Upstream)?;
         let bound = listener.local_addr().map_err(Error::Upstream)?;
@@ -354,6 +389,13 @@ impl Session {
             self.status = codes.1;
             self.send(&reply(false, from)).await?;
             return Err(Error::BindStranger(from));
+        }
+        if peer_check {
+            if let Err(e) = self.bind_allowed(dst, Some(from.ip())) {
+                self.status = codes.1;
+                self.send(&reply(false, from)).await?;
+                return Err(e);
+            }
         }
         self.upstream = Some(from);
         self.send(&reply(true, from)).await?;

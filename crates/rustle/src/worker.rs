@@ -58,8 +58,26 @@ pub struct Worker {
     parked_untrimmed: Cell<usize>,
     /// Kept-alive connections waiting for their next request.
     pub waiters: crate::idle::Waiters,
-    /// Open client connections across all workers, for `limits.max_connections`.
+    /// Open client connections across all workers, and HTTP/2 streams with an upstream
+    /// (`StreamSlot`), for `limits.max_connections`.
     open: Arc<AtomicUsize>,
+}
+
+/// An HTTP/2 stream's share of the connection limits while it may hold an upstream
+/// connection: a place under `limits.max_connections` and slots under the per-client and
+/// per-user limits, as a connection of its own would take (one h2 connection carries
+/// many upstream sockets). Released when dropped.
+pub struct StreamSlot {
+    open: Arc<AtomicUsize>,
+    /// The client's and the user's slots, boxed and only when a limit counts them (an
+    /// open tunnel keeps its stream's slot).
+    _slots: Option<Box<(Option<Slot>, Option<Slot>)>>,
+}
+
+impl Drop for StreamSlot {
+    fn drop(&mut self) {
+        self.open.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 /// Held by a connection task; releases its slot when the task ends however it ends.
@@ -188,6 +206,37 @@ impl Worker {
                 .map(|c| Box::new(Slots { _client: Some(c), ..Slots::default() })),
         };
         (guard, open, over_client)
+    }
+
+    /// A stream's share of the connection limits (`StreamSlot`), or the error it is
+    /// refused with: `Overloaded` past `limits.max_connections`, `LimitReached` past the
+    /// client's or the user's own limit. Costs an atomic add and, with a per-client or
+    /// per-user limit, the limits' lock, as accepting a connection does.
+    pub fn admit_stream(
+        &self,
+        client: std::net::IpAddr,
+        user: Option<&str>,
+    ) -> Result<StreamSlot, crate::error::Error> {
+        use crate::error::Error;
+        let open = self.open.fetch_add(1, Ordering::Relaxed) + 1;
+        let mut slot = StreamSlot { open: self.open.clone(), _slots: None };
+        if open > self.cfg().limits.max_connections {
+            return Err(Error::Overloaded);
+        }
+        let client = self.conn_limits.acquire_client(client);
+        let client = client.ok_or(Error::LimitReached("for this client address"))?;
+        let user = match user {
+            Some(user) => {
+                let user = self.conn_limits.acquire_user(user);
+                Some(user.ok_or(Error::LimitReached("for this user"))?)
+            }
+            None => None,
+        };
+        let (client, user) = (client.counts().then_some(client), user.filter(Slot::counts));
+        if client.is_some() || user.is_some() {
+            slot._slots = Some(Box::new((client, user)));
+        }
+        Ok(slot)
     }
 
     /// Connections of this worker still open.

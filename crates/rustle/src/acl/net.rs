@@ -180,17 +180,22 @@ pub fn is_private(ip: IpAddr) -> bool {
 /// Built-in protections, checked on each resolved destination before the rule list.
 #[derive(Debug, Clone, Default)]
 pub struct Builtins {
-    /// The proxy's listening sockets: connecting to one is refused (no loops). An
-    /// unspecified listen address (0.0.0.0 or ::) stands for every local address on that
-    /// port, of which only loopback and unspecified destinations are recognised: add the
-    /// machine's other addresses with that port to refuse those too.
+    /// Every address the proxy listens on (listeners, TCP and UDP, and the admin
+    /// endpoint): connecting to one is refused (no loops, and the admin endpoint is not
+    /// reachable through the proxy). An unspecified listen address (0.0.0.0 or ::) stands
+    /// for every local address on that port (`local::is_local`).
     pub own_addresses: Vec<SocketAddr>,
-    /// Refuse the destinations [`is_private`] names.
+    /// Refuse the destinations [`is_private`] names and every address of the host's own
+    /// interfaces.
     pub deny_private: bool,
 }
 
 /// The reason [`Builtins::check`] gives for a loop.
 pub const LOOP_REASON: &str = "the proxy's own listening address";
+
+/// The reason [`Builtins::check`] gives for an address of the host's own interfaces that
+/// no private range names (with `deny_private`).
+pub const LOCAL_REASON: &str = "an address of the proxy's own host";
 
 impl Builtins {
     /// Why connecting to `dest` is refused, or None. No allocation.
@@ -199,15 +204,17 @@ impl Builtins {
             return Some(LOOP_REASON);
         }
         if self.deny_private {
-            return private_reason(canonical(dest.ip()));
+            let ip = canonical(dest.ip());
+            return private_reason(ip)
+                .or_else(|| super::local::is_local(ip).then_some(LOCAL_REASON));
         }
         None
     }
 }
 
 /// Whether sending to `dest` reaches the local socket bound to `own`. An unspecified
-/// `own` address stands for every local address on its port, of which only loopback and
-/// unspecified destinations are recognised.
+/// `own` address stands for every local address on its port: loopback, unspecified, and
+/// the addresses of the host's interfaces (looked up only when the ports are equal).
 pub fn reaches(dest: SocketAddr, own: SocketAddr) -> bool {
     if own.port() != dest.port() {
         return false;
@@ -217,7 +224,7 @@ pub fn reaches(dest: SocketAddr, own: SocketAddr) -> bool {
     let local = ip.is_loopback() || ip.is_unspecified();
     let own_ip = canonical(own.ip());
     own_ip == ip
-        || (own_ip.is_unspecified() && local)
+        || (own_ip.is_unspecified() && (local || super::local::is_local(ip)))
         || (ip.is_unspecified() && own_ip.is_loopback())
 }
 

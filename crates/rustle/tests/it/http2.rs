@@ -948,7 +948,7 @@ async fn ten_thousand_idle_connect_streams_memory() {
     std::fs::write(
         &config,
         "workers = 1\n[[listener]]\nlisten = \"127.0.0.1:0\"\nh2c = true\n[log]\naccess = \"stderr\"\n\
-         [http2]\nmax_concurrent_streams = 20000\n[limits]\nmax_connections = 100\n",
+         [http2]\nmax_concurrent_streams = 20000\n[limits]\nmax_connections = 20000\n",
     )
     .unwrap();
     // RUSTLE_BIN=target/release/rustle measures a release build (the default is the
@@ -1435,4 +1435,128 @@ async fn a_drain_answers_idle_kept_alive_connections_and_finishes_http2_streams(
     assert_eq!((resp.status(), body.as_slice()), (StatusCode::OK, &b"ok"[..]));
     let ended = tokio::time::timeout(Duration::from_secs(5), conn).await;
     assert!(ended.is_ok(), "the HTTP/2 connection stays open after its last stream");
+}
+
+#[tokio::test]
+async fn the_admin_endpoint_is_refused_on_every_kind_of_stream() {
+    let proxy = h2c_proxy(|cfg| cfg.admin.listen = Some("127.0.0.1:0".parse().unwrap()));
+    let admin = proxy.admin_addr();
+    let mut c = client(proxy.addr()).await;
+    let url = format!("http://{admin}/metrics");
+    let (resp, body) = exchange(&mut c, request(Method::GET, &url).body(()).unwrap(), None).await;
+    let text = String::from_utf8_lossy(&body);
+    assert_eq!(resp.status(), 403, "{text}");
+    assert!(text.contains("own listening address") && !text.contains("# TYPE"), "{text}");
+    let req = request(Method::CONNECT, &admin.to_string()).body(()).unwrap();
+    let (resp, body) = exchange(&mut c, req, None).await;
+    assert_eq!(resp.status(), 403, "{}", String::from_utf8_lossy(&body));
+    assert!(String::from_utf8_lossy(&body).contains("own listening address"));
+}
+
+/// Opens `per_conn` GET streams to `url` on each of `conns` new h2 connections, without
+/// waiting for their answers.
+async fn many_streams(
+    addr: SocketAddr,
+    conns: usize,
+    per_conn: usize,
+    url: &str,
+) -> (Vec<SendRequest<Bytes>>, Vec<h2::client::ResponseFuture>) {
+    let mut clients = Vec::new();
+    let mut pending = Vec::new();
+    for _ in 0..conns {
+        let mut c = client(addr).await;
+        for _ in 0..per_conn {
+            c = c.ready().await.expect("ready");
+            let (resp, _) =
+                c.send_request(request(Method::GET, url).body(()).unwrap(), true).expect("send");
+            pending.push(resp);
+        }
+        clients.push(c);
+    }
+    (clients, pending)
+}
+
+/// Waits (20 s at most) until `n` of `pending` answered; returns those answers' statuses
+/// and bodies, and the futures still pending.
+async fn answers(
+    pending: Vec<h2::client::ResponseFuture>,
+    n: usize,
+) -> (Vec<(StatusCode, Vec<u8>)>, usize) {
+    use futures_util::StreamExt;
+    let mut set: futures_util::stream::FuturesUnordered<_> = pending
+        .into_iter()
+        .map(|resp| async move {
+            let resp = resp.await.expect("response");
+            let status = resp.status();
+            (status, read_all(resp.into_body()).await)
+        })
+        .collect();
+    let mut got = Vec::new();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while got.len() < n {
+        match tokio::time::timeout_at(deadline, set.next()).await {
+            Ok(Some(answer)) => got.push(answer),
+            Ok(None) => break,
+            Err(_) => panic!("{} answers of the {n} expected within 20 s", got.len()),
+        }
+    }
+    let left = set.len();
+    (got, left)
+}
+
+#[tokio::test]
+async fn streams_count_against_the_per_client_connection_limit() {
+    let silent = rustle_bench::faulty::FaultyOrigin::start(
+        rustle_bench::faulty::Fault::NeverRead,
+        rustle_bench::faulty::Speak::Http,
+    )
+    .unwrap();
+    let origin = Origin::start().unwrap();
+    let proxy = h2c_proxy(|cfg| cfg.limits.max_connections_per_client = Some(20));
+    // 4 connections (4 slots) and 120 streams to an origin that never answers: 16 get an
+    // upstream, the other 104 are refused at once.
+    let (_clients, pending) = many_streams(proxy.addr(), 4, 30, &silent.url("/")).await;
+    let (refused, left) = answers(pending, 104).await;
+    for (status, body) in &refused {
+        let body = String::from_utf8_lossy(body);
+        assert_eq!(*status, 503, "{body}");
+        assert!(body.contains("too many connections for this client address"), "{body}");
+    }
+    assert_eq!(left, 16, "streams waiting on the origin");
+    assert!(
+        wait_until(Duration::from_secs(10), || silent.connections() == 16),
+        "origin connections: {} (16 expected)",
+        silent.connections()
+    );
+    // Another client is served meanwhile.
+    let mut c = Conn::open_from("127.0.0.2", proxy.addr());
+    c.send(format!("GET {} HTTP/1.1\r\nHost: x\r\n\r\n", origin.url("/bytes/5")).as_bytes());
+    assert_eq!(c.read_response().status, 200);
+    proxy.log_line(|l| l.contains(" 503 ") && l.contains("for this client address"));
+    assert_eq!(silent.connections(), 16, "an origin connection past the limit");
+}
+
+#[tokio::test]
+async fn streams_count_against_max_connections() {
+    let silent = rustle_bench::faulty::FaultyOrigin::start(
+        rustle_bench::faulty::Fault::NeverRead,
+        rustle_bench::faulty::Speak::Http,
+    )
+    .unwrap();
+    let proxy = h2c_proxy(|cfg| cfg.limits.max_connections = 30);
+    // 4 connections and 100 streams: 26 places left for streams.
+    let (mut clients, pending) = many_streams(proxy.addr(), 4, 25, &silent.url("/")).await;
+    let (refused, left) = answers(pending, 74).await;
+    for (status, body) in &refused {
+        let body = String::from_utf8_lossy(body);
+        assert_eq!(*status, 503, "{body}");
+        assert!(body.contains("too many connections"), "{body}");
+    }
+    assert_eq!(left, 26);
+    assert!(wait_until(Duration::from_secs(10), || silent.connections() == 26));
+    // The connections stay up: one more stream on them gets its own 503.
+    let req = request(Method::GET, &silent.url("/")).body(()).unwrap();
+    let (resp, _) = exchange(&mut clients[0], req, None).await;
+    assert_eq!(resp.status(), 503, "a stream past the limit on a connection that stays up");
+    assert_eq!(silent.connections(), 26);
 }

@@ -587,3 +587,202 @@ fn the_unspecified_address_cannot_smuggle_past_a_loopback_rule() {
         origin.connections()
     );
 }
+
+/// `rules` (TOML: top-level keys, then tables) with a SOCKS listener on loopback.
+fn socks_with_rules(rules: &str) -> Proxy {
+    Proxy::from_toml(&format!("{rules}[[listener]]\nkind = \"socks\"\nlisten = \"127.0.0.1:0\"\n"))
+}
+
+/// A SOCKS5 BIND for connections from 127.0.0.1 (`announced` the address and port the
+/// request names): the first reply's code and the connection.
+fn bind5(proxy: &Proxy, announced: &str) -> (std::net::TcpStream, u8, SocketAddr) {
+    open5(proxy.addr(), BIND, &Dst::Addr(announced.parse().unwrap()))
+}
+
+/// A SOCKS4 BIND for `announced`: the first reply's code and the connection.
+fn bind4(proxy: &Proxy, announced: &str) -> (std::net::TcpStream, u8, SocketAddr) {
+    let mut s = connect(proxy.addr());
+    s.write_all(&request4(BIND, announced.parse().unwrap(), "", None)).unwrap();
+    let (rep, bound) = read_reply4(&mut s);
+    (s, rep, SocketAddr::V4(bound))
+}
+
+/// A refused BIND: its first reply is the failure, then the connection closes.
+#[track_caller]
+fn assert_bind_refused((mut s, rep, _): (std::net::TcpStream, u8, SocketAddr)) {
+    assert!(rep == 2 || rep == 0x5B, "BIND reply {rep:#04x}: the BIND was not refused");
+    assert!(closed_within(&mut s, Duration::from_secs(3)), "a refused BIND left open");
+}
+
+/// A granted BIND: a peer connects to the port the first reply named and is relayed.
+#[track_caller]
+fn assert_bind_works((mut s, rep, bound): (std::net::TcpStream, u8, SocketAddr), socks4: bool) {
+    assert!(rep == 0 || rep == 0x5A, "BIND reply {rep:#04x}: the BIND was refused");
+    let mut peer = connect(bound);
+    let rep = if socks4 { read_reply4(&mut s).0 } else { read_reply5(&mut s).0 };
+    assert!(rep == 0 || rep == 0x5A, "second BIND reply {rep:#04x}");
+    s.write_all(b"to the peer").unwrap();
+    assert_eq!(read_exact_n(&mut peer, 11), b"to the peer");
+}
+
+#[test]
+fn bind_is_checked_by_the_rules_and_the_default_action() {
+    let echo = TcpEcho::start().unwrap();
+    // CONNECT (HTTP) is denied and nothing else allowed: BIND falls to the default.
+    let proxy = socks_with_rules(
+        "default_action = \"deny\"\n[[rule]]\nname = \"no-connect\"\naction = \"deny\"\nprotocols = [\"connect\"]\n",
+    );
+    assert_bind_refused(bind5(&proxy, "127.0.0.1:0"));
+    assert_bind_refused(bind4(&proxy, "127.0.0.1:0"));
+    let line = proxy.log_line(|l| l.contains(" BIND ") && l.contains("socks5://"));
+    assert_eq!(LogLine::parse(&line).status, 2, "{line}");
+    assert!(line.contains("the default action"), "{line}");
+    let line = proxy.log_line(|l| l.contains(" BIND ") && l.contains("socks4://"));
+    assert!(line.contains("the default action"), "{line}");
+
+    // A rule allowing `bind` lets it through.
+    let proxy = socks_with_rules(
+        "default_action = \"deny\"\n[[rule]]\nname = \"binds\"\naction = \"allow\"\nprotocols = [\"bind\"]\n",
+    );
+    assert_bind_works(bind5(&proxy, "127.0.0.1:0"), false);
+    assert_bind_works(bind4(&proxy, "127.0.0.1:0"), true);
+    assert_eq!(socks5_reply(proxy.addr(), &Dst::Addr(echo.addr())), 2, "CONNECT allowed");
+
+    // A rule denying `bind` refuses it while CONNECT goes on.
+    let proxy = socks_with_rules(
+        "[[rule]]\nname = \"no-bind\"\naction = \"deny\"\nprotocols = [\"bind\"]\n",
+    );
+    assert_bind_refused(bind5(&proxy, "127.0.0.1:0"));
+    assert_bind_refused(bind4(&proxy, "127.0.0.1:0"));
+    proxy.log_line(|l| l.contains(" BIND ") && l.contains("no-bind"));
+    let mut s = connect5(proxy.addr(), &Dst::Addr(echo.addr()));
+    assert_echoes(&mut s, b"connect still allowed");
+}
+
+#[test]
+fn bind_rules_on_destinations_see_the_peer_that_connects() {
+    // The announced address is the unspecified one: the rules see who connects.
+    let only = |dest: &str| {
+        socks_with_rules(&format!(
+            "default_action = \"deny\"\n[[rule]]\nname = \"peer\"\naction = \"allow\"\nprotocols = [\"bind\"]\ndestinations = [\"{dest}\"]\n"
+        ))
+    };
+    let proxy = only("127.0.0.1");
+    assert_bind_works(bind5(&proxy, "0.0.0.0:0"), false);
+
+    let proxy = only("127.0.0.2");
+    let (mut s, rep, bound) = bind5(&proxy, "0.0.0.0:0");
+    assert_eq!(rep, 0, "first BIND reply: the peer is not known yet");
+    let _peer = connect(bound);
+    let (rep, from) = read_reply5(&mut s);
+    assert_eq!(rep, 2, "a peer the rules do not allow: second reply");
+    assert_eq!(from.ip().to_string(), "127.0.0.1");
+    assert!(closed_within(&mut s, Duration::from_secs(3)));
+    proxy.log_line(|l| l.contains(" BIND ") && l.contains("the default action"));
+    // Announced, the address is checked before listening.
+    assert_bind_refused(bind5(&proxy, "127.0.0.1:0"));
+}
+
+#[test]
+fn the_admin_endpoint_is_refused_as_a_destination() {
+    let proxy = Proxy::from_toml(
+        r#"
+[admin]
+listen = "127.0.0.1:0"
+[[listener]]
+listen = "127.0.0.1:0"
+[[listener]]
+kind = "socks"
+listen = "127.0.0.1:0"
+"#,
+    );
+    let (http, socks, admin) = (proxy.addr(), proxy.addr_of(1), proxy.admin_addr());
+    let metrics = format!("http://{admin}/metrics");
+    let r = get_via(&proxy, &metrics);
+    assert_denied(&r, "built-in");
+    assert!(r.text().contains("own listening address"), "{}", r.text());
+    assert!(!r.text().contains("# TYPE"), "metrics reached a proxy user: {}", r.text());
+    let r = get_via(&proxy, &format!("http://localhost:{}/metrics", admin.port()));
+    assert_denied(&r, "own listening address");
+    let (_, r) = connect_with(http, &admin.to_string(), &[]);
+    assert_denied(&r, "own listening address");
+    assert_eq!(socks5_reply(socks, &Dst::Addr(admin)), 2);
+    assert_eq!(socks5_reply(socks, &Dst::Name("localhost", admin.port())), 2);
+    let mut s = connect(socks);
+    s.write_all(&request4(CONNECT, v4(admin), "", None)).unwrap();
+    assert_eq!(read_reply4(&mut s).0, 0x5B, "SOCKS4 CONNECT to the admin endpoint");
+    proxy.log_line(|l| l.contains("socks5://") && l.contains("own listening address"));
+
+    // Real clients: curl through the HTTP port and through SOCKS5 (the name resolved by
+    // the proxy).
+    let Some(out) = curl(&["-x", &format!("http://{http}"), "-w", "%{http_code}", &metrics]) else {
+        return;
+    };
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.ends_with("403"), "curl -x: {text}");
+    assert!(text.contains("own listening address") && !text.contains("# TYPE"), "{text}");
+    let socks_url = format!("http://localhost:{}/metrics", admin.port());
+    let out = curl(&["--socks5-hostname", &socks.to_string(), &socks_url]).unwrap();
+    assert!(!out.status.success(), "curl --socks5-hostname reached the admin endpoint");
+    assert!(!String::from_utf8_lossy(&out.stdout).contains("# TYPE"));
+}
+
+/// An address of this host's interfaces that is neither loopback nor in a range
+/// `deny_private_destinations` names (such as a public address); None, after saying so,
+/// when the host has none.
+fn public_local_address() -> Option<std::net::IpAddr> {
+    let found = nix::ifaddrs::getifaddrs().expect("getifaddrs").find_map(|ifa| {
+        let a = ifa.address?;
+        let ip = match (a.as_sockaddr_in(), a.as_sockaddr_in6()) {
+            (Some(v4), _) => std::net::IpAddr::V4(v4.ip()),
+            (None, Some(v6)) => std::net::IpAddr::V6(v6.ip()),
+            (None, None) => return None,
+        };
+        (!rustle::acl::is_private(ip)).then_some(ip)
+    });
+    if found.is_none() {
+        eprintln!("SKIPPED: this host has no address outside the private ranges");
+    }
+    found
+}
+
+#[test]
+fn a_wildcard_listener_is_refused_on_every_address_of_the_host() {
+    let Some(ip) = public_local_address() else { return };
+    // Listening on every address, closed to all but loopback clients.
+    let any = if ip.is_ipv4() { "0.0.0.0:0" } else { "[::]:0" };
+    let proxy = Proxy::from_toml(&format!(
+        "default_action = \"deny\"\n[[rule]]\naction = \"allow\"\nclients = [\"127.0.0.1\"]\n\
+         [[listener]]\nlisten = \"{any}\"\n"
+    ));
+    let own = SocketAddr::new(ip, proxy.addr().port());
+    let local = SocketAddr::new("127.0.0.1".parse().unwrap(), proxy.addr().port());
+    let (_, r) = connect_with(local, &own.to_string(), &[]);
+    assert_denied(&r, "own listening address");
+    let r = get_from("127.0.0.1", local, &format!("http://{own}/"), &[]);
+    assert_denied(&r, "own listening address");
+}
+
+#[test]
+fn deny_private_destinations_refuses_every_address_of_the_host() {
+    let Some(ip) = public_local_address() else { return };
+    let origin = Origin::start().unwrap();
+    let proxy = Proxy::from_toml(
+        r#"
+deny_private_destinations = true
+[[listener]]
+listen = "127.0.0.1:0"
+[[listener]]
+kind = "socks"
+listen = "127.0.0.1:0"
+"#,
+    );
+    let dest = SocketAddr::new(ip, origin.addr().port());
+    let r = get_via(&proxy, &format!("http://{dest}/"));
+    assert_denied(&r, "built-in");
+    assert!(r.text().contains("own host"), "{}", r.text());
+    let (_, r) = connect_with(proxy.addr(), &dest.to_string(), &[]);
+    assert_denied(&r, "own host");
+    assert_eq!(socks5_reply(proxy.addr_of(1), &Dst::Addr(dest)), 2);
+    proxy.log_line(|l| l.contains("socks5://") && l.contains("own host"));
+}

@@ -255,3 +255,30 @@ fn udp_associate_refuses_the_proxys_own_relay_sockets_as_destinations() {
     assert_eq!(recv_via(&sock, a.relay).1, b"direct");
     drop(b);
 }
+
+#[test]
+fn udp_associate_refuses_a_wildcard_listener_on_every_address_of_the_host() {
+    // An address of this host that is not loopback (the machine's own, say).
+    let Some(ip) = nix::ifaddrs::getifaddrs().expect("getifaddrs").find_map(|ifa| {
+        let v4 = ifa.address?.as_sockaddr_in()?.ip();
+        (!v4.is_loopback()).then_some(std::net::IpAddr::V4(v4))
+    }) else {
+        eprintln!("SKIPPED: this host has no IPv4 address but loopback");
+        return;
+    };
+    let echo = UdpEcho::start().unwrap();
+    // A UDP relay listening on every address, to the echo.
+    let proxy = Proxy::from_toml(&format!(
+        "allow_open_proxy = true\n[[listener]]\nkind = \"socks\"\nlisten = \"127.0.0.1:0\"\n\
+         [[listener]]\nkind = \"udp-relay\"\nlisten = \"0.0.0.0:0\"\ntarget = \"{}\"\n",
+        echo.addr()
+    ));
+    let relay = SocketAddr::new(ip, proxy.addr_of(1).port());
+    let a = associate(&proxy, "0.0.0.0:0".parse().unwrap());
+    let sock = udp_client();
+    sock.send_to(&datagram(relay, b"through the relay listener"), a.relay).unwrap();
+    assert_eq!(recv_raw(&sock, SILENCE), None, "a datagram came back through the relay");
+    assert_eq!(echo.datagrams(), 0, "the datagram reached the relay's target");
+    sock.send_to(&datagram(echo.addr(), b"direct"), a.relay).unwrap();
+    assert_eq!(recv_via(&sock, a.relay).1, b"direct");
+}
