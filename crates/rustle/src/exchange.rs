@@ -8,7 +8,7 @@ use std::pin::Pin;
 use std::task::Poll;
 use std::time::Duration;
 
-use rustle_proto::http::{parse_response, Method, ResponseHead};
+use rustle_proto::http::{parse_response, rewrite_for_hop, Method, NextHop, ResponseHead};
 use tokio::io::{AsyncRead, AsyncWrite};
 
 use crate::body;
@@ -210,8 +210,12 @@ pub struct Leg {
     pub reused: bool,
     /// Where it goes back to the pool (None: the caller's key).
     pub pool_key: Option<Box<[u8]>>,
-    /// The request went in absolute form (to an HTTP parent).
-    pub absolute: bool,
+    /// How the request was written (`Connected::absolute`): None for its origin (or a
+    /// tunnel to it); in absolute form to an HTTP parent, with that parent's
+    /// `Proxy-Authorization` value when it has credentials.
+    pub absolute: Option<Option<Box<[u8]>>>,
+    /// The route and parents taken, for the log (a retry may take others).
+    pub via: Option<std::rc::Rc<crate::accesslog::Via>>,
     /// Through parents: a fresh connection that dies before any byte of an answer may be
     /// a parent that just went down, and an idempotent request is sent once more, by a
     /// new pick (which passes over a parent marked down).
@@ -247,8 +251,11 @@ pub async fn send<R: Requester>(
 ) -> Result<(), Error> {
     let mut fresh_retry = leg.through_parents;
     let started = std::time::Instant::now();
+    // The request written again for a new connection's hop, when it goes by another one.
+    let mut rewritten: Option<Vec<u8>> = None;
     loop {
-        let sent = write_timed(&mut leg.stream, req.out, io).await;
+        let out = rewritten.as_deref().unwrap_or(req.out);
+        let sent = write_timed(&mut leg.stream, out, io).await;
         let result = match sent {
             Ok(()) if req.whole => {
                 let left = std::pin::pin!(client.left());
@@ -275,9 +282,18 @@ pub async fn send<R: Requester>(
                     leg.addr
                 );
                 let fresh = client.reconnect().await?;
-                if fresh.absolute.is_some() != leg.absolute {
-                    // The new connection's last hop takes the request in another form.
-                    return Err(Error::UpstreamClosed(NOT_RETRIED));
+                if fresh.absolute != leg.absolute {
+                    // A new pick of parents: the head is the new hop's (its form, its
+                    // parent's credentials), never the one written for the old hop.
+                    let hop = match &fresh.absolute {
+                        None => NextHop::Origin,
+                        Some(auth) => NextHop::Proxy(auth.as_deref()),
+                    };
+                    let mut again = Vec::with_capacity(out.len() + 64);
+                    if rewrite_for_hop(out, hop, &mut again).is_none() {
+                        return Err(Error::UpstreamClosed(NOT_RETRIED));
+                    }
+                    rewritten = Some(again);
                 }
                 *leg = Leg {
                     stream: fresh.stream,
@@ -285,7 +301,8 @@ pub async fn send<R: Requester>(
                     reused: false,
                     through_parents: fresh.via.is_some(),
                     pool_key: fresh.pool_key,
-                    absolute: leg.absolute,
+                    absolute: fresh.absolute,
+                    via: fresh.via,
                 };
             }
             Err(e) => return Err(e),

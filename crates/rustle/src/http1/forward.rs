@@ -124,7 +124,6 @@ pub async fn forward(c: &mut Client, ex: &mut Exchange) -> Result<Next, Error> {
         write_request(head, filled, &rw, &mut c.out);
         let mut req_body = State::new(head.body);
         c.buf.consume(head.len);
-        let absolute = absolute.is_some();
         if !expect_continue {
             ex.up += body::coalesce(&mut c.buf, &mut req_body, &mut c.out, COALESCE, Dir::Up)?;
         }
@@ -155,15 +154,17 @@ pub async fn forward(c: &mut Client, ex: &mut Exchange) -> Result<Next, Error> {
     // also replaces a pooled connection found dead, for an idempotent request).
     let whole = req_body.is_done();
     let through_parents = via.is_some();
-    let mut leg = Leg { stream: up, addr, reused, pool_key, absolute, through_parents };
+    let mut leg = Leg { stream: up, addr, reused, pool_key, absolute, through_parents, via };
     let out = std::mem::take(&mut c.out);
     let request = Outgoing { out: &out, whole, method, idempotent: method.is_idempotent() };
     let mut again = Again { c: &mut *c, host, port, tls };
     let sent = send(&worker, &mut leg, &mut again, &request, &mut ubuf, &mut rhead, io).await;
     c.out = out;
     ex.upstream = Some(leg.addr);
+    ex.via.clone_from(&leg.via);
     sent?;
-    let Leg { stream: mut up, addr, pool_key, .. } = leg;
+    let Leg { stream: mut up, addr, pool_key, absolute, via, .. } = leg;
+    let absolute = absolute.is_some();
 
     let splice = c.listener.splice != SpliceMode::Never;
     let throttle = c.throttle();

@@ -107,9 +107,8 @@ pub(super) async fn forward(
     let method_str = parts.method.as_str();
     let auth = absolute.as_ref().map(|a| a.as_deref());
     write_head(shared, &parts, &target, method_str, framing, auth, &mut out);
-    let to_parent = absolute.is_some();
     ex.upstream = Some(addr);
-    ex.via = via;
+    ex.via.clone_from(&via);
     let worker = shared.worker.clone();
     let mut ubuf = worker.take_buf();
     // Bytes a parent passed on before the request went out are the answer's first.
@@ -121,17 +120,19 @@ pub(super) async fn forward(
     // also replaces a pooled connection found dead, for an idempotent request).
     let whole = framing == Framing::None;
     let through_parents = ex.via.is_some();
-    let mut leg = Leg { stream: up, addr, reused, pool_key, absolute: to_parent, through_parents };
+    let mut leg = Leg { stream: up, addr, reused, pool_key, absolute, through_parents, via };
     let request = Outgoing { out: &out, whole, method, idempotent: parts.method.is_idempotent() };
     let mut again =
         Again { shared, respond: &mut *respond, user: user.as_deref(), host: &host, port, tls };
     let sent = send(&worker, &mut leg, &mut again, &request, &mut ubuf, &mut rhead, io).await;
     ex.upstream = Some(leg.addr);
+    ex.via.clone_from(&leg.via);
     if let Err(e) = sent {
         worker.give_buf(ubuf);
         return Err(e);
     }
-    let Leg { stream: mut up, addr, pool_key, .. } = leg;
+    let Leg { stream: mut up, addr, pool_key, absolute, .. } = leg;
+    let to_parent = absolute.is_some();
 
     let mut send: Option<SendStream<Bytes>> = None;
     // Request body bytes sent, counted as they go: the response may end first.

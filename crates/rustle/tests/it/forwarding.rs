@@ -1,0 +1,165 @@
+//! Forwarding under abuse: a request sent again after its pooled connection died is
+//! written for the hop it goes to (its parent's credentials only, the log naming that
+//! parent), for HTTP/1 and HTTP/2 clients.
+
+use std::io::{Read as _, Write as _};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use crate::util::*;
+
+/// What a fake parent saw: one entry per request head, in order.
+#[derive(Clone, Debug)]
+struct Seen {
+    /// The request line.
+    line: String,
+    /// Every `Proxy-Authorization` value the head carried.
+    auth: Vec<String>,
+}
+
+/// An HTTP parent proxy in a thread of the test: it answers the first request on each
+/// connection itself (`200`, its name as the body, kept alive), and closes a connection
+/// on the second request without answering: every pooled connection to it dies when it
+/// is used again. It records each request head it reads.
+struct FakeParent {
+    addr: SocketAddr,
+    seen: Arc<Mutex<Vec<Seen>>>,
+}
+
+impl FakeParent {
+    fn start(name: &'static str) -> FakeParent {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let log = seen.clone();
+        std::thread::spawn(move || {
+            // Ends with the test process (a blocked accept holds nothing of a test's).
+            for s in listener.incoming() {
+                let Ok(s) = s else { return };
+                let log = log.clone();
+                std::thread::spawn(move || serve_parent(s, name, &log));
+            }
+        });
+        FakeParent { addr, seen }
+    }
+
+    fn seen(&self) -> Vec<Seen> {
+        self.seen.lock().unwrap().clone()
+    }
+}
+
+fn serve_parent(mut s: TcpStream, name: &str, log: &Mutex<Vec<Seen>>) {
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut buf = Vec::new();
+    for n in 0.. {
+        let head = loop {
+            if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                let head: Vec<u8> = buf.drain(..i + 4).collect();
+                break String::from_utf8_lossy(&head).into_owned();
+            }
+            let mut tmp = [0u8; 4096];
+            match s.read(&mut tmp) {
+                Ok(0) | Err(_) => return,
+                Ok(k) => buf.extend_from_slice(&tmp[..k]),
+            }
+        };
+        let mut lines = head.split("\r\n");
+        let line = lines.next().unwrap_or_default().to_string();
+        let auth = lines
+            .filter_map(|l| l.split_once(':'))
+            .filter(|(k, _)| k.eq_ignore_ascii_case("proxy-authorization"))
+            .map(|(_, v)| v.trim().to_string())
+            .collect();
+        log.lock().unwrap().push(Seen { line, auth });
+        if n > 0 {
+            // The pooled connection dies before answering.
+            return;
+        }
+        let answer = format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n{name}", name.len());
+        if s.write_all(answer.as_bytes()).is_err() {
+            return;
+        }
+    }
+}
+
+/// rustle whose one route goes through group `pair` of parents `a` and `b`, each with
+/// its own user and password.
+fn through_pair(a: &FakeParent, b: &FakeParent, listener: &str) -> Proxy {
+    Proxy::from_toml(&format!(
+        "{listener}\
+         [[parent]]\nname = \"a\"\nkind = \"http\"\naddress = \"{}\"\nuser = \"ua\"\npassword = \"pa\"\n\
+         [[parent]]\nname = \"b\"\nkind = \"http\"\naddress = \"{}\"\nuser = \"ub\"\npassword = \"pb\"\n\
+         [[group]]\nname = \"pair\"\nparents = [\"a\", \"b\"]\n\
+         [[route]]\nname = \"all\"\nvia = \"pair\"\n",
+        a.addr, b.addr
+    ))
+}
+
+/// The checks of a run of `n` requests for `http://origin.test/r{i}` through the pair:
+/// each answered by the parent that the log names for it, every head that reached a
+/// parent carrying that parent's credentials only, and pooled connections that died on
+/// the way (requests sent again).
+fn assert_each_hop_its_own(proxy: &Proxy, a: &FakeParent, b: &FakeParent, answers: &[String]) {
+    let n = answers.len();
+    for (parent, name, user) in [(a, "a", "ua:pa"), (b, "b", "ub:pb")] {
+        let want = format!("Basic {}", base64(user.as_bytes()));
+        for s in parent.seen() {
+            assert!(s.line.starts_with("GET http://origin.test/r"), "parent {name} got {s:?}");
+            assert_eq!(s.auth, vec![want.clone()], "parent {name} got {s:?}");
+        }
+    }
+    let lines = proxy.log_lines_matching(n, |l| l.contains("http://origin.test/r"));
+    for (i, answer) in answers.iter().enumerate() {
+        let url = format!("http://origin.test/r{i} ");
+        let line = lines.iter().find(|l| l.contains(&url)).expect("a log line");
+        let via = line.split_whitespace().find_map(|w| w.strip_prefix("via="));
+        assert_eq!(via, Some(answer.as_str()), "request {i}, answered by {answer}: {line}");
+    }
+    let sent = a.seen().len() + b.seen().len();
+    assert!(sent > n, "no pooled connection died ({sent} heads for {n} requests)");
+}
+
+#[test]
+fn a_request_sent_again_carries_the_new_parents_credentials_only() {
+    let (a, b) = (FakeParent::start("a"), FakeParent::start("b"));
+    let proxy = through_pair(&a, &b, "");
+    let mut answers = Vec::new();
+    for i in 0..12 {
+        let mut c = Conn::open(proxy.addr());
+        c.send(&get(&format!("http://origin.test/r{i}")));
+        let r = c.read_response();
+        assert_eq!(r.status, 200, "request {i}: {}{}", r.head_text(), r.text());
+        answers.push(r.text());
+    }
+    assert_each_hop_its_own(&proxy, &a, &b, &answers);
+}
+
+#[tokio::test]
+async fn an_http2_request_sent_again_carries_the_new_parents_credentials_only() {
+    let (a, b) = (FakeParent::start("a"), FakeParent::start("b"));
+    let proxy = through_pair(&a, &b, "[[listener]]\nlisten = \"127.0.0.1:0\"\nh2c = true\n");
+    let mut answers = Vec::new();
+    for i in 0..12 {
+        let tcp = tokio::net::TcpStream::connect(proxy.addr()).await.unwrap();
+        let (send, conn) = h2::client::handshake(tcp).await.expect("h2 handshake");
+        tokio::spawn(async move {
+            let _ = conn.await;
+        });
+        let mut send = send.ready().await.unwrap();
+        let uri = format!("http://origin.test/r{i}");
+        let req = http::Request::get(&uri).body(()).unwrap();
+        let (resp, _) = send.send_request(req, true).unwrap();
+        let resp = tokio::time::timeout(Duration::from_secs(10), resp).await.unwrap().unwrap();
+        assert_eq!(resp.status(), 200, "request {i}");
+        let mut body = resp.into_body();
+        let mut text = Vec::new();
+        while let Some(chunk) = body.data().await {
+            text.extend_from_slice(&chunk.unwrap());
+        }
+        answers.push(String::from_utf8(text).unwrap());
+    }
+    let check =
+        tokio::task::spawn_blocking(move || assert_each_hop_its_own(&proxy, &a, &b, &answers));
+    check.await.unwrap();
+}
