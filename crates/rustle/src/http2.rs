@@ -727,6 +727,7 @@ fn is_dropped_request_field(name: &http::HeaderName) -> bool {
         header::HOST
             | header::PROXY_AUTHORIZATION
             | header::TE
+            | header::TRANSFER_ENCODING
             | header::CONTENT_LENGTH
             | header::COOKIE
             | header::VIA

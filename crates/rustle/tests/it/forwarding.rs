@@ -1,11 +1,15 @@
 //! Forwarding under abuse: a request sent again after its pooled connection died is
 //! written for the hop it goes to (its parent's credentials only, the log naming that
-//! parent), for HTTP/1 and HTTP/2 clients.
+//! parent), for HTTP/1 and HTTP/2 clients; request transfer codings other than one
+//! `chunked` never reach an origin; a TRACE answered here keeps the client's proxy
+//! credentials to itself.
 
 use std::io::{Read as _, Write as _};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+
+use rustle_bench::Origin;
 
 use crate::util::*;
 
@@ -162,4 +166,140 @@ async fn an_http2_request_sent_again_carries_the_new_parents_credentials_only() 
     let check =
         tokio::task::spawn_blocking(move || assert_each_hop_its_own(&proxy, &a, &b, &answers));
     check.await.unwrap();
+}
+
+/// An origin in a thread of the test that answers every request `200` with an empty
+/// body and records each head it reads, as received.
+struct RawOrigin {
+    addr: SocketAddr,
+    heads: Arc<Mutex<Vec<String>>>,
+}
+
+impl RawOrigin {
+    fn start() -> RawOrigin {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let heads = Arc::new(Mutex::new(Vec::new()));
+        let log = heads.clone();
+        std::thread::spawn(move || {
+            for s in listener.incoming() {
+                let Ok(mut s) = s else { return };
+                let log = log.clone();
+                std::thread::spawn(move || {
+                    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+                    let mut buf = Vec::new();
+                    let mut tmp = [0u8; 4096];
+                    while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
+                        match s.read(&mut tmp) {
+                            Ok(0) | Err(_) => return,
+                            Ok(k) => buf.extend_from_slice(&tmp[..k]),
+                        }
+                    }
+                    log.lock().unwrap().push(String::from_utf8_lossy(&buf).into_owned());
+                    let _ = s.write_all(
+                        b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+                    );
+                });
+            }
+        });
+        RawOrigin { addr, heads }
+    }
+
+    fn heads(&self) -> Vec<String> {
+        self.heads.lock().unwrap().clone()
+    }
+}
+
+/// Request transfer codings other than one `chunked`: each is refused with a 501 whose
+/// one-line body names the cause, the connection closed, and nothing reaches the origin.
+#[test]
+fn request_transfer_codings_other_than_chunked_never_reach_the_origin() {
+    let origin = RawOrigin::start();
+    let proxy = Proxy::start();
+    let url = format!("http://{}/up", origin.addr);
+    let body = b"5\r\nhello\r\n0\r\n\r\n";
+    for fields in [
+        &["Transfer-Encoding: gzip, chunked"][..],
+        &["Transfer-Encoding: gzip", "Transfer-Encoding: chunked"],
+        &["Transfer-Encoding: identity, chunked"],
+        &["Transfer-Encoding:\tdeflate\t,\tCHUNKED\t"],
+        &["Transfer-Encoding: identity", "Transfer-Encoding: CHUNKED"],
+    ] {
+        let mut head = format!("POST {url} HTTP/1.1\r\nHost: {}\r\n", origin.addr);
+        for f in fields {
+            head.push_str(f);
+            head.push_str("\r\n");
+        }
+        head.push_str("\r\n");
+        let mut c = Conn::open(proxy.addr());
+        c.send(head.as_bytes());
+        c.send(body);
+        let r = c.read_response();
+        assert_eq!(r.status, 501, "{fields:?}: {}{}", r.head_text(), r.text());
+        assert!(r.text().contains("transfer coding"), "{fields:?}: {}", r.text());
+        assert_eq!(r.text().trim_end().lines().count(), 1, "{fields:?}: {}", r.text());
+        c.assert_closed();
+    }
+    let lines = proxy.log_lines_matching(5, |l| l.contains(&url) && l.contains(" 501 "));
+    assert_eq!(lines.len(), 5, "{}", proxy.log_text());
+    // One chunked coding, however spelled, goes on in its plain spelling.
+    let mut c = Conn::open(proxy.addr());
+    let head = format!(
+        "POST {url} HTTP/1.1\r\nHost: {}\r\nTransfer-Encoding:\tCHUNKED\t\r\n\r\n",
+        origin.addr
+    );
+    c.send(head.as_bytes());
+    c.send(body);
+    let r = c.read_response();
+    assert_eq!(r.status, 200, "{}{}", r.head_text(), r.text());
+    let heads = origin.heads();
+    assert_eq!(heads.len(), 1, "what reached the origin: {heads:#?}");
+    let te: Vec<&str> = heads[0]
+        .lines()
+        .filter(|l| l.to_ascii_lowercase().starts_with("transfer-encoding"))
+        .collect();
+    assert_eq!(te, ["Transfer-Encoding: chunked"], "{}", heads[0]);
+}
+
+/// A TRACE answered here (Max-Forwards: 0) echoes the request without the client's
+/// Proxy-Authorization, curl sending its credentials.
+#[test]
+fn a_trace_answered_here_does_not_echo_proxy_credentials() {
+    let proxy = Proxy::from_toml(&auth_http_config(""));
+    let url = format!("{}/trace", Origin::start().unwrap().url(""));
+    let Some(out) = curl(&[
+        "-s",
+        "-X",
+        "TRACE",
+        "-H",
+        "Max-Forwards: 0",
+        "-H",
+        "X-Trace: yes",
+        "-x",
+        &proxy.url(),
+        "-U",
+        "alice:secret",
+        &url,
+    ]) else {
+        return;
+    };
+    assert_success("curl TRACE", &out);
+    let echoed = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(echoed.starts_with("TRACE "), "{echoed}");
+    assert!(echoed.contains("X-Trace: yes\r\n"), "{echoed}");
+    assert!(!echoed.to_ascii_lowercase().contains("proxy-authorization"), "{echoed}");
+    assert!(!echoed.contains(&base64(b"alice:secret")), "{echoed}");
+    // Raw, with the field in every position and spelling: only it goes.
+    for (fields, kept) in [
+        ("Proxy-Authorization: Basic YWxpY2U6c2VjcmV0\r\nX-A: 1\r\n", "X-A: 1\r\n"),
+        ("X-A: 1\r\nproxy-authorization:Basic YWxpY2U6c2VjcmV0\r\n", "X-A: 1\r\n"),
+    ] {
+        let head = format!("TRACE {url} HTTP/1.1\r\nHost: x\r\nMax-Forwards: 0\r\n{fields}\r\n");
+        let mut c = Conn::open(proxy.addr());
+        c.send(head.as_bytes());
+        let r = c.read_response();
+        assert_eq!(r.status, 200, "{}{}", r.head_text(), r.text());
+        let want = format!("TRACE {url} HTTP/1.1\r\nHost: x\r\nMax-Forwards: 0\r\n{kept}\r\n");
+        assert_eq!(r.text(), want);
+    }
 }
