@@ -309,3 +309,101 @@ pub async fn send<R: Requester>(
         }
     }
 }
+
+/// How many origin connections one client connection may hold pinned (one per target);
+/// a further pin closes the oldest. A client doing connection-based authentication
+/// talks to one or two servers; the bound keeps a hostile one from holding many sockets.
+const MAX_PINS: usize = 4;
+
+/// An origin connection bound to one client connection (HTTP/1: the connection; HTTP/2:
+/// all its streams). Once a request on it carried connection-based credentials
+/// (`Authorization: NTLM` or `Negotiate`) or the origin asked for them, the origin
+/// authenticates the connection rather than each request: another client riding it
+/// would be served as this one. So it is never pooled: it waits for the same client
+/// connection's next request to the same target, and closes when that connection ends
+/// (as squid pins it, and as haproxy's `http-reuse safe` keeps it private).
+pub struct Pinned {
+    /// The target's key as the front end makes it for the pool (`host:port` lowercased,
+    /// TLS origins after their scheme).
+    pub key: Box<[u8]>,
+    pub stream: Stream,
+    pub addr: std::net::SocketAddr,
+    pub via: Option<std::rc::Rc<crate::accesslog::Via>>,
+    pub pool_key: Option<Box<[u8]>>,
+    pub absolute: Option<Option<Box<[u8]>>>,
+}
+
+/// The connection pinned to this client for target `key`, if there is a live one, as a
+/// reused connection (one that turns out dead is replaced as a pooled one would be). Its
+/// address is vetted by the access rules again, as a pooled connection's is. Costs an
+/// emptiness check when nothing is pinned.
+pub fn take_pin(
+    pins: &mut Vec<Pinned>,
+    key: &[u8],
+    policy: &crate::policy::Policy,
+    want: &crate::upstream::Want<'_>,
+) -> Result<Option<Connected>, Error> {
+    if pins.is_empty() {
+        return Ok(None);
+    }
+    let Some(i) = pins.iter().position(|p| *p.key == *key) else { return Ok(None) };
+    let mut pin = pins.swap_remove(i);
+    if crate::upstream::is_stale(pin.stream.socket()) {
+        pin.stream.close_now();
+        return Ok(None);
+    }
+    if let Some(d) = want.check(policy, pin.addr) {
+        pin.stream.close_now();
+        return Err(Error::Connect(crate::error::ConnectError::Denied(d)));
+    }
+    Ok(Some(Connected {
+        stream: pin.stream,
+        addr: pin.addr,
+        reused: true,
+        via: pin.via,
+        pool_key: pin.pool_key,
+        absolute: pin.absolute,
+        early: Vec::new(),
+    }))
+}
+
+/// Keeps `pin` for this client connection (the oldest closed past `MAX_PINS`).
+pub fn keep_pin(pins: &mut Vec<Pinned>, pin: Pinned) {
+    if pins.len() >= MAX_PINS {
+        let mut oldest = pins.remove(0);
+        oldest.stream.close_now();
+    }
+    pins.push(pin);
+}
+
+/// Whether an `Authorization` or `WWW-Authenticate` value names a scheme that
+/// authenticates the connection rather than the request: NTLM or Negotiate (RFC 4559),
+/// in any case, alone or before its token.
+pub fn is_connection_auth(value: &[u8]) -> bool {
+    let value = value.trim_ascii_start();
+    let scheme = value.split(|&b| b == b' ' || b == b'\t' || b == b',').next().unwrap_or_default();
+    scheme.eq_ignore_ascii_case(b"NTLM") || scheme.eq_ignore_ascii_case(b"Negotiate")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::is_connection_auth;
+
+    #[test]
+    fn connection_auth_schemes() {
+        for (value, pins) in [
+            (&b"NTLM TlRMTVNTUAABAAAA"[..], true),
+            (b"ntlm", true),
+            (b"Negotiate YIIB", true),
+            (b"negotiate", true),
+            (b"  NTLM x", true),
+            (b"Negotiate, Basic realm=\"x\"", true),
+            (b"Basic YTpi", false),
+            (b"Bearer NTLM", false),
+            (b"NTLMx", false),
+            (b"", false),
+        ] {
+            assert_eq!(is_connection_auth(value), pins, "{:?}", String::from_utf8_lossy(value));
+        }
+    }
+}

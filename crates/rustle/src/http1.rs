@@ -61,6 +61,9 @@ pub struct Client {
     pub out: Vec<u8>,
     /// The current request's pool key (`host:port`), reused across requests.
     pub key: Vec<u8>,
+    /// Origin connections bound to this client (connection-based authentication,
+    /// `exchange::Pinned`): never pooled, closed with it.
+    pub pins: Vec<crate::exchange::Pinned>,
     /// The user this connection authenticated as, and the header value that proved it
     /// (a later request with the same value needs no new check).
     pub user: Option<Rc<str>>,
@@ -157,6 +160,7 @@ async fn serve_with(
         head: RequestHead::new(),
         out: Vec::new(),
         key: Vec::new(),
+        pins: Vec::new(),
         logged: Logged::default(),
         tls,
         cert_auth: false,
@@ -272,6 +276,7 @@ pub async fn refuse_overloaded(
         head: RequestHead::new(),
         out: Vec::new(),
         key: Vec::new(),
+        pins: Vec::new(),
         logged: Logged::default(),
         tls: None,
         cert_auth: false,

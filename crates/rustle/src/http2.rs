@@ -77,6 +77,9 @@ struct Shared {
     /// The connection task, woken when the last stream ends so that its idle timer
     /// starts then rather than at its next event.
     driver: Cell<Option<std::task::Waker>>,
+    /// Origin connections bound to this client (connection-based authentication,
+    /// `exchange::Pinned`): its streams' alone, never pooled, closed with it.
+    pins: RefCell<Vec<crate::exchange::Pinned>>,
 }
 
 impl Shared {
@@ -209,6 +212,7 @@ async fn serve_with<IO>(
         tls,
         streams: Cell::new(0),
         driver: Cell::new(None),
+        pins: RefCell::new(Vec::new()),
     });
     let mut shutdown = worker.shutdown.clone();
     let keepalive = worker.cfg().timeouts.keepalive;
@@ -582,6 +586,12 @@ async fn upstream(
         listener: shared.listener.name.as_deref(),
         tls,
     };
+    if let Some(key) = key {
+        let pinned = crate::exchange::take_pin(&mut shared.pins.borrow_mut(), key, &policy, &want)?;
+        if let Some(c) = pinned {
+            return Ok(c);
+        }
+    }
     match worker.upstreams.start(&policy, &want, key)? {
         Start::Ready(c) => Ok(c),
         Start::Connect(plan) => {

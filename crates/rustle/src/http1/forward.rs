@@ -20,7 +20,8 @@ use crate::config::SpliceMode;
 use crate::conn::Stream;
 use crate::error::{Error, Phase};
 use crate::exchange::{
-    client_left, read_response_head_or, send, unless_left, write_timed, Leg, Outgoing, Requester,
+    client_left, is_connection_auth, keep_pin, read_response_head_or, send, take_pin, unless_left,
+    write_timed, Leg, Outgoing, Pinned, Requester,
 };
 use crate::tunnel::Handoff;
 use crate::upstream::{Connected, Start, Tls, Want};
@@ -68,6 +69,15 @@ pub async fn forward(c: &mut Client, ex: &mut Exchange) -> Result<Next, Error> {
     let client_keep_alive = head.keep_alive();
     let client_http10 = head.minor == 0;
     let expect_continue = head.expect_continue;
+    // Connection-based credentials bind the origin connection to this client
+    // (`exchange::Pinned`). A look at each field's name length, and a compare for an
+    // Authorization field: no allocation.
+    let mut pin = head.headers.iter().any(|h| {
+        let name = h.name.get(filled);
+        name.len() == 13
+            && name.eq_ignore_ascii_case(b"authorization")
+            && is_connection_auth(h.value.get(filled))
+    });
 
     // Where the request goes (the access rules, a route) and a pooled connection when
     // there is one; a new one is made only once the head and the body bytes in hand have
@@ -88,7 +98,13 @@ pub async fn forward(c: &mut Client, ex: &mut Exchange) -> Result<Next, Error> {
             listener: c.listener.name.as_deref(),
             tls,
         };
-        let start = match worker.upstreams.start(&policy, &want, Some(&key))? {
+        let pinned = take_pin(&mut c.pins, &key, &policy, &want)?;
+        pin |= pinned.is_some();
+        let start = match pinned {
+            Some(connected) => Start::Ready(connected),
+            None => worker.upstreams.start(&policy, &want, Some(&key))?,
+        };
+        let start = match start {
             // A route that the target's addresses decide: resolved now (boxed: rare).
             Start::Connect(plan) if plan.undecided() => {
                 // (The future goes to the heap in a statement of its own: a temporary
@@ -163,8 +179,8 @@ pub async fn forward(c: &mut Client, ex: &mut Exchange) -> Result<Next, Error> {
     ex.upstream = Some(leg.addr);
     ex.via.clone_from(&leg.via);
     sent?;
-    let Leg { stream: mut up, addr, pool_key, absolute, via, .. } = leg;
-    let absolute = absolute.is_some();
+    let Leg { stream: mut up, addr, pool_key, absolute: hop, via, .. } = leg;
+    let absolute = hop.is_some();
 
     let splice = c.listener.splice != SpliceMode::Never;
     let throttle = c.throttle();
@@ -251,6 +267,14 @@ pub async fn forward(c: &mut Client, ex: &mut Exchange) -> Result<Next, Error> {
                 upgrade: false,
                 dechunk,
             };
+            // The origin asks for connection-based credentials: the connection is this
+            // client's from now on (looked at on a 401 only).
+            pin |= rhead.status == 401
+                && rhead.headers.iter().any(|h| {
+                    let buf = ubuf.filled();
+                    h.name.get(buf).eq_ignore_ascii_case(b"www-authenticate")
+                        && is_connection_auth(h.value.get(buf))
+                });
             let mut resp_body = if dechunk {
                 State::Dechunk(rustle_proto::chunked::Scanner::dechunk())
             } else {
@@ -317,7 +341,12 @@ pub async fn forward(c: &mut Client, ex: &mut Exchange) -> Result<Next, Error> {
                 rhead.keep_alive() && body_done && ubuf.is_empty() && !worker.stopping.get();
             worker.give_buf(ubuf);
             worker.give_fields(std::mem::take(&mut rhead.headers));
-            if upstream_reusable {
+            if upstream_reusable && pin {
+                // Authenticated for this client only: kept for it, never pooled.
+                let key = key.as_slice().into();
+                let pinned = Pinned { key, stream: up, addr, via, pool_key, absolute: hop };
+                keep_pin(&mut c.pins, pinned);
+            } else if upstream_reusable {
                 // Back to the worker's pool at once: an idle client holds no origin
                 // connection, and its next request (or another client's) takes one there.
                 worker.upstreams.put(pool_key.as_deref().unwrap_or(&key), up, addr);

@@ -35,7 +35,10 @@ use crate::acl::Protocol;
 use crate::body::{self, Dir, State};
 use crate::buf::Buf;
 use crate::error::{Error, Phase};
-use crate::exchange::{read_response_head_or, send, write_timed, Leg, Outgoing, Requester};
+use crate::exchange::{
+    is_connection_auth, keep_pin, read_response_head_or, send, write_timed, Leg, Outgoing, Pinned,
+    Requester,
+};
 use crate::limits::{Direction as LimitDir, Limit};
 use crate::upstream::{Connected, Tls};
 
@@ -99,6 +102,11 @@ pub(super) async fn forward(
     let key = pool_key(&mut key_buf, https, &host, port);
     let user = ex.user.clone();
     let tls = if https { Tls::Origin } else { Tls::Plain };
+    // Connection-based credentials, or a connection already pinned for this target, bind
+    // the origin connection to this client connection (`exchange::Pinned`).
+    let auth = parts.headers.get_all(http::header::AUTHORIZATION);
+    let mut pin = auth.iter().any(|v| is_connection_auth(v.as_bytes()))
+        || shared.pins.borrow().iter().any(|p| *p.key == *key);
     let Connected { stream: up, addr, reused, via, absolute, early, pool_key } = {
         let connect = upstream(shared, user.as_deref(), Some(&key), &host, port, HTTP, tls);
         unless_reset(respond, connect).await?
@@ -185,6 +193,13 @@ pub(super) async fn forward(
                 Err(Error::ParentRefused { parent: last_parent(ex), status: 407 })
             }
             Ok(()) => {
+                // The origin asks for connection-based credentials (looked at on a 401).
+                pin |= rhead.status == 401
+                    && rhead.headers.iter().any(|h| {
+                        let buf = ubuf.filled();
+                        h.name.get(buf).eq_ignore_ascii_case(b"www-authenticate")
+                            && is_connection_auth(h.value.get(buf))
+                    });
                 let via = shared.worker.cfg().http.via;
                 let resp = response(&rhead, ubuf.filled(), via.then_some(VIA))?;
                 ubuf.consume(rhead.len);
@@ -219,7 +234,12 @@ pub(super) async fn forward(
             let reusable =
                 rhead.keep_alive() && body_done && ubuf.is_empty() && !worker.stopping.get();
             worker.give_buf(ubuf);
-            if reusable {
+            if reusable && pin {
+                // Authenticated for this client connection only: kept for its streams.
+                let via = ex.via.clone();
+                let pinned = Pinned { key: key.into(), stream: up, addr, via, pool_key, absolute };
+                keep_pin(&mut shared.pins.borrow_mut(), pinned);
+            } else if reusable {
                 worker.upstreams.put(pool_key.as_deref().unwrap_or(&key), up, addr);
             } else {
                 // A clean end: a TLS origin gets its close_notify.

@@ -303,3 +303,169 @@ fn a_trace_answered_here_does_not_echo_proxy_credentials() {
         assert_eq!(r.text(), want);
     }
 }
+
+/// An origin in a thread of the test that authenticates connections, as NTLM and
+/// Negotiate do: `Authorization: SCHEME hello` is answered 401 with a challenge,
+/// `Authorization: SCHEME user=NAME` authenticates the connection as NAME, and from then
+/// on every request on that connection gets NAME's private page, with or without
+/// credentials; any other request gets a 401. It counts the authenticated connections
+/// that ended.
+struct ConnAuthOrigin {
+    addr: SocketAddr,
+    ended: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl ConnAuthOrigin {
+    fn start() -> ConnAuthOrigin {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let ended = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let count = ended.clone();
+        std::thread::spawn(move || {
+            for s in listener.incoming() {
+                let Ok(s) = s else { return };
+                let count = count.clone();
+                std::thread::spawn(move || {
+                    if conn_auth_origin(s) {
+                        count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                    }
+                });
+            }
+        });
+        ConnAuthOrigin { addr, ended }
+    }
+
+    fn ended(&self) -> usize {
+        self.ended.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+/// Serves one connection; true when it had been authenticated.
+fn conn_auth_origin(mut s: TcpStream) -> bool {
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    let mut user: Option<String> = None;
+    let mut buf = Vec::new();
+    loop {
+        let head = loop {
+            if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                let head: Vec<u8> = buf.drain(..i + 4).collect();
+                break String::from_utf8_lossy(&head).into_owned();
+            }
+            let mut tmp = [0u8; 4096];
+            match s.read(&mut tmp) {
+                Ok(0) | Err(_) => return user.is_some(),
+                Ok(k) => buf.extend_from_slice(&tmp[..k]),
+            }
+        };
+        let auth = head.split("\r\n").find_map(|l| {
+            let (k, v) = l.split_once(':')?;
+            k.eq_ignore_ascii_case("authorization").then(|| v.trim().to_string())
+        });
+        let token = auth.as_deref().and_then(|a| a.split_once(' ')).map(|(_, t)| t);
+        let scheme = auth.as_deref().and_then(|a| a.split(' ').next()).unwrap_or("NTLM");
+        if let Some(name) = token.and_then(|t| t.strip_prefix("user=")) {
+            user = Some(name.to_string());
+        }
+        let answer = match (&user, token) {
+            (Some(name), _) => {
+                let body = format!("private page of {name}");
+                format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n{body}", body.len())
+            }
+            (None, Some("hello")) => format!(
+                "HTTP/1.1 401 Unauthorized\r\nWWW-Authenticate: {scheme} challenge\r\nContent-Length: 0\r\n\r\n"
+            ),
+            (None, _) => "HTTP/1.1 401 Unauthorized\r\nWWW-Authenticate: NTLM\r\nWWW-Authenticate: Negotiate\r\nContent-Length: 0\r\n\r\n".to_string(),
+        };
+        if s.write_all(answer.as_bytes()).is_err() {
+            return user.is_some();
+        }
+    }
+}
+
+/// One GET of `url` on `c`, with an `Authorization` value when given: (status, body).
+fn get_on(c: &mut Conn, url: &str, auth: Option<&str>) -> (u16, String) {
+    let field = auth.map(|a| format!("Authorization: {a}"));
+    let fields: Vec<&str> = field.iter().map(String::as_str).collect();
+    c.send(&request("GET", url, &fields, b""));
+    let r = c.read_response();
+    (r.status, r.text())
+}
+
+/// User A authenticates an origin connection with NTLM (or Negotiate) through rustle;
+/// user B, on another client connection, must never be served on it: B gets the
+/// origin's 401 while A's connection lives and after it ended, A's later requests go on
+/// A's authenticated connection, and that connection closes when A's does.
+#[test]
+fn a_connection_authenticated_origin_connection_stays_with_its_client() {
+    for scheme in ["NTLM", "Negotiate"] {
+        let origin = ConnAuthOrigin::start();
+        let proxy = Proxy::start();
+        let url = format!("http://{}/private", origin.addr);
+        let mut a = Conn::open(proxy.addr());
+        let hello = format!("{scheme} hello");
+        assert_eq!(get_on(&mut a, &url, Some(&hello)).0, 401, "{scheme}: the challenge");
+        let alice = format!("{scheme} user=alice");
+        let page = (200, "private page of alice".to_string());
+        assert_eq!(get_on(&mut a, &url, Some(&alice)), page, "{scheme}: A authenticated");
+        // B, while A's connection is open and idle.
+        let mut b = Conn::open(proxy.addr());
+        assert_eq!(get_on(&mut b, &url, None).0, 401, "{scheme}: B got A's connection");
+        // A goes on on its own connection, without credentials.
+        assert_eq!(get_on(&mut a, &url, None), page, "{scheme}: A's next request");
+        drop(a);
+        // A's origin connection ends with A's.
+        let ended = wait_until(Duration::from_secs(5), || origin.ended() == 1);
+        assert!(ended, "{scheme}: A's origin connection outlived A");
+        assert_eq!(get_on(&mut b, &url, None).0, 401, "{scheme}: B after A left");
+        let mut c = Conn::open(proxy.addr());
+        assert_eq!(get_on(&mut c, &url, None).0, 401, "{scheme}: a third client");
+    }
+}
+
+/// The same over HTTP/2: the streams of A's connection share its pinned origin
+/// connection, B's streams never get it.
+#[tokio::test]
+async fn an_http2_connection_authenticated_origin_connection_stays_with_its_client() {
+    let origin = ConnAuthOrigin::start();
+    let proxy = Proxy::from_toml("[[listener]]\nlisten = \"127.0.0.1:0\"\nh2c = true\n");
+    let url = format!("http://{}/private", origin.addr);
+    async fn h2(addr: SocketAddr) -> h2::client::SendRequest<bytes::Bytes> {
+        let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let (send, conn) = h2::client::handshake(tcp).await.expect("h2 handshake");
+        tokio::spawn(async move {
+            let _ = conn.await;
+        });
+        send
+    }
+    async fn get2(
+        c: &mut h2::client::SendRequest<bytes::Bytes>,
+        url: &str,
+        auth: Option<&str>,
+    ) -> (u16, String) {
+        let mut req = http::Request::get(url);
+        if let Some(a) = auth {
+            req = req.header("authorization", a);
+        }
+        let mut c = c.clone().ready().await.unwrap();
+        let (resp, _) = c.send_request(req.body(()).unwrap(), true).unwrap();
+        let resp = tokio::time::timeout(Duration::from_secs(10), resp).await.unwrap().unwrap();
+        let status = resp.status().as_u16();
+        let mut body = resp.into_body();
+        let mut text = Vec::new();
+        while let Some(chunk) = body.data().await {
+            text.extend_from_slice(&chunk.unwrap());
+        }
+        (status, String::from_utf8(text).unwrap())
+    }
+    let mut a = h2(proxy.addr()).await;
+    assert_eq!(get2(&mut a, &url, Some("NTLM hello")).await.0, 401);
+    let page = (200, "private page of alice".to_string());
+    assert_eq!(get2(&mut a, &url, Some("NTLM user=alice")).await, page);
+    let mut b = h2(proxy.addr()).await;
+    assert_eq!(get2(&mut b, &url, None).await.0, 401, "B got A's origin connection");
+    assert_eq!(get2(&mut a, &url, None).await, page, "A's next stream");
+    drop(a);
+    let ended = wait_until_async(Duration::from_secs(5), || origin.ended() == 1).await;
+    assert!(ended, "A's origin connection outlived A");
+    assert_eq!(get2(&mut b, &url, None).await.0, 401, "B after A left");
+}
