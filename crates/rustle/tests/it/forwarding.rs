@@ -168,6 +168,47 @@ async fn an_http2_request_sent_again_carries_the_new_parents_credentials_only() 
     check.await.unwrap();
 }
 
+/// A group of an HTTP parent and a SOCKS5 one: a request whose pooled connection to the
+/// HTTP parent died and that the new pick sends through the SOCKS5 parent goes to the
+/// origin in origin form, with no Proxy-Authorization, and is logged through that parent.
+#[test]
+fn a_request_sent_again_through_a_tunnel_goes_in_origin_form() {
+    let origin = RawOrigin::start();
+    let a = FakeParent::start("a");
+    let socks = Proxy::from_toml("[[listener]]\nkind = \"socks\"\nlisten = \"127.0.0.1:0\"\n");
+    let proxy = Proxy::from_toml(&format!(
+        "[[parent]]\nname = \"a\"\nkind = \"http\"\naddress = \"{}\"\nuser = \"ua\"\npassword = \"pa\"\n\
+         [[parent]]\nname = \"s\"\nkind = \"socks5\"\naddress = \"{}\"\n\
+         [[group]]\nname = \"pair\"\nparents = [\"a\", \"s\"]\n\
+         [[route]]\nname = \"all\"\nvia = \"pair\"\n",
+        a.addr,
+        socks.addr()
+    ));
+    let n = 12;
+    let mut answered_by_a = Vec::new();
+    for i in 0..n {
+        let mut c = Conn::open(proxy.addr());
+        c.send(&get(&format!("http://{}/r{i}", origin.addr)));
+        let r = c.read_response();
+        assert_eq!(r.status, 200, "request {i}: {}{}", r.head_text(), r.text());
+        answered_by_a.push(r.text() == "a");
+    }
+    let retried = a.seen().iter().filter(|s| s.line.starts_with("GET http://")).count()
+        + origin.heads().len();
+    assert!(retried > n, "no pooled connection died ({retried} heads for {n} requests)");
+    for head in origin.heads() {
+        assert!(head.starts_with("GET /r"), "the origin got {head}");
+        assert!(!head.to_ascii_lowercase().contains("proxy-authorization"), "{head}");
+    }
+    let lines = proxy.log_lines_matching(n, |l| l.contains("/r") && l.contains(" GET "));
+    for (i, by_a) in answered_by_a.iter().enumerate() {
+        let url = format!("http://{}/r{i} ", origin.addr);
+        let line = lines.iter().find(|l| l.contains(&url)).expect("a log line");
+        let via = line.split_whitespace().find_map(|w| w.strip_prefix("via="));
+        assert_eq!(via, Some(if *by_a { "a" } else { "s" }), "request {i}: {line}");
+    }
+}
+
 /// An origin in a thread of the test that answers every request `200` with an empty
 /// body and records each head it reads, as received.
 struct RawOrigin {
