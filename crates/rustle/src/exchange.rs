@@ -224,8 +224,9 @@ pub struct Leg {
 
 /// The request's facts that decide how it is sent and retried.
 pub struct Outgoing<'a> {
-    /// The head, with the body bytes that fit beside it.
-    pub out: &'a [u8],
+    /// The head, with the body bytes that fit beside it (written again in place for a
+    /// new connection's hop).
+    pub out: &'a mut Vec<u8>,
     /// Nothing of the body is left to stream after `out`.
     pub whole: bool,
     /// How the response is framed (only HEAD differs).
@@ -244,18 +245,15 @@ pub async fn send<R: Requester>(
     worker: &Worker,
     leg: &mut Leg,
     client: &mut R,
-    req: &Outgoing<'_>,
+    req: &mut Outgoing<'_>,
     ubuf: &mut Buf,
     rhead: &mut ResponseHead,
     io: Duration,
 ) -> Result<(), Error> {
     let mut fresh_retry = leg.through_parents;
     let started = std::time::Instant::now();
-    // The request written again for a new connection's hop, when it goes by another one.
-    let mut rewritten: Option<Vec<u8>> = None;
     loop {
-        let out = rewritten.as_deref().unwrap_or(req.out);
-        let sent = write_timed(&mut leg.stream, out, io).await;
+        let sent = write_timed(&mut leg.stream, req.out, io).await;
         let result = match sent {
             Ok(()) if req.whole => {
                 let left = std::pin::pin!(client.left());
@@ -289,11 +287,11 @@ pub async fn send<R: Requester>(
                         None => NextHop::Origin,
                         Some(auth) => NextHop::Proxy(auth.as_deref()),
                     };
-                    let mut again = Vec::with_capacity(out.len() + 64);
-                    if rewrite_for_hop(out, hop, &mut again).is_none() {
+                    let mut again = Vec::with_capacity(req.out.len() + 64);
+                    if rewrite_for_hop(req.out, hop, &mut again).is_none() {
                         return Err(Error::UpstreamClosed(NOT_RETRIED));
                     }
-                    rewritten = Some(again);
+                    *req.out = again;
                 }
                 *leg = Leg {
                     stream: fresh.stream,
@@ -333,47 +331,58 @@ pub struct Pinned {
     pub absolute: Option<Option<Box<[u8]>>>,
 }
 
-/// The connection pinned to this client for target `key`, if there is a live one, as a
-/// reused connection (one that turns out dead is replaced as a pooled one would be). Its
-/// address is vetted by the access rules again, as a pooled connection's is. Costs an
-/// emptiness check when nothing is pinned.
-pub fn take_pin(
-    pins: &mut Vec<Pinned>,
-    key: &[u8],
-    policy: &crate::policy::Policy,
-    want: &crate::upstream::Want<'_>,
-) -> Result<Option<Connected>, Error> {
-    if pins.is_empty() {
-        return Ok(None);
-    }
-    let Some(i) = pins.iter().position(|p| *p.key == *key) else { return Ok(None) };
-    let mut pin = pins.swap_remove(i);
-    if crate::upstream::is_stale(pin.stream.socket()) {
-        pin.stream.close_now();
-        return Ok(None);
-    }
-    if let Some(d) = want.check(policy, pin.addr) {
-        pin.stream.close_now();
-        return Err(Error::Connect(crate::error::ConnectError::Denied(d)));
-    }
-    Ok(Some(Connected {
-        stream: pin.stream,
-        addr: pin.addr,
-        reused: true,
-        via: pin.via,
-        pool_key: pin.pool_key,
-        absolute: pin.absolute,
-        early: Vec::new(),
-    }))
-}
+/// A client connection's pinned origin connections: one word, and no allocation, until
+/// one is pinned.
+#[derive(Default)]
+pub struct Pins(Option<Box<Vec<Pinned>>>);
 
-/// Keeps `pin` for this client connection (the oldest closed past `MAX_PINS`).
-pub fn keep_pin(pins: &mut Vec<Pinned>, pin: Pinned) {
-    if pins.len() >= MAX_PINS {
-        let mut oldest = pins.remove(0);
-        oldest.stream.close_now();
+impl Pins {
+    /// The connection pinned to this client for target `key`, if there is a live one, as
+    /// a reused connection (one that turns out dead is replaced as a pooled one would
+    /// be). Its address is vetted by the access rules again, as a pooled connection's is.
+    /// Costs a check for none when nothing is pinned.
+    pub fn take(
+        &mut self,
+        key: &[u8],
+        policy: &crate::policy::Policy,
+        want: &crate::upstream::Want<'_>,
+    ) -> Result<Option<Connected>, Error> {
+        let Some(pins) = self.0.as_deref_mut() else { return Ok(None) };
+        let Some(i) = pins.iter().position(|p| *p.key == *key) else { return Ok(None) };
+        let mut pin = pins.swap_remove(i);
+        if crate::upstream::is_stale(pin.stream.socket()) {
+            pin.stream.close_now();
+            return Ok(None);
+        }
+        if let Some(d) = want.check(policy, pin.addr) {
+            pin.stream.close_now();
+            return Err(Error::Connect(crate::error::ConnectError::Denied(d)));
+        }
+        Ok(Some(Connected {
+            stream: pin.stream,
+            addr: pin.addr,
+            reused: true,
+            via: pin.via,
+            pool_key: pin.pool_key,
+            absolute: pin.absolute,
+            early: Vec::new(),
+        }))
     }
-    pins.push(pin);
+
+    /// Whether a connection is pinned for target `key`.
+    pub fn holds(&self, key: &[u8]) -> bool {
+        self.0.as_deref().is_some_and(|pins| pins.iter().any(|p| *p.key == *key))
+    }
+
+    /// Keeps `pin` for this client connection (the oldest closed past `MAX_PINS`).
+    pub fn keep(&mut self, pin: Pinned) {
+        let pins = self.0.get_or_insert_with(Box::default);
+        if pins.len() >= MAX_PINS {
+            let mut oldest = pins.remove(0);
+            oldest.stream.close_now();
+        }
+        pins.push(pin);
+    }
 }
 
 /// Whether an `Authorization` or `WWW-Authenticate` value names a scheme that

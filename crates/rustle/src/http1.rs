@@ -63,7 +63,7 @@ pub struct Client {
     pub key: Vec<u8>,
     /// Origin connections bound to this client (connection-based authentication,
     /// `exchange::Pinned`): never pooled, closed with it.
-    pub pins: Vec<crate::exchange::Pinned>,
+    pub pins: crate::exchange::Pins,
     /// The user this connection authenticated as, and the header value that proved it
     /// (a later request with the same value needs no new check).
     pub user: Option<Rc<str>>,
@@ -160,7 +160,7 @@ async fn serve_with(
         head: RequestHead::new(),
         out: Vec::new(),
         key: Vec::new(),
-        pins: Vec::new(),
+        pins: Default::default(),
         logged: Logged::default(),
         tls,
         cert_auth: false,
@@ -276,7 +276,7 @@ pub async fn refuse_overloaded(
         head: RequestHead::new(),
         out: Vec::new(),
         key: Vec::new(),
-        pins: Vec::new(),
+        pins: Default::default(),
         logged: Logged::default(),
         tls: None,
         cert_auth: false,

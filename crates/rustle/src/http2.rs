@@ -79,7 +79,7 @@ struct Shared {
     driver: Cell<Option<std::task::Waker>>,
     /// Origin connections bound to this client (connection-based authentication,
     /// `exchange::Pinned`): its streams' alone, never pooled, closed with it.
-    pins: RefCell<Vec<crate::exchange::Pinned>>,
+    pins: RefCell<crate::exchange::Pins>,
 }
 
 impl Shared {
@@ -212,7 +212,7 @@ async fn serve_with<IO>(
         tls,
         streams: Cell::new(0),
         driver: Cell::new(None),
-        pins: RefCell::new(Vec::new()),
+        pins: RefCell::default(),
     });
     let mut shutdown = worker.shutdown.clone();
     let keepalive = worker.cfg().timeouts.keepalive;
@@ -587,7 +587,7 @@ async fn upstream(
         tls,
     };
     if let Some(key) = key {
-        let pinned = crate::exchange::take_pin(&mut shared.pins.borrow_mut(), key, &policy, &want)?;
+        let pinned = shared.pins.borrow_mut().take(key, &policy, &want)?;
         if let Some(c) = pinned {
             return Ok(c);
         }

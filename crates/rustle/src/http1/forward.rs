@@ -20,8 +20,8 @@ use crate::config::SpliceMode;
 use crate::conn::Stream;
 use crate::error::{Error, Phase};
 use crate::exchange::{
-    client_left, is_connection_auth, keep_pin, read_response_head_or, send, take_pin, unless_left,
-    write_timed, Leg, Outgoing, Pinned, Requester,
+    client_left, is_connection_auth, read_response_head_or, send, unless_left, write_timed, Leg,
+    Outgoing, Pinned, Pins, Requester,
 };
 use crate::tunnel::Handoff;
 use crate::upstream::{Connected, Start, Tls, Want};
@@ -98,13 +98,7 @@ pub async fn forward(c: &mut Client, ex: &mut Exchange) -> Result<Next, Error> {
             listener: c.listener.name.as_deref(),
             tls,
         };
-        let pinned = take_pin(&mut c.pins, &key, &policy, &want)?;
-        pin |= pinned.is_some();
-        let start = match pinned {
-            Some(connected) => Start::Ready(connected),
-            None => worker.upstreams.start(&policy, &want, Some(&key))?,
-        };
-        let start = match start {
+        let start = match start_or_pinned(&worker, &mut c.pins, &policy, &want, &key, &mut pin)? {
             // A route that the target's addresses decide: resolved now (boxed: rare).
             Start::Connect(plan) if plan.undecided() => {
                 // (The future goes to the heap in a statement of its own: a temporary
@@ -171,16 +165,17 @@ pub async fn forward(c: &mut Client, ex: &mut Exchange) -> Result<Next, Error> {
     let whole = req_body.is_done();
     let through_parents = via.is_some();
     let mut leg = Leg { stream: up, addr, reused, pool_key, absolute, through_parents, via };
-    let out = std::mem::take(&mut c.out);
-    let request = Outgoing { out: &out, whole, method, idempotent: method.is_idempotent() };
+    let mut out = std::mem::take(&mut c.out);
+    let mut request = Outgoing { out: &mut out, whole, method, idempotent: method.is_idempotent() };
     let mut again = Again { c: &mut *c, host, port, tls };
-    let sent = send(&worker, &mut leg, &mut again, &request, &mut ubuf, &mut rhead, io).await;
+    let sent = send(&worker, &mut leg, &mut again, &mut request, &mut ubuf, &mut rhead, io).await;
     c.out = out;
     ex.upstream = Some(leg.addr);
     ex.via.clone_from(&leg.via);
     sent?;
-    let Leg { stream: mut up, addr, pool_key, absolute: hop, via, .. } = leg;
-    let absolute = hop.is_some();
+    // (Partly moved out: the rest of `leg` is read in place, so that no copy of it takes
+    // room in the connection's future.)
+    let Leg { stream: mut up, addr, pool_key, .. } = leg;
 
     let splice = c.listener.splice != SpliceMode::Never;
     let throttle = c.throttle();
@@ -244,9 +239,9 @@ pub async fn forward(c: &mut Client, ex: &mut Exchange) -> Result<Next, Error> {
                 }
             }
         }
-        if absolute && rhead.status == 407 {
+        if leg.absolute.is_some() && rhead.status == 407 {
             // The parent wants (other) credentials from rustle: not the client's to give.
-            return Err(parent_refused(via.as_deref(), rhead.status));
+            return Err(parent_refused(leg.via.as_deref(), rhead.status));
         }
         if rhead.status == 101 {
             if !upgrade || !body_done {
@@ -344,8 +339,9 @@ pub async fn forward(c: &mut Client, ex: &mut Exchange) -> Result<Next, Error> {
             if upstream_reusable && pin {
                 // Authenticated for this client only: kept for it, never pooled.
                 let key = key.as_slice().into();
-                let pinned = Pinned { key, stream: up, addr, via, pool_key, absolute: hop };
-                keep_pin(&mut c.pins, pinned);
+                let (via, absolute) = (leg.via, leg.absolute);
+                let pinned = Pinned { key, stream: up, addr, via, pool_key, absolute };
+                c.pins.keep(pinned);
             } else if upstream_reusable {
                 // Back to the worker's pool at once: an idle client holds no origin
                 // connection, and its next request (or another client's) takes one there.
@@ -463,6 +459,23 @@ async fn connect_watched(
     let connect = std::pin::pin!(worker.upstreams.connect(policy, want, plan, timeouts));
     let max = worker.limits().max_head;
     unless_left(worker, connect, || client_left(stream, buf, max, Phase::Connect, false)).await
+}
+
+/// `Upstreams::start`, or the connection pinned to this client for the target (`pinned`
+/// set then).
+fn start_or_pinned<'p>(
+    worker: &Worker,
+    pins: &mut Pins,
+    policy: &'p crate::policy::Policy,
+    want: &Want<'_>,
+    key: &[u8],
+    pinned: &mut bool,
+) -> Result<Start<'p>, Error> {
+    if let Some(connected) = pins.take(key, policy, want)? {
+        *pinned = true;
+        return Ok(Start::Ready(connected));
+    }
+    worker.upstreams.start(policy, want, Some(key))
 }
 
 /// An HTTP parent's refusal of a request sent to it in absolute form.

@@ -36,8 +36,7 @@ use crate::body::{self, Dir, State};
 use crate::buf::Buf;
 use crate::error::{Error, Phase};
 use crate::exchange::{
-    is_connection_auth, keep_pin, read_response_head_or, send, write_timed, Leg, Outgoing, Pinned,
-    Requester,
+    is_connection_auth, read_response_head_or, send, write_timed, Leg, Outgoing, Pinned, Requester,
 };
 use crate::limits::{Direction as LimitDir, Limit};
 use crate::upstream::{Connected, Tls};
@@ -105,8 +104,8 @@ pub(super) async fn forward(
     // Connection-based credentials, or a connection already pinned for this target, bind
     // the origin connection to this client connection (`exchange::Pinned`).
     let auth = parts.headers.get_all(http::header::AUTHORIZATION);
-    let mut pin = auth.iter().any(|v| is_connection_auth(v.as_bytes()))
-        || shared.pins.borrow().iter().any(|p| *p.key == *key);
+    let mut pin =
+        auth.iter().any(|v| is_connection_auth(v.as_bytes())) || shared.pins.borrow().holds(&key);
     let Connected { stream: up, addr, reused, via, absolute, early, pool_key } = {
         let connect = upstream(shared, user.as_deref(), Some(&key), &host, port, HTTP, tls);
         unless_reset(respond, connect).await?
@@ -129,10 +128,11 @@ pub(super) async fn forward(
     let whole = framing == Framing::None;
     let through_parents = ex.via.is_some();
     let mut leg = Leg { stream: up, addr, reused, pool_key, absolute, through_parents, via };
-    let request = Outgoing { out: &out, whole, method, idempotent: parts.method.is_idempotent() };
+    let mut request =
+        Outgoing { out: &mut out, whole, method, idempotent: parts.method.is_idempotent() };
     let mut again =
         Again { shared, respond: &mut *respond, user: user.as_deref(), host: &host, port, tls };
-    let sent = send(&worker, &mut leg, &mut again, &request, &mut ubuf, &mut rhead, io).await;
+    let sent = send(&worker, &mut leg, &mut again, &mut request, &mut ubuf, &mut rhead, io).await;
     ex.upstream = Some(leg.addr);
     ex.via.clone_from(&leg.via);
     if let Err(e) = sent {
@@ -238,7 +238,7 @@ pub(super) async fn forward(
                 // Authenticated for this client connection only: kept for its streams.
                 let via = ex.via.clone();
                 let pinned = Pinned { key: key.into(), stream: up, addr, via, pool_key, absolute };
-                keep_pin(&mut shared.pins.borrow_mut(), pinned);
+                shared.pins.borrow_mut().keep(pinned);
             } else if reusable {
                 worker.upstreams.put(pool_key.as_deref().unwrap_or(&key), up, addr);
             } else {
