@@ -7,6 +7,7 @@
 
 mod error;
 mod fields;
+mod hop;
 mod parse;
 mod target;
 mod write;
@@ -20,6 +21,7 @@ mod tests_write;
 
 pub use error::HeadError;
 pub(crate) use fields::is_tchar;
+pub use hop::{rewrite_for_hop, NextHop};
 pub use parse::{parse_request, parse_response};
 pub use write::{
     push_decimal, write_connect, write_request, write_response, RequestRewrite, ResponseRewrite,

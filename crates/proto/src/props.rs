@@ -25,8 +25,9 @@ use crate::check::{
 use crate::chunked;
 use crate::detect::detect;
 use crate::http::{
-    parse_request, parse_response, write_connect, write_request, write_response, BodyKind,
-    HeadError, Limits, Method, RequestHead, RequestRewrite, ResponseHead, ResponseRewrite, Target,
+    parse_request, parse_response, rewrite_for_hop, write_connect, write_request, write_response,
+    BodyKind, HeadError, Limits, Method, NextHop, RequestHead, RequestRewrite, ResponseHead,
+    ResponseRewrite, Target,
 };
 use crate::{socks4, socks5};
 use proptest::prelude::*;
@@ -159,6 +160,9 @@ const RISKY_FIELDS: &[&str] = &[
     "Transfer-Encoding: gzip, chunked",
     "Transfer-Encoding: chunked, gzip",
     "transfer-encoding: identity",
+    "Transfer-Encoding: identity, chunked",
+    "Transfer-Encoding:\tCHUNKED\t",
+    "transfer-encoding: Chunked",
     "Connection: content-length",
     "Max-Forwards: 3",
     "Max-Forwards: 0",
@@ -350,6 +354,29 @@ proptest! {
         assert_unambiguous(&after.fields, "forwarded request");
         prop_assert!(count(&after.fields, b"content-length") <= 1);
         prop_assert_eq!(count(&after.fields, b"host"), 1);
+        // A request's one transfer coding goes on as one plain `chunked` field.
+        let te: Vec<&[u8]> = out
+            .split(|&b| b == b'\n')
+            .filter(|l| l.len() >= 18 && l[..18].eq_ignore_ascii_case(b"transfer-encoding:"))
+            .collect();
+        let plain: &[&[u8]] = match before.body {
+            BodyKind::Chunked => &[b"Transfer-Encoding: chunked\r"],
+            _ => &[],
+        };
+        prop_assert_eq!(&te[..], plain);
+        // Written again for another hop (a request sent again through a new parent): the
+        // same request, that hop's credentials alone.
+        let mut hop = Vec::new();
+        prop_assert!(rewrite_for_hop(&out, NextHop::Proxy(Some(b"Basic eDp5")), &mut hop).is_some());
+        let mut third = RequestHead::new();
+        prop_assert_eq!(parse_request(&hop, &Limits::default(), &mut third), Ok(Some(())));
+        prop_assert_eq!(third.body, again.body);
+        prop_assert_eq!(third.header(&hop, "proxy-authorization"), Some(&b"Basic eDp5"[..]));
+        let fields = request_summary(&hop, &third).fields;
+        prop_assert_eq!(count(&fields, b"proxy-authorization"), 1);
+        let mut back = Vec::new();
+        prop_assert!(rewrite_for_hop(&hop, NextHop::Origin, &mut back).is_some());
+        prop_assert_eq!(&back, &out);
     }
 
     #[test]

@@ -8,7 +8,7 @@ use std::pin::Pin;
 use std::task::Poll;
 use std::time::Duration;
 
-use rustle_proto::http::{parse_response, Method, ResponseHead};
+use rustle_proto::http::{parse_response, rewrite_for_hop, Method, NextHop, ResponseHead};
 use tokio::io::{AsyncRead, AsyncWrite};
 
 use crate::body;
@@ -210,8 +210,12 @@ pub struct Leg {
     pub reused: bool,
     /// Where it goes back to the pool (None: the caller's key).
     pub pool_key: Option<Box<[u8]>>,
-    /// The request went in absolute form (to an HTTP parent).
-    pub absolute: bool,
+    /// How the request was written (`Connected::absolute`): None for its origin (or a
+    /// tunnel to it); in absolute form to an HTTP parent, with that parent's
+    /// `Proxy-Authorization` value when it has credentials.
+    pub absolute: Option<Option<Box<[u8]>>>,
+    /// The route and parents taken, for the log (a retry may take others).
+    pub via: Option<std::rc::Rc<crate::accesslog::Via>>,
     /// Through parents: a fresh connection that dies before any byte of an answer may be
     /// a parent that just went down, and an idempotent request is sent once more, by a
     /// new pick (which passes over a parent marked down).
@@ -220,8 +224,9 @@ pub struct Leg {
 
 /// The request's facts that decide how it is sent and retried.
 pub struct Outgoing<'a> {
-    /// The head, with the body bytes that fit beside it.
-    pub out: &'a [u8],
+    /// The head, with the body bytes that fit beside it (written again in place for a
+    /// new connection's hop).
+    pub out: &'a mut Vec<u8>,
     /// Nothing of the body is left to stream after `out`.
     pub whole: bool,
     /// How the response is framed (only HEAD differs).
@@ -240,7 +245,7 @@ pub async fn send<R: Requester>(
     worker: &Worker,
     leg: &mut Leg,
     client: &mut R,
-    req: &Outgoing<'_>,
+    req: &mut Outgoing<'_>,
     ubuf: &mut Buf,
     rhead: &mut ResponseHead,
     io: Duration,
@@ -275,9 +280,18 @@ pub async fn send<R: Requester>(
                     leg.addr
                 );
                 let fresh = client.reconnect().await?;
-                if fresh.absolute.is_some() != leg.absolute {
-                    // The new connection's last hop takes the request in another form.
-                    return Err(Error::UpstreamClosed(NOT_RETRIED));
+                if fresh.absolute != leg.absolute {
+                    // A new pick of parents: the head is the new hop's (its form, its
+                    // parent's credentials), never the one written for the old hop.
+                    let hop = match &fresh.absolute {
+                        None => NextHop::Origin,
+                        Some(auth) => NextHop::Proxy(auth.as_deref()),
+                    };
+                    let mut again = Vec::with_capacity(req.out.len() + 64);
+                    if rewrite_for_hop(req.out, hop, &mut again).is_none() {
+                        return Err(Error::UpstreamClosed(NOT_RETRIED));
+                    }
+                    *req.out = again;
                 }
                 *leg = Leg {
                     stream: fresh.stream,
@@ -285,10 +299,123 @@ pub async fn send<R: Requester>(
                     reused: false,
                     through_parents: fresh.via.is_some(),
                     pool_key: fresh.pool_key,
-                    absolute: leg.absolute,
+                    absolute: fresh.absolute,
+                    via: fresh.via,
                 };
             }
             Err(e) => return Err(e),
+        }
+    }
+}
+
+/// How many origin connections one client connection may hold pinned (one per target);
+/// a further pin closes the oldest. A client doing connection-based authentication
+/// talks to one or two servers; the bound keeps a hostile one from holding many sockets.
+const MAX_PINS: usize = 4;
+
+/// An origin connection bound to one client connection (HTTP/1: the connection; HTTP/2:
+/// all its streams). Once a request on it carried connection-based credentials
+/// (`Authorization: NTLM` or `Negotiate`) or the origin asked for them, the origin
+/// authenticates the connection rather than each request: another client riding it
+/// would be served as this one. So it is never pooled: it waits for the same client
+/// connection's next request to the same target, and closes when that connection ends
+/// (as squid pins it, and as haproxy's `http-reuse safe` keeps it private).
+pub struct Pinned {
+    /// The target's key as the front end makes it for the pool (`host:port` lowercased,
+    /// TLS origins after their scheme).
+    pub key: Box<[u8]>,
+    pub stream: Stream,
+    pub addr: std::net::SocketAddr,
+    pub via: Option<std::rc::Rc<crate::accesslog::Via>>,
+    pub pool_key: Option<Box<[u8]>>,
+    pub absolute: Option<Option<Box<[u8]>>>,
+}
+
+/// A client connection's pinned origin connections: one word, and no allocation, until
+/// one is pinned.
+// The box is the point: one word in every HTTP connection's state rather than a Vec's
+// three, for what few connections ever hold.
+#[allow(clippy::box_collection)]
+#[derive(Default)]
+pub struct Pins(Option<Box<Vec<Pinned>>>);
+
+impl Pins {
+    /// The connection pinned to this client for target `key`, if there is a live one, as
+    /// a reused connection (one that turns out dead is replaced as a pooled one would
+    /// be). Its address is vetted by the access rules again, as a pooled connection's is.
+    /// Costs a check for none when nothing is pinned.
+    pub fn take(
+        &mut self,
+        key: &[u8],
+        policy: &crate::policy::Policy,
+        want: &crate::upstream::Want<'_>,
+    ) -> Result<Option<Connected>, Error> {
+        let Some(pins) = self.0.as_deref_mut() else { return Ok(None) };
+        let Some(i) = pins.iter().position(|p| *p.key == *key) else { return Ok(None) };
+        let mut pin = pins.swap_remove(i);
+        if crate::upstream::is_stale(pin.stream.socket()) {
+            pin.stream.close_now();
+            return Ok(None);
+        }
+        if let Some(d) = want.check(policy, pin.addr) {
+            pin.stream.close_now();
+            return Err(Error::Connect(crate::error::ConnectError::Denied(d)));
+        }
+        Ok(Some(Connected {
+            stream: pin.stream,
+            addr: pin.addr,
+            reused: true,
+            via: pin.via,
+            pool_key: pin.pool_key,
+            absolute: pin.absolute,
+            early: Vec::new(),
+        }))
+    }
+
+    /// Whether a connection is pinned for target `key`.
+    pub fn holds(&self, key: &[u8]) -> bool {
+        self.0.as_deref().is_some_and(|pins| pins.iter().any(|p| *p.key == *key))
+    }
+
+    /// Keeps `pin` for this client connection (the oldest closed past `MAX_PINS`).
+    pub fn keep(&mut self, pin: Pinned) {
+        let pins = self.0.get_or_insert_with(Box::default);
+        if pins.len() >= MAX_PINS {
+            let mut oldest = pins.remove(0);
+            oldest.stream.close_now();
+        }
+        pins.push(pin);
+    }
+}
+
+/// Whether an `Authorization` or `WWW-Authenticate` value names a scheme that
+/// authenticates the connection rather than the request: NTLM or Negotiate (RFC 4559),
+/// in any case, alone or before its token.
+pub fn is_connection_auth(value: &[u8]) -> bool {
+    let value = value.trim_ascii_start();
+    let scheme = value.split(|&b| b == b' ' || b == b'\t' || b == b',').next().unwrap_or_default();
+    scheme.eq_ignore_ascii_case(b"NTLM") || scheme.eq_ignore_ascii_case(b"Negotiate")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::is_connection_auth;
+
+    #[test]
+    fn connection_auth_schemes() {
+        for (value, pins) in [
+            (&b"NTLM TlRMTVNTUAABAAAA"[..], true),
+            (b"ntlm", true),
+            (b"Negotiate YIIB", true),
+            (b"negotiate", true),
+            (b"  NTLM x", true),
+            (b"Negotiate, Basic realm=\"x\"", true),
+            (b"Basic YTpi", false),
+            (b"Bearer NTLM", false),
+            (b"NTLMx", false),
+            (b"", false),
+        ] {
+            assert_eq!(is_connection_auth(value), pins, "{:?}", String::from_utf8_lossy(value));
         }
     }
 }

@@ -61,6 +61,9 @@ pub struct Client {
     pub out: Vec<u8>,
     /// The current request's pool key (`host:port`), reused across requests.
     pub key: Vec<u8>,
+    /// Origin connections bound to this client (connection-based authentication,
+    /// `exchange::Pinned`): never pooled, closed with it.
+    pub pins: crate::exchange::Pins,
     /// The user this connection authenticated as, and the header value that proved it
     /// (a later request with the same value needs no new check).
     pub user: Option<Rc<str>>,
@@ -157,6 +160,7 @@ async fn serve_with(
         head: RequestHead::new(),
         out: Vec::new(),
         key: Vec::new(),
+        pins: Default::default(),
         logged: Logged::default(),
         tls,
         cert_auth: false,
@@ -272,6 +276,7 @@ pub async fn refuse_overloaded(
         head: RequestHead::new(),
         out: Vec::new(),
         key: Vec::new(),
+        pins: Default::default(),
         logged: Logged::default(),
         tls: None,
         cert_auth: false,
@@ -470,7 +475,7 @@ impl Client {
         self.out.clear();
         let conn = if keep { "" } else { "Connection: close\r\n" };
         if self.head.method == Method::Trace {
-            let echoed = &self.buf.filled()[..self.head.len];
+            let echoed = &trace_echo(&self.head, self.buf.filled());
             let _ = write!(
                 self.out,
                 "HTTP/1.1 200 OK\r\nContent-Type: message/http\r\nContent-Length: {}\r\n{conn}\r\n",
@@ -685,4 +690,28 @@ pub fn reason(status: u16) -> &'static str {
         505 => "HTTP Version Not Supported",
         _ => "Error",
     }
+}
+
+/// The head a TRACE answered here echoes: the request as received, less its
+/// `Proxy-Authorization` fields (the client's credentials for this proxy, which
+/// nothing past it sees; squid strips them alike). Allocates, on this rare path only.
+fn trace_echo(head: &RequestHead, buf: &[u8]) -> Vec<u8> {
+    let received = buf.get(..head.len).unwrap_or(buf);
+    let mut echoed = Vec::with_capacity(received.len());
+    let mut from = 0;
+    for h in &head.headers {
+        if !h.name.get(received).eq_ignore_ascii_case(b"proxy-authorization") {
+            continue;
+        }
+        // The field's line, up to and with its line end (CRLF, checked by the parser).
+        let (start, end) = (h.name.start as usize, h.value.end as usize);
+        let line_end = received
+            .get(end..)
+            .and_then(|rest| rest.iter().position(|&b| b == b'\n'))
+            .map_or(received.len(), |i| end + i + 1);
+        echoed.extend_from_slice(received.get(from..start).unwrap_or_default());
+        from = line_end;
+    }
+    echoed.extend_from_slice(received.get(from..).unwrap_or_default());
+    echoed
 }

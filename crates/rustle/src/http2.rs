@@ -77,6 +77,9 @@ struct Shared {
     /// The connection task, woken when the last stream ends so that its idle timer
     /// starts then rather than at its next event.
     driver: Cell<Option<std::task::Waker>>,
+    /// Origin connections bound to this client (connection-based authentication,
+    /// `exchange::Pinned`): its streams' alone, never pooled, closed with it.
+    pins: RefCell<crate::exchange::Pins>,
 }
 
 impl Shared {
@@ -209,6 +212,7 @@ async fn serve_with<IO>(
         tls,
         streams: Cell::new(0),
         driver: Cell::new(None),
+        pins: RefCell::default(),
     });
     let mut shutdown = worker.shutdown.clone();
     let keepalive = worker.cfg().timeouts.keepalive;
@@ -595,6 +599,12 @@ async fn upstream(
         listener: shared.listener.name.as_deref(),
         tls,
     };
+    if let Some(key) = key {
+        let pinned = shared.pins.borrow_mut().take(key, &policy, &want)?;
+        if let Some(c) = pinned {
+            return Ok(c);
+        }
+    }
     match worker.upstreams.start(&policy, &want, key)? {
         Start::Ready(c) => Ok(c),
         Start::Connect(plan) => {
@@ -740,6 +750,7 @@ fn is_dropped_request_field(name: &http::HeaderName) -> bool {
         header::HOST
             | header::PROXY_AUTHORIZATION
             | header::TE
+            | header::TRANSFER_ENCODING
             | header::CONTENT_LENGTH
             | header::COOKIE
             | header::VIA

@@ -75,6 +75,8 @@ pub enum HeadError {
     ChunkedTwice,
     #[error("transfer-encoding in an http/1.0 message")]
     TransferEncodingHttp10,
+    #[error("request transfer coding other than chunked is not implemented")]
+    TransferCodingNotImplemented,
     #[error("connection header names a framing field")]
     ConnectionNamesFraming,
     #[error("multiple host headers")]
@@ -96,6 +98,8 @@ impl HeadError {
             HeadError::HeadTooLarge | HeadError::TooManyHeaders => 431,
             HeadError::UnsupportedVersion => 505,
             HeadError::ContentLengthTooLarge => 413,
+            // RFC 9112 6.1: a transfer coding the server does not understand.
+            HeadError::TransferCodingNotImplemented => 501,
             _ => 400,
         }
     }

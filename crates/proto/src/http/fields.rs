@@ -65,6 +65,9 @@ impl Known {
 pub(crate) struct Framing {
     pub content_length: Option<u64>,
     pub te_seen: bool,
+    /// Transfer-Encoding fields, and codings over all of them.
+    te_fields: u32,
+    codings: u32,
     chunked_count: u32,
     last_is_chunked: bool,
 }
@@ -92,8 +95,10 @@ impl Framing {
     /// must be `chunked`, exactly once.
     pub(crate) fn transfer_encoding(&mut self, value: &[u8]) -> Result<(), HeadError> {
         self.te_seen = true;
+        self.te_fields += 1;
         for elem in value.split(|&b| b == b',') {
             let coding = trim_ows(elem);
+            self.codings += 1;
             // Parameters and empty elements are rejected: no coding the
             // proxy relays needs them, and they are smuggling favourites.
             if coding.is_empty() || !coding.iter().all(|&b| is_tchar(b)) {
@@ -103,6 +108,18 @@ impl Framing {
             if self.last_is_chunked {
                 self.chunked_count += 1;
             }
+        }
+        Ok(())
+    }
+
+    /// A request's framing once `finish` passed it: a Transfer-Encoding must be one field
+    /// of one coding, `chunked` (in any case). Any other coding before it (`gzip,
+    /// chunked`, `identity, chunked`, the same over two fields) is one rustle would pass
+    /// on without applying or removing it, for a next hop to read its own way: refused
+    /// (501) rather than forwarded.
+    pub(crate) fn finish_request(&self) -> Result<(), HeadError> {
+        if self.te_seen && (self.te_fields != 1 || self.codings != 1) {
+            return Err(HeadError::TransferCodingNotImplemented);
         }
         Ok(())
     }

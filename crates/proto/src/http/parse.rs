@@ -100,6 +100,7 @@ pub fn parse_request(
         }
     }
     framing.finish(minor)?;
+    framing.finish_request()?;
     if minor == 1 && head.host.is_none() {
         return Err(HeadError::MissingHost);
     }

@@ -47,6 +47,11 @@ const REJECT: &[(&str, &[u8], HeadError)] = &[
     ("te empty element", b"POST http://a/ HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked,\r\n\r\n", E::InvalidTransferEncoding),
     ("te parameter", b"POST http://a/ HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked;q=1\r\n\r\n", E::InvalidTransferEncoding),
     ("te quoted", b"POST http://a/ HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: \"chunked\"\r\n\r\n", E::InvalidTransferEncoding),
+    ("te gzip then chunked", b"POST http://a/ HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: gzip ,\tchunked\r\n\r\n", E::TransferCodingNotImplemented),
+    ("te gzip then chunked fields", b"POST http://a/ HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: gzip\r\nTransfer-Encoding: chunked\r\n\r\n", E::TransferCodingNotImplemented),
+    ("te identity then chunked", b"POST http://a/ HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: identity, chunked\r\n\r\n", E::TransferCodingNotImplemented),
+    ("te identity then chunked fields", b"POST http://a/ HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: identity\r\nTransfer-Encoding: CHUNKED\r\n\r\n", E::TransferCodingNotImplemented),
+    ("te tabbed list", b"POST http://a/ HTTP/1.1\r\nHost: a\r\nTransfer-Encoding:\tdeflate\t,\tCHUNKED\t\r\n\r\n", E::TransferCodingNotImplemented),
     ("te in http/1.0", b"POST http://a/ HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n", E::TransferEncodingHttp10),
     ("te vertical tab", b"POST http://a/ HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: \x0bchunked\r\n\r\n", E::InvalidHeaderValue),
     ("obs-fold sp", b"GET http://a/ HTTP/1.1\r\nHost: a\r\nX-A: b\r\n c\r\n\r\n", E::ObsFold),
@@ -158,6 +163,7 @@ fn rejections() {
             E::UnsupportedVersion => 505,
             E::HeadTooLarge | E::TooManyHeaders => 431,
             E::ContentLengthTooLarge => 413,
+            E::TransferCodingNotImplemented => 501,
             _ => 400,
         };
         assert_eq!(status, expect_status, "{what}");
@@ -323,12 +329,23 @@ fn body_kinds() {
     let rows: &[(&[u8], BodyKind)] = &[
         (b"GET http://a/ HTTP/1.1\r\nHost: a\r\n\r\n", BodyKind::None),
         (b"POST http://a/ HTTP/1.1\r\nHost: a\r\nContent-Length: 0\r\n\r\n", BodyKind::Length(0)),
-        (b"POST http://a/ HTTP/1.1\r\nHost: a\r\nContent-Length: 9007199254740991\r\n\r\n", BodyKind::Length(crate::MAX_LENGTH)),
+        (
+            b"POST http://a/ HTTP/1.1\r\nHost: a\r\nContent-Length: 9007199254740991\r\n\r\n",
+            BodyKind::Length(crate::MAX_LENGTH),
+        ),
         (b"POST http://a/ HTTP/1.1\r\nHost: a\r\nContent-Length: 007\r\n\r\n", BodyKind::Length(7)),
-        (b"POST http://a/ HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n", BodyKind::Chunked),
-        (b"POST http://a/ HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: CHUNKED\r\n\r\n", BodyKind::Chunked),
-        (b"POST http://a/ HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: gzip ,\tchunked\r\n\r\n", BodyKind::Chunked),
-        (b"POST http://a/ HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: gzip\r\nTransfer-Encoding: chunked\r\n\r\n", BodyKind::Chunked),
+        (
+            b"POST http://a/ HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n",
+            BodyKind::Chunked,
+        ),
+        (
+            b"POST http://a/ HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: CHUNKED\r\n\r\n",
+            BodyKind::Chunked,
+        ),
+        (
+            b"POST http://a/ HTTP/1.1\r\nHost: a\r\nTransfer-Encoding:\tCHUNKED\t\r\n\r\n",
+            BodyKind::Chunked,
+        ),
     ];
     for (buf, want) in rows {
         assert_eq!(ok(buf).body, *want, "{:?}", String::from_utf8_lossy(buf));

@@ -70,11 +70,10 @@ fn request_line_paths() {
 
 #[test]
 fn request_framing_kept_verbatim() {
-    let b =
-        b"POST http://a/ HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: gzip, chunked\r\nX: y\r\n\r\n";
+    let b = b"POST http://a/ HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\nX: y\r\n\r\n";
     assert_eq!(
         req(b, &NONE),
-        "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: gzip, chunked\r\nX: y\r\n\r\n"
+        "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\nX: y\r\n\r\n"
     );
     let b = b"POST http://a/ HTTP/1.1\r\nHost: a\r\ncontent-length: 5\r\nX: y\r\n\r\n";
     assert_eq!(req(b, &NONE), "POST / HTTP/1.1\r\nHost: a\r\ncontent-length: 5\r\nX: y\r\n\r\n");
@@ -506,4 +505,22 @@ fn equal_lengths_in_other_digits_are_one_length() {
     crate::check::assert_unambiguous(&crate::check::response_fields(buf, &head), "accepted");
     let out = res(buf, Method::Get, &ResponseRewrite::default());
     assert_eq!(out.to_ascii_lowercase().matches("content-length").count(), 1, "{out}");
+}
+
+/// The one transfer coding a request may carry goes on in its plain spelling, whatever
+/// case and whitespace it came in (a next hop never reads a spelling of its own).
+#[test]
+fn request_chunked_goes_out_plain() {
+    for field in [
+        "Transfer-Encoding:\tCHUNKED\t",
+        "TRANSFER-ENCODING: Chunked",
+        "transfer-encoding:chunked  ",
+    ] {
+        let b = format!("POST http://a/ HTTP/1.1\r\nHost: a\r\n{field}\r\nX: y\r\n\r\n");
+        let out = req(b.as_bytes(), &NONE);
+        assert_eq!(
+            out, "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\nX: y\r\n\r\n",
+            "{field:?}"
+        );
+    }
 }

@@ -114,6 +114,13 @@ pub fn write_request(head: &RequestHead, buf: &[u8], rw: &RequestRewrite, out: &
             continue;
         }
         let value = h.value.get(buf);
+        if kind == Known::TransferEncoding {
+            // The one coding a request may carry (the parser refuses any other), in its
+            // plain spelling: `\tCHUNKED\t` goes on as `chunked`.
+            run.end(out, h);
+            push_field(out, b"Transfer-Encoding", b"chunked");
+            continue;
+        }
         let decremented = match kind {
             Known::MaxForwards if decrement => fields::max_forwards(value).ok(),
             _ => None,

@@ -20,7 +20,8 @@ use crate::config::SpliceMode;
 use crate::conn::Stream;
 use crate::error::{Error, Phase};
 use crate::exchange::{
-    client_left, read_response_head_or, send, unless_left, write_timed, Leg, Outgoing, Requester,
+    client_left, is_connection_auth, read_response_head_or, send, unless_left, write_timed, Leg,
+    Outgoing, Pinned, Pins, Requester,
 };
 use crate::tunnel::Handoff;
 use crate::upstream::{Connected, Start, Tls, Want};
@@ -68,6 +69,15 @@ pub async fn forward(c: &mut Client, ex: &mut Exchange) -> Result<Next, Error> {
     let client_keep_alive = head.keep_alive();
     let client_http10 = head.minor == 0;
     let expect_continue = head.expect_continue;
+    // Connection-based credentials bind the origin connection to this client
+    // (`exchange::Pinned`). A look at each field's name length, and a compare for an
+    // Authorization field: no allocation.
+    let mut pin = head.headers.iter().any(|h| {
+        let name = h.name.get(filled);
+        name.len() == 13
+            && name.eq_ignore_ascii_case(b"authorization")
+            && is_connection_auth(h.value.get(filled))
+    });
 
     // Where the request goes (the access rules, a route) and a pooled connection when
     // there is one; a new one is made only once the head and the body bytes in hand have
@@ -88,7 +98,7 @@ pub async fn forward(c: &mut Client, ex: &mut Exchange) -> Result<Next, Error> {
             listener: c.listener.name.as_deref(),
             tls,
         };
-        let start = match worker.upstreams.start(&policy, &want, Some(&key))? {
+        let start = match start_or_pinned(&worker, &mut c.pins, &policy, &want, &key, &mut pin)? {
             // A route that the target's addresses decide: resolved now (boxed: rare).
             Start::Connect(plan) if plan.undecided() => {
                 // (The future goes to the heap in a statement of its own: a temporary
@@ -124,7 +134,6 @@ pub async fn forward(c: &mut Client, ex: &mut Exchange) -> Result<Next, Error> {
         write_request(head, filled, &rw, &mut c.out);
         let mut req_body = State::new(head.body);
         c.buf.consume(head.len);
-        let absolute = absolute.is_some();
         if !expect_continue {
             ex.up += body::coalesce(&mut c.buf, &mut req_body, &mut c.out, COALESCE, Dir::Up)?;
         }
@@ -155,14 +164,17 @@ pub async fn forward(c: &mut Client, ex: &mut Exchange) -> Result<Next, Error> {
     // also replaces a pooled connection found dead, for an idempotent request).
     let whole = req_body.is_done();
     let through_parents = via.is_some();
-    let mut leg = Leg { stream: up, addr, reused, pool_key, absolute, through_parents };
-    let out = std::mem::take(&mut c.out);
-    let request = Outgoing { out: &out, whole, method, idempotent: method.is_idempotent() };
+    let mut leg = Leg { stream: up, addr, reused, pool_key, absolute, through_parents, via };
+    let mut out = std::mem::take(&mut c.out);
+    let mut request = Outgoing { out: &mut out, whole, method, idempotent: method.is_idempotent() };
     let mut again = Again { c: &mut *c, host, port, tls };
-    let sent = send(&worker, &mut leg, &mut again, &request, &mut ubuf, &mut rhead, io).await;
+    let sent = send(&worker, &mut leg, &mut again, &mut request, &mut ubuf, &mut rhead, io).await;
     c.out = out;
     ex.upstream = Some(leg.addr);
+    ex.via.clone_from(&leg.via);
     sent?;
+    // (Partly moved out: the rest of `leg` is read in place, so that no copy of it takes
+    // room in the connection's future.)
     let Leg { stream: mut up, addr, pool_key, .. } = leg;
 
     let splice = c.listener.splice != SpliceMode::Never;
@@ -227,9 +239,9 @@ pub async fn forward(c: &mut Client, ex: &mut Exchange) -> Result<Next, Error> {
                 }
             }
         }
-        if absolute && rhead.status == 407 {
+        if leg.absolute.is_some() && rhead.status == 407 {
             // The parent wants (other) credentials from rustle: not the client's to give.
-            return Err(parent_refused(via.as_deref(), rhead.status));
+            return Err(parent_refused(leg.via.as_deref(), rhead.status));
         }
         if rhead.status == 101 {
             if !upgrade || !body_done {
@@ -250,6 +262,14 @@ pub async fn forward(c: &mut Client, ex: &mut Exchange) -> Result<Next, Error> {
                 upgrade: false,
                 dechunk,
             };
+            // The origin asks for connection-based credentials: the connection is this
+            // client's from now on (looked at on a 401 only).
+            pin |= rhead.status == 401
+                && rhead.headers.iter().any(|h| {
+                    let buf = ubuf.filled();
+                    h.name.get(buf).eq_ignore_ascii_case(b"www-authenticate")
+                        && is_connection_auth(h.value.get(buf))
+                });
             let mut resp_body = if dechunk {
                 State::Dechunk(rustle_proto::chunked::Scanner::dechunk())
             } else {
@@ -316,7 +336,13 @@ pub async fn forward(c: &mut Client, ex: &mut Exchange) -> Result<Next, Error> {
                 rhead.keep_alive() && body_done && ubuf.is_empty() && !worker.stopping.get();
             worker.give_buf(ubuf);
             worker.give_fields(std::mem::take(&mut rhead.headers));
-            if upstream_reusable {
+            if upstream_reusable && pin {
+                // Authenticated for this client only: kept for it, never pooled.
+                let key = key.as_slice().into();
+                let (via, absolute) = (leg.via, leg.absolute);
+                let pinned = Pinned { key, stream: up, addr, via, pool_key, absolute };
+                c.pins.keep(pinned);
+            } else if upstream_reusable {
                 // Back to the worker's pool at once: an idle client holds no origin
                 // connection, and its next request (or another client's) takes one there.
                 worker.upstreams.put(pool_key.as_deref().unwrap_or(&key), up, addr);
@@ -433,6 +459,23 @@ async fn connect_watched(
     let connect = std::pin::pin!(worker.upstreams.connect(policy, want, plan, timeouts));
     let max = worker.limits().max_head;
     unless_left(worker, connect, || client_left(stream, buf, max, Phase::Connect, false)).await
+}
+
+/// `Upstreams::start`, or the connection pinned to this client for the target (`pinned`
+/// set then).
+fn start_or_pinned<'p>(
+    worker: &Worker,
+    pins: &mut Pins,
+    policy: &'p crate::policy::Policy,
+    want: &Want<'_>,
+    key: &[u8],
+    pinned: &mut bool,
+) -> Result<Start<'p>, Error> {
+    if let Some(connected) = pins.take(key, policy, want)? {
+        *pinned = true;
+        return Ok(Start::Ready(connected));
+    }
+    worker.upstreams.start(policy, want, Some(key))
 }
 
 /// An HTTP parent's refusal of a request sent to it in absolute form.

@@ -35,7 +35,9 @@ use crate::acl::Protocol;
 use crate::body::{self, Dir, State};
 use crate::buf::Buf;
 use crate::error::{Error, Phase};
-use crate::exchange::{read_response_head_or, send, write_timed, Leg, Outgoing, Requester};
+use crate::exchange::{
+    is_connection_auth, read_response_head_or, send, write_timed, Leg, Outgoing, Pinned, Requester,
+};
 use crate::limits::{Direction as LimitDir, Limit};
 use crate::upstream::{Connected, Tls};
 
@@ -99,6 +101,11 @@ pub(super) async fn forward(
     let key = pool_key(&mut key_buf, https, &host, port);
     let user = ex.user.clone();
     let tls = if https { Tls::Origin } else { Tls::Plain };
+    // Connection-based credentials, or a connection already pinned for this target, bind
+    // the origin connection to this client connection (`exchange::Pinned`).
+    let auth = parts.headers.get_all(http::header::AUTHORIZATION);
+    let mut pin =
+        auth.iter().any(|v| is_connection_auth(v.as_bytes())) || shared.pins.borrow().holds(&key);
     let Connected { stream: up, addr, reused, via, absolute, early, pool_key } = {
         let connect = upstream(shared, user.as_deref(), Some(&key), &host, port, HTTP, tls);
         unless_reset(respond, connect).await?
@@ -107,9 +114,8 @@ pub(super) async fn forward(
     let method_str = parts.method.as_str();
     let auth = absolute.as_ref().map(|a| a.as_deref());
     write_head(shared, &parts, &target, method_str, framing, auth, &mut out);
-    let to_parent = absolute.is_some();
     ex.upstream = Some(addr);
-    ex.via = via;
+    ex.via.clone_from(&via);
     let worker = shared.worker.clone();
     let mut ubuf = worker.take_buf();
     // Bytes a parent passed on before the request went out are the answer's first.
@@ -121,17 +127,20 @@ pub(super) async fn forward(
     // also replaces a pooled connection found dead, for an idempotent request).
     let whole = framing == Framing::None;
     let through_parents = ex.via.is_some();
-    let mut leg = Leg { stream: up, addr, reused, pool_key, absolute: to_parent, through_parents };
-    let request = Outgoing { out: &out, whole, method, idempotent: parts.method.is_idempotent() };
+    let mut leg = Leg { stream: up, addr, reused, pool_key, absolute, through_parents, via };
+    let mut request =
+        Outgoing { out: &mut out, whole, method, idempotent: parts.method.is_idempotent() };
     let mut again =
         Again { shared, respond: &mut *respond, user: user.as_deref(), host: &host, port, tls };
-    let sent = send(&worker, &mut leg, &mut again, &request, &mut ubuf, &mut rhead, io).await;
+    let sent = send(&worker, &mut leg, &mut again, &mut request, &mut ubuf, &mut rhead, io).await;
     ex.upstream = Some(leg.addr);
+    ex.via.clone_from(&leg.via);
     if let Err(e) = sent {
         worker.give_buf(ubuf);
         return Err(e);
     }
-    let Leg { stream: mut up, addr, pool_key, .. } = leg;
+    let Leg { stream: mut up, addr, pool_key, absolute, .. } = leg;
+    let to_parent = absolute.is_some();
 
     let mut send: Option<SendStream<Bytes>> = None;
     // Request body bytes sent, counted as they go: the response may end first.
@@ -184,6 +193,13 @@ pub(super) async fn forward(
                 Err(Error::ParentRefused { parent: last_parent(ex), status: 407 })
             }
             Ok(()) => {
+                // The origin asks for connection-based credentials (looked at on a 401).
+                pin |= rhead.status == 401
+                    && rhead.headers.iter().any(|h| {
+                        let buf = ubuf.filled();
+                        h.name.get(buf).eq_ignore_ascii_case(b"www-authenticate")
+                            && is_connection_auth(h.value.get(buf))
+                    });
                 let via = shared.worker.cfg().http.via;
                 let resp = response(&rhead, ubuf.filled(), via.then_some(VIA))?;
                 ubuf.consume(rhead.len);
@@ -218,7 +234,12 @@ pub(super) async fn forward(
             let reusable =
                 rhead.keep_alive() && body_done && ubuf.is_empty() && !worker.stopping.get();
             worker.give_buf(ubuf);
-            if reusable {
+            if reusable && pin {
+                // Authenticated for this client connection only: kept for its streams.
+                let via = ex.via.clone();
+                let pinned = Pinned { key: key.into(), stream: up, addr, via, pool_key, absolute };
+                shared.pins.borrow_mut().keep(pinned);
+            } else if reusable {
                 worker.upstreams.put(pool_key.as_deref().unwrap_or(&key), up, addr);
             } else {
                 // A clean end: a TLS origin gets its close_notify.

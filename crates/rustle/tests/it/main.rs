@@ -16,6 +16,7 @@ mod engine;
 mod errors;
 mod faults;
 mod faulty;
+mod forwarding;
 mod hop;
 mod http;
 mod http2;
