@@ -434,6 +434,7 @@ pub fn start(cfg: Config) -> anyhow::Result<Running> {
 pub fn start_with(cfg: Config, mut inherited: Inherited) -> anyhow::Result<Running> {
     let config = Arc::new(cfg.clone());
     let workers = cfg.worker_count();
+    crate::metrics::set_workers(workers);
     let mut bound = Vec::new();
     for mut l in cfg.effective_listeners() {
         l.throttle = listener_throttle(&l)?;
@@ -553,7 +554,7 @@ fn admin_view(bound: &[Bound], policy: &Arc<Policy>) -> Arc<crate::admin::View> 
     let listeners = bound
         .iter()
         .map(|b| crate::metrics::ListenerLabel {
-            listen: b.listener.listen.to_string(),
+            name: b.listener.name.clone().unwrap_or_else(|| b.listener.listen.to_string()),
             kind: b.listener.kind.as_str(),
             counters: b.listener.counters.clone(),
         })

@@ -234,6 +234,8 @@ pub(crate) fn finish(
         user: rec.user.as_deref(),
         refused: None,
         tunnel: Some(rec.start),
+        start: rec.start,
+        through: rec.via.as_deref().map(|v| &v.through),
     });
     let log = &guard.worker().log;
     if log.enabled() {
@@ -251,6 +253,7 @@ pub(crate) fn finish(
             start: rec.start,
             upstream: rec.upstream,
             error: result.as_ref().err().map(|e| e as &dyn std::fmt::Display),
+            refused: None,
             user: rec.user.as_deref(),
             tls: rec.tls.as_deref(),
             via: rec.via.as_deref(),
