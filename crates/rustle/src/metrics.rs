@@ -276,7 +276,8 @@ static WORKERS: AtomicUsize = AtomicUsize::new(0);
 
 /// The number of workers, for the per-worker slots of parents and routes.
 pub fn set_workers(n: usize) {
-    WORKERS.store(n, Relaxed);
+    // The largest asked for: tests run several proxies in one process.
+    WORKERS.fetch_max(n, Relaxed);
 }
 
 /// One worker's counts of exchanges through one parent or route.
