@@ -729,3 +729,76 @@ fn logrotate_under_steady_traffic_loses_no_line() {
     assert!(wrong.is_empty(), "requests without exactly one line (n, lines): {wrong:?}");
     assert!(lines_in(&rotated).lines().count() >= 50, "the rotated file has the early lines");
 }
+
+/// The refusals for credentials of each front end, sent to `proxy` (listener 0: SOCKS
+/// with auth and SOCKS4 user ids, listener 1: HTTP with auth): a SOCKS5 login with a
+/// wrong password, a SOCKS5 greeting without username/password, a SOCKS4 user id that
+/// names nobody, a CONNECT with a wrong password.
+fn refuse_credentials(proxy: &Proxy, target: SocketAddr) {
+    use crate::util::socks::{login5, read_reply4, request4, CONNECT};
+    let mut s = connect(proxy.addr_of(0));
+    assert_ne!(login5(&mut s, "alice", "hunter2"), 0, "a wrong password passed");
+    drop(s);
+    let mut s = connect(proxy.addr_of(0));
+    s.write_all(&[5, 1, 0]).unwrap();
+    assert_eq!(read_exact_n(&mut s, 2), [5, 0xff]);
+    drop(s);
+    let SocketAddr::V4(v4) = target else { panic!("{target}") };
+    let mut s = connect(proxy.addr_of(0));
+    s.write_all(&request4(CONNECT, v4, "nobody", None)).unwrap();
+    assert_eq!(read_reply4(&mut s).0, 0x5B);
+    drop(s);
+    let (_, r) = connect_with(proxy.addr_of(1), &target.to_string(), &[&proxy_auth("alice", "x")]);
+    assert_eq!(r.status, 407, "{}", r.text());
+}
+
+fn credentials_config(format: &str) -> String {
+    format!(
+        "[log]\nformat = '{format}'\n\
+         [[listener]]\nkind = \"socks\"\nlisten = \"127.0.0.1:0\"\nauth = true\nsocks4_users = true\n\
+         [[listener]]\nlisten = \"127.0.0.1:0\"\nauth = true\n\
+         [auth]\nfailures_burst = 1000\n\
+         [[auth.user]]\nname = \"alice\"\npassword = \"plain:secret\"\n"
+    )
+}
+
+#[test]
+fn refusals_for_credentials_are_logged_as_refusals_and_as_squid_writes_them() {
+    let echo = TcpEcho::start().unwrap();
+    // What squid itself writes for a login it refuses.
+    let opts = crate::util::peers::SquidOptions { basic_auth: Some(("alice".into(), "secret".into())) };
+    let Some(squid) = crate::util::peers::Squid::start(opts) else {
+        panic!("squid (with basic_ncsa_auth) is not installed: apt-get install squid")
+    };
+    let (_, r) = connect_with(squid.addr(), &echo.addr().to_string(), &[&proxy_auth("alice", "x")]);
+    assert_eq!(r.status, 407, "{}", r.text());
+    let reference = Squid::parse(&squid.access_line(|l| l.contains(" CONNECT ")));
+    assert_eq!((reference.code.as_str(), reference.status), ("TCP_DENIED", 407));
+
+    // squid's format: each refusal as squid writes a refused login.
+    let proxy = Proxy::from_toml(&credentials_config("squid"));
+    refuse_credentials(&proxy, echo.addr());
+    let lines = proxy.log_lines_matching(4, |_| true);
+    assert_eq!(lines.len(), 4, "{lines:#?}");
+    for line in &lines {
+        let s = Squid::parse(line);
+        assert_eq!(
+            (s.code.as_str(), s.status, s.hierarchy.as_str()),
+            (reference.code.as_str(), reference.status, reference.hierarchy.as_str()),
+            "{line}"
+        );
+    }
+
+    // The plain format: SOCKS5's refusals with the reply of that meaning (2, not
+    // allowed), never 0 (succeeded); SOCKS4's with its 91; HTTP's 407.
+    let proxy = Proxy::from_toml(&credentials_config("plain"));
+    refuse_credentials(&proxy, echo.addr());
+    let lines = proxy.log_lines_matching(4, |_| true);
+    let mut statuses: Vec<u16> = lines.iter().map(|l| LogLine::parse(l).status).collect();
+    statuses.sort();
+    assert_eq!(statuses, [2, 2, 91, 407], "{lines:#?}");
+    for line in &lines {
+        assert!(line.contains("authentication"), "no cause named: {line}");
+        assert!(!line.contains("hunter2"), "a password in the log: {line}");
+    }
+}
