@@ -206,6 +206,8 @@ pub(crate) fn finish(
     totals: relay::Totals,
     result: Result<(), crate::error::Error>,
 ) {
+    // An upstream failure through parents names the parent it came through.
+    let result = result.map_err(|e| e.through(rec.via.as_deref()));
     if let Some(u) = &rec.user {
         let t = guard.worker().traffic.entry(u);
         t.add(crate::limits::Direction::Up, rec.up + totals.up);

@@ -802,3 +802,60 @@ fn refusals_for_credentials_are_logged_as_refusals_and_as_squid_writes_them() {
         assert!(!line.contains("hunter2"), "a password in the log: {line}");
     }
 }
+
+/// A CONNECT parent that answers 200, echoes the tunnel's bytes, and dies when told:
+/// `reset` with a reset (as a crashing host's stack answers), otherwise with a plain
+/// close of its socket, as the kernel closes a killed process's sockets.
+fn dying_parent(reset: bool) -> (SocketAddr, std::sync::mpsc::Sender<()>) {
+    use std::io::Read as _;
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (die, dying) = std::sync::mpsc::channel::<()>();
+    std::thread::spawn(move || {
+        let (mut s, _) = listener.accept().unwrap();
+        let mut head = Vec::new();
+        let mut byte = [0u8; 1];
+        while !head.ends_with(b"\r\n\r\n") && s.read(&mut byte).unwrap_or(0) == 1 {
+            head.push(byte[0]);
+        }
+        s.write_all(b"HTTP/1.1 200 Connection established\r\n\r\n").unwrap();
+        let mut buf = [0u8; 5];
+        s.read_exact(&mut buf).unwrap();
+        s.write_all(&buf).unwrap();
+        let _ = dying.recv();
+        if reset {
+            socket2::SockRef::from(&s).set_linger(Some(Duration::ZERO)).unwrap();
+        }
+        drop(s);
+    });
+    (addr, die)
+}
+
+#[test]
+fn a_tunnel_cut_by_a_dying_parent_is_logged_with_the_cause() {
+    for reset in [false, true] {
+        let (parent, die) = dying_parent(reset);
+        let proxy = Proxy::from_toml(&format!(
+            "[[listener]]\nlisten = \"127.0.0.1:0\"\n\
+             [[parent]]\nname = \"frail\"\nkind = \"http\"\naddress = \"{parent}\"\n\
+             [[route]]\nname = \"all\"\nvia = \"frail\"\n"
+        ));
+        let (mut t, r) = connect_with(proxy.addr(), "origin.test:443", &[]);
+        assert_eq!(r.status, 200, "{}", r.text());
+        assert_echoes(&mut t.s, b"hello");
+        die.send(()).unwrap();
+        // The client sees the tunnel end, then what it still sends meets the dead
+        // parent's socket.
+        t.s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let mut buf = [0u8; 16];
+        let end = std::io::Read::read(&mut t.s, &mut buf);
+        assert!(matches!(end, Ok(0) | Err(_)), "reset {reset}: {end:?}");
+        let _ = t.s.write_all(b"after the parent died");
+        drop(t);
+        let line = proxy.log_line(|l| l.contains("CONNECT"));
+        let l = LogLine::parse(&line);
+        assert_eq!(l.target, "origin.test:443", "{line}");
+        assert!(!l.error.is_empty(), "reset {reset}: logged as a clean end: {line}");
+        assert!(l.error.contains("through parent") && l.error.contains("frail"), "reset {reset}: the parent is not named: {line}");
+    }
+}
