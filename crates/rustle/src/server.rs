@@ -15,7 +15,6 @@ use std::sync::atomic::AtomicUsize;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use anyhow::Context as _;
 use tokio::io::unix::AsyncFd;
 use tokio::io::Interest;
 use tokio::net::TcpStream;
@@ -289,8 +288,7 @@ impl Running {
             && new_log.tag == old_log.tag;
         let sink = match same_sink {
             true => state.sink.clone(),
-            false => Sink::open(&cfg.log)
-                .map_err(|e| format!("cannot open the access log {:?}: {e}", cfg.log.access))?,
+            false => Sink::open(&cfg.log).map_err(|e| e.to_string())?,
         };
         Ok(Plan { listeners, removed, sink, config: Arc::new(cfg.clone()), warnings })
     }
@@ -474,7 +472,8 @@ pub fn start_with(cfg: Config, mut inherited: Inherited) -> anyhow::Result<Runni
     let conn_limits =
         ConnLimits::new(cfg.limits.max_connections_per_client, cfg.limits.max_connections_per_user);
     let traffic = Traffic::new();
-    let sink = Sink::open(&cfg.log).context("cannot open the access log")?;
+    // Its error names the file or socket.
+    let sink = Sink::open(&cfg.log)?;
     let (stop, shutdown) = watch::channel(false);
     let open = Arc::new(AtomicUsize::new(0));
     let stats: Vec<_> = (0..workers).map(|_| crate::metrics::WorkerStats::new()).collect();

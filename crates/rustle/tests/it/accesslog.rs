@@ -658,23 +658,35 @@ fn http2_and_over_the_limit_refusals_log_one_line_each() {
     assert_eq!(count("too many connections"), 1, "{text}");
 }
 
-/// logrotate's rename and SIGUSR1 (the `contrib/` file, its path and signal adapted) while
-/// a client sends requests without a pause: every request has exactly one line, in the
-/// rotated file or the new one.
+/// logrotate's rename and SIGUSR1 (the `contrib/` file as it is, its path adapted, and
+/// the process name its postrotate signals: rustle runs under a name of its own so that
+/// no other rustle gets the signal) while a client sends requests without a pause: every
+/// request has exactly one line, in the rotated file or the new one. Without systemd
+/// (`systemctl` fails, or knows no such unit) the postrotate signals by name. Both files
+/// rustle created are readable by no one but the owner and its group.
 #[test]
 fn logrotate_under_steady_traffic_loses_no_line() {
-    if !have("logrotate") {
-        return;
+    use std::os::unix::fs::PermissionsExt as _;
+    if !have("logrotate") || !have("pkill") {
+        panic!("logrotate and pkill are needed: apt-get install logrotate procps");
     }
     let origin = Origin::start().unwrap();
     let dir = TempDir::new("logrotate");
     let log = dir.file("access.log");
+    // A name of at most 15 characters (what pkill -x compares), this test's own.
+    let name = format!("rustle{}", std::process::id() % 1_000_000_000);
+    let renamed = dir.file(&name);
+    std::os::unix::fs::symlink(rustle_bin(), &renamed).unwrap();
     let args = ["--http", "127.0.0.1:0", "--workers", "2", "--access-log", log.to_str().unwrap()];
-    let (bin, addr) = RustleProcess::start(&args);
+    let (bin, addr) = RustleProcess::start_bin(renamed.to_str().unwrap(), &args);
+    let mode = |p: &std::path::Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode(&log), 0o640, "the access log as created at the start");
     let contrib = include_str!("../../../../contrib/rustle.logrotate");
-    let (head, _) = contrib.split_once("    postrotate").expect("a postrotate script");
-    let conf = head.replace("/var/log/rustle/access.log", log.to_str().unwrap())
-        + &format!("    postrotate\n        kill -USR1 {}\n    endscript\n}}\n", bin.child.id());
+    assert!(contrib.contains("pkill -USR1 -x rustle ||"), "{contrib}");
+    let conf = contrib
+        .replace("/var/log/rustle/access.log", log.to_str().unwrap())
+        .replace("-x rustle", &format!("-x {name}"))
+        .replace("rustle.service", &format!("{name}-not-a-unit.service"));
     let conf_path = dir.file("logrotate.conf");
     std::fs::write(&conf_path, conf).unwrap();
 
@@ -728,6 +740,23 @@ fn logrotate_under_steady_traffic_loses_no_line() {
         seen.iter().copied().enumerate().filter(|(_, c)| *c != 1).collect();
     assert!(wrong.is_empty(), "requests without exactly one line (n, lines): {wrong:?}");
     assert!(lines_in(&rotated).lines().count() >= 50, "the rotated file has the early lines");
+    assert_eq!(mode(&log), 0o640, "the access log as reopened on SIGUSR1");
+    drop(bin);
+}
+
+#[test]
+fn an_access_log_that_cannot_be_opened_is_named_in_the_error() {
+    let dir = TempDir::new("nolog");
+    let log = dir.path().join("missing/access.log");
+    let out = std::process::Command::new(rustle_bin())
+        .args(["--http", "127.0.0.1:0", "--access-log", log.to_str().unwrap()])
+        .env("RUSTLE_CONFIG", "")
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    let want = format!("cannot open the access log {}: No such file or directory", log.display());
+    assert!(err.contains(&want), "{err}");
 }
 
 /// The refusals for credentials of each front end, sent to `proxy` (listener 0: SOCKS
