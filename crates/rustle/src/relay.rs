@@ -801,13 +801,17 @@ where
 /// reset its stack sends when the other direction's bytes reach the dead socket tells
 /// them apart, and nothing reads that socket any more to see it.
 fn cut_after_end(client: &TcpStream, upstream: &TcpStream) -> Option<Error> {
-    let cut = |s: &TcpStream| {
-        s.take_error().ok().flatten().map(|e| {
-            let why = format!("connection reset after its end of stream ({e})");
-            io::Error::new(io::ErrorKind::ConnectionReset, why)
-        })
-    };
+    let cut = reset_after_end;
     cut(upstream).map(Error::Upstream).or_else(|| cut(client).map(Error::Client))
+}
+
+/// The reset a socket got after both directions ended, if it got one (its pending
+/// error, which nothing read).
+pub(crate) fn reset_after_end(s: &TcpStream) -> Option<io::Error> {
+    s.take_error().ok().flatten().map(|e| {
+        let why = format!("connection reset after its end of stream ({e})");
+        io::Error::new(io::ErrorKind::ConnectionReset, why)
+    })
 }
 
 /// A relay's one idle timer, moved only when it fires. On a worker it is a coarse
