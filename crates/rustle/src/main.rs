@@ -322,14 +322,17 @@ fn man(dir: Option<&std::path::Path>) -> ExitCode {
             std::fs::create_dir_all(dir)
                 .map_err(named(dir, "cannot create the directory"))
                 .and_then(|()| {
-                    let mut f = std::fs::File::create(&main).map_err(named(&main, "cannot create"))?;
+                    let mut f =
+                        std::fs::File::create(&main).map_err(named(&main, "cannot create"))?;
                     main_page(page(cmd), &mut f).map_err(named(&main, "cannot write"))
                 })
                 .and_then(|()| {
                     println!("{}", main.display());
                     subcommands.into_iter().try_for_each(|c| {
-                        let name = dir.join(format!("{}.1", c.get_display_name().unwrap_or(c.get_name())));
-                        let written = page(c).generate_to(dir).map_err(named(&name, "cannot write"))?;
+                        let name =
+                            dir.join(format!("{}.1", c.get_display_name().unwrap_or(c.get_name())));
+                        let written =
+                            page(c).generate_to(dir).map_err(named(&name, "cannot write"))?;
                         println!("{}", written.display());
                         Ok(())
                     })

@@ -83,9 +83,9 @@ impl Datagram {
             std::net::SocketAddr::V6(_) => (std::net::Ipv6Addr::UNSPECIFIED, 0).into(),
         };
         let socket = UdpSocket::bind(any)?;
-        socket.connect(addr).map_err(|e| {
-            io::Error::new(e.kind(), format!("cannot send to {addr}: {e}"))
-        })?;
+        socket
+            .connect(addr)
+            .map_err(|e| io::Error::new(e.kind(), format!("cannot send to {addr}: {e}")))?;
         socket.set_write_timeout(Some(SEND_TIMEOUT))?;
         Ok(Datagram::Udp(socket))
     }

@@ -795,7 +795,8 @@ fn credentials_config(format: &str) -> String {
 fn refusals_for_credentials_are_logged_as_refusals_and_as_squid_writes_them() {
     let echo = TcpEcho::start().unwrap();
     // What squid itself writes for a login it refuses.
-    let opts = crate::util::peers::SquidOptions { basic_auth: Some(("alice".into(), "secret".into())) };
+    let opts =
+        crate::util::peers::SquidOptions { basic_auth: Some(("alice".into(), "secret".into())) };
     let Some(squid) = crate::util::peers::Squid::start(opts) else {
         panic!("squid (with basic_ncsa_auth) is not installed: apt-get install squid")
     };

@@ -398,9 +398,8 @@ ports = ["9"]
     // End-to-end durations of the exchanges that are not tunnels, by protocol: the five
     // HTTP/1 requests of listener 0, the HTTPS one and the authed listener's three; the
     // h2 stream; the SOCKS5 refusal; the failed handshake.
-    let duration = |proto: &str| {
-        m.one("rustle_request_duration_seconds_count", &[("protocol", proto)])
-    };
+    let duration =
+        |proto: &str| m.one("rustle_request_duration_seconds_count", &[("protocol", proto)]);
     assert_eq!(duration("http1"), 9.0);
     assert_eq!(duration("other"), 1.0);
     assert_eq!(duration("http2"), 1.0);
@@ -589,8 +588,9 @@ fn the_binary_serves_metrics_and_counts_reloads() {
     };
     let before = unix_now();
     p.signal("HUP");
-    let m =
-        scrape_until(addr, "the reload counted", |m| m.one("rustle_config_reloads_total", &[]) == 1.0);
+    let m = scrape_until(addr, "the reload counted", |m| {
+        m.one("rustle_config_reloads_total", &[]) == 1.0
+    });
     let reloaded = last(&m);
     assert!(reloaded >= before - 0.001 && reloaded <= unix_now(), "{before} {reloaded}");
     std::fs::write(&file, format!("{text}bogus = 1\n")).unwrap();
@@ -691,5 +691,8 @@ via = "gone"
     let probe = m.one("rustle_parent_probe_duration_seconds", &[("parent", "up")]);
     assert!(probe > 0.0 && probe < 1.0, "{probe}");
     // "gone" has no probe.
-    assert_eq!(m.matching("rustle_parent_probe_duration_seconds", &[("parent", "gone")]).count(), 0);
+    assert_eq!(
+        m.matching("rustle_parent_probe_duration_seconds", &[("parent", "gone")]).count(),
+        0
+    );
 }

@@ -71,7 +71,8 @@ fn the_manual_page_names_every_subcommand_and_renders() {
     let out = rustle(&["man", "--dir", file.join("sub").to_str().unwrap()]);
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
-    let want = format!("cannot create the directory {}: Not a directory", file.join("sub").display());
+    let want =
+        format!("cannot create the directory {}: Not a directory", file.join("sub").display());
     assert!(err.contains(&want), "{err}");
 }
 
