@@ -166,7 +166,10 @@ fn peers<'a>(
     t.family(
         &name,
         "counter",
-        &format!("Requests, tunnels and sessions {through} ended, by status class (SOCKS, relays: 2xx once set up)."),
+        &format!(
+            "Requests, tunnels and sessions {through} ended, by status class (SOCKS, \
+             relays: 2xx once set up)."
+        ),
     );
     for (key, n, sums) in list.clone() {
         for (c, code) in CLASSES.iter().enumerate() {
