@@ -14,6 +14,7 @@
 
 use std::cell::{OnceCell, RefCell};
 use std::collections::HashMap;
+use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
@@ -343,21 +344,41 @@ impl PeerCounters {
 /// counters. It counts as active on each from when it is made (a connection through
 /// them, new or pooled) until it is dropped with the exchange's record, on the worker
 /// that made it (the record is not `Send`). [`ended`] counts the exchange itself.
+///
+/// It holds the counters through the worker's own `Rc` of each (`Local::peers`), so that
+/// an exchange takes no reference on the shared `Arc`: no atomic read-modify-write.
 #[derive(Debug, Default)]
 pub struct Through {
-    peers: Box<[Arc<PeerCounters>]>,
+    peers: Box<[Rc<Arc<PeerCounters>>]>,
 }
 
 impl Through {
-    pub fn new(peers: Box<[Arc<PeerCounters>]>) -> Through {
+    /// On a thread without stats (not a worker), counts nothing.
+    pub fn new<'a>(peers: impl Iterator<Item = &'a Arc<PeerCounters>>) -> Through {
+        let mut held = Vec::new();
         here(|l| {
-            for p in peers.iter() {
-                if let Some(s) = p.slots.get(l.id) {
+            let mut known = l.peers.borrow_mut();
+            for p in peers {
+                let key = Arc::as_ptr(p) as usize;
+                let rc = match known.get(&key) {
+                    Some(rc) => rc.clone(),
+                    None => {
+                        // Counters of a parent or route a reload dropped go once nothing
+                        // else holds them; this table holds its own, so an address is
+                        // never reused while it is a key.
+                        known.retain(|_, rc| Rc::strong_count(rc) > 1 || Arc::strong_count(rc) > 1);
+                        let rc = Rc::new(p.clone());
+                        known.insert(key, rc.clone());
+                        rc
+                    }
+                };
+                if let Some(s) = rc.slots.get(l.id) {
                     s.0.opened.add(1);
                 }
+                held.push(rc);
             }
         });
-        Through { peers }
+        Through { peers: held.into() }
     }
 }
 
@@ -423,6 +444,9 @@ struct Local {
     id: usize,
     stats: Arc<WorkerStats>,
     users: RefCell<HashMap<Box<str>, Arc<UserStats>>>,
+    /// The parents' and routes' counters this worker has counted on, by address (see
+    /// [`Through`]).
+    peers: RefCell<HashMap<usize, Rc<Arc<PeerCounters>>>>,
 }
 
 impl Local {
@@ -466,7 +490,7 @@ thread_local! {
 /// without stats does nothing.
 pub fn install(id: usize, stats: Arc<WorkerStats>) {
     HERE.with(|h| {
-        let _ = h.set(Local { id, stats, users: RefCell::default() });
+        let _ = h.set(Local { id, stats, users: RefCell::default(), peers: RefCell::default() });
     });
 }
 
@@ -706,6 +730,51 @@ mod tests {
         assert_eq!(bucket(&DURATION_NS, Duration::from_secs(2)).0, 4);
         assert_eq!([class(101), class(204), class(302), class(407), class(502)], [0, 1, 2, 3, 4]);
         assert_eq!([class(0), class(600)], [5, 5]);
+    }
+
+    #[test]
+    fn exchanges_through_parents_count_per_worker_without_keeping_dropped_counters() {
+        set_workers(1);
+        let (route, parent) =
+            (Arc::new(PeerCounters::default()), Arc::new(PeerCounters::default()));
+        let (r, p) = (route.clone(), parent.clone());
+        std::thread::spawn(move || {
+            install(0, WorkerStats::new());
+            let t = Through::new([&r, &p].into_iter());
+            let u = Through::new([&p].into_iter());
+            assert_eq!((r.summed().active, p.summed().active), (1, 2));
+            ended(&End {
+                listener: &ListenerCounters::default(),
+                proto: Proto::Connect,
+                status: 200,
+                up: 3,
+                down: 4,
+                user: None,
+                refused: None,
+                tunnel: None,
+                start: Instant::now(),
+                through: Some(&t),
+            });
+            drop((t, u));
+            // The worker's table holds one reference each, none per exchange.
+            assert_eq!((Arc::strong_count(&r), Arc::strong_count(&p)), (3, 3));
+            // Counters a reload dropped: let go by the table once nothing else holds
+            // them, when it next meets new ones.
+            let gone = Arc::new(PeerCounters::default());
+            drop(Through::new([&gone].into_iter()));
+            let weak = Arc::downgrade(&gone);
+            drop(gone);
+            assert!(weak.upgrade().is_some(), "the table holds its own");
+            let other = Arc::new(PeerCounters::default());
+            drop(Through::new([&other].into_iter()));
+            assert!(weak.upgrade().is_none(), "dropped counters kept");
+            assert_eq!(Arc::strong_count(&p), 3, "counters in use let go");
+        })
+        .join()
+        .expect("the worker thread");
+        let (r, p) = (route.summed(), parent.summed());
+        assert_eq!((r.requests[1], r.up, r.down, r.active), (1, 3, 4, 0));
+        assert_eq!((p.requests[1], p.active), (1, 0));
     }
 
     #[test]

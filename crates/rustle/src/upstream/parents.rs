@@ -227,9 +227,9 @@ pub(super) fn pick_chain<'p>(
 /// active on the route and on each parent until it is dropped.
 fn via(policy: &Policy, route: &str, chain: &[&Arc<Parent>]) -> Rc<Via> {
     let parents: Vec<&str> = chain.iter().map(|p| &*p.name).collect();
-    let counters = policy.routes.route_counters(route).into_iter().cloned();
-    let counters = counters.chain(chain.iter().map(|p| p.health.stats.traffic.clone()));
-    let through = crate::metrics::Through::new(counters.collect());
+    let counters = policy.routes.route_counters(route).into_iter();
+    let counters = counters.chain(chain.iter().map(|p| &p.health.stats.traffic));
+    let through = crate::metrics::Through::new(counters);
     Rc::new(Via { route: route.into(), parents: parents.join(",").into(), through })
 }
 
