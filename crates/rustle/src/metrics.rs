@@ -349,8 +349,12 @@ impl PeerCounters {
 /// an exchange takes no reference on the shared `Arc`: no atomic read-modify-write.
 #[derive(Debug, Default)]
 pub struct Through {
-    peers: Box<[Rc<Arc<PeerCounters>>]>,
+    peers: Box<[Rc<Held>]>,
 }
+
+/// A worker's reference to shared counters: an `Rc` of it is cloned without an atomic.
+#[derive(Debug)]
+struct Held(Arc<PeerCounters>);
 
 impl Through {
     /// On a thread without stats (not a worker), counts nothing.
@@ -366,13 +370,15 @@ impl Through {
                         // Counters of a parent or route a reload dropped go once nothing
                         // else holds them; this table holds its own, so an address is
                         // never reused while it is a key.
-                        known.retain(|_, rc| Rc::strong_count(rc) > 1 || Arc::strong_count(rc) > 1);
-                        let rc = Rc::new(p.clone());
+                        known.retain(|_, rc| {
+                            Rc::strong_count(rc) > 1 || Arc::strong_count(&rc.0) > 1
+                        });
+                        let rc = Rc::new(Held(p.clone()));
                         known.insert(key, rc.clone());
                         rc
                     }
                 };
-                if let Some(s) = rc.slots.get(l.id) {
+                if let Some(s) = rc.0.slots.get(l.id) {
                     s.0.opened.add(1);
                 }
                 held.push(rc);
@@ -386,7 +392,7 @@ impl Drop for Through {
     fn drop(&mut self) {
         here(|l| {
             for p in self.peers.iter() {
-                if let Some(s) = p.slots.get(l.id) {
+                if let Some(s) = p.0.slots.get(l.id) {
                     s.0.closed.add(1);
                 }
             }
@@ -446,7 +452,7 @@ struct Local {
     users: RefCell<HashMap<Box<str>, Arc<UserStats>>>,
     /// The parents' and routes' counters this worker has counted on, by address (see
     /// [`Through`]).
-    peers: RefCell<HashMap<usize, Rc<Arc<PeerCounters>>>>,
+    peers: RefCell<HashMap<usize, Rc<Held>>>,
 }
 
 impl Local {
@@ -596,7 +602,7 @@ pub fn ended(e: &End<'_>) {
         }
         if let Some(t) = e.through {
             for p in t.peers.iter() {
-                if let Some(s) = p.slots.get(l.id) {
+                if let Some(s) = p.0.slots.get(l.id) {
                     s.0.requests[class(e.status)].add(1);
                     s.0.up.add(e.up);
                     s.0.down.add(e.down);
