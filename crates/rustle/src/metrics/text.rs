@@ -515,6 +515,7 @@ mod tests {
                 open_fds: Some(1),
                 max_fds: Some(2),
                 resident_bytes: Some(3),
+                cpu_seconds: Some(4.0),
                 ..Default::default()
             },
         });
