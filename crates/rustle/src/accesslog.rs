@@ -43,6 +43,9 @@ pub struct Entry<'a> {
     pub upstream: Option<SocketAddr>,
     /// Why the exchange failed, when it did.
     pub error: Option<&'a dyn fmt::Display>,
+    /// When the failure was a refusal, what refused it (squid's format shows a refusal
+    /// for credentials as `TCP_DENIED/407` whatever the protocol).
+    pub refused: Option<crate::metrics::Refused>,
     /// The authenticated user (never a password).
     pub user: Option<&'a str>,
     /// The client's TLS session, on TLS ports.
@@ -78,6 +81,7 @@ impl<'a> Entry<'a> {
             start,
             upstream: None,
             error: Some(error),
+            refused: None,
             user: None,
             tls: None,
             via: None,
@@ -127,11 +131,13 @@ impl Protocol {
 }
 
 /// A route through parent proxies, as the log names it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Default)]
 pub struct Via {
     pub route: Box<str>,
     /// The parents taken, in order, comma-separated.
     pub parents: Box<str>,
+    /// The route's and the parents' counters (none for a connection that failed).
+    pub through: crate::metrics::Through,
 }
 
 pub struct AccessLog {

@@ -24,7 +24,7 @@ use tokio::net::TcpStream;
 use tokio::sync::{oneshot, watch};
 
 use crate::config::Admin;
-use crate::metrics::{self, ListenerLabel, ParentView, Readiness, WorkerStats};
+use crate::metrics::{self, ListenerLabel, ParentView, Readiness, RouteView, WorkerStats};
 use crate::policy::Policy;
 
 /// The largest request head taken; a scraper's is a few hundred bytes.
@@ -130,6 +130,7 @@ pub fn start(
         };
         rt.block_on(serve(server, listener, stopped));
     })?;
+    metrics::set_timed();
     tracing::info!("admin endpoint on http://{addr}/metrics (also /healthz, /readyz)");
     Ok(Handle { addr, configured: listen, socket, stop, thread })
 }
@@ -414,12 +415,21 @@ impl Server {
                 up: p.is_up(now),
                 failures: p.health.stats.failures.load(std::sync::atomic::Ordering::Relaxed),
                 connect: p.health.stats.connect.summed(),
+                traffic: p.health.stats.traffic.summed(),
+                probe: p.health.stats.last_probe(),
             })
+            .collect();
+        let routes: Vec<RouteView> = view
+            .policy
+            .routes
+            .route_list()
+            .map(|(name, c)| RouteView { name: name.to_string(), traffic: c.summed() })
             .collect();
         let process = metrics::Process {
             open_fds: std::fs::read_dir("/proc/self/fd").ok().map(|d| d.count() as u64),
             max_fds: rlimit::Resource::NOFILE.get().ok().map(|(soft, _)| soft),
             resident_bytes: resident_bytes(),
+            cpu_seconds: cpu_seconds(),
             start_time: self.start_time.as_secs_f64(),
             uptime: self.started.elapsed(),
             workers: self.state.workers.len(),
@@ -429,9 +439,27 @@ impl Server {
             workers: &self.state.workers,
             max_user_series: self.max_user_series,
             parents: &parents,
+            routes: &routes,
             process: &process,
         })
     }
+}
+
+/// Clock ticks per second in /proc's CPU times: `USER_HZ`, which Linux reports as 100 on
+/// every architecture whatever its internal tick rate (as Prometheus's own procfs reader
+/// assumes).
+const USER_HZ: f64 = 100.0;
+
+/// User plus system CPU time, from /proc/self/stat (fields 14 and 15, after the command
+/// name in parentheses, which may itself hold spaces).
+fn cpu_seconds() -> Option<f64> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    let rest = &stat[stat.rfind(')')? + 1..];
+    // `rest` starts at field 3 (the state): utime and stime are the 12th and 13th of it.
+    let mut fields = rest.split_whitespace().skip(11);
+    let utime: u64 = fields.next()?.parse().ok()?;
+    let stime: u64 = fields.next()?.parse().ok()?;
+    Some((utime + stime) as f64 / USER_HZ)
 }
 
 /// The resident set size, from /proc/self/status (`VmRSS:  1234 kB`).

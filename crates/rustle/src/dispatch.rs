@@ -194,6 +194,8 @@ pub(crate) fn log_failure(
         user: None,
         refused: None,
         tunnel: None,
+        start,
+        through: None,
     });
     worker.log.log(&Entry::refused(peer, listener, Protocol::Unknown, start, &why));
 }

@@ -354,7 +354,8 @@ impl Error {
     pub fn failed_via(&self) -> Option<crate::accesslog::Via> {
         match self {
             Error::Connect(ConnectError::Parent(p)) => {
-                Some(crate::accesslog::Via { route: p.route.clone(), parents: p.name.clone() })
+                let (route, parents) = (p.route.clone(), p.name.clone());
+                Some(crate::accesslog::Via { route, parents, ..Default::default() })
             }
             _ => None,
         }

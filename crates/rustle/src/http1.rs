@@ -581,6 +581,8 @@ impl Client {
             user: self.user.as_deref(),
             refused: error.and_then(Error::refusal),
             tunnel: None,
+            start: ex.start,
+            through: ex.via.as_deref().map(|v| &v.through),
         });
         let log = &self.worker.log;
         if !log.enabled() {
@@ -602,6 +604,7 @@ impl Client {
             start: ex.start,
             upstream: ex.upstream,
             error: error.map(|e| e as &dyn fmt::Display),
+            refused: error.and_then(Error::refusal),
             user: self.user.as_deref(),
             tls: self.tls.as_deref(),
             via: ex.via.as_deref().or(failed_via.as_ref()),

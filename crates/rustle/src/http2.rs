@@ -400,6 +400,8 @@ impl Exchange {
             user: self.user.as_deref(),
             refused: error.and_then(Error::refusal),
             tunnel: self.tunnel.then_some(self.start),
+            start: self.start,
+            through: self.via.as_deref().map(|v| &v.through),
         });
         let log = &shared.worker.log;
         if log.enabled() {
@@ -418,6 +420,7 @@ impl Exchange {
                 start: self.start,
                 upstream: self.upstream,
                 error: error.map(|e| e as &dyn std::fmt::Display),
+                refused: error.and_then(Error::refusal),
                 user: self.user.as_deref(),
                 tls: shared.tls.as_deref(),
                 via: self.via.as_deref().or(failed_via.as_ref()),

@@ -390,15 +390,32 @@ fn man(dir: Option<&std::path::Path>) -> ExitCode {
             let subcommands: Vec<clap::Command> =
                 cmd.get_subcommands().filter(|s| !s.is_hide_set()).cloned().collect();
             let main = dir.join("rustle.1");
-            std::fs::File::create(&main).and_then(|mut f| main_page(page(cmd), &mut f)).and_then(
-                |()| {
+            // Each error names the path it failed on.
+            fn named(
+                path: &std::path::Path,
+                what: &'static str,
+            ) -> impl FnOnce(std::io::Error) -> std::io::Error {
+                let path = path.display().to_string();
+                move |e| std::io::Error::new(e.kind(), format!("{what} {path}: {e}"))
+            }
+            std::fs::create_dir_all(dir)
+                .map_err(named(dir, "cannot create the directory"))
+                .and_then(|()| {
+                    let mut f =
+                        std::fs::File::create(&main).map_err(named(&main, "cannot create"))?;
+                    main_page(page(cmd), &mut f).map_err(named(&main, "cannot write"))
+                })
+                .and_then(|()| {
                     println!("{}", main.display());
                     subcommands.into_iter().try_for_each(|c| {
-                        println!("{}", page(c).generate_to(dir)?.display());
+                        let name =
+                            dir.join(format!("{}.1", c.get_display_name().unwrap_or(c.get_name())));
+                        let written =
+                            page(c).generate_to(dir).map_err(named(&name, "cannot write"))?;
+                        println!("{}", written.display());
                         Ok(())
                     })
-                },
-            )
+                })
         }
     };
     match written {

@@ -14,7 +14,8 @@
 
 use std::cell::{OnceCell, RefCell};
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, AtomicU8, Ordering::Relaxed};
+use std::rc::Rc;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -248,6 +249,155 @@ pub struct ParentStats {
     pub failures: AtomicU64,
     /// Time to a connection through it (the whole chain it was part of).
     pub connect: SharedHistogram,
+    /// Exchanges and tunnels through it: a slot per worker (see [`Through`]).
+    pub traffic: Arc<PeerCounters>,
+    /// How long its last health probe took, in nanoseconds plus one (0: none yet).
+    /// Written by the one task that probes it (a store, not a read-modify-write).
+    probe_ns: AtomicU64,
+}
+
+impl ParentStats {
+    /// A health probe of the parent took `d`, whatever its answer.
+    pub fn probed(&self, d: Duration) {
+        let ns = u64::try_from(d.as_nanos()).unwrap_or(u64::MAX - 1);
+        self.probe_ns.store(ns.saturating_add(1), Relaxed);
+    }
+
+    /// How long the last probe took, if one ran.
+    pub fn last_probe(&self) -> Option<Duration> {
+        let ns = self.probe_ns.load(Relaxed);
+        (ns > 0).then(|| Duration::from_nanos(ns - 1))
+    }
+}
+
+/// Worker slots made for parents' and routes' counters: the process's worker count, set
+/// once before the first policy is built ([`set_workers`]). A table built before (or
+/// in a test) has none, and counts nothing.
+static WORKERS: AtomicUsize = AtomicUsize::new(0);
+
+/// The number of workers, for the per-worker slots of parents and routes.
+pub fn set_workers(n: usize) {
+    // The largest asked for: tests run several proxies in one process.
+    WORKERS.fetch_max(n, Relaxed);
+}
+
+/// One worker's counts of exchanges through one parent or route.
+#[derive(Debug, Default)]
+struct PeerStats {
+    /// By status class.
+    requests: [Counter; 6],
+    up: Counter,
+    down: Counter,
+    /// [`Through`]s made and dropped: their difference is what is in flight.
+    opened: Counter,
+    closed: Counter,
+}
+
+#[derive(Debug, Default)]
+#[repr(align(128))]
+struct PeerSlot(PeerStats);
+
+/// A parent's or a route's counters: a slot per worker, like [`ListenerCounters`]. Kept
+/// across a reload with the parent's health (and, for a route, by its name).
+#[derive(Debug)]
+pub struct PeerCounters {
+    slots: Box<[PeerSlot]>,
+}
+
+impl Default for PeerCounters {
+    fn default() -> Self {
+        PeerCounters { slots: (0..WORKERS.load(Relaxed)).map(|_| PeerSlot::default()).collect() }
+    }
+}
+
+/// A parent's or route's counts summed over the workers.
+#[derive(Debug, Default, Clone)]
+pub struct PeerSums {
+    /// By status class ([`CLASSES`]).
+    pub requests: [u64; 6],
+    pub up: u64,
+    pub down: u64,
+    /// Exchanges and tunnels in flight.
+    pub active: u64,
+}
+
+impl PeerCounters {
+    pub fn summed(&self) -> PeerSums {
+        let mut s = PeerSums::default();
+        let (mut opened, mut closed) = (0u64, 0u64);
+        for slot in self.slots.iter() {
+            let p = &slot.0;
+            for (sum, c) in s.requests.iter_mut().zip(&p.requests) {
+                *sum += c.get();
+            }
+            s.up += p.up.get();
+            s.down += p.down.get();
+            opened += p.opened.get();
+            closed += p.closed.get();
+        }
+        s.active = opened.saturating_sub(closed);
+        s
+    }
+}
+
+/// What an exchange or tunnel through parents counts on: its route's and its parents'
+/// counters. It counts as active on each from when it is made (a connection through
+/// them, new or pooled) until it is dropped with the exchange's record, on the worker
+/// that made it (the record is not `Send`). [`ended`] counts the exchange itself.
+///
+/// It holds the counters through the worker's own `Rc` of each (`Local::peers`), so that
+/// an exchange takes no reference on the shared `Arc`: no atomic read-modify-write.
+#[derive(Debug, Default)]
+pub struct Through {
+    peers: Box<[Rc<Held>]>,
+}
+
+/// A worker's reference to shared counters: an `Rc` of it is cloned without an atomic.
+#[derive(Debug)]
+struct Held(Arc<PeerCounters>);
+
+impl Through {
+    /// On a thread without stats (not a worker), counts nothing.
+    pub fn new<'a>(peers: impl Iterator<Item = &'a Arc<PeerCounters>>) -> Through {
+        let mut held = Vec::new();
+        here(|l| {
+            let mut known = l.peers.borrow_mut();
+            for p in peers {
+                let key = Arc::as_ptr(p) as usize;
+                let rc = match known.get(&key) {
+                    Some(rc) => rc.clone(),
+                    None => {
+                        // Counters of a parent or route a reload dropped go once nothing
+                        // else holds them; this table holds its own, so an address is
+                        // never reused while it is a key.
+                        known.retain(|_, rc| {
+                            Rc::strong_count(rc) > 1 || Arc::strong_count(&rc.0) > 1
+                        });
+                        let rc = Rc::new(Held(p.clone()));
+                        known.insert(key, rc.clone());
+                        rc
+                    }
+                };
+                if let Some(s) = rc.0.slots.get(l.id) {
+                    s.0.opened.add(1);
+                }
+                held.push(rc);
+            }
+        });
+        Through { peers: held.into() }
+    }
+}
+
+impl Drop for Through {
+    fn drop(&mut self) {
+        here(|l| {
+            for p in self.peers.iter() {
+                if let Some(s) = p.0.slots.get(l.id) {
+                    s.0.closed.add(1);
+                }
+            }
+        });
+    }
 }
 
 /// One user's counters in one worker.
@@ -270,6 +420,8 @@ const MAX_USERS_PER_WORKER: usize = 10_000;
 #[derive(Debug)]
 pub struct WorkerStats {
     connect: Histogram,
+    /// End-to-end exchange durations, by [`Proto`] (only while [`timed`]).
+    request: [Histogram; 8],
     head: Histogram,
     tunnel: Histogram,
     /// Users seen by this worker; the lock is taken by the worker only the first time it
@@ -283,6 +435,7 @@ impl WorkerStats {
     pub fn new() -> Arc<WorkerStats> {
         Arc::new(WorkerStats {
             connect: Histogram::default(),
+            request: Default::default(),
             head: Histogram::default(),
             tunnel: Histogram::default(),
             users: Mutex::new(Vec::new()),
@@ -297,6 +450,9 @@ struct Local {
     id: usize,
     stats: Arc<WorkerStats>,
     users: RefCell<HashMap<Box<str>, Arc<UserStats>>>,
+    /// The parents' and routes' counters this worker has counted on, by address (see
+    /// [`Through`]).
+    peers: RefCell<HashMap<usize, Rc<Held>>>,
 }
 
 impl Local {
@@ -340,7 +496,7 @@ thread_local! {
 /// without stats does nothing.
 pub fn install(id: usize, stats: Arc<WorkerStats>) {
     HERE.with(|h| {
-        let _ = h.set(Local { id, stats, users: RefCell::default() });
+        let _ = h.set(Local { id, stats, users: RefCell::default(), peers: RefCell::default() });
     });
 }
 
@@ -428,6 +584,10 @@ pub struct End<'a> {
     pub refused: Option<Refused>,
     /// When a tunnel began, for its duration.
     pub tunnel: Option<Instant>,
+    /// When the exchange began (its request head read), for its duration.
+    pub start: Instant,
+    /// The route's and parents' counters, when it went through parents.
+    pub through: Option<&'a Through>,
 }
 
 pub fn ended(e: &End<'_>) {
@@ -440,8 +600,22 @@ pub fn ended(e: &End<'_>) {
                 s.refused[cause as usize].add(1);
             }
         }
-        if let Some(start) = e.tunnel {
-            l.stats.tunnel.observe(&DURATION_NS, start.elapsed());
+        if let Some(t) = e.through {
+            for p in t.peers.iter() {
+                if let Some(s) = p.0.slots.get(l.id) {
+                    s.0.requests[class(e.status)].add(1);
+                    s.0.up.add(e.up);
+                    s.0.down.add(e.down);
+                }
+            }
+        }
+        match e.tunnel {
+            Some(start) => l.stats.tunnel.observe(&DURATION_NS, start.elapsed()),
+            // A start read from the clock only while timed (`Worker::stamp`).
+            None if timed() => {
+                l.stats.request[e.proto as usize].observe(&LATENCY_NS, e.start.elapsed())
+            }
+            None => {}
         }
         if let Some(name) = e.user {
             l.with_user(name, |u| {
@@ -483,11 +657,18 @@ static RELOAD_FAILURES: AtomicU64 = AtomicU64::new(0);
 /// 1 until a reload is refused, then the outcome of the last one (the configuration that
 /// started the process counts as a success).
 static LAST_RELOAD_OK: AtomicU64 = AtomicU64::new(1);
+/// When the last reload was applied, in milliseconds since the Unix epoch (0: none).
+static LAST_RELOAD_MS: AtomicU64 = AtomicU64::new(0);
 
 /// A configuration reload was applied (`ok`) or refused.
 pub fn reloaded(ok: bool) {
     match ok {
-        true => RELOADS.fetch_add(1, Relaxed),
+        true => {
+            let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
+            let ms = now.map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+            LAST_RELOAD_MS.store(ms, Relaxed);
+            RELOADS.fetch_add(1, Relaxed)
+        }
         false => RELOAD_FAILURES.fetch_add(1, Relaxed),
     };
     LAST_RELOAD_OK.store(u64::from(ok), Relaxed);
@@ -506,6 +687,21 @@ pub fn auth_hashed() {
 /// queue was full).
 pub fn auth_hash_refused() {
     AUTH_HASHES_REFUSED.fetch_add(1, Relaxed);
+}
+
+/// Whether anything reads the exchange durations (an admin endpoint runs).
+static TIMED: AtomicBool = AtomicBool::new(false);
+
+/// Exchanges are timed from their start (an admin endpoint serves `/metrics`): the
+/// workers read the clock when an exchange starts even with the access log off.
+pub fn set_timed() {
+    TIMED.store(true, Relaxed);
+}
+
+/// Whether exchanges are timed (see [`set_timed`]).
+#[inline]
+pub fn timed() -> bool {
+    TIMED.load(Relaxed)
 }
 
 /// Whether the proxy takes new connections, for `/readyz`.
@@ -545,7 +741,7 @@ impl Readiness {
 
 mod text;
 
-pub use text::{render, ListenerLabel, ParentView, Process, Scrape};
+pub use text::{render, ListenerLabel, ParentView, Process, RouteView, Scrape};
 
 #[cfg(test)]
 mod tests {
@@ -559,6 +755,51 @@ mod tests {
         assert_eq!(bucket(&DURATION_NS, Duration::from_secs(2)).0, 4);
         assert_eq!([class(101), class(204), class(302), class(407), class(502)], [0, 1, 2, 3, 4]);
         assert_eq!([class(0), class(600)], [5, 5]);
+    }
+
+    #[test]
+    fn exchanges_through_parents_count_per_worker_without_keeping_dropped_counters() {
+        set_workers(1);
+        let (route, parent) =
+            (Arc::new(PeerCounters::default()), Arc::new(PeerCounters::default()));
+        let (r, p) = (route.clone(), parent.clone());
+        std::thread::spawn(move || {
+            install(0, WorkerStats::new());
+            let t = Through::new([&r, &p].into_iter());
+            let u = Through::new([&p].into_iter());
+            assert_eq!((r.summed().active, p.summed().active), (1, 2));
+            ended(&End {
+                listener: &ListenerCounters::default(),
+                proto: Proto::Connect,
+                status: 200,
+                up: 3,
+                down: 4,
+                user: None,
+                refused: None,
+                tunnel: None,
+                start: Instant::now(),
+                through: Some(&t),
+            });
+            drop((t, u));
+            // The worker's table holds one reference each, none per exchange.
+            assert_eq!((Arc::strong_count(&r), Arc::strong_count(&p)), (3, 3));
+            // Counters a reload dropped: let go by the table once nothing else holds
+            // them, when it next meets new ones.
+            let gone = Arc::new(PeerCounters::default());
+            drop(Through::new([&gone].into_iter()));
+            let weak = Arc::downgrade(&gone);
+            drop(gone);
+            assert!(weak.upgrade().is_some(), "the table holds its own");
+            let other = Arc::new(PeerCounters::default());
+            drop(Through::new([&other].into_iter()));
+            assert!(weak.upgrade().is_none(), "dropped counters kept");
+            assert_eq!(Arc::strong_count(&p), 3, "counters in use let go");
+        })
+        .join()
+        .expect("the worker thread");
+        let (r, p) = (route.summed(), parent.summed());
+        assert_eq!((r.requests[1], r.up, r.down, r.active), (1, 3, 4, 0));
+        assert_eq!((p.requests[1], p.active), (1, 0));
     }
 
     #[test]

@@ -168,6 +168,8 @@ fn log_failure(
         user: None,
         refused: error.and_then(Error::refusal),
         tunnel: None,
+        start,
+        through: via.map(|v| &v.through),
     });
     worker.log.log(&Entry {
         client: peer,
@@ -183,6 +185,7 @@ fn log_failure(
         start,
         upstream,
         error: Some(why),
+        refused: error.and_then(Error::refusal),
         user: None,
         tls,
         via,

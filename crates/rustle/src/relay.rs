@@ -783,7 +783,8 @@ where
         }
         this.last = last;
         if this.up.done && this.down.done {
-            return this.finish(Ok(()));
+            let cut = cut_after_end(this.client.borrow(), this.upstream.borrow());
+            return this.finish(cut.map_or(Ok(()), Err));
         }
         let park = (this.parks && this.quiescent()).then_some(PARK_AFTER);
         match deadline(&mut this.timer, this.last, this.opts.idle, this.parks, park, cx) {
@@ -792,6 +793,25 @@ where
             Deadline::Park => Poll::Ready(Ended::Idle),
         }
     }
+}
+
+/// A side that reset the connection after its end of stream (one getsockopt per side,
+/// once per tunnel). A peer that dies (a parent or an origin whose process is killed, a
+/// host that reboots) closes with an end of stream, like one that finished; only the
+/// reset its stack sends when the other direction's bytes reach the dead socket tells
+/// them apart, and nothing reads that socket any more to see it.
+fn cut_after_end(client: &TcpStream, upstream: &TcpStream) -> Option<Error> {
+    let cut = reset_after_end;
+    cut(upstream).map(Error::Upstream).or_else(|| cut(client).map(Error::Client))
+}
+
+/// The reset a socket got after both directions ended, if it got one (its pending
+/// error, which nothing read).
+pub(crate) fn reset_after_end(s: &TcpStream) -> Option<io::Error> {
+    s.take_error().ok().flatten().map(|e| {
+        let why = format!("connection reset after its end of stream ({e})");
+        io::Error::new(io::ErrorKind::ConnectionReset, why)
+    })
 }
 
 /// A relay's one idle timer, moved only when it fires. On a worker it is a coarse

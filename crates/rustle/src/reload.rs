@@ -182,9 +182,7 @@ pub fn reopen_access_log(running: &Running) {
             };
             tracing::info!("SIGUSR1: the access log {target}; nothing to reopen");
         }
-        Err(e) => tracing::error!(
-            "SIGUSR1: cannot reopen the access log: {e}; lines go to the file already open"
-        ),
+        Err(e) => tracing::error!("SIGUSR1: {e}; lines go to the file already open"),
     }
 }
 

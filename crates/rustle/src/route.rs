@@ -273,6 +273,8 @@ struct Group {
 struct Route {
     name: Box<str>,
     via: Via,
+    /// What it sent through parents, for `/metrics` (kept across a reload by name).
+    counters: Arc<crate::metrics::PeerCounters>,
 }
 
 /// The compiled parents, groups and routes.
@@ -405,7 +407,7 @@ impl Routes {
                 Some(n) => n.as_str().into(),
                 None => format!("route {}", i + 1).into(),
             };
-            routes.push(Route { name, via });
+            routes.push(Route { name, via, counters: Arc::default() });
         }
         let rules: Vec<RuleConfig> = cfg.routes.iter().map(|r| r.conditions()).collect();
         let conditions = RuleSet::compile(&rules, true).map_err(|errs| {
@@ -544,8 +546,14 @@ impl Routes {
     }
 
     /// Keeps the health of the parents of `old` (the policy before a reload) whose name,
-    /// kind and address are unchanged: a parent found down stays down.
+    /// kind and address are unchanged: a parent found down stays down. Routes keep their
+    /// counters by name.
     pub fn keep_health_of(&mut self, old: &Routes) {
+        for r in self.routes.iter_mut() {
+            if let Some(o) = old.routes.iter().find(|o| o.name == r.name) {
+                r.counters = o.counters.clone();
+            }
+        }
         let before: HashMap<&str, &Arc<Parent>> =
             old.parents.iter().map(|p| (&*p.name, p)).collect();
         for p in self.parents.iter_mut() {
@@ -566,6 +574,16 @@ impl Routes {
     /// Every parent, in `[[parent]]` order: for health probes and metrics.
     pub fn parents(&self) -> &[Arc<Parent>] {
         &self.parents
+    }
+
+    /// The counters of the route `choose` named `name`.
+    pub fn route_counters(&self, name: &str) -> Option<&Arc<crate::metrics::PeerCounters>> {
+        self.routes.iter().find(|r| *r.name == *name).map(|r| &r.counters)
+    }
+
+    /// Every route's name and counters, in `[[route]]` order: for metrics.
+    pub fn route_list(&self) -> impl Iterator<Item = (&str, &crate::metrics::PeerCounters)> {
+        self.routes.iter().map(|r| (&*r.name, &*r.counters))
     }
 
     /// The route's `name`, or "route N" (1-based); "unknown route" out of range.

@@ -15,7 +15,6 @@ use std::sync::atomic::AtomicUsize;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use anyhow::Context as _;
 use tokio::io::unix::AsyncFd;
 use tokio::io::Interest;
 use tokio::net::TcpStream;
@@ -309,8 +308,7 @@ impl Running {
             && new_log.tag == old_log.tag;
         let sink = match same_sink {
             true => state.sink.clone(),
-            false => Sink::open(&cfg.log)
-                .map_err(|e| format!("cannot open the access log {:?}: {e}", cfg.log.access))?,
+            false => Sink::open(&cfg.log).map_err(|e| e.to_string())?,
         };
         // A reload reads the host's addresses again (refused with `deny_private_destinations`,
         // and reaching listeners on an unspecified address).
@@ -472,6 +470,7 @@ pub fn start(cfg: Config) -> anyhow::Result<Running> {
 pub fn start_with(cfg: Config, mut inherited: Inherited) -> anyhow::Result<Running> {
     let config = Arc::new(cfg.clone());
     let workers = cfg.worker_count();
+    crate::metrics::set_workers(workers);
     let mut bound = Vec::new();
     for mut l in cfg.effective_listeners() {
         l.throttle = listener_throttle(&l)?;
@@ -535,7 +534,8 @@ pub fn start_with(cfg: Config, mut inherited: Inherited) -> anyhow::Result<Runni
             kib.div_ceil(1024)
         );
     }
-    let sink = Sink::open(&cfg.log).context("cannot open the access log")?;
+    // Its error names the file or socket.
+    let sink = Sink::open(&cfg.log)?;
     let (stop, shutdown) = watch::channel(false);
     let open = Arc::new(AtomicUsize::new(0));
     let stats: Vec<_> = (0..workers).map(|_| crate::metrics::WorkerStats::new()).collect();
@@ -625,7 +625,7 @@ fn admin_view(bound: &[Bound], policy: &Arc<Policy>) -> Arc<crate::admin::View> 
     let listeners = bound
         .iter()
         .map(|b| crate::metrics::ListenerLabel {
-            listen: b.listener.listen.to_string(),
+            name: b.listener.name.clone().unwrap_or_else(|| b.listener.listen.to_string()),
             kind: b.listener.kind.as_str(),
             counters: b.listener.counters.clone(),
         })

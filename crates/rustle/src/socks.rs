@@ -165,6 +165,9 @@ async fn socks5_credentials(s: &mut Session) -> Result<(), Error> {
             }
         });
         if let Err(e) = checked {
+            // RFC 1929's failure status has no SOCKS5 reply code: logged as the reply of
+            // the same meaning (not allowed), never as 0 (succeeded).
+            s.status = e.socks5_reply() as u16;
             let _ = s.send(&socks5::auth_status(false)).await;
             return Err(e);
         }
@@ -218,6 +221,8 @@ impl Session {
             user: self.user.as_deref(),
             refused: error.and_then(Error::refusal),
             tunnel: None,
+            start: self.start,
+            through: self.via.as_deref().map(|v| &v.through),
         });
         if !self.worker.log.enabled() {
             return;
@@ -237,6 +242,7 @@ impl Session {
             start: self.start,
             upstream: self.upstream,
             error: error.map(|e| e as &dyn std::fmt::Display),
+            refused: error.and_then(Error::refusal),
             user: self.user.as_deref(),
             tls: None,
             via: self.via.as_deref().or(failed_via.as_ref()),
@@ -434,10 +440,18 @@ async fn socks5_session(s: &mut Session) -> Outcome {
     } else {
         socks5::method::NONE_ACCEPTABLE
     };
-    s.send(&socks5::method_selection(method)).await?;
     if method == socks5::method::NONE_ACCEPTABLE {
-        return Err(Error::Unsupported("SOCKS5: no acceptable authentication method offered"));
+        // Logged as refused (not allowed), the reply of the same meaning.
+        s.status = socks5::Reply::NotAllowed as u16;
+        let _ = s.send(&socks5::method_selection(method)).await;
+        // On a listener that requires auth, a client without credentials is refused
+        // for authentication, as an HTTP client without them gets its 407.
+        return Err(match s.listener.auth {
+            true => Error::AuthRequired("SOCKS5: no acceptable authentication method offered"),
+            false => Error::Unsupported("SOCKS5: no acceptable authentication method offered"),
+        });
     }
+    s.send(&socks5::method_selection(method)).await?;
     // ExpectAuth
     if method == socks5::method::USER_PASS {
         socks5_credentials(s).await?;

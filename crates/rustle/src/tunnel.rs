@@ -206,6 +206,8 @@ pub(crate) fn finish(
     totals: relay::Totals,
     result: Result<(), crate::error::Error>,
 ) {
+    // An upstream failure through parents names the parent it came through.
+    let result = result.map_err(|e| e.through(rec.via.as_deref()));
     if let Some(u) = &rec.user {
         let t = guard.worker().traffic.entry(u);
         t.add(crate::limits::Direction::Up, rec.up + totals.up);
@@ -234,6 +236,8 @@ pub(crate) fn finish(
         user: rec.user.as_deref(),
         refused: None,
         tunnel: Some(rec.start),
+        start: rec.start,
+        through: rec.via.as_deref().map(|v| &v.through),
     });
     let log = &guard.worker().log;
     if log.enabled() {
@@ -251,6 +255,7 @@ pub(crate) fn finish(
             start: rec.start,
             upstream: rec.upstream,
             error: result.as_ref().err().map(|e| e as &dyn std::fmt::Display),
+            refused: None,
             user: rec.user.as_deref(),
             tls: rec.tls.as_deref(),
             via: rec.via.as_deref(),

@@ -154,6 +154,8 @@ async fn relay_session(
         user: None,
         refused: None,
         tunnel: Some(start),
+        start,
+        through: None,
     });
     worker.log.log(&Entry {
         client,
@@ -169,6 +171,7 @@ async fn relay_session(
         start,
         upstream: Some(dst),
         error: None,
+        refused: None,
         user: None,
         tls: None,
         via: None,

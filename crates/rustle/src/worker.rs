@@ -260,10 +260,11 @@ impl Worker {
         *self.policy.borrow_mut() = Rc::new(policy);
     }
 
-    /// When an exchange starts, for its log line: the clock when lines are written,
-    /// the last sweep's time when they are not (nothing reads it then).
+    /// When an exchange starts, for its log line and its duration: the clock when lines
+    /// are written or durations measured (`metrics::timed`), the last sweep's time when
+    /// neither (nothing reads it then).
     pub fn stamp(&self) -> Instant {
-        match self.log.enabled() {
+        match self.log.enabled() || crate::metrics::timed() {
             true => Instant::now(),
             false => self.waiters.coarse_now(),
         }

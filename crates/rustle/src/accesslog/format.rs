@@ -174,9 +174,15 @@ fn squid(out: &mut Out<'_>, e: &Entry<'_>, now: &Now<'_>) -> fmt::Result {
 /// squid's result code and the HTTP status for an entry. Tunnels (CONNECT, SOCKS, port
 /// relays) are `TCP_TUNNEL`, refusals by the rules or for credentials `TCP_DENIED`, a
 /// request refused before its method was read or as malformed `NONE_NONE`, a client gone before its answer
-/// `TCP_MISS_ABORTED`; a SOCKS reply shows as the HTTP status of the same meaning.
+/// `TCP_MISS_ABORTED`; a SOCKS reply shows as the HTTP status of the same meaning, and a
+/// SOCKS refusal for credentials (RFC 1929's failure, a SOCKS4 user id refused) or by the
+/// rules as squid shows the same refusal of an HTTP client: `TCP_DENIED/407`, `/403`.
 pub(super) fn squid_code(e: &Entry<'_>) -> (&'static str, u16) {
+    use crate::metrics::Refused;
+    let socks = matches!(e.protocol, Protocol::Socks4 | Protocol::Socks5);
     let status = match e.protocol {
+        _ if socks && e.refused == Some(Refused::Auth) => 407,
+        _ if socks && e.refused == Some(Refused::Rule) => 403,
         Protocol::Socks5 => match e.status {
             0 if e.upstream.is_some() => 200,
             0 => 0,
@@ -201,10 +207,11 @@ pub(super) fn squid_code(e: &Entry<'_>) -> (&'static str, u16) {
         || matches!(e.protocol, Protocol::Socks4 | Protocol::Socks5 | Protocol::Tcp);
     let code = if e.protocol == Protocol::Udp || e.method == b"UDP" {
         "UDP_MISS"
+    } else if e.upstream.is_none() && matches!(status, 403 | 407) {
+        // Before its method was read too: a SOCKS5 client refused at authentication.
+        "TCP_DENIED"
     } else if e.method == b"-" {
         "NONE_NONE"
-    } else if e.upstream.is_none() && matches!(status, 403 | 407) {
-        "TCP_DENIED"
     } else if e.upstream.is_none() && (400..500).contains(&status) {
         // Refused as malformed (400, 414, 431, ...) or too slow (408).
         "NONE_NONE"

@@ -83,7 +83,9 @@ impl Datagram {
             std::net::SocketAddr::V6(_) => (std::net::Ipv6Addr::UNSPECIFIED, 0).into(),
         };
         let socket = UdpSocket::bind(any)?;
-        socket.connect(addr)?;
+        socket
+            .connect(addr)
+            .map_err(|e| io::Error::new(e.kind(), format!("cannot send to {addr}: {e}")))?;
         socket.set_write_timeout(Some(SEND_TIMEOUT))?;
         Ok(Datagram::Udp(socket))
     }
@@ -117,8 +119,24 @@ impl Datagram {
     }
 }
 
-fn open_append(path: &Path) -> io::Result<File> {
-    std::fs::OpenOptions::new().create(true).append(true).open(path)
+/// Permissions of an access-log file rustle creates: the owner writes, its group (the
+/// log readers' group, `adm` on Debian) reads, others nothing: client addresses, user
+/// names and targets are personal data. The process's umask can only take more away.
+const LOG_MODE: u32 = 0o640;
+
+/// Opens (or creates, mode [`LOG_MODE`]) the file for appending; the error names it:
+/// `cannot open the access log /x/y.log: No such file or directory`.
+fn open_append(path: &Path, what: &str) -> io::Result<File> {
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let opened = std::fs::OpenOptions::new().create(true).append(true).mode(LOG_MODE).open(path);
+    opened.map_err(|e| {
+        io::Error::new(e.kind(), format!("cannot {what} the access log {}: {e}", path.display()))
+    })
+}
+
+/// A syslog or journal socket's error (it names the socket) as the access log's.
+fn socket_error(e: io::Error) -> io::Error {
+    io::Error::new(e.kind(), format!("cannot open the access log: {e}"))
 }
 
 /// The host name for syslog headers (RFC 5424 and network RFC 3164 messages).
@@ -148,13 +166,13 @@ impl Sink {
             LogTarget::Stderr => Sink::Stderr,
             LogTarget::Off => Sink::Off,
             LogTarget::File(path) => {
-                let file = Mutex::new(open_append(path)?);
+                let file = Mutex::new(open_append(path, "open")?);
                 Sink::File(Arc::new(LogFile { path: path.clone(), file }))
             }
             LogTarget::Syslog(addr) => {
                 let (socket, remote) = match addr {
-                    SyslogAddr::Unix(path) => (Datagram::unix(path)?, false),
-                    SyslogAddr::Udp(a) => (Datagram::udp(*a)?, true),
+                    SyslogAddr::Unix(path) => (Datagram::unix(path).map_err(socket_error)?, false),
+                    SyslogAddr::Udp(a) => (Datagram::udp(*a).map_err(socket_error)?, true),
                 };
                 let format = log.syslog_format;
                 let host = (remote || format == SyslogFormat::Rfc5424).then(host_name);
@@ -171,7 +189,7 @@ impl Sink {
                 }))
             }
             LogTarget::Journald(path) => Sink::Journald(Arc::new(Journal {
-                socket: Datagram::unix(path)?,
+                socket: Datagram::unix(path).map_err(socket_error)?,
                 tag: clean_tag(&log.tag),
             })),
         })
@@ -185,7 +203,7 @@ impl Sink {
             return Ok(None);
         };
         // Opened before taking the lock: a slow file system does not stall the flushes.
-        let fresh = open_append(&log.path)?;
+        let fresh = open_append(&log.path, "reopen")?;
         let mut file = log.file.lock().unwrap_or_else(|p| p.into_inner());
         *file = fresh;
         Ok(Some(&log.path))

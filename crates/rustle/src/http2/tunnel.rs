@@ -103,6 +103,8 @@ impl Future for Task {
         }
         this.ex.up += this.relay.up;
         this.ex.down += this.relay.down;
+        // An upstream failure through parents names the parent it came through.
+        let result = result.map_err(|e| e.through(this.ex.via.as_deref()));
         this.ex.log(&this._live.0, result.as_ref().err());
         Poll::Ready(())
     }
@@ -238,7 +240,9 @@ impl Tunnel {
             }
         }
         if self.up_done && self.down_done {
-            return Poll::Ready(Ok(()));
+            // An upstream that died after its end of stream (see `relay::cut_after_end`).
+            let cut = crate::relay::reset_after_end(&self.upstream);
+            return Poll::Ready(cut.map_or(Ok(()), |e| Err(Error::Upstream(e))));
         }
         // A reset arriving while both directions wait elsewhere (the client already
         // ended its side, the upstream is quiet) would otherwise go unnoticed.

@@ -9,15 +9,17 @@ use std::sync::{Arc, PoisonError};
 use std::time::Duration;
 
 use super::{
-    Histogram, ListenerCounters, ListenerStats, Proto, Summed, UserStats, WorkerStats, AUTH_HASHES,
-    AUTH_HASHES_REFUSED, CAUSES, CLASSES, DURATION_BUCKETS, LAST_RELOAD_OK, LATENCY_BUCKETS,
-    RELOADS, RELOAD_FAILURES,
+    Histogram, ListenerCounters, ListenerStats, PeerSums, Proto, Summed, UserStats, WorkerStats,
+    AUTH_HASHES, AUTH_HASHES_REFUSED, CAUSES, CLASSES, DURATION_BUCKETS, LAST_RELOAD_MS,
+    LAST_RELOAD_OK, LATENCY_BUCKETS, RELOADS, RELOAD_FAILURES,
 };
 
 /// A listener as its labels name it.
 #[derive(Debug, Clone)]
 pub struct ListenerLabel {
-    pub listen: String,
+    /// Its configured `name`, or its address when it has none (as the access log names
+    /// it).
+    pub name: String,
     pub kind: &'static str,
     pub counters: Arc<ListenerCounters>,
 }
@@ -28,6 +30,7 @@ pub struct Scrape<'a> {
     pub workers: &'a [Arc<WorkerStats>],
     pub max_user_series: usize,
     pub parents: &'a [ParentView],
+    pub routes: &'a [RouteView],
     pub process: &'a Process,
 }
 
@@ -37,6 +40,15 @@ pub struct ParentView {
     pub up: bool,
     pub failures: u64,
     pub connect: Summed,
+    pub traffic: PeerSums,
+    /// How long its last health probe took (None: it has no probe, or none ran yet).
+    pub probe: Option<Duration>,
+}
+
+/// A route's counts at a scrape (routes through parents).
+pub struct RouteView {
+    pub name: String,
+    pub traffic: PeerSums,
 }
 
 /// Process figures read at a scrape.
@@ -45,6 +57,8 @@ pub struct Process {
     pub open_fds: Option<u64>,
     pub max_fds: Option<u64>,
     pub resident_bytes: Option<u64>,
+    /// User and system CPU time, in seconds.
+    pub cpu_seconds: Option<f64>,
     pub start_time: f64,
     pub uptime: Duration,
     pub workers: usize,
@@ -141,6 +155,45 @@ fn users(workers: &[Arc<WorkerStats>], max: usize) -> Vec<(String, [u64; 6])> {
     out
 }
 
+/// The families of parents' or routes' counts: requests by status class, bytes each way,
+/// exchanges and tunnels in flight.
+fn peers<'a>(
+    t: &mut Text<'_>,
+    what: &str,
+    through: &str,
+    list: impl Iterator<Item = (&'static str, &'a str, &'a PeerSums)> + Clone,
+) {
+    let name = format!("rustle_{what}_requests_total");
+    t.family(
+        &name,
+        "counter",
+        &format!(
+            "Requests, tunnels and sessions {through} ended, by status class (SOCKS, \
+             relays: 2xx once set up)."
+        ),
+    );
+    for (key, n, sums) in list.clone() {
+        for (c, code) in CLASSES.iter().enumerate() {
+            t.sample(&name, &[(key, n), ("code", code)], sums.requests[c]);
+        }
+    }
+    let name = format!("rustle_{what}_bytes_total");
+    t.family(
+        &name,
+        "counter",
+        &format!("Bytes {through}: up (from clients) and down (to clients)."),
+    );
+    for (key, n, sums) in list.clone() {
+        t.sample(&name, &[(key, n), ("direction", "up")], sums.up);
+        t.sample(&name, &[(key, n), ("direction", "down")], sums.down);
+    }
+    let name = format!("rustle_{what}_active_connections");
+    t.family(&name, "gauge", &format!("Exchanges and tunnels {through} in flight."));
+    for (key, n, sums) in list {
+        t.sample(&name, &[(key, n)], sums.active);
+    }
+}
+
 /// Writes every metric in the text format.
 pub fn render(s: &Scrape<'_>) -> String {
     let mut out = String::with_capacity(16 * 1024);
@@ -182,14 +235,14 @@ pub fn render(s: &Scrape<'_>) -> String {
     for (name, kind, help, f) in simple {
         t.family(name, kind, help);
         for l in s.listeners {
-            t.sample(name, &[("listener", &l.listen), ("kind", l.kind)], sum(&f, l));
+            t.sample(name, &[("listener", &l.name), ("kind", l.kind)], sum(&f, l));
         }
     }
     let name = "rustle_listener_http2_streams_total";
     t.family(name, "counter", "HTTP/2 streams opened by clients.");
     for l in s.listeners {
         let n = sum(&|l| l.h2_streams.get(), l);
-        t.sample(name, &[("listener", &l.listen), ("kind", l.kind)], n);
+        t.sample(name, &[("listener", &l.name), ("kind", l.kind)], n);
     }
     let name = "rustle_listener_refused_total";
     t.family(
@@ -201,7 +254,7 @@ pub fn render(s: &Scrape<'_>) -> String {
     for l in s.listeners {
         for (c, cause) in CAUSES.iter().enumerate() {
             let n = sum(&|l| l.refused[c].get(), l);
-            t.sample(name, &[("listener", &l.listen), ("kind", l.kind), ("cause", cause)], n);
+            t.sample(name, &[("listener", &l.name), ("kind", l.kind), ("cause", cause)], n);
         }
     }
     let name = "rustle_listener_requests_total";
@@ -218,7 +271,7 @@ pub fn render(s: &Scrape<'_>) -> String {
                 // Only the protocols a listener has served, to keep the output short.
                 if n > 0 {
                     let labels = [
-                        ("listener", l.listen.as_str()),
+                        ("listener", l.name.as_str()),
                         ("kind", l.kind),
                         ("protocol", proto.label()),
                         ("code", code),
@@ -272,7 +325,35 @@ pub fn render(s: &Scrape<'_>) -> String {
     for p in s.parents {
         t.histogram(name, &[("parent", &p.name)], &LATENCY_BUCKETS, &p.connect);
     }
+    let name = "rustle_parent_probe_duration_seconds";
+    t.family(name, "gauge", "How long the parent's last health probe took, failed or not.");
+    for p in s.parents {
+        if let Some(d) = p.probe {
+            t.sample(name, &[("parent", &p.name)], d.as_secs_f64());
+        }
+    }
+    let parents = s.parents.iter().map(|p| ("parent", p.name.as_str(), &p.traffic));
+    let routes = s.routes.iter().map(|r| ("route", r.name.as_str(), &r.traffic));
+    peers(&mut t, "parent", "through the parent", parents);
+    peers(&mut t, "route", "sent by the route through parents", routes);
     type Hist = (&'static str, &'static str, &'static [f64; 15], fn(&WorkerStats) -> &Histogram);
+    let name = "rustle_request_duration_seconds";
+    t.family(
+        name,
+        "histogram",
+        "End-to-end duration of requests and other exchanges that are not tunnels, from the \
+         request head read to the exchange's end, by protocol.",
+    );
+    for (i, proto) in Proto::ALL.iter().enumerate() {
+        let mut summed = Summed::default();
+        for w in s.workers {
+            w.request[i].add_to(&mut summed);
+        }
+        // Only the protocols served, to keep the output short.
+        if summed.counts.iter().any(|&c| c > 0) {
+            t.histogram(name, &[("protocol", proto.label())], &LATENCY_BUCKETS, &summed);
+        }
+    }
     let histograms: [Hist; 3] = [
         (
             "rustle_upstream_connect_seconds",
@@ -309,18 +390,17 @@ pub fn render(s: &Scrape<'_>) -> String {
     let name = "rustle_config_reload_failures_total";
     t.family(name, "counter", "Configuration reloads refused (the previous one kept).");
     t.sample(name, &[], RELOAD_FAILURES.load(Relaxed));
-    let name = "rustle_config_last_reload_successful";
-    t.family(name, "gauge", "1 if the last reload was applied (or none was asked), 0 if refused.");
-    t.sample(name, &[], LAST_RELOAD_OK.load(Relaxed));
-    let name = "rustle_auth_hashes_total";
-    t.family(name, "counter", "Password hashes computed (bcrypt, argon2id).");
-    t.sample(name, &[], AUTH_HASHES.load(Relaxed));
-    let name = "rustle_auth_hashes_refused_total";
-    t.family(name, "counter", "Password checks refused a place on the hashing threads.");
-    t.sample(name, &[], AUTH_HASHES_REFUSED.load(Relaxed));
+    Histogram, ListenerCounters, ListenerStats, PeerSums, Proto, Summed, UserStats, WorkerStats,
+    AUTH_HASHES, AUTH_HASHES_REFUSED, CAUSES, CLASSES, DURATION_BUCKETS, LAST_RELOAD_MS,
+    LAST_RELOAD_OK, LATENCY_BUCKETS, RELOADS, RELOAD_FAILURES,
     let name = "process_start_time_seconds";
     t.family(name, "gauge", "Start time of the process since the Unix epoch, in seconds.");
     t.sample(name, &[], p.start_time);
+    if let Some(cpu) = p.cpu_seconds {
+        let name = "process_cpu_seconds_total";
+        t.family(name, "counter", "Total user and system CPU time spent in seconds.");
+        t.sample(name, &[], cpu);
+    }
     let optional = [
         ("process_open_fds", "Open file descriptors.", p.open_fds),
         ("process_max_fds", "The open-file limit (soft).", p.max_fds),
@@ -363,6 +443,8 @@ mod tests {
                 user: Some("ann"),
                 refused: None,
                 tunnel: None,
+                start: Instant::now(),
+                through: None,
             });
             ended(&End {
                 listener: &c,
@@ -373,18 +455,21 @@ mod tests {
                 user: Some("bob\"\n"),
                 refused: Some(Refused::Rule),
                 tunnel: Some(Instant::now()),
+                start: Instant::now(),
+                through: None,
             });
             response_head(Duration::from_millis(3));
             drop(conn);
         })
         .join()
         .expect("the worker thread");
-        let listeners = [ListenerLabel { listen: "127.0.0.1:1".into(), kind: "http", counters }];
+        let listeners = [ListenerLabel { name: "127.0.0.1:1".into(), kind: "http", counters }];
         let text = render(&Scrape {
             listeners: &listeners,
             workers: &[stats],
             max_user_series: 1,
             parents: &[],
+            routes: &[],
             process: &Process::default(),
         });
         let l = "listener=\"127.0.0.1:1\",kind=\"http\"";
@@ -416,10 +501,12 @@ mod tests {
             workers: &[],
             max_user_series: 1,
             parents: &[],
+            routes: &[],
             process: &Process {
                 open_fds: Some(1),
                 max_fds: Some(2),
                 resident_bytes: Some(3),
+                cpu_seconds: Some(4.0),
                 ..Default::default()
             },
         });

@@ -84,7 +84,7 @@ impl Upstreams {
                             tracing::info!("{p} is up again");
                         }
                     }
-                    c.via = Some(via(route, &chain));
+                    c.via = Some(via(policy, route, &chain));
                     c.pool_key = Some(pool_key(want, &chain, c.absolute.is_some()));
                     return Ok(c);
                 }
@@ -223,9 +223,14 @@ pub(super) fn pick_chain<'p>(
     Ok(chain)
 }
 
-fn via(route: &str, chain: &[&Arc<Parent>]) -> Rc<Via> {
+/// The log's record of a connection through `chain` for route `route`, counting it as
+/// active on the route and on each parent until it is dropped.
+fn via(policy: &Policy, route: &str, chain: &[&Arc<Parent>]) -> Rc<Via> {
     let parents: Vec<&str> = chain.iter().map(|p| &*p.name).collect();
-    Rc::new(Via { route: route.into(), parents: parents.join(",").into() })
+    let counters = policy.routes.route_counters(route).into_iter();
+    let counters = counters.chain(chain.iter().map(|p| &p.health.stats.traffic));
+    let through = crate::metrics::Through::new(counters);
+    Rc::new(Via { route: route.into(), parents: parents.join(",").into(), through })
 }
 
 /// Where a connection through `chain` is pooled: the parents' names, then the target
@@ -293,7 +298,7 @@ impl Upstreams {
                     stream,
                     addr,
                     reused: true,
-                    via: Some(via(name, &chain)),
+                    via: Some(via(policy, name, &chain)),
                     pool_key: Some(pool_key),
                     absolute: auth,
                     early: Vec::new(),
@@ -339,6 +344,7 @@ impl Upstreams {
     /// that is down back at once, failure counts towards marking it down.
     pub async fn probe(&self, policy: &Policy, p: &Parent, timeouts: &Timeouts) {
         let Some(probe) = &p.probe else { return };
+        let started = Instant::now();
         let result = async {
             let (tcp, _) = self
                 .connect_tcp(&p.host, p.port, timeouts.connect, &|_| None)
@@ -356,7 +362,9 @@ impl Upstreams {
                 .map(drop)
                 .map_err(|e| e.to_string())
         };
-        match result.await {
+        let result = result.await;
+        p.health.stats.probed(started.elapsed());
+        match result {
             Ok(()) => {
                 if p.succeeded() {
                     tracing::info!("{p} is up again (probe)");
@@ -452,7 +460,7 @@ impl Upstreams {
                     if p.succeeded() {
                         tracing::info!("{p} is up again");
                     }
-                    return Ok(Some(UdpVia { control, relay, via: via(route, &chain) }));
+                    return Ok(Some(UdpVia { control, relay, via: via(policy, route, &chain) }));
                 }
                 Err((reason, broken, status, reply)) => {
                     let error = parent_error(route, p, reason, status, reply);

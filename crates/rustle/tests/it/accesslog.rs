@@ -658,23 +658,35 @@ fn http2_and_over_the_limit_refusals_log_one_line_each() {
     assert_eq!(count("too many connections"), 1, "{text}");
 }
 
-/// logrotate's rename and SIGUSR1 (the `contrib/` file, its path and signal adapted) while
-/// a client sends requests without a pause: every request has exactly one line, in the
-/// rotated file or the new one.
+/// logrotate's rename and SIGUSR1 (the `contrib/` file as it is, its path adapted, and
+/// the process name its postrotate signals: rustle runs under a name of its own so that
+/// no other rustle gets the signal) while a client sends requests without a pause: every
+/// request has exactly one line, in the rotated file or the new one. Without systemd
+/// (`systemctl` fails, or knows no such unit) the postrotate signals by name. Both files
+/// rustle created are readable by no one but the owner and its group.
 #[test]
 fn logrotate_under_steady_traffic_loses_no_line() {
-    if !have("logrotate") {
-        return;
+    use std::os::unix::fs::PermissionsExt as _;
+    if !have("logrotate") || !have("pkill") {
+        panic!("logrotate and pkill are needed: apt-get install logrotate procps");
     }
     let origin = Origin::start().unwrap();
     let dir = TempDir::new("logrotate");
     let log = dir.file("access.log");
+    // A name of at most 15 characters (what pkill -x compares), this test's own.
+    let name = format!("rustle{}", std::process::id() % 1_000_000_000);
+    let renamed = dir.file(&name);
+    std::os::unix::fs::symlink(rustle_bin(), &renamed).unwrap();
     let args = ["--http", "127.0.0.1:0", "--workers", "2", "--access-log", log.to_str().unwrap()];
-    let (bin, addr) = RustleProcess::start(&args);
+    let (bin, addr) = RustleProcess::start_bin(renamed.to_str().unwrap(), &args);
+    let mode = |p: &std::path::Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode(&log), 0o640, "the access log as created at the start");
     let contrib = include_str!("../../../../contrib/rustle.logrotate");
-    let (head, _) = contrib.split_once("    postrotate").expect("a postrotate script");
-    let conf = head.replace("/var/log/rustle/access.log", log.to_str().unwrap())
-        + &format!("    postrotate\n        kill -USR1 {}\n    endscript\n}}\n", bin.child.id());
+    assert!(contrib.contains("pkill -USR1 -x rustle ||"), "{contrib}");
+    let conf = contrib
+        .replace("/var/log/rustle/access.log", log.to_str().unwrap())
+        .replace("-x rustle", &format!("-x {name}"))
+        .replace("rustle.service", &format!("{name}-not-a-unit.service"));
     let conf_path = dir.file("logrotate.conf");
     std::fs::write(&conf_path, conf).unwrap();
 
@@ -728,4 +740,154 @@ fn logrotate_under_steady_traffic_loses_no_line() {
         seen.iter().copied().enumerate().filter(|(_, c)| *c != 1).collect();
     assert!(wrong.is_empty(), "requests without exactly one line (n, lines): {wrong:?}");
     assert!(lines_in(&rotated).lines().count() >= 50, "the rotated file has the early lines");
+    assert_eq!(mode(&log), 0o640, "the access log as reopened on SIGUSR1");
+    drop(bin);
+}
+
+#[test]
+fn an_access_log_that_cannot_be_opened_is_named_in_the_error() {
+    let dir = TempDir::new("nolog");
+    let log = dir.path().join("missing/access.log");
+    let out = std::process::Command::new(rustle_bin())
+        .args(["--http", "127.0.0.1:0", "--access-log", log.to_str().unwrap()])
+        .env("RUSTLE_CONFIG", "")
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    let want = format!("cannot open the access log {}: No such file or directory", log.display());
+    assert!(err.contains(&want), "{err}");
+}
+
+/// The refusals for credentials of each front end, sent to `proxy` (listener 0: SOCKS
+/// with auth and SOCKS4 user ids, listener 1: HTTP with auth): a SOCKS5 login with a
+/// wrong password, a SOCKS5 greeting without username/password, a SOCKS4 user id that
+/// names nobody, a CONNECT with a wrong password.
+fn refuse_credentials(proxy: &Proxy, target: SocketAddr) {
+    use crate::util::socks::{login5, read_reply4, request4, CONNECT};
+    let mut s = connect(proxy.addr_of(0));
+    assert_ne!(login5(&mut s, "alice", "hunter2"), 0, "a wrong password passed");
+    drop(s);
+    let mut s = connect(proxy.addr_of(0));
+    s.write_all(&[5, 1, 0]).unwrap();
+    assert_eq!(read_exact_n(&mut s, 2), [5, 0xff]);
+    drop(s);
+    let SocketAddr::V4(v4) = target else { panic!("{target}") };
+    let mut s = connect(proxy.addr_of(0));
+    s.write_all(&request4(CONNECT, v4, "nobody", None)).unwrap();
+    assert_eq!(read_reply4(&mut s).0, 0x5B);
+    drop(s);
+    let (_, r) = connect_with(proxy.addr_of(1), &target.to_string(), &[&proxy_auth("alice", "x")]);
+    assert_eq!(r.status, 407, "{}", r.text());
+}
+
+fn credentials_config(format: &str) -> String {
+    format!(
+        "[log]\nformat = '{format}'\n\
+         [[listener]]\nkind = \"socks\"\nlisten = \"127.0.0.1:0\"\nauth = true\nsocks4_users = true\n\
+         [[listener]]\nlisten = \"127.0.0.1:0\"\nauth = true\n\
+         [auth]\nfailures_burst = 1000\n\
+         [[auth.user]]\nname = \"alice\"\npassword = \"plain:secret\"\n"
+    )
+}
+
+#[test]
+fn refusals_for_credentials_are_logged_as_refusals_and_as_squid_writes_them() {
+    let echo = TcpEcho::start().unwrap();
+    // What squid itself writes for a login it refuses.
+    let opts =
+        crate::util::peers::SquidOptions { basic_auth: Some(("alice".into(), "secret".into())) };
+    let Some(squid) = crate::util::peers::Squid::start(opts) else {
+        panic!("squid (with basic_ncsa_auth) is not installed: apt-get install squid")
+    };
+    let (_, r) = connect_with(squid.addr(), &echo.addr().to_string(), &[&proxy_auth("alice", "x")]);
+    assert_eq!(r.status, 407, "{}", r.text());
+    let reference = Squid::parse(&squid.access_line(|l| l.contains(" CONNECT ")));
+    assert_eq!((reference.code.as_str(), reference.status), ("TCP_DENIED", 407));
+
+    // squid's format: each refusal as squid writes a refused login.
+    let proxy = Proxy::from_toml(&credentials_config("squid"));
+    refuse_credentials(&proxy, echo.addr());
+    let lines = proxy.log_lines_matching(4, |_| true);
+    assert_eq!(lines.len(), 4, "{lines:#?}");
+    for line in &lines {
+        let s = Squid::parse(line);
+        assert_eq!(
+            (s.code.as_str(), s.status, s.hierarchy.as_str()),
+            (reference.code.as_str(), reference.status, reference.hierarchy.as_str()),
+            "{line}"
+        );
+    }
+
+    // The plain format: SOCKS5's refusals with the reply of that meaning (2, not
+    // allowed), never 0 (succeeded); SOCKS4's with its 91; HTTP's 407.
+    let proxy = Proxy::from_toml(&credentials_config("plain"));
+    refuse_credentials(&proxy, echo.addr());
+    let lines = proxy.log_lines_matching(4, |_| true);
+    let mut statuses: Vec<u16> = lines.iter().map(|l| LogLine::parse(l).status).collect();
+    statuses.sort();
+    assert_eq!(statuses, [2, 2, 91, 407], "{lines:#?}");
+    for line in &lines {
+        assert!(line.contains("authentication"), "no cause named: {line}");
+        assert!(!line.contains("hunter2"), "a password in the log: {line}");
+    }
+}
+
+/// A CONNECT parent that answers 200, echoes the tunnel's bytes, and dies when told:
+/// `reset` with a reset (as a crashing host's stack answers), otherwise with a plain
+/// close of its socket, as the kernel closes a killed process's sockets.
+pub(crate) fn dying_parent(reset: bool) -> (SocketAddr, std::sync::mpsc::Sender<()>) {
+    use std::io::Read as _;
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (die, dying) = std::sync::mpsc::channel::<()>();
+    std::thread::spawn(move || {
+        let (mut s, _) = listener.accept().unwrap();
+        let mut head = Vec::new();
+        let mut byte = [0u8; 1];
+        while !head.ends_with(b"\r\n\r\n") && s.read(&mut byte).unwrap_or(0) == 1 {
+            head.push(byte[0]);
+        }
+        s.write_all(b"HTTP/1.1 200 Connection established\r\n\r\n").unwrap();
+        let mut buf = [0u8; 5];
+        s.read_exact(&mut buf).unwrap();
+        s.write_all(&buf).unwrap();
+        let _ = dying.recv();
+        if reset {
+            socket2::SockRef::from(&s).set_linger(Some(Duration::ZERO)).unwrap();
+        }
+        drop(s);
+    });
+    (addr, die)
+}
+
+#[test]
+fn a_tunnel_cut_by_a_dying_parent_is_logged_with_the_cause() {
+    for reset in [false, true] {
+        let (parent, die) = dying_parent(reset);
+        let proxy = Proxy::from_toml(&format!(
+            "[[listener]]\nlisten = \"127.0.0.1:0\"\n\
+             [[parent]]\nname = \"frail\"\nkind = \"http\"\naddress = \"{parent}\"\n\
+             [[route]]\nname = \"all\"\nvia = \"frail\"\n"
+        ));
+        let (mut t, r) = connect_with(proxy.addr(), "origin.test:443", &[]);
+        assert_eq!(r.status, 200, "{}", r.text());
+        assert_echoes(&mut t.s, b"hello");
+        die.send(()).unwrap();
+        // The client sees the tunnel end, then what it still sends meets the dead
+        // parent's socket.
+        t.s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let mut buf = [0u8; 16];
+        let end = std::io::Read::read(&mut t.s, &mut buf);
+        assert!(matches!(end, Ok(0) | Err(_)), "reset {reset}: {end:?}");
+        let _ = t.s.write_all(b"after the parent died");
+        drop(t);
+        let line = proxy.log_line(|l| l.contains("CONNECT"));
+        let l = LogLine::parse(&line);
+        assert_eq!(l.target, "origin.test:443", "{line}");
+        // The quoted cause ends the line (after `route=` and `via=`).
+        assert!(line.ends_with('"'), "reset {reset}: logged as a clean end: {line}");
+        let cause = "\"through parent \\\"frail\\\": upstream connection: ";
+        assert!(line.contains(cause), "reset {reset}: the parent is not named: {line}");
+    }
 }

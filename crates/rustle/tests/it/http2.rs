@@ -1560,3 +1560,37 @@ async fn streams_count_against_max_connections() {
     assert_eq!(resp.status(), 503, "a stream past the limit on a connection that stays up");
     assert_eq!(silent.connections(), 26);
 }
+
+/// The sibling of the CONNECT tunnel's case (`accesslog`): a CONNECT stream through a
+/// parent that dies after its end of stream is logged with that cause, naming the parent.
+#[tokio::test]
+async fn a_connect_stream_cut_by_a_dying_parent_is_logged_with_the_cause() {
+    let (parent, die) = crate::accesslog::dying_parent(false);
+    let proxy = Proxy::from_toml(&format!(
+        "[[listener]]\nlisten = \"127.0.0.1:0\"\nh2c = true\n\
+         [[parent]]\nname = \"frail\"\nkind = \"http\"\naddress = \"{parent}\"\n\
+         [[route]]\nname = \"all\"\nvia = \"frail\"\n"
+    ));
+    let mut c = client(proxy.addr()).await;
+    let (status, mut send, mut recv) = open_tunnel(&mut c, "origin.test:443").await;
+    assert_eq!(status, 200);
+    send.send_data(Bytes::from_static(b"hello"), false).unwrap();
+    let echoed = tokio::time::timeout(Duration::from_secs(5), recv.data()).await.expect("in time");
+    assert_eq!(&echoed.expect("data").unwrap()[..], b"hello");
+    die.send(()).unwrap();
+    // The parent's end of stream comes as the stream's end; what the client still sends
+    // then meets the dead parent's socket.
+    while !recv.is_end_stream() {
+        let end = tokio::time::timeout(Duration::from_secs(5), recv.data()).await.expect("in time");
+        match end {
+            Some(Ok(b)) if b.is_empty() => {}
+            None => break,
+            other => panic!("more than the end of stream: {other:?}"),
+        }
+    }
+    send.send_data(Bytes::from_static(b"after the parent died"), true).unwrap();
+    let line = wait_log(&proxy, 1, |l| l.contains("CONNECT")).await.remove(0);
+    // The quoted cause ends the line (after `route=` and `via=`).
+    assert!(line.ends_with('"'), "logged as a clean end: {line}");
+    assert!(line.contains("\"through parent \\\"frail\\\": upstream connection: "), "{line}");
+}

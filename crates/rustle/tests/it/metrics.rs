@@ -233,6 +233,11 @@ key = "{key}"
 name = "authed"
 listen = "127.0.0.1:0"
 auth = true
+[[listener]]
+name = "socks-authed"
+listen = "127.0.0.1:0"
+kind = "socks"
+auth = true
 [auth]
 failures_burst = 1000
 [[auth.user]]
@@ -247,8 +252,15 @@ ports = ["9"]
         key = certs.key.display(),
     ));
     let admin = proxy.admin_addr();
-    let [http, socks, relay, https, authed] = [0, 1, 2, 3, 4].map(|i| proxy.addr_of(i));
-    let label = |a: SocketAddr| a.to_string();
+    let [http, socks, relay, https, authed, socks_authed] =
+        [0, 1, 2, 3, 4, 5].map(|i| proxy.addr_of(i));
+    // A listener is labelled by its name, as the access log names it; by its address
+    // when it has none.
+    let label = |a: SocketAddr| match a {
+        _ if a == authed => "authed".to_string(),
+        _ if a == socks_authed => "socks-authed".to_string(),
+        a => a.to_string(),
+    };
 
     // HTTP/1 forwarding: three GETs and a POST on one kept-alive connection.
     let mut c = Conn::open(http);
@@ -326,6 +338,12 @@ ports = ["9"]
         .as_bytes(),
     );
     assert_eq!(r.status, 403);
+    // A SOCKS5 client offering no method the auth listener accepts (no username and
+    // password): refused for authentication.
+    let mut s = connect(socks_authed);
+    s.write_all(&[5, 1, 0]).unwrap();
+    let (reply, _) = read_until_close(&mut s);
+    assert_eq!(reply, [5, 0xff]);
 
     // Counted when the tunnels and connections have ended.
     let m = scrape_until(admin, "every tunnel ended and every connection closed", |m| {
@@ -375,6 +393,23 @@ ports = ["9"]
     assert_eq!(m.one("rustle_user_bytes_out_total", &[("user", "alice")]), 1000.0);
     assert_eq!(m.one("rustle_user_denied_total", &[("user", "alice")]), 1.0);
     assert_eq!(m.one("rustle_user_connections_open", &[("user", "alice")]), 0.0);
+    assert_eq!(refused(socks_authed, "auth"), 1.0);
+    assert_eq!(requests(socks_authed, "socks5", "4xx"), 1.0);
+    // End-to-end durations of the exchanges that are not tunnels, by protocol: the five
+    // HTTP/1 requests of listener 0, the HTTPS one and the authed listener's three; the
+    // h2 stream; the SOCKS5 refusal; the failed handshake.
+    let duration =
+        |proto: &str| m.one("rustle_request_duration_seconds_count", &[("protocol", proto)]);
+    assert_eq!(duration("http1"), 9.0);
+    assert_eq!(duration("other"), 1.0);
+    assert_eq!(duration("http2"), 1.0);
+    assert_eq!(duration("socks5"), 1.0);
+    assert!(m.one("rustle_request_duration_seconds_sum", &[("protocol", "http1")]) > 0.0);
+    let le = |proto: &str, le: &str| {
+        m.one("rustle_request_duration_seconds_bucket", &[("protocol", proto), ("le", le)])
+    };
+    assert_eq!(le("http1", "+Inf"), 9.0);
+    assert!(le("http1", "0.0005") <= le("http1", "0.25"));
     // Histograms: every forwarded request's response head (4 + h2 + HTTPS + alice), at
     // least one new upstream connection, the three tunnels; buckets are cumulative.
     assert_eq!(m.sum("rustle_upstream_response_head_seconds_count", &[]), 7.0);
@@ -393,6 +428,16 @@ ports = ["9"]
     assert!(m.one("process_open_fds", &[]) > 0.0);
     assert!(m.one("process_max_fds", &[]) >= m.one("process_open_fds", &[]));
     assert!(m.one("process_resident_memory_bytes", &[]) > 1e6);
+    let cpu = m.one("process_cpu_seconds_total", &[]);
+    assert!(cpu > 0.0 && cpu < 1e6, "{cpu}");
+    let started = m.one("process_start_time_seconds", &[]);
+    let unix_now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap();
+    assert!(started > 1.6e9 && started <= unix_now.as_secs_f64(), "{started}");
+    let version = env!("CARGO_PKG_VERSION");
+    assert_eq!(m.one("rustle_build_info", &[("version", version)]), 1.0);
+    // When the configuration in force was loaded (the binary's test checks a reload).
+    let loaded = m.one("rustle_config_last_reload_success_timestamp_seconds", &[]);
+    assert!(loaded > 1.6e9 && loaded <= unix_now.as_secs_f64(), "{loaded}");
 }
 
 /// A proxy with an admin listener on 127.0.0.1:0, `tweak` applied after.
@@ -594,14 +639,29 @@ fn the_binary_serves_metrics_and_counts_reloads() {
         .and_then(|rest| rest.split('/').next())
         .and_then(|a| a.parse().ok())
         .unwrap_or_else(|| panic!("no admin address in {err}"));
-    assert_eq!(scrape(addr).one("rustle_config_reloads_total", &[]), 0.0);
+    let m = scrape(addr);
+    assert_eq!(m.one("rustle_config_reloads_total", &[]), 0.0);
+    // Before any reload, the configuration in force is the one loaded at the start.
+    let last = |m: &Samples| m.one("rustle_config_last_reload_success_timestamp_seconds", &[]);
+    assert_eq!(last(&m), m.one("process_start_time_seconds", &[]));
+    let unix_now = || {
+        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap();
+        now.as_secs_f64()
+    };
+    let before = unix_now();
     p.signal("HUP");
-    scrape_until(addr, "the reload counted", |m| m.one("rustle_config_reloads_total", &[]) == 1.0);
+    let m = scrape_until(addr, "the reload counted", |m| {
+        m.one("rustle_config_reloads_total", &[]) == 1.0
+    });
+    let reloaded = last(&m);
+    assert!(reloaded >= before - 0.001 && reloaded <= unix_now(), "{before} {reloaded}");
     std::fs::write(&file, format!("{text}bogus = 1\n")).unwrap();
     p.signal("HUP");
-    scrape_until(addr, "the refused reload counted", |m| {
+    let m = scrape_until(addr, "the refused reload counted", |m| {
         m.one("rustle_config_reload_failures_total", &[]) == 1.0
     });
+    // A refused reload leaves the time of the last one applied.
+    assert_eq!(last(&m), reloaded);
 }
 
 #[test]
@@ -618,6 +678,8 @@ listen = "127.0.0.1:0"
 name = "up"
 kind = "http"
 address = "{parent}"
+probe = "tcp"
+probe_every = "1s"
 [[parent]]
 name = "gone"
 kind = "http"
@@ -649,4 +711,50 @@ via = "gone"
     assert_eq!(m.one("rustle_parent_connect_failures_total", &[("parent", "up")]), 0.0);
     let count = |p: &str| m.one("rustle_parent_connect_seconds_count", &[("parent", p)]);
     assert_eq!((count("up"), count("gone")), (1.0, 0.0));
+
+    // Per parent and per route: what went through them, by status class and direction.
+    let requests = |key: &str, name: &str, code: &str, m: &Samples| {
+        m.one(&format!("rustle_{key}_requests_total"), &[(key, name), ("code", code)])
+    };
+    let bytes = |key: &str, name: &str, dir: &str, m: &Samples| {
+        m.one(&format!("rustle_{key}_bytes_total"), &[(key, name), ("direction", dir)])
+    };
+    let active = |key: &str, name: &str, m: &Samples| {
+        m.one(&format!("rustle_{key}_active_connections"), &[(key, name)])
+    };
+    assert_eq!(requests("parent", "up", "2xx", &m), 1.0);
+    assert_eq!(requests("parent", "up", "5xx", &m), 0.0);
+    assert_eq!(requests("route", "via-up", "2xx", &m), 1.0);
+    assert_eq!(bytes("parent", "up", "down", &m), 10.0);
+    assert_eq!(bytes("route", "via-up", "down", &m), 10.0);
+    // The failed one never got through a parent: the route and parent count nothing.
+    assert_eq!(requests("route", "via-gone", "5xx", &m), 0.0);
+    assert_eq!(requests("parent", "gone", "5xx", &m), 0.0);
+    assert_eq!((active("parent", "up", &m), active("route", "via-up", &m)), (0.0, 0.0));
+    // A tunnel through "up" is active while it lasts, then counted with its bytes.
+    let (mut tunnel, r) = connect_with(proxy.addr(), &origin.addr().to_string(), &[]);
+    assert_eq!(r.status, 200, "{}", r.text());
+    let m = scrape(proxy.admin_addr());
+    assert_eq!((active("parent", "up", &m), active("route", "via-up", &m)), (1.0, 1.0));
+    tunnel.send(b"GET /bytes/20 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+    let r = tunnel.read_response();
+    assert_eq!((r.status, r.body.len()), (200, 20));
+    drop(tunnel);
+    let m = scrape_until(proxy.admin_addr(), "the tunnel ended", |m| {
+        active("parent", "up", m) == 0.0 && requests("parent", "up", "2xx", m) == 2.0
+    });
+    assert_eq!(requests("route", "via-up", "2xx", &m), 2.0);
+    assert!(bytes("parent", "up", "down", &m) > 30.0);
+    assert!(bytes("parent", "up", "up", &m) > 40.0);
+    // The probe's time: a TCP connection to the parent, a loopback one.
+    let m = scrape_until(proxy.admin_addr(), "a probe of \"up\" ran", |m| {
+        m.matching("rustle_parent_probe_duration_seconds", &[("parent", "up")]).count() == 1
+    });
+    let probe = m.one("rustle_parent_probe_duration_seconds", &[("parent", "up")]);
+    assert!(probe > 0.0 && probe < 1.0, "{probe}");
+    // "gone" has no probe.
+    assert_eq!(
+        m.matching("rustle_parent_probe_duration_seconds", &[("parent", "gone")]).count(),
+        0
+    );
 }

@@ -48,22 +48,32 @@ fn the_manual_page_names_every_subcommand_and_renders() {
         }
     }
 
-    // A page per subcommand, for `man rustle-check`.
-    let dir = TempDir::new("man");
-    let out = rustle(&["man", "--dir", dir.path().to_str().unwrap()]);
+    // A page per subcommand, for `man rustle-check`, in a directory made for them.
+    let top = TempDir::new("man");
+    let dir = top.path().join("share/man1");
+    let out = rustle(&["man", "--dir", dir.to_str().unwrap()]);
     assert_success("rustle man --dir", &out);
     let written = stdout(&out);
     assert_eq!(written.lines().count(), 1 + SUBCOMMANDS.len(), "{written}");
-    assert_eq!(std::fs::read_to_string(dir.file("rustle.1")).unwrap(), roff);
+    assert_eq!(std::fs::read_to_string(dir.join("rustle.1")).unwrap(), roff);
     for sub in SUBCOMMANDS {
-        let page = std::fs::read_to_string(dir.file(&format!("rustle-{sub}.1"))).unwrap();
+        let page = std::fs::read_to_string(dir.join(format!("rustle-{sub}.1"))).unwrap();
         assert!(page.contains(&format!(".TH RUSTLE-{} 1", sub.to_uppercase())), "{page}");
     }
-    let check = std::fs::read_to_string(dir.file("rustle-check.1")).unwrap();
+    let check = std::fs::read_to_string(dir.join("rustle-check.1")).unwrap();
     assert!(check.contains("\\-\\-config"), "{check}");
     if have("man") {
         assert!(render(&check).contains("--config"));
     }
+    // A directory that cannot be made: the error names it.
+    let file = top.file("a-file");
+    std::fs::write(&file, "").unwrap();
+    let out = rustle(&["man", "--dir", file.join("sub").to_str().unwrap()]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    let want =
+        format!("cannot create the directory {}: Not a directory", file.join("sub").display());
+    assert!(err.contains(&want), "{err}");
 }
 
 /// `man -l -` of a page: the text, after checking that man and groff had nothing to say.
@@ -149,6 +159,7 @@ fn the_systemd_unit_verifies_and_has_what_a_service_needs() {
         "User=rustle",
         "NoNewPrivileges=true",
         "ProtectSystem=strict",
+        "UMask=0027",
     ] {
         assert!(unit.lines().any(|l| l.starts_with(line)), "no `{line}` in the unit");
     }
