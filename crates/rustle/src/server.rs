@@ -15,6 +15,7 @@ use std::sync::atomic::AtomicUsize;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use anyhow::Context;
 use tokio::io::unix::AsyncFd;
 use tokio::io::Interest;
 use tokio::net::TcpStream;

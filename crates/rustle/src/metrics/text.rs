@@ -390,9 +390,28 @@ pub fn render(s: &Scrape<'_>) -> String {
     let name = "rustle_config_reload_failures_total";
     t.family(name, "counter", "Configuration reloads refused (the previous one kept).");
     t.sample(name, &[], RELOAD_FAILURES.load(Relaxed));
-    Histogram, ListenerCounters, ListenerStats, PeerSums, Proto, Summed, UserStats, WorkerStats,
-    AUTH_HASHES, AUTH_HASHES_REFUSED, CAUSES, CLASSES, DURATION_BUCKETS, LAST_RELOAD_MS,
-    LAST_RELOAD_OK, LATENCY_BUCKETS, RELOADS, RELOAD_FAILURES,
+    let name = "rustle_config_last_reload_successful";
+    t.family(name, "gauge", "1 if the last reload was applied (or none was asked), 0 if refused.");
+    t.sample(name, &[], LAST_RELOAD_OK.load(Relaxed));
+    let name = "rustle_auth_hashes_total";
+    t.family(name, "counter", "Password hashes computed (bcrypt, argon2id).");
+    t.sample(name, &[], AUTH_HASHES.load(Relaxed));
+    let name = "rustle_auth_hashes_refused_total";
+    t.family(name, "counter", "Password checks refused a place on the hashing threads.");
+    t.sample(name, &[], AUTH_HASHES_REFUSED.load(Relaxed));
+    let name = "rustle_config_last_reload_success_timestamp_seconds";
+    t.family(
+        name,
+        "gauge",
+        "When the configuration in force was loaded (the last reload applied, or the \
+         start), since the Unix epoch, in seconds.",
+    );
+    let last = LAST_RELOAD_MS.load(Relaxed);
+    let loaded = if last == 0 { p.start_time } else { last as f64 / 1e3 };
+    t.sample(name, &[], loaded);
+    let name = "rustle_build_info";
+    t.family(name, "gauge", "Always 1: the version of the running rustle, as labels.");
+    t.sample(name, &[("version", env!("CARGO_PKG_VERSION"))], 1);
     let name = "process_start_time_seconds";
     t.family(name, "gauge", "Start time of the process since the Unix epoch, in seconds.");
     t.sample(name, &[], p.start_time);
