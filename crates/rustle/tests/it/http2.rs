@@ -1453,8 +1453,33 @@ async fn the_admin_endpoint_is_refused_on_every_kind_of_stream() {
     assert!(String::from_utf8_lossy(&body).contains("own listening address"));
 }
 
+/// An h2 client connection to `addr` that the proxy has accepted (it holds its place under
+/// the connection limits): its PING was answered. `client` alone returns once the preface
+/// is written, possibly before the proxy's accept.
+async fn accepted_client(addr: SocketAddr) -> SendRequest<Bytes> {
+    let tcp = tokio::net::TcpStream::connect(addr).await.expect("connect to the proxy");
+    tcp.set_nodelay(true).unwrap();
+    let (send, mut conn) = h2::client::Builder::new()
+        .initial_window_size(4 << 20)
+        .initial_connection_window_size(16 << 20)
+        .handshake(tcp)
+        .await
+        .expect("h2 handshake");
+    let mut ping = conn.ping_pong().expect("ping_pong");
+    tokio::spawn(async move {
+        let _ = conn.await;
+    });
+    let pong = ping.ping(h2::Ping::opaque());
+    tokio::time::timeout(Duration::from_secs(10), pong).await.unwrap().expect("PING answered");
+    send.ready().await.expect("connection ready")
+}
+
 /// Opens `per_conn` GET streams to `url` on each of `conns` new h2 connections, without
-/// waiting for their answers.
+/// waiting for their answers. All the connections are accepted before the first stream
+/// is sent: were a connection accepted after other connections' streams took the last
+/// places, the proxy would refuse it at accept with an HTTP/1.1 503 (it cannot know yet
+/// that the client speaks HTTP/2), which the h2 client reads as a frame too large
+/// (FRAME_SIZE_ERROR).
 async fn many_streams(
     addr: SocketAddr,
     conns: usize,
@@ -1462,16 +1487,17 @@ async fn many_streams(
     url: &str,
 ) -> (Vec<SendRequest<Bytes>>, Vec<h2::client::ResponseFuture>) {
     let mut clients = Vec::new();
-    let mut pending = Vec::new();
     for _ in 0..conns {
-        let mut c = client(addr).await;
+        clients.push(accepted_client(addr).await);
+    }
+    let mut pending = Vec::new();
+    for c in &mut clients {
         for _ in 0..per_conn {
-            c = c.ready().await.expect("ready");
+            *c = c.clone().ready().await.expect("ready");
             let (resp, _) =
                 c.send_request(request(Method::GET, url).body(()).unwrap(), true).expect("send");
             pending.push(resp);
         }
-        clients.push(c);
     }
     (clients, pending)
 }
