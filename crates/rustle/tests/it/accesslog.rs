@@ -755,7 +755,24 @@ fn an_access_log_that_cannot_be_opened_is_named_in_the_error() {
         .unwrap();
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
-    let want = format!("cannot open the access log {}: No such file or directory", log.display());
+    // Refused by the start-up checks, before any file is opened: the message names the
+    // file and what is wrong with it.
+    let want = format!(
+        "{}: its directory {} does not exist",
+        log.display(),
+        dir.path().join("missing").display()
+    );
+    assert!(err.contains(&want), "{err}");
+    // A path the checks pass but that cannot be opened (a directory): the open's error
+    // names it.
+    let out = std::process::Command::new(rustle_bin())
+        .args(["--http", "127.0.0.1:0", "--access-log", dir.path().to_str().unwrap()])
+        .env("RUSTLE_CONFIG", "")
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    let want = format!("cannot open the access log {}: Is a directory", dir.path().display());
     assert!(err.contains(&want), "{err}");
 }
 

@@ -675,13 +675,19 @@ const ALICE_PASSWORD: &str = "correct horse battery staple";
 
 impl LoginTarget {
     fn start(auth_keys: &str) -> LoginTarget {
+        LoginTarget::with_workers(2, auth_keys)
+    }
+
+    /// With `workers` workers: the failed-attempt budget is per worker, so a test of one
+    /// address's budget runs one.
+    fn with_workers(workers: usize, auth_keys: &str) -> LoginTarget {
         let dir = TempDir::new("login-flood");
         let line = rustle::auth::hash_line("alice", ALICE_PASSWORD.as_bytes()).unwrap();
         assert!(line.contains("$argon2id$v=19$m=19456,"), "{line}");
         let users = users_file(&dir, &[&line]);
         let config = dir.file("rustle.toml");
         let text = format!(
-            "workers = 2\n\
+            "workers = {workers}\n\
              [[listener]]\nlisten = \"127.0.0.1:0\"\nauth = true\nh2c = true\n\
              [[listener]]\nkind = \"socks\"\nlisten = \"127.0.0.1:0\"\nauth = true\n\
              [admin]\nlisten = \"127.0.0.1:0\"\n\
@@ -938,7 +944,10 @@ fn sequential_wrong_argon2_passwords_do_not_grow_memory() {
 
 #[test]
 fn a_full_hashing_queue_answers_503_without_counting_a_failure() {
-    let target = LoginTarget::start("hash_threads = 1\nmax_pending_hashes = 1\nfailures_burst = 1");
+    let target = LoginTarget::with_workers(
+        1,
+        "hash_threads = 1\nmax_pending_hashes = 1\nfailures_burst = 1",
+    );
     let from = |i: usize| format!("127.0.0.{}", 10 + i);
     // One wrong guess from each of 30 addresses at once: one hashing, one waiting, the
     // rest refused at once.
