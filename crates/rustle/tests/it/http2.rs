@@ -1410,6 +1410,11 @@ async fn a_drain_answers_idle_kept_alive_connections_and_finishes_http2_streams(
     let req = request(Method::GET, &origin.url("/delay/1500")).body(()).unwrap();
     let (resp, _) = send.send_request(req, true).expect("send request");
     let in_flight = tokio::spawn(read_response(resp));
+    // In flight means at the origin: the drain begins only once the origin has the request.
+    let at_origin = tokio::task::block_in_place(|| {
+        wait_until(Duration::from_secs(10), || origin.requests() == 2)
+    });
+    assert!(at_origin, "the delayed request reached the origin");
     // An idle raw HTTP/2 connection: its GOAWAY tells that the worker drains.
     let mut raw = raw_h2(addr);
     let mut raw = tokio::task::spawn_blocking(move || {
