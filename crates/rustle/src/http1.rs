@@ -291,7 +291,40 @@ pub async fn refuse_overloaded(
     })))
     .await;
     let mut ex = Exchange::new(Instant::now());
+    if c.listener.h2c && rustle_proto::detect::is_h2_preface(read.filled()) {
+        // An HTTP/2 client (prior knowledge) reads frames, not a status line: it gets the
+        // server preface and a GOAWAY that refuses every stream (last stream 0), with the
+        // cause as its debug data.
+        let _ = tokio::time::timeout(ERROR_WRITE_TIMEOUT, async {
+            c.stream.write_all(&h2_refusal(Error::Overloaded.to_string().as_bytes())).await?;
+            c.stream.flush().await?;
+            c.stream.shutdown().await
+        })
+        .await;
+        ex.status = 503;
+        c.log(&ex, Some(&Error::Overloaded));
+        return;
+    }
     c.fail(&mut ex, &Error::Overloaded).await;
+}
+
+/// HTTP/2's refusal of a whole connection: an empty SETTINGS frame (the server's preface)
+/// then GOAWAY with last stream 0 and REFUSED_STREAM (RFC 9113 6.8: no stream was
+/// processed, so a client may try again elsewhere), `why` as debug data.
+fn h2_refusal(why: &[u8]) -> Vec<u8> {
+    const SETTINGS: u8 = 0x4;
+    const GOAWAY: u8 = 0x7;
+    const REFUSED_STREAM: u32 = 0x7;
+    let len = 8 + why.len();
+    let mut out = Vec::with_capacity(9 + 9 + len);
+    out.extend_from_slice(&[0, 0, 0, SETTINGS, 0, 0, 0, 0, 0]);
+    // A frame length is 24 bits; the debug data is one short message.
+    out.extend_from_slice(&u32::try_from(len).unwrap_or(0).to_be_bytes()[1..]);
+    out.extend_from_slice(&[GOAWAY, 0, 0, 0, 0, 0]);
+    out.extend_from_slice(&0u32.to_be_bytes());
+    out.extend_from_slice(&REFUSED_STREAM.to_be_bytes());
+    out.extend_from_slice(why);
+    out
 }
 
 impl Client {

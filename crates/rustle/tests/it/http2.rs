@@ -1482,9 +1482,7 @@ async fn accepted_client(addr: SocketAddr) -> SendRequest<Bytes> {
 /// Opens `per_conn` GET streams to `url` on each of `conns` new h2 connections, without
 /// waiting for their answers. All the connections are accepted before the first stream
 /// is sent: were a connection accepted after other connections' streams took the last
-/// places, the proxy would refuse it at accept with an HTTP/1.1 503 (it cannot know yet
-/// that the client speaks HTTP/2), which the h2 client reads as a frame too large
-/// (FRAME_SIZE_ERROR).
+/// places, the proxy would refuse the whole connection at accept (a GOAWAY for stream 0).
 async fn many_streams(
     addr: SocketAddr,
     conns: usize,
@@ -1624,4 +1622,38 @@ async fn a_connect_stream_cut_by_a_dying_parent_is_logged_with_the_cause() {
     // The quoted cause ends the line (after `route=` and `via=`).
     assert!(line.ends_with('"'), "logged as a clean end: {line}");
     assert!(line.contains("\"through parent \\\"frail\\\": upstream connection: "), "{line}");
+}
+
+/// A connection over a limit at accept is refused in HTTP/2's terms when it opens with the
+/// preface: SETTINGS, then GOAWAY with last stream 0, REFUSED_STREAM and the cause (an
+/// HTTP/1.1 status line would read as a frame too large), and a log line.
+#[tokio::test]
+async fn an_h2c_connection_over_a_limit_at_accept_gets_goaway() {
+    let origin = Origin::start().unwrap();
+    let proxy = h2c_proxy(|cfg| cfg.limits.max_connections_per_client = Some(1));
+    let _first = accepted_client(proxy.addr()).await;
+    let mut second = client(proxy.addr()).await;
+    let req = request(Method::GET, &origin.url("/bytes/10")).body(()).unwrap();
+    let err = match send_and_wait(&mut second, req).await {
+        Err(e) => e,
+        Ok(status) => panic!("a second connection was served: {status}"),
+    };
+    assert_eq!(err.reason(), Some(h2::Reason::REFUSED_STREAM), "{err:?}");
+    assert!(err.is_go_away() && err.is_remote(), "{err:?}");
+    assert!(format!("{err:?}").contains("too many connections"), "{err:?}");
+    proxy.log_line(|l| l.contains(" 503 ") && l.contains("too many connections"));
+    assert_eq!(origin.requests(), 0);
+}
+
+/// Sends `req` on `send` and waits for its answer's status (10 s at most).
+async fn send_and_wait(
+    send: &mut SendRequest<Bytes>,
+    req: Request<()>,
+) -> Result<StatusCode, h2::Error> {
+    let wait = async {
+        let mut ready = send.clone().ready().await?;
+        let (resp, _) = ready.send_request(req, true)?;
+        Ok(resp.await?.status())
+    };
+    tokio::time::timeout(Duration::from_secs(10), wait).await.expect("an answer in time")
 }
