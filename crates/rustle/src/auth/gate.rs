@@ -94,15 +94,22 @@ impl Gate {
             return Err(Refusal::Wrong);
         };
         // `allowed` above and this run with no await between: the token is there.
+        let failed_before = self.failures.borrow().has_failed(client);
         self.failures.borrow_mut().reserve(client, now);
         let ok = match u.is_slow() {
             true => match self.hasher.check(client, generation, user, &u, password).await {
                 Ok(ok) => ok,
                 // Over its own share: the reserved attempt stays counted.
                 Err(Busy::Client) => return Err(Refusal::RateLimited),
-                // Others' checks fill the queue: not this client's failure.
+                // The queue is full. From an address with failures behind it the attempt
+                // stays counted, or addresses keeping the queue full (each within its
+                // share) would never run out of attempts; one with none gets it back, so
+                // that a user meeting a flood keeps its attempts until the flood's
+                // addresses have spent theirs and the queue has room again.
                 Err(Busy::Queue) => {
-                    self.failures.borrow_mut().give_back(client, Instant::now());
+                    if !failed_before {
+                        self.failures.borrow_mut().give_back(client, Instant::now());
+                    }
                     return Err(Refusal::Busy);
                 }
             },

@@ -54,6 +54,11 @@ impl FailureLimiter {
         }
     }
 
+    /// Whether `ip` has failed recently: its bucket is not full (a full one is forgotten).
+    pub fn has_failed(&self, ip: IpAddr) -> bool {
+        self.buckets.contains_key(&client(ip))
+    }
+
     /// Counts an attempt from `ip` as failed before it is checked, if its bucket has a
     /// token left: false (and nothing taken) when it has none. Attempts made at once thus
     /// see each other: no more than the bucket holds are checked, however many arrive

@@ -943,7 +943,7 @@ fn sequential_wrong_argon2_passwords_do_not_grow_memory() {
 }
 
 #[test]
-fn a_full_hashing_queue_answers_503_without_counting_a_failure() {
+fn a_full_hashing_queue_answers_503_and_counts_only_an_address_that_failed_before() {
     let target = LoginTarget::with_workers(
         1,
         "hash_threads = 1\nmax_pending_hashes = 1\nfailures_burst = 1",
@@ -958,10 +958,65 @@ fn a_full_hashing_queue_answers_503_without_counting_a_failure() {
     assert!(flood.count(503) >= 20, "{flood:?}");
     assert_eq!(flood.hashes, flood.count(407) as u64, "{flood:?}");
     assert!(target.metric("rustle_auth_hashes_refused_total") >= 20);
-    // With a budget of one failure each: an address refused for others' sake still logs
-    // in; one whose guess was checked and wrong has used its budget.
+    // With a budget of one failure each: an address refused with no failure behind it
+    // still logs in; one whose guess was checked and wrong has used its budget.
     let refused = answers.iter().position(|&a| a == 503).unwrap();
     assert_eq!(target.at.http_login(&from(refused), ALICE_PASSWORD), 502);
     let checked = answers.iter().position(|&a| a == 407).unwrap();
     assert_eq!(target.at.http_login(&from(checked), ALICE_PASSWORD), 429);
+}
+
+/// Many addresses, each within its share, keeping the queue full with wrong guesses in a
+/// loop: their attempts run out (a refusal at the full queue counts), after which they
+/// are answered 429 without reaching the queue, and a user from another address logs in.
+#[test]
+fn addresses_keeping_the_hashing_queue_full_run_out_of_attempts() {
+    let target = LoginTarget::with_workers(
+        1,
+        "hash_threads = 1\nmax_pending_hashes = 4\nfailures_burst = 3\nfailures_per_minute = 1",
+    );
+    let from = |i: usize| format!("127.0.1.{}", 10 + i);
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let refused_all = std::thread::scope(|s| {
+        let flooders: Vec<_> = (0..40)
+            .map(|i| {
+                let (at, stop, from) = (&target.at, &stop, &from);
+                s.spawn(move || {
+                    let mut answers = Vec::new();
+                    while !stop.load(std::sync::atomic::Ordering::Relaxed) && answers.len() < 200 {
+                        answers.push(at.http_login(&from(i), "guess"));
+                    }
+                    answers
+                })
+            })
+            .collect();
+        // The flood has filled the queue (its refusals are counted) and goes on while the
+        // user tries: within 10 s, the login succeeds.
+        assert!(wait_until(Duration::from_secs(10), || {
+            target.metric("rustle_auth_hashes_refused_total") >= 40
+        }));
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        let mut user = Vec::new();
+        while std::time::Instant::now() < deadline {
+            let a = target.at.http_login("127.0.2.1", ALICE_PASSWORD);
+            user.push(a);
+            if a == 502 {
+                break;
+            }
+        }
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        let flood: Vec<Vec<u16>> = flooders.into_iter().map(|h| h.join().unwrap()).collect();
+        eprintln!("the user's answers during the flood: {user:?}");
+        assert_eq!(user.last(), Some(&502), "the user never logged in: {user:?}");
+        flood
+    });
+    // Each flooding address was held to its budget: at most the burst and the minute's
+    // refill of its guesses were hashed; most ended on 429s, no longer reaching the queue
+    // (one with no failure behind it is refused at a full queue without spending any).
+    for answers in &refused_all {
+        let hashed = answers.iter().filter(|&&a| a == 407).count();
+        assert!(hashed <= 4, "{answers:?}");
+    }
+    let spent = refused_all.iter().filter(|a| a.last() == Some(&429)).count();
+    assert!(spent >= 20, "{spent} of 40 flooding addresses ran out of attempts");
 }
