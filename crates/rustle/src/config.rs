@@ -1284,6 +1284,14 @@ fn target_problem(l: &Listener) -> Option<String> {
     if l.target_tls.is_some() && l.kind != ListenerKind::Relay {
         return Some(format!("a {} listener takes no [listener.target_tls]", l.kind));
     }
+    if l.auth && l.kind.needs_target() {
+        // Accepted and ignored, `auth` would read as protection a relay does not give.
+        return Some(format!(
+            "a {} listener takes no `auth`: it asks no credentials (limit it with client \
+             rules, or client certificates on a TLS relay)",
+            l.kind
+        ));
+    }
     None
 }
 
@@ -1606,6 +1614,18 @@ mod tests {
         assert!("a:0".parse::<HostPort>().is_err());
         assert!("::1:80".parse::<HostPort>().is_err());
         assert_eq!("Example.COM:443".parse::<HostPort>().map(|h| h.host), Ok("example.com".into()));
+    }
+
+    #[test]
+    fn a_relay_takes_no_auth() {
+        for kind in ["relay", "udp-relay"] {
+            let text = format!(
+                "[[listener]]\nkind = \"{kind}\"\nlisten = \"127.0.0.1:1\"\n\
+                 target = \"127.0.0.1:2\"\nauth = true\n"
+            );
+            let p = Config::parse(&text).expect_err("auth on a relay");
+            assert!(p[0].message.contains("takes no `auth`"), "{p:?}");
+        }
     }
 
     #[test]

@@ -132,7 +132,8 @@ impl Protection {
     pub fn of(l: &Listener) -> Protection {
         let required = crate::config::ClientCerts::Required;
         Protection {
-            auth: l.auth,
+            // A relay asks no credentials whatever `auth` says (the checks refuse it).
+            auth: l.auth && !l.kind.needs_target(),
             client_cert: l.tls.as_ref().is_some_and(|t| t.client_certs == required),
         }
     }
@@ -247,6 +248,14 @@ mod tests {
             // The command line's confirmation allows all of it.
             assert!(less_protected(&running, &new, true).is_empty());
         }
+        // An authenticating listener that becomes a relay loses its auth, whatever the
+        // new file says of `auth` (a relay asks no credentials).
+        let running =
+            [(listener(true, NoCerts, false).key, Protection { auth: true, client_cert: false })];
+        let mut relay = listener(true, NoCerts, false);
+        relay.kind = ListenerKind::Relay;
+        relay.tls = None;
+        assert_eq!(less_protected(&running, &[relay], false).len(), 1);
         // Another address: nothing to compare with.
         let running = [(ListenerKey::default(), Protection { auth: true, client_cert: true })];
         assert!(less_protected(&running, &[listener(false, NoCerts, false)], false).is_empty());

@@ -310,8 +310,9 @@ pub async fn send<R: Requester>(
 
 /// How many origin connections one client connection may hold pinned (one per target);
 /// a further pin closes the oldest. A client doing connection-based authentication
-/// talks to one or two servers; the bound keeps a hostile one from holding many sockets.
-const MAX_PINS: usize = 4;
+/// talks to one or two servers; the bound keeps a hostile one from holding many sockets
+/// (pinned connections are idle between its requests, outside the pool's bounds).
+const MAX_PINS: usize = 2;
 
 /// An origin connection bound to one client connection (HTTP/1: the connection; HTTP/2:
 /// all its streams). Once a request on it carried connection-based credentials

@@ -643,7 +643,9 @@ const SPARE_FILES: u64 = 64;
 /// even the hard limit is below what `limits.max_connections` needs: a proxied connection
 /// holds two descriptors (client and upstream), four more while splicing (two pipes); an
 /// HTTP/2 stream with an upstream takes a place of its own (its upstream socket), so two
-/// per place bounds HTTP/2 clients too.
+/// per place bounds HTTP/2 clients too. A client connection doing connection-based
+/// authentication (NTLM, Negotiate) may also hold up to two idle origin connections pinned
+/// to it, which this estimate leaves out.
 /// Past the limit, accepting pauses (see `AcceptFailures`) and connecting upstream fails.
 pub fn raise_file_limit(cfg: &Config) {
     use rlimit::Resource;

@@ -227,7 +227,17 @@ fn run(shared: &Shared) {
             let Some(user) = job.user.take() else { continue };
             (id, user, job.password.clone())
         };
-        let ok = user.verify_in(&password, &mut memory);
+        // A panic in a hash library must not leave the check's waiters hanging and its
+        // client's share taken for good: it is a failed check, and the thread goes on
+        // (with a fresh memory block).
+        let ok = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            user.verify_in(&password, &mut memory)
+        }))
+        .unwrap_or_else(|_| {
+            tracing::error!("a password hash panicked; counted as a failed check");
+            memory = Vec::new();
+            false
+        });
         crate::metrics::auth_hashed();
         finish(&mut lock(shared), id, ok);
     }
