@@ -38,6 +38,10 @@ use crate::server::{Group, Inherited, Running, Socket};
 /// How long either side waits for the other's next line.
 const PATIENCE: Duration = Duration::from_secs(10);
 
+/// How long the running process waits for a control connection's first line: the main
+/// thread waits meanwhile (signals too), and every client sends it at once.
+const FIRST_LINE: Duration = Duration::from_secs(1);
+
 /// The protocol's version, in the first line.
 const VERSION: u32 = 1;
 
@@ -111,7 +115,7 @@ impl Control {
             let accepted = self.listener.accept().await.and_then(|(s, _)| {
                 let s = s.into_std()?;
                 s.set_nonblocking(false)?;
-                s.set_read_timeout(Some(PATIENCE))?;
+                s.set_read_timeout(Some(FIRST_LINE))?;
                 s.set_write_timeout(Some(PATIENCE))?;
                 Ok(s)
             });
@@ -173,6 +177,7 @@ fn hand_over(
         // A probe (another rustle checking whether this socket is alive).
         return Ok(None);
     }
+    conn.set_read_timeout(Some(PATIENCE))?;
     if !line.starts_with("takeover") {
         other(line.trim(), &conn);
         return Ok(None);

@@ -292,3 +292,19 @@ fn the_service_manager_hears_a_refused_reload() {
     assert!(status.starts_with("READY=1\nSTATUS=reload refused: "), "{status:?}");
     assert!(status.contains("is empty"), "{status:?}");
 }
+
+/// A control connection that sends nothing holds the main thread (and so signals) for at
+/// most a second: a SIGHUP behind it is applied well within the 10 s a takeover's later
+/// lines may take.
+#[test]
+fn a_silent_control_connection_does_not_hold_up_a_reload() {
+    let dir = TempDir::new("control-silent");
+    let (bin, _, _) = start(&dir, &authed(&dir, free_port(), true, ""));
+    let silent = std::os::unix::net::UnixStream::connect(dir.file("control.sock")).unwrap();
+    let begun = std::time::Instant::now();
+    bin.signal("HUP");
+    assert!(bin.wait_for_stderr("SIGHUP: reloaded", Duration::from_secs(5)), "{}", bin.stderr());
+    let took = begun.elapsed();
+    assert!(took < Duration::from_secs(3), "the reload waited {took:?}");
+    drop(silent);
+}
