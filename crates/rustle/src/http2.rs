@@ -761,6 +761,11 @@ fn is_dropped_request_field(name: &http::HeaderName) -> bool {
     ) || name.as_str() == "x-forwarded-for"
         || name.as_str() == "proxy-connection"
         || name.as_str() == "keep-alive"
+        // Framing names with an underscore, which origins that fold `_` into `-` would
+        // take for framing (the HTTP/1 parser refuses them; here the framing is written
+        // afresh, so they are only dropped).
+        || name.as_str() == "transfer_encoding"
+        || name.as_str() == "content_length"
 }
 
 /// A 1-in-2^64 nonce source without a random-number dependency: the standard library's

@@ -77,6 +77,10 @@ pub enum HeadError {
     TransferEncodingHttp10,
     #[error("request transfer coding other than chunked is not implemented")]
     TransferCodingNotImplemented,
+    /// `Transfer_Encoding` or `Content_Length`: a field servers that fold `_` into `-`
+    /// (CGI and its heirs) would take for framing that this message does not have.
+    #[error("a framing field name spelled with an underscore")]
+    FramingFieldUnderscore,
     #[error("connection header names a framing field")]
     ConnectionNamesFraming,
     #[error("multiple host headers")]

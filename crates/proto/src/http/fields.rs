@@ -60,6 +60,21 @@ impl Known {
     }
 }
 
+/// Whether `name` is `content-length` or `transfer-encoding` with an underscore for a
+/// dash (any case). Called only for names of neither kind, so the lengths turn almost
+/// every name away before a comparison.
+pub(crate) fn framing_lookalike(name: &[u8]) -> bool {
+    let like = |s: &[u8]| {
+        name.len() == s.len()
+            && name.contains(&b'_')
+            && name.iter().zip(s).all(|(&a, &b)| {
+                let a = if a == b'_' { b'-' } else { a.to_ascii_lowercase() };
+                a == b
+            })
+    };
+    like(b"content-length") || like(b"transfer-encoding")
+}
+
 /// Framing facts gathered over all header fields of one message.
 #[derive(Debug, Default)]
 pub(crate) struct Framing {

@@ -70,6 +70,9 @@ pub fn parse_request(
         match kind {
             Known::ContentLength => framing.content_length(value)?,
             Known::TransferEncoding => framing.transfer_encoding(value)?,
+            Known::Other if fields::framing_lookalike(name) => {
+                return Err(HeadError::FramingFieldUnderscore)
+            }
             // Proxy-Connection is non-standard but old clients still send
             // it to proxies instead of Connection.
             Known::Connection => fields::connection(value, true, &mut head.conn)?,

@@ -51,6 +51,8 @@ const REJECT: &[(&str, &[u8], HeadError)] = &[
     ("te gzip then chunked fields", b"POST http://a/ HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: gzip\r\nTransfer-Encoding: chunked\r\n\r\n", E::TransferCodingNotImplemented),
     ("te identity then chunked", b"POST http://a/ HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: identity, chunked\r\n\r\n", E::TransferCodingNotImplemented),
     ("te identity then chunked fields", b"POST http://a/ HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: identity\r\nTransfer-Encoding: CHUNKED\r\n\r\n", E::TransferCodingNotImplemented),
+    ("te spelled with an underscore", b"POST http://a/ HTTP/1.1\r\nHost: a\r\nTransfer_Encoding: chunked\r\n\r\n", E::FramingFieldUnderscore),
+    ("cl spelled with an underscore", b"POST http://a/ HTTP/1.1\r\nHost: a\r\nCONTENT_length: 5\r\n\r\nhello", E::FramingFieldUnderscore),
     ("te tabbed list", b"POST http://a/ HTTP/1.1\r\nHost: a\r\nTransfer-Encoding:\tdeflate\t,\tCHUNKED\t\r\n\r\n", E::TransferCodingNotImplemented),
     ("te in http/1.0", b"POST http://a/ HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n", E::TransferEncodingHttp10),
     ("te vertical tab", b"POST http://a/ HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: \x0bchunked\r\n\r\n", E::InvalidHeaderValue),

@@ -302,6 +302,32 @@ fn request_transfer_codings_other_than_chunked_never_reach_the_origin() {
     assert_eq!(te, ["Transfer-Encoding: chunked"], "{}", heads[0]);
 }
 
+/// `Transfer_Encoding` and `Content_Length` are framing to origins that fold `_` into `-`
+/// (CGI and its heirs), and not to the proxy: a request carrying one is refused with a
+/// 400 naming it, and never reaches the origin.
+#[test]
+fn framing_fields_spelled_with_an_underscore_never_reach_the_origin() {
+    let origin = RawOrigin::start();
+    let proxy = Proxy::start();
+    let url = format!("http://{}/up", origin.addr);
+    for field in ["Transfer_Encoding: chunked", "content_LENGTH: 5"] {
+        let head = format!(
+            "POST {url} HTTP/1.1\r\nHost: {}\r\nContent-Length: 16\r\n{field}\r\n\r\n",
+            origin.addr
+        );
+        let mut c = Conn::open(proxy.addr());
+        c.send(head.as_bytes());
+        c.send(b"5\r\nhello\r\n0\r\n\r\n");
+        let r = c.read_response();
+        assert_eq!(r.status, 400, "{field}: {}{}", r.head_text(), r.text());
+        assert!(r.text().contains("underscore"), "{field}: {}", r.text());
+        c.assert_closed();
+    }
+    let lines = proxy.log_lines_matching(2, |l| l.contains(" 400 ") && l.contains("underscore"));
+    assert_eq!(lines.len(), 2, "{}", proxy.log_text());
+    assert!(origin.heads().is_empty(), "what reached the origin: {:#?}", origin.heads());
+}
+
 /// A TRACE answered here (Max-Forwards: 0) echoes the request without the client's
 /// Proxy-Authorization, curl sending its credentials.
 #[test]
