@@ -33,18 +33,9 @@ struct FakeParent {
 
 impl FakeParent {
     fn start(name: &'static str) -> FakeParent {
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        let addr = listener.local_addr().unwrap();
         let seen = Arc::new(Mutex::new(Vec::new()));
         let log = seen.clone();
-        std::thread::spawn(move || {
-            // Ends with the test process (a blocked accept holds nothing of a test's).
-            for s in listener.incoming() {
-                let Ok(s) = s else { return };
-                let log = log.clone();
-                std::thread::spawn(move || serve_parent(s, name, &log));
-            }
-        });
+        let addr = serve_each(move |s| serve_parent(s, name, &log));
         FakeParent { addr, seen }
     }
 
@@ -53,21 +44,44 @@ impl FakeParent {
     }
 }
 
+/// Listens on a port of 127.0.0.1 and serves each connection with `serve` on a thread of
+/// its own; the accept thread ends with the test process (a blocked accept holds nothing
+/// of a test's).
+fn serve_each(serve: impl Fn(TcpStream) + Send + Sync + 'static) -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let serve = Arc::new(serve);
+    std::thread::spawn(move || {
+        for s in listener.incoming() {
+            let Ok(s) = s else { return };
+            let serve = serve.clone();
+            std::thread::spawn(move || serve(s));
+        }
+    });
+    addr
+}
+
+/// The next request head read from `s` (`buf` keeps what follows it), or None at the
+/// end of the stream or an error.
+fn next_head(s: &mut TcpStream, buf: &mut Vec<u8>) -> Option<String> {
+    loop {
+        if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            let head: Vec<u8> = buf.drain(..i + 4).collect();
+            return Some(String::from_utf8_lossy(&head).into_owned());
+        }
+        let mut tmp = [0u8; 4096];
+        match s.read(&mut tmp) {
+            Ok(0) | Err(_) => return None,
+            Ok(k) => buf.extend_from_slice(&tmp[..k]),
+        }
+    }
+}
+
 fn serve_parent(mut s: TcpStream, name: &str, log: &Mutex<Vec<Seen>>) {
     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
     let mut buf = Vec::new();
     for n in 0.. {
-        let head = loop {
-            if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-                let head: Vec<u8> = buf.drain(..i + 4).collect();
-                break String::from_utf8_lossy(&head).into_owned();
-            }
-            let mut tmp = [0u8; 4096];
-            match s.read(&mut tmp) {
-                Ok(0) | Err(_) => return,
-                Ok(k) => buf.extend_from_slice(&tmp[..k]),
-            }
-        };
+        let Some(head) = next_head(&mut s, &mut buf) else { return };
         let mut lines = head.split("\r\n");
         let line = lines.next().unwrap_or_default().to_string();
         let auth = lines
@@ -218,30 +232,14 @@ struct RawOrigin {
 
 impl RawOrigin {
     fn start() -> RawOrigin {
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        let addr = listener.local_addr().unwrap();
         let heads = Arc::new(Mutex::new(Vec::new()));
         let log = heads.clone();
-        std::thread::spawn(move || {
-            for s in listener.incoming() {
-                let Ok(mut s) = s else { return };
-                let log = log.clone();
-                std::thread::spawn(move || {
-                    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-                    let mut buf = Vec::new();
-                    let mut tmp = [0u8; 4096];
-                    while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
-                        match s.read(&mut tmp) {
-                            Ok(0) | Err(_) => return,
-                            Ok(k) => buf.extend_from_slice(&tmp[..k]),
-                        }
-                    }
-                    log.lock().unwrap().push(String::from_utf8_lossy(&buf).into_owned());
-                    let _ = s.write_all(
-                        b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
-                    );
-                });
-            }
+        let addr = serve_each(move |mut s| {
+            s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+            let Some(head) = next_head(&mut s, &mut Vec::new()) else { return };
+            log.lock().unwrap().push(head);
+            let _ =
+                s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
         });
         RawOrigin { addr, heads }
     }
@@ -413,17 +411,7 @@ fn conn_auth_origin(mut s: TcpStream) -> bool {
     let mut user: Option<String> = None;
     let mut buf = Vec::new();
     loop {
-        let head = loop {
-            if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-                let head: Vec<u8> = buf.drain(..i + 4).collect();
-                break String::from_utf8_lossy(&head).into_owned();
-            }
-            let mut tmp = [0u8; 4096];
-            match s.read(&mut tmp) {
-                Ok(0) | Err(_) => return user.is_some(),
-                Ok(k) => buf.extend_from_slice(&tmp[..k]),
-            }
-        };
+        let Some(head) = next_head(&mut s, &mut buf) else { return user.is_some() };
         let auth = head.split("\r\n").find_map(|l| {
             let (k, v) = l.split_once(':')?;
             k.eq_ignore_ascii_case("authorization").then(|| v.trim().to_string())

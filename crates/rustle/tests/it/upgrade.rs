@@ -210,6 +210,28 @@ fn one_request(s: &mut TcpStream, req: &[u8], len: usize) -> Option<bool> {
 /// one after each. A request on a reused connection that closes before any byte of the
 /// response is sent again on a new connection, as HTTP clients do; a request on a new
 /// connection that fails is a failure.
+/// `n` client threads running `each(proxy, url, stop, done, failed)` until `stop` is set;
+/// returns the stop flag, the counts of requests done and failed, and the threads.
+// The four parts are taken apart at once by the callers: a struct would add only names.
+#[allow(clippy::type_complexity)]
+fn clients(
+    n: usize,
+    proxy: SocketAddr,
+    url: &str,
+    each: fn(SocketAddr, String, Arc<AtomicBool>, Arc<AtomicU64>, Arc<AtomicU64>),
+) -> (Arc<AtomicBool>, Arc<AtomicU64>, Arc<AtomicU64>, Vec<std::thread::JoinHandle<()>>) {
+    let stop = Arc::new(AtomicBool::new(false));
+    let (done, failed) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+    let threads = (0..n)
+        .map(|_| {
+            let (url, stop, done, failed) =
+                (url.to_string(), stop.clone(), done.clone(), failed.clone());
+            std::thread::spawn(move || each(proxy, url, stop, done, failed))
+        })
+        .collect();
+    (stop, done, failed, threads)
+}
+
 fn load(
     proxy: SocketAddr,
     url: String,
@@ -271,15 +293,7 @@ fn takeover_under_load_refuses_nothing_and_the_old_process_drains() {
     let err = second.stderr();
     assert!(err.contains("already in use") && err.contains("--takeover"), "{err}");
 
-    let stop = Arc::new(AtomicBool::new(false));
-    let (done, failed) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
-    let clients: Vec<_> = (0..3)
-        .map(|_| {
-            let (url, stop, done, failed) =
-                (origin.url("/bytes/100"), stop.clone(), done.clone(), failed.clone());
-            std::thread::spawn(move || load(addr, url, stop, done, failed))
-        })
-        .collect();
+    let (stop, done, failed, clients) = clients(3, addr, &origin.url("/bytes/100"), load);
     let count = || done.load(Ordering::Relaxed);
     assert!(eventually(Duration::from_secs(10), || count() > 200), "no load");
     let (mut tunnel, r) = connect_with(addr, &echo.addr().to_string(), &[]);
@@ -522,15 +536,7 @@ fn takeover_with_admin_hands_its_port_over_and_loses_no_kept_alive_request() {
     assert!(old.wait_for_stderr("control socket", Duration::from_secs(5)), "{}", old.stderr());
     assert_eq!(admin_get(admin, "/readyz").0, 200);
 
-    let stop = Arc::new(AtomicBool::new(false));
-    let (done, lost) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
-    let clients: Vec<_> = (0..4)
-        .map(|_| {
-            let (url, stop, done, lost) =
-                (origin.url("/bytes/100"), stop.clone(), done.clone(), lost.clone());
-            std::thread::spawn(move || kept_alive_load(addr, url, stop, done, lost))
-        })
-        .collect();
+    let (stop, done, lost, clients) = clients(4, addr, &origin.url("/bytes/100"), kept_alive_load);
     let count = || done.load(Ordering::Relaxed);
     assert!(eventually(Duration::from_secs(10), || count() > 300), "no load");
 
