@@ -212,15 +212,15 @@ pub fn serve_http(
     peer: SocketAddr,
     buf: Buf,
 ) -> impl std::future::Future<Output = ()> {
-    // A combinator, not an `async fn`: a wrapper's own copy of the arguments would stay
-    // in every HTTP connection's future.
-    use futures_util::FutureExt as _;
-    crate::http1::serve_buffered(guard, listener, stream, peer, buf).map(|h2c| {
-        if let Some(crate::http1::H2c { guard, listener, stream, peer, buf }) = h2c {
-            let h2 = crate::http2::serve_rewound(guard, listener, stream, peer, buf);
-            drop(tokio::task::spawn_local(h2));
-        }
-    })
+    // A plain function, not an `async fn`: a wrapper's own copy of the arguments would
+    // stay in every HTTP connection's future.
+    crate::http1::serve_buffered(guard, listener, stream, peer, buf, h2c)
+}
+
+/// An h2c connection handed back by HTTP/1 goes on as HTTP/2 in a task of its own.
+fn h2c(c: crate::http1::H2c) {
+    let crate::http1::H2c { guard, listener, stream, peer, buf } = c;
+    drop(tokio::task::spawn_local(crate::http2::serve_rewound(guard, listener, stream, peer, buf)));
 }
 
 /// `serve_http` for a connection fresh from the accept loop (a plain function, so that

@@ -251,7 +251,8 @@ pub async fn send<R: Requester>(
     io: Duration,
 ) -> Result<(), Error> {
     let mut fresh_retry = leg.through_parents;
-    let started = std::time::Instant::now();
+    // Read from the clock only while something reads the durations (`metrics::timed`).
+    let started = crate::metrics::timed().then(std::time::Instant::now);
     loop {
         let sent = write_timed(&mut leg.stream, req.out, io).await;
         let result = match sent {
@@ -265,7 +266,9 @@ pub async fn send<R: Requester>(
         let dead = matches!(result, Err(Error::Upstream(_) | Error::UpstreamClosed(_)));
         match result {
             Ok(()) => {
-                crate::metrics::response_head(started.elapsed());
+                if let Some(started) = started {
+                    crate::metrics::response_head(started.elapsed());
+                }
                 return Ok(());
             }
             Err(_) if dead && (leg.reused || fresh_retry) && ubuf.is_empty() => {

@@ -30,7 +30,7 @@ use crate::worker::{ConnGuard, Worker};
 const ERROR_WRITE_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// A connection that opened with the HTTP/2 preface (h2c with prior knowledge), handed
-/// back to go on as HTTP/2, its bytes read so far in `buf`.
+/// on to go on as HTTP/2, its bytes read so far in `buf`.
 pub struct H2c {
     pub guard: ConnGuard,
     pub listener: Arc<Listener>,
@@ -60,7 +60,7 @@ pub struct Client {
     /// connection waits for a request).
     pub out: Vec<u8>,
     /// The current request's pool key (`host:port`), reused across requests.
-    pub key: Vec<u8>,
+    pub key: forward::PoolKey,
     /// Origin connections bound to this client (connection-based authentication,
     /// `exchange::Pinned`): never pooled, closed with it.
     pub pins: crate::exchange::Pins,
@@ -111,15 +111,17 @@ impl Exchange {
     }
 }
 
-/// Serves a connection whose first bytes may already be in `buf` (after detection).
+/// Serves a connection whose first bytes may already be in `buf` (after detection). One
+/// that opens with the HTTP/2 preface (h2c with prior knowledge) is given to `h2c`.
 pub fn serve_buffered(
     guard: ConnGuard,
     listener: Arc<Listener>,
     stream: Stream,
     peer: SocketAddr,
     buf: Buf,
-) -> impl std::future::Future<Output = Option<H2c>> {
-    serve_with(guard, listener, stream, peer, buf, None, None)
+    h2c: fn(H2c),
+) -> impl std::future::Future<Output = ()> {
+    serve_with(guard, listener, stream, peer, buf, None, None, h2c)
 }
 
 /// Serves HTTP inside TLS: `user` is the one a verified client certificate names.
@@ -133,7 +135,7 @@ pub async fn serve_tls(
 ) {
     let buf = guard.worker().take_buf();
     // ALPN chose HTTP/1.1: no preface to switch on.
-    let _ = serve_with(guard, listener, stream, peer, buf, Some(tls), user).await;
+    serve_with(guard, listener, stream, peer, buf, Some(tls), user, |_| {}).await;
 }
 
 async fn serve_with(
@@ -144,7 +146,8 @@ async fn serve_with(
     buf: Buf,
     tls: Option<Rc<crate::tls::Session>>,
     cert_user: Option<String>,
-) -> Option<H2c> {
+    h2c: fn(H2c),
+) {
     let worker = guard.worker().clone();
     let mut c = Client {
         guard,
@@ -159,7 +162,7 @@ async fn serve_with(
         traffic: None,
         head: RequestHead::new(),
         out: Vec::new(),
-        key: Vec::new(),
+        key: forward::PoolKey::default(),
         pins: Default::default(),
         logged: Logged::default(),
         tls,
@@ -169,7 +172,7 @@ async fn serve_with(
         if !c.guard.hold_user(&user) {
             let mut ex = Exchange::new(Instant::now());
             c.fail(&mut ex, &Error::LimitReached("for this user")).await;
-            return None;
+            return;
         }
         c.traffic = Some(worker.traffic.entry(&user));
         c.user = Some(Rc::from(user));
@@ -186,7 +189,8 @@ async fn serve_with(
             // and goes on as HTTP/2 (`dispatch`).
             Err(_) if c.listener.h2c && rustle_proto::detect::is_h2_preface(c.buf.filled()) => {
                 let Client { guard, listener, stream, peer, buf, .. } = c;
-                return Some(H2c { guard, listener, stream, peer, buf });
+                h2c(H2c { guard, listener, stream, peer, buf });
+                return;
             }
             Err(e) => {
                 c.keep_request_line();
@@ -225,7 +229,7 @@ async fn serve_with(
                 };
                 let opts = worker.relay_opts(listener.splice);
                 crate::tunnel::spawn(guard, stream, handoff, opts, record);
-                return None;
+                return;
             }
             Ok(next) => {
                 c.log(&ex, None);
@@ -251,7 +255,6 @@ async fn serve_with(
     if clean && c.stream.is_tls() {
         let _ = tokio::time::timeout(ERROR_WRITE_TIMEOUT, c.stream.shutdown()).await;
     }
-    None
 }
 
 /// Answers a connection over the limit with 503 and closes it.
@@ -275,7 +278,7 @@ pub async fn refuse_overloaded(
         buf: Buf::default(),
         head: RequestHead::new(),
         out: Vec::new(),
-        key: Vec::new(),
+        key: forward::PoolKey::default(),
         pins: Default::default(),
         logged: Logged::default(),
         tls: None,

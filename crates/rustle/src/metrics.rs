@@ -449,10 +449,10 @@ struct Local {
     /// The worker's number: its slot in each listener's counters.
     id: usize,
     stats: Arc<WorkerStats>,
-    users: RefCell<HashMap<Box<str>, Arc<UserStats>>>,
+    users: RefCell<HashMap<Box<str>, Arc<UserStats>, foldhash::fast::RandomState>>,
     /// The parents' and routes' counters this worker has counted on, by address (see
     /// [`Through`]).
-    peers: RefCell<HashMap<usize, Rc<Held>>>,
+    peers: RefCell<HashMap<usize, Rc<Held>, foldhash::fast::RandomState>>,
 }
 
 impl Local {
@@ -590,7 +590,15 @@ pub struct End<'a> {
     pub through: Option<&'a Through>,
 }
 
+#[inline]
 pub fn ended(e: &End<'_>) {
+    // Counted only while something can read the counts (`timed`).
+    if timed() {
+        count_end(e);
+    }
+}
+
+fn count_end(e: &End<'_>) {
     here(|l| {
         if let Some(s) = l.listener(e.listener) {
             s.requests[e.proto as usize][class(e.status)].add(1);
@@ -611,11 +619,8 @@ pub fn ended(e: &End<'_>) {
         }
         match e.tunnel {
             Some(start) => l.stats.tunnel.observe(&DURATION_NS, start.elapsed()),
-            // A start read from the clock only while timed (`Worker::stamp`).
-            None if timed() => {
-                l.stats.request[e.proto as usize].observe(&LATENCY_NS, e.start.elapsed())
-            }
-            None => {}
+            // (A start read from the clock, as exchanges are timed: `Worker::stamp`.)
+            None => l.stats.request[e.proto as usize].observe(&LATENCY_NS, e.start.elapsed()),
         }
         if let Some(name) = e.user {
             l.with_user(name, |u| {
@@ -689,11 +694,12 @@ pub fn auth_hash_refused() {
     AUTH_HASHES_REFUSED.fetch_add(1, Relaxed);
 }
 
-/// Whether anything reads the exchange durations (an admin endpoint runs).
+/// Whether anything reads the exchanges' counts and durations (an admin endpoint runs).
 static TIMED: AtomicBool = AtomicBool::new(false);
 
-/// Exchanges are timed from their start (an admin endpoint serves `/metrics`): the
-/// workers read the clock when an exchange starts even with the access log off.
+/// Exchanges are counted and timed (an admin endpoint serves `/metrics`): the workers
+/// read the clock when an exchange starts even with the access log off. Without an admin
+/// endpoint nothing can read them, and an exchange's end costs neither.
 pub fn set_timed() {
     TIMED.store(true, Relaxed);
 }

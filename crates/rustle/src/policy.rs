@@ -228,8 +228,11 @@ impl Policy {
 
     /// The throttle for a connection: the listener's buckets plus the user's.
     pub fn throttle(&self, listener: &Throttle, user: Option<&str>) -> Throttle {
-        let mut t = listener.clone();
         let user_limits = !self.user_rates.is_empty() || self.default_user_rate != (None, None);
+        if !user_limits && listener.is_unlimited() {
+            return Throttle::default();
+        }
+        let mut t = listener.clone();
         if let (Some(u), true) = (user, user_limits) {
             let (up, down) = self.user_limits(u);
             t.up.user = up.user;

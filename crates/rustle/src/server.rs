@@ -839,6 +839,7 @@ async fn worker_main(
                 worker.log.flush();
                 let now = Instant::now();
                 worker.waiters.sweep(now, false);
+                worker.upstreams.tick(now);
                 crate::idle::sweep_relays(now);
                 if worker.id == 0 && last_local.elapsed() >= crate::acl::local::REFRESH_EVERY {
                     crate::acl::local::refresh();

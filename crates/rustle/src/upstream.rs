@@ -11,12 +11,11 @@
 //! `connect`, the slow path, which a front end boxes and races against its client leaving,
 //! makes a new one.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::io;
 use std::net::{IpAddr, SocketAddr};
 use std::rc::Rc;
-use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
 use futures_util::stream::{FuturesUnordered, StreamExt};
@@ -238,9 +237,10 @@ impl Upstreams {
         plan: Plan<'_>,
         timeouts: &crate::config::Timeouts,
     ) -> Result<Connected, Error> {
-        let started = std::time::Instant::now();
+        // Timed only while something reads the durations (`metrics::timed`).
+        let started = crate::metrics::timed().then(std::time::Instant::now);
         let connected = self.make(policy, want, plan, timeouts).await;
-        if connected.is_ok() {
+        if let (Ok(_), Some(started)) = (&connected, started) {
             crate::metrics::upstream_connected(started.elapsed());
         }
         connected
@@ -385,11 +385,15 @@ pub struct Upstreams {
     cfg: RefCell<UpstreamConfig>,
     dns: RefCell<HashMap<Box<str>, (Cached, Instant)>>,
     pool: RefCell<Pool>,
+    /// The pool's clock: the worker's housekeeping tick sets it (`tick`, every
+    /// `idle::TICK`), so taking and parking a connection read no clock. An idle
+    /// connection's age is known to a tick or two, well inside `pool_idle_timeout`.
+    now: Cell<Instant>,
 }
 
 struct Pool {
     /// Keyed by the lowercased `host:port` the client named.
-    map: HashMap<Box<[u8]>, Vec<Idle>>,
+    map: HashMap<Box<[u8]>, Vec<Idle>, foldhash::fast::RandomState>,
     total: usize,
 }
 
@@ -398,8 +402,14 @@ impl Upstreams {
         Upstreams {
             cfg: RefCell::new(cfg),
             dns: RefCell::new(HashMap::new()),
-            pool: RefCell::new(Pool { map: HashMap::new(), total: 0 }),
+            pool: RefCell::new(Pool { map: HashMap::default(), total: 0 }),
+            now: Cell::new(Instant::now()),
         }
+    }
+
+    /// The housekeeping tick's time, the pool's clock from now on.
+    pub fn tick(&self, now: Instant) {
+        self.now.set(now);
     }
 
     /// The pool and name-cache settings from now on (a reload).
@@ -510,7 +520,7 @@ impl Upstreams {
         let mut pool = self.pool.borrow_mut();
         let Pool { map, total } = &mut *pool;
         let list = map.get_mut(key)?;
-        let deadline = Instant::now().checked_sub(self.cfg.borrow().pool_idle_timeout);
+        let deadline = self.now.get().checked_sub(self.cfg.borrow().pool_idle_timeout);
         while let Some(mut idle) = list.pop() {
             *total -= 1;
             let expired = deadline.is_some_and(|d| idle.since < d);
@@ -535,7 +545,7 @@ impl Upstreams {
             stream.close_now();
             return;
         }
-        let idle = Idle { stream, addr, since: Instant::now() };
+        let idle = Idle { stream, addr, since: self.now.get() };
         match list {
             Some(list) => list.push(idle),
             None => {
@@ -549,7 +559,7 @@ impl Upstreams {
     /// the worker's housekeeping timer so idle sockets do not linger.
     pub fn sweep(&self) {
         let mut pool = self.pool.borrow_mut();
-        let Some(deadline) = Instant::now().checked_sub(self.cfg.borrow().pool_idle_timeout) else {
+        let Some(deadline) = self.now.get().checked_sub(self.cfg.borrow().pool_idle_timeout) else {
             return;
         };
         let Pool { map, total } = &mut *pool;
@@ -589,16 +599,11 @@ impl Upstreams {
 /// (Origin connections are always registered; one that is not counts as stale.)
 pub fn is_stale(stream: Option<&TcpStream>) -> bool {
     let Some(stream) = stream else { return true };
-    let mut cx = Context::from_waker(Waker::noop());
-    match stream.poll_read_ready(&mut cx) {
-        Poll::Pending => false,
-        Poll::Ready(Err(_)) => true,
-        // Readiness may be left over from a read that exactly filled the buffer: look.
-        Poll::Ready(Ok(())) => {
-            let mut byte = [0u8; 1];
-            !matches!(stream.try_read(&mut byte), Err(e) if e.kind() == io::ErrorKind::WouldBlock)
-        }
-    }
+    // `try_read` looks at tokio's cached readiness first and returns at once while it is
+    // clear (no syscall, no waker stored). Readiness may be left over from a read that
+    // exactly filled the buffer: the read then finds nothing and clears it.
+    let mut byte = [0u8; 1];
+    !matches!(stream.try_read(&mut byte), Err(e) if e.kind() == io::ErrorKind::WouldBlock)
 }
 
 fn resolve_reason(e: &io::Error) -> String {

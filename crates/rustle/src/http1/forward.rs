@@ -39,7 +39,55 @@ const VIA: &str = "rustle";
 
 /// Pool keys of TLS origins start with this, so a plain connection is never reused for
 /// an https:// URL or the other way round.
-const HTTPS_KEY: &[u8] = b"https://";
+const HTTPS_KEY: &str = "https://";
+
+/// A connection's pool key, `host:port` with the host lowercased (after `https://` for a
+/// TLS origin), kept from request to request: rebuilt only when a request names another
+/// origin, so that a kept-alive client's usual request neither writes nor checks it.
+#[derive(Debug, Default)]
+pub struct PoolKey {
+    text: String,
+    https: bool,
+    port: u16,
+    /// Where the host is in `text`.
+    host: (usize, usize),
+}
+
+impl PoolKey {
+    /// Makes this the key of `host:port` (a TLS origin's when `https`).
+    fn target(&mut self, https: bool, host: &[u8], port: u16) -> Result<(), Error> {
+        let (start, end) = self.host;
+        let same = !self.text.is_empty()
+            && self.https == https
+            && self.port == port
+            && self.text.as_bytes()[start..end].eq_ignore_ascii_case(host);
+        if same {
+            return Ok(());
+        }
+        let mut bytes = std::mem::take(&mut self.text).into_bytes();
+        bytes.clear();
+        if https {
+            bytes.extend_from_slice(HTTPS_KEY.as_bytes());
+        }
+        let start = bytes.len();
+        bytes.extend(host.iter().map(u8::to_ascii_lowercase));
+        let end = bytes.len();
+        bytes.push(b':');
+        rustle_proto::http::push_decimal(&mut bytes, u32::from(port));
+        self.text = String::from_utf8(bytes)
+            .map_err(|_| Error::Unsupported("the host name is not ASCII"))?;
+        (self.https, self.port, self.host) = (https, port, (start, end));
+        Ok(())
+    }
+
+    fn host(&self) -> &str {
+        &self.text[self.host.0..self.host.1]
+    }
+
+    fn bytes(&self) -> &[u8] {
+        self.text.as_bytes()
+    }
+}
 
 pub async fn forward(c: &mut Client, ex: &mut Exchange) -> Result<Next, Error> {
     let worker = c.worker.clone();
@@ -50,20 +98,12 @@ pub async fn forward(c: &mut Client, ex: &mut Exchange) -> Result<Next, Error> {
     let https = scheme.is_tls();
     let head = &c.head;
     let filled = c.buf.filled();
-    // The pool key, `host:port` lowercased (`https://host:port` for TLS origins), in a
-    // buffer the connection reuses; the host for resolving is in it.
-    let mut key = std::mem::take(&mut c.key);
-    key.clear();
-    if https {
-        key.extend_from_slice(HTTPS_KEY);
-    }
-    let host_start = key.len();
-    key.extend(host.get(filled).iter().map(u8::to_ascii_lowercase));
-    let host_end = key.len();
-    key.push(b':');
-    rustle_proto::http::push_decimal(&mut key, u32::from(port));
-    let host = std::str::from_utf8(&key[host_start..host_end])
-        .map_err(|_| Error::Unsupported("the host name is not ASCII"))?;
+    // The pool key, `host:port` lowercased (`https://host:port` for TLS origins), kept by
+    // the connection: a kept-alive client's next request to the same origin uses it as it
+    // is. The host for resolving is in it.
+    c.key.target(https, host.get(filled), port)?;
+    let key = std::mem::take(&mut c.key);
+    let host = key.host();
     let upgrade = head.is_upgrade();
     let method = head.method;
     let client_keep_alive = head.keep_alive();
@@ -98,16 +138,17 @@ pub async fn forward(c: &mut Client, ex: &mut Exchange) -> Result<Next, Error> {
             listener: c.listener.name.as_deref(),
             tls,
         };
-        let start = match start_or_pinned(&worker, &mut c.pins, &policy, &want, &key, &mut pin)? {
-            // A route that the target's addresses decide: resolved now (boxed: rare).
-            Start::Connect(plan) if plan.undecided() => {
-                // (The future goes to the heap in a statement of its own: a temporary
-                // that lives across the await would take its room in this future.)
-                let settle = Box::pin(worker.upstreams.settle(&policy, &want, plan));
-                Start::Connect(settle.await?)
-            }
-            start => start,
-        };
+        let start =
+            match start_or_pinned(&worker, &mut c.pins, &policy, &want, key.bytes(), &mut pin)? {
+                // A route that the target's addresses decide: resolved now (boxed: rare).
+                Start::Connect(plan) if plan.undecided() => {
+                    // (The future goes to the heap in a statement of its own: a temporary
+                    // that lives across the await would take its room in this future.)
+                    let settle = Box::pin(worker.upstreams.settle(&policy, &want, plan));
+                    Start::Connect(settle.await?)
+                }
+                start => start,
+            };
         let absolute = match &start {
             Start::Ready(ready) => ready.absolute.clone(),
             Start::Connect(plan) => plan.absolute(&want),
@@ -338,14 +379,14 @@ pub async fn forward(c: &mut Client, ex: &mut Exchange) -> Result<Next, Error> {
             worker.give_fields(std::mem::take(&mut rhead.headers));
             if upstream_reusable && pin {
                 // Authenticated for this client only: kept for it, never pooled.
-                let key = key.as_slice().into();
+                let key = key.bytes().into();
                 let (via, absolute) = (leg.via, leg.absolute);
                 let pinned = Pinned { key, stream: up, addr, via, pool_key, absolute };
                 c.pins.keep(pinned);
             } else if upstream_reusable {
                 // Back to the worker's pool at once: an idle client holds no origin
                 // connection, and its next request (or another client's) takes one there.
-                worker.upstreams.put(pool_key.as_deref().unwrap_or(&key), up, addr);
+                worker.upstreams.put(pool_key.as_deref().unwrap_or(key.bytes()), up, addr);
             } else {
                 // A clean end: a TLS origin gets its close_notify.
                 up.close_now();
