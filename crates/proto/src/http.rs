@@ -205,6 +205,8 @@ pub struct RequestHead {
     pub max_forwards: Option<u32>,
     /// value of the Host header
     pub host: Option<Span>,
+    /// Content-Length came as a list or repeated (see `write_request`).
+    pub(crate) length_list: bool,
 }
 
 impl Default for RequestHead {
@@ -229,6 +231,7 @@ impl RequestHead {
             expect_continue: false,
             max_forwards: None,
             host: None,
+            length_list: false,
         }
     }
 
@@ -274,6 +277,8 @@ pub struct ResponseHead {
     pub body: BodyKind,
     pub conn: ConnFlags,
     pub upgrade: Option<Span>,
+    /// Content-Length came as a list or repeated (see `write_response`).
+    pub(crate) length_list: bool,
 }
 
 impl Default for ResponseHead {
@@ -293,6 +298,7 @@ impl ResponseHead {
             body: BodyKind::None,
             conn: ConnFlags::default(),
             upgrade: None,
+            length_list: false,
         }
     }
 

@@ -461,7 +461,7 @@ impl Client {
 
     /// The bandwidth limits of this connection: its listener's and its user's.
     pub fn throttle(&self) -> crate::limits::Throttle {
-        self.worker.policy().throttle(&self.listener.throttle, self.user.as_deref())
+        self.worker.throttle(&self.listener.throttle, self.user.as_deref())
     }
 
     /// A connection to `host:port` from the upstream layer (`upstream::Upstreams`): a
@@ -602,12 +602,24 @@ impl Client {
         }
     }
 
+    /// An exchange's end: the user's traffic, and the metrics and the access log when
+    /// something reads them (each in a function of its own, so that an exchange neither
+    /// counted nor logged costs three tests).
     pub fn log(&self, ex: &Exchange, error: Option<&Error>) {
-        let failed_via = error.and_then(Error::failed_via);
         if let Some(t) = &self.traffic {
             t.add(crate::limits::Direction::Up, ex.up);
             t.add(crate::limits::Direction::Down, ex.down);
         }
+        if crate::metrics::timed() {
+            self.count(ex, error);
+        }
+        if self.worker.log.enabled() {
+            self.write_log(ex, error);
+        }
+    }
+
+    #[inline(never)]
+    fn count(&self, ex: &Exchange, error: Option<&Error>) {
         crate::metrics::ended(&crate::metrics::End {
             listener: &self.guard.listener().counters,
             proto: self.proto(),
@@ -620,13 +632,14 @@ impl Client {
             start: ex.start,
             through: ex.via.as_deref().map(|v| &v.through),
         });
-        let log = &self.worker.log;
-        if !log.enabled() {
-            return;
-        }
+    }
+
+    #[inline(never)]
+    fn write_log(&self, ex: &Exchange, error: Option<&Error>) {
+        let failed_via = error.and_then(Error::failed_via);
         let dash: &[u8] = b"-";
         let l = &self.logged;
-        log.log(&Entry {
+        self.worker.log.log(&Entry {
             client: self.peer,
             listener: &self.listener,
             protocol: l.protocol,

@@ -86,7 +86,7 @@ impl Shared {
     /// The bandwidth limits of one stream: its listener's and its user's, as for an
     /// HTTP/1.1 connection.
     fn throttle(&self, user: Option<&str>) -> crate::limits::Throttle {
-        self.worker.policy().throttle(&self.listener.throttle, user)
+        self.worker.throttle(&self.listener.throttle, user)
     }
 }
 

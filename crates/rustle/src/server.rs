@@ -600,7 +600,12 @@ pub fn start_with(cfg: Config, mut inherited: Inherited) -> anyhow::Result<Runni
                 hasher,
             ));
             in_force.took(id, policy_of(&worker));
-            local.block_on(&rt, worker_main(worker, rx, in_force));
+            // The worker's housekeeping runs as a task of its own: the future given to
+            // `block_on` is polled at every wake-up of the event loop, and a join handle
+            // costs less to poll than the housekeeping's select.
+            local.block_on(&rt, async {
+                let _ = tokio::task::spawn_local(worker_main(worker, rx, in_force)).await;
+            });
         })?;
         threads.push(t);
     }

@@ -309,7 +309,7 @@ impl Session {
 
     /// The tunnel to start, with any client bytes read beyond the handshake.
     fn handoff(&mut self, upstream: Stream, early_down: Vec<u8>) -> Handoff {
-        let throttle = self.worker.policy().throttle(&self.listener.throttle, self.user.as_deref());
+        let throttle = self.worker.throttle(&self.listener.throttle, self.user.as_deref());
         let early_up = self.buf.filled().to_vec();
         Handoff { upstream, early_up, early_down, throttle }
     }

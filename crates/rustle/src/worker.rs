@@ -275,6 +275,16 @@ impl Worker {
         self.policy.borrow().users.generation()
     }
 
+    /// The bandwidth limits of a connection on a listener limited by `listener`, of
+    /// `user` (the policy in force decides the user's).
+    pub fn throttle(
+        &self,
+        listener: &crate::limits::Throttle,
+        user: Option<&str>,
+    ) -> crate::limits::Throttle {
+        self.policy.borrow().throttle(listener, user)
+    }
+
     /// The policy in force, for one request or handshake.
     pub fn policy(&self) -> Rc<Arc<Policy>> {
         self.policy.borrow().clone()

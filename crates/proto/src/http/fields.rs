@@ -85,6 +85,8 @@ pub(crate) struct Framing {
     codings: u32,
     chunked_count: u32,
     last_is_chunked: bool,
+    /// Content-Length values, over every field and list element.
+    length_values: u32,
 }
 
 impl Framing {
@@ -93,6 +95,7 @@ impl Framing {
     /// at most [`MAX_LENGTH`].
     pub(crate) fn content_length(&mut self, value: &[u8]) -> Result<(), HeadError> {
         for elem in value.split(|&b| b == b',') {
+            self.length_values += 1;
             let n = parse_digits(trim_ows(elem)).ok_or(HeadError::InvalidContentLength)?;
             if n > MAX_LENGTH {
                 return Err(HeadError::ContentLengthTooLarge);
@@ -103,6 +106,12 @@ impl Framing {
             }
         }
         Ok(())
+    }
+
+    /// Content-Length came as a list or in several fields (of one value, checked): the
+    /// writers then send it once, with one value.
+    pub(crate) fn length_list(&self) -> bool {
+        self.length_values > 1
     }
 
     /// Transfer-Encoding is a list of transfer-codings, possibly spread over

@@ -104,6 +104,7 @@ pub fn parse_request(
     }
     framing.finish(minor)?;
     framing.finish_request()?;
+    head.length_list = framing.length_list();
     if minor == 1 && head.host.is_none() {
         return Err(HeadError::MissingHost);
     }
@@ -183,6 +184,7 @@ pub fn parse_response(
     // Framing is validated even for bodiless responses (HEAD, 204, 304):
     // a malformed one says the origin cannot be trusted to frame anything.
     framing.finish(minor)?;
+    head.length_list = framing.length_list();
     head.body =
         if tunnel || req_method == Method::Head || status < 200 || status == 204 || status == 304 {
             BodyKind::None

@@ -110,7 +110,7 @@ pub fn write_request(head: &RequestHead, buf: &[u8], rw: &RequestRewrite, out: &
             run.end(out, h);
             continue;
         }
-        if length.rewritten(kind, h, buf, &mut run, out) {
+        if head.length_list && length.rewritten(kind, h, buf, &mut run, out) {
             continue;
         }
         let value = h.value.get(buf);
@@ -284,7 +284,7 @@ pub fn write_response(head: &ResponseHead, buf: &[u8], rw: &ResponseRewrite, out
             run.end(out, h);
             continue;
         }
-        if length.rewritten(kind, h, buf, &mut run, out) {
+        if head.length_list && length.rewritten(kind, h, buf, &mut run, out) {
             continue;
         }
         let via = match rw.via {
@@ -369,7 +369,7 @@ impl<'b> Run<'b> {
 
 /// Content-Length, once: the first field goes out (as received when it holds one value,
 /// else with its first value, the parser having checked they are all the same), later
-/// ones are dropped.
+/// ones are dropped. Looked at only when the parser saw a list or a repeated field.
 #[derive(Default)]
 struct OneLength {
     written: bool,

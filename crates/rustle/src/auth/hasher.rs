@@ -60,6 +60,11 @@ struct State {
     max_pending: usize,
     per_client: usize,
     stopping: bool,
+    /// Threads not started yet: they start with the first check, so that a proxy whose
+    /// users never present a password runs none.
+    unstarted: usize,
+    /// Threads started.
+    started: usize,
 }
 
 struct Job {
@@ -83,7 +88,7 @@ fn lock(shared: &Shared) -> MutexGuard<'_, State> {
 }
 
 impl Hasher {
-    /// Starts `limits.threads` hashing threads; an error if the OS refuses a thread.
+    /// A pool of `limits.threads` hashing threads, started with the first check.
     pub fn start(limits: HasherLimits) -> std::io::Result<Hasher> {
         let shared = Arc::new(Shared {
             state: Mutex::new(State {
@@ -94,16 +99,29 @@ impl Hasher {
                 max_pending: limits.max_pending,
                 per_client: limits.per_client.max(1),
                 stopping: false,
+                unstarted: limits.threads,
+                started: 0,
             }),
             work: Condvar::new(),
         });
-        for i in 0..limits.threads {
-            let shared = shared.clone();
-            std::thread::Builder::new()
-                .name(format!("rustle-hash{i}"))
-                .spawn(move || run(&shared))?;
-        }
         Ok(Hasher { shared })
+    }
+
+    /// Starts the threads not started yet; false when none runs (the OS refused them).
+    fn start_threads(&self, state: &mut State) -> bool {
+        while state.unstarted > 0 {
+            let shared = self.shared.clone();
+            let spawned = std::thread::Builder::new()
+                .name(format!("rustle-hash{}", state.started))
+                .spawn(move || run(&shared));
+            if let Err(e) = spawned {
+                tracing::error!("auth: cannot start a hashing thread: {e}");
+                break;
+            }
+            state.unstarted -= 1;
+            state.started += 1;
+        }
+        state.started > 0
     }
 
     /// New queue sizes (a reload); the number of threads stays what it was at start.
@@ -161,6 +179,10 @@ impl Hasher {
             return Err(Busy::Client);
         }
         if state.queue.len() >= state.max_pending {
+            crate::metrics::auth_hash_refused();
+            return Err(Busy::Queue);
+        }
+        if state.unstarted > 0 && !self.start_threads(state) {
             crate::metrics::auth_hash_refused();
             return Err(Busy::Queue);
         }
