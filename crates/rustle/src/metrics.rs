@@ -765,6 +765,8 @@ mod tests {
 
     #[test]
     fn exchanges_through_parents_count_per_worker_without_keeping_dropped_counters() {
+        // Exchanges are counted while an admin endpoint can read them.
+        set_timed();
         set_workers(1);
         let (route, parent) =
             (Arc::new(PeerCounters::default()), Arc::new(PeerCounters::default()));

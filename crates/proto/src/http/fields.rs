@@ -108,8 +108,14 @@ impl Framing {
         Ok(())
     }
 
-    /// Content-Length came as a list or in several fields (of one value, checked): the
-    /// writers then send it once, with one value.
+    /// A Content-Length field whose value framing ignores (a 2xx to CONNECT): counted so
+    /// that the writer looks at it, whatever it holds.
+    pub(crate) fn unchecked_length(&mut self) {
+        self.length_values += 2;
+    }
+
+    /// Content-Length came as a list or in several fields (of one value, checked), or
+    /// was not checked: the writers then send it once, with one value.
     pub(crate) fn length_list(&self) -> bool {
         self.length_values > 1
     }

@@ -175,6 +175,8 @@ pub fn parse_response(
         head.headers.push(field);
         match kind {
             Known::ContentLength if !tunnel => framing.content_length(value)?,
+            // Ignored for framing, but still sent on once (`write_response`).
+            Known::ContentLength => framing.unchecked_length(),
             Known::TransferEncoding if !tunnel => framing.transfer_encoding(value)?,
             Known::Connection => fields::connection(value, true, &mut head.conn)?,
             Known::Upgrade if head.upgrade.is_none() => head.upgrade = Some(field.value),

@@ -47,20 +47,19 @@ const HTTPS_KEY: &str = "https://";
 #[derive(Debug, Default)]
 pub struct PoolKey {
     text: String,
-    https: bool,
     port: u16,
-    /// Where the host is in `text`.
-    host: (usize, usize),
+    https: bool,
+    /// Where the host ends in `text` (it starts after `https://` for a TLS origin).
+    host_end: u32,
 }
 
 impl PoolKey {
     /// Makes this the key of `host:port` (a TLS origin's when `https`).
     fn target(&mut self, https: bool, host: &[u8], port: u16) -> Result<(), Error> {
-        let (start, end) = self.host;
         let same = !self.text.is_empty()
             && self.https == https
             && self.port == port
-            && self.text.as_bytes()[start..end].eq_ignore_ascii_case(host);
+            && self.host_bytes().eq_ignore_ascii_case(host);
         if same {
             return Ok(());
         }
@@ -69,19 +68,28 @@ impl PoolKey {
         if https {
             bytes.extend_from_slice(HTTPS_KEY.as_bytes());
         }
-        let start = bytes.len();
         bytes.extend(host.iter().map(u8::to_ascii_lowercase));
-        let end = bytes.len();
+        let host_end = u32::try_from(bytes.len())
+            .map_err(|_| Error::Unsupported("the host name is too long"))?;
         bytes.push(b':');
         rustle_proto::http::push_decimal(&mut bytes, u32::from(port));
         self.text = String::from_utf8(bytes)
             .map_err(|_| Error::Unsupported("the host name is not ASCII"))?;
-        (self.https, self.port, self.host) = (https, port, (start, end));
+        (self.https, self.port, self.host_end) = (https, port, host_end);
         Ok(())
     }
 
+    fn host_range(&self) -> std::ops::Range<usize> {
+        let start = if self.https { HTTPS_KEY.len() } else { 0 };
+        start..self.host_end as usize
+    }
+
+    fn host_bytes(&self) -> &[u8] {
+        self.text.as_bytes().get(self.host_range()).unwrap_or_default()
+    }
+
     fn host(&self) -> &str {
-        &self.text[self.host.0..self.host.1]
+        self.text.get(self.host_range()).unwrap_or_default()
     }
 
     fn bytes(&self) -> &[u8] {

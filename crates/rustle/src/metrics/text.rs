@@ -442,6 +442,8 @@ mod tests {
 
     #[test]
     fn counting_on_a_worker_thread_and_rendering() {
+        // Exchanges are counted while an admin endpoint can read them.
+        set_timed();
         let stats = WorkerStats::new();
         let counters = ListenerCounters::new(1);
         let (for_thread, c) = (stats.clone(), counters.clone());
