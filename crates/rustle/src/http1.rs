@@ -490,6 +490,7 @@ impl Client {
             listener: self.listener.name.as_deref(),
             tls,
         };
+        let key = key.map(|k| worker.upstreams.key(k));
         let plan = match worker.upstreams.start(&policy, &want, key)? {
             Start::Ready(c) => return Ok(c),
             Start::Connect(plan) => plan,

@@ -608,7 +608,7 @@ async fn upstream(
             return Ok(c);
         }
     }
-    match worker.upstreams.start(&policy, &want, key)? {
+    match worker.upstreams.start(&policy, &want, key.map(|k| worker.upstreams.key(k)))? {
         Start::Ready(c) => Ok(c),
         Start::Connect(plan) => {
             let timeouts = &worker.cfg().timeouts;

@@ -19,6 +19,7 @@ use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 use futures_util::stream::{FuturesUnordered, StreamExt};
+use hashbrown::HashTable;
 use tokio::net::TcpStream;
 
 use crate::accesslog::Via;
@@ -194,7 +195,7 @@ impl Upstreams {
         &self,
         policy: &'p Policy,
         want: &Want<'_>,
-        key: Option<&[u8]>,
+        key: Option<Key<'_>>,
     ) -> Result<Start<'p>, Error> {
         let access = want.access(policy);
         let rules_too = access.precheck().map_err(denied)?;
@@ -392,9 +393,39 @@ pub struct Upstreams {
 }
 
 struct Pool {
-    /// Keyed by the lowercased `host:port` the client named.
-    map: HashMap<Box<[u8]>, Vec<Idle>, foldhash::fast::RandomState>,
+    /// By the lowercased `host:port` the client named (or a route's key), each entry
+    /// under its key's hash (`Key`).
+    table: HashTable<Entry>,
+    /// The keys' hasher: seeded per worker, so keys an attacker picks collide no more
+    /// often than chance.
+    hasher: foldhash::fast::RandomState,
     total: usize,
+}
+
+struct Entry {
+    hash: u64,
+    key: Box<[u8]>,
+    idle: Vec<Idle>,
+}
+
+/// A pool key with its hash (`Upstreams::key`). A client connection that keeps its key
+/// from request to request keeps the hash too (`Key::hashed`), so that taking and parking
+/// a connection hash nothing.
+#[derive(Clone, Copy, Debug)]
+pub struct Key<'a> {
+    pub bytes: &'a [u8],
+    hash: u64,
+}
+
+impl<'a> Key<'a> {
+    /// `bytes` with the hash `Upstreams::key` gave it before, on this worker.
+    pub fn hashed(bytes: &'a [u8], hash: u64) -> Self {
+        Key { bytes, hash }
+    }
+
+    pub fn hash(&self) -> u64 {
+        self.hash
+    }
 }
 
 impl Upstreams {
@@ -402,7 +433,11 @@ impl Upstreams {
         Upstreams {
             cfg: RefCell::new(cfg),
             dns: RefCell::new(HashMap::new()),
-            pool: RefCell::new(Pool { map: HashMap::default(), total: 0 }),
+            pool: RefCell::new(Pool {
+                table: HashTable::new(),
+                hasher: foldhash::fast::RandomState::default(),
+                total: 0,
+            }),
             now: Cell::new(Instant::now()),
         }
     }
@@ -515,13 +550,19 @@ impl Upstreams {
         }
     }
 
+    /// `bytes` as a pool key, hashed.
+    pub fn key<'a>(&self, bytes: &'a [u8]) -> Key<'a> {
+        use std::hash::BuildHasher as _;
+        Key { bytes, hash: self.pool.borrow().hasher.hash_one(bytes) }
+    }
+
     /// Takes the most recently used live idle connection for `key`, if any.
-    pub fn take(&self, key: &[u8]) -> Option<(Stream, SocketAddr)> {
+    pub fn take(&self, key: Key<'_>) -> Option<(Stream, SocketAddr)> {
         let mut pool = self.pool.borrow_mut();
-        let Pool { map, total } = &mut *pool;
-        let list = map.get_mut(key)?;
+        let Pool { table, total, .. } = &mut *pool;
+        let entry = table.find_mut(key.hash, |e| *e.key == *key.bytes)?;
         let deadline = self.now.get().checked_sub(self.cfg.borrow().pool_idle_timeout);
-        while let Some(mut idle) = list.pop() {
+        while let Some(mut idle) = entry.idle.pop() {
             *total -= 1;
             let expired = deadline.is_some_and(|d| idle.since < d);
             if !expired && !is_stale(idle.stream.socket()) {
@@ -534,22 +575,26 @@ impl Upstreams {
 
     /// Parks a connection whose last exchange ended cleanly.
     /// A connection the pool has no room for is closed (a TLS one with close_notify).
-    pub fn put(&self, key: &[u8], mut stream: Stream, addr: SocketAddr) {
+    pub fn put(&self, key: Key<'_>, mut stream: Stream, addr: SocketAddr) {
         let mut pool = self.pool.borrow_mut();
-        let max = self.cfg.borrow().pool_max_idle_per_host;
-        let Pool { map, total } = &mut *pool;
-        let list = map.get_mut(key);
-        let full = *total >= self.cfg.borrow().pool_max_idle
-            || list.as_ref().map_or(max == 0, |list| list.len() >= max);
-        if full {
+        let cfg = self.cfg.borrow();
+        let Pool { table, total, .. } = &mut *pool;
+        let max = cfg.pool_max_idle_per_host;
+        if *total >= cfg.pool_max_idle || max == 0 {
             stream.close_now();
             return;
         }
         let idle = Idle { stream, addr, since: self.now.get() };
-        match list {
-            Some(list) => list.push(idle),
+        match table.find_mut(key.hash, |e| *e.key == *key.bytes) {
+            Some(entry) if entry.idle.len() >= max => {
+                let mut idle = idle;
+                idle.stream.close_now();
+                return;
+            }
+            Some(entry) => entry.idle.push(idle),
             None => {
-                map.insert(key.into(), vec![idle]);
+                let entry = Entry { hash: key.hash, key: key.bytes.into(), idle: vec![idle] };
+                table.insert_unique(key.hash, entry, |e| e.hash);
             }
         }
         *total += 1;
@@ -562,18 +607,18 @@ impl Upstreams {
         let Some(deadline) = self.now.get().checked_sub(self.cfg.borrow().pool_idle_timeout) else {
             return;
         };
-        let Pool { map, total } = &mut *pool;
-        map.retain(|_, list| {
-            list.retain_mut(|i| {
+        let Pool { table, total, .. } = &mut *pool;
+        table.retain(|e| {
+            e.idle.retain_mut(|i| {
                 let keep = i.since >= deadline && !is_stale(i.stream.socket());
                 if !keep {
                     i.stream.close_now();
                 }
                 keep
             });
-            !list.is_empty()
+            !e.idle.is_empty()
         });
-        *total = map.values().map(Vec::len).sum();
+        *total = table.iter().map(|e| e.idle.len()).sum();
     }
 
     pub fn idle_count(&self) -> usize {
@@ -583,8 +628,8 @@ impl Upstreams {
     /// Drops every idle connection (on shutdown).
     pub fn clear(&self) {
         let mut pool = self.pool.borrow_mut();
-        for (_, list) in pool.map.drain() {
-            for mut idle in list {
+        for entry in pool.table.drain() {
+            for mut idle in entry.idle {
                 idle.stream.close_now();
             }
         }
@@ -719,13 +764,13 @@ mod tests {
             .await
             .expect("the origin's close arrives")
             .expect("readable");
-        ups.put(b"k:1", a.into(), addr);
-        ups.put(b"k:1", b.into(), addr);
+        ups.put(ups.key(b"k:1"), a.into(), addr);
+        ups.put(ups.key(b"k:1"), b.into(), addr);
         assert_eq!(ups.idle_count(), 2);
         // b is newest, so it comes first and is alive.
-        assert!(ups.take(b"k:1").is_some());
+        assert!(ups.take(ups.key(b"k:1")).is_some());
         // a was closed by its origin: not handed out.
-        assert!(ups.take(b"k:1").is_none());
+        assert!(ups.take(ups.key(b"k:1")).is_none());
         assert_eq!(ups.idle_count(), 0);
     }
 }

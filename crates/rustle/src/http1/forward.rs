@@ -24,7 +24,7 @@ use crate::exchange::{
     Outgoing, Pinned, Pins, Requester,
 };
 use crate::tunnel::Handoff;
-use crate::upstream::{Connected, Start, Tls, Want};
+use crate::upstream::{Connected, Key, Start, Tls, Want};
 use crate::worker::Worker;
 
 /// A head and the body bytes that came with it are sent in one write while they fit in
@@ -51,11 +51,19 @@ pub struct PoolKey {
     https: bool,
     /// Where the host ends in `text` (it starts after `https://` for a TLS origin).
     host_end: u32,
+    /// `text`'s hash in the worker's pool (`upstream::Key`).
+    hash: u64,
 }
 
 impl PoolKey {
     /// Makes this the key of `host:port` (a TLS origin's when `https`).
-    fn target(&mut self, https: bool, host: &[u8], port: u16) -> Result<(), Error> {
+    fn target(
+        &mut self,
+        pool: &crate::upstream::Upstreams,
+        https: bool,
+        host: &[u8],
+        port: u16,
+    ) -> Result<(), Error> {
         let same = !self.text.is_empty()
             && self.https == https
             && self.port == port
@@ -76,6 +84,7 @@ impl PoolKey {
         self.text = String::from_utf8(bytes)
             .map_err(|_| Error::Unsupported("the host name is not ASCII"))?;
         (self.https, self.port, self.host_end) = (https, port, host_end);
+        self.hash = pool.key(self.text.as_bytes()).hash();
         Ok(())
     }
 
@@ -95,6 +104,10 @@ impl PoolKey {
     fn bytes(&self) -> &[u8] {
         self.text.as_bytes()
     }
+
+    fn key(&self) -> Key<'_> {
+        Key::hashed(self.text.as_bytes(), self.hash)
+    }
 }
 
 pub async fn forward(c: &mut Client, ex: &mut Exchange) -> Result<Next, Error> {
@@ -109,7 +122,7 @@ pub async fn forward(c: &mut Client, ex: &mut Exchange) -> Result<Next, Error> {
     // The pool key, `host:port` lowercased (`https://host:port` for TLS origins), kept by
     // the connection: a kept-alive client's next request to the same origin uses it as it
     // is. The host for resolving is in it.
-    c.key.target(https, host.get(filled), port)?;
+    c.key.target(&worker.upstreams, https, host.get(filled), port)?;
     let key = std::mem::take(&mut c.key);
     let host = key.host();
     let upgrade = head.is_upgrade();
@@ -147,7 +160,7 @@ pub async fn forward(c: &mut Client, ex: &mut Exchange) -> Result<Next, Error> {
             tls,
         };
         let start =
-            match start_or_pinned(&worker, &mut c.pins, &policy, &want, key.bytes(), &mut pin)? {
+            match start_or_pinned(&worker, &mut c.pins, &policy, &want, key.key(), &mut pin)? {
                 // A route that the target's addresses decide: resolved now (boxed: rare).
                 Start::Connect(plan) if plan.undecided() => {
                     // (The future goes to the heap in a statement of its own: a temporary
@@ -394,7 +407,8 @@ pub async fn forward(c: &mut Client, ex: &mut Exchange) -> Result<Next, Error> {
             } else if upstream_reusable {
                 // Back to the worker's pool at once: an idle client holds no origin
                 // connection, and its next request (or another client's) takes one there.
-                worker.upstreams.put(pool_key.as_deref().unwrap_or(key.bytes()), up, addr);
+                let pool = &worker.upstreams;
+                pool.put(pool_key.as_deref().map_or(key.key(), |k| pool.key(k)), up, addr);
             } else {
                 // A clean end: a TLS origin gets its close_notify.
                 up.close_now();
@@ -517,10 +531,10 @@ fn start_or_pinned<'p>(
     pins: &mut Pins,
     policy: &'p crate::policy::Policy,
     want: &Want<'_>,
-    key: &[u8],
+    key: Key<'_>,
     pinned: &mut bool,
 ) -> Result<Start<'p>, Error> {
-    if let Some(connected) = pins.take(key, policy, want)? {
+    if let Some(connected) = pins.take(key.bytes, policy, want)? {
         *pinned = true;
         return Ok(Start::Ready(connected));
     }

@@ -240,7 +240,8 @@ pub(super) async fn forward(
                 let pinned = Pinned { key: key.into(), stream: up, addr, via, pool_key, absolute };
                 shared.pins.borrow_mut().keep(pinned);
             } else if reusable {
-                worker.upstreams.put(pool_key.as_deref().unwrap_or(&key), up, addr);
+                let pool = &worker.upstreams;
+                pool.put(pool.key(pool_key.as_deref().unwrap_or(&key)), up, addr);
             } else {
                 // A clean end: a TLS origin gets its close_notify.
                 up.close_now();

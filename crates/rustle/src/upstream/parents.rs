@@ -278,7 +278,7 @@ impl Upstreams {
         &self,
         policy: &'p Policy,
         want: &Want<'_>,
-        key: Option<&[u8]>,
+        key: Option<super::Key<'_>>,
         rules_too: bool,
         name: &'p str,
         hops: &'p [Hop],
@@ -291,7 +291,7 @@ impl Upstreams {
         if key.is_some() {
             let absolute = takes_absolute(want, &chain);
             let pool_key = pool_key(want, &chain, absolute);
-            if let Some((stream, addr)) = self.take(&pool_key) {
+            if let Some((stream, addr)) = self.take(self.key(&pool_key)) {
                 let last = chain[chain.len() - 1];
                 let auth = absolute.then(|| proxy_authorization(last, want.user));
                 return Ok(super::Start::Ready(Connected {
