@@ -276,9 +276,9 @@ impl Upstreams {
         &self,
         policy: &'p Policy,
         want: &Want<'_>,
-        plan: Plan<'p>,
-    ) -> Result<Plan<'p>, Error> {
-        let Way::Undecided = plan.way else { return Ok(plan) };
+        plan: &mut Plan<'p>,
+    ) -> Result<(), Error> {
+        let Way::Undecided = plan.way else { return Ok(()) };
         let way = match self.decide(policy, &want.access(policy)).await? {
             Way::Route { name, hops } => {
                 let chain = parents::pick_chain(policy, want, hops)
@@ -290,7 +290,8 @@ impl Upstreams {
             }
             way => way,
         };
-        Ok(Plan { rules_too: plan.rules_too, way })
+        plan.way = way;
+        Ok(())
     }
 
     /// A route whose `destinations` decide: the target is resolved (through the cache)

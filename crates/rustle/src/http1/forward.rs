@@ -159,17 +159,17 @@ pub async fn forward(c: &mut Client, ex: &mut Exchange) -> Result<Next, Error> {
             listener: c.listener.name.as_deref(),
             tls,
         };
-        let start =
-            match start_or_pinned(&worker, &mut c.pins, &policy, &want, key.key(), &mut pin)? {
-                // A route that the target's addresses decide: resolved now (boxed: rare).
-                Start::Connect(plan) if plan.undecided() => {
-                    // (The future goes to the heap in a statement of its own: a temporary
-                    // that lives across the await would take its room in this future.)
-                    let settle = Box::pin(worker.upstreams.settle(&policy, &want, plan));
-                    Start::Connect(settle.await?)
-                }
-                start => start,
-            };
+        let mut start = start_or_pinned(&worker, &mut c.pins, &policy, &want, key.key(), &mut pin)?;
+        // A route that the target's addresses decide: resolved now (boxed: rare). (Settled
+        // in place: `start` is large, and a pooled connection's path should not copy it.)
+        if let Start::Connect(plan) = &mut start {
+            if plan.undecided() {
+                // (The future goes to the heap in a statement of its own: a temporary that
+                // lives across the await would take its room in this future.)
+                let settle = Box::pin(worker.upstreams.settle(&policy, &want, plan));
+                settle.await?;
+            }
+        }
         let absolute = match &start {
             Start::Ready(ready) => ready.absolute.clone(),
             Start::Connect(plan) => plan.absolute(&want),
