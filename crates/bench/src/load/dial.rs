@@ -52,7 +52,7 @@ pub(crate) async fn dial(plan: &Plan, reader: &mut Reader) -> Result<Stream, Err
     }
 }
 
-async fn tcp(addr: SocketAddr) -> Result<TcpStream, ErrorKind> {
+pub(crate) async fn tcp(addr: SocketAddr) -> Result<TcpStream, ErrorKind> {
     let s = TcpStream::connect(addr).await.map_err(|_| ErrorKind::Connect)?;
     // Requests go out in one write; no reason to let Nagle hold anything.
     s.set_nodelay(true).map_err(|_| ErrorKind::Connect)?;

@@ -5,10 +5,10 @@
 //! one request in flight (HTTP/1.1 without pipelining). Lanes share the
 //! thread's statistics through `Rc<RefCell<_>>`: no atomics, no locks.
 //!
-//! Stopping is exact: a lane checks the deadline before it sends, never
-//! after, and an exchange that started is always awaited (bounded by
-//! `--timeout`), so every request the server saw is either counted or
-//! counted as an error.
+//! Stopping is exact: a lane checks the deadline (with `--count`, takes one
+//! of the run's tickets) before it sends, never after, and an exchange that
+//! started is always awaited (bounded by `--timeout`), so every request the
+//! server saw is either counted or counted as an error.
 
 use std::cell::RefCell;
 use std::io;
@@ -23,6 +23,7 @@ use tokio::task::LocalSet;
 use tokio::time::{sleep, sleep_until, timeout, Instant};
 
 use super::dial::{dial, Stream};
+use super::h2;
 use super::plan::{Plan, WS_ACCEPT};
 use super::response::{Expect, Reader, BUF_LEN, SMALL_BUF_LEN};
 use super::stats::{ErrorKind, ThreadStats};
@@ -71,6 +72,7 @@ pub(crate) fn run_thread(job: Job) -> io::Result<(ThreadStats, Instant)> {
                 stats: Rc::clone(&stats),
                 reader: Reader::new(buf_len),
                 conn: None,
+                h2: None,
                 frames: job.plan.ws_size.map(|n| Frames::new(n, job.plan.seed, index)),
                 index,
             };
@@ -106,6 +108,8 @@ struct Lane {
     stats: Rc<RefCell<ThreadStats>>,
     reader: Reader,
     conn: Option<Stream>,
+    /// h2c mode: the lane's HTTP/2 connection.
+    h2: Option<::h2::client::SendRequest<bytes::Bytes>>,
     /// ws mode only.
     frames: Option<Frames>,
     index: usize,
@@ -135,7 +139,7 @@ impl Lane {
                 }
                 None => Instant::now(),
             };
-            if start >= plan.end {
+            if start >= plan.end || !plan.take_ticket() {
                 return;
             }
             if plan.rate.is_some() {
@@ -234,6 +238,7 @@ impl Lane {
         // already dropped it if not); any other failure leaves it unusable.
         if kind != ErrorKind::BadStatus {
             self.conn = None;
+            self.h2 = None;
         }
         if matches!(kind, ErrorKind::Connect | ErrorKind::ProxyRefused) {
             sleep(ERROR_BACKOFF).await;
@@ -276,6 +281,18 @@ impl Lane {
 
     /// One request and its complete response (or one ws message and echo).
     async fn exchange(&mut self) -> Result<Done, ErrorKind> {
+        if let Some(req) = &self.plan.h2_request {
+            let send = match &mut self.h2 {
+                Some(send) => send,
+                None => self.h2.insert(h2::connect(self.plan.hop.addr()).await?),
+            };
+            let bytes = h2::exchange(send, req).await?;
+            if self.plan.close {
+                // The connection task ends once no handle is left.
+                self.h2 = None;
+            }
+            return Ok(Done { bytes, close: false });
+        }
         if self.conn.is_none() {
             self.connect().await?;
         }
