@@ -151,6 +151,10 @@ pub struct Options {
     pub active: Option<usize>,
     /// Hold mode: open this many connections, one request each, then idle.
     pub hold: Option<usize>,
+    /// Hold mode: connections set up at once per thread (64 by default, so
+    /// that thousands of simultaneous SYNs do not overflow the listener's
+    /// backlog; 1 sets them up one after the other).
+    pub setup: usize,
     /// Send exactly this many requests (messages) in all, over every connection, and stop
     /// once each is answered or failed; `duration` and `warmup` then do not apply.
     pub count: Option<u64>,
@@ -192,6 +196,7 @@ impl Options {
             active: None,
             hold: None,
             count: None,
+            setup: 64,
             size: 64,
             ca: None,
             sni: None,
@@ -227,6 +232,9 @@ impl Options {
             if self.active.is_some() {
                 bail!("--hold cannot be combined with --active");
             }
+        }
+        if self.setup == 0 {
+            bail!("--setup must be at least 1");
         }
         if let Some(n) = self.count {
             if n == 0 || self.hold.is_some() || self.mode.is_udp() {

@@ -96,6 +96,14 @@ async fn socks5(s: &mut TcpStream, reader: &mut Reader, request: &[u8]) -> Resul
 }
 
 impl Stream {
+    /// Sends TLS's close_notify (on a TLS stream; nothing on plain TCP,
+    /// whose close says it all).
+    pub(crate) async fn close_notify(&mut self) {
+        if let Stream::Tls(s) = self {
+            let _ = s.shutdown().await;
+        }
+    }
+
     /// Polls a read once, without waiting: is the connection still open?
     /// Pending (nothing to read) or data means open; EOF or error, closed.
     pub(crate) async fn is_open(&mut self) -> bool {

@@ -66,6 +66,8 @@ pub(crate) struct Plan {
     pub(crate) t0: Instant,
     pub(crate) warm_end: Instant,
     pub(crate) end: Instant,
+    /// Hold mode: connections set up at once per thread.
+    pub(crate) setup: usize,
     /// `--count`: requests still to send, shared by every lane of every thread.
     pub(crate) tickets: Option<AtomicU64>,
 }
@@ -129,6 +131,7 @@ impl Plan {
             warm_end: now + warmup,
             end: now + warmup + duration,
             tickets: o.count.map(AtomicU64::new),
+            setup: o.setup,
         })
     }
 

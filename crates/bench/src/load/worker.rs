@@ -32,9 +32,6 @@ use super::ws::{self, Frames};
 /// After a failed connect or a refused tunnel, wait a little before the
 /// next try so a dead proxy costs errors at a bounded rate, not a spin.
 const ERROR_BACKOFF: Duration = Duration::from_millis(10);
-/// Hold mode opens this many connections at once per thread, so thousands
-/// of simultaneous SYNs do not overflow the listener's backlog.
-const SETUP_CONCURRENCY: usize = 64;
 
 /// Progress shared by all threads in hold mode.
 pub(crate) struct HoldSync {
@@ -63,7 +60,7 @@ pub(crate) fn run_thread(job: Job) -> io::Result<(ThreadStats, Instant)> {
     let local = LocalSet::new();
     local.block_on(&rt, async {
         let gate = job.active.map(|m| Rc::new(Semaphore::new(m)));
-        let setup = Rc::new(Semaphore::new(SETUP_CONCURRENCY));
+        let setup = Rc::new(Semaphore::new(job.plan.setup));
         let buf_len = if job.hold.is_some() { SMALL_BUF_LEN } else { BUF_LEN };
         let mut tasks = Vec::with_capacity(job.lanes.len());
         for index in job.lanes {
@@ -257,7 +254,12 @@ impl Lane {
             }
         };
         let kind = match timeout(self.plan.timeout, finish).await {
-            Ok(Ok(())) => return,
+            Ok(Ok(())) => {
+                // A TLS client ends its side with close_notify, as browsers and curl do, so
+                // that the server sees a clean end rather than a truncation.
+                let _ = timeout(self.plan.timeout, s.close_notify()).await;
+                return;
+            }
             Ok(Err(kind)) => kind,
             Err(_) => ErrorKind::Timeout,
         };
