@@ -115,6 +115,17 @@ pub fn main(args: impl Iterator<Item = String>) -> Result<()> {
     if !o.rustle.is_file() {
         bail!("cost: no rustle at {} (cargo build --release -p rustle)", o.rustle.display());
     }
+    // Read first, so that a missing or broken baseline fails before a minute of measuring.
+    let path = o.baseline.display().to_string();
+    let old = std::fs::read_to_string(&o.baseline).ok().map(|t| Baseline::parse(&t)).transpose();
+    if !o.write {
+        if let Err(e) = &old {
+            bail!("reading {path}: {e:#}");
+        }
+        if matches!(old, Ok(None)) {
+            bail!("no baseline at {path}: `rustle-bench cost --write` makes one");
+        }
+    }
     let started = Instant::now();
     let iso = isolate()?;
     if iso.realtime {
@@ -163,10 +174,10 @@ pub fn main(args: impl Iterator<Item = String>) -> Result<()> {
         let round = |v: &[f64]| v.iter().map(|b| b.round()).collect::<Vec<_>>();
         let _ = writeln!(
             report,
-            "memory (built-in listeners, 1 worker; medians of {n} processes, {held} connections \
-             held)\n  idle RssAnon {} KiB (each process: {:?}); VmRSS {} KiB, not guarded \
-             (each: {:?})\n  per idle CONNECT tunnel {} bytes (each: {:?})\n  per idle \
-             kept-alive client {} bytes (each: {:?})",
+            "memory (built-in listeners, 1 worker; {held} connections held)\n  idle RssAnon {} \
+             KiB (median of {:?}); VmRSS {} KiB, not guarded (median of {:?})\n  per idle \
+             CONNECT tunnel {} bytes (median of {:?})\n  per idle kept-alive client {} bytes \
+             (median of {:?})",
             mem[0].1,
             m.idle_anon_kib,
             memory::median(&rss).round(),
@@ -175,7 +186,6 @@ pub fn main(args: impl Iterator<Item = String>) -> Result<()> {
             round(&m.tunnel_bytes),
             mem[2].1,
             round(&m.client_bytes),
-            n = 2 * memory::SAMPLES,
             held = memory::HELD,
         );
         figures.extend(mem.iter().map(|(k, v)| (format!("memory.{k}"), *v)));
@@ -184,7 +194,8 @@ pub fn main(args: impl Iterator<Item = String>) -> Result<()> {
             comment: format!(
                 "RssAnon of an idle rustle (no configuration file: auto and socks listeners, \
                  1 worker), KiB; its growth in bytes per idle CONNECT tunnel and per idle \
-                 kept-alive HTTP client ({} held, one GET each, after parking)",
+                 kept-alive HTTP client ({} held, set up one after the other, one GET each, \
+                 read after tunnels park)",
                 memory::HELD
             ),
             figures: mem.to_vec(),
@@ -194,8 +205,6 @@ pub fn main(args: impl Iterator<Item = String>) -> Result<()> {
     eprintln!("cost: measured in {:.0?}", started.elapsed());
 
     let here = machine::here(iso.realtime);
-    let path = o.baseline.display().to_string();
-    let old = std::fs::read_to_string(&o.baseline).ok().map(|t| Baseline::parse(&t)).transpose();
     if o.write {
         let tolerances = match old {
             Ok(Some(b)) if !b.tolerances.is_empty() => b.tolerances,
@@ -207,9 +216,7 @@ pub fn main(args: impl Iterator<Item = String>) -> Result<()> {
         println!("wrote {path}: commit it with a commit message line `Cost: <why>`.");
         return Ok(());
     }
-    let base = old
-        .with_context(|| format!("reading {path}"))?
-        .with_context(|| format!("no baseline at {path}: `rustle-bench cost --write` makes one"))?;
+    let base = old?.with_context(|| format!("no baseline at {path}"))?;
     let verdict = compare(&base, &figures, &here, o.only.as_deref());
     print!("{}", verdict.render(&path));
     if verdict.failed() {

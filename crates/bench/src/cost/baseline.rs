@@ -372,7 +372,7 @@ pub fn write(
         let _ = writeln!(s, "{k} = {}", quote(v));
     }
     for g in groups {
-        let _ = write!(s, "\n[{}]\n# {}\n", g.name, g.comment);
+        let _ = write!(s, "\n[{}]\n{}", g.name, comment(&g.comment));
         for (k, v) in &g.figures {
             let _ = writeln!(s, "{k} = {}", show(*v));
         }
@@ -394,6 +394,24 @@ pub fn write(
         }
     }
     s
+}
+
+/// `text` as comment lines of at most 92 columns.
+fn comment(text: &str) -> String {
+    let mut out = String::new();
+    let mut line = String::from("#");
+    for word in text.split_whitespace() {
+        if line.len() > 1 && line.len() + 1 + word.len() > 92 {
+            out.push_str(&line);
+            out.push('\n');
+            line = String::from("#");
+        }
+        line.push(' ');
+        line.push_str(word);
+    }
+    out.push_str(&line);
+    out.push('\n');
+    out
 }
 
 fn quote(s: &str) -> String {
@@ -469,6 +487,14 @@ mod tests {
         assert_eq!(b.tolerances, tolerances());
         assert!(text.contains("instructions = 15780\n"), "{text}");
         assert!(text.starts_with("# header\n"));
+    }
+
+    #[test]
+    fn comments_are_wrapped() {
+        let text = "word ".repeat(40);
+        let c = comment(&text);
+        assert!(c.lines().all(|l| l.starts_with("# ") && l.len() <= 92), "{c}");
+        assert_eq!(c.split_whitespace().filter(|w| *w == "word").count(), 40);
     }
 
     #[test]
