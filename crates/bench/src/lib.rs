@@ -24,6 +24,9 @@
 //!   [`campaign::record`] is the row.
 //! - [`floor`]   — `rustle-bench floor`: a bare TCP forwarder, the campaign's
 //!   floor peer (what an exchange costs when a proxy does nothing but copy).
+//! - [`cost`]    — `rustle-bench cost`: the cost guard, instructions,
+//!   allocations and system calls per exchange of each family through a
+//!   running rustle, and its memory at rest, against `bench/cost-baseline.toml`.
 //! - [`report`]  — `rustle-bench report`: medians, markdown tables, SVG
 //!   charts; [`report::stats`] holds the tested statistics.
 //! - `fixture`   — thread/runtime harness shared by all fixtures (private).
@@ -48,6 +51,7 @@
 //! - anything else — 404.
 
 pub mod campaign;
+pub mod cost;
 pub mod echo;
 pub mod faulty;
 pub mod floor;

@@ -10,20 +10,22 @@
 //! Counting rules (correctness before features):
 //! - a request counts only when its whole, strictly framed, 2xx response
 //!   arrived; everything else is one error of one [`ErrorKind`];
-//! - no request is sent at or after the deadline, and every request sent
-//!   before it is awaited, so the count matches what the server saw;
+//! - no request is sent at or after the deadline (with `--count`, after the
+//!   N-th), and every request sent before it is awaited, so the count matches
+//!   what the server saw;
 //! - requests *sent* during the warmup are left out of the numbers, but
 //!   errors are counted over the whole run so that none is hidden.
 //!
 //! Submodules: `plan` (addresses, hop, pre-built bytes), `dial` (TCP,
 //! CONNECT, SOCKS5, TLS), `response` (strict response reader), `ws`
-//! (WebSocket frames), `worker` (threads and lanes), [`stats`]
+//! (WebSocket frames), `h2` (the h2c mode's connection and streams), `worker` (threads and lanes), [`stats`]
 //! (histogram, report, JSON), [`cli`] (argument parsing) and `udp` (the
 //! UDP modes: datagram echo, direct, through a UDP relay or SOCKS5 UDP
 //! ASSOCIATE; they count datagrams).
 
 pub mod cli;
 mod dial;
+mod h2;
 mod plan;
 mod response;
 pub mod stats;
@@ -63,6 +65,10 @@ pub enum Mode {
     Ws,
     /// TLS to a TLS-terminating relay (`--ca`, `--sni`), HTTP inside.
     HttpsRelay,
+    /// HTTP/2 with prior knowledge (h2c) to the proxy's HTTP port: a stream
+    /// per request, proxied (`:authority` the origin), one at a time per
+    /// connection.
+    H2c,
     /// UDP datagrams of `--size` bytes to a UDP echo (`--target`). Counts
     /// datagrams.
     UdpDirect,
@@ -73,7 +79,7 @@ pub enum Mode {
 }
 
 impl Mode {
-    pub const ALL: [Mode; 10] = [
+    pub const ALL: [Mode; 11] = [
         Mode::Direct,
         Mode::HttpProxy,
         Mode::Connect,
@@ -81,6 +87,7 @@ impl Mode {
         Mode::Relay,
         Mode::Ws,
         Mode::HttpsRelay,
+        Mode::H2c,
         Mode::UdpDirect,
         Mode::UdpRelay,
         Mode::UdpSocks5,
@@ -96,6 +103,7 @@ impl Mode {
             Mode::Relay => "relay",
             Mode::Ws => "ws",
             Mode::HttpsRelay => "https-relay",
+            Mode::H2c => "h2c",
             Mode::UdpDirect => "udp-direct",
             Mode::UdpRelay => "udp-relay",
             Mode::UdpSocks5 => "udp-socks5",
@@ -143,6 +151,13 @@ pub struct Options {
     pub active: Option<usize>,
     /// Hold mode: open this many connections, one request each, then idle.
     pub hold: Option<usize>,
+    /// Hold mode: connections set up at once per thread (64 by default, so
+    /// that thousands of simultaneous SYNs do not overflow the listener's
+    /// backlog; 1 sets them up one after the other).
+    pub setup: usize,
+    /// Send exactly this many requests (messages) in all, over every connection, and stop
+    /// once each is answered or failed; `duration` and `warmup` then do not apply.
+    pub count: Option<u64>,
     /// WebSocket message size, or UDP datagram payload size, in bytes.
     pub size: usize,
     /// PEM file of the CA to trust (https-relay).
@@ -180,6 +195,8 @@ impl Options {
             rate: None,
             active: None,
             hold: None,
+            count: None,
+            setup: 64,
             size: 64,
             ca: None,
             sni: None,
@@ -215,6 +232,17 @@ impl Options {
             if self.active.is_some() {
                 bail!("--hold cannot be combined with --active");
             }
+        }
+        if self.setup == 0 {
+            bail!("--setup must be at least 1");
+        }
+        if let Some(n) = self.count {
+            if n == 0 || self.hold.is_some() || self.mode.is_udp() {
+                bail!("--count needs N >= 1, no --hold, and not a UDP mode");
+            }
+        }
+        if self.mode == Mode::H2c && (self.upload > 0 || self.hold.is_some()) {
+            bail!("h2c mode takes no --upload or --hold");
         }
         if self.mode == Mode::Ws && self.upload > 0 {
             bail!("--upload does not apply to ws mode");

@@ -7,6 +7,7 @@
 //! rustle-bench load     --target HOST:PORT [--mode M] [...]   (see `load --help`)
 //! rustle-bench campaign [...]                      (see `campaign --help`)
 //! rustle-bench report   --in DIR [...]             (see `report --help`)
+//! rustle-bench cost     [--write] [...]            (see `cost --help`)
 //! ```
 //! The fixtures run until SIGTERM or ctrl-c; `load` runs for its duration and
 //! prints its report (one JSON object with `--json`).
@@ -26,7 +27,8 @@ const USAGE: &str = "usage: rustle-bench <origin [--tls] | tcp-echo | udp-echo> 
                      \x20      rustle-bench floor LISTEN TARGET [--http] (a forwarder that only copies;\n\
                      \x20        --http: and rewrites every HTTP head with rustle's codec)\n\
                      \x20      rustle-bench campaign [options] (campaign --help)\n\
-                     \x20      rustle-bench report --in DIR [options] (report --help)";
+                     \x20      rustle-bench report --in DIR [options] (report --help)\n\
+                     \x20      rustle-bench cost [--write] [options] (cost --help: the cost guard)";
 
 /// Errors are printed as one line of causes (`{:#}`), not with Debug: no backtrace for a
 /// mistyped argument.
@@ -51,6 +53,7 @@ fn run() -> Result<()> {
         "load" => return run_load(args),
         "campaign" => return rustle_bench::campaign::main(args),
         "report" => return rustle_bench::report::main(args),
+        "cost" => return rustle_bench::cost::main(args),
         "floor" => {
             let rest: Vec<String> = args.collect();
             if rest.iter().any(|a| a == "-h" || a == "--help") {

@@ -295,3 +295,25 @@ fn refused_tunnels_are_counted() {
     assert_eq!(r.completed, 0);
     assert!(r.errors.get(ErrorKind::ProxyRefused) > 0, "{}", r.human());
 }
+
+#[test]
+fn count_sends_exactly_n_requests_over_all_lanes() {
+    let origin = Origin::start().unwrap();
+    let mut o = opts(Mode::Direct, origin.addr());
+    (o.threads, o.connections, o.count) = (2, 5, Some(1001));
+    // Neither applies to a counted run: it ends when the 1001st answer is in.
+    (o.duration, o.warmup) = (Duration::from_millis(1), Duration::from_secs(60));
+    let r = load::run(&o).unwrap();
+    assert_clean(&r);
+    assert_eq!((r.completed, origin.requests()), (1001, 1001));
+    for bad in [
+        |o: &mut Options| o.count = Some(0),
+        |o: &mut Options| o.hold = Some(2),
+        |o: &mut Options| o.mode = Mode::UdpDirect,
+    ] {
+        let mut o = opts(Mode::Direct, origin.addr());
+        o.count = Some(3);
+        bad(&mut o);
+        assert!(load::run(&o).is_err(), "{o:?}");
+    }
+}

@@ -10,6 +10,7 @@ use super::{Mode, Options};
 pub const USAGE: &str = "\
 usage: rustle-bench load --target HOST:PORT [options]
   --mode M          direct (default) | http-proxy | connect | socks5 | relay | ws | https-relay
+                    | h2c (HTTP/2 with prior knowledge to the proxy, a stream per request)
                     | udp-direct | udp-relay | udp-socks5 (datagrams to a UDP echo, --size each)
   --proxy HOST:PORT proxy or relay (required except for direct and udp-direct; ws without it
                     goes direct; udp-relay: a UDP relay; udp-socks5: the SOCKS5 TCP port)
@@ -25,6 +26,9 @@ usage: rustle-bench load --target HOST:PORT [options]
   --rate R          open loop: R requests/s in total (latency from scheduled time)
   --active M        mix: only M of the C connections active at once, rotating
   --hold N          open N connections, one request each, keep idle for --duration
+  --setup N         hold mode: connections set up at once per thread (default 64)
+  --count N         send exactly N requests in all (every connection together), then stop
+                    when each is answered; --duration and --warmup do not apply
   --size BYTES      ws message / UDP datagram payload size (default 64; UDP: 12 or more)
   --ca FILE         PEM CA to trust (https-relay)
   --sni NAME        TLS server name (default: the proxy host)
@@ -67,6 +71,8 @@ pub fn parse(args: impl IntoIterator<Item = String>) -> Result<Option<Options>> 
             }
             "--active" => o.active = Some(number(&value()?)?),
             "--hold" => o.hold = Some(number(&value()?)?),
+            "--count" => o.count = Some(number(&value()?)?),
+            "--setup" => o.setup = number(&value()?)?,
             "--size" => o.size = number(&value()?)?,
             "--ca" => o.ca = Some(value()?.into()),
             "--sni" => o.sni = Some(value()?),
@@ -125,7 +131,7 @@ mod tests {
         let o = parse(args(
             "--mode socks5 --target [::1]:80 --proxy 127.0.0.1:1080 --path /x -c 8 -t 2 \
              --duration 2s --warmup 100ms --timeout 1m --close --upload 10 --rate 99.5 \
-             --active 3 --hold 5 --size 7 --ca ca.pem --sni localhost --no-resume --kx x25519 --seed 42 --json",
+             --active 3 --hold 5 --count 9 --setup 2 --size 7 --ca ca.pem --sni localhost --no-resume --kx x25519 --seed 42 --json",
         ))
         .unwrap()
         .unwrap();
@@ -135,6 +141,7 @@ mod tests {
         assert_eq!(o.warmup, Duration::from_millis(100));
         assert_eq!(o.timeout, Duration::from_secs(60));
         assert_eq!((o.rate, o.active, o.hold), (Some(99.5), Some(3), Some(5)));
+        assert_eq!((o.count, o.setup), (Some(9), 2));
         assert!(o.close && o.json && o.no_resume && o.x25519_only);
         assert_eq!(o.path.as_deref(), Some("/x"));
         assert_eq!(o.sni.as_deref(), Some("localhost"));

@@ -52,7 +52,7 @@ pub(crate) async fn dial(plan: &Plan, reader: &mut Reader) -> Result<Stream, Err
     }
 }
 
-async fn tcp(addr: SocketAddr) -> Result<TcpStream, ErrorKind> {
+pub(crate) async fn tcp(addr: SocketAddr) -> Result<TcpStream, ErrorKind> {
     let s = TcpStream::connect(addr).await.map_err(|_| ErrorKind::Connect)?;
     // Requests go out in one write; no reason to let Nagle hold anything.
     s.set_nodelay(true).map_err(|_| ErrorKind::Connect)?;
@@ -96,6 +96,14 @@ async fn socks5(s: &mut TcpStream, reader: &mut Reader, request: &[u8]) -> Resul
 }
 
 impl Stream {
+    /// Sends TLS's close_notify (on a TLS stream; nothing on plain TCP,
+    /// whose close says it all).
+    pub(crate) async fn close_notify(&mut self) {
+        if let Stream::Tls(s) = self {
+            let _ = s.shutdown().await;
+        }
+    }
+
     /// Polls a read once, without waiting: is the connection still open?
     /// Pending (nothing to read) or data means open; EOF or error, closed.
     pub(crate) async fn is_open(&mut self) -> bool {

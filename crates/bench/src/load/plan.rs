@@ -4,6 +4,7 @@
 //! formats or allocates a request).
 
 use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -35,10 +36,24 @@ pub(crate) enum Hop {
     Tls { proxy: SocketAddr, connector: TlsConnector, name: ServerName<'static> },
 }
 
+impl Hop {
+    /// The address dialled first (the proxy, or the origin for direct runs).
+    pub(crate) fn addr(&self) -> SocketAddr {
+        match self {
+            Hop::Direct(a) => *a,
+            Hop::Connect { proxy, .. } | Hop::Socks5 { proxy, .. } | Hop::Tls { proxy, .. } => {
+                *proxy
+            }
+        }
+    }
+}
+
 pub(crate) struct Plan {
     pub(crate) hop: Hop,
     /// The HTTP request (or the WebSocket upgrade request), body included.
     pub(crate) request: Box<[u8]>,
+    /// h2c mode: the request each stream sends.
+    pub(crate) h2_request: Option<http::Request<()>>,
     /// WebSocket message size, in ws mode.
     pub(crate) ws_size: Option<usize>,
     pub(crate) close: bool,
@@ -51,7 +66,15 @@ pub(crate) struct Plan {
     pub(crate) t0: Instant,
     pub(crate) warm_end: Instant,
     pub(crate) end: Instant,
+    /// Hold mode: connections set up at once per thread.
+    pub(crate) setup: usize,
+    /// `--count`: requests still to send, shared by every lane of every thread.
+    pub(crate) tickets: Option<AtomicU64>,
 }
+
+/// With `--count` the run ends when its requests are answered, not at a time: the
+/// deadline is put this far away.
+const NO_DEADLINE: Duration = Duration::from_secs(365 * 24 * 3600);
 
 impl Plan {
     pub(crate) fn new(o: &Options, connections: usize) -> Result<Plan> {
@@ -89,10 +112,15 @@ impl Plan {
         let request =
             if o.mode == Mode::Ws { ws_upgrade(o, absolute) } else { http_request(o, absolute) };
         let now = Instant::now();
-        let warmup = if o.hold.is_some() { Duration::ZERO } else { o.warmup };
+        let warmup = if o.hold.is_some() || o.count.is_some() { Duration::ZERO } else { o.warmup };
+        let duration = if o.count.is_some() { NO_DEADLINE } else { o.duration };
         Ok(Plan {
             hop,
             request: request.into(),
+            h2_request: match o.mode {
+                Mode::H2c => Some(super::h2::request(&o.target, effective_path(o))?),
+                _ => None,
+            },
             ws_size: (o.mode == Mode::Ws).then_some(o.size),
             close: o.close,
             timeout: o.timeout,
@@ -101,8 +129,22 @@ impl Plan {
             seed: o.seed,
             t0: now,
             warm_end: now + warmup,
-            end: now + warmup + o.duration,
+            end: now + warmup + duration,
+            tickets: o.count.map(AtomicU64::new),
+            setup: o.setup,
         })
+    }
+
+    /// Whether a lane may send one more request: always before the deadline, except that
+    /// with `--count` each request takes one of the run's tickets and none is left after
+    /// the last.
+    pub(crate) fn take_ticket(&self) -> bool {
+        match &self.tickets {
+            None => true,
+            Some(t) => {
+                t.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1)).is_ok()
+            }
+        }
     }
 }
 

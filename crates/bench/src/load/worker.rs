@@ -5,10 +5,10 @@
 //! one request in flight (HTTP/1.1 without pipelining). Lanes share the
 //! thread's statistics through `Rc<RefCell<_>>`: no atomics, no locks.
 //!
-//! Stopping is exact: a lane checks the deadline before it sends, never
-//! after, and an exchange that started is always awaited (bounded by
-//! `--timeout`), so every request the server saw is either counted or
-//! counted as an error.
+//! Stopping is exact: a lane checks the deadline (with `--count`, takes one
+//! of the run's tickets) before it sends, never after, and an exchange that
+//! started is always awaited (bounded by `--timeout`), so every request the
+//! server saw is either counted or counted as an error.
 
 use std::cell::RefCell;
 use std::io;
@@ -23,6 +23,7 @@ use tokio::task::LocalSet;
 use tokio::time::{sleep, sleep_until, timeout, Instant};
 
 use super::dial::{dial, Stream};
+use super::h2;
 use super::plan::{Plan, WS_ACCEPT};
 use super::response::{Expect, Reader, BUF_LEN, SMALL_BUF_LEN};
 use super::stats::{ErrorKind, ThreadStats};
@@ -31,9 +32,6 @@ use super::ws::{self, Frames};
 /// After a failed connect or a refused tunnel, wait a little before the
 /// next try so a dead proxy costs errors at a bounded rate, not a spin.
 const ERROR_BACKOFF: Duration = Duration::from_millis(10);
-/// Hold mode opens this many connections at once per thread, so thousands
-/// of simultaneous SYNs do not overflow the listener's backlog.
-const SETUP_CONCURRENCY: usize = 64;
 
 /// Progress shared by all threads in hold mode.
 pub(crate) struct HoldSync {
@@ -62,7 +60,7 @@ pub(crate) fn run_thread(job: Job) -> io::Result<(ThreadStats, Instant)> {
     let local = LocalSet::new();
     local.block_on(&rt, async {
         let gate = job.active.map(|m| Rc::new(Semaphore::new(m)));
-        let setup = Rc::new(Semaphore::new(SETUP_CONCURRENCY));
+        let setup = Rc::new(Semaphore::new(job.plan.setup));
         let buf_len = if job.hold.is_some() { SMALL_BUF_LEN } else { BUF_LEN };
         let mut tasks = Vec::with_capacity(job.lanes.len());
         for index in job.lanes {
@@ -71,6 +69,7 @@ pub(crate) fn run_thread(job: Job) -> io::Result<(ThreadStats, Instant)> {
                 stats: Rc::clone(&stats),
                 reader: Reader::new(buf_len),
                 conn: None,
+                h2: None,
                 frames: job.plan.ws_size.map(|n| Frames::new(n, job.plan.seed, index)),
                 index,
             };
@@ -106,6 +105,8 @@ struct Lane {
     stats: Rc<RefCell<ThreadStats>>,
     reader: Reader,
     conn: Option<Stream>,
+    /// h2c mode: the lane's HTTP/2 connection.
+    h2: Option<::h2::client::SendRequest<bytes::Bytes>>,
     /// ws mode only.
     frames: Option<Frames>,
     index: usize,
@@ -135,7 +136,7 @@ impl Lane {
                 }
                 None => Instant::now(),
             };
-            if start >= plan.end {
+            if start >= plan.end || !plan.take_ticket() {
                 return;
             }
             if plan.rate.is_some() {
@@ -234,6 +235,7 @@ impl Lane {
         // already dropped it if not); any other failure leaves it unusable.
         if kind != ErrorKind::BadStatus {
             self.conn = None;
+            self.h2 = None;
         }
         if matches!(kind, ErrorKind::Connect | ErrorKind::ProxyRefused) {
             sleep(ERROR_BACKOFF).await;
@@ -252,7 +254,12 @@ impl Lane {
             }
         };
         let kind = match timeout(self.plan.timeout, finish).await {
-            Ok(Ok(())) => return,
+            Ok(Ok(())) => {
+                // A TLS client ends its side with close_notify, as browsers and curl do, so
+                // that the server sees a clean end rather than a truncation.
+                let _ = timeout(self.plan.timeout, s.close_notify()).await;
+                return;
+            }
             Ok(Err(kind)) => kind,
             Err(_) => ErrorKind::Timeout,
         };
@@ -276,6 +283,18 @@ impl Lane {
 
     /// One request and its complete response (or one ws message and echo).
     async fn exchange(&mut self) -> Result<Done, ErrorKind> {
+        if let Some(req) = &self.plan.h2_request {
+            let send = match &mut self.h2 {
+                Some(send) => send,
+                None => self.h2.insert(h2::connect(self.plan.hop.addr()).await?),
+            };
+            let bytes = h2::exchange(send, req).await?;
+            if self.plan.close {
+                // The connection task ends once no handle is left.
+                self.h2 = None;
+            }
+            return Ok(Done { bytes, close: false });
+        }
         if self.conn.is_none() {
             self.connect().await?;
         }
