@@ -255,7 +255,8 @@ const HEADER: &str = "\
 #
 # To accept a change in cost, on the machine [machine] describes (or on the CI machine,
 # writing the figures for it):
-#   cargo build --release -p rustle -p rustle-bench && target/release/rustle-bench cost --write
+#   cargo build --release -p rustle && cargo build --release -p rustle-bench &&
+#     target/release/rustle-bench cost --write
 # then commit this file with a commit message line `Cost: <why>`. The tolerances below
 # are kept by --write; edit them by hand, each with its reason.
 ";

@@ -244,9 +244,9 @@ impl Verdict {
             let _ = writeln!(
                 s,
                 "cost guard FAILED. If the change in cost is meant: run \
-                 `target/release/rustle-bench cost --write` (after `cargo build --release -p rustle \
-                 -p rustle-bench`) and commit {baseline_path} with a commit message line \
-                 `Cost: <why>`."
+                 `target/release/rustle-bench cost --write` (after `cargo build --release -p rustle` \
+                 and `cargo build --release -p rustle-bench`, rustle built alone as it ships) and \
+                 commit {baseline_path} with a commit message line `Cost: <why>`."
             );
         } else if self.lines.iter().any(|l| l.outcome == Outcome::Lower) {
             let _ = writeln!(
