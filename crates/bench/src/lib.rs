@@ -64,6 +64,7 @@ pub mod udp;
 pub mod ws;
 
 mod conn;
+mod date;
 mod fixture;
 mod http;
 mod routes;
