@@ -317,18 +317,12 @@ impl Measured {
 
     fn render(&self, f: &Family) -> String {
         let mut s = format!("{} ({}; W = {}, N = {})\n", f.name, f.what, f.warmup, f.count);
-        let allocs: Vec<String> = self
-            .dump
-            .allocations
-            .iter()
-            .map(|(k, v)| format!("{k} {}", round3(self.per(*v))))
-            .collect();
-        let calls: Vec<String> = self
-            .syscalls
-            .calls
-            .iter()
-            .map(|(k, v)| format!("{k} {}", round3(self.per(*v))))
-            .collect();
+        // "name count-per-exchange" for each entry of a breakdown.
+        let per_exchange = |entries: &mut dyn Iterator<Item = (&String, &u64)>| -> Vec<String> {
+            entries.map(|(k, v)| format!("{k} {}", round3(self.per(*v)))).collect()
+        };
+        let allocs = per_exchange(&mut self.dump.allocations.iter());
+        let calls = per_exchange(&mut self.syscalls.calls.iter().map(|(k, v)| (k, v)));
         let _ = writeln!(s, "  instructions {:.0}", self.per(self.dump.instructions));
         let _ = writeln!(
             s,
