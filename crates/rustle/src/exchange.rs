@@ -95,7 +95,7 @@ struct Watched<'a, F, W> {
     wait: crate::idle::Wait<'a, F>,
     client: Option<Pin<&'a mut W>>,
     /// While the first tick runs: the I/O deadline to move to once it has passed.
-    full: Option<std::time::Instant>,
+    full: Option<tokio::time::Instant>,
 }
 
 impl<F: Future + Unpin, W: Future<Output = Error>> Future for Watched<'_, F, W> {

@@ -6,13 +6,16 @@
 //! insertion and removal per request. Deadlines start from the last sweep's time plus one
 //! tick, not from a clock read, so that a kept-alive exchange reads no clock. The price is
 //! precision: a keep-alive timeout ends up to two ticks late (never early), which nobody
-//! can tell from a network delay.
+//! can tell from a network delay. Deadlines are on tokio's clock, so a test that pauses
+//! it moves them.
 
 use std::cell::{Cell, RefCell};
 use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll, Waker};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 /// How often the worker's housekeeping sweeps the waits.
 pub const TICK: Duration = Duration::from_millis(100);
@@ -48,8 +51,8 @@ impl Default for Waiters {
 
 impl Waiters {
     /// Now, as of the last sweep (a tick ago at most, when a worker sweeps).
-    pub fn coarse_now(&self) -> Instant {
-        self.swept.get()
+    pub fn coarse_now(&self) -> std::time::Instant {
+        self.swept.get().into_std()
     }
 
     /// A deadline `after` from now without reading the clock: from the last sweep plus
@@ -109,7 +112,10 @@ impl Waiters {
 
     /// Wakes the waits past their deadline (and with `stopping`, every wait between
     /// requests).
-    pub fn sweep(&self, now: Instant, stopping: bool) {
+    /// `now` is tokio's clock (std's converts: they are the same clock unless a test
+    /// paused tokio's).
+    pub fn sweep(&self, now: impl Into<Instant>, stopping: bool) {
+        let now = now.into();
         self.swept.set(now);
         let mut slots = self.slots.borrow_mut();
         for e in slots.iter_mut().flatten() {
@@ -179,7 +185,7 @@ pub fn sweep_relays_here() {
 }
 
 /// Wakes the relays of this thread whose idle deadline has passed.
-pub fn sweep_relays(now: Instant) {
+pub fn sweep_relays(now: impl Into<Instant>) {
     RELAYS.with(|w| w.sweep(now, false));
 }
 

@@ -15,7 +15,6 @@
 //! - One idle deadline per relay, moved only when it fires: on a worker, a slot in the
 //!   worker's coarse registry (`idle::Coarse`), swept every 100 ms; elsewhere a tokio timer.
 
-use std::borrow::Borrow;
 use std::cell::{Cell, RefCell};
 use std::future::Future;
 use std::io;
@@ -24,16 +23,17 @@ use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::task::{ready, Context, Poll};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use tokio::io::Interest;
 use tokio::net::TcpStream;
-use tokio::time::Sleep;
+use tokio::time::{sleep_until, Instant, Sleep};
 
 use crate::config::SpliceMode;
 use crate::error::{Error, Phase};
 use crate::limits::{Limit, Throttle};
 use crate::sys::Pipe;
+pub use end::End;
 
 /// Scratch buffer size, and the read size that counts as "full" for switching to splice.
 /// 16 KiB is what a busy socket usually has ready; two full reads in a row mean bulk.
@@ -202,6 +202,13 @@ enum Side {
 }
 
 impl Side {
+    fn other(self) -> Side {
+        match self {
+            Side::Client => Side::Upstream,
+            Side::Upstream => Side::Client,
+        }
+    }
+
     fn err(self, e: io::Error) -> Error {
         match self {
             Side::Client => Error::Client(e),
@@ -218,9 +225,11 @@ struct Pending {
 
 /// One direction of a relay. Small on purpose: an idle tunnel is two of these.
 struct Dir {
+    /// The source's side; the destination is the other one.
     src: Side,
-    dst: Side,
     splicing: bool,
+    /// Bytes went to a destination that needs flushing (not a socket) since its flush.
+    dirty: bool,
     /// Reads in a row that filled the scratch buffer (copy mode).
     full: u8,
     /// Small reads in a row.
@@ -252,11 +261,12 @@ enum Lowat {
 }
 
 impl Dir {
-    fn new(src: Side, dst: Side, opts: &Opts, early: &[u8], pools: &Pools) -> Dir {
+    /// `splice`: both ends are sockets (`End::SOCKET`), so this direction may splice.
+    fn new(src: Side, opts: &Opts, splice: bool, early: &[u8], pools: &Pools) -> Dir {
         Dir {
             src,
-            dst,
-            splicing: opts.splice == SpliceMode::Always,
+            splicing: splice && opts.splice == SpliceMode::Always,
+            dirty: false,
             full: 0,
             small: 0,
             pending: (!early.is_empty()).then(|| Pending { buf: pools.park(early), off: 0 }),
@@ -269,33 +279,40 @@ impl Dir {
         }
     }
 
-    // Both sockets, the pools, the settings, the limit, the activity clock and whether
+    // Both ends, the pools, the settings, the limit, the activity clock and whether
     // the sockets close when this direction ends (`last_out`: the other one has ended and
     // the relay owns them) are each needed here; a struct for them would exist only to
     // shorten this list.
     #[allow(clippy::too_many_arguments)]
     /// Moves bytes until the source has nothing more for now (Pending), the direction
-    /// ends (Ready(Ok)), or a socket fails.
-    fn poll_move(
+    /// ends (Ready(Ok)), or an end fails. Splicing, the low-water mark and the grace
+    /// delay need two sockets (`End::SOCKET`); flushing, an end that is not one.
+    fn poll_move<S: End, D: End>(
         &mut self,
         cx: &mut Context<'_>,
         pools: &Pools,
-        src: &TcpStream,
-        dst: &TcpStream,
+        src: &mut S,
+        dst: &mut D,
         opts: &Opts,
         limit: Option<&Limit>,
         last: &mut Instant,
         last_out: bool,
     ) -> Poll<Result<(), Error>> {
+        let sockets = S::SOCKET && D::SOCKET;
         loop {
             // Deliver what is held first: nothing more is read until it is gone.
             if let Some(p) = &mut self.pending {
-                ready!(dst.poll_write_ready(cx)).map_err(|e| self.dst.err(e))?;
-                match dst.try_write(&p.buf[p.off..]) {
+                match ready!(dst.poll_write(cx, &p.buf[p.off..])) {
+                    Ok(0) => {
+                        return Poll::Ready(Err(self
+                            .src
+                            .other()
+                            .err(io::ErrorKind::WriteZero.into())))
+                    }
                     Ok(n) => p.off += n,
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-                    Err(e) => return Poll::Ready(Err(self.dst.err(e))),
+                    Err(e) => return Poll::Ready(Err(self.src.other().err(e))),
                 }
+                self.dirty = !D::SOCKET;
                 if p.off == p.buf.len() {
                     if let Some(p) = self.pending.take() {
                         pools.unpark(p.buf);
@@ -303,12 +320,14 @@ impl Dir {
                 }
                 continue;
             }
-            if let Some(pipe) = self.pipe.as_mut().filter(|p| !p.is_empty()) {
-                ready!(dst.poll_write_ready(cx)).map_err(|e| self.dst.err(e))?;
-                match dst.try_io(Interest::WRITABLE, || pipe.drain(dst.as_fd())) {
+            if let (Some(pipe), Some(out)) =
+                (self.pipe.as_mut().filter(|p| !p.is_empty()), dst.socket())
+            {
+                ready!(out.poll_write_ready(cx)).map_err(|e| self.src.other().err(e))?;
+                match out.try_io(Interest::WRITABLE, || pipe.drain(out.as_fd())) {
                     Ok(_) => {}
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-                    Err(e) => return Poll::Ready(Err(self.dst.err(e))),
+                    Err(e) => return Poll::Ready(Err(self.src.other().err(e))),
                 }
                 continue;
             }
@@ -321,37 +340,44 @@ impl Dir {
                 if let Some(p) = self.pipe.take() {
                     pools.give_pipe(p);
                 }
-                // Pass the half-close on. The peer may already be gone, which is fine.
-                // When this is the last direction and the sockets are closed right after,
-                // close sends the FIN: one syscall less per connection.
+                if !D::SOCKET {
+                    ready!(dst.poll_flush(cx)).map_err(|e| self.src.other().err(e))?;
+                    self.dirty = false;
+                }
+                // Pass the half-close on (a TLS close_notify, then FIN). The peer may
+                // already be gone, which is fine. When this is the last direction and the
+                // sockets are closed right after, close sends the FIN: one syscall less
+                // per connection.
                 if !last_out {
-                    let _ = socket2::SockRef::from(dst).shutdown(std::net::Shutdown::Write);
+                    let _ = ready!(dst.poll_shutdown(cx));
                 }
                 self.done = true;
                 return Poll::Ready(Ok(()));
             }
-            // With a grace delay, splicing sets the low-water mark (and a bandwidth limit,
-            // which has pauses of its own, does not); copying clears it.
-            let want_lowat = self.splicing && limit.is_none() && opts.grace.is_some();
-            match (want_lowat, self.lowat) {
-                (true, Lowat::Off) => {
-                    // Refused: tried again after the next large read.
-                    self.lowat = match crate::sys::set_rcvlowat(src, LOWAT) {
-                        Ok(()) => Lowat::Set,
-                        Err(_) => Lowat::Quiet,
-                    };
-                }
-                (false, Lowat::Set | Lowat::Waiting) => {
-                    // Lowering a socket option on an open TCP socket does not fail; if it
-                    // did, the next nudge-less wait would show it as a stall.
-                    let _ = crate::sys::set_rcvlowat(src, 1);
-                    self.lowat = Lowat::Off;
-                    self.pause = None;
-                }
-                (false, Lowat::Quiet) => self.lowat = Lowat::Off,
-                _ => {}
-            }
             let mut forced = false;
+            if let Some(s) = src.socket().filter(|_| sockets) {
+                // With a grace delay, splicing sets the low-water mark (and a bandwidth
+                // limit, which has pauses of its own, does not); copying clears it.
+                let want_lowat = self.splicing && limit.is_none() && opts.grace.is_some();
+                match (want_lowat, self.lowat) {
+                    (true, Lowat::Off) => {
+                        // Refused: tried again after the next large read.
+                        self.lowat = match crate::sys::set_rcvlowat(s, LOWAT) {
+                            Ok(()) => Lowat::Set,
+                            Err(_) => Lowat::Quiet,
+                        };
+                    }
+                    (false, Lowat::Set | Lowat::Waiting) => {
+                        // Lowering a socket option on an open TCP socket does not fail; if
+                        // it did, the next nudge-less wait would show it as a stall.
+                        let _ = crate::sys::set_rcvlowat(s, 1);
+                        self.lowat = Lowat::Off;
+                        self.pause = None;
+                    }
+                    (false, Lowat::Quiet) => self.lowat = Lowat::Off,
+                    _ => {}
+                }
+            }
             if matches!(self.lowat, Lowat::Off | Lowat::Quiet) {
                 if let Some(sleep) = &mut self.pause {
                     ready!(sleep.as_mut().poll(cx));
@@ -367,12 +393,10 @@ impl Dir {
                     Poll::Pending => {
                         if self.lowat == Lowat::Set {
                             let nudge = opts.grace.map_or(Duration::ZERO, |g| g.delay);
-                            let deadline = tokio::time::Instant::now() + nudge;
+                            let deadline = Instant::now() + nudge;
                             match &mut self.pause {
                                 Some(sleep) => sleep.as_mut().reset(deadline),
-                                None => {
-                                    self.pause = Some(Box::pin(tokio::time::sleep_until(deadline)))
-                                }
+                                None => self.pause = Some(Box::pin(sleep_until(deadline))),
                             }
                             self.lowat = Lowat::Waiting;
                         }
@@ -390,9 +414,10 @@ impl Dir {
             let mut allowed = if self.splicing { usize::MAX } else { SCRATCH };
             if let Some(limit) = limit {
                 let now = Instant::now();
-                allowed = limit.take(SCRATCH, now);
+                allowed = limit.take(SCRATCH, now.into_std());
                 if allowed == 0 {
-                    self.pause = Some(Box::pin(tokio::time::sleep(limit.wait(SCRATCH, now))));
+                    let wait = limit.wait(SCRATCH, now.into_std());
+                    self.pause = Some(Box::pin(sleep_until(now + wait)));
                     continue;
                 }
             }
@@ -401,84 +426,104 @@ impl Dir {
                     limit.give_back(allowed - got.min(allowed));
                 }
             };
-            let n = if self.splicing {
-                if self.pipe.is_none() {
-                    self.pipe = pools.take_pipe();
+            let n = match (src.socket().filter(|_| self.splicing), dst.socket()) {
+                (Some(from), Some(_)) => {
+                    if self.pipe.is_none() {
+                        self.pipe = pools.take_pipe();
+                    }
+                    let Some(pipe) = self.pipe.as_mut() else {
+                        self.splicing = false;
+                        continue;
+                    };
+                    let room = pipe.room().min(allowed);
+                    let result = if forced {
+                        // tokio does not see the socket as readable (the mark held its
+                        // wakeup back): read it directly.
+                        pipe.fill_up_to(from.as_fd(), room)
+                    } else {
+                        from.try_io(Interest::READABLE, || pipe.fill_up_to(from.as_fd(), room))
+                    };
+                    unused(*result.as_ref().unwrap_or(&0));
+                    match result {
+                        Ok(0) => {
+                            // splice reports a reset as end of stream (the kernel checks
+                            // "done" before the pending error): look before calling it
+                            // clean.
+                            if let Ok(Some(e)) = socket2::SockRef::from(from).take_error() {
+                                return Poll::Ready(Err(self.src.err(e)));
+                            }
+                            0
+                        }
+                        Ok(n) => {
+                            let (calls, bytes) = pools.splice_reads.get();
+                            pools.splice_reads.set((calls + 1, bytes + n as u64));
+                            // A short splice does not mean the socket is empty: the pipe
+                            // has a slot per fragment (256 of 1.5 KB segments fill 384 KB
+                            // of a 1 MiB pipe). Only the next splice's WouldBlock says so.
+                            if n >= SCRATCH && self.lowat == Lowat::Quiet {
+                                // Bulk again: set the mark on the next wait.
+                                self.lowat = Lowat::Off;
+                            }
+                            n
+                        }
+                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                            if forced {
+                                // Nothing came: the burst is over. Every byte wakes the
+                                // direction again until the next large read, and this
+                                // counts as a small read.
+                                let _ = crate::sys::set_rcvlowat(from, 1);
+                                self.lowat = Lowat::Quiet;
+                                self.pause = None;
+                                self.count(0, opts);
+                            }
+                            continue;
+                        }
+                        Err(e) => return Poll::Ready(Err(self.src.err(e))),
+                    }
                 }
-                let Some(pipe) = self.pipe.as_mut() else {
-                    self.splicing = false;
-                    continue;
-                };
-                let room = pipe.room().min(allowed);
-                let result = if forced {
-                    // tokio does not see the socket as readable (the mark held its wakeup
-                    // back): read it directly.
-                    pipe.fill_up_to(src.as_fd(), room)
-                } else {
-                    src.try_io(Interest::READABLE, || pipe.fill_up_to(src.as_fd(), room))
-                };
-                unused(*result.as_ref().unwrap_or(&0));
-                match result {
-                    Ok(0) => {
-                        // splice reports a reset as end of stream (the kernel checks
-                        // "done" before the pending error): look before calling it clean.
-                        if let Ok(Some(e)) = socket2::SockRef::from(src).take_error() {
+                _ => {
+                    let mut scratch = pools.scratch.borrow_mut();
+                    let want = allowed.min(scratch.len());
+                    let n = match src.poll_read(cx, &mut scratch[..want]) {
+                        Poll::Ready(Ok(n)) => n,
+                        Poll::Ready(Err(e)) => {
+                            unused(0);
                             return Poll::Ready(Err(self.src.err(e)));
                         }
-                        0
-                    }
-                    Ok(n) => {
-                        let (calls, bytes) = pools.splice_reads.get();
-                        pools.splice_reads.set((calls + 1, bytes + n as u64));
-                        // A short splice does not mean the socket is empty: the pipe has
-                        // a slot per fragment (256 of 1.5 KB segments fill 384 KB of a
-                        // 1 MiB pipe). Only the next splice's WouldBlock says so.
-                        if n >= SCRATCH && self.lowat == Lowat::Quiet {
-                            // Bulk again: set the mark on the next wait.
-                            self.lowat = Lowat::Off;
+                        Poll::Pending => {
+                            unused(0);
+                            // Nothing more for now: what went to a TLS destination leaves
+                            // rustls rather than waiting for the next bytes.
+                            if self.dirty {
+                                match dst.poll_flush(cx) {
+                                    Poll::Ready(Ok(())) => self.dirty = false,
+                                    Poll::Ready(Err(e)) => {
+                                        return Poll::Ready(Err(self.src.other().err(e)))
+                                    }
+                                    Poll::Pending => {}
+                                }
+                            }
+                            return Poll::Pending;
                         }
-                        n
-                    }
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                        if forced {
-                            // Nothing came: the burst is over. Every byte wakes the
-                            // direction again until the next large read, and this counts
-                            // as a small read.
-                            let _ = crate::sys::set_rcvlowat(src, 1);
-                            self.lowat = Lowat::Quiet;
-                            self.pause = None;
-                            self.count(0, opts);
-                        }
-                        continue;
-                    }
-                    Err(e) => return Poll::Ready(Err(self.src.err(e))),
-                }
-            } else {
-                let mut scratch = pools.scratch.borrow_mut();
-                let want = allowed.min(scratch.len());
-                let result = src.try_read(&mut scratch[..want]);
-                unused(*result.as_ref().unwrap_or(&0));
-                let n = match result {
-                    Ok(n) => n,
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
-                    Err(e) => return Poll::Ready(Err(self.src.err(e))),
-                };
-                if n > 0 {
-                    if n < want {
-                        drained(src);
-                    }
-                    let taken = match dst.try_write(&scratch[..n]) {
-                        Ok(m) => m,
-                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => 0,
-                        Err(e) => return Poll::Ready(Err(self.dst.err(e))),
                     };
-                    if taken < n {
-                        // The destination is slower: hold the rest, read nothing more.
-                        self.pending =
-                            Some(Pending { buf: pools.park(&scratch[taken..n]), off: 0 });
+                    unused(n);
+                    if n > 0 {
+                        let taken = match dst.poll_write(cx, &scratch[..n]) {
+                            Poll::Ready(Ok(m)) => m,
+                            Poll::Ready(Err(e)) => {
+                                return Poll::Ready(Err(self.src.other().err(e)))
+                            }
+                            Poll::Pending => 0,
+                        };
+                        if taken < n {
+                            // The destination is slower: hold the rest, read nothing more.
+                            self.pending =
+                                Some(Pending { buf: pools.park(&scratch[taken..n]), off: 0 });
+                        }
+                        self.dirty = !D::SOCKET;
                     }
+                    n
                 }
-                n
             };
             if n == 0 {
                 self.eof = true;
@@ -486,7 +531,9 @@ impl Dir {
             }
             self.moved += n as u64;
             *last = Instant::now();
-            self.count(n, opts);
+            if sockets {
+                self.count(n, opts);
+            }
         }
     }
 
@@ -598,7 +645,8 @@ impl Resume {
 
 /// Relays until both directions end. `early_up` and `early_down` are bytes already read
 /// (beyond a parsed head) that go out first.
-/// The sockets may be owned (a tunnel task) or borrowed.
+/// The ends may be sockets, owned (a tunnel task) or borrowed, or streams with TLS on
+/// them (see `End`).
 pub fn run<C, U>(
     client: C,
     upstream: U,
@@ -607,13 +655,14 @@ pub fn run<C, U>(
     opts: Opts,
 ) -> Relay<C, U>
 where
-    C: Borrow<TcpStream> + Unpin,
-    U: Borrow<TcpStream> + Unpin,
+    C: End + Unpin,
+    U: End + Unpin,
 {
+    let splice = C::SOCKET && U::SOCKET;
     let (up, down) = POOLS.with(|pools| {
         (
-            Dir::new(Side::Client, Side::Upstream, &opts, early_up, pools),
-            Dir::new(Side::Upstream, Side::Client, &opts, early_down, pools),
+            Dir::new(Side::Client, &opts, splice, early_up, pools),
+            Dir::new(Side::Upstream, &opts, splice, early_down, pools),
         )
     });
     Relay {
@@ -663,17 +712,19 @@ impl<C, U> Relay<C, U> {
     }
 }
 
-impl<C: Borrow<TcpStream>, U: Borrow<TcpStream>> Relay<C, U> {
+impl<C: End, U: End> Relay<C, U> {
     /// After the relay ended with `result`: a side that reset the connection gets the
     /// other side reset too (SO_LINGER 0, so that closing sends RST), where a plain close
-    /// would tell that peer the stream ended whole. Once per tunnel, at its end.
+    /// would tell that peer the stream ended whole. Once per tunnel, at its end; only
+    /// between sockets.
     pub fn pass_reset(&self, result: &Result<(), Error>) {
         let reset = |e: &io::Error| e.kind() == io::ErrorKind::ConnectionReset;
         let other = match result {
-            Err(Error::Upstream(e)) if reset(e) => self.client.borrow(),
-            Err(Error::Client(e)) if reset(e) => self.upstream.borrow(),
+            Err(Error::Upstream(e)) if reset(e) => self.client.socket(),
+            Err(Error::Client(e)) if reset(e) => self.upstream.socket(),
             _ => return,
         };
+        let Some(other) = other else { return };
         if let Err(e) = socket2::SockRef::from(other).set_linger(Some(Duration::ZERO)) {
             tracing::debug!("SO_LINGER 0 to pass a reset on: {e}");
         }
@@ -727,8 +778,8 @@ impl Relay<TcpStream, TcpStream> {
 
 impl<C, U> Future for Relay<C, U>
 where
-    C: Borrow<TcpStream> + Unpin,
-    U: Borrow<TcpStream> + Unpin,
+    C: End + Unpin,
+    U: End + Unpin,
 {
     type Output = (Totals, Result<(), Error>);
 
@@ -746,15 +797,15 @@ where
 
 impl<C, U> Relay<C, U>
 where
-    C: Borrow<TcpStream> + Unpin,
-    U: Borrow<TcpStream> + Unpin,
+    C: End + Unpin,
+    U: End + Unpin,
 {
     /// Relays until the relay ends, or (when `parking`) until it has been idle for
     /// `PARK_AFTER` with nothing held.
     pub fn poll_ended(&mut self, cx: &mut Context<'_>) -> Poll<Ended> {
         let this = self;
         let mut last = this.last;
-        let (client, upstream) = (this.client.borrow(), this.upstream.borrow());
+        let (client, upstream) = (&mut this.client, &mut this.upstream);
         let (up, down, opts) = (&mut this.up, &mut this.down, &this.opts);
         let throttle = this.throttle.as_deref();
         let closes = this.closes;
@@ -783,13 +834,26 @@ where
         }
         this.last = last;
         if this.up.done && this.down.done {
-            let cut = cut_after_end(this.client.borrow(), this.upstream.borrow());
+            let cut = match (this.client.socket(), this.upstream.socket()) {
+                (Some(client), Some(upstream)) => cut_after_end(client, upstream),
+                _ => None,
+            };
             return this.finish(cut.map_or(Ok(()), Err));
         }
         let park = (this.parks && this.quiescent()).then_some(PARK_AFTER);
         match deadline(&mut this.timer, this.last, this.opts.idle, this.parks, park, cx) {
             Deadline::NotYet => Poll::Pending,
-            Deadline::Idle => this.finish(Err(Error::Timeout(Phase::TunnelIdle))),
+            Deadline::Idle => {
+                // The relay ends the tunnel: each end still open is told so (a TLS end
+                // gets its close_notify), as far as that goes without waiting.
+                if !this.up.done {
+                    this.upstream.abandon();
+                }
+                if !this.down.done {
+                    this.client.abandon();
+                }
+                this.finish(Err(Error::Timeout(Phase::TunnelIdle)))
+            }
             Deadline::Park => Poll::Ready(Ended::Idle),
         }
     }
@@ -821,16 +885,6 @@ pub(crate) enum IdleTimer {
     Unarmed,
     Coarse(crate::idle::Coarse),
     Tokio(Pin<Box<Sleep>>),
-}
-
-/// True once `idle` has passed since the last byte (`last`).
-pub(crate) fn idle_expired(
-    timer: &mut IdleTimer,
-    last: Instant,
-    idle: Duration,
-    cx: &mut Context<'_>,
-) -> bool {
-    matches!(deadline(timer, last, idle, false, None, cx), Deadline::Idle)
 }
 
 /// What a relay's timer says.
@@ -869,7 +923,7 @@ fn deadline(
         let deadline = last + next(Duration::ZERO);
         *timer = match crate::idle::Coarse::arm(deadline, cx.waker()) {
             Some(c) => IdleTimer::Coarse(c),
-            None => IdleTimer::Tokio(Box::pin(tokio::time::sleep_until(deadline.into()))),
+            None => IdleTimer::Tokio(Box::pin(sleep_until(deadline))),
         };
     }
     let verdict = |quiet: Duration| {
@@ -900,7 +954,7 @@ fn deadline(
                 if let Some(d) = verdict(quiet) {
                     return d;
                 }
-                sleep.as_mut().reset(tokio::time::Instant::now() + next(quiet));
+                sleep.as_mut().reset(Instant::now() + next(quiet));
             }
             Deadline::NotYet
         }
@@ -984,14 +1038,7 @@ async fn splice_once(
     Ok(n)
 }
 
-/// A read that returned less than asked for emptied the socket: clear tokio's cached
-/// readiness without a syscall, so the next wait goes to epoll instead of trying a read
-/// that would only say EAGAIN (tokio's own poll_read does the same).
-fn drained(s: &TcpStream) {
-    let _ = s.try_io(Interest::READABLE, || Err::<(), _>(io::ErrorKind::WouldBlock.into()));
-}
-
-pub mod stream;
+mod end;
 
 #[cfg(test)]
 mod tests;

@@ -155,7 +155,7 @@ pub fn spawn(guard: ConnGuard, mut client: Stream, handoff: Handoff, opts: Opts,
             tokio::task::spawn_local(socket_task(guard, relay.throttled(&throttle), record));
         }
         (client, upstream) => {
-            let relay = relay::stream::run(client, upstream, &early_up, &early_down, opts);
+            let relay = relay::run(client, upstream, &early_up, &early_down, opts);
             tokio::task::spawn_local(task(guard, relay.throttled(&throttle), record));
         }
     }

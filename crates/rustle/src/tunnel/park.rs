@@ -14,7 +14,9 @@ use std::cell::RefCell;
 use std::io;
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use mio::unix::SourceFd;
 use mio::{Events, Interest, Token};
@@ -257,7 +259,8 @@ fn resume(mut p: Parked, parks: bool) {
 /// Ends parked tunnels whose idle timeout has passed (each writes its log line). Returns
 /// how many tunnels were parked since the last sweep, so that the caller can hand the
 /// memory their tasks used back to the kernel.
-pub fn sweep(now: Instant) -> usize {
+pub fn sweep(now: impl Into<Instant>) -> usize {
+    let now = now.into();
     let (expired, parked_since) = PARK.with(|cell| {
         let mut park = cell.borrow_mut();
         let Some(park) = park.as_mut() else { return (Vec::new(), 0) };
