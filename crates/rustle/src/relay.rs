@@ -80,8 +80,10 @@ pub fn count_switches_in(switches: Arc<Switches>) {
     POOLS.with(|p| *p.switches.borrow_mut() = switches);
 }
 
-/// (switches to splice, switches back to copy) of this thread's relays so far.
-pub fn mode_switches() -> (u64, u64) {
+/// (switches to splice, switches back to copy) of this thread's relays so far (a test
+/// hook: the proxy's own count is `server::Running::mode_switches`).
+#[cfg(test)]
+pub(crate) fn mode_switches() -> (u64, u64) {
     POOLS.with(|p| p.switches.borrow().get())
 }
 
@@ -118,14 +120,16 @@ thread_local! {
     static POOLS: Pools = Pools::default();
 }
 
-/// Idle pipes this thread's pool holds.
-pub fn idle_pipes() -> usize {
+/// Idle pipes this thread's pool holds (a test hook).
+#[cfg(test)]
+pub(crate) fn idle_pipes() -> usize {
     POOLS.with(|p| p.pipes.borrow().len())
 }
 
-/// Splices from a socket into a pipe on this thread so far, and the bytes they moved
-/// (diagnostics; tests use it to see how much one splice moves).
-pub fn splice_reads() -> (u64, u64) {
+/// Splices from a socket into a pipe on this thread so far, and the bytes they moved (a
+/// test hook: how much one splice moves).
+#[cfg(test)]
+pub(crate) fn splice_reads() -> (u64, u64) {
     POOLS.with(|p| p.splice_reads.get())
 }
 
@@ -138,6 +142,7 @@ struct Pools {
     /// A pipe could not be made (fd limit): said once, then copying goes on.
     pipe_warned: Cell<bool>,
     /// (splices into a pipe, bytes they moved)
+    #[cfg(test)]
     splice_reads: Cell<(u64, u64)>,
     switches: RefCell<Arc<Switches>>,
 }
@@ -149,6 +154,7 @@ impl Default for Pools {
             spare: RefCell::new(Vec::new()),
             pipes: RefCell::new(Vec::new()),
             pipe_warned: Cell::new(false),
+            #[cfg(test)]
             splice_reads: Cell::new((0, 0)),
             switches: RefCell::new(Arc::default()),
         }
@@ -455,8 +461,11 @@ impl Dir {
                             0
                         }
                         Ok(n) => {
-                            let (calls, bytes) = pools.splice_reads.get();
-                            pools.splice_reads.set((calls + 1, bytes + n as u64));
+                            #[cfg(test)]
+                            {
+                                let (calls, bytes) = pools.splice_reads.get();
+                                pools.splice_reads.set((calls + 1, bytes + n as u64));
+                            }
                             // A short splice does not mean the socket is empty: the pipe
                             // has a slot per fragment (256 of 1.5 KB segments fill 384 KB
                             // of a 1 MiB pipe). Only the next splice's WouldBlock says so.

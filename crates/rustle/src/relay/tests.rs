@@ -290,19 +290,83 @@ async fn grace_while_splicing_still_delivers_a_small_tail_soon() {
     let _ = result;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn silence_both_ways_ends_the_relay() {
-    // The real clock: the relay stamps activity with std's clock (as its worker's coarse
-    // registry does), so tokio's paused clock would not move it. The bounds cannot race:
-    // the timeout cannot fire before its 200 ms, and 10 s is far past it.
+    // Paused time: the relay's idle timer runs on tokio's clock, which jumps to it.
     let (_client, pc, pu, _origin) = pairs().await;
-    let o = Opts { idle: Duration::from_millis(200), splice: SpliceMode::Auto, grace: None };
-    let start = std::time::Instant::now();
+    let o = Opts { idle: Duration::from_secs(30), splice: SpliceMode::Auto, grace: None };
+    let start = tokio::time::Instant::now();
     let (_, result) = run(&pc, &pu, b"", b"", o).await;
     assert!(matches!(result, Err(Error::Timeout(Phase::TunnelIdle))), "{result:?}");
     let took = start.elapsed();
-    assert!(took >= Duration::from_millis(200), "ended after {took:?}, before the idle time");
-    assert!(took < Duration::from_secs(10), "ended after {took:?}");
+    assert!(took >= Duration::from_secs(30), "ended after {took:?}, before the idle time");
+    assert!(took < Duration::from_secs(31), "ended after {took:?}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_byte_moves_the_idle_deadline() {
+    let (mut client, pc, pu, mut origin) = pairs().await;
+    let o = Opts { idle: Duration::from_secs(30), splice: SpliceMode::Auto, grace: None };
+    let start = tokio::time::Instant::now();
+    let relay = run(&pc, &pu, b"", b"", o);
+    let talk = async {
+        tokio::time::sleep(Duration::from_secs(20)).await;
+        client.write_all(b"x").await.expect("write");
+        let mut b = [0u8; 1];
+        origin.read_exact(&mut b).await.expect("read");
+        tokio::time::Instant::now()
+    };
+    let ((totals, result), sent) = tokio::join!(relay, talk);
+    assert!(matches!(result, Err(Error::Timeout(Phase::TunnelIdle))), "{result:?}");
+    assert_eq!((totals.up, totals.down), (1, 0));
+    let quiet = sent.elapsed();
+    assert!(sent - start >= Duration::from_secs(20));
+    assert!(quiet >= Duration::from_secs(30), "ended {quiet:?} after the last byte");
+    assert!(quiet < Duration::from_secs(31), "ended {quiet:?} after the last byte");
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_idle_relay_parks_and_resumes_where_it_stopped() {
+    let (mut client, pc, pu, mut origin) = pairs().await;
+    let o = Opts { idle: Duration::from_secs(60), splice: SpliceMode::Auto, grace: None };
+    let mut relay = run(pc, pu, b"", b"", o).closing().parking();
+    let start = tokio::time::Instant::now();
+    let ended = std::future::poll_fn(|cx| relay.poll_ended(cx));
+    let talk = async {
+        client.write_all(b"hello").await.expect("write");
+        let mut b = [0u8; 5];
+        origin.read_exact(&mut b).await.expect("read");
+        b
+    };
+    let (ended, got) = tokio::join!(ended, talk);
+    assert_eq!(&got, b"hello");
+    assert!(matches!(ended, Ended::Idle), "a quiet relay says it can be parked");
+    let quiet = start.elapsed();
+    assert!(quiet >= PARK_AFTER && quiet < PARK_AFTER + Duration::from_millis(100), "{quiet:?}");
+
+    let (c, u, resume) = relay.park().expect("parked");
+    assert_eq!((resume.totals().up, resume.totals().down), (5, 0));
+    assert_eq!(resume.done(), (false, false));
+    // The idle timeout counts from the last byte, parked or not.
+    let deadline = resume.deadline();
+    assert!(deadline - start <= Duration::from_secs(60), "{:?}", deadline - start);
+    tokio::time::sleep(Duration::from_secs(10)).await;
+
+    let c = TcpStream::from_std(c).expect("client back");
+    let u = TcpStream::from_std(u).expect("upstream back");
+    let relay = Relay::resume(c, u, resume, false);
+    let talk = async {
+        origin.write_all(b"back").await.expect("write");
+        let mut b = [0u8; 4];
+        client.read_exact(&mut b).await.expect("read");
+        (b, tokio::time::Instant::now())
+    };
+    let ((totals, result), (got, sent)) = tokio::join!(relay, talk);
+    assert_eq!(&got, b"back");
+    assert_eq!((totals.up, totals.down), (5, 4), "what it moved before parking counts");
+    assert!(matches!(result, Err(Error::Timeout(Phase::TunnelIdle))), "{result:?}");
+    let quiet = sent.elapsed();
+    assert!(quiet >= Duration::from_secs(60) && quiet < Duration::from_secs(61), "{quiet:?}");
 }
 
 #[tokio::test]

@@ -94,7 +94,9 @@ pub fn here() -> bool {
     PARK.with(|p| p.borrow().is_some())
 }
 
-/// Tunnels parked now, in the whole process.
+/// Tunnels parked now, in the whole process. A hook for the integration tests
+/// (`tests/park.rs`), which see only the public API; hidden from the docs.
+#[doc(hidden)]
 pub fn parked_now() -> usize {
     PARKED.load(Ordering::Relaxed)
 }
