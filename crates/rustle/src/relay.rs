@@ -207,6 +207,19 @@ enum Side {
     Upstream,
 }
 
+/// What an end fails with when its destination's window stays shut past its stall time
+/// (`End::poll_room`): the relay's error is then a write timeout, not an I/O error.
+#[derive(Debug)]
+pub(crate) struct Stalled;
+
+impl std::fmt::Display for Stalled {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("the client's window stayed shut")
+    }
+}
+
+impl std::error::Error for Stalled {}
+
 impl Side {
     fn other(self) -> Side {
         match self {
@@ -216,6 +229,9 @@ impl Side {
     }
 
     fn err(self, e: io::Error) -> Error {
+        if e.get_ref().is_some_and(|inner| inner.is::<Stalled>()) {
+            return Error::Timeout(Phase::ClientWrite);
+        }
         match self {
             Side::Client => Error::Client(e),
             Side::Upstream => Error::Upstream(e),
@@ -416,12 +432,18 @@ impl Dir {
                 }
             }
             // A bandwidth limit grants bytes only once there is something to read, so an
-            // idle tunnel holds no tokens. Unlimited, a splice moves what the pipe takes.
-            let mut allowed = if self.splicing { usize::MAX } else { SCRATCH };
+            // idle tunnel holds no tokens. Unlimited, a splice moves what the pipe takes;
+            // a copy, what the scratch buffer and the destination's room take.
+            let mut allowed = if self.splicing {
+                usize::MAX
+            } else {
+                ready!(dst.poll_room(cx, SCRATCH)).map_err(|e| self.src.other().err(e))?
+            };
             if let Some(limit) = limit {
                 let now = Instant::now();
-                allowed = limit.take(SCRATCH, now.into_std());
+                allowed = limit.take(allowed.min(SCRATCH), now.into_std());
                 if allowed == 0 {
+                    dst.release_room();
                     let wait = limit.wait(SCRATCH, now.into_std());
                     self.pause = Some(Box::pin(sleep_until(now + wait)));
                     continue;
@@ -501,6 +523,7 @@ impl Dir {
                         }
                         Poll::Pending => {
                             unused(0);
+                            dst.release_room();
                             // Nothing more for now: what went to a TLS destination leaves
                             // rustls rather than waiting for the next bytes.
                             if self.dirty {
@@ -706,6 +729,20 @@ impl<C, U> Relay<C, U> {
         Totals { up: self.up.moved, down: self.down.moved }
     }
 
+    /// The two ends (an HTTP/2 tunnel resets its stream once the relay has ended).
+    pub fn ends_mut(&mut self) -> (&mut C, &mut U) {
+        (&mut self.client, &mut self.upstream)
+    }
+
+    /// `n` bytes went to the client before the relay ran (an upstream's first bytes sent
+    /// with a response head): counted, and charged to the bandwidth limits.
+    pub fn sent_down_before(&mut self, n: usize) {
+        self.down.moved += n as u64;
+        if let Some(t) = &self.throttle {
+            t.charge(crate::limits::Direction::Down, n, Instant::now().into_std());
+        }
+    }
+
     fn finish(&mut self, result: Result<(), Error>) -> Poll<Ended> {
         POOLS.with(|pools| {
             self.up.release(pools);
@@ -843,11 +880,13 @@ where
         }
         this.last = last;
         if this.up.done && this.down.done {
-            let cut = match (this.client.socket(), this.upstream.socket()) {
-                (Some(client), Some(upstream)) => cut_after_end(client, upstream),
-                _ => None,
-            };
+            let cut = cut_after_end(this.client.socket(), this.upstream.socket());
             return this.finish(cut.map_or(Ok(()), Err));
+        }
+        // A reset arriving while both directions wait elsewhere (the client already ended
+        // its side, the upstream is quiet) would otherwise go unnoticed.
+        if let Poll::Ready(e) = this.client.poll_gone(cx) {
+            return this.finish(Err(Error::Client(e)));
         }
         let park = (this.parks && this.quiescent()).then_some(PARK_AFTER);
         match deadline(&mut this.timer, this.last, this.opts.idle, this.parks, park, cx) {
@@ -873,14 +912,15 @@ where
 /// host that reboots) closes with an end of stream, like one that finished; only the
 /// reset its stack sends when the other direction's bytes reach the dead socket tells
 /// them apart, and nothing reads that socket any more to see it.
-fn cut_after_end(client: &TcpStream, upstream: &TcpStream) -> Option<Error> {
-    let cut = reset_after_end;
+/// Only the ends that are sockets are looked at.
+fn cut_after_end(client: Option<&TcpStream>, upstream: Option<&TcpStream>) -> Option<Error> {
+    let cut = |s: Option<&TcpStream>| s.and_then(reset_after_end);
     cut(upstream).map(Error::Upstream).or_else(|| cut(client).map(Error::Client))
 }
 
 /// The reset a socket got after both directions ended, if it got one (its pending
 /// error, which nothing read).
-pub(crate) fn reset_after_end(s: &TcpStream) -> Option<io::Error> {
+fn reset_after_end(s: &TcpStream) -> Option<io::Error> {
     s.take_error().ok().flatten().map(|e| {
         let why = format!("connection reset after its end of stream ({e})");
         io::Error::new(io::ErrorKind::ConnectionReset, why)

@@ -41,6 +41,26 @@ pub trait End {
     /// The relay gives up on this end (idle timeout): tells the peer so, as far as that
     /// goes without waiting. A socket is simply closed by its owner.
     fn abandon(&mut self) {}
+
+    /// How much of `want` this end takes as a destination now: an HTTP/2 stream's
+    /// window, asked before the source is read so that nothing is read that could not be
+    /// sent. Sockets and TLS streams take all of it.
+    #[inline]
+    fn poll_room(&mut self, _: &mut Context<'_>, want: usize) -> Poll<io::Result<usize>> {
+        Poll::Ready(Ok(want))
+    }
+
+    /// The room asked for is not used now (the read would block, or a limit pauses):
+    /// give it back, so that a quiet tunnel holds no window.
+    #[inline]
+    fn release_room(&mut self) {}
+
+    /// Ready with the error once the peer gave up on this end while the relay waits
+    /// elsewhere (an HTTP/2 stream's reset); sockets and streams show it on I/O.
+    #[inline]
+    fn poll_gone(&mut self, _: &mut Context<'_>) -> Poll<io::Error> {
+        Poll::Pending
+    }
 }
 
 /// A socket read or write tried once readiness says it may work; a WouldBlock clears
