@@ -1,5 +1,9 @@
-//! The relay engine: bytes both ways between two sockets (CONNECT and SOCKS tunnels, port
-//! relays, upgraded connections), lean when idle and cheap when busy.
+//! The relay engine: bytes both ways between two ends (CONNECT and SOCKS tunnels, port
+//! relays, upgraded connections, HTTP/2 CONNECT streams), lean when idle and cheap when
+//! busy. One state machine per direction, generic over the ends (`End`): sockets splice
+//! and take a low-water mark, TLS streams are flushed, an HTTP/2 stream gives its window
+//! as room and its reset; each pair of ends is compiled on its own, so no end pays for
+//! another's capability.
 //!
 //! - No buffer while idle: a direction waits for readiness owning nothing, reads into the
 //!   worker's scratch buffer and writes straight on; only when the destination takes less
@@ -14,6 +18,7 @@
 //!   An error on either side ends both.
 //! - One idle deadline per relay, moved only when it fires: on a worker, a slot in the
 //!   worker's coarse registry (`idle::Coarse`), swept every 100 ms; elsewhere a tokio timer.
+//!   Both read tokio's clock, so tests run them on paused time.
 
 use std::cell::{Cell, RefCell};
 use std::future::Future;

@@ -136,7 +136,8 @@ pub struct PackedLabel {
 }
 
 /// Starts the relay task; the caller's task should end right after. Two plain sockets get
-/// the socket relay (splice); a TLS stream on either side gets the stream relay.
+/// the relay with sockets as ends (splice, parking); a TLS stream on either side, the
+/// relay with streams as ends.
 pub fn spawn(guard: ConnGuard, mut client: Stream, handoff: Handoff, opts: Opts, record: Record) {
     let Handoff { upstream, early_up, early_down, throttle } = handoff;
     // A relay waits on both sockets: a client not yet registered is registered now.
