@@ -63,11 +63,11 @@ pub trait End {
     }
 }
 
-/// A socket read or write tried once readiness says it may work; a WouldBlock clears
-/// tokio's cached readiness and waits again.
+/// A socket read or write, tried at once: the engine waited for readiness before it
+/// reads, and a write usually goes through, so readiness is asked (and the task's budget
+/// spent) only when the try would block.
 fn read_socket(s: &TcpStream, cx: &mut Context<'_>, buf: &mut [u8]) -> Poll<io::Result<usize>> {
     loop {
-        ready!(s.poll_read_ready(cx))?;
         match s.try_read(buf) {
             Ok(n) => {
                 if n > 0 && n < buf.len() {
@@ -75,7 +75,7 @@ fn read_socket(s: &TcpStream, cx: &mut Context<'_>, buf: &mut [u8]) -> Poll<io::
                 }
                 return Poll::Ready(Ok(n));
             }
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => ready!(s.poll_read_ready(cx))?,
             Err(e) => return Poll::Ready(Err(e)),
         }
     }
@@ -83,9 +83,8 @@ fn read_socket(s: &TcpStream, cx: &mut Context<'_>, buf: &mut [u8]) -> Poll<io::
 
 fn write_socket(s: &TcpStream, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
     loop {
-        ready!(s.poll_write_ready(cx))?;
         match s.try_write(buf) {
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => ready!(s.poll_write_ready(cx))?,
             r => return Poll::Ready(r),
         }
     }
