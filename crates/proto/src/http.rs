@@ -14,6 +14,8 @@ mod target;
 mod write;
 
 #[cfg(test)]
+mod tests_h2;
+#[cfg(test)]
 mod tests_request;
 #[cfg(test)]
 mod tests_response;
