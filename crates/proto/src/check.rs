@@ -222,6 +222,29 @@ pub fn h2_request_forwarded(
     true
 }
 
+/// The rewrite options and body framing of an HTTP/2 request, from one byte (as the
+/// property test and the fuzz target `h2_request` take them).
+pub fn h2_options(flags: u8, length: u64) -> (RequestRewrite<'static>, BodyKind) {
+    let parent = flags & 4 != 0;
+    let rw = RequestRewrite {
+        via: (flags & 1 != 0).then_some("rustle"),
+        forwarded_for: (flags & 2 != 0).then_some(if flags & 8 != 0 {
+            "2001:db8::7"
+        } else {
+            "192.0.2.7"
+        }),
+        upgrade: false,
+        absolute: parent,
+        proxy_authorization: (parent && flags & 16 != 0).then_some(&b"Basic eDp5"[..]),
+    };
+    let body = match flags >> 5 & 3 {
+        0 => BodyKind::None,
+        1 => BodyKind::Chunked,
+        _ => BodyKind::Length(length),
+    };
+    (rw, body)
+}
+
 /// The fields an HTTP/2 client gets for a response head ([`h2_response_fields`]): no
 /// hop-by-hop or framing field, none a Connection field names, every other field as it
 /// came and in order; one Content-Length with one number; with `via`, one Via field,

@@ -19,8 +19,8 @@
 
 use crate::addr::{Address, Domain, Host};
 use crate::check::{
-    assert_unambiguous, count, encode5_addr, h2_request_forwarded, h2_response_forwarded,
-    head_prefix_contract, kept, prefix_contract, scan_split, Ending, Fields,
+    assert_unambiguous, count, encode5_addr, h2_options, h2_request_forwarded,
+    h2_response_forwarded, head_prefix_contract, kept, prefix_contract, scan_split, Ending, Fields,
 };
 use crate::chunked;
 use crate::detect::detect;
@@ -460,29 +460,6 @@ proptest! {
         // The generated requests are all ones HTTP/2 could carry: every one is checked.
         prop_assert!(h2_request_forwarded(&req, &fields, &rw, body));
     }
-}
-
-/// The rewrite options and body framing of an HTTP/2 request, from one byte (as the
-/// fuzz target `h2_request` takes them).
-fn h2_options(flags: u8, length: u64) -> (RequestRewrite<'static>, BodyKind) {
-    let parent = flags & 4 != 0;
-    let rw = RequestRewrite {
-        via: (flags & 1 != 0).then_some("rustle"),
-        forwarded_for: (flags & 2 != 0).then_some(if flags & 8 != 0 {
-            "2001:db8::7"
-        } else {
-            "192.0.2.7"
-        }),
-        upgrade: false,
-        absolute: parent,
-        proxy_authorization: (parent && flags & 16 != 0).then_some(&b"Basic eDp5"[..]),
-    };
-    let body = match flags >> 5 & 3 {
-        0 => BodyKind::None,
-        1 => BodyKind::Chunked,
-        _ => BodyKind::Length(length),
-    };
-    (rw, body)
 }
 
 const H2_METHODS: &[&str] = &["GET", "HEAD", "POST", "PUT", "OPTIONS", "TRACE", "PROPFIND"];
