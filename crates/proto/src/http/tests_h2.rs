@@ -3,6 +3,20 @@
 
 use super::*;
 
+/// A request's method, authority, path and fields, the rewrite, the framing, and the
+/// head expected.
+type RequestRow<'a> = (
+    &'a str,
+    &'a str,
+    &'a str,
+    &'a [(&'a str, &'a str)],
+    &'a RequestRewrite<'a>,
+    BodyKind,
+    &'a str,
+);
+/// A response head, the Via pseudonym, and the HTTP/2 fields expected.
+type ResponseRow<'a> = (&'a str, Option<&'a str>, &'a [(&'a str, &'a str)]);
+
 fn request(
     method: &str,
     authority: &str,
@@ -36,9 +50,8 @@ fn an_h2_request_goes_out_as_an_http1_head() {
         proxy_authorization: Some(b"Basic eDp5"),
         ..RequestRewrite::default()
     };
-    // (method, authority, path, fields, rewrite, body, expected)
     #[rustfmt::skip]
-    let table: &[(&str, &str, &str, &[(&str, &str)], &RequestRewrite<'_>, BodyKind, &str)] = &[
+    let table: &[RequestRow<'_>] = &[
         ("GET", "o.test", "/p?q", &[("accept", "*/*")], &none, BodyKind::None,
          "GET /p?q HTTP/1.1\r\nHost: o.test\r\naccept: */*\r\n\r\n"),
         ("GET", "o.test:81", "", &[], &none, BodyKind::None,
@@ -107,7 +120,7 @@ fn response(head: &str, via: Option<&str>) -> Vec<(String, String)> {
 #[test]
 fn an_http1_response_head_becomes_h2_fields() {
     #[rustfmt::skip]
-    let table: &[(&str, Option<&str>, &[(&str, &str)])] = &[
+    let table: &[ResponseRow<'_>] = &[
         ("HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nX: 1\r\n\r\n", None,
          &[("Content-Type", "text/plain"), ("X", "1")]),
         // Hop-by-hop fields, those Connection names, and the framing go.
