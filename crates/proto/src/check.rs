@@ -148,7 +148,8 @@ fn h2_fields_valid(fields: &Fields) -> bool {
 
 /// An HTTP/2 request written as HTTP/1.1 ([`write_h2_request`]) parses back to the same
 /// method, target, Host and framing; every field but the managed ones and the cookies
-/// goes on unchanged and in order; the cookies as one field, joined with `; `; the
+/// goes on unchanged and in order; the cookies as one field, joined with `; ` (empty
+/// ones left out); the
 /// proxy's Via and address end their fields when asked; the next proxy's credentials
 /// alone; never two lengths, nor a length and a coding. Returns whether the request was
 /// checked: one outside what HTTP/2 delivers, or with a method, authority or path an
@@ -171,7 +172,9 @@ pub fn h2_request_forwarded(
         Ok(Some(())) => matches!(head.target, Target::Origin { .. } | Target::Asterisk),
         _ => false,
     };
-    if !usable || !h2_fields_valid(fields) || body == BodyKind::CloseDelimited {
+    // A URI's authority has no whitespace (the Host field would lose it at its ends).
+    let blank = req.authority.iter().any(|&b| b == b' ' || b == b'\t');
+    if !usable || blank || !h2_fields_valid(fields) || body == BodyKind::CloseDelimited {
         return false;
     }
     let mut out = Vec::new();
@@ -199,7 +202,8 @@ pub fn h2_request_forwarded(
     };
     assert_eq!(plain(&after), plain(fields), "{text:?}");
     let cookies: Vec<Vec<u8>> = cookie(fields).into_iter().map(|(_, v)| v).collect();
-    let joined = (!cookies.is_empty()).then(|| (b"cookie".to_vec(), cookies.join(&b"; "[..])));
+    let crumbs: Vec<&[u8]> = cookies.iter().map(|v| &v[..]).filter(|v| !v.is_empty()).collect();
+    let joined = (!cookies.is_empty()).then(|| (b"cookie".to_vec(), crumbs.join(&b"; "[..])));
     assert_eq!(cookie(&after), joined.into_iter().collect::<Fields>(), "{text:?}");
     assert_unambiguous(&after, "request from HTTP/2");
     assert!(count(&after, b"content-length") <= 1);

@@ -42,7 +42,7 @@ pub struct H2Request<'a> {
 /// <authority>`, the client's `fields` in order minus Host, the framing fields and the
 /// hop-by-hop ones (Proxy-Authorization included), Max-Forwards decremented for OPTIONS
 /// and TRACE (a Max-Forwards that is not one number is dropped), the cookies as one
-/// field, then what the proxy adds as `rw` says (`Via: 2 <via>`, X-Forwarded-For,
+/// field (empty ones left out), then what the proxy adds as `rw` says (`Via: 2 <via>`, X-Forwarded-For,
 /// Forwarded, the next proxy's credentials), the framing `body` says (Content-Length,
 /// `Transfer-Encoding: chunked`, or none) and the final CRLF.
 ///
@@ -116,7 +116,8 @@ pub fn write_h2_request<'f, I>(
         out.extend_from_slice(b"cookie: ");
         let mut first = true;
         for (name, value) in fields() {
-            if Known::of(name) == Known::Other && is_cookie(name) {
+            // An empty crumb would leave a separator at the end, or two in a row.
+            if !value.is_empty() && Known::of(name) == Known::Other && is_cookie(name) {
                 if !std::mem::replace(&mut first, false) {
                     out.extend_from_slice(b"; ");
                 }

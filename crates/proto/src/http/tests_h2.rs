@@ -70,6 +70,8 @@ fn an_h2_request_goes_out_as_an_http1_head() {
         // Cookies as one field (RFC 9113 8.2.3), after the others.
         ("GET", "o.test", "/", &[("cookie", "a=1"), ("x", "1"), ("cookie", "b=2")], &none,
          BodyKind::None, "GET / HTTP/1.1\r\nHost: o.test\r\nx: 1\r\ncookie: a=1; b=2\r\n\r\n"),
+        ("GET", "o.test", "/", &[("cookie", ""), ("cookie", "a=1"), ("cookie", "")], &none,
+         BodyKind::None, "GET / HTTP/1.1\r\nHost: o.test\r\ncookie: a=1\r\n\r\n"),
         // The proxy's Via and addresses: appended to the client's last field, else added.
         ("GET", "o.test", "/", &[], &via, BodyKind::None,
          "GET / HTTP/1.1\r\nHost: o.test\r\nVia: 2 rustle\r\nX-Forwarded-For: 2001:db8::7\r\n\
