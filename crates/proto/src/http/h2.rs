@@ -4,7 +4,7 @@
 //! ([`h2_response_fields`], [`is_h2_trailer_kept`]).
 //!
 //! The rules are the HTTP/1 writers' (`write.rs`): the same fields dropped as
-//! hop-by-hop (one [`Strip`]), Via, X-Forwarded-For and Forwarded appended to the last
+//! hop-by-hop (one `Strip`), Via, X-Forwarded-For and Forwarded appended to the last
 //! field of the name or added, Max-Forwards decremented for OPTIONS and TRACE. What
 //! differs is what HTTP/2 asks for: cookies split into several fields are joined into one
 //! (RFC 9113 8.2.3); the body's framing is written from how the proxy sends it, never
@@ -42,9 +42,9 @@ pub struct H2Request<'a> {
 /// <authority>`, the client's `fields` in order minus Host, the framing fields and the
 /// hop-by-hop ones (Proxy-Authorization included), Max-Forwards decremented for OPTIONS
 /// and TRACE (a Max-Forwards that is not one number is dropped), the cookies as one
-/// field (empty ones left out), then what the proxy adds as `rw` says (`Via: 2 <via>`, X-Forwarded-For,
-/// Forwarded, the next proxy's credentials), the framing `body` says (Content-Length,
-/// `Transfer-Encoding: chunked`, or none) and the final CRLF.
+/// field (empty ones left out), then what the proxy adds as `rw` says (`Via: 2 <via>`,
+/// X-Forwarded-For, Forwarded, the next proxy's credentials), the framing `body` says
+/// (Content-Length, `Transfer-Encoding: chunked`, or none) and the final CRLF.
 ///
 /// `fields` gives the fields (name, value) afresh at each call: they are walked once,
 /// and once more when they hold cookies. Nothing is allocated but `out`'s growth.
