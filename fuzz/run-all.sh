@@ -30,7 +30,7 @@ failed=()
 for t in $targets; do
   echo "fuzz: $t for ${secs}s"
   dict=()
-  case "$t" in request_head|response_head|chunked) dict=(-dict=fuzz/http.dict) ;; esac
+  case "$t" in request_head|response_head|h2_request|chunked) dict=(-dict=fuzz/http.dict) ;; esac
   mkdir -p "fuzz/corpus/$t"
   if ! cargo +nightly fuzz run "$t" "fuzz/corpus/$t" -- -max_total_time="$secs" "${dict[@]}" \
     -print_final_stats=1 2>&1 | grep -E '^(stat::number_of_executed_units|==|SUMMARY|Done|INFO: -max_total_time)|panicked'; then

@@ -1,10 +1,14 @@
 //! Response heads: the verdict does not depend on how the head arrived; an accepted
 //! head is never ambiguous; the head the proxy forwards (with the options forward.rs
-//! passes) re-parses to the same status, reason, body framing and kept fields.
+//! passes) re-parses to the same status, reason, body framing and kept fields; the
+//! fields an HTTP/2 client gets for it have no hop-by-hop field and one Content-Length.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use rustle_fuzz::{assert_unambiguous, count, cuts, head_prefix_contract, kept, response_fields};
+use rustle_fuzz::{
+    assert_unambiguous, count, cuts, h2_response_forwarded, head_prefix_contract, kept,
+    response_fields,
+};
 use rustle_proto::http::{
     parse_response, write_response, BodyKind, Limits, Method, ResponseHead, ResponseRewrite,
 };
@@ -76,5 +80,9 @@ fuzz_target!(|data: &[u8]| {
     assert!(count(&after, b"content-length") <= 1);
     if rw.close {
         assert!(!again.keep_alive());
+    }
+    // The same head, for an HTTP/2 client.
+    if !tunnel && head.status != 101 {
+        h2_response_forwarded(buf, &head, via);
     }
 });

@@ -8,7 +8,10 @@ use std::net::IpAddr;
 
 use crate::addr::{Address, Host};
 use crate::chunked::{ChunkError, Progress, Scanner};
-use crate::http::{HeadError, RequestHead, ResponseHead};
+use crate::http::{
+    h2_response_fields, parse_request, write_h2_request, BodyKind, H2Request, HeadError, Limits,
+    RequestHead, RequestRewrite, ResponseHead, Target,
+};
 
 /// The SOCKS prefix contract: every prefix of `buf` parses to `Ok(None)` or to what
 /// the whole of `buf` parses to.
@@ -114,6 +117,183 @@ pub fn assert_unambiguous(fields: &Fields, what: &str) {
         });
     if let Some(first) = lengths.next() {
         assert!(lengths.all(|l| l == first), "{what}: differing lengths");
+    }
+}
+
+/// Whether a field name is a framing name spelt with an underscore.
+fn framing_lookalike(name: &[u8]) -> bool {
+    let dashed: Vec<u8> =
+        name.iter().map(|&b| if b == b'_' { b'-' } else { b.to_ascii_lowercase() }).collect();
+    name.contains(&b'_') && (dashed == b"content-length" || dashed == b"transfer-encoding")
+}
+
+/// What HTTP/2 delivers (RFC 9113 8.2): names are lowercase tokens, values have no
+/// control bytes but HTAB and no whitespace at either end, and there is no Connection
+/// field. Bounded so that the head fits the parser's limits.
+fn h2_fields_valid(fields: &Fields) -> bool {
+    let name_ok = |n: &[u8]| {
+        !n.is_empty()
+            && n.iter().all(|&b| crate::http::is_tchar(b) && !b.is_ascii_uppercase())
+            && n != b"connection"
+    };
+    let value_ok = |v: &[u8]| {
+        v.iter().all(|&b| b == b'\t' || (b' '..=b'~').contains(&b) || b >= 0x80)
+            && !matches!(v.first(), Some(b' ' | b'\t'))
+            && !matches!(v.last(), Some(b' ' | b'\t'))
+    };
+    fields.len() <= 100
+        && fields.iter().map(|(n, v)| n.len() + v.len()).sum::<usize>() < 32 * 1024
+        && fields.iter().all(|(n, v)| name_ok(n) && value_ok(v))
+}
+
+/// An HTTP/2 request written as HTTP/1.1 ([`write_h2_request`]) parses back to the same
+/// method, target, Host and framing; every field but the managed ones and the cookies
+/// goes on unchanged and in order; the cookies as one field, joined with `; ` (empty
+/// ones left out); the
+/// proxy's Via and address end their fields when asked; the next proxy's credentials
+/// alone; never two lengths, nor a length and a coding. Returns whether the request was
+/// checked: one outside what HTTP/2 delivers, or with a method, authority or path an
+/// HTTP/1.1 request line cannot carry, is not.
+pub fn h2_request_forwarded(
+    req: &H2Request<'_>,
+    fields: &Fields,
+    rw: &RequestRewrite<'_>,
+    body: BodyKind,
+) -> bool {
+    let limits = Limits::default();
+    let path = if req.path.is_empty() { &b"/"[..] } else { req.path };
+    let target: Vec<u8> =
+        if rw.absolute { [&b"http://"[..], req.authority, path].concat() } else { path.to_vec() };
+    let line = [req.method, b" ", &target, b" HTTP/1.1\r\nHost: ", req.authority, b"\r\n\r\n"];
+    let reference = line.concat();
+    let mut head = RequestHead::new();
+    let usable = match parse_request(&reference, &limits, &mut head) {
+        Ok(Some(())) if rw.absolute => matches!(head.target, Target::Absolute { .. }),
+        Ok(Some(())) => matches!(head.target, Target::Origin { .. } | Target::Asterisk),
+        _ => false,
+    };
+    // A URI's authority has no whitespace (the Host field would lose it at its ends).
+    let blank = req.authority.iter().any(|&b| b == b' ' || b == b'\t');
+    if !usable || blank || !h2_fields_valid(fields) || body == BodyKind::CloseDelimited {
+        return false;
+    }
+    let mut out = Vec::new();
+    let iter = || fields.iter().map(|(n, v)| (&n[..], &v[..]));
+    write_h2_request(req, iter, rw, body, &mut out);
+    let text = String::from_utf8_lossy(&out).into_owned();
+    let wider = Limits { max_head: 64 * 1024, max_headers: 256 };
+    assert_eq!(parse_request(&out, &wider, &mut head), Ok(Some(())), "{text:?}");
+    assert_eq!(head.len, out.len(), "{text:?}");
+    assert_eq!(head.method_span.get(&out), req.method);
+    assert_eq!(head.target_span.get(&out), &target[..]);
+    assert_eq!(head.host.map(|h| h.get(&out)), Some(req.authority));
+    assert_eq!(head.body, body, "{text:?}");
+    let after = request_fields(&out, &head);
+    let cookie = |f: &Fields| -> Fields {
+        f.iter().filter(|(n, _)| n.eq_ignore_ascii_case(b"cookie")).cloned().collect()
+    };
+    let plain = |f: &Fields| -> Fields {
+        let f: Fields = f
+            .iter()
+            .filter(|(n, _)| !n.eq_ignore_ascii_case(b"cookie") && !framing_lookalike(n))
+            .cloned()
+            .collect();
+        kept(&f, &Vec::new())
+    };
+    assert_eq!(plain(&after), plain(fields), "{text:?}");
+    let cookies: Vec<Vec<u8>> = cookie(fields).into_iter().map(|(_, v)| v).collect();
+    let crumbs: Vec<&[u8]> = cookies.iter().map(|v| &v[..]).filter(|v| !v.is_empty()).collect();
+    let joined = (!cookies.is_empty()).then(|| (b"cookie".to_vec(), crumbs.join(&b"; "[..])));
+    assert_eq!(cookie(&after), joined.into_iter().collect::<Fields>(), "{text:?}");
+    assert_unambiguous(&after, "request from HTTP/2");
+    assert!(count(&after, b"content-length") <= 1);
+    assert!(count(&after, b"max-forwards") <= 1);
+    assert_eq!(count(&after, b"host"), 1);
+    let last = |name: &[u8]| {
+        after.iter().rev().find(|(n, _)| n.eq_ignore_ascii_case(name)).map(|(_, v)| v.clone())
+    };
+    if let Some(via) = rw.via {
+        let mine = format!("2 {via}");
+        assert!(last(b"via").is_some_and(|v| v.ends_with(mine.as_bytes())), "{text:?}");
+    }
+    if let Some(addr) = rw.forwarded_for {
+        assert!(last(b"x-forwarded-for").is_some_and(|v| v.ends_with(addr.as_bytes())));
+        assert!(last(b"forwarded").is_some_and(|v| v.starts_with(b"for=") || v.contains(&b',')));
+    }
+    let credentials = rw.proxy_authorization.map(<[u8]>::to_vec);
+    assert_eq!(last(b"proxy-authorization"), credentials, "{text:?}");
+    assert_eq!(count(&after, b"proxy-authorization"), usize::from(credentials.is_some()));
+    true
+}
+
+/// The rewrite options and body framing of an HTTP/2 request, from one byte (as the
+/// property test and the fuzz target `h2_request` take them).
+pub fn h2_options(flags: u8, length: u64) -> (RequestRewrite<'static>, BodyKind) {
+    let parent = flags & 4 != 0;
+    let rw = RequestRewrite {
+        via: (flags & 1 != 0).then_some("rustle"),
+        forwarded_for: (flags & 2 != 0).then_some(if flags & 8 != 0 {
+            "2001:db8::7"
+        } else {
+            "192.0.2.7"
+        }),
+        upgrade: false,
+        absolute: parent,
+        proxy_authorization: (parent && flags & 16 != 0).then_some(&b"Basic eDp5"[..]),
+    };
+    let body = match flags >> 5 & 3 {
+        0 => BodyKind::None,
+        1 => BodyKind::Chunked,
+        _ => BodyKind::Length(length),
+    };
+    (rw, body)
+}
+
+/// The fields an HTTP/2 client gets for a response head ([`h2_response_fields`]): no
+/// hop-by-hop or framing field, none a Connection field names, every other field as it
+/// came and in order; one Content-Length with one number; with `via`, one Via field,
+/// the proxy's element last.
+pub fn h2_response_forwarded(buf: &[u8], head: &ResponseHead, via: Option<&str>) {
+    let before = response_fields(buf, head);
+    let mut scratch = Vec::new();
+    let got: Fields = h2_response_fields(head, buf, via, &mut scratch)
+        .map(|(n, v)| (n.to_vec(), v.to_vec()))
+        .collect();
+    for hop in [
+        &b"connection"[..],
+        b"keep-alive",
+        b"proxy-connection",
+        b"te",
+        b"transfer-encoding",
+        b"upgrade",
+        b"trailer",
+        b"proxy-authenticate",
+    ] {
+        assert_eq!(count(&got, hop), 0, "{}", String::from_utf8_lossy(hop));
+    }
+    let not_via = |f: &Fields| -> Fields {
+        let f: Fields = f
+            .iter()
+            .filter(|(n, _)| via.is_none() || !n.eq_ignore_ascii_case(b"via"))
+            .cloned()
+            .collect();
+        kept(&f, &before)
+    };
+    assert_eq!(not_via(&got), not_via(&before));
+    assert!(count(&got, b"content-length") <= 1);
+    if let BodyKind::Length(n) = head.body {
+        let length = got.iter().find(|(name, _)| name.eq_ignore_ascii_case(b"content-length"));
+        if let Some((_, v)) = length {
+            let number = std::str::from_utf8(v).ok().and_then(|s| s.parse::<u64>().ok());
+            assert_eq!(number, Some(n), "{:?}", String::from_utf8_lossy(v));
+        }
+    }
+    if let Some(v) = via {
+        assert_eq!(count(&got, b"via"), 1);
+        let mine = format!("1.{} {v}", head.minor);
+        let (name, value) = got.last().expect("a Via field");
+        assert_eq!(name, b"via");
+        assert!(value.ends_with(mine.as_bytes()));
     }
 }
 

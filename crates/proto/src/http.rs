@@ -7,11 +7,14 @@
 
 mod error;
 mod fields;
+mod h2;
 mod hop;
 mod parse;
 mod target;
 mod write;
 
+#[cfg(test)]
+mod tests_h2;
 #[cfg(test)]
 mod tests_request;
 #[cfg(test)]
@@ -21,6 +24,7 @@ mod tests_write;
 
 pub use error::HeadError;
 pub(crate) use fields::is_tchar;
+pub use h2::{h2_response_fields, is_h2_trailer_kept, write_h2_request, H2Request};
 pub use hop::{rewrite_for_hop, NextHop};
 pub use parse::{parse_request, parse_response};
 pub use write::{

@@ -17,6 +17,9 @@
 //!     Connection, Host, Max-Forwards).
 //!   - `http/parse.rs`: the head parsers and error diagnosis.
 //!   - `http/write.rs`: the head writers (hop-by-hop stripping, Via, XFF, ...).
+//!   - `http/h2.rs`: the same rules for HTTP/2 clients: a request's fields written as
+//!     the HTTP/1.1 head (`http::write_h2_request`), a response head read as HTTP/2
+//!     fields (`http::h2_response_fields`), trailers between the two.
 //!   - `http/error.rs`: [`http::HeadError`].
 //! - [`chunked`]: a validating pass-through scanner for chunked bodies that
 //!   finds where a body ends without copying or decoding it, and which bytes

@@ -19,15 +19,15 @@
 
 use crate::addr::{Address, Domain, Host};
 use crate::check::{
-    assert_unambiguous, count, encode5_addr, head_prefix_contract, kept, prefix_contract,
-    scan_split, Ending,
+    assert_unambiguous, count, encode5_addr, h2_options, h2_request_forwarded,
+    h2_response_forwarded, head_prefix_contract, kept, prefix_contract, scan_split, Ending, Fields,
 };
 use crate::chunked;
 use crate::detect::detect;
 use crate::http::{
     parse_request, parse_response, rewrite_for_hop, write_connect, write_request, write_response,
-    BodyKind, HeadError, Limits, Method, NextHop, RequestHead, RequestRewrite, ResponseHead,
-    ResponseRewrite, Target,
+    BodyKind, H2Request, HeadError, Limits, Method, NextHop, RequestHead, RequestRewrite,
+    ResponseHead, ResponseRewrite, Target,
 };
 use crate::{socks4, socks5};
 use proptest::prelude::*;
@@ -434,8 +434,67 @@ proptest! {
         if rw.close {
             prop_assert!(!again.keep_alive());
         }
+        // The same head, for an HTTP/2 client.
+        if !tunnel && head.status != 101 {
+            h2_response_forwarded(&buf, &head, via);
+        }
+    }
+
+    #[test]
+    fn h2_request_forwarded_as_http1(
+        method in prop::sample::select(H2_METHODS),
+        authority in prop::sample::select(H2_AUTHORITIES),
+        path in prop::sample::select(H2_PATHS),
+        fields in prop::collection::vec(prop::sample::select(H2_FIELDS), 0..10),
+        flags in any::<u8>(),
+        length in 0u64..1 << 40,
+    ) {
+        let req = H2Request {
+            method: method.as_bytes(),
+            authority: authority.as_bytes(),
+            path: path.as_bytes(),
+        };
+        let fields: Fields =
+            fields.iter().map(|(n, v)| (n.as_bytes().to_vec(), v.as_bytes().to_vec())).collect();
+        let (rw, body) = h2_options(flags, length);
+        // The generated requests are all ones HTTP/2 could carry: every one is checked.
+        prop_assert!(h2_request_forwarded(&req, &fields, &rw, body));
     }
 }
+
+const H2_METHODS: &[&str] = &["GET", "HEAD", "POST", "PUT", "OPTIONS", "TRACE", "PROPFIND"];
+const H2_AUTHORITIES: &[&str] = &["o.test", "o.test:8080", "[::1]:81", "127.0.0.1", "A.Test"];
+const H2_PATHS: &[&str] = &["/", "", "/a/b?c=d", "/x%20y", "/?q"];
+/// Fields an HTTP/2 client may send: plain ones, and those the writer drops, joins or
+/// appends to.
+const H2_FIELDS: &[(&str, &str)] = &[
+    ("accept", "*/*"),
+    ("x-a", "1"),
+    ("x-a", "2"),
+    ("x-empty", ""),
+    ("user-agent", "curl/8.5.0"),
+    ("cookie", "a=1"),
+    ("cookie", "b=2"),
+    ("host", "o.test"),
+    ("via", "1.1 a"),
+    ("via", ""),
+    ("x-forwarded-for", "192.0.2.1"),
+    ("forwarded", "for=192.0.2.1"),
+    ("max-forwards", "3"),
+    ("max-forwards", "x"),
+    ("proxy-authorization", "Basic eA=="),
+    ("te", "trailers"),
+    ("trailer", "x-sum"),
+    ("keep-alive", "5"),
+    ("proxy-connection", "close"),
+    ("upgrade", "h2c"),
+    ("content-length", "7"),
+    ("transfer-encoding", "chunked"),
+    ("transfer_encoding", "gzip"),
+    ("content_length", "1"),
+    ("close", "1"),
+    ("expect", "100-continue"),
+];
 
 // ---------------------------------------------------------------- chunked bodies
 

@@ -743,31 +743,6 @@ fn client_gone() -> Error {
     Error::Client(std::io::Error::new(std::io::ErrorKind::ConnectionReset, "stream closed"))
 }
 
-/// Header fields never forwarded from a client to an origin: HTTP/2 leaves no
-/// connection-specific fields (RFC 9113 8.2.2; the h2 crate rejects them), and these are
-/// the proxy's own or rebuilt here.
-fn is_dropped_request_field(name: &http::HeaderName) -> bool {
-    use http::header;
-    matches!(
-        *name,
-        header::HOST
-            | header::PROXY_AUTHORIZATION
-            | header::TE
-            | header::TRANSFER_ENCODING
-            | header::CONTENT_LENGTH
-            | header::COOKIE
-            | header::VIA
-            | header::FORWARDED
-    ) || name.as_str() == "x-forwarded-for"
-        || name.as_str() == "proxy-connection"
-        || name.as_str() == "keep-alive"
-        // Framing names with an underscore, which origins that fold `_` into `-` would
-        // take for framing (the HTTP/1 parser refuses them; here the framing is written
-        // afresh, so they are only dropped).
-        || name.as_str() == "transfer_encoding"
-        || name.as_str() == "content_length"
-}
-
 /// A 1-in-2^64 nonce source without a random-number dependency: the standard library's
 /// per-process random hash keys over a counter and the clock.
 fn nonce() -> [u8; 16] {

@@ -96,7 +96,7 @@ pub fn write_request(head: &RequestHead, buf: &[u8], rw: &RequestRewrite, out: &
         push_field(out, b"Host", h.get(buf));
     }
 
-    let via = rw.via.map(|v| (head.minor, v));
+    let via = rw.via.map(|v| (Received::Http1 { minor: head.minor }, v));
     let last_via = strip.last_kept(Known::Via, via.is_some());
     let last_xff = strip.last_kept(Known::XForwardedFor, rw.forwarded_for.is_some());
     let last_fwd = strip.last_kept(Known::Forwarded, rw.forwarded_for.is_some());
@@ -144,9 +144,9 @@ pub fn write_request(head: &RequestHead, buf: &[u8], rw: &RequestRewrite, out: &
             None => out.extend_from_slice(value),
         }
         match (kind, via, rw.forwarded_for) {
-            (Known::Via, Some((minor, v)), _) if append => {
+            (Known::Via, Some((received, v)), _) if append => {
                 push_list_sep(out, value);
-                push_via(out, minor, v);
+                push_via(out, received, v);
             }
             (Known::XForwardedFor, _, Some(addr)) if append => {
                 push_list_sep(out, value);
@@ -161,21 +161,46 @@ pub fn write_request(head: &RequestHead, buf: &[u8], rw: &RequestRewrite, out: &
         out.extend_from_slice(b"\r\n");
     }
     run.finish(out, head.len);
+    let received = Received::Http1 { minor: head.minor };
+    let appended =
+        Appended { via: last_via.is_some(), xff: last_xff.is_some(), fwd: last_fwd.is_some() };
+    push_added(out, rw, received, appended);
+    out.extend_from_slice(b"\r\n");
+}
+
+/// Which of Via, X-Forwarded-For and Forwarded got the proxy's element appended to a
+/// field the client sent (and need no field of their own).
+#[derive(Debug, Clone, Copy, Default)]
+pub(super) struct Appended {
+    pub via: bool,
+    pub xff: bool,
+    pub fwd: bool,
+}
+
+/// The fields a forwarded request gets from the proxy, after the client's: the next
+/// proxy's credentials, Via, X-Forwarded-For and Forwarded where no client field took
+/// the proxy's element (`appended`), and `Connection: upgrade` for an upgrade.
+pub(super) fn push_added(
+    out: &mut Vec<u8>,
+    rw: &RequestRewrite,
+    received: Received,
+    appended: Appended,
+) {
     if let Some(value) = rw.proxy_authorization {
         push_field(out, b"Proxy-Authorization", value);
     }
-    if let (Some((minor, v)), None) = (via, last_via) {
+    if let (Some(v), false) = (rw.via, appended.via) {
         out.extend_from_slice(b"Via: ");
-        push_via(out, minor, v);
+        push_via(out, received, v);
         out.extend_from_slice(b"\r\n");
     }
     if let Some(addr) = rw.forwarded_for {
-        if last_xff.is_none() {
+        if !appended.xff {
             out.extend_from_slice(b"X-Forwarded-For: ");
             push_clean(out, addr, false);
             out.extend_from_slice(b"\r\n");
         }
-        if last_fwd.is_none() {
+        if !appended.fwd {
             out.extend_from_slice(b"Forwarded: ");
             push_forwarded_for(out, addr);
             out.extend_from_slice(b"\r\n");
@@ -184,7 +209,6 @@ pub fn write_request(head: &RequestHead, buf: &[u8], rw: &RequestRewrite, out: &
     if rw.upgrade {
         out.extend_from_slice(b"Connection: upgrade\r\n");
     }
-    out.extend_from_slice(b"\r\n");
 }
 
 /// Append to `out` a CONNECT request for a parent proxy (RFC 9110 9.3.6):
@@ -300,13 +324,13 @@ pub fn write_response(head: &ResponseHead, buf: &[u8], rw: &ResponseRewrite, out
         out.extend_from_slice(b": ");
         out.extend_from_slice(value);
         push_list_sep(out, value);
-        push_via(out, head.minor, via);
+        push_via(out, Received::Http1 { minor: head.minor }, via);
         out.extend_from_slice(b"\r\n");
     }
     run.finish(out, head.len);
     if let (Some(v), None) = (rw.via, last_via) {
         out.extend_from_slice(b"Via: ");
-        push_via(out, head.minor, v);
+        push_via(out, Received::Http1 { minor: head.minor }, v);
         out.extend_from_slice(b"\r\n");
     }
     let keep_alive = rw.keep_alive_10 && !rw.close;
@@ -406,7 +430,7 @@ impl OneLength {
 }
 
 /// Decides which fields survive forwarding.
-struct Strip<'h> {
+pub(super) struct Strip<'h> {
     headers: &'h [Header],
     buf: &'h [u8],
     keep_upgrade: bool,
@@ -421,7 +445,7 @@ struct Strip<'h> {
 }
 
 impl<'h> Strip<'h> {
-    fn new(
+    pub(super) fn new(
         headers: &'h [Header],
         buf: &'h [u8],
         conn: &ConnFlags,
@@ -432,7 +456,7 @@ impl<'h> Strip<'h> {
         Strip { headers, buf, keep_upgrade, drop_host, nominates, close }
     }
 
-    fn keep(&self, name: &[u8], kind: Known) -> bool {
+    pub(super) fn keep(&self, name: &[u8], kind: Known) -> bool {
         match kind {
             Known::Connection
             | Known::ProxyConnection
@@ -471,7 +495,7 @@ fn connection_tokens<'a>(headers: &'a [Header], buf: &'a [u8]) -> impl Iterator<
         .flat_map(move |h| fields::tokens(h.value.get(buf)))
 }
 
-fn push_field(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
+pub(super) fn push_field(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
     out.extend_from_slice(name);
     out.extend_from_slice(b": ");
     out.extend_from_slice(value);
@@ -480,22 +504,37 @@ fn push_field(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
 
 /// Separator before an appended list element; an empty existing value
 /// gets none, so the list does not start with an empty element.
-fn push_list_sep(out: &mut Vec<u8>, existing: &[u8]) {
+pub(super) fn push_list_sep(out: &mut Vec<u8>, existing: &[u8]) {
     if !existing.is_empty() {
         out.extend_from_slice(b", ");
     }
 }
 
-fn push_via(out: &mut Vec<u8>, minor: u8, pseudonym: &str) {
-    out.extend_from_slice(b"1.");
-    push_decimal(out, u32::from(minor));
+/// The protocol a message came in with, as a Via element names it (RFC 9110 7.6.3).
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Received {
+    /// `1.x`
+    Http1 { minor: u8 },
+    /// `2`
+    Http2,
+}
+
+/// One Via element: `<received-protocol> <pseudonym>`.
+pub(super) fn push_via(out: &mut Vec<u8>, received: Received, pseudonym: &str) {
+    match received {
+        Received::Http1 { minor } => {
+            out.extend_from_slice(b"1.");
+            push_decimal(out, u32::from(minor));
+        }
+        Received::Http2 => out.push(b'2'),
+    }
     out.push(b' ');
     push_clean(out, pseudonym, false);
 }
 
 /// `for=` node per RFC 7239 6: IPv6 goes in brackets, and anything that is
 /// not a plain token (IPv6, a port, odd text) goes in a quoted-string.
-fn push_forwarded_for(out: &mut Vec<u8>, addr: &str) {
+pub(super) fn push_forwarded_for(out: &mut Vec<u8>, addr: &str) {
     out.extend_from_slice(b"for=");
     let a = addr.as_bytes();
     let colons = a.iter().filter(|&&b| b == b':').count();
@@ -517,7 +556,7 @@ fn push_forwarded_for(out: &mut Vec<u8>, addr: &str) {
 /// end the field or the head (CTLs, CR, LF) and, inside a quoted-string,
 /// `"` and `\`. Callers pass addresses and pseudonyms, so normally nothing
 /// is dropped; this only stops a misconfiguration from injecting fields.
-fn push_clean(out: &mut Vec<u8>, s: &str, quoted: bool) {
+pub(super) fn push_clean(out: &mut Vec<u8>, s: &str, quoted: bool) {
     for &b in s.as_bytes() {
         let ok = (0x20..0x7f).contains(&b) && !(quoted && (b == b'"' || b == b'\\'));
         if ok {
@@ -527,8 +566,13 @@ fn push_clean(out: &mut Vec<u8>, s: &str, quoted: bool) {
 }
 
 /// Appends `v` in decimal, without allocating or a formatter.
-pub fn push_decimal(out: &mut Vec<u8>, mut v: u32) {
-    let mut tmp = [0u8; 10];
+pub fn push_decimal(out: &mut Vec<u8>, v: u32) {
+    push_u64(out, u64::from(v));
+}
+
+/// [`push_decimal`] for any `u64` (a body length).
+pub(super) fn push_u64(out: &mut Vec<u8>, mut v: u64) {
+    let mut tmp = [0u8; 20];
     let mut i = tmp.len();
     loop {
         i -= 1;

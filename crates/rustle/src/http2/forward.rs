@@ -22,14 +22,16 @@ use h2::server::SendResponse;
 use h2::{Reason, RecvStream, SendStream};
 use http::request::Parts;
 use http::{HeaderMap, HeaderName, HeaderValue, Request, Response, StatusCode};
-use rustle_proto::chunked::is_dropped_trailer;
-use rustle_proto::http::{BodyKind, Method, ResponseHead};
+use rustle_proto::http::{
+    h2_response_fields, is_h2_trailer_kept, write_h2_request, BodyKind, H2Request, Method,
+    RequestRewrite, ResponseHead,
+};
 use tokio::io::{AsyncRead, AsyncWrite};
 
 use super::tunnel::{Task, Tunnel};
 use super::{
-    authority, client_error, host_port, is_dropped_request_field, send_all, unless_reset, upstream,
-    upstream_tcp, Exchange, Live, Reset, Shared, Tcp,
+    authority, client_error, host_port, send_all, unless_reset, upstream, upstream_tcp, Exchange,
+    Live, Reset, Shared, Tcp,
 };
 use crate::acl::Protocol;
 use crate::body::{self, Dir, State};
@@ -405,9 +407,9 @@ fn content_length(headers: &HeaderMap) -> Result<Option<u64>, Error> {
     Ok(found)
 }
 
-/// The HTTP/1.1 request head for the origin: origin-form target, Host from :authority,
-/// the client's fields minus those of the proxy or of HTTP/2, cookies joined into one
-/// field (RFC 9113 8.2.3), Via and X-Forwarded-For/Forwarded as `[http]` says, framing.
+/// The HTTP/1.1 request head for the origin (`rustle_proto::http::write_h2_request`):
+/// Via and X-Forwarded-For/Forwarded as `[http]` says; to a parent proxy, the absolute
+/// form and the parent's credentials (`to_parent`).
 fn write_head(
     shared: &Shared,
     parts: &Parts,
@@ -417,72 +419,32 @@ fn write_head(
     to_parent: Option<Option<&[u8]>>,
     out: &mut Vec<u8>,
 ) {
-    let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
-    // To a parent proxy: the absolute form (http:// only: https goes through a tunnel).
-    let scheme = if to_parent.is_some() { "http://" } else { "" };
-    let origin = if to_parent.is_some() { authority.as_str() } else { "" };
-    for part in
-        [method, " ", scheme, origin, path, " HTTP/1.1\r\nHost: ", authority.as_str(), "\r\n"]
-    {
-        out.extend_from_slice(part.as_bytes());
-    }
-    if let Some(Some(value)) = to_parent {
-        field(out, "proxy-authorization", &[value]);
-    }
-    let h = &parts.headers;
-    for (name, value) in h {
-        if is_dropped_request_field(name) {
-            continue;
-        }
-        field(out, name.as_str(), &[value.as_bytes()]);
-    }
-    let cookies: Vec<&[u8]> =
-        h.get_all(http::header::COOKIE).iter().map(|v| v.as_bytes()).collect();
-    if !cookies.is_empty() {
-        out.extend_from_slice(b"cookie: ");
-        out.extend_from_slice(&cookies.join(&b"; "[..]));
-        out.extend_from_slice(b"\r\n");
-    }
     let cfg = &shared.worker.cfg().http;
-    if cfg.via {
-        // The client spoke HTTP/2 to us: received-protocol "2".
-        let mine = format!("2 {VIA}");
-        list_field(out, "via", h.get_all(http::header::VIA), mine.as_bytes());
-    } else {
-        list_field(out, "via", h.get_all(http::header::VIA), b"");
-    }
-    let ip = shared.peer.ip();
-    let (xff, fwd) = if cfg.forwarded_for {
-        let fwd = match ip {
-            std::net::IpAddr::V4(v4) => format!("for={v4}"),
-            std::net::IpAddr::V6(v6) => format!("for=\"[{v6}]\""),
-        };
-        (ip.to_string(), fwd)
-    } else {
-        (String::new(), String::new())
+    let peer_text;
+    let rw = RequestRewrite {
+        via: cfg.via.then_some(VIA),
+        forwarded_for: if cfg.forwarded_for {
+            peer_text = shared.peer.ip().to_string();
+            Some(peer_text.as_str())
+        } else {
+            None
+        },
+        upgrade: false,
+        absolute: to_parent.is_some(),
+        proxy_authorization: to_parent.flatten(),
     };
-    list_field(out, "x-forwarded-for", h.get_all("x-forwarded-for"), xff.as_bytes());
-    list_field(out, "forwarded", h.get_all(http::header::FORWARDED), fwd.as_bytes());
-    match framing {
-        Framing::None => {}
-        Framing::Length(n) => {
-            let _ = write!(out, "content-length: {n}\r\n");
-        }
-        Framing::Chunked => out.extend_from_slice(b"transfer-encoding: chunked\r\n"),
-    }
-    out.extend_from_slice(b"\r\n");
-}
-
-fn field(out: &mut Vec<u8>, name: &str, values: &[&[u8]]) {
-    out.extend_from_slice(name.as_bytes());
-    out.extend_from_slice(b": ");
-    for (i, v) in values.iter().enumerate() {
-        if i > 0 {
-            out.extend_from_slice(b", ");
-        }
-        out.extend_from_slice(v);
-    }
-    out.extend_from_slice(b"\r\n");
+    let req = H2Request {
+        method: method.as_bytes(),
+        authority: authority.as_str().as_bytes(),
+        path: parts.uri.path_and_query().map_or("/", |p| p.as_str()).as_bytes(),
+    };
+    let body = match framing {
+        Framing::None => BodyKind::None,
+        Framing::Length(n) => BodyKind::Length(n),
+        Framing::Chunked => BodyKind::Chunked,
+    };
+    let fields = || parts.headers.iter().map(|(n, v)| (n.as_str().as_bytes(), v.as_bytes()));
+    write_h2_request(&req, fields, &rw, body, out);
 }
 
 /// The pool key of an origin, as HTTP/1.1 makes it, formatted into `buf` when it fits.
@@ -500,22 +462,6 @@ fn pool_key<'a>(
             std::borrow::Cow::Borrowed(&buf[..n])
         }
         Err(_) => std::borrow::Cow::Owned(format!("{scheme}{host}:{port}").into_bytes()),
-    }
-}
-
-/// A list field: the client's values, then ours (when not empty), as one field.
-fn list_field(
-    out: &mut Vec<u8>,
-    name: &str,
-    theirs: http::header::GetAll<'_, HeaderValue>,
-    mine: &[u8],
-) {
-    let mut values: Vec<&[u8]> = theirs.iter().map(|v| v.as_bytes()).collect();
-    if !mine.is_empty() {
-        values.push(mine);
-    }
-    if !values.is_empty() {
-        field(out, name, &values);
     }
 }
 
@@ -573,8 +519,10 @@ async fn send_body<W: AsyncWrite + Unpin>(
             Some(r) => r.map_err(client_error)?,
         };
         for (name, value) in trailers.iter().flatten() {
-            if !is_dropped_request_field(name) && !is_dropped_trailer(name.as_str().as_bytes()) {
-                field(&mut out, name.as_str(), &[value.as_bytes()]);
+            if is_h2_trailer_kept(name.as_str().as_bytes()) {
+                for part in [name.as_str().as_bytes(), b": ", value.as_bytes(), b"\r\n"] {
+                    out.extend_from_slice(part);
+                }
             }
         }
         out.extend_from_slice(b"\r\n");
@@ -708,78 +656,35 @@ fn trailers(tail: &[u8]) -> Option<HeaderMap> {
         else {
             continue;
         };
-        if !is_hop_by_hop(&name)
-            && !is_dropped_request_field(&name)
-            && !is_dropped_trailer(name.as_str().as_bytes())
-        {
+        if is_h2_trailer_kept(name.as_str().as_bytes()) {
             map.append(name, value);
         }
     }
     (!map.is_empty()).then_some(map)
 }
 
-/// An HTTP/2 response from an HTTP/1.1 head: hop-by-hop fields (and those Connection
-/// names) removed, Via added when asked.
+/// An HTTP/2 response from an HTTP/1.1 head: its fields as
+/// `rustle_proto::http::h2_response_fields` gives them (no hop-by-hop ones, one
+/// Content-Length), Via added when asked.
 fn response(rhead: &ResponseHead, buf: &[u8], via: Option<&str>) -> Result<Response<()>, Error> {
     let mut resp = Response::new(());
     *resp.status_mut() = StatusCode::from_u16(rhead.status)
         .map_err(|_| Error::BadResponse(rustle_proto::http::HeadError::MalformedStartLine))?;
-    let named: Vec<Vec<u8>> = rhead
-        .headers
-        .iter()
-        .filter(|h| h.name.get(buf).eq_ignore_ascii_case(b"connection"))
-        .flat_map(|h| h.value.get(buf).split(|&b| b == b','))
-        .map(|t| t.trim_ascii().to_ascii_lowercase())
-        .collect();
     // Each value is its own small copy: h2's HPACK table keeps the values it indexes for
     // the connection's life, and a slice of one shared copy of the head would keep the
     // whole head alive with it.
     let headers = resp.headers_mut();
     headers.reserve(rhead.headers.len());
-    for h in &rhead.headers {
-        let Ok(name) = HeaderName::from_bytes(h.name.get(buf)) else { continue };
-        if is_hop_by_hop(&name) || named.iter().any(|n| n.as_slice() == name.as_str().as_bytes()) {
+    // Holds the Via value when one is added (the only allocation here besides the map's).
+    let mut scratch = Vec::new();
+    for (name, value) in h2_response_fields(rhead, buf, via, &mut scratch) {
+        let (Ok(name), Ok(value)) = (HeaderName::from_bytes(name), HeaderValue::from_bytes(value))
+        else {
             continue;
-        }
-        let mut value = h.value.get(buf);
-        if name == http::header::CONTENT_LENGTH {
-            // One field with one value (the parser checked that a list or repeated
-            // fields all agree): h2 clients read it as one number and reset the stream
-            // on anything else.
-            if headers.contains_key(&name) {
-                continue;
-            }
-            value = value.split(|&b| b == b',').next().unwrap_or_default().trim_ascii();
-        }
-        let Ok(value) = HeaderValue::from_bytes(value) else { continue };
+        };
         headers.append(name, value);
     }
-    if let Some(v) = via {
-        let mut values: Vec<String> = headers
-            .get_all(http::header::VIA)
-            .iter()
-            .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned())
-            .collect();
-        values.push(format!("1.{} {v}", rhead.minor));
-        if let Ok(value) = HeaderValue::from_str(&values.join(", ")) {
-            headers.insert(http::header::VIA, value);
-        }
-    }
     Ok(resp)
-}
-
-/// Fields that describe the HTTP/1.1 connection, not the message (RFC 9113 8.2.2).
-fn is_hop_by_hop(name: &HeaderName) -> bool {
-    use http::header;
-    matches!(
-        *name,
-        header::CONNECTION
-            | header::TRANSFER_ENCODING
-            | header::UPGRADE
-            | header::TE
-            | header::PROXY_AUTHENTICATE
-    ) || name.as_str() == "keep-alive"
-        || name.as_str() == "proxy-connection"
 }
 
 /// `"NAME"` of the last parent this stream went through.
