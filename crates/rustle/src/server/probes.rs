@@ -41,6 +41,7 @@ pub(super) async fn probe_parents(worker: Rc<Worker>) {
 /// Kernel TLS: probed and said once at start. Where the kernel has the `tls` module,
 /// finished handshakes hand their keys to it (the `ktls` crate); elsewhere TLS runs in
 /// user space (rustls).
+#[cfg(feature = "ktls")]
 pub(super) fn ktls_available(mode: crate::config::Ktls) -> bool {
     if mode == crate::config::Ktls::Off {
         return false;
@@ -60,4 +61,17 @@ pub(super) fn ktls_available(mode: crate::config::Ktls) -> bool {
             false
         }
     }
+}
+
+/// Built without the `ktls` feature: TLS runs in user space (rustls), said once at start
+/// as where the kernel lacks the module.
+#[cfg(not(feature = "ktls"))]
+pub(super) fn ktls_available(mode: crate::config::Ktls) -> bool {
+    if mode != crate::config::Ktls::Off {
+        tracing::info!(
+            "kernel TLS is not available here (rustle was built without the `ktls` feature); \
+             TLS runs in user space (rustls)"
+        );
+    }
+    false
 }
