@@ -360,10 +360,5 @@ impl Session {
 /// users.
 pub fn cert_user(state: &CommonState, how: CertUser) -> Option<String> {
     let leaf = state.peer_certificates()?.first()?;
-    let info = der::parse(leaf).ok()?;
-    match how {
-        CertUser::None => None,
-        CertUser::Cn => info.common_name,
-        CertUser::San => info.dns_names.into_iter().chain(info.emails).next(),
-    }
+    der::parse(leaf).ok()?.user(how)
 }
