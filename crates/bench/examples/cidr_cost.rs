@@ -117,8 +117,7 @@ fn main() {
         let (ns, hits_a) = time(&addrs, |ip| blocks.iter().any(|c| c.contains(ip)));
         a.push(ns);
         let nets = black_box(&theirs);
-        let (ns, hits_b) =
-            time(&addrs, |ip| nets.iter().any(|n| n.contains(&net::canonical(ip))));
+        let (ns, hits_b) = time(&addrs, |ip| nets.iter().any(|n| n.contains(&net::canonical(ip))));
         b.push(ns);
         assert_eq!(hits_a, hits_b, "the two disagree");
     }

@@ -359,6 +359,9 @@ impl Session {
 /// The user a verified client certificate names, if the listener maps certificates to
 /// users.
 pub fn cert_user(state: &CommonState, how: CertUser) -> Option<String> {
+    if how == CertUser::None {
+        return None;
+    }
     let leaf = state.peer_certificates()?.first()?;
     der::parse(leaf).ok()?.user(how)
 }
