@@ -16,6 +16,7 @@ use tokio::net::{tcp, TcpStream};
 
 pub type ServerTls = tokio_rustls::server::TlsStream<TcpStream>;
 pub type ClientTls = tokio_rustls::client::TlsStream<TcpStream>;
+#[cfg(feature = "ktls")]
 pub type Ktls = ktls::KtlsStream<TcpStream>;
 pub type NestedTls = tokio_rustls::client::TlsStream<Stream>;
 
@@ -36,6 +37,7 @@ pub enum Stream {
     Client(Box<ClientTls>),
     /// TLS either way whose records the kernel encrypts and decrypts (kTLS); the stream
     /// still reads through recvmsg so that alerts and other non-data records are seen.
+    #[cfg(feature = "ktls")]
     Kernel(Box<Ktls>),
     /// TLS inside a stream that is not plain TCP: towards an origin or a parent proxy
     /// reached through a TLS connection to another parent.
@@ -58,11 +60,9 @@ impl Stream {
     pub fn tcp(&self) -> Option<&TcpStream> {
         match self {
             Stream::Tcp(s) => Some(s),
-            Stream::Fresh(_)
-            | Stream::Server(_)
-            | Stream::Client(_)
-            | Stream::Kernel(_)
-            | Stream::Nested(_) => None,
+            Stream::Fresh(_) | Stream::Server(_) | Stream::Client(_) | Stream::Nested(_) => None,
+            #[cfg(feature = "ktls")]
+            Stream::Kernel(_) => None,
         }
     }
 
@@ -73,6 +73,7 @@ impl Stream {
             Stream::Fresh(_) => None,
             Stream::Server(s) => Some(s.get_ref().0),
             Stream::Client(s) => Some(s.get_ref().0),
+            #[cfg(feature = "ktls")]
             Stream::Kernel(s) => Some(s.get_ref()),
             Stream::Nested(s) => s.get_ref().0.socket(),
         }
@@ -109,11 +110,11 @@ impl Stream {
             Stream::Fresh(Some(s)) => {
                 socket2::SockRef::from(s).set_linger(Some(std::time::Duration::ZERO))
             }
-            Stream::Fresh(None)
-            | Stream::Server(_)
-            | Stream::Client(_)
-            | Stream::Kernel(_)
-            | Stream::Nested(_) => Ok(()),
+            Stream::Fresh(None) | Stream::Server(_) | Stream::Client(_) | Stream::Nested(_) => {
+                Ok(())
+            }
+            #[cfg(feature = "ktls")]
+            Stream::Kernel(_) => Ok(()),
         };
         if let Err(e) = res {
             tracing::debug!("SO_LINGER 0 on a cut connection: {e}");
@@ -279,6 +280,7 @@ impl AsyncRead for Stream {
             Stream::Tcp(s) => Pin::new(s).poll_read(cx, buf),
             Stream::Server(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
             Stream::Client(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
+            #[cfg(feature = "ktls")]
             Stream::Kernel(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
             Stream::Nested(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
         }
@@ -302,6 +304,7 @@ impl AsyncWrite for Stream {
             Stream::Tcp(s) => Pin::new(s).poll_write(cx, buf),
             Stream::Server(s) => Pin::new(s.as_mut()).poll_write(cx, buf),
             Stream::Client(s) => Pin::new(s.as_mut()).poll_write(cx, buf),
+            #[cfg(feature = "ktls")]
             Stream::Kernel(s) => Pin::new(s.as_mut()).poll_write(cx, buf),
             Stream::Nested(s) => Pin::new(s.as_mut()).poll_write(cx, buf),
         }
@@ -323,6 +326,7 @@ impl AsyncWrite for Stream {
             Stream::Tcp(s) => Pin::new(s).poll_write_vectored(cx, bufs),
             Stream::Server(s) => Pin::new(s.as_mut()).poll_write_vectored(cx, bufs),
             Stream::Client(s) => Pin::new(s.as_mut()).poll_write_vectored(cx, bufs),
+            #[cfg(feature = "ktls")]
             Stream::Kernel(s) => Pin::new(s.as_mut()).poll_write_vectored(cx, bufs),
             Stream::Nested(s) => Pin::new(s.as_mut()).poll_write_vectored(cx, bufs),
         }
@@ -334,6 +338,7 @@ impl AsyncWrite for Stream {
             Stream::Fresh(_) => true,
             Stream::Server(s) => s.is_write_vectored(),
             Stream::Client(s) => s.is_write_vectored(),
+            #[cfg(feature = "ktls")]
             Stream::Kernel(s) => s.is_write_vectored(),
             Stream::Nested(s) => s.is_write_vectored(),
         }
@@ -345,6 +350,7 @@ impl AsyncWrite for Stream {
             Stream::Tcp(s) => Pin::new(s).poll_flush(cx),
             Stream::Server(s) => Pin::new(s.as_mut()).poll_flush(cx),
             Stream::Client(s) => Pin::new(s.as_mut()).poll_flush(cx),
+            #[cfg(feature = "ktls")]
             Stream::Kernel(s) => Pin::new(s.as_mut()).poll_flush(cx),
             Stream::Nested(s) => Pin::new(s.as_mut()).poll_flush(cx),
         }
@@ -357,6 +363,7 @@ impl AsyncWrite for Stream {
             Stream::Tcp(s) => Pin::new(s).poll_shutdown(cx),
             Stream::Server(s) => Pin::new(s.as_mut()).poll_shutdown(cx),
             Stream::Client(s) => Pin::new(s.as_mut()).poll_shutdown(cx),
+            #[cfg(feature = "ktls")]
             Stream::Kernel(s) => Pin::new(s.as_mut()).poll_shutdown(cx),
             Stream::Nested(s) => Pin::new(s.as_mut()).poll_shutdown(cx),
         }

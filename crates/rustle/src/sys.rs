@@ -110,6 +110,7 @@ fn set_int(
 /// Whether the kernel can take over TLS records: attaches the `tls` upper-layer protocol
 /// to a connected loopback socket (the only way to ask; ENOENT means the module is not
 /// there). The sockets are closed before this returns.
+#[cfg(feature = "ktls")]
 pub fn ktls_probe() -> io::Result<()> {
     let listener = std::net::TcpListener::bind((std::net::Ipv4Addr::LOCALHOST, 0))?;
     let client = std::net::TcpStream::connect(listener.local_addr()?)?;

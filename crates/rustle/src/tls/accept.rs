@@ -31,6 +31,7 @@ pub async fn accept(
 ) -> Result<Accepted, String> {
     let (config, how) = (acceptor.config.clone(), acceptor.client_user);
     let acceptor = tokio_rustls::TlsAcceptor::from(config);
+    #[cfg(feature = "ktls")]
     if super::ktls() {
         let io = ktls::CorkStream::new(stream);
         let (tls, facts) = handshake(&acceptor, io, buf, give_back, deadline, how).await?;

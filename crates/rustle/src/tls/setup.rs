@@ -215,14 +215,14 @@ pub async fn connect(
 ) -> Result<Stream, String> {
     let connector = tokio_rustls::TlsConnector::from(config);
     let handshake = async {
+        #[cfg(feature = "ktls")]
         if ktls() {
             let tls = connector.connect(name, ktls::CorkStream::new(tcp)).await?;
             let kernel = ktls::config_ktls_client(tls).await.map_err(io::Error::other)?;
-            Ok::<_, io::Error>(Stream::Kernel(Box::new(kernel)))
-        } else {
-            let tls = connector.connect(name, tcp).await?;
-            Ok(Stream::Client(Box::new(tls)))
+            return Ok::<_, io::Error>(Stream::Kernel(Box::new(kernel)));
         }
+        let tls = connector.connect(name, tcp).await?;
+        Ok::<_, io::Error>(Stream::Client(Box::new(tls)))
     };
     match tokio::time::timeout(timeout, handshake).await {
         Ok(Ok(s)) => Ok(s),
@@ -359,11 +359,9 @@ impl Session {
 /// The user a verified client certificate names, if the listener maps certificates to
 /// users.
 pub fn cert_user(state: &CommonState, how: CertUser) -> Option<String> {
-    let leaf = state.peer_certificates()?.first()?;
-    let info = der::parse(leaf).ok()?;
-    match how {
-        CertUser::None => None,
-        CertUser::Cn => info.common_name,
-        CertUser::San => info.dns_names.into_iter().chain(info.emails).next(),
+    if how == CertUser::None {
+        return None;
     }
+    let leaf = state.peer_certificates()?.first()?;
+    der::parse(leaf).ok()?.user(how)
 }
