@@ -412,7 +412,7 @@ fn a_template_shows_every_field() {
     assert_eq!(f["upstream"], parent.addr().to_string());
 
     // The TLS fields, on the HTTPS port (curl's client), and an error.
-    if have("curl") {
+    if have_for_part("curl") {
         let proxy_url = format!("https://localhost:{}", proxy.addr_of(1).port());
         let dead = format!("http://127.0.0.1:{}/", closed_port().port());
         let ca = files.ca.to_str().unwrap();

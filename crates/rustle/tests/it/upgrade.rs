@@ -357,28 +357,17 @@ fn takeover_without_a_running_rustle_says_so() {
 
 /// Starts rustle with a listening socket on 127.0.0.1:`port` passed as systemd passes it
 /// (LISTEN_FDS=1, LISTEN_PID, descriptor 3): through `systemd-socket-activate` (which
-/// binds the port itself) when `tool` and it is installed, else with a pre-exec step.
+/// binds the port itself) when `tool` and it is installed (`.ci/run` installs it), else
+/// with a pre-exec step.
 fn socket_activated(port: u16, args: &[&str], tool: bool) -> RustleProcess {
     let addr = format!("127.0.0.1:{port}");
-    if tool && have_socket_activate() {
+    if tool && rustle_bench::tools::part("systemd-socket-activate") {
         let mut all = vec!["-l", &addr, "-E", "RUST_LOG", "--fdname=proxy", rustle_bin()];
         all.extend_from_slice(args);
         return RustleProcess::spawn_program("systemd-socket-activate", &all);
     }
-    if tool {
-        eprintln!("systemd-socket-activate is not installed: passing the socket by hand");
-    }
     let listener = std::net::TcpListener::bind(&addr).unwrap();
     RustleProcess::spawn_with_listen_fd(args, listener)
-}
-
-fn have_socket_activate() -> bool {
-    std::process::Command::new("systemd-socket-activate")
-        .arg("--help")
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success())
 }
 
 #[test]
