@@ -29,7 +29,9 @@ fn has(cmd: &str) -> bool {
 #[test]
 fn smoke_campaign_writes_csv_and_report() {
     let Some(rustle) = rustle_bin() else {
-        rustle_bench::tools::missing("the rustle binary (cargo build -p rustle, or set RUSTLE_BIN)");
+        rustle_bench::tools::missing(
+            "the rustle binary (cargo build -p rustle, or set RUSTLE_BIN)",
+        );
         return;
     };
     if !has("nginx") || !has("taskset") {
@@ -64,7 +66,9 @@ fn smoke_campaign_writes_csv_and_report() {
 #[test]
 fn sigterm_removes_the_scratch_directory() {
     let Some(rustle) = rustle_bin() else {
-        rustle_bench::tools::missing("the rustle binary (cargo build -p rustle, or set RUSTLE_BIN)");
+        rustle_bench::tools::missing(
+            "the rustle binary (cargo build -p rustle, or set RUSTLE_BIN)",
+        );
         return;
     };
     if !has("taskset") {

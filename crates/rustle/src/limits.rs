@@ -657,4 +657,6 @@ fn unit_error(s: &str, unit: &str) -> String {
 }
 
 #[cfg(test)]
+mod proptests;
+#[cfg(test)]
 mod tests;

@@ -25,7 +25,6 @@ fn target_dir() -> PathBuf {
     exe.ancestors().nth(3).expect("<target>/<profile>/deps/<test>").to_path_buf()
 }
 
-
 fn text(out: &Output) -> String {
     format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr))
 }
