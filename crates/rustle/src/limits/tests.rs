@@ -574,7 +574,7 @@ async fn a_throttled_loop_on_paused_time_paces_at_the_rate() {
     // Paused time moves only to the timers' deadlines: no further than the last pause.
     assert!(elapsed < Duration::from_secs(5) + ms(20), "{elapsed:?}");
     let earned = u128::from(TEN_MBIT) * elapsed.as_nanos() / 1_000_000_000;
-    let expected = u64::try_from(earned).unwrap() + b.burst();
+    let expected = u64::try_from(earned).expect("fits") + b.burst();
     let left = b.available(now());
     // The loop takes whatever is there, except after its last pause, which tokio's timer
     // (millisecond resolution) may have made up to 1 ms longer than asked.
