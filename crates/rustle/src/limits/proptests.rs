@@ -1,13 +1,15 @@
 //! Property tests of the byte bucket on simulated time (explicit instants): whatever the
 //! sequence of takes, give-backs and pauses, a bucket never grants more than
 //! `rate * elapsed + burst`, a caller that waits as `wait` says gets at least that less one
-//! read, and `wait` is zero exactly when `take` would grant.
+//! read, and `wait` is zero exactly when `take` would grant; a user's and a listener's
+//! bucket together never grant more than either alone.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use proptest::prelude::*;
 
-use super::Bucket;
+use super::{Bucket, Limit};
 
 fn config() -> ProptestConfig {
     ProptestConfig { cases: 256, failure_persistence: None, ..ProptestConfig::default() }
@@ -119,6 +121,43 @@ proptest! {
             prop_assert_eq!(w.is_zero(), b.available(now) >= (want as u64).min(b.chunk()));
             // After waiting that long, with nobody else taking, the take grants.
             prop_assert!(b.take(want, now + w) > 0);
+        }
+    }
+
+    #[test]
+    fn two_buckets_never_grant_more_than_either_alone(
+        (r1, b1) in bucket(), (r2, b2) in bucket(),
+        ops in proptest::collection::vec(op(), 1..200)
+    ) {
+        let user = Arc::new(Bucket::new(r1, b1));
+        let listener = Arc::new(Bucket::new(r2, b2));
+        let limit = Limit { user: Some(user.clone()), listener: Some(listener.clone()) };
+        let t0 = Instant::now();
+        let mut now = t0;
+        let mut moved: u128 = 0;
+        for op in ops {
+            match op {
+                Op::Pass(ns) => now += Duration::from_nanos(ns),
+                Op::Take(want, back) => {
+                    let n = limit.take(want, now);
+                    prop_assert!(n <= want);
+                    let returned = n * usize::from(back) / 256;
+                    limit.give_back(returned);
+                    moved += (n - returned) as u128;
+                    for (rate, b) in [(r1, &user), (r2, &listener)] {
+                        let bound = earned(rate, now - t0) + u128::from(b.burst());
+                        prop_assert!(moved <= bound, "moved {} > bound {}", moved, bound);
+                    }
+                    if n == 0 {
+                        // Refused: `wait` says so, and after it the take grants.
+                        let w = limit.wait(want, now);
+                        prop_assert!(w > Duration::ZERO);
+                        let later = limit.take(want, now + w);
+                        prop_assert!(later > 0);
+                        limit.give_back(later);
+                    }
+                }
+            }
         }
     }
 }
