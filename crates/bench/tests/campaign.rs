@@ -1,8 +1,8 @@
 //! The campaign's smoke mode end to end: rustle, nginx and the floor on loopback,
 //! http-ka-1k for 2 s, the CSV and the report written, so the harness cannot rot.
 //! Uses the release rustle binary if there is one, else the debug one that
-//! `cargo test --workspace` builds; skipped (with a message) when neither, or
-//! nginx, is there. Also: SIGTERM in the middle of a run leaves no scratch
+//! `cargo test --workspace` builds; a failure with `RUSTLE_REQUIRE_TOOLS=1`, and
+//! otherwise skipped, when neither, or nginx, is there. Also: SIGTERM in the middle of a run leaves no scratch
 //! directory behind. And `--help` of every command answers with its usage, status 0.
 
 use std::path::PathBuf;
@@ -16,22 +16,25 @@ fn rustle_bin() -> Option<PathBuf> {
     ["release", "debug"].iter().map(|p| target.join(p).join("rustle")).find(|p| p.exists())
 }
 
+/// Whether `cmd` is installed (on PATH or in /usr/sbin); a missing one fails the test with
+/// `RUSTLE_REQUIRE_TOOLS=1`, else skips it (`rustle_bench::tools`).
 fn has(cmd: &str) -> bool {
-    std::env::var_os("PATH").is_some_and(|path| {
-        std::env::split_paths(&path)
-            .chain([PathBuf::from("/usr/sbin")])
-            .any(|d| d.join(cmd).is_file())
-    })
+    let found = rustle_bench::tools::find(cmd, &[&format!("/usr/sbin/{cmd}")]).is_some();
+    if !found {
+        rustle_bench::tools::missing(cmd);
+    }
+    found
 }
 
 #[test]
 fn smoke_campaign_writes_csv_and_report() {
     let Some(rustle) = rustle_bin() else {
-        eprintln!("skipped: no rustle binary (cargo build -p rustle, or set RUSTLE_BIN)");
+        rustle_bench::tools::missing(
+            "the rustle binary (cargo build -p rustle, or set RUSTLE_BIN)",
+        );
         return;
     };
     if !has("nginx") || !has("taskset") {
-        eprintln!("skipped: nginx or taskset not installed");
         return;
     }
     let out = std::env::temp_dir().join(format!("rustle-campaign-test-{}", std::process::id()));
@@ -63,11 +66,12 @@ fn smoke_campaign_writes_csv_and_report() {
 #[test]
 fn sigterm_removes_the_scratch_directory() {
     let Some(rustle) = rustle_bin() else {
-        eprintln!("skipped: no rustle binary (cargo build -p rustle, or set RUSTLE_BIN)");
+        rustle_bench::tools::missing(
+            "the rustle binary (cargo build -p rustle, or set RUSTLE_BIN)",
+        );
         return;
     };
     if !has("taskset") {
-        eprintln!("skipped: taskset not installed");
         return;
     }
     // A TMPDIR of its own (under /tmp), so that what is left is ours alone.

@@ -254,7 +254,7 @@ fn ipv6_and_drop_closes() {
     let o = match Origin::start_on("[::1]:0".parse().unwrap()) {
         Ok(o) => o,
         Err(e) => {
-            println!("skipping IPv6 check: {e}");
+            rustle_bench::tools::skip_host(&format!("no IPv6 loopback ({e})"));
             Origin::start().unwrap()
         }
     };
@@ -283,10 +283,10 @@ fn client_half_close_still_gets_response() {
 
 #[test]
 fn curl_against_origin() {
-    let Ok(out) = std::process::Command::new("curl").arg("--version").output() else {
-        println!("curl not installed; skipping");
+    if !rustle_bench::tools::need("curl") {
         return;
-    };
+    }
+    let out = std::process::Command::new("curl").arg("--version").output().unwrap();
     assert!(out.status.success());
     let o = Origin::start().unwrap();
     let out = std::process::Command::new("curl")

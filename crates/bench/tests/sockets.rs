@@ -173,8 +173,7 @@ async fn tls_origin_with_rustls_client() {
 
 #[test]
 fn tls_origin_with_curl() {
-    if std::process::Command::new("curl").arg("--version").output().is_err() {
-        println!("curl not installed; skipping");
+    if !rustle_bench::tools::need("curl") {
         return;
     }
     let o = TlsOrigin::start().unwrap();

@@ -674,6 +674,9 @@ impl RuleSet {
 }
 
 #[cfg(test)]
+mod proptests;
+
+#[cfg(test)]
 mod tests {
     use super::*;
 

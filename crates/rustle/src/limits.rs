@@ -43,6 +43,14 @@ pub const CHUNK: u64 = 16 * 1024;
 /// 20 ms instead of 16 KiB every 2 s).
 const SLICE_PER_SEC: u64 = 50;
 
+/// The clock the limits are meant to be read with: tokio's, which is the monotonic system
+/// clock (`std::time::Instant::now`, no more) except where a test pauses it
+/// (`tokio::time::pause`), and then moves only as the test's timers fire, so throttled
+/// transfers run on simulated time. A bucket starts its own clock with it.
+pub fn now() -> Instant {
+    tokio::time::Instant::now().into_std()
+}
+
 /// A token bucket for bytes, shared across workers. See the module documentation for the
 /// design.
 #[derive(Debug)]
@@ -55,7 +63,7 @@ pub struct Bucket {
     tau: u64,
     /// The least a throttled caller waits for (and `take` grants): see `chunk()`.
     chunk: u64,
-    /// Where the clock starts.
+    /// Where the clock starts (`now()` when the bucket is made).
     epoch: Instant,
     /// Theoretical arrival time, nanoseconds since `epoch`: the bucket is full when
     /// `tat <= now`, and holds `(now + tau - tat) * rate` bytes otherwise.
@@ -75,7 +83,7 @@ impl Bucket {
             burst,
             tau: mul_div(burst, NANOS, rate, true),
             chunk,
-            epoch: Instant::now(),
+            epoch: now(),
             tat: AtomicU64::new(0),
         }
     }
@@ -656,5 +664,7 @@ fn unit_error(s: &str, unit: &str) -> String {
     }
 }
 
+#[cfg(test)]
+mod proptests;
 #[cfg(test)]
 mod tests;

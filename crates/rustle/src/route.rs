@@ -650,4 +650,6 @@ fn rendezvous(key: &Key<'_>, member: &str, weight: u32) -> f64 {
 }
 
 #[cfg(test)]
+mod proptests;
+#[cfg(test)]
 mod tests;

@@ -25,10 +25,6 @@ fn target_dir() -> PathBuf {
     exe.ancestors().nth(3).expect("<target>/<profile>/deps/<test>").to_path_buf()
 }
 
-fn runs(tool: &str) -> bool {
-    Command::new(tool).arg("--help").stdout(Stdio::null()).stderr(Stdio::null()).status().is_ok()
-}
-
 fn text(out: &Output) -> String {
     format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr))
 }
@@ -64,15 +60,8 @@ fn last_baseline_commit_says_why(root: &Path) {
 
 #[test]
 fn cost_per_exchange_and_memory_at_rest_stay_within_the_committed_baseline() {
-    let required = std::env::var("RUSTLE_REQUIRE_TOOLS").is_ok_and(|v| v == "1");
     for tool in ["valgrind", "vgdb", "strace"] {
-        if !runs(tool) {
-            assert!(
-                !required,
-                "`{tool}` is not installed and RUSTLE_REQUIRE_TOOLS=1: the cost guard needs \
-                 valgrind and strace (.ci/run installs them)"
-            );
-            eprintln!("SKIPPED: `{tool}` is not installed; the cost guard needs it");
+        if !rustle_bench::tools::need(tool) {
             return;
         }
     }

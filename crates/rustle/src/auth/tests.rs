@@ -146,15 +146,14 @@ fn bcrypt_2y_from_htpasswd_and_2b() {
 /// A line made just now by Apache's `htpasswd`, when it is installed (apache2-utils).
 #[test]
 fn bcrypt_from_live_htpasswd() {
-    let output =
-        std::process::Command::new("htpasswd").args(["-nbB", "alice", "live: s3cret"]).output();
-    let output = match output {
-        Ok(output) if output.status.success() => output,
-        _ => {
-            eprintln!("skipping bcrypt_from_live_htpasswd: htpasswd (apache2-utils) not installed");
-            return;
-        }
-    };
+    if !rustle_bench::tools::need("htpasswd") {
+        return;
+    }
+    let output = std::process::Command::new("htpasswd")
+        .args(["-nbB", "alice", "live: s3cret"])
+        .output()
+        .expect("run htpasswd");
+    assert!(output.status.success(), "htpasswd: {}", String::from_utf8_lossy(&output.stderr));
     let text = String::from_utf8_lossy(&output.stdout);
     assert!(text.starts_with("alice:$2y$"), "{text}");
     let users = parse(&text);

@@ -551,3 +551,55 @@ fn traffic_keeps_at_most_max_users_and_counts_the_rest_together() {
     // A user with counters keeps them.
     assert_eq!(t.entry("u7").get(), (1, 0));
 }
+
+/// The relay's loop on tokio's paused clock: five seconds of a 10 Mbit/s limit pass as
+/// fast as the machine runs the loop, and the bytes moved, with what is left in the bucket,
+/// are what the time earned plus the burst.
+#[tokio::test(start_paused = true)]
+async fn a_throttled_loop_on_paused_time_paces_at_the_rate() {
+    let b = Bucket::new(TEN_MBIT, 0);
+    let t0 = now();
+    let mut moved = 0u64;
+    let mut pauses = 0;
+    while now() < t0 + Duration::from_secs(5) {
+        let n = b.take(KIB16, now());
+        if n > 0 {
+            moved += n as u64;
+            continue;
+        }
+        tokio::time::sleep(b.wait(KIB16, now())).await;
+        pauses += 1;
+    }
+    let elapsed = now() - t0;
+    // Paused time moves only to the timers' deadlines: no further than the last pause.
+    assert!(elapsed < Duration::from_secs(5) + ms(20), "{elapsed:?}");
+    let earned = u128::from(TEN_MBIT) * elapsed.as_nanos() / 1_000_000_000;
+    let expected = u64::try_from(earned).expect("fits") + b.burst();
+    let left = b.available(now());
+    // The loop takes whatever is there, except after its last pause, which tokio's timer
+    // (millisecond resolution) may have made up to 1 ms longer than asked.
+    assert!(left < KIB16 as u64 + TEN_MBIT / 1000, "{left} left");
+    // Rounding: each take costs whole nanoseconds, rounded up.
+    let total = moved + left;
+    assert!(
+        total <= expected && expected - total <= 2,
+        "moved {moved} + {left}, expected {expected}"
+    );
+    assert!(pauses > 300, "{pauses} pauses");
+}
+
+/// A bucket made on paused time starts its clock there: nothing refills until the test
+/// moves the clock, and then exactly what the time earned does.
+#[tokio::test(start_paused = true)]
+async fn a_bucket_refills_only_as_paused_time_advances() {
+    let b = Bucket::new(1_000, 1_000);
+    assert_eq!(b.take(5_000, now()), 1_000);
+    assert_eq!(b.take(1, now()), 0);
+    assert_eq!(b.wait(1, now()), ms(1));
+    tokio::task::yield_now().await;
+    assert_eq!(b.available(now()), 0, "no time passed");
+    tokio::time::advance(ms(250)).await;
+    assert_eq!(b.available(now()), 250);
+    tokio::time::advance(Duration::from_secs(10)).await;
+    assert_eq!(b.available(now()), 1_000, "never more than the burst");
+}

@@ -412,7 +412,7 @@ fn a_template_shows_every_field() {
     assert_eq!(f["upstream"], parent.addr().to_string());
 
     // The TLS fields, on the HTTPS port (curl's client), and an error.
-    if have("curl") {
+    if have_for_part("curl") {
         let proxy_url = format!("https://localhost:{}", proxy.addr_of(1).port());
         let dead = format!("http://127.0.0.1:{}/", closed_port().port());
         let ca = files.ca.to_str().unwrap();
@@ -707,14 +707,10 @@ fn logrotate_under_steady_traffic_loses_no_line() {
         })
     };
     let lines_in = |p: &std::path::Path| std::fs::read_to_string(p).unwrap_or_default();
-    let wait_until = |what: &str, cond: &dyn Fn() -> bool| {
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while !cond() {
-            assert!(Instant::now() < deadline, "timed out waiting for {what}");
-            std::thread::sleep(Duration::from_millis(10));
-        }
+    let expect_soon = |what: &str, cond: &dyn Fn() -> bool| {
+        assert!(wait_until(Duration::from_secs(10), cond), "timed out waiting for {what}");
     };
-    wait_until("lines before the rotation", &|| lines_in(&log).lines().count() >= 50);
+    expect_soon("lines before the rotation", &|| lines_in(&log).lines().count() >= 50);
     let state = dir.file("state");
     let out = std::process::Command::new("logrotate")
         .args(["-f", "-s", state.to_str().unwrap(), conf_path.to_str().unwrap()])
@@ -722,13 +718,13 @@ fn logrotate_under_steady_traffic_loses_no_line() {
         .unwrap();
     assert!(out.status.success(), "logrotate: {}", String::from_utf8_lossy(&out.stderr));
     assert!(bin.wait_for_stderr("SIGUSR1: reopened", Duration::from_secs(5)), "{}", bin.stderr());
-    wait_until("lines in the new file", &|| lines_in(&log).lines().count() >= 50);
+    expect_soon("lines in the new file", &|| lines_in(&log).lines().count() >= 50);
     stop.store(true, Ordering::Relaxed);
     client.join().unwrap();
     let total = sent.load(Ordering::Relaxed);
     let rotated = dir.file("access.log.1");
     let all = || lines_in(&rotated) + &lines_in(&log);
-    wait_until("every line", &|| all().lines().count() >= total);
+    expect_soon("every line", &|| all().lines().count() >= total);
     let all = all();
     let mut seen = vec![0u32; total];
     for l in all.lines() {

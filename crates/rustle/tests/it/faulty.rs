@@ -156,16 +156,14 @@ pool_max_idle_per_host = 0
 
     /// Waits (up to `within`) for the count to satisfy `ok`; the last count seen.
     fn wait_for_fds(&self, ok: impl Fn(usize) -> bool, within: Duration) -> Result<usize, usize> {
-        let deadline = Instant::now() + within;
-        loop {
-            let n = self.fds();
-            if ok(n) {
-                return Ok(n);
-            }
-            if Instant::now() >= deadline {
-                return Err(n);
-            }
-            std::thread::sleep(Duration::from_millis(20));
+        let mut n = 0;
+        if wait_until(within, || {
+            n = self.fds();
+            ok(n)
+        }) {
+            Ok(n)
+        } else {
+            Err(n)
         }
     }
 
@@ -208,34 +206,32 @@ pool_max_idle_per_host = 0
     /// The cause on the access-log line that contains every one of `needles` (waiting
     /// up to 2 s for it); `-` for a line without one.
     fn log_cause(&self, needles: &[&str]) -> Result<String, String> {
-        let deadline = Instant::now() + Duration::from_secs(2);
-        loop {
-            let text = std::fs::read_to_string(&self.log).unwrap_or_default();
-            if let Some(l) = text.lines().find(|l| needles.iter().all(|n| l.contains(n))) {
-                let cause = LogLine::parse(l).error;
-                return Ok(if cause.is_empty() { "-".into() } else { cause });
-            }
-            if Instant::now() > deadline {
-                return Err(format!("no access-log line with {needles:?}:\n{text}"));
-            }
-            std::thread::sleep(Duration::from_millis(20));
+        let mut text = String::new();
+        let mut cause = None;
+        wait_until(Duration::from_secs(2), || {
+            text = std::fs::read_to_string(&self.log).unwrap_or_default();
+            cause = text
+                .lines()
+                .find(|l| needles.iter().all(|n| l.contains(n)))
+                .map(|l| LogLine::parse(l).error);
+            cause.is_some()
+        });
+        match cause {
+            Some(cause) => Ok(if cause.is_empty() { "-".into() } else { cause }),
+            None => Err(format!("no access-log line with {needles:?}:\n{text}")),
         }
     }
 
     /// Waits for the healthy origin to have no connection open (the proxy closed its
     /// side of every one).
     fn origin_idle(&self) -> Result<(), String> {
-        let deadline = Instant::now() + SETTLE;
-        while self.origin.open_connections() > 0 {
-            if Instant::now() > deadline {
-                return Err(format!(
-                    "{} origin connections still open {SETTLE:?} after",
-                    self.origin.open_connections()
-                ));
-            }
-            std::thread::sleep(Duration::from_millis(20));
+        if wait_until(SETTLE, || self.origin.open_connections() == 0) {
+            return Ok(());
         }
-        Ok(())
+        Err(format!(
+            "{} origin connections still open {SETTLE:?} after",
+            self.origin.open_connections()
+        ))
     }
 }
 
@@ -804,11 +800,10 @@ fn client_case(rig: &Rig, _peer: &Peer, fault: Fault, proto: Proto) -> Option<Ou
                 s.write_all(&head).unwrap();
                 s.write_all(&pattern(faulty::RESET_AFTER)).unwrap();
                 // The proxy has its origin connection: the reset comes mid-body.
-                let deadline = Instant::now() + SETTLE;
-                while rig.origin.connections() == before {
-                    assert!(Instant::now() < deadline, "the proxy never reached the origin");
-                    std::thread::sleep(Duration::from_millis(10));
-                }
+                assert!(
+                    wait_until(SETTLE, || rig.origin.connections() != before),
+                    "the proxy never reached the origin"
+                );
                 FaultyClient::from_stream(s).reset().unwrap();
                 rig.origin_idle()?;
                 let cause = client_log(rig, proto, "/sha256")?;
@@ -971,11 +966,10 @@ fn client_h2(rig: &Rig, fault: Fault) -> Outcome {
                     .unwrap();
                 let (resp, mut body) = send.send_request(req, false).unwrap();
                 body.send_data(Bytes::from(pattern(faulty::RESET_AFTER)), false).unwrap();
-                let deadline = Instant::now() + SETTLE;
-                while connections() == before {
-                    assert!(Instant::now() < deadline, "the proxy never reached the origin");
-                    tokio::time::sleep(Duration::from_millis(10)).await;
-                }
+                assert!(
+                    wait_until_async(SETTLE, || connections() != before).await,
+                    "the proxy never reached the origin"
+                );
                 // The connection's task owns the socket: ending it resets the connection.
                 task.abort();
                 let _ = task.await;

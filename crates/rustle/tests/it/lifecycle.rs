@@ -555,7 +555,7 @@ fn the_service_manager_hears_ready_reloading_and_stopping() {
 #[test]
 fn root_drops_to_the_configured_user_after_binding() {
     if !crate::util::peers::is_root() {
-        eprintln!("SKIPPED: root_drops_to_the_configured_user_after_binding needs root");
+        rustle_bench::tools::skip_host("dropping to another user needs root");
         return;
     }
     let Ok(nobody) = Command::new("id").args(["-u", "nobody"]).output() else { return };

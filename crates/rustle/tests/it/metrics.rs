@@ -137,15 +137,7 @@ fn scrape(addr: SocketAddr) -> Samples {
 
 /// Scrapes until `done` holds (counters of tunnels arrive when the tunnels end).
 fn scrape_until(addr: SocketAddr, what: &str, done: impl Fn(&Samples) -> bool) -> Samples {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let s = scrape(addr);
-        if done(&s) {
-            return s;
-        }
-        assert!(Instant::now() < deadline, "never saw {what}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    wait_for(Duration::from_secs(10), what, || Some(scrape(addr)).filter(&done))
 }
 
 /// A TLS client of the HTTPS port trusting `ca`.
@@ -461,14 +453,9 @@ fn readyz_turns_503_while_draining_and_healthz_stays_200() {
     let (mut tunnel, r) = connect_with(proxy.addr(), &echo.addr().to_string(), &[]);
     assert_eq!(r.status, 200);
     let _ = proxy.running().stopper().send(true);
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let r = loop {
-        let r = admin_get(admin, "/readyz", "");
-        if r.status != 200 || Instant::now() > deadline {
-            break r;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    let r = wait_for(Duration::from_secs(10), "/readyz to stop saying ready", || {
+        Some(admin_get(admin, "/readyz", "")).filter(|r| r.status != 200)
+    });
     assert_eq!(r.status, 503, "{}", r.text());
     assert!(r.text().starts_with("draining: "), "{}", r.text());
     assert_eq!(r.text().lines().count(), 1, "{}", r.text());

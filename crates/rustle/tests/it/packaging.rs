@@ -41,7 +41,7 @@ fn the_manual_page_names_every_subcommand_and_renders() {
         assert!(roff.contains(&format!("\\-\\-{flag}")), "--{flag} is not named:\n{roff}");
     }
     assert!(roff.contains("/etc/rustle/rustle.toml") && roff.contains("RUSTLE_CONFIG"));
-    if have("man") {
+    if have_for_part("man") {
         let text = render(&roff);
         for shown in ["SYNOPSIS", "rustle-check(1)", "--config", "/etc/rustle/rustle.toml"] {
             assert!(text.contains(shown), "`{shown}` is not shown:\n{text}");
@@ -62,7 +62,7 @@ fn the_manual_page_names_every_subcommand_and_renders() {
     }
     let check = std::fs::read_to_string(dir.join("rustle-check.1")).unwrap();
     assert!(check.contains("\\-\\-config"), "{check}");
-    if have("man") {
+    if have_for_part("man") {
         assert!(render(&check).contains("--config"));
     }
     // A directory that cannot be made: the error names it.
@@ -254,7 +254,7 @@ fn the_dockerfile_builds_rustle_and_runs_it_unprivileged_on_the_default_file() {
     let ignore = std::fs::read_to_string(root().join(".dockerignore")).unwrap();
     assert!(ignore.lines().any(|l| l == "target/"), "{ignore}");
     assert!(root().join("contrib/docker/rustle.toml").is_file());
-    if have("hadolint") {
+    if rustle_bench::tools::optional("hadolint") {
         let out = Command::new("hadolint").arg(root().join("Dockerfile")).output().unwrap();
         assert_success("hadolint Dockerfile", &out);
     }
@@ -264,7 +264,7 @@ fn the_dockerfile_builds_rustle_and_runs_it_unprivileged_on_the_default_file() {
 fn the_kubernetes_example_probes_the_admin_port_and_mounts_the_configuration() {
     let yaml = Command::new("python3").args(["-c", "import yaml"]).status();
     if !yaml.is_ok_and(|s| s.success()) {
-        eprintln!("SKIPPED: python3 with yaml (python3-yaml) is not installed; this test needs it");
+        rustle_bench::tools::missing("python3-yaml");
         return;
     }
     let dir = root().join("contrib/kubernetes");

@@ -20,7 +20,7 @@ const BODY: usize = 1000;
 fn enough_files(need: u64) -> bool {
     use rlimit::Resource;
     let Ok((soft, hard)) = Resource::NOFILE.get() else {
-        eprintln!("SKIPPED: cannot read the open-file limit");
+        rustle_bench::tools::skip_host("cannot read the open-file limit");
         return false;
     };
     if soft >= need {
@@ -29,9 +29,9 @@ fn enough_files(need: u64) -> bool {
     if hard >= need && Resource::NOFILE.set(need, hard).is_ok() {
         return true;
     }
-    eprintln!(
-        "SKIPPED: this test needs {need} open files; the limits are {soft} (soft), {hard} (hard)"
-    );
+    rustle_bench::tools::skip_host(&format!(
+        "this test needs {need} open files; the limits are {soft} (soft), {hard} (hard)"
+    ));
     false
 }
 

@@ -741,7 +741,7 @@ fn public_local_address() -> Option<std::net::IpAddr> {
         (!rustle::acl::is_private(ip)).then_some(ip)
     });
     if found.is_none() {
-        eprintln!("SKIPPED: this host has no address outside the private ranges");
+        rustle_bench::tools::skip_host("this host has no address outside the private ranges");
     }
     found
 }

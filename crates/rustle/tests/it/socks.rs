@@ -463,7 +463,7 @@ fn bind_data_flows(client: &mut TcpStream, peer: &mut TcpStream) {
 fn connect_from_another_host(to: SocketAddr) -> Option<socket2::Socket> {
     let sock = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
     if sock.bind(&"127.0.0.2:0".parse::<SocketAddr>().unwrap().into()).is_err() {
-        eprintln!("SKIPPED: cannot bind 127.0.0.2 here");
+        rustle_bench::tools::skip_host("cannot bind 127.0.0.2 here");
         return None;
     }
     sock.connect(&to.into()).unwrap();

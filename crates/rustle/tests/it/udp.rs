@@ -263,7 +263,7 @@ fn udp_associate_refuses_a_wildcard_listener_on_every_address_of_the_host() {
         let v4 = ifa.address?.as_sockaddr_in()?.ip();
         (!v4.is_loopback()).then_some(std::net::IpAddr::V4(v4))
     }) else {
-        eprintln!("SKIPPED: this host has no IPv4 address but loopback");
+        rustle_bench::tools::skip_host("this host has no IPv4 address but loopback");
         return;
     };
     let echo = UdpEcho::start().unwrap();

@@ -24,18 +24,6 @@ fn refused(addr: SocketAddr) -> bool {
     matches!(TcpStream::connect(addr), Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused)
 }
 
-/// Polls `cond` every 10 ms for up to `limit`.
-fn eventually(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
-    let deadline = Instant::now() + limit;
-    while Instant::now() < deadline {
-        if cond() {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    cond()
-}
-
 fn listener_toml(kind: &str, port: u16) -> String {
     format!("[[listener]]\nkind = \"{kind}\"\nlisten = \"127.0.0.1:{port}\"\n")
 }
@@ -98,7 +86,7 @@ fn sighup_adds_and_removes_listeners_while_a_tunnel_stays_open() {
     assert_eq!(bin.next_listener(), at(c), "the new listener is not announced");
     assert!(bin.stderr().contains(&format!("closed the listener on 127.0.0.1:{b} (socks)")));
     assert_eq!(get_body(at(c), &origin.url("/bytes/10")), pattern(10));
-    assert!(eventually(Duration::from_secs(5), || refused(at(b))), "b still accepts");
+    assert!(wait_until(Duration::from_secs(5), || refused(at(b))), "b still accepts");
     // The open tunnel goes on, and a still takes new connections.
     assert_echoes(&mut tunnel.s, b"after the reload: the tunnel goes on");
     assert_eq!(get_body(at(a), &origin.url("/bytes/11")), pattern(11));
@@ -144,7 +132,7 @@ fn a_reload_that_cannot_bind_or_read_its_file_changes_nothing() {
     // The same reload once c is free goes through.
     reload(&bin, &file, &text, 1);
     assert_eq!(get_body(at(c), &origin.url("/bytes/6")), pattern(6));
-    assert!(eventually(Duration::from_secs(5), || refused(at(b))));
+    assert!(wait_until(Duration::from_secs(5), || refused(at(b))));
 }
 
 #[test]
@@ -166,7 +154,7 @@ fn a_reload_changes_connection_limits_and_timeouts_for_new_connections() {
     drop(over);
     // Once its slot is free, a new connection is served, and closed after 300 ms idle.
     let mut fresh = None;
-    let served = eventually(Duration::from_secs(3), || {
+    let served = wait_until(Duration::from_secs(3), || {
         let mut c = Conn::to_proxy(&proxy);
         c.send(&get(&origin.url("/bytes/3")));
         let ok = c.read_response().status == 200;
@@ -295,7 +283,7 @@ fn takeover_under_load_refuses_nothing_and_the_old_process_drains() {
 
     let (stop, done, failed, clients) = clients(3, addr, &origin.url("/bytes/100"), load);
     let count = || done.load(Ordering::Relaxed);
-    assert!(eventually(Duration::from_secs(10), || count() > 200), "no load");
+    assert!(wait_until(Duration::from_secs(10), || count() > 200), "no load");
     let (mut tunnel, r) = connect_with(addr, &echo.addr().to_string(), &[]);
     assert_eq!(r.status, 200);
     assert_echoes(&mut tunnel.s, b"on the old process");
@@ -308,7 +296,7 @@ fn takeover_under_load_refuses_nothing_and_the_old_process_drains() {
         old.stderr()
     );
     let at_takeover = count();
-    assert!(eventually(Duration::from_secs(10), || count() > at_takeover + 300));
+    assert!(wait_until(Duration::from_secs(10), || count() > at_takeover + 300));
     // The old process waits for the tunnel it serves, which still works.
     assert_eq!(old.wait(Duration::from_millis(200)), None, "the old process left its tunnel");
     assert_echoes(&mut tunnel.s, b"still on the old process, draining");
@@ -316,7 +304,7 @@ fn takeover_under_load_refuses_nothing_and_the_old_process_drains() {
     let status = old.wait(Duration::from_secs(10)).expect("the old process exits after its drain");
     assert!(status.success(), "{status}\n{}", old.stderr());
     let after_exit = count();
-    assert!(eventually(Duration::from_secs(10), || count() > after_exit + 200));
+    assert!(wait_until(Duration::from_secs(10), || count() > after_exit + 200));
     stop.store(true, Ordering::Relaxed);
     for c in clients {
         c.join().unwrap();
@@ -357,28 +345,17 @@ fn takeover_without_a_running_rustle_says_so() {
 
 /// Starts rustle with a listening socket on 127.0.0.1:`port` passed as systemd passes it
 /// (LISTEN_FDS=1, LISTEN_PID, descriptor 3): through `systemd-socket-activate` (which
-/// binds the port itself) when `tool` and it is installed, else with a pre-exec step.
+/// binds the port itself) when `tool` and it is installed (`.ci/run` installs it), else
+/// with a pre-exec step.
 fn socket_activated(port: u16, args: &[&str], tool: bool) -> RustleProcess {
     let addr = format!("127.0.0.1:{port}");
-    if tool && have_socket_activate() {
+    if tool && rustle_bench::tools::part("systemd-socket-activate") {
         let mut all = vec!["-l", &addr, "-E", "RUST_LOG", "--fdname=proxy", rustle_bin()];
         all.extend_from_slice(args);
         return RustleProcess::spawn_program("systemd-socket-activate", &all);
     }
-    if tool {
-        eprintln!("systemd-socket-activate is not installed: passing the socket by hand");
-    }
     let listener = std::net::TcpListener::bind(&addr).unwrap();
     RustleProcess::spawn_with_listen_fd(args, listener)
-}
-
-fn have_socket_activate() -> bool {
-    std::process::Command::new("systemd-socket-activate")
-        .arg("--help")
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success())
 }
 
 #[test]
@@ -408,7 +385,7 @@ fn socket_activation(tool: bool) {
     let mut bin = socket_activated(port, &["--config", file.to_str().unwrap()], tool);
     // The socket listens before rustle runs: this request waits in its queue until
     // rustle serves it.
-    assert!(eventually(Duration::from_secs(5), || !refused(addr)), "nothing listens");
+    assert!(wait_until(Duration::from_secs(5), || !refused(addr)), "nothing listens");
     let mut c = Conn::open(addr);
     c.send(&get(&origin.url("/bytes/12")));
     assert_eq!(c.read_response().body, pattern(12));
@@ -538,7 +515,7 @@ fn takeover_with_admin_hands_its_port_over_and_loses_no_kept_alive_request() {
 
     let (stop, done, lost, clients) = clients(4, addr, &origin.url("/bytes/100"), kept_alive_load);
     let count = || done.load(Ordering::Relaxed);
-    assert!(eventually(Duration::from_secs(10), || count() > 300), "no load");
+    assert!(wait_until(Duration::from_secs(10), || count() > 300), "no load");
 
     let mut new = RustleProcess::spawn(&["--config", config, "--takeover"]);
     assert_eq!(new.next_listener(), addr);
@@ -551,7 +528,7 @@ fn takeover_with_admin_hands_its_port_over_and_loses_no_kept_alive_request() {
     let at_takeover = count();
     let status = old.wait(Duration::from_secs(15)).expect("the old process exits after its drain");
     assert!(status.success(), "{status}\n{}", old.stderr());
-    assert!(eventually(Duration::from_secs(10), || count() > at_takeover + 500));
+    assert!(wait_until(Duration::from_secs(10), || count() > at_takeover + 500));
     // The admin port is the new process's now: ready, and counting its requests.
     assert_eq!(admin_get(admin, "/readyz"), (200, "ready\n".to_string()));
     let (status, metrics) = admin_get(admin, "/metrics");
@@ -587,7 +564,7 @@ fn drain_delay_keeps_accepting_with_readyz_503_after_sigterm() {
     assert_eq!(admin_get(admin, "/readyz").0, 200);
     p.signal("TERM");
     assert!(
-        eventually(Duration::from_secs(5), || admin_get(admin, "/readyz").0 == 503),
+        wait_until(Duration::from_secs(5), || admin_get(admin, "/readyz").0 == 503),
         "/readyz stays 200 after SIGTERM:\n{}",
         p.stderr()
     );

@@ -226,18 +226,19 @@ impl Drop for Proxy {
     }
 }
 
-/// Whether an external program can be run.
+/// The calling test needs `tool`: whether it runs. A missing one fails the test with
+/// `RUSTLE_REQUIRE_TOOLS=1` (`.ci/run`), and otherwise skips it: the caller returns, and the
+/// test binary ends with the count of skipped tests (`rustle_bench::tools`).
+#[track_caller]
 pub fn have(tool: &str) -> bool {
-    let ok = Command::new(tool)
-        .arg("--version")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok();
-    if !ok {
-        eprintln!("SKIPPED: `{tool}` is not installed; this test needs it");
-    }
-    ok
+    rustle_bench::tools::need(tool)
+}
+
+/// Part of the calling test needs `tool`, which `.ci/run` installs: whether it runs; a
+/// missing one fails with `RUSTLE_REQUIRE_TOOLS=1`, else that part is left out (counted).
+#[track_caller]
+pub fn have_for_part(tool: &str) -> bool {
+    rustle_bench::tools::part(tool)
 }
 
 /// A command with no proxy settings inherited from the environment (NO_PROXY would make
@@ -643,7 +644,7 @@ pub fn listener(kind: ListenerKind, target: Option<SocketAddr>) -> Listener {
 pub fn ipv6_available() -> bool {
     let ok = std::net::TcpListener::bind("[::1]:0").is_ok();
     if !ok {
-        eprintln!("SKIPPED: cannot bind [::1] here; the IPv6 part of this test does not run");
+        rustle_bench::tools::skip_host("cannot bind [::1] here; the IPv6 part does not run");
     }
     ok
 }

@@ -163,7 +163,7 @@ impl Drop for Squid {
 fn write_htpasswd(dir: &TempDir, user: &str, password: &str) -> Option<String> {
     const HELPER: &str = "/usr/lib/squid/basic_ncsa_auth";
     if !Path::new(HELPER).exists() {
-        eprintln!("SKIPPED: squid's {HELPER} is not installed; this test needs it");
+        rustle_bench::tools::missing(HELPER);
         return None;
     }
     if !have("openssl") {
@@ -250,9 +250,8 @@ impl Dante {
         let program = find_program("danted", "/usr/sbin/danted")?;
         if let Some((name, password)) = &opts.user {
             if !is_root() {
-                eprintln!(
-                    "SKIPPED: dante checks system users and creating one needs root; this \
-                     test needs it"
+                rustle_bench::tools::skip_host(
+                    "dante checks system users and creating one needs root",
                 );
                 return None;
             }
@@ -406,14 +405,13 @@ fn ensure_system_user(name: &str, password: &str) {
 }
 
 /// Where `program` is installed (on PATH, or at `path`: /usr/sbin is not on every user's
-/// PATH); says so when it is not. Neither squid nor danted takes `--version`, so `have`
-/// cannot tell.
+/// PATH); a missing one is `rustle_bench::tools::missing` (a failure in CI). Neither squid
+/// nor danted takes `--version`, so `have` cannot tell.
+#[track_caller]
 fn find_program(program: &str, path: &str) -> Option<PathBuf> {
-    let found = std::env::var_os("PATH")
-        .and_then(|p| std::env::split_paths(&p).map(|d| d.join(program)).find(|p| p.is_file()))
-        .or_else(|| Some(PathBuf::from(path)).filter(|p| p.is_file()));
+    let found = rustle_bench::tools::find(program, &[path]);
     if found.is_none() {
-        eprintln!("SKIPPED: `{program}` is not installed; this test needs it");
+        rustle_bench::tools::missing(program);
     }
     found
 }
