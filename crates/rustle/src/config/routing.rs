@@ -10,7 +10,8 @@ use std::time::Duration;
 
 use serde::{Deserialize, Deserializer};
 
-use super::{duration, HostPort, Listener};
+use super::duration::duration;
+use super::{HostPort, Listener};
 use crate::acl::RuleConfig;
 
 /// What a parent proxy speaks.
@@ -486,7 +487,9 @@ fn parent_problems(p: &ParentConfig, listeners: &[Listener]) -> Vec<(&'static st
     if p.probe_every.is_zero() {
         out.push(("probe_every", "`probe_every` must not be zero".to_string()));
     }
-    if let Some(own) = super::own_listener(listeners, &p.address.host, p.address.port, false) {
+    if let Some(own) =
+        super::checks::own_listener(listeners, &p.address.host, p.address.port, false)
+    {
         out.push(("address", own_message(p, own)));
     }
     out
@@ -495,7 +498,7 @@ fn parent_problems(p: &ParentConfig, listeners: &[Listener]) -> Vec<(&'static st
 /// A parent at one of the proxy's own listening addresses: every connection through it
 /// would come back in.
 pub(super) fn loop_problem(p: &ParentConfig, listeners: &[Listener]) -> Option<String> {
-    let own = super::own_listener(listeners, &p.address.host, p.address.port, false)?;
+    let own = super::checks::own_listener(listeners, &p.address.host, p.address.port, false)?;
     Some(format!("parent `{}`: {}", p.name, own_message(p, own)))
 }
 
