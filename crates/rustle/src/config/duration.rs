@@ -56,7 +56,13 @@ pub fn parse_duration(t: &str) -> Result<Duration, String> {
     } else {
         humantime::parse_duration(t).map_err(|e| match e {
             humantime::DurationError::NumberOverflow => too_long(t),
-            e => format!("invalid duration `{t}`: {e}"),
+            e @ humantime::DurationError::UnknownUnit { .. } => {
+                format!("invalid duration `{t}`: {e}")
+            }
+            _ => format!(
+                "invalid duration `{t}`: expected a number of seconds or text such as \"10s\", \
+                 \"250ms\", \"5m\", \"1h 30m\""
+            ),
         })?
     };
     at_most_a_year(d, t)

@@ -150,7 +150,12 @@ impl Config {
             let line = lines.at_original(segs);
             problems.push(Problem { line, message: format!("unknown key `{}`", segs.join(".")) });
         }
+        // Each named by its key: `workers: expected a number, found "two"`.
         for (segs, message) in collected.errors {
+            let message = match segs.is_empty() {
+                true => message,
+                false => format!("{}: {message}", segs.join(".")),
+            };
             problems.push(Problem { line: lines.at_original(&segs), message });
         }
         let line_in = |segs: &[&str]| lines.of(segs);

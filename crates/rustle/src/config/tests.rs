@@ -76,7 +76,7 @@ fn a_type_error_hides_nothing_after_it() {
     // One problem each: the listener whose `listen` is no address is not reported again
     // as missing it, and the listeners after it keep their own lines.
     assert_eq!(lines, [Some(2), Some(4), Some(8), Some(12), Some(14)], "{p:?}");
-    let wants = ["invalid duration", "nowhere", "h2c", "own listener", "expected usize"];
+    let wants = ["invalid duration", "nowhere", "h2c", "own listener", "expected a number"];
     for (problem, want) in p.iter().zip(wants) {
         assert!(problem.message.contains(want), "{want}: {p:?}");
     }
@@ -86,6 +86,33 @@ fn a_type_error_hides_nothing_after_it() {
     assert_eq!(parsed.lines.of(&["listener", "0", "kind"]), Some(6));
     assert!(parsed.lines.damaged(&["timeouts", "header"]));
     assert!(!parsed.lines.damaged(&["listener", "0"]));
+}
+
+#[test]
+fn a_type_error_names_its_key() {
+    let table = [
+        ("workers = \"two\"\n", "line 1: workers: expected a number, found \"two\""),
+        (
+            "\n[limits]\nmax_headers = -5\n",
+            "line 3: limits.max_headers: expected a number, 0 or more, found -5",
+        ),
+        ("[http]\nvia = \"yes\"\n", "line 2: http.via: expected true or false, found \"yes\""),
+        (
+            "[[listener]]\nlisten = \"127.0.0.1:1\"\n[[listener]]\nlisten = 3128\n",
+            "line 4: listener.1.listen: expected an address and port (\"127.0.0.1:3128\", \
+             \"[::1]:3128\"), found 3128",
+        ),
+        (
+            "[admin]\nallow = \"10.0.0.0/8\"\n",
+            "line 2: admin.allow: expected a list, found \"10.0.0.0/8\"",
+        ),
+        ("[timeouts]\nio = -5\n", "line 2: timeouts.io: expected a duration"),
+    ];
+    for (text, want) in table {
+        let p = Config::parse(text).expect_err(text);
+        let shown = p[0].to_string();
+        assert!(shown.starts_with(want), "{text:?}: {shown}");
+    }
 }
 
 #[test]
