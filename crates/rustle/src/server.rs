@@ -24,9 +24,10 @@ use tokio::sync::{mpsc, watch};
 pub use self::bind::{ensure_unused, Bound, Group, Inherited, Socket};
 use crate::accesslog::Sink;
 use crate::buf::Buf;
-use crate::config::{Config, Listener, ListenerKey, ListenerKind};
+use crate::config::{Config, ListenerKey, ListenerKind};
 use crate::conn::Stream;
-use crate::limits::{parse_rate, Bucket, ConnLimits, Limit, Throttle, Traffic};
+use crate::limits::{ConnLimits, Traffic};
+use crate::policy::Listener;
 use crate::policy::Policy;
 use crate::worker::Worker;
 
@@ -284,8 +285,7 @@ impl Running {
         for mut l in cfg.effective_listeners() {
             let running = state.bound.iter().position(|b| b.listener.key == l.key);
             let Some(i) = running else {
-                l.throttle = listener_throttle(&l).map_err(|e| format!("{e:#}"))?;
-                l.counters = crate::metrics::ListenerCounters::new(workers);
+                let l = Listener::new(l, workers)?;
                 let bound =
                     bind::bind(&l, workers, &mut inherited).map_err(|e| format!("{e:#}"))?;
                 listeners.push(Planned::Fresh(bound));
@@ -294,12 +294,7 @@ impl Running {
             kept[i] = true;
             let was = &state.bound[i].listener;
             l.listen = was.listen;
-            l.counters = was.counters.clone();
-            l.throttle = match (l.rate_up == was.rate_up, l.rate_down == was.rate_down) {
-                (true, true) => was.throttle.clone(),
-                _ => listener_throttle(&l).map_err(|e| format!("{e:#}"))?,
-            };
-            listeners.push(Planned::Kept(i, Arc::new(l)));
+            listeners.push(Planned::Kept(i, Arc::new(Listener::succeeding(l, was)?)));
         }
         let removed = (0..kept.len()).filter(|&i| !kept[i]).collect();
         let (new_log, old_log) = (&cfg.log, &old.log);
@@ -473,9 +468,8 @@ pub fn start_with(cfg: Config, mut inherited: Inherited) -> anyhow::Result<Runni
     let workers = cfg.worker_count();
     crate::metrics::set_workers(workers);
     let mut bound = Vec::new();
-    for mut l in cfg.effective_listeners() {
-        l.throttle = listener_throttle(&l)?;
-        l.counters = crate::metrics::ListenerCounters::new(workers);
+    for l in cfg.effective_listeners() {
+        let l = Listener::new(l, workers).map_err(anyhow::Error::msg)?;
         bound.push(bind::bind(&l, workers, &mut inherited)?);
     }
     let admin_socket = inherited.take_admin(cfg.admin.listen);
@@ -719,24 +713,6 @@ fn ktls_available(mode: crate::config::Ktls) -> bool {
             false
         }
     }
-}
-
-/// The buckets of a listener's own bandwidth limit.
-fn listener_throttle(l: &Listener) -> anyhow::Result<Throttle> {
-    let make = |r: &Option<String>| -> anyhow::Result<Option<Arc<Bucket>>> {
-        Ok(match r {
-            Some(r) => {
-                let rate =
-                    parse_rate(r).map_err(|e| anyhow::anyhow!("listener {}: {e}", l.listen))?;
-                Some(Arc::new(Bucket::new(rate, Bucket::default_burst(rate))))
-            }
-            None => None,
-        })
-    };
-    Ok(Throttle {
-        up: Limit { user: None, listener: make(&l.rate_up)? },
-        down: Limit { user: None, listener: make(&l.rate_down)? },
-    })
 }
 
 /// A listening socket registered with this worker's event loop.

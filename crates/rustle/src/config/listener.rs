@@ -157,18 +157,10 @@ pub struct Listener {
     /// client certificates. Without it such a change is refused.
     #[serde(default)]
     pub allow_less_protection: bool,
-    /// The buckets of `rate_up`/`rate_down`, made when the listener is bound (kept by a
-    /// reload that leaves the rates as they were).
-    #[serde(skip)]
-    pub throttle: crate::limits::Throttle,
     /// Which listener of the configuration this is (`effective_listeners` sets it): a
     /// reload, a takeover and the policy's TLS settings find a listener by it.
     #[serde(skip)]
     pub key: ListenerKey,
-    /// Its counters, a slot per worker, made when the listener is bound (kept by a reload
-    /// that keeps the listener).
-    #[serde(skip)]
-    pub counters: std::sync::Arc<crate::metrics::ListenerCounters>,
 }
 
 /// A listener's identity across reloads and upgrades: its address as configured (port 0
@@ -347,8 +339,6 @@ impl Listener {
             target_tls: None,
             h2c: false,
             allow_less_protection: false,
-            throttle: Default::default(),
-            counters: Default::default(),
             key: ListenerKey::default(),
         }
     }
