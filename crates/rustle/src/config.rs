@@ -10,6 +10,7 @@ use serde::Deserialize;
 
 mod checks;
 mod collect;
+mod conditions;
 mod duration;
 mod listener;
 mod load;
@@ -19,6 +20,7 @@ mod settings;
 #[cfg(test)]
 mod tests;
 
+pub use conditions::{Conditions, RuleConfig};
 pub use duration::{parse_duration, MAX_DURATION};
 pub use listener::{
     CertFiles, CertUser, ClientCerts, ConnectTls, HostPort, Ktls, ListenTls, Listener, ListenerKey,
@@ -80,7 +82,7 @@ pub struct Config {
     pub auth: Auth,
     /// Access rules, first match wins.
     #[serde(default, rename = "rule")]
-    pub rules: Vec<crate::acl::RuleConfig>,
+    pub rules: Vec<RuleConfig>,
     /// What happens to a request no rule matches.
     #[serde(default)]
     pub default_action: DefaultAction,

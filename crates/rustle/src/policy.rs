@@ -354,9 +354,10 @@ fn undefined_names(cfg: &Config, users: &Users) -> Vec<String> {
     use crate::acl::{undefined_groups, undefined_users};
     use crate::config::{CertUser, ClientCerts};
     let defined = |g: &str| users.has_group(g) || cfg.auth.groups.contains_key(g);
-    let route_conditions: Vec<_> = cfg.routes.iter().map(|r| r.conditions()).collect();
-    let mut out = undefined_groups(&cfg.rules, "rule", defined);
-    out.extend(undefined_groups(&route_conditions, "route", defined));
+    let rules = || cfg.rules.iter().map(|r| &r.conditions);
+    let routes = || cfg.routes.iter().map(|r| &r.conditions);
+    let mut out = undefined_groups(rules(), "rule", defined);
+    out.extend(undefined_groups(routes(), "route", defined));
     let users_from_elsewhere = cfg.effective_listeners().iter().any(|l| {
         let certs = l.tls.as_ref().is_some_and(|t| {
             t.client_certs != ClientCerts::None && t.client_user != CertUser::None
@@ -365,8 +366,8 @@ fn undefined_names(cfg: &Config, users: &Users) -> Vec<String> {
     });
     if !users_from_elsewhere {
         let known = |u: &str| users.get(u).is_some();
-        out.extend(undefined_users(&cfg.rules, "rule", known));
-        out.extend(undefined_users(&route_conditions, "route", known));
+        out.extend(undefined_users(rules(), "rule", known));
+        out.extend(undefined_users(routes(), "route", known));
     }
     out
 }

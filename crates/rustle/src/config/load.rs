@@ -185,12 +185,12 @@ impl Config {
             }
         }
         for (i, rule) in config.rules.iter_mut().enumerate() {
-            rule.groups_line = line_in(&["rule", &i.to_string(), "groups"]);
-            rule.users_line = line_in(&["rule", &i.to_string(), "users"]);
+            rule.conditions.groups_line = line_in(&["rule", &i.to_string(), "groups"]);
+            rule.conditions.users_line = line_in(&["rule", &i.to_string(), "users"]);
         }
         for (i, route) in config.routes.iter_mut().enumerate() {
-            route.groups_line = line_in(&["route", &i.to_string(), "groups"]);
-            route.users_line = line_in(&["route", &i.to_string(), "users"]);
+            route.conditions.groups_line = line_in(&["route", &i.to_string(), "groups"]);
+            route.conditions.users_line = line_in(&["route", &i.to_string(), "users"]);
         }
         let routing =
             routing::problems(&config.parents, &config.groups, &config.routes, &config.listeners);

@@ -304,3 +304,32 @@ fn durations() {
     let e = Config::parse("[timeouts]\ntunnel_idle = 9223372036854775807\n").expect_err("huge");
     assert!(format!("{e:?}").contains("too long"), "{e:?}");
 }
+
+#[test]
+fn rules_and_routes_read_the_same_conditions_and_report_unknown_keys() {
+    let text = "[[parent]]\nname = \"p\"\nkind = \"http\"\naddress = \"127.0.0.1:3128\"\n\
+                [[rule]]\naction = \"allow\"\nhosts = [\"a.example\"]\nports = [\"443\"]\n\
+                [[route]]\nhosts = [\"a.example\"]\nports = [\"443\"]\nvia = \"p\"\n";
+    let c = Config::parse(text).expect("valid");
+    let (rule, route) = (&c.rules[0].conditions, &c.routes[0].conditions);
+    assert_eq!(rule.hosts, route.hosts);
+    assert_eq!(rule.ports, route.ports);
+    assert_eq!(c.routes[0].via, ["p"]);
+    // A typo in either table is an unknown key, with its line; a value of the wrong type
+    // is named by its key.
+    let text = "[[rule]]\naction = \"allow\"\nhost = [\"a.example\"]\n\
+                [[route]]\nvia = \"direct\"\nport = [\"443\"]\n\
+                [[route]]\nvia = \"direct\"\nclients = \"10.0.0.0/8\"\n";
+    let p = Config::parse(text).expect_err("typos");
+    let shown: Vec<String> = p.iter().map(|p| p.to_string()).collect();
+    assert!(shown.contains(&"line 3: unknown key `rule.0.host`".to_string()), "{shown:?}");
+    assert!(shown.contains(&"line 6: unknown key `route.0.port`".to_string()), "{shown:?}");
+    let want = "line 9: route.1.clients: expected a list, found \"10.0.0.0/8\"";
+    assert!(shown.contains(&want.to_string()), "{shown:?}");
+    // Required keys stay required.
+    let p = Config::parse("[[rule]]\nhosts = [\"a\"]\n[[route]]\nhosts = [\"b\"]\n")
+        .expect_err("missing keys");
+    let shown: Vec<String> = p.iter().map(|p| p.to_string()).collect();
+    assert!(shown.iter().any(|s| s.contains("missing field `action`")), "{shown:?}");
+    assert!(shown.iter().any(|s| s.contains("missing field `via`")), "{shown:?}");
+}
