@@ -15,6 +15,7 @@ mod duration;
 mod listener;
 mod load;
 mod log;
+mod rate;
 mod routing;
 mod settings;
 #[cfg(test)]
@@ -31,6 +32,7 @@ pub use log::{
     Diagnostics, Facility, Field, Log, LogFormat, LogTarget, Piece, SyslogAddr, SyslogFormat,
     Template,
 };
+pub use rate::parse_rate;
 pub use routing::{
     names_of, GroupConfig, Named, ParentConfig, ParentKind, Probe, RouteConfig, Secret, Sticky,
     DENY, DIRECT,

@@ -518,7 +518,7 @@ pub fn start_with(cfg: Config, mut inherited: Inherited) -> anyhow::Result<Runni
         ConnLimits::new(cfg.limits.max_connections_per_client, cfg.limits.max_connections_per_user);
     let traffic = Traffic::new();
     let hasher = Arc::new(
-        crate::auth::Hasher::start(cfg.auth.hasher_limits())
+        crate::auth::Hasher::start(crate::auth::HasherLimits::of(&cfg.auth))
             .context("cannot start the password hashing threads")?,
     );
     let kib = policy.users.max_memory_kib();

@@ -179,7 +179,7 @@ impl Config {
                 problems.push(Problem { line: line_at("h2c"), message });
             }
             for (key, value) in [("rate_up", &l.rate_up), ("rate_down", &l.rate_down)] {
-                if let Some(Err(e)) = value.as_deref().map(crate::limits::parse_rate) {
+                if let Some(Err(e)) = value.as_deref().map(super::parse_rate) {
                     problems.push(Problem { line: line_at(key), message: format!("{key}: {e}") });
                 }
             }
@@ -223,7 +223,7 @@ impl Config {
             ("user_rate_up", &config.limits.user_rate_up),
             ("user_rate_down", &config.limits.user_rate_down),
         ] {
-            if let Some(Err(e)) = value.as_deref().map(crate::limits::parse_rate) {
+            if let Some(Err(e)) = value.as_deref().map(super::parse_rate) {
                 let line = line_in(&["limits", key]);
                 problems.push(Problem { line, message: format!("limits.{key}: {e}") });
             }

@@ -239,17 +239,6 @@ pub struct Auth {
     pub max_hashes_per_client: usize,
 }
 
-impl Auth {
-    /// The hashing threads' sizes.
-    pub fn hasher_limits(&self) -> crate::auth::HasherLimits {
-        crate::auth::HasherLimits {
-            threads: self.hash_threads,
-            max_pending: self.max_pending_hashes,
-            per_client: self.max_hashes_per_client,
-        }
-    }
-}
-
 impl Default for Auth {
     fn default() -> Self {
         Auth {

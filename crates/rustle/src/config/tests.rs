@@ -41,7 +41,7 @@ fn unknown_keys_are_all_reported_with_lines() {
 #[test]
 fn hashing_thread_and_queue_sizes_of_zero_are_refused_with_lines() {
     let c = Config::parse("[auth]\nhash_threads = 1\n").expect("valid");
-    assert_eq!(c.auth.hasher_limits().threads, 1);
+    assert_eq!(c.auth.hash_threads, 1);
     assert_eq!((c.auth.max_pending_hashes, c.auth.max_hashes_per_client), (64, 2));
     let text = "[auth]\nhash_threads = 0\nmax_pending_hashes = 0\nmax_hashes_per_client = 0\n";
     let p = Config::parse(text).expect_err("zeros");
