@@ -164,23 +164,31 @@ impl Config {
             if lines.damaged(&["listener", &i.to_string()]) {
                 continue;
             }
-            let line_at = |key: &str| line_in(&["listener", &i.to_string(), key]);
+            // (line, the problem named by its key as the file writes it: `listener.2.h2c: `)
+            let at = |key: &str, message: String| {
+                let segs = ["listener".to_string(), i.to_string(), key.to_string()];
+                let segs = lines.removed.original(if key.is_empty() { &segs[..2] } else { &segs });
+                let line = lines.at_original(&segs);
+                Problem { line, message: format!("{}: {message}", segs.join(".")) }
+            };
             if let Some(message) = open_proxy_problem(&config, l) {
-                problems.push(Problem { line: line_at("listen"), message });
+                problems.push(at("listen", message));
             }
             if let Some(message) = target_problem(l) {
-                problems.push(Problem { line: line_at("kind"), message });
+                let mut p = at("", message);
+                p.line = line_in(&["listener", &i.to_string(), "kind"]);
+                problems.push(p);
             }
             if let Some(message) = loop_problem(&config.listeners, l) {
-                problems.push(Problem { line: line_at("target"), message });
+                problems.push(at("target", message));
             }
             if l.h2c && !matches!(l.kind, ListenerKind::Http | ListenerKind::Auto) {
                 let message = format!("h2c is for http and auto listeners, not {}", l.kind);
-                problems.push(Problem { line: line_at("h2c"), message });
+                problems.push(at("h2c", message));
             }
             for (key, value) in [("rate_up", &l.rate_up), ("rate_down", &l.rate_down)] {
                 if let Some(Err(e)) = value.as_deref().map(super::parse_rate) {
-                    problems.push(Problem { line: line_at(key), message: format!("{key}: {e}") });
+                    problems.push(at(key, e));
                 }
             }
         }
@@ -245,6 +253,7 @@ impl Config {
             }
         }
         if let Some(message) = config.admin.open_problem() {
+            let message = format!("admin.listen: {message}");
             problems.push(Problem { line: line_in(&["admin", "listen"]), message });
         }
         problems.extend(http2_problems(&config.http2).into_iter().map(|(key, message)| Problem {

@@ -116,6 +116,23 @@ fn a_type_error_names_its_key() {
 }
 
 #[test]
+fn a_listener_problem_names_its_key() {
+    let text = "[[listener]]\nlisten = \"127.0.0.1:1\"\nrate_up = \"10mb\"\n\
+                [[listener]]\nkind = \"socks\"\nlisten = \"127.0.0.1:2\"\nh2c = true\n\
+                [[listener]]\nkind = \"relay\"\nlisten = \"127.0.0.1:3\"\n";
+    let p = Config::parse(text).expect_err("three faults");
+    let shown: Vec<String> = p.iter().map(|p| p.to_string()).collect();
+    let wants = [
+        "line 3: listener.0.rate_up: rate \"10mb\"",
+        "line 7: listener.1.h2c: h2c is for http and auto listeners, not socks",
+        "line 9: listener.2: a relay listener needs `target",
+    ];
+    for want in wants {
+        assert!(shown.iter().any(|s| s.starts_with(want)), "{want}: {shown:?}");
+    }
+}
+
+#[test]
 fn a_syntax_error_is_reported_with_its_line() {
     let p = Config::parse("workers = 1\n[limits\nmax_connections = 3\n").expect_err("bad");
     assert_eq!(p.len(), 1, "{p:?}");
