@@ -13,7 +13,8 @@ use std::fmt;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use crate::config::{Listener, LogFormat};
+use crate::config::LogFormat;
+use crate::policy::Listener;
 
 pub use sink::{LogFile, Sink};
 

@@ -14,6 +14,8 @@ use std::net::IpAddr;
 
 use serde::Deserialize;
 
+pub use crate::config::{Conditions, RuleConfig};
+
 pub use net::{
     canonical, is_private, private_reason, reaches, Builtins, Cidr, LOCAL_REASON, LOOP_REASON,
 };
@@ -88,58 +90,12 @@ pub enum Action {
     Deny,
 }
 
-/// One `[[rule]]` table as written. Every condition is optional (absent: anything), and a
-/// rule matches when all its conditions do; a list condition matches when any element
-/// does. Values are checked by [`RuleSet::compile`], not while deserializing, so that every
-/// problem of every rule is reported at once.
-#[derive(Debug, Clone, Deserialize)]
-pub struct RuleConfig {
-    /// For logs; default "rule N" (1-based).
-    #[serde(default)]
-    pub name: Option<String>,
-    /// `allow` or `deny`, as written (checked with the rest).
-    pub action: String,
-    /// Listener names.
-    #[serde(default)]
-    pub listeners: Option<Vec<String>>,
-    /// Client addresses or CIDR blocks.
-    #[serde(default)]
-    pub clients: Option<Vec<String>>,
-    /// Authenticated user names; `*` is any authenticated user.
-    #[serde(default)]
-    pub users: Option<Vec<String>>,
-    /// The line of `users` in the file, for a user found undefined once the users are
-    /// loaded (`Policy::build`).
-    #[serde(skip)]
-    pub users_line: Option<usize>,
-    /// The user is in any of these groups.
-    #[serde(default)]
-    pub groups: Option<Vec<String>>,
-    /// The line of `groups` in the file, for a group found undefined once the users are
-    /// loaded (`Policy::build`).
-    #[serde(skip)]
-    pub groups_line: Option<usize>,
-    /// The destination host as the client named it: exact (case-insensitive), `*.suffix`
-    /// (subdomains only, not the suffix itself) or `*`.
-    #[serde(default)]
-    pub hosts: Option<Vec<String>>,
-    /// The address actually connected to, after resolution: addresses or CIDR blocks.
-    #[serde(default)]
-    pub destinations: Option<Vec<String>>,
-    /// Destination ports: `443` or `8000-8999`.
-    #[serde(default)]
-    pub ports: Option<Vec<String>>,
-    /// http, connect, socks5, socks4, relay, udp, bind.
-    #[serde(default)]
-    pub protocols: Option<Vec<String>>,
-}
-
 /// `line N: rule K: group ...` for each group a rule names that `defined` does not know: a
 /// misspelt group would make its rule match nobody, silently. Checked once the users are
 /// loaded (groups come from users files as well as from the configuration). `what` names
 /// the table: "rule", or "route" for the routes' conditions.
-pub fn undefined_groups(
-    rules: &[RuleConfig],
+pub fn undefined_groups<'a>(
+    rules: impl IntoIterator<Item = &'a Conditions>,
     what: &str,
     defined: impl Fn(&str) -> bool,
 ) -> Vec<String> {
@@ -158,8 +114,8 @@ pub fn undefined_groups(
 
 /// `line N: rule K: user ...` for each user a rule names that `defined` does not know
 /// (`*`, any authenticated user, aside): a misspelt user would make its rule match nobody.
-pub fn undefined_users(
-    rules: &[RuleConfig],
+pub fn undefined_users<'a>(
+    rules: impl IntoIterator<Item = &'a Conditions>,
     what: &str,
     defined: impl Fn(&str) -> bool,
 ) -> Vec<String> {
@@ -173,14 +129,14 @@ pub fn undefined_users(
 
 /// The names a rule's list (`field`: the list and its line) holds that `unknown` picks,
 /// each said by `say(rule number, name)` after its line.
-fn undefined(
-    rules: &[RuleConfig],
-    field: impl Fn(&RuleConfig) -> (&Option<Vec<String>>, Option<usize>),
+fn undefined<'a>(
+    rules: impl IntoIterator<Item = &'a Conditions>,
+    field: impl Fn(&'a Conditions) -> (&'a Option<Vec<String>>, Option<usize>),
     unknown: impl Fn(&str) -> bool,
     say: impl Fn(usize, &str) -> String,
 ) -> Vec<String> {
     let mut problems = Vec::new();
-    for (i, rule) in rules.iter().enumerate() {
+    for (i, rule) in rules.into_iter().enumerate() {
         let (names, line) = field(rule);
         for name in names.iter().flatten().filter(|n| unknown(n)) {
             let at = line.map(|n| format!("line {n}: ")).unwrap_or_default();
@@ -188,6 +144,65 @@ fn undefined(
         }
     }
     problems
+}
+
+/// Compiles rules (a name, an action, none for a route's: allow; conditions), reporting
+/// every problem of every rule: (index, message).
+fn compile<'a>(
+    rules: impl Iterator<Item = (&'a Option<String>, Option<&'a str>, &'a Conditions)>,
+    default_allow: bool,
+) -> Result<RuleSet, Vec<(usize, String)>> {
+    let mut problems = Vec::new();
+    let mut compiled = Vec::with_capacity(rules.size_hint().0);
+    for (i, (name, action, r)) in rules.enumerate() {
+        let p = &mut problems;
+        let name = match name {
+            Some(n) if n.trim().is_empty() => {
+                p.push((i, "`name` is empty".to_string()));
+                n.as_str().into()
+            }
+            Some(n) => n.as_str().into(),
+            None => format!("rule {}", i + 1).into(),
+        };
+        let action = match action.unwrap_or("allow") {
+            "allow" => Action::Allow,
+            "deny" => Action::Deny,
+            other => {
+                p.push((i, format!("`action` must be \"allow\" or \"deny\", not {other:?}")));
+                Action::Deny
+            }
+        };
+        let users = compile_list(i, "users", "user", &r.users, p, |s| match s {
+            "*" => Ok(None),
+            s => non_empty(s).map(Some),
+        })
+        .map(|list| Users {
+            any: list.iter().any(Option::is_none),
+            names: list.into_vec().into_iter().flatten().collect(),
+        });
+        let protocols =
+            compile_list(i, "protocols", "protocol", &r.protocols, p, |s| s.parse::<Protocol>())
+                .map(|list| list.iter().fold(0u8, |bits, p| bits | p.bit()));
+        compiled.push(Rule {
+            name,
+            action,
+            listeners: compile_list(i, "listeners", "listener", &r.listeners, p, non_empty),
+            clients: compile_list(i, "clients", "client", &r.clients, p, |s| s.parse()),
+            users,
+            groups: compile_list(i, "groups", "group", &r.groups, p, non_empty),
+            hosts: compile_list(i, "hosts", "host", &r.hosts, p, HostPattern::parse),
+            destinations: compile_list(i, "destinations", "destination", &r.destinations, p, |s| {
+                s.parse()
+            }),
+            ports: compile_list(i, "ports", "port", &r.ports, p, parse_port_range),
+            protocols,
+        });
+    }
+    if problems.is_empty() {
+        Ok(RuleSet { rules: compiled.into_boxed_slice(), default_allow })
+    } else {
+        Err(problems)
+    }
 }
 
 /// What is known about a request when it is checked.
@@ -482,63 +497,16 @@ impl RuleSet {
         rules: &[RuleConfig],
         default_allow: bool,
     ) -> Result<RuleSet, Vec<(usize, String)>> {
-        let mut problems = Vec::new();
-        let mut compiled = Vec::with_capacity(rules.len());
-        for (i, r) in rules.iter().enumerate() {
-            let p = &mut problems;
-            let name = match &r.name {
-                Some(n) if n.trim().is_empty() => {
-                    p.push((i, "`name` is empty".to_string()));
-                    n.as_str().into()
-                }
-                Some(n) => n.as_str().into(),
-                None => format!("rule {}", i + 1).into(),
-            };
-            let action = match r.action.as_str() {
-                "allow" => Action::Allow,
-                "deny" => Action::Deny,
-                other => {
-                    p.push((i, format!("`action` must be \"allow\" or \"deny\", not {other:?}")));
-                    Action::Deny
-                }
-            };
-            let users = compile_list(i, "users", "user", &r.users, p, |s| match s {
-                "*" => Ok(None),
-                s => non_empty(s).map(Some),
-            })
-            .map(|list| Users {
-                any: list.iter().any(Option::is_none),
-                names: list.into_vec().into_iter().flatten().collect(),
-            });
-            let protocols = compile_list(i, "protocols", "protocol", &r.protocols, p, |s| {
-                s.parse::<Protocol>()
-            })
-            .map(|list| list.iter().fold(0u8, |bits, p| bits | p.bit()));
-            compiled.push(Rule {
-                name,
-                action,
-                listeners: compile_list(i, "listeners", "listener", &r.listeners, p, non_empty),
-                clients: compile_list(i, "clients", "client", &r.clients, p, |s| s.parse()),
-                users,
-                groups: compile_list(i, "groups", "group", &r.groups, p, non_empty),
-                hosts: compile_list(i, "hosts", "host", &r.hosts, p, HostPattern::parse),
-                destinations: compile_list(
-                    i,
-                    "destinations",
-                    "destination",
-                    &r.destinations,
-                    p,
-                    |s| s.parse(),
-                ),
-                ports: compile_list(i, "ports", "port", &r.ports, p, parse_port_range),
-                protocols,
-            });
-        }
-        if problems.is_empty() {
-            Ok(RuleSet { rules: compiled.into_boxed_slice(), default_allow })
-        } else {
-            Err(problems)
-        }
+        let rules = rules.iter().map(|r| (&r.name, Some(r.action.as_str()), &r.conditions));
+        compile(rules, default_allow)
+    }
+
+    /// The routes' conditions (`[[route]]`: a name and conditions) as a set of allow
+    /// rules, one per route in order, for [`RuleSet::first_match`].
+    pub fn compile_conditions<'a>(
+        routes: impl Iterator<Item = (&'a Option<String>, &'a Conditions)>,
+    ) -> Result<RuleSet, Vec<(usize, String)>> {
+        compile(routes.map(|(name, c)| (name, None, c)), true)
     }
 
     /// First match wins; with no match, the default. With `dest: None`, a rule with
@@ -704,11 +672,12 @@ mod tests {
             "[[rule]]\naction = \"allow\"\ngroups = [\"staff\", \"admins\"]\n\
              [[rule]]\naction = \"deny\"\n",
         );
-        rules[0].groups_line = Some(3);
-        let got = undefined_groups(&rules, "rule", |g| g == "staff");
+        rules[0].conditions.groups_line = Some(3);
+        let conditions = || rules.iter().map(|r| &r.conditions);
+        let got = undefined_groups(conditions(), "rule", |g| g == "staff");
         assert_eq!(got.len(), 1, "{got:?}");
         assert!(got[0].starts_with("line 3: rule 1: group `admins` is not defined"), "{got:?}");
-        assert!(undefined_groups(&rules, "rule", |_| true).is_empty());
+        assert!(undefined_groups(conditions(), "rule", |_| true).is_empty());
     }
 
     #[test]
@@ -717,11 +686,12 @@ mod tests {
             "[[rule]]\naction = \"allow\"\nusers = [\"alice\", \"*\", \"bob\"]\n\
              [[rule]]\naction = \"deny\"\n",
         );
-        rules[0].users_line = Some(3);
-        let got = undefined_users(&rules, "rule", |u| u == "alice");
+        rules[0].conditions.users_line = Some(3);
+        let conditions = || rules.iter().map(|r| &r.conditions);
+        let got = undefined_users(conditions(), "rule", |u| u == "alice");
         assert_eq!(got.len(), 1, "{got:?}");
         assert!(got[0].starts_with("line 3: rule 1: user `bob` is not defined"), "{got:?}");
-        assert!(undefined_users(&rules, "rule", |_| true).is_empty());
+        assert!(undefined_users(conditions(), "rule", |_| true).is_empty());
     }
 
     /// An anonymous CONNECT to example.com:443 from 192.0.2.1 on listener "main",

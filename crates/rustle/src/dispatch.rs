@@ -15,8 +15,8 @@ use tokio::net::TcpStream;
 
 use crate::accesslog::{Entry, Protocol};
 use crate::buf::Buf;
-use crate::config::Listener;
 use crate::conn::Stream;
+use crate::policy::Listener;
 use crate::worker::{ConnGuard, Worker};
 
 /// The first byte of a TLS record carrying a handshake message.

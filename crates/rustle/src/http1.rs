@@ -18,9 +18,9 @@ mod forward;
 
 use crate::accesslog::{Entry, Protocol};
 use crate::buf::Buf;
-use crate::config::Listener;
 use crate::conn::Stream;
 use crate::error::{Error, Phase};
+use crate::policy::Listener;
 use crate::tunnel::{Handoff, Record};
 use crate::upstream::{Connected, Start, Tls, Want};
 use crate::worker::{ConnGuard, Worker};

@@ -33,9 +33,9 @@ use tokio::net::TcpStream;
 
 use crate::accesslog::{Entry, Protocol};
 use crate::buf::Buf;
-use crate::config::Listener;
 use crate::conn::Stream;
 use crate::error::{ConnectError, Error, Phase};
+use crate::policy::Listener;
 use crate::upstream::{Connected, Start, Tls, Want};
 use crate::worker::{ConnGuard, Worker};
 

@@ -125,7 +125,7 @@ pub struct ListenerStats {
 }
 
 /// One listener's counters: a slot per worker, each written by its worker only, summed
-/// when scraped. A listener carries its own (`config::Listener::counters`), so a reload
+/// when scraped. A listener carries its own (`policy::Listener::counters`), so a reload
 /// that keeps a listener keeps its counts, and one that drops it drops them.
 #[derive(Debug, Default)]
 pub struct ListenerCounters {

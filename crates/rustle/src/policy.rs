@@ -26,6 +26,69 @@ impl fmt::Display for Denial {
     }
 }
 
+/// A listener as it runs: its settings, and the state it keeps while it runs (across a
+/// reload that keeps it). It reads as its settings (`Deref`), so that the front ends,
+/// which see little else of a listener, read `listener.kind` as before.
+#[derive(Debug, Clone)]
+pub struct Listener {
+    pub config: crate::config::Listener,
+    /// The buckets of `rate_up`/`rate_down`, shared by all its connections.
+    pub throttle: Throttle,
+    /// Its counters, a slot per worker.
+    pub counters: Arc<crate::metrics::ListenerCounters>,
+}
+
+impl Listener {
+    /// A listener new to the process: its buckets made, its counters at zero.
+    pub fn new(config: crate::config::Listener, workers: usize) -> Result<Listener, String> {
+        let throttle = listener_throttle(&config)?;
+        let counters = crate::metrics::ListenerCounters::new(workers);
+        Ok(Listener { config, throttle, counters })
+    }
+
+    /// `config` in place of `was`, a running listener of the same key: its counters go on,
+    /// and its buckets too unless the rates change.
+    pub fn succeeding(config: crate::config::Listener, was: &Listener) -> Result<Listener, String> {
+        let same_rates = config.rate_up == was.rate_up && config.rate_down == was.rate_down;
+        let throttle = match same_rates {
+            true => was.throttle.clone(),
+            false => listener_throttle(&config)?,
+        };
+        Ok(Listener { config, throttle, counters: was.counters.clone() })
+    }
+}
+
+impl std::ops::Deref for Listener {
+    type Target = crate::config::Listener;
+
+    fn deref(&self) -> &crate::config::Listener {
+        &self.config
+    }
+}
+
+impl std::ops::DerefMut for Listener {
+    fn deref_mut(&mut self) -> &mut crate::config::Listener {
+        &mut self.config
+    }
+}
+
+/// The buckets of a listener's own bandwidth limit.
+fn listener_throttle(l: &crate::config::Listener) -> Result<Throttle, String> {
+    let make = |r: &Option<String>| -> Result<Option<Arc<Bucket>>, String> {
+        Ok(match r {
+            Some(r) => {
+                let rate = parse_rate(r).map_err(|e| format!("listener {}: {e}", l.listen))?;
+                Some(Arc::new(Bucket::new(rate, Bucket::default_burst(rate))))
+            }
+            None => None,
+        })
+    };
+    Ok(Throttle {
+        up: Limit { user: None, listener: make(&l.rate_up)? },
+        down: Limit { user: None, listener: make(&l.rate_down)? },
+    })
+}
+
 /// A user's buckets, client to upstream and back.
 type UserBuckets = (Option<Arc<Bucket>>, Option<Arc<Bucket>>);
 
@@ -291,9 +354,10 @@ fn undefined_names(cfg: &Config, users: &Users) -> Vec<String> {
     use crate::acl::{undefined_groups, undefined_users};
     use crate::config::{CertUser, ClientCerts};
     let defined = |g: &str| users.has_group(g) || cfg.auth.groups.contains_key(g);
-    let route_conditions: Vec<_> = cfg.routes.iter().map(|r| r.conditions()).collect();
-    let mut out = undefined_groups(&cfg.rules, "rule", defined);
-    out.extend(undefined_groups(&route_conditions, "route", defined));
+    let rules = || cfg.rules.iter().map(|r| &r.conditions);
+    let routes = || cfg.routes.iter().map(|r| &r.conditions);
+    let mut out = undefined_groups(rules(), "rule", defined);
+    out.extend(undefined_groups(routes(), "route", defined));
     let users_from_elsewhere = cfg.effective_listeners().iter().any(|l| {
         let certs = l.tls.as_ref().is_some_and(|t| {
             t.client_certs != ClientCerts::None && t.client_user != CertUser::None
@@ -302,8 +366,8 @@ fn undefined_names(cfg: &Config, users: &Users) -> Vec<String> {
     });
     if !users_from_elsewhere {
         let known = |u: &str| users.get(u).is_some();
-        out.extend(undefined_users(&cfg.rules, "rule", known));
-        out.extend(undefined_users(&route_conditions, "route", known));
+        out.extend(undefined_users(rules(), "rule", known));
+        out.extend(undefined_users(routes(), "route", known));
     }
     out
 }

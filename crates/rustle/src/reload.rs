@@ -15,6 +15,7 @@
 use std::sync::Arc;
 
 use crate::config::{Config, Listener, ListenerKey, Source};
+
 use crate::control::{less_protected, Protection};
 use crate::policy::Policy;
 use crate::server::Running;
@@ -124,7 +125,7 @@ fn derive(source: &Source) -> Result<Config, String> {
 /// refuses everyone: stricter, so it goes through).
 pub fn vet(
     cfg: &Config,
-    listeners: &[Arc<Listener>],
+    listeners: &[Arc<crate::policy::Listener>],
     old: &Policy,
     new: &Policy,
 ) -> Result<Vec<String>, String> {

@@ -32,7 +32,7 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
-use crate::acl::{Match, Request, RuleConfig, RuleSet};
+use crate::acl::{Match, Request, RuleSet};
 use crate::config::{Config, Named};
 pub use crate::config::{ParentKind, Probe, Secret, Sticky};
 
@@ -409,8 +409,8 @@ impl Routes {
             };
             routes.push(Route { name, via, counters: Arc::default() });
         }
-        let rules: Vec<RuleConfig> = cfg.routes.iter().map(|r| r.conditions()).collect();
-        let conditions = RuleSet::compile(&rules, true).map_err(|errs| {
+        let conditions = cfg.routes.iter().map(|r| (&r.name, &r.conditions));
+        let conditions = RuleSet::compile_conditions(conditions).map_err(|errs| {
             errs.into_iter().map(|(i, e)| format!("route {}: {e}", i + 1)).collect::<Vec<_>>()
         })?;
         Ok(Routes { parents, groups: groups.into(), routes: routes.into(), conditions })

@@ -26,12 +26,13 @@ use tokio::sync::{mpsc, watch};
 
 pub use self::bind::{ensure_unused, Bound, Group, Inherited, Socket};
 pub use self::plan::Plan;
-use self::plan::{listener_throttle, InForce};
+use self::plan::InForce;
 use self::probes::ktls_available;
 use self::thread::{policy_of, worker_main};
 use crate::accesslog::Sink;
-use crate::config::{Config, Listener, ListenerKind};
+use crate::config::{Config, ListenerKind};
 use crate::limits::{ConnLimits, Traffic};
+use crate::policy::Listener;
 use crate::policy::Policy;
 use crate::worker::Worker;
 
@@ -231,9 +232,8 @@ pub fn start_with(cfg: Config, mut inherited: Inherited) -> anyhow::Result<Runni
     let workers = cfg.worker_count();
     crate::metrics::set_workers(workers);
     let mut bound = Vec::new();
-    for mut l in cfg.effective_listeners() {
-        l.throttle = listener_throttle(&l)?;
-        l.counters = crate::metrics::ListenerCounters::new(workers);
+    for l in cfg.effective_listeners() {
+        let l = Listener::new(l, workers).map_err(anyhow::Error::msg)?;
         bound.push(bind::bind(&l, workers, &mut inherited)?);
     }
     let admin_socket = inherited.take_admin(cfg.admin.listen);
@@ -282,7 +282,7 @@ pub fn start_with(cfg: Config, mut inherited: Inherited) -> anyhow::Result<Runni
         ConnLimits::new(cfg.limits.max_connections_per_client, cfg.limits.max_connections_per_user);
     let traffic = Traffic::new();
     let hasher = Arc::new(
-        crate::auth::Hasher::start(cfg.auth.hasher_limits())
+        crate::auth::Hasher::start(crate::auth::HasherLimits::of(&cfg.auth))
             .context("cannot start the password hashing threads")?,
     );
     let kib = policy.users.max_memory_kib();

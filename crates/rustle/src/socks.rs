@@ -18,9 +18,9 @@ mod udp;
 use crate::accesslog::{Entry, Protocol as LogProtocol};
 use crate::acl::Protocol as AclProtocol;
 use crate::buf::Buf;
-use crate::config::Listener;
 use crate::conn::Stream;
 use crate::error::{Error, Phase};
+use crate::policy::Listener;
 
 use crate::tunnel::{Handoff, Record};
 use crate::upstream::{Start, Tls, Want};

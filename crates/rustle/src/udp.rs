@@ -12,7 +12,7 @@ use std::time::Instant;
 use tokio::net::UdpSocket;
 
 use crate::accesslog::{Entry, Protocol};
-use crate::config::Listener;
+use crate::policy::Listener;
 use crate::worker::Worker;
 
 /// Largest UDP payload; a datagram buffer of this size never truncates.

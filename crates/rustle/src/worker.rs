@@ -84,7 +84,7 @@ impl Drop for StreamSlot {
 pub struct ConnGuard {
     worker: Rc<Worker>,
     /// The listener it was accepted on.
-    listener: Arc<crate::config::Listener>,
+    listener: Arc<crate::policy::Listener>,
     /// The connection's slots under the per-client and per-user limits; boxed, and only
     /// when a limit holds one, because every open connection and tunnel keeps its guard.
     slots: Option<Box<Slots>>,
@@ -191,7 +191,7 @@ impl Worker {
     pub fn admit(
         self: &Rc<Self>,
         client: std::net::IpAddr,
-        listener: &Arc<crate::config::Listener>,
+        listener: &Arc<crate::policy::Listener>,
     ) -> (ConnGuard, usize, bool) {
         crate::metrics::accepted(&listener.counters);
         let open = self.open.fetch_add(1, Ordering::Relaxed) + 1;
@@ -311,7 +311,7 @@ impl Worker {
     /// `buf` (`tls::accept`, with the listener's certificates in force).
     pub async fn accept_tls(
         &self,
-        listener: &crate::config::Listener,
+        listener: &crate::policy::Listener,
         stream: tokio::net::TcpStream,
         buf: Buf,
         deadline: tokio::time::Instant,
@@ -430,7 +430,7 @@ impl ConnGuard {
     }
 
     /// The listener the connection came from.
-    pub fn listener(&self) -> &Arc<crate::config::Listener> {
+    pub fn listener(&self) -> &Arc<crate::policy::Listener> {
         &self.listener
     }
 

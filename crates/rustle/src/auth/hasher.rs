@@ -37,6 +37,17 @@ pub struct HasherLimits {
     pub per_client: usize,
 }
 
+impl HasherLimits {
+    /// The sizes `[auth]` sets.
+    pub fn of(auth: &crate::config::Auth) -> HasherLimits {
+        HasherLimits {
+            threads: auth.hash_threads,
+            max_pending: auth.max_pending_hashes,
+            per_client: auth.max_hashes_per_client,
+        }
+    }
+}
+
 /// The process's hashing threads; shared by the workers (`Arc`). Dropping the last handle
 /// stops the threads once their current hash is done; checks still queued then fail.
 pub struct Hasher {

@@ -105,17 +105,17 @@ pub(super) fn deserialize<T: DeserializeOwned + Default>(document: Value) -> Col
             Err(e) => e,
         };
         let path = removed.original(&error_path(&e));
-        let mut message = e.inner().message().trim().to_string();
+        let mut message = reword(e.inner().message().trim());
         // The value itself, when the message does not show it ("invalid socket address
-        // syntax (listen = "nowhere")").
-        if let (Some(key), Some(value)) = (path.last(), value_at(&doc, &path)) {
+        // syntax, found "nowhere"").
+        if let Some(value) = value_at(&doc, &path) {
             let shown = match value {
                 Value::String(s) => Some((s.clone(), value.to_string())),
                 Value::Table(_) | Value::Array(_) => None,
                 v => Some((v.to_string(), v.to_string())),
             };
             if let Some((_, toml)) = shown.filter(|(bare, _)| !message.contains(bare.as_str())) {
-                message = format!("{message} ({key} = {toml})");
+                message = format!("{message}, found {toml}");
             }
         }
         // A table whose required key was taken out for its own error is taken out whole,
@@ -143,6 +143,46 @@ pub(super) fn deserialize<T: DeserializeOwned + Default>(document: Value) -> Col
         }
         removed.paths.push(path);
     }
+}
+
+/// serde's "invalid type: string "two", expected usize" in the words of the file: "expected
+/// a number, found "two"". Other messages are kept as they are.
+fn reword(message: &str) -> String {
+    let (found, expected, is_value) = match message
+        .strip_prefix("invalid type: ")
+        .map(|m| (m, false))
+        .or_else(|| message.strip_prefix("invalid value: ").map(|m| (m, true)))
+        .and_then(|(m, is_value)| m.rsplit_once(", expected ").map(|(f, e)| (f, e, is_value)))
+    {
+        Some(parts) => parts,
+        None => return message.to_string(),
+    };
+    let expected = match expected {
+        "u8" if is_value => "a number from 0 to 255",
+        "u16" if is_value => "a number from 0 to 65535",
+        "u32" if is_value => "a number from 0 to 4294967295",
+        "u64" | "usize" if is_value => "a number, 0 or more",
+        "u8" | "u16" | "u32" | "u64" | "usize" | "i8" | "i16" | "i32" | "i64" | "isize" => {
+            "a number"
+        }
+        "f32" | "f64" => "a number",
+        "a boolean" => "true or false",
+        "a sequence" => "a list",
+        "socket address" => "an address and port (\"127.0.0.1:3128\", \"[::1]:3128\")",
+        e if e.starts_with("struct ") || e == "a map" => "a table",
+        e => e,
+    };
+    // `string "two"`, `integer `5``, `floating point `1.5``, `boolean `true``: the value as
+    // written in TOML.
+    let found = match found.split_once(' ') {
+        Some(("string", s)) => s.to_string(),
+        Some(("integer" | "boolean", v)) => v.trim_matches('`').to_string(),
+        Some(("floating", v)) => v.trim_start_matches("point ").trim_matches('`').to_string(),
+        _ if found == "sequence" => "a list".to_string(),
+        _ if found == "map" => "a table".to_string(),
+        _ => found.to_string(),
+    };
+    format!("expected {expected}, found {found}")
 }
 
 /// The value at `path` (a document path), if there is one.
@@ -299,6 +339,38 @@ mod tests {
         assert_eq!(c.removed.original(&path("item.0")), path("item.1"));
         assert!(c.removed.is_damaged(&path("item.1.name")));
         assert!(!c.removed.is_damaged(&path("item.2.name")));
+    }
+
+    #[test]
+    fn messages_say_what_was_expected_and_found() {
+        let table = [
+            ("invalid type: string \"two\", expected usize", "expected a number, found \"two\""),
+            (
+                "invalid value: integer `-5`, expected usize",
+                "expected a number, 0 or more, found -5",
+            ),
+            (
+                "invalid value: integer `70000`, expected u16",
+                "expected a number from 0 to 65535, found 70000",
+            ),
+            ("invalid type: integer `1`, expected a boolean", "expected true or false, found 1"),
+            ("invalid type: floating point `1.5`, expected u32", "expected a number, found 1.5"),
+            ("invalid type: boolean `true`, expected a string", "expected a string, found true"),
+            ("invalid type: string \"a\", expected a sequence", "expected a list, found \"a\""),
+            ("invalid type: sequence, expected struct Admin", "expected a table, found a list"),
+            ("missing field `name`", "missing field `name`"),
+            (
+                "unknown variant `permit`, expected `allow` or `deny`",
+                "unknown variant `permit`, expected `allow` or `deny`",
+            ),
+        ];
+        for (serde, want) in table {
+            assert_eq!(reword(serde), want);
+        }
+        let c = collect("n = \"x\"\n[[item]]\nname = 1\n");
+        let messages: Vec<&str> = c.errors.iter().map(|(_, m)| m.as_str()).collect();
+        assert!(messages.contains(&"expected a number, found \"x\""), "{messages:?}");
+        assert!(messages.contains(&"expected a string, found 1"), "{messages:?}");
     }
 
     #[test]

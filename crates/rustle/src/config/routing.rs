@@ -10,8 +10,9 @@ use std::time::Duration;
 
 use serde::{Deserialize, Deserializer};
 
-use super::{duration, HostPort, Listener};
-use crate::acl::RuleConfig;
+use super::duration::duration;
+use super::Conditions;
+use super::{HostPort, Listener};
 
 /// What a parent proxy speaks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize)]
@@ -198,61 +199,58 @@ fn default_fallback() -> String {
     DENY.into()
 }
 
-/// One `[[route]]` table: the conditions of a `[[rule]]` (`acl::RuleConfig`, checked and
-/// matched by the same code), and where matching requests go.
-#[derive(Debug, Clone, Deserialize)]
+/// One `[[route]]` table: the conditions of a `[[rule]]` (checked and matched by the
+/// same code), and where matching requests go.
+#[derive(Debug, Clone)]
 pub struct RouteConfig {
     /// For logs; default "route N" (1-based).
-    #[serde(default)]
     pub name: Option<String>,
-    #[serde(default)]
-    pub listeners: Option<Vec<String>>,
-    #[serde(default)]
-    pub clients: Option<Vec<String>>,
-    #[serde(default)]
-    pub users: Option<Vec<String>>,
-    /// The line of `users`, for a user found undefined once the users are loaded.
-    #[serde(skip)]
-    pub users_line: Option<usize>,
-    /// User groups (`[auth.groups]`), not `[[group]]`s.
-    #[serde(default)]
-    pub groups: Option<Vec<String>>,
-    /// The line of `groups`, for a group found undefined once the users are loaded.
-    #[serde(skip)]
-    pub groups_line: Option<usize>,
-    #[serde(default)]
-    pub hosts: Option<Vec<String>>,
-    #[serde(default)]
-    pub destinations: Option<Vec<String>>,
-    #[serde(default)]
-    pub ports: Option<Vec<String>>,
-    #[serde(default)]
-    pub protocols: Option<Vec<String>>,
+    pub conditions: Conditions,
     /// `direct`, `deny`, a parent, a group, or a chain of parents and groups (first hop
     /// first). Written as a string or a list of strings.
-    #[serde(deserialize_with = "names")]
     pub via: Vec<String>,
 }
 
-impl RouteConfig {
-    /// The conditions as a rule (its action is not used), for `acl::RuleSet::compile`.
-    pub fn conditions(&self) -> RuleConfig {
-        RuleConfig {
-            name: self.name.clone(),
-            action: "allow".to_string(),
-            listeners: self.listeners.clone(),
-            clients: self.clients.clone(),
-            users: self.users.clone(),
-            users_line: self.users_line,
-            groups: self.groups.clone(),
-            groups_line: self.groups_line,
-            hosts: self.hosts.clone(),
-            destinations: self.destinations.clone(),
-            ports: self.ports.clone(),
-            protocols: self.protocols.clone(),
+impl<'de> Deserialize<'de> for RouteConfig {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        /// `via`: a name or a list of names.
+        struct Via(Vec<String>);
+        impl<'de> Deserialize<'de> for Via {
+            fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                names(d).map(Via)
+            }
         }
-    }
+        struct Route;
+        impl<'de> serde::de::Visitor<'de> for Route {
+            type Value = RouteConfig;
 
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a [[route]] table")
+            }
+
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> Result<RouteConfig, A::Error> {
+                let (mut name, mut via, mut conditions) = (None, None, Conditions::default());
+                while let Some(key) = map.next_key::<String>()? {
+                    match key.as_str() {
+                        "name" => name = Some(map.next_value()?),
+                        "via" => via = Some(map.next_value::<Via>()?.0),
+                        k if conditions.take(k, &mut map)? => {}
+                        // Read as ignored, so that serde_ignored reports it.
+                        _ => _ = map.next_value::<serde::de::IgnoredAny>()?,
+                    }
+                }
+                let via = via.ok_or_else(|| serde::de::Error::missing_field("via"))?;
+                Ok(RouteConfig { name, conditions, via })
+            }
+        }
+        d.deserialize_map(Route)
+    }
+}
+
+impl RouteConfig {
     /// "route `NAME`", or "route N" (1-based) without a name.
     pub fn label(&self, index: usize) -> String {
         match &self.name {
@@ -420,8 +418,8 @@ pub(super) fn problems(
             }
         }
     }
-    let conditions: Vec<RuleConfig> = routes.iter().map(RouteConfig::conditions).collect();
-    if let Err(errs) = crate::acl::RuleSet::compile(&conditions, false) {
+    let conditions = routes.iter().map(|r| (&r.name, &r.conditions));
+    if let Err(errs) = crate::acl::RuleSet::compile_conditions(conditions) {
         for (i, e) in errs {
             out.push((at("route", i, ""), format!("{}: {e}", routes[i].label(i))));
         }
@@ -486,7 +484,9 @@ fn parent_problems(p: &ParentConfig, listeners: &[Listener]) -> Vec<(&'static st
     if p.probe_every.is_zero() {
         out.push(("probe_every", "`probe_every` must not be zero".to_string()));
     }
-    if let Some(own) = super::own_listener(listeners, &p.address.host, p.address.port, false) {
+    if let Some(own) =
+        super::checks::own_listener(listeners, &p.address.host, p.address.port, false)
+    {
         out.push(("address", own_message(p, own)));
     }
     out
@@ -495,7 +495,7 @@ fn parent_problems(p: &ParentConfig, listeners: &[Listener]) -> Vec<(&'static st
 /// A parent at one of the proxy's own listening addresses: every connection through it
 /// would come back in.
 pub(super) fn loop_problem(p: &ParentConfig, listeners: &[Listener]) -> Option<String> {
-    let own = super::own_listener(listeners, &p.address.host, p.address.port, false)?;
+    let own = super::checks::own_listener(listeners, &p.address.host, p.address.port, false)?;
     Some(format!("parent `{}`: {}", p.name, own_message(p, own)))
 }
 

@@ -10,7 +10,8 @@ use tokio::io::Interest;
 use tokio::net::TcpStream;
 
 use crate::buf::Buf;
-use crate::config::{Listener, ListenerKind};
+use crate::config::ListenerKind;
+use crate::policy::Listener;
 use crate::conn::Stream;
 use crate::worker::Worker;
 

@@ -10,7 +10,8 @@ use std::sync::Arc;
 use anyhow::Context as _;
 use socket2::{Domain, Protocol, Socket as Socket2, Type};
 
-use crate::config::{Listener, ListenerKey, ListenerKind};
+use crate::config::{ListenerKey, ListenerKind};
+use crate::policy::Listener;
 
 /// Pending connections per listening socket; the kernel caps it at somaxconn.
 const BACKLOG: i32 = 4096;
@@ -297,8 +298,13 @@ fn tcp_options(s: &Socket2, kind: ListenerKind) -> std::io::Result<()> {
 mod tests {
     use super::*;
 
+    /// A listener of `kind` on `addr` as the server runs it.
+    fn running(kind: ListenerKind, addr: SocketAddr) -> Listener {
+        Listener::new(crate::config::Listener::new(kind, addr), 1).unwrap()
+    }
+
     fn bound(n: usize) -> Bound {
-        let l = Listener::new(ListenerKind::Http, "127.0.0.1:0".parse().unwrap());
+        let l = running(ListenerKind::Http, "127.0.0.1:0".parse().unwrap());
         let mut inherited = Inherited::default();
         bind(&l, n, &mut inherited).expect("bind")
     }
@@ -343,7 +349,7 @@ mod tests {
     fn inherited_sockets_go_to_the_listener_of_their_key_or_address() {
         let b = bound(2);
         let addr = b.listener.listen;
-        let mut l = Listener::new(ListenerKind::Socks, addr);
+        let mut l = running(ListenerKind::Socks, addr);
         l.key = ListenerKey { listen: addr, udp: false, rank: 0 };
         // By address (the service manager names none).
         let sockets: Vec<Socket> = b.sockets.iter().map(|s| s.try_clone().unwrap()).collect();
@@ -354,7 +360,7 @@ mod tests {
         assert_eq!(got.listener.listen, addr);
         assert!(inherited.groups.is_empty());
         // By key: a port-0 listener of the old process.
-        let mut l0 = Listener::new(ListenerKind::Http, "127.0.0.1:0".parse().unwrap());
+        let mut l0 = running(ListenerKind::Http, "127.0.0.1:0".parse().unwrap());
         l0.key = ListenerKey { listen: l0.listen, udp: false, rank: 0 };
         let sockets = b.sockets.iter().map(|s| s.try_clone().unwrap()).collect();
         let mut inherited = Inherited {

@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use super::{admin_view, bind, Bound, Inherited, Running, State, Update};
 use crate::accesslog::Sink;
-use crate::config::{Config, Listener};
-use crate::limits::{parse_rate, Bucket, Limit, Throttle};
+use crate::config::Config;
+use crate::policy::Listener;
 use crate::policy::Policy;
 
 /// How long a reload waits for every worker to have the new policy in force before it says
@@ -129,8 +129,7 @@ impl Running {
         for mut l in cfg.effective_listeners() {
             let running = state.bound.iter().position(|b| b.listener.key == l.key);
             let Some(i) = running else {
-                l.throttle = listener_throttle(&l).map_err(|e| format!("{e:#}"))?;
-                l.counters = crate::metrics::ListenerCounters::new(workers);
+                let l = Listener::new(l, workers)?;
                 let bound =
                     bind::bind(&l, workers, &mut inherited).map_err(|e| format!("{e:#}"))?;
                 listeners.push(Planned::Fresh(bound));
@@ -139,12 +138,7 @@ impl Running {
             kept[i] = true;
             let was = &state.bound[i].listener;
             l.listen = was.listen;
-            l.counters = was.counters.clone();
-            l.throttle = match (l.rate_up == was.rate_up, l.rate_down == was.rate_down) {
-                (true, true) => was.throttle.clone(),
-                _ => listener_throttle(&l).map_err(|e| format!("{e:#}"))?,
-            };
-            listeners.push(Planned::Kept(i, Arc::new(l)));
+            listeners.push(Planned::Kept(i, Arc::new(Listener::succeeding(l, was)?)));
         }
         let removed = (0..kept.len()).filter(|&i| !kept[i]).collect();
         let (new_log, old_log) = (&cfg.log, &old.log);
@@ -241,20 +235,3 @@ impl Running {
     }
 }
 
-/// The buckets of a listener's own bandwidth limit.
-pub(super) fn listener_throttle(l: &Listener) -> anyhow::Result<Throttle> {
-    let make = |r: &Option<String>| -> anyhow::Result<Option<Arc<Bucket>>> {
-        Ok(match r {
-            Some(r) => {
-                let rate =
-                    parse_rate(r).map_err(|e| anyhow::anyhow!("listener {}: {e}", l.listen))?;
-                Some(Arc::new(Bucket::new(rate, Bucket::default_burst(rate))))
-            }
-            None => None,
-        })
-    };
-    Ok(Throttle {
-        up: Limit { user: None, listener: make(&l.rate_up)? },
-        down: Limit { user: None, listener: make(&l.rate_down)? },
-    })
-}

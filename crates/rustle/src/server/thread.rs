@@ -12,7 +12,8 @@ use super::accept::accept_loop;
 use super::plan::InForce;
 use super::probes::probe_parents;
 use super::{Socket, Update};
-use crate::config::{Listener, ListenerKey};
+use crate::config::ListenerKey;
+use crate::policy::Listener;
 use crate::policy::Policy;
 use crate::worker::Worker;
 

@@ -329,6 +329,29 @@ fn check_reports_every_problem_with_its_line() {
 }
 
 #[test]
+fn check_names_the_key_of_every_type_error() {
+    let dir = TempDir::new("check");
+    let file = dir.file("typed.toml");
+    std::fs::write(
+        &file,
+        "workers = \"two\"\n\
+         [[listener]]\n\
+         listen = \"127.0.0.1:3129\"\n\
+         h2c = \"yes\"\n\
+         [limits]\n\
+         max_headers = -5\n",
+    )
+    .unwrap();
+    let out = check(&file);
+    assert!(!out.status.success(), "a bad file passed: {out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    let has = |want: &str| err.lines().any(|l| l.ends_with(want));
+    assert!(has("line 1: workers: expected a number, found \"two\""), "{err}");
+    assert!(has("line 4: listener.0.h2c: expected true or false, found \"yes\""), "{err}");
+    assert!(has("line 6: limits.max_headers: expected a number, 0 or more, found -5"), "{err}");
+}
+
+#[test]
 fn check_accepts_the_example_file() {
     let file = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../rustle.example.toml");
     let out = check(&file);

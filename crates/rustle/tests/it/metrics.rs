@@ -596,7 +596,7 @@ fn an_admin_listener_open_to_anyone_is_refused_at_start_and_by_check() {
         .unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "{err}");
-    assert!(err.contains("line 4: admin listener on 0.0.0.0:9090"), "{err}");
+    assert!(err.contains("line 4: admin.listen: admin listener on 0.0.0.0:9090"), "{err}");
     // With a token it passes.
     std::fs::write(&file, format!("{text}token = \"s3cret\"\n")).unwrap();
     let out = Command::new(rustle_bin())

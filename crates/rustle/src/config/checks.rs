@@ -1,0 +1,171 @@
+//! The checks of a configuration beyond its types: open proxies, listeners' kinds and
+//! targets, relays to the proxy's own listeners, HTTP/2 windows.
+
+use std::net::SocketAddr;
+
+use super::{routing, Config, DefaultAction, Http2, Listener, ListenerKind};
+
+impl Config {
+    /// Checks that need the final listener list (after command-line overrides).
+    pub fn check_listeners(&self) -> Result<(), String> {
+        let listeners = self.effective_listeners();
+        for l in &listeners {
+            if let Some(msg) = open_proxy_problem(self, l)
+                .or_else(|| target_problem(l))
+                .or_else(|| loop_problem(&listeners, l))
+            {
+                return Err(msg);
+            }
+        }
+        match self.parents.iter().find_map(|p| routing::loop_problem(p, &listeners)) {
+            Some(message) => Err(message),
+            None => Ok(()),
+        }
+    }
+
+    /// The problems of the parents, groups and routes (without lines: `Config::parse`
+    /// reports them with theirs), for code that builds a configuration itself.
+    pub fn routing_problems(&self) -> Vec<String> {
+        routing::problems(&self.parents, &self.groups, &self.routes, &self.listeners)
+            .into_iter()
+            .map(|(_, message)| message)
+            .collect()
+    }
+
+    /// Why listener `l` would be an open proxy under this configuration's rules, if it
+    /// would (the start-up check; SIGHUP runs it on the listeners already running).
+    pub fn open_proxy_problem(&self, l: &Listener) -> Option<String> {
+        open_proxy_problem(self, l)
+    }
+}
+
+/// A listener reachable from other machines with neither authentication nor a rule
+/// restricting client addresses would be an open proxy: refuse it unless the operator
+/// says so explicitly.
+pub(super) fn open_proxy_problem(config: &Config, l: &Listener) -> Option<String> {
+    if l.listen.ip().is_loopback() || config.allow_open_proxy || l.auth {
+        return None;
+    }
+    let default_allow = config.default_action == DefaultAction::Allow;
+    if let Ok(rules) = crate::acl::RuleSet::compile(&config.rules, default_allow) {
+        let restricted = match &l.name {
+            Some(name) => rules.restricts_clients_on(name),
+            None => rules.restricts_clients(),
+        };
+        if restricted {
+            return None;
+        }
+    }
+    Some(format!(
+        "listener {} on {} would be an open proxy: anyone who can reach it could use it. \
+         Bind it to a loopback address, set `auth = true` on it (with users in [auth]), \
+         add a [[rule]] limiting `clients`, or set `allow_open_proxy = true` at the top of \
+         the configuration if that is really what you want",
+        l.kind, l.listen
+    ))
+}
+
+/// Values h2 would refuse (it panics on windows above 2^31-1) or that make no sense.
+pub(super) fn http2_problems(h: &Http2) -> Vec<(&'static str, String)> {
+    // RFC 9113 6.9.1: a flow-control window is at most 2^31-1.
+    const MAX_WINDOW: u32 = (1 << 31) - 1;
+    let mut out = Vec::new();
+    for (key, v) in [
+        ("initial_stream_window", h.initial_stream_window),
+        ("initial_connection_window", h.initial_connection_window),
+    ] {
+        if !(65_535..=MAX_WINDOW).contains(&v) {
+            out.push((key, format!("must be between 65535 and {MAX_WINDOW}")));
+        }
+    }
+    if h.max_concurrent_streams == 0 {
+        out.push(("max_concurrent_streams", "must be at least 1".into()));
+    }
+    if h.max_header_list_size < 1024 {
+        out.push(("max_header_list_size", "must be at least 1024".into()));
+    }
+    if h.max_send_buffer_size < 16 * 1024 || h.max_send_buffer_size > MAX_WINDOW as usize {
+        out.push(("max_send_buffer_size", "must be between 16384 and 2147483647".into()));
+    }
+    if h.flood_window.is_zero() {
+        out.push(("flood_window", "must not be zero".into()));
+    }
+    out
+}
+
+pub(super) fn target_problem(l: &Listener) -> Option<String> {
+    match (l.kind.needs_target(), &l.target) {
+        (true, None) => {
+            return Some(format!("a {} listener needs `target = \"host:port\"`", l.kind))
+        }
+        (false, Some(_)) => return Some(format!("a {} listener takes no `target`", l.kind)),
+        _ => {}
+    }
+    match (l.kind, &l.tls) {
+        (ListenerKind::Https, None) => {
+            return Some(
+                "an https listener needs [listener.tls] with `cert` and `key` \
+                 (try `rustle cert --self-signed NAME`)"
+                    .into(),
+            )
+        }
+        (ListenerKind::Http, Some(_)) => {
+            return Some("an http listener takes no [listener.tls]: use kind = \"https\"".into())
+        }
+        (ListenerKind::Socks | ListenerKind::UdpRelay, Some(_)) => {
+            return Some(format!("a {} listener takes no [listener.tls]", l.kind))
+        }
+        _ => {}
+    }
+    if l.target_tls.is_some() && l.kind != ListenerKind::Relay {
+        return Some(format!("a {} listener takes no [listener.target_tls]", l.kind));
+    }
+    if l.auth && l.kind.needs_target() {
+        // Accepted and ignored, `auth` would read as protection a relay does not give.
+        return Some(format!(
+            "a {} listener takes no `auth`: it asks no credentials (limit it with client \
+             rules, or client certificates on a TLS relay)",
+            l.kind
+        ));
+    }
+    None
+}
+
+/// A relay whose target is one of the proxy's own listeners (on the same transport) would
+/// connect to itself: every connection or datagram would come back in. Addresses and
+/// `localhost` are recognised here, with the built-in check's notion of "the same
+/// address" (a wildcard listener is every local address); other names, and listeners on
+/// port 0, are known only at run time (where the TCP relay's connect refuses the loop).
+pub(super) fn loop_problem(listeners: &[Listener], l: &Listener) -> Option<String> {
+    let target = l.target.as_ref().filter(|_| l.kind.needs_target())?;
+    let udp = l.kind == ListenerKind::UdpRelay;
+    let o = own_listener(listeners, &target.host, target.port, udp)?;
+    Some(format!(
+        "target {target} of the {} listener on {} is this proxy's own listener {} \
+         ({}): the relay would connect to itself",
+        l.kind, l.listen, o.listen, o.kind
+    ))
+}
+
+/// The listener that connecting to `host:port` (over UDP or TCP) would reach, as far as
+/// the configuration tells: addresses and `localhost`, with the built-in check's notion of
+/// "the same address" (a wildcard listener is every local address); other names, and
+/// listeners on port 0, are known only at run time.
+pub(super) fn own_listener<'a>(
+    listeners: &'a [Listener],
+    host: &str,
+    port: u16,
+    udp: bool,
+) -> Option<&'a Listener> {
+    let ips: Vec<std::net::IpAddr> = match host.parse() {
+        Ok(ip) => vec![ip],
+        Err(_) if host == "localhost" => {
+            vec![std::net::Ipv4Addr::LOCALHOST.into(), std::net::Ipv6Addr::LOCALHOST.into()]
+        }
+        Err(_) => return None,
+    };
+    listeners
+        .iter()
+        .filter(|o| o.listen.port() != 0 && (o.kind == ListenerKind::UdpRelay) == udp)
+        .find(|o| ips.iter().any(|&ip| crate::acl::reaches(SocketAddr::new(ip, port), o.listen)))
+}

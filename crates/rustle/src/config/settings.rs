@@ -1,0 +1,347 @@
+//! The settings tables: `[timeouts]`, `[limits]`, `[http]`, `[http2]`, `[upstream]`,
+//! `[relay]`, `[auth]`, `[admin]` and `[process]`, each with its defaults.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde::{Deserialize, Deserializer};
+
+use super::duration::duration;
+use super::Secret;
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default)]
+pub struct Timeouts {
+    /// From the first byte of a request head to its end: cuts off slow-header clients.
+    #[serde(deserialize_with = "duration")]
+    pub header: Duration,
+    /// How long a kept-alive client connection may wait for its next request.
+    #[serde(deserialize_with = "duration")]
+    pub keepalive: Duration,
+    /// Resolving plus connecting to an upstream (all Happy Eyeballs attempts).
+    #[serde(deserialize_with = "duration")]
+    pub connect: Duration,
+    /// Silence from either side while a request or response is in flight.
+    #[serde(deserialize_with = "duration")]
+    pub io: Duration,
+    /// A tunnel (CONNECT, upgrade) with no byte either way for this long is closed.
+    #[serde(deserialize_with = "duration")]
+    pub tunnel_idle: Duration,
+    /// A UDP association or UDP relay session with no datagram either way for this long
+    /// is closed.
+    #[serde(deserialize_with = "duration")]
+    pub udp_idle: Duration,
+    /// On SIGTERM, how long requests and tunnels in flight may take to finish.
+    #[serde(deserialize_with = "duration")]
+    pub shutdown: Duration,
+    /// On SIGTERM, SIGINT or a takeover, how long the process goes on accepting with
+    /// `/readyz` saying 503 before it stops accepting and drains: the time load balancers
+    /// and Kubernetes take to stop sending new connections (haproxy's `grace`).
+    #[serde(deserialize_with = "duration")]
+    pub drain_delay: Duration,
+    /// A TLS handshake (from the first byte to its end, either side) must finish within.
+    #[serde(deserialize_with = "duration")]
+    pub handshake: Duration,
+}
+
+impl Default for Timeouts {
+    fn default() -> Self {
+        Timeouts {
+            header: Duration::from_secs(10),
+            keepalive: Duration::from_secs(60),
+            connect: Duration::from_secs(10),
+            io: Duration::from_secs(60),
+            tunnel_idle: Duration::from_secs(300),
+            udp_idle: Duration::from_secs(60),
+            shutdown: Duration::from_secs(30),
+            drain_delay: Duration::ZERO,
+            handshake: Duration::from_secs(10),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default)]
+pub struct Limits {
+    /// Open client connections across all workers; more are answered 503 and closed.
+    pub max_connections: usize,
+    /// Largest request or response head; a larger request gets 431.
+    pub max_header_bytes: usize,
+    /// Most header fields in one head; more gets 431.
+    pub max_headers: usize,
+    /// Open connections from one client address; more are refused (503 on HTTP).
+    pub max_connections_per_client: Option<usize>,
+    /// Open connections of one authenticated user; more are refused.
+    pub max_connections_per_user: Option<usize>,
+    /// Bandwidth of each user (all its connections together), each way; a user's own
+    /// `rate_up`/`rate_down` overrides it.
+    pub user_rate_up: Option<String>,
+    pub user_rate_down: Option<String>,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_connections: 10_000,
+            max_header_bytes: 64 * 1024,
+            max_headers: 128,
+            max_connections_per_client: None,
+            max_connections_per_user: None,
+            user_rate_up: None,
+            user_rate_down: None,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default)]
+pub struct Http {
+    /// Add `Via: 1.1 rustle` to requests and responses.
+    pub via: bool,
+    /// Add the client's address in `X-Forwarded-For` and `Forwarded`.
+    pub forwarded_for: bool,
+}
+
+/// HTTP/2 connections from clients (h2c, and ALPN `h2` on TLS ports).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default)]
+pub struct Http2 {
+    /// Streams a client may have open at once on one connection. Every stream can hold
+    /// an upstream socket, so a connection costs up to this many descriptors more.
+    pub max_concurrent_streams: u32,
+    /// Largest decoded header list (HPACK-expanded) of one request; larger gets 431.
+    pub max_header_list_size: u32,
+    /// Receive window of each stream: how much a client may send on one stream before
+    /// the proxy has passed it on.
+    pub initial_stream_window: u32,
+    /// Receive window of the whole connection (all streams together).
+    pub initial_connection_window: u32,
+    /// Bytes queued for a client per stream beyond which the proxy stops reading the
+    /// upstream until they are sent.
+    pub max_send_buffer_size: usize,
+    /// Streams the client reset before the proxy accepted them that may wait in the
+    /// accept queue; more closes the connection (ENHANCE_YOUR_CALM).
+    pub max_pending_accept_reset_streams: usize,
+    /// Streams the proxy had to reset for the client's protocol errors; more closes the
+    /// connection (ENHANCE_YOUR_CALM).
+    pub max_local_error_reset_streams: usize,
+    /// The window the three flood limits below count in.
+    #[serde(deserialize_with = "duration")]
+    pub flood_window: Duration,
+    /// RST_STREAM frames a client may send per `flood_window` (rapid reset).
+    pub max_resets: u32,
+    /// PING frames a client may send per `flood_window`.
+    pub max_pings: u32,
+    /// SETTINGS frames a client may send per `flood_window`.
+    pub max_settings: u32,
+}
+
+impl Default for Http2 {
+    fn default() -> Self {
+        Http2 {
+            max_concurrent_streams: 256,
+            max_header_list_size: 64 * 1024,
+            initial_stream_window: 2 * 1024 * 1024,
+            initial_connection_window: 16 * 1024 * 1024,
+            max_send_buffer_size: 256 * 1024,
+            max_pending_accept_reset_streams: 20,
+            max_local_error_reset_streams: 1024,
+            flood_window: Duration::from_secs(10),
+            max_resets: 1000,
+            max_pings: 100,
+            max_settings: 100,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default)]
+pub struct Upstream {
+    /// Idle origin connections kept per origin and worker.
+    pub pool_max_idle_per_host: usize,
+    /// Idle origin connections kept per worker in all.
+    pub pool_max_idle: usize,
+    /// An idle origin connection older than this is closed, not reused.
+    #[serde(deserialize_with = "duration")]
+    pub pool_idle_timeout: Duration,
+    /// How long a resolved name is reused.
+    #[serde(deserialize_with = "duration")]
+    pub dns_cache_ttl: Duration,
+}
+
+impl Default for Upstream {
+    fn default() -> Self {
+        Upstream {
+            pool_max_idle_per_host: 256,
+            pool_max_idle: 4096,
+            pool_idle_timeout: Duration::from_secs(30),
+            dns_cache_ttl: Duration::from_secs(30),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default)]
+pub struct Relay {
+    /// Grace delay (like 3proxy's -g): after this many small reads in a row, a relay
+    /// direction waits `grace_delay` before reading again, so data gathers into larger
+    /// reads; while splicing, a direction is woken only once 256 KiB are queued or
+    /// `grace_delay` after it began waiting. 0 turns it off (the default).
+    pub grace_reads: u32,
+    #[serde(deserialize_with = "duration")]
+    pub grace_delay: Duration,
+}
+
+impl Default for Relay {
+    fn default() -> Self {
+        Relay { grace_reads: 0, grace_delay: Duration::from_millis(10) }
+    }
+}
+
+/// A user defined in the configuration itself.
+#[derive(Debug, Clone, Deserialize)]
+pub struct UserConfig {
+    pub name: String,
+    /// A hash as in a users file (`$2y$…` from `htpasswd -B`, `$argon2id$…` from
+    /// `rustle passwd`), or `plain:…` (discouraged).
+    pub password: String,
+    #[serde(default)]
+    pub groups: Vec<String>,
+    #[serde(default)]
+    pub rate_up: Option<String>,
+    #[serde(default)]
+    pub rate_down: Option<String>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default)]
+pub struct Auth {
+    /// A users file: `name:hash[:group,group]` per line.
+    pub users_file: Option<PathBuf>,
+    #[serde(rename = "user")]
+    pub users: Vec<UserConfig>,
+    /// Group name to member names.
+    pub groups: std::collections::BTreeMap<String, Vec<String>>,
+    /// The realm in `Proxy-Authenticate`.
+    pub realm: String,
+    /// How long a verified user/password pair is remembered (hashing is slow on purpose).
+    #[serde(deserialize_with = "duration")]
+    pub cache_ttl: Duration,
+    /// Failed attempts one client address may make at once, and how many more per minute.
+    pub failures_burst: u32,
+    pub failures_per_minute: u32,
+    /// Threads that run password hashes for the whole process (read at start only).
+    pub hash_threads: usize,
+    /// Password checks that may wait for a hashing thread, across clients.
+    pub max_pending_hashes: usize,
+    /// Password checks one client address may have waiting or running.
+    pub max_hashes_per_client: usize,
+}
+
+impl Default for Auth {
+    fn default() -> Self {
+        Auth {
+            users_file: None,
+            users: Vec::new(),
+            groups: Default::default(),
+            realm: "rustle".into(),
+            cache_ttl: Duration::from_secs(300),
+            failures_burst: 10,
+            failures_per_minute: 10,
+            hash_threads: 2,
+            max_pending_hashes: 64,
+            max_hashes_per_client: 2,
+        }
+    }
+}
+
+/// `[admin]`: Prometheus metrics at `/metrics`, `/healthz` and `/readyz`, on a listener of
+/// their own (its own thread, not a worker). Read at start only.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(default)]
+pub struct Admin {
+    /// Where the admin endpoint listens; None: no admin endpoint.
+    pub listen: Option<SocketAddr>,
+    /// When set, every request needs `Authorization: Bearer TOKEN`.
+    pub token: Option<Secret>,
+    /// When not empty, only clients in these address blocks are answered.
+    #[serde(deserialize_with = "cidrs")]
+    pub allow: Vec<crate::acl::Cidr>,
+    /// Users with a series of their own (the most traffic); the rest are summed under
+    /// `user="other"`, so that the output stays bounded however many users there are.
+    pub max_user_series: usize,
+}
+
+/// Users with series of their own by default: enough for a team, few enough that a scrape
+/// stays small.
+pub const DEFAULT_MAX_USER_SERIES: usize = 100;
+
+impl Default for Admin {
+    fn default() -> Self {
+        Admin {
+            listen: None,
+            token: None,
+            allow: Vec::new(),
+            max_user_series: DEFAULT_MAX_USER_SERIES,
+        }
+    }
+}
+
+impl Admin {
+    /// Why this admin listener would expose the proxy's metrics to anyone who can reach
+    /// it, if it would: a non-loopback address needs a token or client blocks (the spirit
+    /// of the proxy listeners' open-proxy check).
+    pub fn open_problem(&self) -> Option<String> {
+        let listen = self.listen?;
+        if listen.ip().is_loopback() || self.token.is_some() || !self.allow.is_empty() {
+            return None;
+        }
+        Some(format!(
+            "admin listener on {listen} would serve metrics (users, traffic, parents) to \
+             anyone who can reach it: bind it to a loopback address, or set `token` or \
+             `allow` in [admin]"
+        ))
+    }
+}
+
+fn cidrs<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<crate::acl::Cidr>, D::Error> {
+    let list = Vec::<String>::deserialize(d)?;
+    list.iter().map(|s| s.parse().map_err(serde::de::Error::custom)).collect()
+}
+
+/// `[process]`: once the listeners are bound (ports below 1024 included), run as `user`
+/// (with its primary group, or `group`): for a proxy started as root. `control_socket`:
+/// where the running process answers `rustle --takeover` (see `control_socket_path`).
+/// Read at start only.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq, Eq)]
+pub struct Process {
+    #[serde(default)]
+    pub user: Option<String>,
+    #[serde(default)]
+    pub group: Option<String>,
+    #[serde(default)]
+    pub control_socket: Option<PathBuf>,
+}
+
+impl Process {
+    /// The control socket: `control_socket` when set; otherwise `rustle.sock` in
+    /// `$RUNTIME_DIRECTORY` (systemd's `RuntimeDirectory=`), `/run/rustle/` for root, or
+    /// `$XDG_RUNTIME_DIR`; None (no takeover) when none applies.
+    pub fn control_socket_path(&self) -> Option<PathBuf> {
+        if let Some(path) = &self.control_socket {
+            return Some(path.clone());
+        }
+        if let Some(dir) = std::env::var_os("RUNTIME_DIRECTORY").filter(|d| !d.is_empty()) {
+            // systemd may list several, separated by colons: the first is ours.
+            let first = dir.to_string_lossy().split(':').next().unwrap_or_default().to_string();
+            return Some(PathBuf::from(first).join("rustle.sock"));
+        }
+        if nix::unistd::geteuid().is_root() {
+            return Some(PathBuf::from("/run/rustle/rustle.sock"));
+        }
+        std::env::var_os("XDG_RUNTIME_DIR")
+            .filter(|d| !d.is_empty())
+            .map(|d| PathBuf::from(d).join("rustle.sock"))
+    }
+}

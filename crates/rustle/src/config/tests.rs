@@ -1,0 +1,352 @@
+use std::time::Duration;
+
+use super::*;
+
+#[test]
+fn empty_file_is_the_default() {
+    let c = Config::parse("").expect("empty config");
+    let l = c.effective_listeners();
+    assert_eq!(l[0].listen.to_string(), DEFAULT_AUTO);
+    assert_eq!(l[0].kind, ListenerKind::Auto);
+    assert_eq!(l[1].listen.to_string(), DEFAULT_SOCKS);
+    assert_eq!(c.timeouts.header, Duration::from_secs(10));
+}
+
+#[test]
+fn full_file_parses() {
+    let text = "workers = 2\n[[listener]]\nkind = \"http\"\nlisten = \"127.0.0.1:8080\"\n\
+                [[listener]]\nlisten = \"[::1]:8081\"\n[log]\naccess = \"off\"\nformat = \"json\"\n\
+                [timeouts]\nheader = \"500ms\"\nconnect = 3\n[http]\nvia = true\n";
+    let c = Config::parse(text).expect("valid config");
+    assert_eq!(c.workers, 2);
+    assert_eq!(c.listeners.len(), 2);
+    assert_eq!(c.log.access, LogTarget::Off);
+    assert_eq!(c.log.format, LogFormat::Json);
+    assert_eq!(c.timeouts.header, Duration::from_millis(500));
+    assert_eq!(c.timeouts.connect, Duration::from_secs(3));
+    assert!(c.http.via);
+}
+
+#[test]
+fn unknown_keys_are_all_reported_with_lines() {
+    let text = "workerz = 2\n[log]\nformat = \"plain\"\ncolour = true\n\
+                [[listener]]\nlisten = \"127.0.0.1:1\"\nport = 3\n";
+    let p = Config::parse(text).expect_err("unknown keys");
+    let shown: Vec<String> = p.iter().map(|p| p.to_string()).collect();
+    assert!(shown.contains(&"line 1: unknown key `workerz`".to_string()), "{shown:?}");
+    assert!(shown.contains(&"line 4: unknown key `log.colour`".to_string()), "{shown:?}");
+    assert!(shown.contains(&"line 7: unknown key `listener.0.port`".to_string()), "{shown:?}");
+}
+
+#[test]
+fn hashing_thread_and_queue_sizes_of_zero_are_refused_with_lines() {
+    let c = Config::parse("[auth]\nhash_threads = 1\n").expect("valid");
+    assert_eq!(c.auth.hash_threads, 1);
+    assert_eq!((c.auth.max_pending_hashes, c.auth.max_hashes_per_client), (64, 2));
+    let text = "[auth]\nhash_threads = 0\nmax_pending_hashes = 0\nmax_hashes_per_client = 0\n";
+    let p = Config::parse(text).expect_err("zeros");
+    let shown: Vec<String> = p.iter().map(|p| p.to_string()).collect();
+    for (line, key) in
+        [(2, "hash_threads"), (3, "max_pending_hashes"), (4, "max_hashes_per_client")]
+    {
+        let want = format!("line {line}: auth.{key} must be at least 1");
+        assert!(shown.contains(&want), "{want} in {shown:?}");
+    }
+}
+
+#[test]
+fn type_errors_have_lines() {
+    let p = Config::parse("\n\n[timeouts]\nheader = \"ten seconds\"\n").expect_err("bad");
+    assert_eq!(p[0].line, Some(4), "{p:?}");
+    assert!(p[0].message.contains("invalid duration"), "{p:?}");
+    let p = Config::parse("[[listener]]\nlisten = \"nowhere\"\n").expect_err("bad");
+    assert_eq!(p[0].line, Some(2), "{p:?}");
+}
+
+#[test]
+fn a_type_error_hides_nothing_after_it() {
+    let text = "[timeouts]\nheader = \"ten seconds\"\n\
+                [[listener]]\nlisten = \"nowhere\"\n\
+                [[listener]]\nkind = \"socks\"\nlisten = \"127.0.0.1:1080\"\nh2c = true\n\
+                [[listener]]\nkind = \"relay\"\nlisten = \"127.0.0.1:8000\"\n\
+                target = \"127.0.0.1:1080\"\n\
+                [limits]\nmax_connections = \"many\"\n";
+    let p = Config::parse(text).expect_err("five faults");
+    let lines: Vec<Option<usize>> = p.iter().map(|p| p.line).collect();
+    // One problem each: the listener whose `listen` is no address is not reported again
+    // as missing it, and the listeners after it keep their own lines.
+    assert_eq!(lines, [Some(2), Some(4), Some(8), Some(12), Some(14)], "{p:?}");
+    let wants = ["invalid duration", "nowhere", "h2c", "own listener", "expected a number"];
+    for (problem, want) in p.iter().zip(wants) {
+        assert!(problem.message.contains(want), "{want}: {p:?}");
+    }
+    // What could be read is there for the checks after parsing.
+    let parsed = Config::parse_all(text);
+    assert_eq!(parsed.config.listeners.len(), 2);
+    assert_eq!(parsed.lines.of(&["listener", "0", "kind"]), Some(6));
+    assert!(parsed.lines.damaged(&["timeouts", "header"]));
+    assert!(!parsed.lines.damaged(&["listener", "0"]));
+}
+
+#[test]
+fn a_type_error_names_its_key() {
+    let table = [
+        ("workers = \"two\"\n", "line 1: workers: expected a number, found \"two\""),
+        (
+            "\n[limits]\nmax_headers = -5\n",
+            "line 3: limits.max_headers: expected a number, 0 or more, found -5",
+        ),
+        ("[http]\nvia = \"yes\"\n", "line 2: http.via: expected true or false, found \"yes\""),
+        (
+            "[[listener]]\nlisten = \"127.0.0.1:1\"\n[[listener]]\nlisten = 3128\n",
+            "line 4: listener.1.listen: expected an address and port (\"127.0.0.1:3128\", \
+             \"[::1]:3128\"), found 3128",
+        ),
+        (
+            "[admin]\nallow = \"10.0.0.0/8\"\n",
+            "line 2: admin.allow: expected a list, found \"10.0.0.0/8\"",
+        ),
+        ("[timeouts]\nio = -5\n", "line 2: timeouts.io: expected a duration"),
+    ];
+    for (text, want) in table {
+        let p = Config::parse(text).expect_err(text);
+        let shown = p[0].to_string();
+        assert!(shown.starts_with(want), "{text:?}: {shown}");
+    }
+}
+
+#[test]
+fn a_listener_problem_names_its_key() {
+    let text = "[[listener]]\nlisten = \"127.0.0.1:1\"\nrate_up = \"10mb\"\n\
+                [[listener]]\nkind = \"socks\"\nlisten = \"127.0.0.1:2\"\nh2c = true\n\
+                [[listener]]\nkind = \"relay\"\nlisten = \"127.0.0.1:3\"\n";
+    let p = Config::parse(text).expect_err("three faults");
+    let shown: Vec<String> = p.iter().map(|p| p.to_string()).collect();
+    let wants = [
+        "line 3: listener.0.rate_up: rate \"10mb\"",
+        "line 7: listener.1.h2c: h2c is for http and auto listeners, not socks",
+        "line 9: listener.2: a relay listener needs `target",
+    ];
+    for want in wants {
+        assert!(shown.iter().any(|s| s.starts_with(want)), "{want}: {shown:?}");
+    }
+}
+
+#[test]
+fn a_syntax_error_is_reported_with_its_line() {
+    let p = Config::parse("workers = 1\n[limits\nmax_connections = 3\n").expect_err("bad");
+    assert_eq!(p.len(), 1, "{p:?}");
+    assert_eq!(p[0].line, Some(2), "{p:?}");
+}
+
+#[test]
+fn public_listener_needs_explicit_consent() {
+    let text = "[[listener]]\nlisten = \"0.0.0.0:3128\"\n";
+    let p = Config::parse(text).expect_err("open proxy");
+    assert_eq!(p[0].line, Some(2));
+    assert!(p[0].message.contains("open proxy"));
+    let ok = format!("allow_open_proxy = true\n{text}");
+    assert!(Config::parse(&ok).is_ok());
+}
+
+#[test]
+fn admin_section() {
+    let text = "[admin]\nlisten = \"127.0.0.1:9090\"\nmax_user_series = 5\n";
+    let c = Config::parse(text).expect("valid admin");
+    assert_eq!(c.admin.listen, Some("127.0.0.1:9090".parse().expect("address")));
+    assert_eq!(c.admin.max_user_series, 5);
+    assert!(c.admin.token.is_none() && c.admin.allow.is_empty());
+    assert_eq!(Config::parse("").expect("empty").admin.max_user_series, DEFAULT_MAX_USER_SERIES);
+    // Reachable from other machines with no token and no client blocks: refused,
+    // with the line of `listen`.
+    let open = "workers = 1\n[admin]\nlisten = \"0.0.0.0:9090\"\n";
+    let p = Config::parse(open).expect_err("open admin");
+    assert_eq!(p[0].line, Some(3), "{p:?}");
+    assert!(p[0].message.contains("admin listener on 0.0.0.0:9090"), "{p:?}");
+    for protect in ["token = \"s3cret\"", "allow = [\"10.0.0.0/8\"]"] {
+        assert!(Config::parse(&format!("{open}{protect}\n")).is_ok(), "{protect}");
+    }
+    // A bad block and an unknown key are reported with their lines.
+    let p = Config::parse("[admin]\nport = 1\n").expect_err("unknown key");
+    assert_eq!(p[0].to_string(), "line 2: unknown key `admin.port`");
+    let p = Config::parse("[admin]\nallow = [\"10.1.0.0/8\"]\n").expect_err("bad block");
+    assert_eq!(p[0].line, Some(2), "{p:?}");
+    assert!(p[0].message.contains("host bits"), "{p:?}");
+}
+
+#[test]
+fn the_example_file_is_valid() {
+    let text = include_str!("../../../../rustle.example.toml");
+    let c = Config::parse(text).expect("rustle.example.toml must stay valid");
+    assert_eq!(c.listeners.len(), 1);
+}
+
+#[test]
+fn the_example_documents_http2_with_its_defaults() {
+    let text = include_str!("../../../../rustle.example.toml");
+    let c = Config::parse(text).expect("valid");
+    let d = Http2::default();
+    let h = &c.http2;
+    assert_eq!(
+        (h.max_concurrent_streams, h.max_header_list_size, h.initial_stream_window),
+        (d.max_concurrent_streams, d.max_header_list_size, d.initial_stream_window)
+    );
+    assert_eq!(
+        (h.initial_connection_window, h.max_send_buffer_size, h.flood_window),
+        (d.initial_connection_window, d.max_send_buffer_size, d.flood_window)
+    );
+    assert_eq!(
+        (h.max_pending_accept_reset_streams, h.max_local_error_reset_streams),
+        (d.max_pending_accept_reset_streams, d.max_local_error_reset_streams)
+    );
+    assert_eq!(
+        (h.max_resets, h.max_pings, h.max_settings),
+        (d.max_resets, d.max_pings, d.max_settings)
+    );
+    let table: toml::Table = text.parse().expect("toml");
+    let keys = table["http2"].as_table().map_or(0, |t| t.len());
+    assert_eq!(keys, 11, "every [http2] key is in the example");
+    assert!(text.contains("\nh2c = false"));
+}
+
+#[test]
+fn http2_values_are_checked() {
+    let p = Config::parse("[http2]\ninitial_stream_window = 10\n").expect_err("bad");
+    assert_eq!(p[0].line, Some(2), "{p:?}");
+    assert!(p[0].message.contains("http2.initial_stream_window"), "{p:?}");
+    let text = "[[listener]]\nkind = \"socks\"\nlisten = \"127.0.0.1:1\"\nh2c = true\n";
+    let p = Config::parse(text).expect_err("h2c on socks");
+    assert_eq!(p[0].line, Some(4), "{p:?}");
+}
+
+#[test]
+fn relay_listeners_need_a_target() {
+    let text = "[[listener]]\nkind = \"relay\"\nlisten = \"127.0.0.1:1\"\n";
+    let p = Config::parse(text).expect_err("no target");
+    assert_eq!(p[0].line, Some(2), "{p:?}");
+    let ok = format!("{text}target = \"[::1]:80\"\n");
+    let c = Config::parse(&ok).expect("valid");
+    assert_eq!(c.listeners[0].target.as_ref().map(|t| t.to_string()), Some("[::1]:80".into()));
+    let text = "[[listener]]\nkind = \"socks\"\nlisten = \"127.0.0.1:1\"\ntarget = \"a:1\"\n";
+    assert!(Config::parse(text).is_err());
+    assert!("a:0".parse::<HostPort>().is_err());
+    assert!("::1:80".parse::<HostPort>().is_err());
+    assert_eq!("Example.COM:443".parse::<HostPort>().map(|h| h.host), Ok("example.com".into()));
+}
+
+#[test]
+fn a_relay_takes_no_auth() {
+    for kind in ["relay", "udp-relay"] {
+        let text = format!(
+            "[[listener]]\nkind = \"{kind}\"\nlisten = \"127.0.0.1:1\"\n\
+             target = \"127.0.0.1:2\"\nauth = true\n"
+        );
+        let p = Config::parse(&text).expect_err("auth on a relay");
+        assert!(p[0].message.contains("takes no `auth`"), "{p:?}");
+    }
+}
+
+#[test]
+fn a_relay_to_an_own_listener_is_refused() {
+    // (listeners before the relay, the relay's kind, its target, a loop?)
+    let table: &[(&str, &str, &str, bool)] = &[
+        ("", "relay", "127.0.0.1:8000", true),
+        ("", "relay", "localhost:8000", true),
+        ("", "relay", "[::ffff:127.0.0.1]:8000", true),
+        ("", "relay", "0.0.0.0:8000", true),
+        ("", "relay", "127.0.0.1:8001", false),
+        ("", "relay", "127.0.0.2:8000", false),
+        ("", "relay", "example.com:8000", false),
+        ("", "udp-relay", "127.0.0.1:8000", true),
+        // Another listener of the proxy, on the same transport.
+        ("listen = \"0.0.0.0:3128\"", "relay", "127.0.0.5:3128", true),
+        ("listen = \"127.0.0.1:3128\"", "relay", "localhost:3128", true),
+        ("listen = \"[::1]:3128\"", "relay", "localhost:3128", true),
+        ("listen = \"127.0.0.1:3128\"", "udp-relay", "127.0.0.1:3128", false),
+        (
+            "kind = \"udp-relay\"\nlisten = \"127.0.0.1:53\"\ntarget = \"192.0.2.1:53\"",
+            "relay",
+            "127.0.0.1:53",
+            false,
+        ),
+        (
+            "kind = \"udp-relay\"\nlisten = \"127.0.0.1:53\"\ntarget = \"192.0.2.1:53\"",
+            "udp-relay",
+            "127.0.0.1:53",
+            true,
+        ),
+        // Port 0 is chosen at start: never a loop here (the built-in check refuses it then).
+        ("listen = \"127.0.0.1:0\"", "relay", "127.0.0.1:9", false),
+    ];
+    for (other, kind, target, want) in table {
+        // (Open-proxy consent for the 0.0.0.0 listener.)
+        let mut text = "allow_open_proxy = true\n".to_string();
+        if !other.is_empty() {
+            text.push_str(&format!("[[listener]]\n{other}\n"));
+        }
+        let target_line = text.lines().count() + 4;
+        text.push_str(&format!(
+            "[[listener]]\nkind = \"{kind}\"\nlisten = \"127.0.0.1:8000\"\n\
+             target = \"{target}\"\n"
+        ));
+        match (Config::parse(&text), want) {
+            (Ok(_), false) => {}
+            (Err(p), true) => {
+                assert_eq!(p.len(), 1, "{text}\n{p:?}");
+                assert_eq!(p[0].line, Some(target_line), "{text}\n{p:?}");
+                assert!(p[0].message.contains("own listener"), "{text}\n{p:?}");
+            }
+            (got, _) => panic!("{text}\n{got:?}"),
+        }
+    }
+    // Listeners given on the command line are checked at start the same way.
+    let mut c = Config::default();
+    let mut relay = Listener::new(ListenerKind::Relay, "127.0.0.1:8000".parse().expect("addr"));
+    relay.target = Some("127.0.0.1:8000".parse().expect("target"));
+    c.listeners.push(relay);
+    assert!(c.check_listeners().expect_err("loop").contains("own listener"));
+}
+
+#[test]
+fn durations_in_the_file() {
+    // (Their spellings: `config/duration`.)
+    let c =
+        Config::parse("[timeouts]\nheader = \"1h 30m\"\nio = 5\nconnect = \"5\"\n").expect("valid");
+    assert_eq!(c.timeouts.header, Duration::from_secs(5400));
+    assert_eq!(
+        (c.timeouts.io, c.timeouts.connect),
+        (Duration::from_secs(5), Duration::from_secs(5))
+    );
+    // "Forever" as a huge number is refused, not overflowed.
+    let e = Config::parse("[timeouts]\ntunnel_idle = 9223372036854775807\n").expect_err("huge");
+    assert!(format!("{e:?}").contains("too long"), "{e:?}");
+}
+
+#[test]
+fn rules_and_routes_read_the_same_conditions_and_report_unknown_keys() {
+    let text = "[[parent]]\nname = \"p\"\nkind = \"http\"\naddress = \"127.0.0.1:3128\"\n\
+                [[rule]]\naction = \"allow\"\nhosts = [\"a.example\"]\nports = [\"443\"]\n\
+                [[route]]\nhosts = [\"a.example\"]\nports = [\"443\"]\nvia = \"p\"\n";
+    let c = Config::parse(text).expect("valid");
+    let (rule, route) = (&c.rules[0].conditions, &c.routes[0].conditions);
+    assert_eq!(rule.hosts, route.hosts);
+    assert_eq!(rule.ports, route.ports);
+    assert_eq!(c.routes[0].via, ["p"]);
+    // A typo in either table is an unknown key, with its line; a value of the wrong type
+    // is named by its key.
+    let text = "[[rule]]\naction = \"allow\"\nhost = [\"a.example\"]\n\
+                [[route]]\nvia = \"direct\"\nport = [\"443\"]\n\
+                [[route]]\nvia = \"direct\"\nclients = \"10.0.0.0/8\"\n";
+    let p = Config::parse(text).expect_err("typos");
+    let shown: Vec<String> = p.iter().map(|p| p.to_string()).collect();
+    assert!(shown.contains(&"line 3: unknown key `rule.0.host`".to_string()), "{shown:?}");
+    assert!(shown.contains(&"line 6: unknown key `route.0.port`".to_string()), "{shown:?}");
+    let want = "line 9: route.1.clients: expected a list, found \"10.0.0.0/8\"";
+    assert!(shown.contains(&want.to_string()), "{shown:?}");
+    // Required keys stay required.
+    let p = Config::parse("[[rule]]\nhosts = [\"a\"]\n[[route]]\nhosts = [\"b\"]\n")
+        .expect_err("missing keys");
+    let shown: Vec<String> = p.iter().map(|p| p.to_string()).collect();
+    assert!(shown.iter().any(|s| s.contains("missing field `action`")), "{shown:?}");
+    assert!(shown.iter().any(|s| s.contains("missing field `via`")), "{shown:?}");
+}
