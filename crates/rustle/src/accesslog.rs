@@ -140,6 +140,26 @@ pub struct Via {
     pub through: crate::metrics::Through,
 }
 
+impl Via {
+    /// The last parent taken (the one whose bytes the client got), as the log names it.
+    pub fn last_parent(&self) -> &str {
+        self.parents.rsplit(',').next().unwrap_or_default()
+    }
+
+    /// The route and parent of a connection through parents that failed to be made, for
+    /// its log line.
+    pub fn failed(e: &crate::error::Error) -> Option<Via> {
+        use crate::error::{ConnectError, Error};
+        match e {
+            Error::Connect(ConnectError::Parent(p)) => {
+                let (route, parents) = (p.route.clone(), p.name.clone());
+                Some(Via { route, parents, ..Default::default() })
+            }
+            _ => None,
+        }
+    }
+}
+
 pub struct AccessLog {
     sink: RefCell<Sink>,
     format: RefCell<LogFormat>,

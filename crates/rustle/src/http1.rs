@@ -422,7 +422,7 @@ impl Client {
             // https:// (and wss:// in an upgrade) in absolute form, as squid takes it: TLS
             // is originated here.
             Target::Absolute { .. } => {
-                forward::forward(self, ex).await.map_err(|e| e.through(ex.via.as_deref()))
+                forward::forward(self, ex).await.map_err(|e| e.through(ex.via.as_deref().map(crate::accesslog::Via::last_parent)))
             }
             Target::Origin { .. } | Target::Asterisk => Err(Error::Unsupported(
                 "this is a forward proxy: requests need an absolute URI such as \
@@ -640,7 +640,7 @@ impl Client {
 
     #[inline(never)]
     fn write_log(&self, ex: &Exchange, error: Option<&Error>) {
-        let failed_via = error.and_then(Error::failed_via);
+        let failed_via = error.and_then(crate::accesslog::Via::failed);
         let dash: &[u8] = b"-";
         let l = &self.logged;
         self.worker.log.log(&Entry {

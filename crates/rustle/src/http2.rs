@@ -405,7 +405,7 @@ impl Exchange {
         });
         let log = &shared.worker.log;
         if log.enabled() {
-            let failed_via = error.and_then(Error::failed_via);
+            let failed_via = error.and_then(crate::accesslog::Via::failed);
             log.log(&Entry {
                 client: shared.peer,
                 listener: &shared.listener,
@@ -474,14 +474,14 @@ async fn stream(live: Live, req: Request<RecvStream>, mut respond: SendResponse<
             (true, None) => tunnel::connect(&shared, &mut ex, req, &mut respond, live).await,
             (true, Some("websocket")) => {
                 let r = forward::websocket(&shared, &mut ex, req, &mut respond, live).await;
-                r.map_err(|e| e.through(ex.via.as_deref()))
+                r.map_err(|e| e.through(ex.via.as_deref().map(crate::accesslog::Via::last_parent)))
             }
             (true, Some(_)) => Err(Error::Unsupported(
                 "extended CONNECT: the only :protocol supported is websocket",
             )),
             (false, _) => {
                 let r = forward::forward(&shared, &mut ex, req, &mut respond).await;
-                r.map(|()| None).map_err(|e| e.through(ex.via.as_deref()))
+                r.map(|()| None).map_err(|e| e.through(ex.via.as_deref().map(crate::accesslog::Via::last_parent)))
             }
         }
     }

@@ -81,16 +81,7 @@ impl Proto {
     }
 }
 
-/// Why a request or connection was refused, for the `cause` label.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Refused {
-    /// A connection limit (the proxy's, a client's, a user's).
-    Limit,
-    /// An access rule, a route or a built-in protection.
-    Rule,
-    /// Missing or failed authentication (rate-limited attempts included).
-    Auth,
-}
+pub use crate::error::Refused;
 
 const CAUSES: [&str; 3] = ["limit", "rule", "auth"];
 

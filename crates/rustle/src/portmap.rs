@@ -82,7 +82,7 @@ pub async fn serve(guard: ConnGuard, listener: Arc<Listener>, stream: TcpStream,
                 Error::Connect(ConnectError::Tls { addr, .. }) => Some(*addr),
                 _ => None,
             };
-            let via = e.failed_via();
+            let via = crate::accesslog::Via::failed(&e);
             return log_failure(
                 &worker,
                 &listener,

@@ -227,7 +227,7 @@ impl Session {
         if !self.worker.log.enabled() {
             return;
         }
-        let failed_via = error.and_then(Error::failed_via);
+        let failed_via = error.and_then(crate::accesslog::Via::failed);
         self.worker.log.log(&Entry {
             client: self.peer,
             listener: &self.listener,

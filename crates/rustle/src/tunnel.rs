@@ -207,7 +207,7 @@ pub(crate) fn finish(
     result: Result<(), crate::error::Error>,
 ) {
     // An upstream failure through parents names the parent it came through.
-    let result = result.map_err(|e| e.through(rec.via.as_deref()));
+    let result = result.map_err(|e| e.through(rec.via.as_deref().map(crate::accesslog::Via::last_parent)));
     if let Some(u) = &rec.user {
         let t = guard.worker().traffic.entry(u);
         t.add(crate::limits::Direction::Up, rec.up + totals.up);

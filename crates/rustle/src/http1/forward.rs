@@ -543,7 +543,7 @@ fn start_or_pinned<'p>(
 
 /// An HTTP parent's refusal of a request sent to it in absolute form.
 pub(crate) fn parent_refused(via: Option<&crate::accesslog::Via>, status: u16) -> Error {
-    let parent = via.and_then(|v| v.parents.rsplit(',').next()).unwrap_or_default();
+    let parent = via.map(crate::accesslog::Via::last_parent).unwrap_or_default();
     Error::ParentRefused { parent: format!("\"{parent}\"").into(), status }
 }
 
