@@ -15,7 +15,8 @@ use crate::body;
 use crate::buf::Buf;
 use crate::conn::Stream;
 use crate::error::{Error, Phase};
-use crate::upstream::Connected;
+use crate::policy::Policy;
+use crate::upstream::{Connected, Key, Plan, Start, Want};
 use crate::worker::Worker;
 
 /// Why a request is answered 502 rather than sent again on a new connection.
@@ -176,6 +177,40 @@ where
         Poll::Pending => left.as_mut().poll(cx).map(Err),
     })
     .await
+}
+
+/// The connect step of every front end: the access rules and a pooled connection under
+/// `key` when there is one (`Upstreams::start`), or else a new one (`attempt`), given up
+/// as soon as the client leaves (`left` makes the watch on it, as for `unless_left`).
+pub async fn connect<W: Future<Output = Error>>(
+    worker: &Worker,
+    policy: &Policy,
+    want: &Want<'_>,
+    key: Option<Key<'_>>,
+    left: impl FnOnce() -> W,
+) -> Result<Connected, Error> {
+    match worker.upstreams.start(policy, want, key)? {
+        Start::Ready(c) => Ok(c),
+        Start::Connect(plan) => attempt(worker, policy, want, plan, left).await,
+    }
+}
+
+/// A new upstream connection as `plan` says, unless the client leaves first
+/// (`unless_left`). Boxed, on this path only: an attempt's state (resolver, Happy Eyeballs,
+/// handshakes, the watch on the client) would otherwise enlarge every connection's
+/// future, and a new connection costs far more than one allocation.
+pub fn attempt<'a, W: Future<Output = Error> + 'a>(
+    worker: &'a Worker,
+    policy: &'a Policy,
+    want: &'a Want<'a>,
+    plan: Plan<'a>,
+    left: impl FnOnce() -> W + 'a,
+) -> Pin<Box<impl Future<Output = Result<Connected, Error>> + 'a>> {
+    Box::pin(async move {
+        let timeouts = &worker.cfg().timeouts;
+        let connect = std::pin::pin!(worker.upstreams.connect(policy, want, plan, timeouts));
+        unless_left(worker, connect, left).await
+    })
 }
 
 /// Writes to the upstream with the I/O timeout.

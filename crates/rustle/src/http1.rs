@@ -22,7 +22,7 @@ use crate::config::Listener;
 use crate::conn::Stream;
 use crate::error::{Error, Phase};
 use crate::tunnel::{Handoff, Record};
-use crate::upstream::{Connected, Start, Tls, Want};
+use crate::upstream::{Connected, Tls, Want};
 use crate::worker::{ConnGuard, Worker};
 
 /// How long an error response, or the TLS close_notify that ends a connection, may take
@@ -491,17 +491,9 @@ impl Client {
             tls,
         };
         let key = key.map(|k| worker.upstreams.key(k));
-        let plan = match worker.upstreams.start(&policy, &want, key)? {
-            Start::Ready(c) => return Ok(c),
-            Start::Connect(plan) => plan,
-        };
-        // Boxed, on this path only: an attempt's state (resolver, Happy Eyeballs, timer,
-        // handshake) would otherwise enlarge every HTTP connection's future.
-        let cfg = worker.cfg();
-        let connect = Box::pin(worker.upstreams.connect(&policy, &want, plan, &cfg.timeouts));
         let (stream, buf, max) = (&mut self.stream, &mut self.buf, worker.limits().max_head);
         let tunnel = protocol == crate::acl::Protocol::Connect;
-        crate::exchange::unless_left(&worker, connect, || {
+        crate::exchange::connect(&worker, &policy, &want, key, || {
             crate::exchange::client_left(stream, buf, max, Phase::Connect, tunnel)
         })
         .await

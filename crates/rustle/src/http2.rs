@@ -36,7 +36,7 @@ use crate::buf::Buf;
 use crate::config::Listener;
 use crate::conn::Stream;
 use crate::error::{ConnectError, Error, Phase};
-use crate::upstream::{Connected, Start, Tls, Want};
+use crate::upstream::{Connected, Tls, Want};
 use crate::worker::{ConnGuard, Worker};
 
 pub use io::PREFACE;
@@ -608,13 +608,9 @@ async fn upstream(
             return Ok(c);
         }
     }
-    match worker.upstreams.start(&policy, &want, key.map(|k| worker.upstreams.key(k)))? {
-        Start::Ready(c) => Ok(c),
-        Start::Connect(plan) => {
-            let timeouts = &worker.cfg().timeouts;
-            Box::pin(worker.upstreams.connect(&policy, &want, plan, timeouts)).await
-        }
-    }
+    // The stream's reset is watched by the caller (`unless_reset`).
+    let key = key.map(|k| worker.upstreams.key(k));
+    crate::exchange::connect(worker, &policy, &want, key, std::future::pending).await
 }
 
 /// A new plain connection for a tunnel (CONNECT or WebSocket stream), and what came

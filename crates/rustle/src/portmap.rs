@@ -16,10 +16,10 @@ use crate::buf::{Buf, READ_SIZE};
 use crate::config::Listener;
 use crate::conn::Stream;
 use crate::error::{ConnectError, Error, Phase};
-use crate::exchange::{client_left, unless_left};
+use crate::exchange::{client_left, connect};
 use crate::tls::Session;
 use crate::tunnel::{Handoff, Record};
-use crate::upstream::{Connected, Start, Tls, Want};
+use crate::upstream::{Connected, Tls, Want};
 use crate::worker::{ConnGuard, Worker};
 
 pub async fn serve(guard: ConnGuard, listener: Arc<Listener>, stream: TcpStream, peer: SocketAddr) {
@@ -60,20 +60,10 @@ pub async fn serve(guard: ConnGuard, listener: Arc<Listener>, stream: TcpStream,
     // What the client sends while the target is connected to goes first through the
     // relay (it owns no storage unless it is used).
     let mut early = Buf::default();
-    let connected = match worker.upstreams.start(&policy, &want, None) {
-        Ok(Start::Ready(c)) => Ok(c),
-        Ok(Start::Connect(plan)) => {
-            // Boxed (every relay's future would otherwise grow by an attempt's state); a
-            // client that leaves meanwhile ends the attempt.
-            let timeouts = &worker.cfg().timeouts;
-            let connect = Box::pin(worker.upstreams.connect(&policy, &want, plan, timeouts));
-            unless_left(&worker, connect, || {
-                client_left(&mut client, &mut early, READ_SIZE, Phase::Connect, true)
-            })
-            .await
-        }
-        Err(e) => Err(e),
-    };
+    let connected = connect(&worker, &policy, &want, None, || {
+        client_left(&mut client, &mut early, READ_SIZE, Phase::Connect, true)
+    })
+    .await;
     drop(policy);
     let Connected { stream: upstream, addr, early: early_down, via, .. } = match connected {
         Ok(c) => c,

@@ -23,7 +23,7 @@ use crate::conn::Stream;
 use crate::error::{Error, Phase};
 
 use crate::tunnel::{Handoff, Record};
-use crate::upstream::{Start, Tls, Want};
+use crate::upstream::{Tls, Want};
 use crate::worker::{ConnGuard, Worker};
 
 /// One SOCKS connection and what its log line will say.
@@ -286,22 +286,12 @@ impl Session {
             listener: listener.name.as_deref(),
             tls: Tls::Plain,
         };
-        let connected = match w.upstreams.start(&policy, &want, None)? {
-            Start::Ready(c) => c,
-            Start::Connect(plan) => {
-                // Boxed (a connection's future would otherwise grow by an attempt's
-                // state). A client that leaves meanwhile ends the attempt; what it sends
-                // meanwhile (optimistic data) is kept in `buf` and goes first through the
-                // tunnel.
-                let cfg = w.cfg();
-                let connect = Box::pin(w.upstreams.connect(&policy, &want, plan, &cfg.timeouts));
-                crate::exchange::unless_left(&w, connect, || {
-                    let max = crate::buf::READ_SIZE;
-                    crate::exchange::client_left(stream, buf, max, Phase::Connect, true)
-                })
-                .await?
-            }
-        };
+        // What the client sends meanwhile (optimistic data) is kept in `buf` and goes
+        // first through the tunnel.
+        let connected = crate::exchange::connect(&w, &policy, &want, None, || {
+            crate::exchange::client_left(stream, buf, crate::buf::READ_SIZE, Phase::Connect, true)
+        })
+        .await?;
         self.upstream = Some(connected.addr);
         self.via = connected.via;
         Ok((connected.stream, connected.early))
