@@ -1,7 +1,9 @@
-//! The upstream side of an exchange, shared by every front end: writing to an upstream
-//! within the I/O timeout, reading an origin's response head while watching whether the
-//! client has left, and giving up a connection attempt as soon as the client leaves.
-//! Front ends depend on this module; it depends on none of them.
+//! What every front end shares about an exchange: the one connect step (`connect`: a
+//! pooled connection or a new one, given up as soon as the client leaves), writing to an
+//! upstream within the I/O timeout, reading an origin's response head while watching
+//! whether the client has left, and the one way an exchange ends (`end`: the user's
+//! traffic, the metrics, the access-log line, from one `accesslog::Record`). Front ends
+//! depend on this module; it depends on none of them.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -11,6 +13,7 @@ use std::time::Duration;
 use rustle_proto::http::{parse_response, rewrite_for_hop, Method, NextHop, ResponseHead};
 use tokio::io::{AsyncRead, AsyncWrite};
 
+use crate::accesslog::{Record, Via};
 use crate::body;
 use crate::buf::Buf;
 use crate::conn::Stream;
@@ -211,6 +214,87 @@ pub fn attempt<'a, W: Future<Output = Error> + 'a>(
         let connect = std::pin::pin!(worker.upstreams.connect(policy, want, plan, timeouts));
         unless_left(worker, connect, left).await
     })
+}
+
+/// The end of an exchange (a request, a tunnel, a refused connection), the one way every
+/// front end ends one: its bytes to the user's traffic (`traffic`: the user's counters
+/// when the caller holds them, else found by the record's user), then the metrics and the
+/// access-log line when something reads them (each in a function of its own, so that an
+/// exchange neither counted nor logged costs two tests). `cause`: the error it ended
+/// with, which gives the line its error, refusal and failed route.
+#[inline]
+pub fn end(
+    worker: &Worker,
+    traffic: Option<&crate::limits::UserTraffic>,
+    record: Record<'_>,
+    cause: Option<&Error>,
+) {
+    use crate::limits::Direction;
+    let found;
+    let traffic = match (traffic, record.user) {
+        (Some(t), _) => Some(t),
+        (None, Some(user)) => {
+            found = worker.traffic.entry(user);
+            Some(&*found)
+        }
+        (None, None) => None,
+    };
+    if let Some(t) = traffic {
+        t.add(Direction::Up, record.up);
+        t.add(Direction::Down, record.down);
+    }
+    if crate::metrics::timed() {
+        count(&record, cause);
+    }
+    if worker.log.enabled() {
+        write_log(worker, record, cause);
+    }
+}
+
+#[inline(never)]
+fn count(r: &Record<'_>, cause: Option<&Error>) {
+    use crate::protocol::Protocol;
+    // Protocols without statuses give 200 for a tunnel or session that was set up, and
+    // their error's HTTP status otherwise (0: none, the client left, or the failure is
+    // no `Error`).
+    let status = match r.protocol {
+        Protocol::Http | Protocol::Connect => r.status,
+        _ if r.tunnel => 200,
+        _ => match cause {
+            Some(e) => e.status().unwrap_or(0),
+            None if r.error.is_some() => 0,
+            None => 200,
+        },
+    };
+    crate::metrics::ended(&crate::metrics::End {
+        listener: &r.listener.counters,
+        protocol: r.protocol,
+        version: r.version,
+        status,
+        up: r.up,
+        down: r.down,
+        user: r.user,
+        refused: cause.and_then(Error::refusal),
+        tunnel: r.tunnel.then_some(r.start),
+        start: r.start,
+        through: r.via.map(|v| &v.through),
+    });
+}
+
+#[inline(never)]
+fn write_log(worker: &Worker, r: Record<'_>, cause: Option<&Error>) {
+    // A connection through parents that failed to be made: its route and parent.
+    let failed = match r.via {
+        None => cause.and_then(Via::failed),
+        Some(_) => None,
+    };
+    let record = Record {
+        via: r.via.or(failed.as_ref()),
+        error: r.error.or(cause.map(|e| e as &dyn std::fmt::Display)),
+        refused: cause.and_then(Error::refusal),
+        ..r
+    };
+    worker.log.log(&record);
 }
 
 /// Writes to the upstream with the I/O timeout.

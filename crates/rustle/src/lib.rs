@@ -77,6 +77,7 @@ pub mod notify;
 pub mod policy;
 pub mod portmap;
 pub mod privileges;
+pub mod protocol;
 pub mod relay;
 pub mod reload;
 pub mod route;

@@ -10,15 +10,14 @@ use std::time::Instant;
 
 use tokio::net::TcpStream;
 
-use crate::accesslog::{Entry, Protocol as LogProtocol};
-use crate::acl::Protocol;
+use crate::accesslog::{Label, Protocol, Record};
 use crate::buf::{Buf, READ_SIZE};
 use crate::config::Listener;
 use crate::conn::Stream;
 use crate::error::{ConnectError, Error, Phase};
 use crate::exchange::{client_left, connect};
 use crate::tls::Session;
-use crate::tunnel::{Handoff, Record};
+use crate::tunnel::Handoff;
 use crate::upstream::{Connected, Tls, Want};
 use crate::worker::{ConnGuard, Worker};
 
@@ -31,7 +30,7 @@ pub async fn serve(guard: ConnGuard, listener: Arc<Listener>, stream: TcpStream,
     };
     let name = format!("relay://{target}");
     let fail = |why: &dyn std::fmt::Display, upstream: Option<SocketAddr>, tls| {
-        log_failure(&worker, &listener, peer, start, &name, upstream, why, tls, None, None)
+        log_failure(&worker, &listener, peer, start, &name, upstream, why, tls, None)
     };
     // Boxed: the handshake's state would otherwise make every plain relay's future
     // larger; a TLS handshake costs far more than one allocation.
@@ -72,25 +71,17 @@ pub async fn serve(guard: ConnGuard, listener: Arc<Listener>, stream: TcpStream,
                 Error::Connect(ConnectError::Tls { addr, .. }) => Some(*addr),
                 _ => None,
             };
-            let via = crate::accesslog::Via::failed(&e);
-            return log_failure(
-                &worker,
-                &listener,
-                peer,
-                start,
-                &name,
-                addr,
-                &e,
-                tls.as_deref(),
-                via.as_ref(),
-                Some(&e),
-            );
+            return log_failure(&worker, &listener, peer, start, &name, addr, &e, tls.as_deref(), Some(&e));
         }
     };
-    let record = Record {
+    let record = crate::tunnel::Record {
         tls,
         peer,
-        label: crate::tunnel::Label::new(LogProtocol::Tcp, b"RELAY", name.as_bytes()),
+        label: {
+            let mut label = Label::new([b"RELAY", name.as_bytes(), b"", b""]);
+            label.protocol = Protocol::Relay;
+            label
+        },
         user: None,
         status: 0,
         start,
@@ -146,38 +137,10 @@ fn log_failure(
     upstream: Option<SocketAddr>,
     why: &dyn std::fmt::Display,
     tls: Option<&Session>,
-    via: Option<&crate::accesslog::Via>,
     error: Option<&Error>,
 ) {
-    crate::metrics::ended(&crate::metrics::End {
-        listener: &listener.counters,
-        proto: crate::metrics::Proto::Relay,
-        status: error.map_or(0, |e| e.status().unwrap_or(0)),
-        up: 0,
-        down: 0,
-        user: None,
-        refused: error.and_then(Error::refusal),
-        tunnel: None,
-        start,
-        through: via.map(|v| &v.through),
-    });
-    worker.log.log(&Entry {
-        client: peer,
-        listener,
-        protocol: LogProtocol::Tcp,
-        user_agent: b"",
-        referer: b"",
-        method: b"RELAY",
-        target: target.as_bytes(),
-        status: 0,
-        up: 0,
-        down: 0,
-        start,
-        upstream,
-        error: Some(why),
-        refused: error.and_then(Error::refusal),
-        user: None,
-        tls,
-        via,
-    });
+    let mut record = Record::new(peer, listener, Protocol::Relay, start);
+    (record.method, record.target) = (b"RELAY", target.as_bytes());
+    (record.upstream, record.tls, record.error) = (upstream, tls, Some(why));
+    crate::exchange::end(worker, None, record, error);
 }

@@ -15,8 +15,7 @@ use tokio::net::{TcpListener, TcpStream};
 
 mod udp;
 
-use crate::accesslog::{Entry, Protocol as LogProtocol};
-use crate::acl::Protocol as AclProtocol;
+use crate::accesslog::{Label, Protocol};
 use crate::buf::Buf;
 use crate::config::Listener;
 use crate::conn::Stream;
@@ -51,7 +50,7 @@ pub struct Session {
     /// The route and parents taken, if any.
     pub via: Option<Rc<crate::accesslog::Via>>,
     /// SOCKS4 or SOCKS5, once the first byte said which.
-    pub protocol: LogProtocol,
+    pub protocol: Protocol,
     /// The deadline for the whole handshake.
     deadline: tokio::time::Instant,
 }
@@ -83,16 +82,16 @@ pub async fn serve(
         down: 0,
         upstream: None,
         via: None,
-        protocol: LogProtocol::Unknown,
+        protocol: Protocol::Unknown,
         deadline,
     };
     let result = match s.fill_until(|b| !b.is_empty()).await {
         Ok(()) if s.buf.filled()[0] == socks5::VERSION => {
-            s.protocol = LogProtocol::Socks5;
+            s.protocol = Protocol::Socks5;
             socks5_session(&mut s).await
         }
         Ok(()) if s.buf.filled()[0] == socks4::VERSION => {
-            s.protocol = LogProtocol::Socks4;
+            s.protocol = Protocol::Socks4;
             socks4_session(&mut s).await
         }
         Ok(()) => Err(Error::Unsupported("not a SOCKS4 or SOCKS5 handshake")),
@@ -120,7 +119,11 @@ pub async fn serve(
                 tls: None,
                 peer,
                 user: user.map(std::rc::Rc::from),
-                label: crate::tunnel::Label::new(protocol, method.as_bytes(), target.as_bytes()),
+                label: {
+                    let mut label = Label::new([method.as_bytes(), target.as_bytes(), b"", b""]);
+                    label.protocol = protocol;
+                    label
+                },
                 status,
                 start,
                 upstream,
@@ -202,51 +205,18 @@ impl Session {
         self.stream.write_all(bytes).await.map_err(Error::Client)
     }
 
+    /// The session's end (`exchange::end`): the user's traffic, the metrics, the log line.
     fn log(&self, error: Option<&Error>) {
-        if let Some(u) = &self.user {
-            let t = self.worker.traffic.entry(u);
-            t.add(crate::limits::Direction::Up, self.up);
-            t.add(crate::limits::Direction::Down, self.down);
+        let mut record =
+            crate::accesslog::Record::new(self.peer, &self.listener, self.protocol, self.start);
+        record.user = self.user.as_deref();
+        record.method = self.method.as_bytes();
+        if !self.target.is_empty() {
+            record.target = self.target.as_bytes();
         }
-        crate::metrics::ended(&crate::metrics::End {
-            listener: &self.listener.counters,
-            proto: match self.protocol {
-                LogProtocol::Socks4 => crate::metrics::Proto::Socks4,
-                LogProtocol::Socks5 => crate::metrics::Proto::Socks5,
-                _ => crate::metrics::Proto::Other,
-            },
-            status: Error::status_of(error),
-            up: self.up,
-            down: self.down,
-            user: self.user.as_deref(),
-            refused: error.and_then(Error::refusal),
-            tunnel: None,
-            start: self.start,
-            through: self.via.as_deref().map(|v| &v.through),
-        });
-        if !self.worker.log.enabled() {
-            return;
-        }
-        let failed_via = error.and_then(crate::accesslog::Via::failed);
-        self.worker.log.log(&Entry {
-            client: self.peer,
-            listener: &self.listener,
-            protocol: self.protocol,
-            user_agent: b"",
-            referer: b"",
-            method: self.method.as_bytes(),
-            target: if self.target.is_empty() { b"-" } else { self.target.as_bytes() },
-            status: self.status,
-            up: self.up,
-            down: self.down,
-            start: self.start,
-            upstream: self.upstream,
-            error: error.map(|e| e as &dyn std::fmt::Display),
-            refused: error.and_then(Error::refusal),
-            user: self.user.as_deref(),
-            tls: None,
-            via: self.via.as_deref().or(failed_via.as_ref()),
-        });
+        (record.status, record.up, record.down) = (self.status, self.up, self.down);
+        (record.upstream, record.via) = (self.upstream, self.via.as_deref());
+        crate::exchange::end(&self.worker, None, record, error);
     }
 
     /// What the upstream layer is asked for a UDP datagram of this association to
@@ -255,7 +225,7 @@ impl Session {
         Want {
             host,
             port,
-            protocol: AclProtocol::Udp,
+            protocol: Protocol::Udp,
             client: self.peer.ip(),
             user: self.user.as_deref(),
             listener: self.listener.name.as_deref(),
@@ -268,7 +238,7 @@ impl Session {
     pub async fn connect(
         &mut self,
         dst: &Address,
-        protocol: AclProtocol,
+        protocol: Protocol,
     ) -> Result<(Stream, Vec<u8>), Error> {
         let w = self.worker.clone();
         let policy = w.policy();
@@ -321,7 +291,7 @@ impl Session {
             user,
             host: &host,
             port: dst.port,
-            protocol: AclProtocol::Bind,
+            protocol: Protocol::Bind,
         };
         let denied = |d| Error::Connect(crate::error::ConnectError::Denied(d));
         let needs_address = access.precheck().map_err(denied)?;
@@ -465,7 +435,7 @@ async fn socks5_session(s: &mut Session) -> Outcome {
     match request.command {
         socks5::Command::Connect => {
             s.method = "CONNECT";
-            match s.connect(&request.dst, AclProtocol::Socks5).await {
+            match s.connect(&request.dst, Protocol::Socks5).await {
                 Ok(up) => {
                     let bound = up.0.local_addr().ok();
                     reply5(s, socks5::Reply::Succeeded, bound).await;
@@ -540,7 +510,7 @@ async fn socks4_session(s: &mut Session) -> Outcome {
                 reply4(s, socks4::Reply::Rejected, None).await;
                 return Err(e);
             }
-            match s.connect(&request.dst, AclProtocol::Socks4).await {
+            match s.connect(&request.dst, Protocol::Socks4).await {
                 Ok(up) => {
                     let bound = match up.0.local_addr() {
                         Ok(SocketAddr::V4(a)) => Some(a),
