@@ -458,4 +458,50 @@ mod tests {
         assert_eq!(Civil::of(1_795_934_498).bsd(), "Nov 29 06:41:38");
         assert_eq!(Civil::of(1_733_100_000).bsd(), "Dec  2 00:40:00");
     }
+
+    fn parts<B: AsRef<[u8]>>(l: &Label<B>) -> [&[u8]; 4] {
+        [l.method(), l.target(), l.user_agent(), l.referer()]
+    }
+
+    #[test]
+    fn label_parts_pushed_or_given() {
+        let mut l = Label::<Vec<u8>>::default();
+        assert_eq!(parts(&l), [b"" as &[u8]; 4]);
+        l.clear(Protocol::Http, Version::Http11);
+        l.push(b"GET");
+        l.push(b"http://a/");
+        assert_eq!(parts(&l), [b"GET" as &[u8], b"http://a/", b"", b""]);
+        l.push(b"");
+        l.push(b"http://r/");
+        assert_eq!(parts(&l), [b"GET" as &[u8], b"http://a/", b"", b"http://r/"]);
+        // A fifth part is not kept.
+        l.push(b"x");
+        assert_eq!(l.referer(), b"http://r/");
+        // Reused for the next request: nothing of the last one shows.
+        l.clear(Protocol::Connect, Version::Http10);
+        l.push(b"CONNECT");
+        assert_eq!(parts(&l), [b"CONNECT" as &[u8], b"", b"", b""]);
+        let boxed = l.boxed();
+        assert_eq!(parts(&boxed), parts(&l));
+        assert_eq!((boxed.protocol, boxed.version), (Protocol::Connect, Version::Http10));
+        // A part too long for the log is cut.
+        let long = vec![b'a'; PART_MAX + 10];
+        let l = Label::new([b"GET", &long, b"ua", b""]);
+        assert_eq!((l.target().len(), l.user_agent()), (PART_MAX, &b"ua"[..]));
+    }
+
+    #[test]
+    fn label_packs_and_unpacks() {
+        let mut l = Label::new([b"CONNECT", b"a:443", b"", b""]);
+        (l.protocol, l.version) = (Protocol::Connect, Version::Http2);
+        let packed = l.pack().expect("a short label packs");
+        assert_eq!(parts(&l), [b"" as &[u8]; 4]);
+        let back = Label::unpack(&packed);
+        assert_eq!(parts(&back), [b"CONNECT" as &[u8], b"a:443", b"", b""]);
+        assert_eq!((back.protocol, back.version), (Protocol::Connect, Version::Http2));
+        let mut long = Label::new([b"GET", &[b'a'; PACKED], b"", b""]);
+        assert!(long.pack().is_none());
+        assert_eq!(std::mem::size_of::<PackedLabel>(), 64);
+        assert_eq!(std::mem::size_of::<Label>(), 24);
+    }
 }

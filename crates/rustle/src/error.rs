@@ -347,13 +347,6 @@ impl Error {
         }
     }
 
-    /// The HTTP status standing for this outcome on a protocol without statuses (SOCKS,
-    /// relays), for the metrics: 200 without an error, the error's status otherwise (0:
-    /// none, the client left).
-    pub fn status_of(error: Option<&Error>) -> u16 {
-        error.map_or(200, |e| e.status().unwrap_or(0))
-    }
-
     /// Names the parent the bytes came through (`parent`: the last of the route's, for a
     /// connection through parents) in an error of the upstream side (its bytes or its
     /// silence), so that the client and the log know which hop failed.

@@ -416,9 +416,9 @@ impl Client {
             Target::Authority { .. } => connect::tunnel(self, ex).await,
             // https:// (and wss:// in an upgrade) in absolute form, as squid takes it: TLS
             // is originated here.
-            Target::Absolute { .. } => {
-                forward::forward(self, ex).await.map_err(|e| e.through(ex.via.as_deref().map(crate::accesslog::Via::last_parent)))
-            }
+            Target::Absolute { .. } => forward::forward(self, ex)
+                .await
+                .map_err(|e| e.through(ex.via.as_deref().map(crate::accesslog::Via::last_parent))),
             Target::Origin { .. } | Target::Asterisk => Err(Error::Unsupported(
                 "this is a forward proxy: requests need an absolute URI such as \
                  http://host/path (or CONNECT host:port)",

@@ -161,7 +161,8 @@ async fn serve_with<IO>(
     let conn_tls = tls.clone();
     let refused = |listener: &Listener, why: &dyn std::fmt::Display, user: Option<&str>| {
         let mut r = Record::new(peer, listener, Protocol::Http, start);
-        (r.version, r.user, r.tls, r.error) = (Version::Http2, user, conn_tls.as_deref(), Some(why));
+        (r.version, r.user, r.tls, r.error) =
+            (Version::Http2, user, conn_tls.as_deref(), Some(why));
         crate::exchange::end(&worker, None, r, None);
     };
     if let Some(user) = &cert_user {
@@ -457,7 +458,9 @@ async fn stream(live: Live, req: Request<RecvStream>, mut respond: SendResponse<
             )),
             (false, _) => {
                 let r = forward::forward(&shared, &mut ex, req, &mut respond).await;
-                r.map(|()| None).map_err(|e| e.through(ex.via.as_deref().map(crate::accesslog::Via::last_parent)))
+                r.map(|()| None).map_err(|e| {
+                    e.through(ex.via.as_deref().map(crate::accesslog::Via::last_parent))
+                })
             }
         }
     }

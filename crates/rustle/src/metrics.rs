@@ -38,7 +38,8 @@ impl Counter {
 }
 
 /// The `protocol` label's values, in the order of the counters kept by protocol.
-const PROTOCOLS: [&str; 8] = ["http1", "http2", "connect", "socks4", "socks5", "relay", "udp", "other"];
+const PROTOCOLS: [&str; 8] =
+    ["http1", "http2", "connect", "socks4", "socks5", "relay", "udp", "other"];
 
 /// An exchange's place in `PROTOCOLS`: HTTP/2 streams (requests, CONNECT and WebSocket
 /// streams) are `http2`, an HTTP/1 CONNECT is `connect`, and a connection that failed
@@ -590,7 +591,9 @@ fn count_end(e: &End<'_>) {
         match e.tunnel {
             Some(start) => l.stats.tunnel.observe(&DURATION_NS, start.elapsed()),
             // (A start read from the clock, as exchanges are timed: `Worker::stamp`.)
-            None => l.stats.request[slot(e.protocol, e.version)].observe(&LATENCY_NS, e.start.elapsed()),
+            None => {
+                l.stats.request[slot(e.protocol, e.version)].observe(&LATENCY_NS, e.start.elapsed())
+            }
         }
         if let Some(name) = e.user {
             l.with_user(name, |u| {

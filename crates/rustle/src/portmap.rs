@@ -71,7 +71,17 @@ pub async fn serve(guard: ConnGuard, listener: Arc<Listener>, stream: TcpStream,
                 Error::Connect(ConnectError::Tls { addr, .. }) => Some(*addr),
                 _ => None,
             };
-            return log_failure(&worker, &listener, peer, start, &name, addr, &e, tls.as_deref(), Some(&e));
+            return log_failure(
+                &worker,
+                &listener,
+                peer,
+                start,
+                &name,
+                addr,
+                &e,
+                tls.as_deref(),
+                Some(&e),
+            );
         }
     };
     let record = crate::tunnel::Record {

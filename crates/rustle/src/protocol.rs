@@ -110,3 +110,29 @@ impl Version {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::{Protocol, Version};
+
+    #[test]
+    fn names_for_the_rules_and_the_log() {
+        for p in Protocol::ALL {
+            assert_eq!(p.as_str().parse::<Protocol>(), Ok(p));
+        }
+        assert!("-".parse::<Protocol>().is_err());
+        for (p, v, name) in [
+            (Protocol::Http, Version::Http10, "HTTP/1.0"),
+            (Protocol::Connect, Version::Http11, "HTTP/1.1"),
+            (Protocol::Connect, Version::Http2, "HTTP/2"),
+            (Protocol::Http, Version::Unknown, "-"),
+            (Protocol::Socks4, Version::Unknown, "SOCKS4"),
+            (Protocol::Socks5, Version::Unknown, "SOCKS5"),
+            (Protocol::Relay, Version::Unknown, "TCP"),
+            (Protocol::Udp, Version::Unknown, "UDP"),
+            (Protocol::Unknown, Version::Unknown, "-"),
+        ] {
+            assert_eq!(p.log_name(v), name, "{p:?} {v:?}");
+        }
+    }
+}

@@ -124,7 +124,8 @@ pub(crate) fn finish(
     // An upstream failure through parents names the parent it came through.
     let via = rec.via.as_deref();
     let result = result.map_err(|e| e.through(via.map(crate::accesslog::Via::last_parent)));
-    let mut record = crate::accesslog::Record::new(rec.peer, guard.listener(), rec.label.protocol, rec.start);
+    let mut record =
+        crate::accesslog::Record::new(rec.peer, guard.listener(), rec.label.protocol, rec.start);
     record.label(&rec.label);
     record.user = rec.user.as_deref();
     record.upstream = rec.upstream;

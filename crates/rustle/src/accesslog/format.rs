@@ -4,7 +4,7 @@
 
 use std::fmt::{self, Write as _};
 
-use super::{Record, Now, Protocol};
+use super::{Now, Protocol, Record};
 use crate::config::{Field, LogFormat, Piece};
 
 /// Appends `e` as `format` says.

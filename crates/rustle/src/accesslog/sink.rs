@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use super::format::{Esc, Escaped, Text};
-use super::{Record, Now};
+use super::{Now, Record};
 use crate::config::{Log, LogTarget, SyslogAddr, SyslogFormat};
 
 /// A flush waits at most this long for a full syslog or journal socket, then drops what

@@ -104,7 +104,8 @@ impl Future for Task {
         this.ex.up += this.relay.up;
         this.ex.down += this.relay.down;
         // An upstream failure through parents names the parent it came through.
-        let result = result.map_err(|e| e.through(this.ex.via.as_deref().map(crate::accesslog::Via::last_parent)));
+        let result = result
+            .map_err(|e| e.through(this.ex.via.as_deref().map(crate::accesslog::Via::last_parent)));
         this.ex.log(&this._live.0, result.as_ref().err());
         Poll::Ready(())
     }
