@@ -162,7 +162,7 @@ pub async fn client_left<R: AsyncRead + Unpin>(
 /// whose error then ends the attempt at once. As with the origin's answer (`Watched`), the
 /// client is looked at only once the attempt has taken a tick (100-200 ms): an attempt
 /// that succeeds promptly costs nothing more, and the watch is boxed only for a slow one.
-pub async fn unless_left<T, W>(
+async fn unless_left<T, W>(
     worker: &Worker,
     mut connect: impl Future<Output = Result<T, Error>> + Unpin,
     left: impl FnOnce() -> W,
