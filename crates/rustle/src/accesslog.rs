@@ -37,14 +37,10 @@ pub struct Record<'a> {
     pub protocol: Protocol,
     /// The HTTP version it spoke (HTTP exchanges).
     pub version: Version,
-    /// `-` when the request was refused before its method was read.
-    pub method: &'a [u8],
-    /// `-` when the request was refused before its target was read.
-    pub target: &'a [u8],
-    /// The request's User-Agent and Referer values; kept by the front ends only when the
-    /// format shows them (`AccessLog::wants_headers`), empty otherwise.
-    pub user_agent: &'a [u8],
-    pub referer: &'a [u8],
+    /// The request's method and target, and its User-Agent and Referer when the format
+    /// shows them (`AccessLog::wants_headers`). Read only for the log line: filling it is
+    /// one pointer, whatever the front end keeps them in.
+    pub label: &'a dyn Shown,
     pub upstream: Option<SocketAddr>,
     /// The route and the parent proxies taken, when a route sent the request through
     /// parents.
@@ -84,10 +80,7 @@ impl<'a> Record<'a> {
             user: None,
             protocol,
             version: Version::Unknown,
-            method: b"-",
-            target: b"-",
-            user_agent: b"",
-            referer: b"",
+            label: &DASHES,
             upstream: None,
             via: None,
             status: 0,
@@ -105,10 +98,27 @@ impl<'a> Record<'a> {
     pub fn label<B: AsRef<[u8]>>(&mut self, label: &'a Label<B>) {
         self.protocol = label.protocol;
         self.version = label.version;
-        self.method = label.method();
-        self.target = label.target();
-        self.user_agent = label.user_agent();
-        self.referer = label.referer();
+        self.label = label;
+    }
+
+    /// The method; `-` when the request was refused before its method was read.
+    pub fn method(&self) -> &'a [u8] {
+        or_dash(self.label.method())
+    }
+
+    /// The target; `-` when the request was refused before its target was read.
+    pub fn target(&self) -> &'a [u8] {
+        or_dash(self.label.target())
+    }
+
+    /// The User-Agent; empty when not kept.
+    pub fn user_agent(&self) -> &'a [u8] {
+        self.label.user_agent()
+    }
+
+    /// The Referer; empty when not kept.
+    pub fn referer(&self) -> &'a [u8] {
+        self.label.referer()
     }
 
     /// The protocol as the line names it.
@@ -116,6 +126,46 @@ impl<'a> Record<'a> {
         self.protocol.log_name(self.version)
     }
 }
+
+fn or_dash(part: &[u8]) -> &[u8] {
+    if part.is_empty() {
+        b"-"
+    } else {
+        part
+    }
+}
+
+/// What a log line shows of a request: its method and target, and its User-Agent and
+/// Referer when kept.
+pub trait Shown {
+    fn method(&self) -> &[u8];
+    fn target(&self) -> &[u8];
+    fn user_agent(&self) -> &[u8] {
+        b""
+    }
+    fn referer(&self) -> &[u8] {
+        b""
+    }
+}
+
+/// A method and target as the front end holds them (SOCKS, relays, refusals).
+pub struct Parts<'a> {
+    pub method: &'a [u8],
+    pub target: &'a [u8],
+}
+
+impl Shown for Parts<'_> {
+    fn method(&self) -> &[u8] {
+        self.method
+    }
+
+    fn target(&self) -> &[u8] {
+        self.target
+    }
+}
+
+/// Nothing known yet: `-` for both.
+const DASHES: Parts<'static> = Parts { method: b"-", target: b"-" };
 
 /// What a log line shows of a request that outlives its head: the method, the target,
 /// the User-Agent and the Referer, in one buffer, with the protocol and version. An HTTP/1
@@ -143,20 +193,22 @@ impl<B: AsRef<[u8]>> Label<B> {
         let to = self.ends.get(i).map_or(bytes.len(), |&e| usize::from(e));
         bytes.get(from..to).unwrap_or_default()
     }
+}
 
-    pub fn method(&self) -> &[u8] {
+impl<B: AsRef<[u8]>> Shown for Label<B> {
+    fn method(&self) -> &[u8] {
         self.part(0)
     }
 
-    pub fn target(&self) -> &[u8] {
+    fn target(&self) -> &[u8] {
         self.part(1)
     }
 
-    pub fn user_agent(&self) -> &[u8] {
+    fn user_agent(&self) -> &[u8] {
         self.part(2)
     }
 
-    pub fn referer(&self) -> &[u8] {
+    fn referer(&self) -> &[u8] {
         self.part(3)
     }
 }

@@ -600,17 +600,13 @@ impl Client {
     /// An exchange's end (`exchange::end`): the user's traffic, the metrics, the log line.
     pub fn log(&self, ex: &Exchange, error: Option<&Error>) {
         let l = &self.logged;
-        let (method, target) = (l.method(), l.target());
         let record = Record {
             client: self.peer,
             listener: &self.listener,
             user: self.user.as_deref(),
             protocol: l.protocol,
             version: l.version,
-            method: if method.is_empty() { b"-" } else { method },
-            target: if target.is_empty() { b"-" } else { target },
-            user_agent: l.user_agent(),
-            referer: l.referer(),
+            label: l,
             upstream: ex.upstream,
             via: ex.via.as_deref(),
             status: ex.status,

@@ -10,7 +10,7 @@ use std::time::Instant;
 
 use tokio::net::TcpStream;
 
-use crate::accesslog::{Label, Protocol, Record};
+use crate::accesslog::{Label, Parts, Protocol, Record};
 use crate::buf::{Buf, READ_SIZE};
 use crate::config::Listener;
 use crate::conn::Stream;
@@ -149,8 +149,9 @@ fn log_failure(
     tls: Option<&Session>,
     error: Option<&Error>,
 ) {
+    let parts = Parts { method: b"RELAY", target: target.as_bytes() };
     let mut record = Record::new(peer, listener, Protocol::Relay, start);
-    (record.method, record.target) = (b"RELAY", target.as_bytes());
+    record.label = &parts;
     (record.upstream, record.tls, record.error) = (upstream, tls, Some(why));
     crate::exchange::end(worker, None, record, error);
 }

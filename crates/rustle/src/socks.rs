@@ -15,7 +15,7 @@ use tokio::net::{TcpListener, TcpStream};
 
 mod udp;
 
-use crate::accesslog::{Label, Protocol};
+use crate::accesslog::{Label, Parts, Protocol};
 use crate::buf::Buf;
 use crate::config::Listener;
 use crate::conn::Stream;
@@ -207,13 +207,10 @@ impl Session {
 
     /// The session's end (`exchange::end`): the user's traffic, the metrics, the log line.
     fn log(&self, error: Option<&Error>) {
+        let parts = Parts { method: self.method.as_bytes(), target: self.target.as_bytes() };
         let mut record =
             crate::accesslog::Record::new(self.peer, &self.listener, self.protocol, self.start);
-        record.user = self.user.as_deref();
-        record.method = self.method.as_bytes();
-        if !self.target.is_empty() {
-            record.target = self.target.as_bytes();
-        }
+        (record.label, record.user) = (&parts, self.user.as_deref());
         (record.status, record.up, record.down) = (self.status, self.up, self.down);
         (record.upstream, record.via) = (self.upstream, self.via.as_deref());
         crate::exchange::end(&self.worker, None, record, error);

@@ -11,7 +11,7 @@ use std::time::Instant;
 
 use tokio::net::UdpSocket;
 
-use crate::accesslog::{Protocol, Record};
+use crate::accesslog::{Parts, Protocol, Record};
 use crate::config::Listener;
 use crate::worker::Worker;
 
@@ -59,9 +59,10 @@ pub async fn serve_relay(worker: Rc<Worker>, listener: Arc<Listener>, socket: Rc
                 let out = match session_socket(&worker, &target).await {
                     Ok(out) => out,
                     Err(why) => {
-                        let mut r = Record::new(client, &listener, Protocol::Udp, start);
                         let name = format!("udp://{target}");
-                        (r.method, r.target) = (b"UDP", name.as_bytes());
+                        let parts = Parts { method: b"UDP", target: name.as_bytes() };
+                        let mut r = Record::new(client, &listener, Protocol::Udp, start);
+                        r.label = &parts;
                         r.error = Some(&why);
                         crate::exchange::end(&worker, None, r, None);
                         continue;
@@ -146,8 +147,9 @@ async fn relay_session(
     }
     sessions.borrow_mut().remove(&client);
     let up = session.up.get();
+    let parts = Parts { method: b"UDP", target: name.as_bytes() };
     let mut record = Record::new(client, &listener, Protocol::Udp, start);
-    (record.method, record.target) = (b"UDP", name.as_bytes());
+    record.label = &parts;
     (record.up, record.down, record.upstream, record.tunnel) = (up, down, Some(dst), true);
     crate::exchange::end(&worker, None, record, None);
 }

@@ -54,8 +54,8 @@ fn plain(out: &mut Out<'_>, e: &Record<'_>, now: &Now<'_>) -> fmt::Result {
         "{} {} {} {} {} {} {} {:.3}ms ",
         iso(now),
         e.client,
-        Text(e.method, Esc::None),
-        Text(e.target, Esc::None),
+        Text(e.method(), Esc::None),
+        Text(e.target(), Esc::None),
         e.status,
         e.up,
         e.down,
@@ -97,8 +97,8 @@ fn json(out: &mut Out<'_>, e: &Record<'_>, now: &Now<'_>) -> fmt::Result {
         e.client,
         ListenerName(e, Esc::Json),
         e.protocol_name(),
-        Text(e.method, Esc::Json),
-        Text(e.target, Esc::Json),
+        Text(e.method(), Esc::Json),
+        Text(e.target(), Esc::Json),
         e.status,
         e.up,
         e.down,
@@ -138,10 +138,10 @@ fn squid(out: &mut Out<'_>, e: &Record<'_>, now: &Now<'_>) -> fmt::Result {
     let target = match e.protocol {
         // As squid logs a CONNECT: host:port.
         Protocol::Socks4 | Protocol::Socks5 => {
-            let t = e.target;
+            let t = e.target();
             t.strip_prefix(b"socks5://").or_else(|| t.strip_prefix(b"socks4://")).unwrap_or(t)
         }
-        _ => e.target,
+        _ => e.target(),
     };
     write!(
         out,
@@ -153,7 +153,7 @@ fn squid(out: &mut Out<'_>, e: &Record<'_>, now: &Now<'_>) -> fmt::Result {
         code,
         status,
         e.down,
-        Text(e.method, Esc::Squid),
+        Text(e.method(), Esc::Squid),
         Text(target, Esc::Squid),
     )?;
     match e.user {
@@ -202,15 +202,15 @@ pub(super) fn squid_code(e: &Record<'_>) -> (&'static str, u16) {
         Protocol::Relay | Protocol::Udp if e.status == 0 && e.error.is_none() => 200,
         _ => e.status,
     };
-    let tunnel = e.method == b"CONNECT"
-        || e.method == b"BIND"
+    let tunnel = e.method() == b"CONNECT"
+        || e.method() == b"BIND"
         || matches!(e.protocol, Protocol::Socks4 | Protocol::Socks5 | Protocol::Relay);
-    let code = if e.protocol == Protocol::Udp || e.method == b"UDP" {
+    let code = if e.protocol == Protocol::Udp || e.method() == b"UDP" {
         "UDP_MISS"
     } else if e.upstream.is_none() && matches!(status, 403 | 407) {
         // Before its method was read too: a SOCKS5 client refused at authentication.
         "TCP_DENIED"
-    } else if e.method == b"-" {
+    } else if e.method() == b"-" {
         "NONE_NONE"
     } else if e.upstream.is_none() && (400..500).contains(&status) {
         // Refused as malformed (400, 414, 431, ...) or too slow (408).
@@ -240,14 +240,14 @@ fn field(out: &mut Out<'_>, f: Field, e: &Record<'_>, now: &Now<'_>) -> fmt::Res
         Field::Client => write!(out, "{}", e.client),
         Field::ClientIp => write!(out, "{}", e.client.ip()),
         Field::User => or_dash(out, e.user),
-        Field::Method => bytes_or_dash(out, e.method),
-        Field::Target => bytes_or_dash(out, e.target),
+        Field::Method => bytes_or_dash(out, e.method()),
+        Field::Target => bytes_or_dash(out, e.target()),
         Field::Status => write!(out, "{}", e.status),
         Field::BytesUp => write!(out, "{}", e.up),
         Field::BytesDown => write!(out, "{}", e.down),
         Field::Duration => write!(out, "{:.3}", millis(e)),
-        Field::UserAgent => bytes_or_dash(out, e.user_agent),
-        Field::Referer => bytes_or_dash(out, e.referer),
+        Field::UserAgent => bytes_or_dash(out, e.user_agent()),
+        Field::Referer => bytes_or_dash(out, e.referer()),
         Field::Listener => write!(out, "{}", ListenerName(e, Esc::Json)),
         Field::Protocol => out.write_str(e.protocol_name()),
         Field::Route => or_dash(out, e.via.map(|v| &*v.route)),
