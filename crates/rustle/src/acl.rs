@@ -20,67 +20,11 @@ pub use net::{
     canonical, is_private, private_reason, reaches, Builtins, Cidr, LOCAL_REASON, LOOP_REASON,
 };
 
-/// How the client reached the proxy, for `protocols`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Protocol {
-    /// A plain HTTP request in absolute form (including upgrades).
-    Http,
-    /// An HTTP CONNECT tunnel.
-    Connect,
-    Socks5,
-    Socks4,
-    /// A TCP port relay (`relay` listener).
-    Relay,
-    /// SOCKS5 UDP ASSOCIATE datagrams and the UDP port relay.
-    Udp,
-    /// A SOCKS4 or SOCKS5 BIND (a listening port for one incoming connection), checked on
-    /// the host and port the client announced and on the address that connects.
-    Bind,
-}
+pub use crate::protocol::Protocol;
 
-impl Protocol {
-    pub const ALL: [Protocol; 7] = [
-        Protocol::Http,
-        Protocol::Connect,
-        Protocol::Socks5,
-        Protocol::Socks4,
-        Protocol::Relay,
-        Protocol::Udp,
-        Protocol::Bind,
-    ];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Protocol::Http => "http",
-            Protocol::Connect => "connect",
-            Protocol::Socks5 => "socks5",
-            Protocol::Socks4 => "socks4",
-            Protocol::Relay => "relay",
-            Protocol::Udp => "udp",
-            Protocol::Bind => "bind",
-        }
-    }
-
-    fn bit(self) -> u8 {
-        1 << (self as u8)
-    }
-}
-
-impl std::str::FromStr for Protocol {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Protocol, String> {
-        Protocol::ALL.into_iter().find(|p| p.as_str() == s).ok_or_else(|| {
-            format!("unknown protocol `{s}`: use http, connect, socks5, socks4, relay, udp or bind")
-        })
-    }
-}
-
-impl std::fmt::Display for Protocol {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
-    }
+/// A protocol's bit in a rule's `protocols` set.
+fn bit(p: Protocol) -> u8 {
+    1 << (p as u8)
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -182,7 +126,7 @@ fn compile<'a>(
         });
         let protocols =
             compile_list(i, "protocols", "protocol", &r.protocols, p, |s| s.parse::<Protocol>())
-                .map(|list| list.iter().fold(0u8, |bits, p| bits | p.bit()));
+                .map(|list| list.iter().fold(0u8, |bits, p| bits | bit(*p)));
         compiled.push(Rule {
             name,
             action,
@@ -359,7 +303,7 @@ struct Rule {
     hosts: Option<Box<[HostPattern]>>,
     destinations: Option<Box<[Cidr]>>,
     ports: Option<Box<[(u16, u16)]>>,
-    /// Bits of [`Protocol::bit`].
+    /// Bits of [`bit`].
     protocols: Option<u8>,
 }
 
@@ -368,7 +312,7 @@ impl Rule {
     #[inline]
     fn matches_before_dest(&self, req: &Request<'_>) -> bool {
         if let Some(bits) = self.protocols {
-            if bits & req.protocol.bit() == 0 {
+            if bits & bit(req.protocol) == 0 {
                 return false;
             }
         }
@@ -624,7 +568,7 @@ impl RuleSet {
                     });
                     let all_protocols = rule
                         .protocols
-                        .is_none_or(|bits| Protocol::ALL.iter().all(|p| bits & p.bit() != 0));
+                        .is_none_or(|bits| Protocol::ALL.iter().all(|p| bits & bit(*p) != 0));
                     if surely_this_listener
                         && rule.clients.as_deref().is_none_or(covers_everything)
                         && rule.destinations.as_deref().is_none_or(covers_everything)

@@ -13,7 +13,7 @@ use rustle_proto::detect::{detect, Protocol as Detected};
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
-use crate::accesslog::{Entry, Protocol};
+use crate::accesslog::{Protocol, Record};
 use crate::buf::Buf;
 use crate::conn::Stream;
 use crate::policy::Listener;
@@ -185,19 +185,9 @@ pub(crate) fn log_failure(
     start: Instant,
     why: &str,
 ) {
-    crate::metrics::ended(&crate::metrics::End {
-        listener: &listener.counters,
-        proto: crate::metrics::Proto::Other,
-        status: 0,
-        up: 0,
-        down: 0,
-        user: None,
-        refused: None,
-        tunnel: None,
-        start,
-        through: None,
-    });
-    worker.log.log(&Entry::refused(peer, listener, Protocol::Unknown, start, &why));
+    let mut record = Record::new(peer, listener, Protocol::Unknown, start);
+    record.error = Some(&why);
+    crate::exchange::end(worker, None, record, None);
 }
 
 /// Serves a plain HTTP proxy connection (`Stream::Fresh` from the accept loop: it is

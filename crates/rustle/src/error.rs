@@ -2,13 +2,38 @@
 //! client is told: a fault of the client is a 4xx, a fault of the upstream a 502, a
 //! timeout waiting on the upstream a 504, and a client that went away gets nothing.
 
+use std::fmt;
 use std::io;
 use std::net::SocketAddr;
 
 use rustle_proto::http::HeadError;
 use rustle_proto::{socks4, socks5};
 
-use crate::metrics::Refused;
+/// Why a destination was refused; named in the 403 body, the SOCKS log line.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Denial {
+    /// The rule's name, or "built-in" for the loop and private-destination checks.
+    pub rule: String,
+    pub reason: &'static str,
+}
+
+impl fmt::Display for Denial {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "denied by {}: {}", self.rule, self.reason)
+    }
+}
+
+/// Why a request or connection was refused: the metrics' `cause` label, and how squid's
+/// log format shows a refused SOCKS request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refused {
+    /// A connection limit (the proxy's, a client's, a user's).
+    Limit,
+    /// An access rule, a route or a built-in protection.
+    Rule,
+    /// Missing or failed authentication (rate-limited attempts included).
+    Auth,
+}
 
 /// The phase a timeout happened in; it decides the status and the log line.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -68,7 +93,7 @@ pub enum ConnectError {
     Timeout(String),
     /// An access rule or a built-in protection refused the destination.
     #[error("{0}")]
-    Denied(crate::policy::Denial),
+    Denied(Denial),
     /// The TLS handshake with the upstream failed (verification names what it found).
     #[error("TLS to {addr} failed: {reason}")]
     Tls { addr: SocketAddr, reason: String },
@@ -322,17 +347,11 @@ impl Error {
         }
     }
 
-    /// The HTTP status standing for this outcome on a protocol without statuses (SOCKS,
-    /// relays), for the metrics: 200 without an error, the error's status otherwise (0:
-    /// none, the client left).
-    pub fn status_of(error: Option<&Error>) -> u16 {
-        error.map_or(200, |e| e.status().unwrap_or(0))
-    }
-
-    /// Names the parent `via` came through in an error of the upstream side (its bytes or
-    /// its silence), so that the client and the log know which hop failed.
-    pub fn through(self, via: Option<&crate::accesslog::Via>) -> Error {
-        let Some(via) = via else { return self };
+    /// Names the parent the bytes came through (`parent`: the last of the route's, for a
+    /// connection through parents) in an error of the upstream side (its bytes or its
+    /// silence), so that the client and the log know which hop failed.
+    pub fn through(self, parent: Option<&str>) -> Error {
+        let Some(parent) = parent else { return self };
         let upstream_side = matches!(
             self,
             Error::Upstream(_)
@@ -345,20 +364,7 @@ impl Error {
         if !upstream_side {
             return self;
         }
-        let parent = via.parents.rsplit(',').next().unwrap_or_default();
         Error::Through { parent: format!("\"{parent}\"").into(), source: Box::new(self) }
-    }
-
-    /// The route and parent of a connection through parents that failed to be made, for
-    /// its log line.
-    pub fn failed_via(&self) -> Option<crate::accesslog::Via> {
-        match self {
-            Error::Connect(ConnectError::Parent(p)) => {
-                let (route, parents) = (p.route.clone(), p.name.clone());
-                Some(crate::accesslog::Via { route, parents, ..Default::default() })
-            }
-            _ => None,
-        }
     }
 }
 

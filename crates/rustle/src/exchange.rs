@@ -1,7 +1,9 @@
-//! The upstream side of an exchange, shared by every front end: writing to an upstream
-//! within the I/O timeout, reading an origin's response head while watching whether the
-//! client has left, and giving up a connection attempt as soon as the client leaves.
-//! Front ends depend on this module; it depends on none of them.
+//! What every front end shares about an exchange: the one connect step (`connect`: a
+//! pooled connection or a new one, given up as soon as the client leaves), writing to an
+//! upstream within the I/O timeout, reading an origin's response head while watching
+//! whether the client has left, and the one way an exchange ends (`end`: the user's
+//! traffic, the metrics, the access-log line, from one `accesslog::Record`). Front ends
+//! depend on this module; it depends on none of them.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -11,11 +13,13 @@ use std::time::Duration;
 use rustle_proto::http::{parse_response, rewrite_for_hop, Method, NextHop, ResponseHead};
 use tokio::io::{AsyncRead, AsyncWrite};
 
+use crate::accesslog::{Record, Via};
 use crate::body;
 use crate::buf::Buf;
 use crate::conn::Stream;
 use crate::error::{Error, Phase};
-use crate::upstream::Connected;
+use crate::policy::Policy;
+use crate::upstream::{Connected, Key, Plan, Start, Want};
 use crate::worker::Worker;
 
 /// Why a request is answered 502 rather than sent again on a new connection.
@@ -158,7 +162,7 @@ pub async fn client_left<R: AsyncRead + Unpin>(
 /// whose error then ends the attempt at once. As with the origin's answer (`Watched`), the
 /// client is looked at only once the attempt has taken a tick (100-200 ms): an attempt
 /// that succeeds promptly costs nothing more, and the watch is boxed only for a slow one.
-pub async fn unless_left<T, W>(
+async fn unless_left<T, W>(
     worker: &Worker,
     mut connect: impl Future<Output = Result<T, Error>> + Unpin,
     left: impl FnOnce() -> W,
@@ -176,6 +180,121 @@ where
         Poll::Pending => left.as_mut().poll(cx).map(Err),
     })
     .await
+}
+
+/// The connect step of every front end: the access rules and a pooled connection under
+/// `key` when there is one (`Upstreams::start`), or else a new one (`attempt`), given up
+/// as soon as the client leaves (`left` makes the watch on it, as for `unless_left`).
+pub async fn connect<W: Future<Output = Error>>(
+    worker: &Worker,
+    policy: &Policy,
+    want: &Want<'_>,
+    key: Option<Key<'_>>,
+    left: impl FnOnce() -> W,
+) -> Result<Connected, Error> {
+    match worker.upstreams.start(policy, want, key)? {
+        Start::Ready(c) => Ok(c),
+        Start::Connect(plan) => attempt(worker, policy, want, plan, left).await,
+    }
+}
+
+/// A new upstream connection as `plan` says, unless the client leaves first
+/// (`unless_left`). Boxed, on this path only: an attempt's state (resolver, Happy Eyeballs,
+/// handshakes, the watch on the client) would otherwise enlarge every connection's
+/// future, and a new connection costs far more than one allocation.
+pub fn attempt<'a, W: Future<Output = Error> + 'a>(
+    worker: &'a Worker,
+    policy: &'a Policy,
+    want: &'a Want<'a>,
+    plan: Plan<'a>,
+    left: impl FnOnce() -> W + 'a,
+) -> Pin<Box<impl Future<Output = Result<Connected, Error>> + 'a>> {
+    Box::pin(async move {
+        let timeouts = &worker.cfg().timeouts;
+        let connect = std::pin::pin!(worker.upstreams.connect(policy, want, plan, timeouts));
+        unless_left(worker, connect, left).await
+    })
+}
+
+/// The end of an exchange (a request, a tunnel, a refused connection), the one way every
+/// front end ends one: its bytes to the user's traffic (`traffic`: the user's counters
+/// when the caller holds them, else found by the record's user), then the metrics and the
+/// access-log line when something reads them (each in a function of its own, so that an
+/// exchange neither counted nor logged costs two tests). `cause`: the error it ended
+/// with, which gives the line its error, refusal and failed route.
+#[inline]
+pub fn end(
+    worker: &Worker,
+    traffic: Option<&crate::limits::UserTraffic>,
+    record: Record<'_>,
+    cause: Option<&Error>,
+) {
+    use crate::limits::Direction;
+    let found;
+    let traffic = match (traffic, record.user) {
+        (Some(t), _) => Some(t),
+        (None, Some(user)) => {
+            found = worker.traffic.entry(user);
+            Some(&*found)
+        }
+        (None, None) => None,
+    };
+    if let Some(t) = traffic {
+        t.add(Direction::Up, record.up);
+        t.add(Direction::Down, record.down);
+    }
+    if crate::metrics::timed() {
+        count(&record, cause);
+    }
+    if worker.log.enabled() {
+        write_log(worker, record, cause);
+    }
+}
+
+#[inline(never)]
+fn count(r: &Record<'_>, cause: Option<&Error>) {
+    use crate::protocol::Protocol;
+    // Protocols without statuses give 200 for a tunnel or session that was set up, and
+    // their error's HTTP status otherwise (0: none, the client left, or the failure is
+    // no `Error`).
+    let status = match r.protocol {
+        Protocol::Http | Protocol::Connect => r.status,
+        _ if r.tunnel => 200,
+        _ => match cause {
+            Some(e) => e.status().unwrap_or(0),
+            None if r.error.is_some() => 0,
+            None => 200,
+        },
+    };
+    crate::metrics::ended(&crate::metrics::End {
+        listener: &r.listener.counters,
+        protocol: r.protocol,
+        version: r.version,
+        status,
+        up: r.up,
+        down: r.down,
+        user: r.user,
+        refused: cause.and_then(Error::refusal),
+        tunnel: r.tunnel.then_some(r.start),
+        start: r.start,
+        through: r.via.map(|v| &v.through),
+    });
+}
+
+#[inline(never)]
+fn write_log(worker: &Worker, r: Record<'_>, cause: Option<&Error>) {
+    // A connection through parents that failed to be made: its route and parent.
+    let failed = match r.via {
+        None => cause.and_then(Via::failed),
+        Some(_) => None,
+    };
+    let record = Record {
+        via: r.via.or(failed.as_ref()),
+        error: r.error.or(cause.map(|e| e as &dyn std::fmt::Display)),
+        refused: cause.and_then(Error::refusal),
+        ..r
+    };
+    worker.log.log(&record);
 }
 
 /// Writes to the upstream with the I/O timeout.

@@ -3,7 +3,6 @@
 //! CONNECT requests to `connect`. A connection serves requests in order until either side
 //! asks to close, an error occurs, or the worker shuts down.
 
-use std::fmt;
 use std::io::Write as _;
 use std::net::SocketAddr;
 use std::rc::Rc;
@@ -16,13 +15,13 @@ use tokio::io::{AsyncRead, AsyncWriteExt, ReadBuf};
 mod connect;
 mod forward;
 
-use crate::accesslog::{Entry, Protocol};
+use crate::accesslog::{Label, Protocol, Record, Version};
 use crate::buf::Buf;
 use crate::conn::Stream;
 use crate::error::{Error, Phase};
+use crate::tunnel::Handoff;
+use crate::upstream::{Connected, Tls, Want};
 use crate::policy::Listener;
-use crate::tunnel::{Handoff, Record};
-use crate::upstream::{Connected, Start, Tls, Want};
 use crate::worker::{ConnGuard, Worker};
 
 /// How long an error response, or the TLS close_notify that ends a connection, may take
@@ -73,7 +72,7 @@ pub struct Client {
     /// The user's traffic counters, found once per connection.
     traffic: Option<Arc<crate::limits::UserTraffic>>,
     /// What the current request's log line shows of it.
-    logged: Logged,
+    logged: Label<Vec<u8>>,
     /// The TLS session of an HTTPS proxy port, for log lines.
     pub tls: Option<Rc<crate::tls::Session>>,
     /// The user came from a verified client certificate: no password is asked.
@@ -167,7 +166,7 @@ async fn serve_with(
         out: Vec::new(),
         key: forward::PoolKey::default(),
         pins: Default::default(),
-        logged: Logged::default(),
+        logged: Label::default(),
         tls,
         cert_auth: false,
     };
@@ -204,21 +203,16 @@ async fn serve_with(
             }
         }
         let mut ex = Exchange::new(worker.stamp());
-        // Kept for the log line (the head is consumed by then); nothing to keep without one.
-        if worker.log.enabled() {
-            c.keep_for_log();
-        }
+        // Kept for the record (the head is consumed by then).
+        c.keep_for_log();
         let next = match c.handle(&mut ex).await {
             Ok(Next::Tunnel(handoff)) => {
                 // The tunnel logs itself when it ends; this task ends now so that the
                 // open tunnel does not keep an HTTP connection's state.
                 worker.give_buf(std::mem::take(&mut c.buf));
-                let l = &c.logged;
-                let mut label =
-                    crate::tunnel::Label::with_headers(l.part(0), l.part(1), l.part(2), l.part(3));
-                label.protocol = l.protocol;
+                let label = c.logged.boxed();
                 let Client { guard, stream, peer, listener, user, tls, .. } = c;
-                let record = Record {
+                let record = crate::tunnel::Record {
                     peer,
                     tls,
                     user,
@@ -283,7 +277,7 @@ pub async fn refuse_overloaded(
         out: Vec::new(),
         key: forward::PoolKey::default(),
         pins: Default::default(),
-        logged: Logged::default(),
+        logged: Label::default(),
         tls: None,
         cert_auth: false,
     };
@@ -297,6 +291,7 @@ pub async fn refuse_overloaded(
     })))
     .await;
     let mut ex = Exchange::new(Instant::now());
+    c.logged.clear(Protocol::Http, Version::Unknown);
     if c.listener.h2c && rustle_proto::detect::is_h2_preface(read.filled()) {
         // An HTTP/2 client (prior knowledge) reads frames, not a status line: it gets the
         // server preface and a GOAWAY that refuses every stream (last stream 0), with the
@@ -421,9 +416,9 @@ impl Client {
             Target::Authority { .. } => connect::tunnel(self, ex).await,
             // https:// (and wss:// in an upgrade) in absolute form, as squid takes it: TLS
             // is originated here.
-            Target::Absolute { .. } => {
-                forward::forward(self, ex).await.map_err(|e| e.through(ex.via.as_deref()))
-            }
+            Target::Absolute { .. } => forward::forward(self, ex)
+                .await
+                .map_err(|e| e.through(ex.via.as_deref().map(crate::accesslog::Via::last_parent))),
             Target::Origin { .. } | Target::Asterisk => Err(Error::Unsupported(
                 "this is a forward proxy: requests need an absolute URI such as \
                  http://host/path (or CONNECT host:port)",
@@ -491,17 +486,9 @@ impl Client {
             tls,
         };
         let key = key.map(|k| worker.upstreams.key(k));
-        let plan = match worker.upstreams.start(&policy, &want, key)? {
-            Start::Ready(c) => return Ok(c),
-            Start::Connect(plan) => plan,
-        };
-        // Boxed, on this path only: an attempt's state (resolver, Happy Eyeballs, timer,
-        // handshake) would otherwise enlarge every HTTP connection's future.
-        let cfg = worker.cfg();
-        let connect = Box::pin(worker.upstreams.connect(&policy, &want, plan, &cfg.timeouts));
         let (stream, buf, max) = (&mut self.stream, &mut self.buf, worker.limits().max_head);
         let tunnel = protocol == crate::acl::Protocol::Connect;
-        crate::exchange::unless_left(&worker, connect, || {
+        crate::exchange::connect(&worker, &policy, &want, key, || {
             crate::exchange::client_left(stream, buf, max, Phase::Connect, tunnel)
         })
         .await
@@ -537,12 +524,20 @@ impl Client {
         Ok(if keep { Next::KeepAlive } else { Next::Close })
     }
 
-    /// Keeps what the log line of the request just parsed shows (the head is consumed by
-    /// the time it is written).
+    /// Keeps what the record of the request just parsed shows (the head is consumed by
+    /// the time it ends): its protocol and version, and for the log line its method,
+    /// target, and User-Agent and Referer when the log shows them.
     fn keep_for_log(&mut self) {
         let buf = self.buf.filled();
         let (head, l) = (&self.head, &mut self.logged);
-        l.clear(Protocol::http1(head.minor));
+        let protocol = match head.method {
+            Method::Connect => Protocol::Connect,
+            _ => Protocol::Http,
+        };
+        l.clear(protocol, Version::http1(head.minor));
+        if !self.worker.log.enabled() {
+            return;
+        }
         l.push(head.method_span.get(buf));
         l.push(head.target_span.get(buf));
         if self.worker.log.wants_headers() {
@@ -552,15 +547,19 @@ impl Client {
     }
 
     /// For a request refused before its head was whole or valid: what its request line
-    /// said, as far as it got (the method, the target, the version), for the log.
+    /// said, as far as it got (the method, the target, the version), for the record.
     fn keep_request_line(&mut self) {
         let (method, target, version) = request_line(self.buf.filled());
-        let protocol = match version {
-            b"HTTP/1.0" => Protocol::Http10,
-            b"HTTP/1.1" => Protocol::Http11,
-            _ => Protocol::Unknown,
+        let version = match version {
+            b"HTTP/1.0" => Version::Http10,
+            b"HTTP/1.1" => Version::Http11,
+            _ => Version::Unknown,
         };
-        self.logged.clear(protocol);
+        let protocol = match method {
+            b"CONNECT" => Protocol::Connect,
+            _ => Protocol::Http,
+        };
+        self.logged.clear(protocol, version);
         if self.worker.log.enabled() {
             self.logged.push(method);
             self.logged.push(target);
@@ -598,110 +597,28 @@ impl Client {
         self.log(ex, Some(e));
     }
 
-    /// What the current request is, for the metrics.
-    fn proto(&self) -> crate::metrics::Proto {
-        match self.head.method {
-            rustle_proto::http::Method::Connect => crate::metrics::Proto::Connect,
-            _ => crate::metrics::Proto::Http1,
-        }
-    }
-
-    /// An exchange's end: the user's traffic, and the metrics and the access log when
-    /// something reads them (each in a function of its own, so that an exchange neither
-    /// counted nor logged costs three tests).
+    /// An exchange's end (`exchange::end`): the user's traffic, the metrics, the log line.
     pub fn log(&self, ex: &Exchange, error: Option<&Error>) {
-        if let Some(t) = &self.traffic {
-            t.add(crate::limits::Direction::Up, ex.up);
-            t.add(crate::limits::Direction::Down, ex.down);
-        }
-        if crate::metrics::timed() {
-            self.count(ex, error);
-        }
-        if self.worker.log.enabled() {
-            self.write_log(ex, error);
-        }
-    }
-
-    #[inline(never)]
-    fn count(&self, ex: &Exchange, error: Option<&Error>) {
-        crate::metrics::ended(&crate::metrics::End {
-            listener: &self.guard.listener().counters,
-            proto: self.proto(),
-            status: ex.status,
-            up: ex.up,
-            down: ex.down,
-            user: self.user.as_deref(),
-            refused: error.and_then(Error::refusal),
-            tunnel: None,
-            start: ex.start,
-            through: ex.via.as_deref().map(|v| &v.through),
-        });
-    }
-
-    #[inline(never)]
-    fn write_log(&self, ex: &Exchange, error: Option<&Error>) {
-        let failed_via = error.and_then(Error::failed_via);
-        let dash: &[u8] = b"-";
         let l = &self.logged;
-        self.worker.log.log(&Entry {
+        let record = Record {
             client: self.peer,
             listener: &self.listener,
+            user: self.user.as_deref(),
             protocol: l.protocol,
-            user_agent: l.part(2),
-            referer: l.part(3),
-            method: if l.part(0).is_empty() { dash } else { l.part(0) },
-            target: if l.part(1).is_empty() { dash } else { l.part(1) },
+            version: l.version,
+            label: l,
+            upstream: ex.upstream,
+            via: ex.via.as_deref(),
             status: ex.status,
             up: ex.up,
             down: ex.down,
             start: ex.start,
-            upstream: ex.upstream,
-            error: error.map(|e| e as &dyn fmt::Display),
-            refused: error.and_then(Error::refusal),
-            user: self.user.as_deref(),
+            tunnel: false,
             tls: self.tls.as_deref(),
-            via: ex.via.as_deref().or(failed_via.as_ref()),
-        });
-    }
-}
-
-/// What a request's log line shows of it, kept in one buffer reused from request to
-/// request: the method, the target, and the User-Agent and Referer when the log shows
-/// them.
-#[derive(Default)]
-struct Logged {
-    bytes: Vec<u8>,
-    /// Where each of the first three parts ends (the fourth ends with `bytes`); a part
-    /// not pushed is empty.
-    ends: [u32; 3],
-    parts: u8,
-    protocol: Protocol,
-}
-
-impl Logged {
-    fn clear(&mut self, protocol: Protocol) {
-        self.bytes.clear();
-        self.ends = [0; 3];
-        self.parts = 0;
-        self.protocol = protocol;
-    }
-
-    fn push(&mut self, part: &[u8]) {
-        self.bytes.extend_from_slice(part);
-        if let Some(end) = self.ends.get_mut(usize::from(self.parts)) {
-            // A head is far smaller than 4 GiB.
-            *end = u32::try_from(self.bytes.len()).unwrap_or(u32::MAX);
-        }
-        self.parts += 1;
-    }
-
-    fn part(&self, i: usize) -> &[u8] {
-        if i >= usize::from(self.parts) {
-            return &[];
-        }
-        let from = if i == 0 { 0 } else { self.ends[i - 1] as usize };
-        let to = self.ends.get(i).map_or(self.bytes.len(), |&e| e as usize);
-        self.bytes.get(from..to).unwrap_or_default()
+            error: None,
+            refused: None,
+        };
+        crate::exchange::end(&self.worker, self.traffic.as_deref(), record, error);
     }
 }
 

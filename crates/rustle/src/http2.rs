@@ -31,12 +31,12 @@ use http::{HeaderMap, HeaderValue, Request, Response, StatusCode};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
 
-use crate::accesslog::{Entry, Protocol};
+use crate::accesslog::{Label, Protocol, Record, Version};
 use crate::buf::Buf;
 use crate::conn::Stream;
 use crate::error::{ConnectError, Error, Phase};
+use crate::upstream::{Connected, Tls, Want};
 use crate::policy::Listener;
-use crate::upstream::{Connected, Start, Tls, Want};
 use crate::worker::{ConnGuard, Worker};
 
 pub use io::PREFACE;
@@ -160,10 +160,10 @@ async fn serve_with<IO>(
     // streams' own lines.
     let conn_tls = tls.clone();
     let refused = |listener: &Listener, why: &dyn std::fmt::Display, user: Option<&str>| {
-        let mut e = Entry::refused(peer, listener, Protocol::Http2, start, why);
-        e.user = user;
-        e.tls = conn_tls.as_deref();
-        worker.log.log(&e);
+        let mut r = Record::new(peer, listener, Protocol::Http, start);
+        (r.version, r.user, r.tls, r.error) =
+            (Version::Http2, user, conn_tls.as_deref(), Some(why));
+        crate::exchange::end(&worker, None, r, None);
     };
     if let Some(user) = &cert_user {
         if !guard.hold_user(user) {
@@ -350,8 +350,9 @@ fn log_failure(peer: SocketAddr, e: &h2::Error) {
 /// What one stream's log line says, filled in as it goes.
 struct Exchange {
     start: Instant,
-    method: String,
-    target: String,
+    /// The method and target (and User-Agent and Referer when the log shows them), made
+    /// only when there is a log; its protocol (a request or a CONNECT) either way.
+    label: Label,
     status: u16,
     up: u64,
     down: u64,
@@ -359,9 +360,6 @@ struct Exchange {
     /// The route and parents taken, if any.
     via: Option<Rc<crate::accesslog::Via>>,
     user: Option<Rc<str>>,
-    /// The request's User-Agent and Referer, kept only when the log shows them.
-    user_agent: Vec<u8>,
-    referer: Vec<u8>,
     /// The stream became a tunnel (CONNECT, WebSocket), for the metrics' durations.
     tunnel: bool,
 }
@@ -371,61 +369,31 @@ impl Exchange {
     fn take(&mut self) -> Exchange {
         Exchange {
             start: self.start,
-            method: std::mem::take(&mut self.method),
-            target: std::mem::take(&mut self.target),
+            label: {
+                let (protocol, version) = (self.label.protocol, self.label.version);
+                let mut label = std::mem::replace(&mut self.label, Label::new([b""; 4]));
+                (label.protocol, label.version) = (protocol, version);
+                label
+            },
             status: self.status,
             up: self.up,
             down: self.down,
             upstream: self.upstream,
             via: self.via.take(),
             user: self.user.clone(),
-            user_agent: std::mem::take(&mut self.user_agent),
-            referer: std::mem::take(&mut self.referer),
             tunnel: true,
         }
     }
 
+    /// The stream's end (`exchange::end`): the user's traffic, the metrics, the log line.
     fn log(&self, shared: &Shared, error: Option<&Error>) {
-        if let Some(u) = &self.user {
-            let t = shared.worker.traffic.entry(u);
-            t.add(crate::limits::Direction::Up, self.up);
-            t.add(crate::limits::Direction::Down, self.down);
-        }
-        crate::metrics::ended(&crate::metrics::End {
-            listener: &shared.listener.counters,
-            proto: crate::metrics::Proto::Http2,
-            status: self.status,
-            up: self.up,
-            down: self.down,
-            user: self.user.as_deref(),
-            refused: error.and_then(Error::refusal),
-            tunnel: self.tunnel.then_some(self.start),
-            start: self.start,
-            through: self.via.as_deref().map(|v| &v.through),
-        });
-        let log = &shared.worker.log;
-        if log.enabled() {
-            let failed_via = error.and_then(Error::failed_via);
-            log.log(&Entry {
-                client: shared.peer,
-                listener: &shared.listener,
-                protocol: Protocol::Http2,
-                user_agent: &self.user_agent,
-                referer: &self.referer,
-                method: self.method.as_bytes(),
-                target: self.target.as_bytes(),
-                status: self.status,
-                up: self.up,
-                down: self.down,
-                start: self.start,
-                upstream: self.upstream,
-                error: error.map(|e| e as &dyn std::fmt::Display),
-                refused: error.and_then(Error::refusal),
-                user: self.user.as_deref(),
-                tls: shared.tls.as_deref(),
-                via: self.via.as_deref().or(failed_via.as_ref()),
-            });
-        }
+        let mut record = Record::new(shared.peer, &shared.listener, Protocol::Http, self.start);
+        record.label(&self.label);
+        record.user = self.user.as_deref();
+        (record.status, record.up, record.down) = (self.status, self.up, self.down);
+        (record.upstream, record.via) = (self.upstream, self.via.as_deref());
+        (record.tunnel, record.tls) = (self.tunnel, shared.tls.as_deref());
+        crate::exchange::end(&shared.worker, None, record, error);
     }
 }
 
@@ -434,17 +402,26 @@ async fn stream(live: Live, req: Request<RecvStream>, mut respond: SendResponse<
     let shared = live.0.clone();
     crate::metrics::h2_stream(&shared.listener.counters);
     // The log line's method and target, formatted only when there is a log.
-    let logged = shared.worker.log.enabled();
     let header = |name: http::header::HeaderName| match shared.worker.log.wants_headers() {
-        true => req.headers().get(name).map(|v| v.as_bytes().to_vec()).unwrap_or_default(),
-        false => Vec::new(),
+        true => req.headers().get(name).map(|v| v.as_bytes()).unwrap_or_default(),
+        false => &[],
     };
+    let mut label = match shared.worker.log.enabled() {
+        true => Label::new([
+            req.method().as_str().as_bytes(),
+            target_text(&req).as_bytes(),
+            header(http::header::USER_AGENT),
+            header(http::header::REFERER),
+        ]),
+        false => Label::new([b""; 4]),
+    };
+    let connect = req.method() == http::Method::CONNECT
+        && req.extensions().get::<h2::ext::Protocol>().is_none();
+    label.protocol = if connect { Protocol::Connect } else { Protocol::Http };
+    label.version = Version::Http2;
     let mut ex = Exchange {
-        user_agent: header(http::header::USER_AGENT),
-        referer: header(http::header::REFERER),
+        label,
         start: Instant::now(),
-        method: if logged { req.method().as_str().to_string() } else { String::new() },
-        target: if logged { target_text(&req) } else { String::new() },
         status: 0,
         up: 0,
         down: 0,
@@ -474,14 +451,16 @@ async fn stream(live: Live, req: Request<RecvStream>, mut respond: SendResponse<
             (true, None) => tunnel::connect(&shared, &mut ex, req, &mut respond, live).await,
             (true, Some("websocket")) => {
                 let r = forward::websocket(&shared, &mut ex, req, &mut respond, live).await;
-                r.map_err(|e| e.through(ex.via.as_deref()))
+                r.map_err(|e| e.through(ex.via.as_deref().map(crate::accesslog::Via::last_parent)))
             }
             (true, Some(_)) => Err(Error::Unsupported(
                 "extended CONNECT: the only :protocol supported is websocket",
             )),
             (false, _) => {
                 let r = forward::forward(&shared, &mut ex, req, &mut respond).await;
-                r.map(|()| None).map_err(|e| e.through(ex.via.as_deref()))
+                r.map(|()| None).map_err(|e| {
+                    e.through(ex.via.as_deref().map(crate::accesslog::Via::last_parent))
+                })
             }
         }
     }
@@ -608,13 +587,9 @@ async fn upstream(
             return Ok(c);
         }
     }
-    match worker.upstreams.start(&policy, &want, key.map(|k| worker.upstreams.key(k)))? {
-        Start::Ready(c) => Ok(c),
-        Start::Connect(plan) => {
-            let timeouts = &worker.cfg().timeouts;
-            Box::pin(worker.upstreams.connect(&policy, &want, plan, timeouts)).await
-        }
-    }
+    // The stream's reset is watched by the caller (`unless_reset`).
+    let key = key.map(|k| worker.upstreams.key(k));
+    crate::exchange::connect(worker, &policy, &want, key, std::future::pending).await
 }
 
 /// A new plain connection for a tunnel (CONNECT or WebSocket stream), and what came

@@ -22,9 +22,9 @@
 //!   `http1/connect`, CONNECT tunnels), `http2` (requests, CONNECT and WebSocket
 //!   streams), `socks` (SOCKS4/4a/5 handshakes, CONNECT, BIND, and `socks/udp`, UDP
 //!   ASSOCIATE), `portmap` (the TCP port relay), `udp` (the UDP port relay).
-//! - `exchange`: the upstream side of an exchange every front end shares: writes, the
-//!   response head, the retry of a dead pooled connection, the watch on a client that may
-//!   leave.
+//! - `exchange`: what every front end shares about an exchange: the connect step, writes,
+//!   the response head, the retry of a dead pooled connection, the watch on a client that
+//!   may leave, and its end (traffic, metrics, log line, from one `accesslog::Record`).
 //! - `tunnel`: detached relay tasks that take over established tunnels; `tunnel/park`
 //!   takes idle ones off the event loop.
 //! - `worker`: the per-thread context every connection task shares (policy, pool, log,
@@ -43,7 +43,8 @@
 //! - `relay`: the relay engine: bytes both ways, no buffer while idle, splice when bulk.
 //! - `tls`: certificates and keys from PEM files, server configs with SNI, self-signed
 //!   sets, the server side of handshakes.
-//! - `accesslog`: one line per request or tunnel.
+//! - `accesslog`: one record and one line per request or tunnel, and the label it keeps.
+//! - `protocol`: the one protocol enum the rules, the log and the metrics share.
 //! - `buf`: the read buffer heads are parsed in.
 //! - `error`: the error type and what each error tells the client.
 //! - `config`: the TOML configuration, its defaults and checks.
@@ -77,6 +78,7 @@ pub mod notify;
 pub mod policy;
 pub mod portmap;
 pub mod privileges;
+pub mod protocol;
 pub mod relay;
 pub mod reload;
 pub mod route;

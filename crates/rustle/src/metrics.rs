@@ -19,6 +19,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering::
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
+use crate::protocol::{Protocol, Version};
+
 /// A counter written by one thread only (see the module documentation).
 #[derive(Debug, Default)]
 pub struct Counter(AtomicU64);
@@ -35,62 +37,29 @@ impl Counter {
     }
 }
 
-/// What an exchange spoke, for the `protocol` label.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Proto {
-    /// A plain HTTP/1.x request forwarded (an upgrade to WebSocket included).
-    Http1,
-    /// An HTTP/2 stream (a request, CONNECT or WebSocket stream).
-    Http2,
-    /// An HTTP/1.1 CONNECT tunnel.
-    Connect,
-    Socks4,
-    Socks5,
-    /// A TCP port relay connection.
-    Relay,
-    /// A UDP port relay session.
-    Udp,
-    /// A connection that failed before its protocol was known (a TLS handshake, bytes
-    /// that are no protocol, a refusal at the connection limit).
-    Other,
-}
+/// The `protocol` label's values, in the order of the counters kept by protocol.
+const PROTOCOLS: [&str; 8] =
+    ["http1", "http2", "connect", "socks4", "socks5", "relay", "udp", "other"];
 
-impl Proto {
-    const ALL: [Proto; 8] = [
-        Proto::Http1,
-        Proto::Http2,
-        Proto::Connect,
-        Proto::Socks4,
-        Proto::Socks5,
-        Proto::Relay,
-        Proto::Udp,
-        Proto::Other,
-    ];
-
-    fn label(self) -> &'static str {
-        match self {
-            Proto::Http1 => "http1",
-            Proto::Http2 => "http2",
-            Proto::Connect => "connect",
-            Proto::Socks4 => "socks4",
-            Proto::Socks5 => "socks5",
-            Proto::Relay => "relay",
-            Proto::Udp => "udp",
-            Proto::Other => "other",
-        }
+/// An exchange's place in `PROTOCOLS`: HTTP/2 streams (requests, CONNECT and WebSocket
+/// streams) are `http2`, an HTTP/1 CONNECT is `connect`, and a connection that failed
+/// before its protocol was known (a TLS handshake, bytes that are no protocol, a refusal
+/// at the connection limit) is `other`.
+fn slot(protocol: Protocol, version: Version) -> usize {
+    match (protocol, version) {
+        (Protocol::Http | Protocol::Connect, Version::Http2) => 1,
+        (Protocol::Http, _) => 0,
+        (Protocol::Connect, _) => 2,
+        (Protocol::Socks4, _) => 3,
+        (Protocol::Socks5, _) => 4,
+        (Protocol::Relay, _) => 5,
+        (Protocol::Udp, _) => 6,
+        // (A BIND is counted as its SOCKS version's: never here.)
+        (Protocol::Unknown | Protocol::Bind, _) => 7,
     }
 }
 
-/// Why a request or connection was refused, for the `cause` label.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Refused {
-    /// A connection limit (the proxy's, a client's, a user's).
-    Limit,
-    /// An access rule, a route or a built-in protection.
-    Rule,
-    /// Missing or failed authentication (rate-limited attempts included).
-    Auth,
-}
+pub use crate::error::Refused;
 
 const CAUSES: [&str; 3] = ["limit", "rule", "auth"];
 
@@ -115,7 +84,7 @@ pub struct ListenerStats {
     accepted: Counter,
     closed: Counter,
     refused: [Counter; 3],
-    /// By [`Proto`], then by status class.
+    /// By protocol (`PROTOCOLS`), then by status class.
     requests: [[Counter; 6]; 8],
     bytes_in: Counter,
     bytes_out: Counter,
@@ -420,7 +389,7 @@ const MAX_USERS_PER_WORKER: usize = 10_000;
 #[derive(Debug)]
 pub struct WorkerStats {
     connect: Histogram,
-    /// End-to-end exchange durations, by [`Proto`] (only while [`timed`]).
+    /// End-to-end exchange durations, by protocol (`PROTOCOLS`) (only while [`timed`]).
     request: [Histogram; 8],
     head: Histogram,
     tunnel: Histogram,
@@ -572,7 +541,9 @@ pub fn response_head(d: Duration) {
 /// log is on.
 pub struct End<'a> {
     pub listener: &'a ListenerCounters,
-    pub proto: Proto,
+    /// What the client asked for, and its HTTP version (the `protocol` label).
+    pub protocol: Protocol,
+    pub version: Version,
     /// The HTTP status the client got; 0: none. Protocols without statuses give 200 for
     /// a tunnel or session that was set up, and their error's HTTP status otherwise.
     pub status: u16,
@@ -601,7 +572,7 @@ pub fn ended(e: &End<'_>) {
 fn count_end(e: &End<'_>) {
     here(|l| {
         if let Some(s) = l.listener(e.listener) {
-            s.requests[e.proto as usize][class(e.status)].add(1);
+            s.requests[slot(e.protocol, e.version)][class(e.status)].add(1);
             s.bytes_in.add(e.up);
             s.bytes_out.add(e.down);
             if let Some(cause) = e.refused {
@@ -620,7 +591,9 @@ fn count_end(e: &End<'_>) {
         match e.tunnel {
             Some(start) => l.stats.tunnel.observe(&DURATION_NS, start.elapsed()),
             // (A start read from the clock, as exchanges are timed: `Worker::stamp`.)
-            None => l.stats.request[e.proto as usize].observe(&LATENCY_NS, e.start.elapsed()),
+            None => {
+                l.stats.request[slot(e.protocol, e.version)].observe(&LATENCY_NS, e.start.elapsed())
+            }
         }
         if let Some(name) = e.user {
             l.with_user(name, |u| {
@@ -778,7 +751,8 @@ mod tests {
             assert_eq!((r.summed().active, p.summed().active), (1, 2));
             ended(&End {
                 listener: &ListenerCounters::default(),
-                proto: Proto::Connect,
+                protocol: Protocol::Connect,
+                version: Version::Http11,
                 status: 200,
                 up: 3,
                 down: 4,

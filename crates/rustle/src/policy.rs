@@ -3,7 +3,6 @@
 //! each worker holds the current one and every connection reads it without a lock.
 
 use std::collections::HashMap;
-use std::fmt;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Mutex};
 
@@ -12,19 +11,7 @@ use crate::auth::{User, Users};
 use crate::config::{Config, DefaultAction, ListenerKey};
 use crate::limits::{parse_rate, Bucket, Limit, Throttle};
 
-/// Why a destination was refused; named in the 403 body, the SOCKS log line.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Denial {
-    /// The rule's name, or "built-in" for the loop and private-destination checks.
-    pub rule: String,
-    pub reason: &'static str,
-}
-
-impl fmt::Display for Denial {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "denied by {}: {}", self.rule, self.reason)
-    }
-}
+pub use crate::error::Denial;
 
 /// A listener as it runs: its settings, and the state it keeps while it runs (across a
 /// reload that keeps it). It reads as its settings (`Deref`), so that the front ends,

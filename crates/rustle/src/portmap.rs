@@ -10,16 +10,15 @@ use std::time::Instant;
 
 use tokio::net::TcpStream;
 
-use crate::accesslog::{Entry, Protocol as LogProtocol};
-use crate::acl::Protocol;
+use crate::accesslog::{Label, Parts, Protocol, Record};
 use crate::buf::{Buf, READ_SIZE};
 use crate::conn::Stream;
 use crate::error::{ConnectError, Error, Phase};
-use crate::exchange::{client_left, unless_left};
+use crate::exchange::{client_left, connect};
 use crate::policy::Listener;
 use crate::tls::Session;
-use crate::tunnel::{Handoff, Record};
-use crate::upstream::{Connected, Start, Tls, Want};
+use crate::tunnel::Handoff;
+use crate::upstream::{Connected, Tls, Want};
 use crate::worker::{ConnGuard, Worker};
 
 pub async fn serve(guard: ConnGuard, listener: Arc<Listener>, stream: TcpStream, peer: SocketAddr) {
@@ -31,7 +30,7 @@ pub async fn serve(guard: ConnGuard, listener: Arc<Listener>, stream: TcpStream,
     };
     let name = format!("relay://{target}");
     let fail = |why: &dyn std::fmt::Display, upstream: Option<SocketAddr>, tls| {
-        log_failure(&worker, &listener, peer, start, &name, upstream, why, tls, None, None)
+        log_failure(&worker, &listener, peer, start, &name, upstream, why, tls, None)
     };
     // Boxed: the handshake's state would otherwise make every plain relay's future
     // larger; a TLS handshake costs far more than one allocation.
@@ -60,20 +59,10 @@ pub async fn serve(guard: ConnGuard, listener: Arc<Listener>, stream: TcpStream,
     // What the client sends while the target is connected to goes first through the
     // relay (it owns no storage unless it is used).
     let mut early = Buf::default();
-    let connected = match worker.upstreams.start(&policy, &want, None) {
-        Ok(Start::Ready(c)) => Ok(c),
-        Ok(Start::Connect(plan)) => {
-            // Boxed (every relay's future would otherwise grow by an attempt's state); a
-            // client that leaves meanwhile ends the attempt.
-            let timeouts = &worker.cfg().timeouts;
-            let connect = Box::pin(worker.upstreams.connect(&policy, &want, plan, timeouts));
-            unless_left(&worker, connect, || {
-                client_left(&mut client, &mut early, READ_SIZE, Phase::Connect, true)
-            })
-            .await
-        }
-        Err(e) => Err(e),
-    };
+    let connected = connect(&worker, &policy, &want, None, || {
+        client_left(&mut client, &mut early, READ_SIZE, Phase::Connect, true)
+    })
+    .await;
     drop(policy);
     let Connected { stream: upstream, addr, early: early_down, via, .. } = match connected {
         Ok(c) => c,
@@ -82,7 +71,6 @@ pub async fn serve(guard: ConnGuard, listener: Arc<Listener>, stream: TcpStream,
                 Error::Connect(ConnectError::Tls { addr, .. }) => Some(*addr),
                 _ => None,
             };
-            let via = e.failed_via();
             return log_failure(
                 &worker,
                 &listener,
@@ -92,15 +80,18 @@ pub async fn serve(guard: ConnGuard, listener: Arc<Listener>, stream: TcpStream,
                 addr,
                 &e,
                 tls.as_deref(),
-                via.as_ref(),
                 Some(&e),
             );
         }
     };
-    let record = Record {
+    let record = crate::tunnel::Record {
         tls,
         peer,
-        label: crate::tunnel::Label::new(LogProtocol::Tcp, b"RELAY", name.as_bytes()),
+        label: {
+            let mut label = Label::new([b"RELAY", name.as_bytes(), b"", b""]);
+            label.protocol = Protocol::Relay;
+            label
+        },
         user: None,
         status: 0,
         start,
@@ -156,38 +147,11 @@ fn log_failure(
     upstream: Option<SocketAddr>,
     why: &dyn std::fmt::Display,
     tls: Option<&Session>,
-    via: Option<&crate::accesslog::Via>,
     error: Option<&Error>,
 ) {
-    crate::metrics::ended(&crate::metrics::End {
-        listener: &listener.counters,
-        proto: crate::metrics::Proto::Relay,
-        status: error.map_or(0, |e| e.status().unwrap_or(0)),
-        up: 0,
-        down: 0,
-        user: None,
-        refused: error.and_then(Error::refusal),
-        tunnel: None,
-        start,
-        through: via.map(|v| &v.through),
-    });
-    worker.log.log(&Entry {
-        client: peer,
-        listener,
-        protocol: LogProtocol::Tcp,
-        user_agent: b"",
-        referer: b"",
-        method: b"RELAY",
-        target: target.as_bytes(),
-        status: 0,
-        up: 0,
-        down: 0,
-        start,
-        upstream,
-        error: Some(why),
-        refused: error.and_then(Error::refusal),
-        user: None,
-        tls,
-        via,
-    });
+    let parts = Parts { method: b"RELAY", target: target.as_bytes() };
+    let mut record = Record::new(peer, listener, Protocol::Relay, start);
+    record.label = &parts;
+    (record.upstream, record.tls, record.error) = (upstream, tls, Some(why));
+    crate::exchange::end(worker, None, record, error);
 }

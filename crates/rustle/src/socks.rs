@@ -15,15 +15,14 @@ use tokio::net::{TcpListener, TcpStream};
 
 mod udp;
 
-use crate::accesslog::{Entry, Protocol as LogProtocol};
-use crate::acl::Protocol as AclProtocol;
+use crate::accesslog::{Label, Parts, Protocol};
 use crate::buf::Buf;
 use crate::conn::Stream;
 use crate::error::{Error, Phase};
 use crate::policy::Listener;
 
 use crate::tunnel::{Handoff, Record};
-use crate::upstream::{Start, Tls, Want};
+use crate::upstream::{Tls, Want};
 use crate::worker::{ConnGuard, Worker};
 
 /// One SOCKS connection and what its log line will say.
@@ -51,7 +50,7 @@ pub struct Session {
     /// The route and parents taken, if any.
     pub via: Option<Rc<crate::accesslog::Via>>,
     /// SOCKS4 or SOCKS5, once the first byte said which.
-    pub protocol: LogProtocol,
+    pub protocol: Protocol,
     /// The deadline for the whole handshake.
     deadline: tokio::time::Instant,
 }
@@ -83,16 +82,16 @@ pub async fn serve(
         down: 0,
         upstream: None,
         via: None,
-        protocol: LogProtocol::Unknown,
+        protocol: Protocol::Unknown,
         deadline,
     };
     let result = match s.fill_until(|b| !b.is_empty()).await {
         Ok(()) if s.buf.filled()[0] == socks5::VERSION => {
-            s.protocol = LogProtocol::Socks5;
+            s.protocol = Protocol::Socks5;
             socks5_session(&mut s).await
         }
         Ok(()) if s.buf.filled()[0] == socks4::VERSION => {
-            s.protocol = LogProtocol::Socks4;
+            s.protocol = Protocol::Socks4;
             socks4_session(&mut s).await
         }
         Ok(()) => Err(Error::Unsupported("not a SOCKS4 or SOCKS5 handshake")),
@@ -120,7 +119,11 @@ pub async fn serve(
                 tls: None,
                 peer,
                 user: user.map(std::rc::Rc::from),
-                label: crate::tunnel::Label::new(protocol, method.as_bytes(), target.as_bytes()),
+                label: {
+                    let mut label = Label::new([method.as_bytes(), target.as_bytes(), b"", b""]);
+                    label.protocol = protocol;
+                    label
+                },
                 status,
                 start,
                 upstream,
@@ -202,51 +205,15 @@ impl Session {
         self.stream.write_all(bytes).await.map_err(Error::Client)
     }
 
+    /// The session's end (`exchange::end`): the user's traffic, the metrics, the log line.
     fn log(&self, error: Option<&Error>) {
-        if let Some(u) = &self.user {
-            let t = self.worker.traffic.entry(u);
-            t.add(crate::limits::Direction::Up, self.up);
-            t.add(crate::limits::Direction::Down, self.down);
-        }
-        crate::metrics::ended(&crate::metrics::End {
-            listener: &self.listener.counters,
-            proto: match self.protocol {
-                LogProtocol::Socks4 => crate::metrics::Proto::Socks4,
-                LogProtocol::Socks5 => crate::metrics::Proto::Socks5,
-                _ => crate::metrics::Proto::Other,
-            },
-            status: Error::status_of(error),
-            up: self.up,
-            down: self.down,
-            user: self.user.as_deref(),
-            refused: error.and_then(Error::refusal),
-            tunnel: None,
-            start: self.start,
-            through: self.via.as_deref().map(|v| &v.through),
-        });
-        if !self.worker.log.enabled() {
-            return;
-        }
-        let failed_via = error.and_then(Error::failed_via);
-        self.worker.log.log(&Entry {
-            client: self.peer,
-            listener: &self.listener,
-            protocol: self.protocol,
-            user_agent: b"",
-            referer: b"",
-            method: self.method.as_bytes(),
-            target: if self.target.is_empty() { b"-" } else { self.target.as_bytes() },
-            status: self.status,
-            up: self.up,
-            down: self.down,
-            start: self.start,
-            upstream: self.upstream,
-            error: error.map(|e| e as &dyn std::fmt::Display),
-            refused: error.and_then(Error::refusal),
-            user: self.user.as_deref(),
-            tls: None,
-            via: self.via.as_deref().or(failed_via.as_ref()),
-        });
+        let parts = Parts { method: self.method.as_bytes(), target: self.target.as_bytes() };
+        let mut record =
+            crate::accesslog::Record::new(self.peer, &self.listener, self.protocol, self.start);
+        (record.label, record.user) = (&parts, self.user.as_deref());
+        (record.status, record.up, record.down) = (self.status, self.up, self.down);
+        (record.upstream, record.via) = (self.upstream, self.via.as_deref());
+        crate::exchange::end(&self.worker, None, record, error);
     }
 
     /// What the upstream layer is asked for a UDP datagram of this association to
@@ -255,7 +222,7 @@ impl Session {
         Want {
             host,
             port,
-            protocol: AclProtocol::Udp,
+            protocol: Protocol::Udp,
             client: self.peer.ip(),
             user: self.user.as_deref(),
             listener: self.listener.name.as_deref(),
@@ -268,7 +235,7 @@ impl Session {
     pub async fn connect(
         &mut self,
         dst: &Address,
-        protocol: AclProtocol,
+        protocol: Protocol,
     ) -> Result<(Stream, Vec<u8>), Error> {
         let w = self.worker.clone();
         let policy = w.policy();
@@ -286,22 +253,12 @@ impl Session {
             listener: listener.name.as_deref(),
             tls: Tls::Plain,
         };
-        let connected = match w.upstreams.start(&policy, &want, None)? {
-            Start::Ready(c) => c,
-            Start::Connect(plan) => {
-                // Boxed (a connection's future would otherwise grow by an attempt's
-                // state). A client that leaves meanwhile ends the attempt; what it sends
-                // meanwhile (optimistic data) is kept in `buf` and goes first through the
-                // tunnel.
-                let cfg = w.cfg();
-                let connect = Box::pin(w.upstreams.connect(&policy, &want, plan, &cfg.timeouts));
-                crate::exchange::unless_left(&w, connect, || {
-                    let max = crate::buf::READ_SIZE;
-                    crate::exchange::client_left(stream, buf, max, Phase::Connect, true)
-                })
-                .await?
-            }
-        };
+        // What the client sends meanwhile (optimistic data) is kept in `buf` and goes
+        // first through the tunnel.
+        let connected = crate::exchange::connect(&w, &policy, &want, None, || {
+            crate::exchange::client_left(stream, buf, crate::buf::READ_SIZE, Phase::Connect, true)
+        })
+        .await?;
         self.upstream = Some(connected.addr);
         self.via = connected.via;
         Ok((connected.stream, connected.early))
@@ -331,7 +288,7 @@ impl Session {
             user,
             host: &host,
             port: dst.port,
-            protocol: AclProtocol::Bind,
+            protocol: Protocol::Bind,
         };
         let denied = |d| Error::Connect(crate::error::ConnectError::Denied(d));
         let needs_address = access.precheck().map_err(denied)?;
@@ -475,7 +432,7 @@ async fn socks5_session(s: &mut Session) -> Outcome {
     match request.command {
         socks5::Command::Connect => {
             s.method = "CONNECT";
-            match s.connect(&request.dst, AclProtocol::Socks5).await {
+            match s.connect(&request.dst, Protocol::Socks5).await {
                 Ok(up) => {
                     let bound = up.0.local_addr().ok();
                     reply5(s, socks5::Reply::Succeeded, bound).await;
@@ -550,7 +507,7 @@ async fn socks4_session(s: &mut Session) -> Outcome {
                 reply4(s, socks4::Reply::Rejected, None).await;
                 return Err(e);
             }
-            match s.connect(&request.dst, AclProtocol::Socks4).await {
+            match s.connect(&request.dst, Protocol::Socks4).await {
                 Ok(up) => {
                     let bound = match up.0.local_addr() {
                         Ok(SocketAddr::V4(a)) => Some(a),

@@ -11,7 +11,7 @@ use std::time::Instant;
 
 use tokio::net::TcpStream;
 
-use crate::accesslog::{Entry, Protocol};
+pub use crate::accesslog::{Label, PackedLabel};
 use crate::conn::Stream;
 use crate::limits::Throttle;
 use crate::relay::{self, Ended, Opts, Relay};
@@ -28,11 +28,12 @@ pub struct Handoff {
     pub throttle: Throttle,
 }
 
-/// What the tunnel's log line says about how it began.
+/// What an open tunnel keeps of its exchange for its record (`accesslog::Record`), ended
+/// when the tunnel ends.
 pub struct Record {
     pub peer: SocketAddr,
-    /// Method and target (and User-Agent and Referer when the log shows them), and the
-    /// protocol.
+    /// Method and target (and User-Agent and Referer when the log shows them), with the
+    /// protocol and HTTP version.
     pub label: Label,
     pub status: u16,
     pub start: Instant,
@@ -46,93 +47,6 @@ pub struct Record {
     /// Bytes already counted by the handshake (a 101 response's body bytes, say).
     pub up: u64,
     pub down: u64,
-}
-
-/// A log line's method, target, User-Agent and Referer in one allocation (none when all
-/// are empty): an open tunnel keeps it for as long as it lasts.
-pub struct Label {
-    bytes: Box<[u8]>,
-    /// Where the method, target and User-Agent end (the Referer ends with `bytes`).
-    ends: [u16; 3],
-    /// Beside the ends, where the label's allocation leaves room for it.
-    pub protocol: Protocol,
-}
-
-/// The longest part a label keeps (a longer one is cut for the log).
-const PART_MAX: usize = u16::MAX as usize / 4;
-
-impl Label {
-    pub fn new(protocol: Protocol, method: &[u8], target: &[u8]) -> Label {
-        let mut label = Label::with_headers(method, target, b"", b"");
-        label.protocol = protocol;
-        label
-    }
-
-    /// A label with the request's User-Agent and Referer (empty when the log does not show
-    /// them).
-    pub fn with_headers(method: &[u8], target: &[u8], ua: &[u8], referer: &[u8]) -> Label {
-        let parts = [method, target, ua, referer].map(|p| &p[..p.len().min(PART_MAX)]);
-        let mut ends = [0u16; 3];
-        let mut at = 0;
-        for (end, part) in ends.iter_mut().zip(parts) {
-            at += part.len();
-            // At most 3 * PART_MAX: fits.
-            *end = at as u16;
-        }
-        Label { bytes: parts.concat().into(), ends, protocol: Protocol::Unknown }
-    }
-
-    fn part(&self, i: usize) -> &[u8] {
-        let from = if i == 0 { 0 } else { usize::from(self.ends[i - 1]) };
-        let to = self.ends.get(i).map_or(self.bytes.len(), |&e| usize::from(e));
-        self.bytes.get(from..to).unwrap_or_default()
-    }
-
-    pub fn method(&self) -> &[u8] {
-        self.part(0)
-    }
-
-    pub fn target(&self) -> &[u8] {
-        self.part(1)
-    }
-
-    pub fn user_agent(&self) -> &[u8] {
-        self.part(2)
-    }
-
-    pub fn referer(&self) -> &[u8] {
-        self.part(3)
-    }
-
-    /// Moves a short label out of its allocation (leaving this one empty), for a parked
-    /// tunnel: a small allocation that outlives everything around it would keep a whole
-    /// page of freed memory from going back to the kernel.
-    pub fn pack(&mut self) -> Option<PackedLabel> {
-        let len = u8::try_from(self.bytes.len()).ok().filter(|&n| usize::from(n) <= PACKED)?;
-        let mut bytes = [0u8; PACKED];
-        bytes[..self.bytes.len()].copy_from_slice(&self.bytes);
-        // Each end is at most `len`, which fits a byte.
-        let ends = self.ends.map(|e| e as u8);
-        let protocol = self.protocol;
-        *self = Label { bytes: Box::default(), ends: [0; 3], protocol };
-        Some(PackedLabel { bytes, len, ends, protocol })
-    }
-
-    pub fn unpack(p: &PackedLabel) -> Label {
-        let bytes = &p.bytes[..usize::from(p.len)];
-        Label { bytes: bytes.into(), ends: p.ends.map(u16::from), protocol: p.protocol }
-    }
-}
-
-/// Longest label a parked tunnel keeps inline.
-const PACKED: usize = 59;
-
-/// A label without an allocation (see `Label::pack`).
-pub struct PackedLabel {
-    bytes: [u8; PACKED],
-    len: u8,
-    ends: [u8; 3],
-    protocol: Protocol,
 }
 
 /// Starts the relay task; the caller's task should end right after. Two plain sockets get
@@ -200,7 +114,8 @@ pub(crate) fn socket_task(
     }
 }
 
-/// A tunnel's end: its bytes to the user's traffic and the metrics, its access-log line.
+/// A tunnel's end (`exchange::end`): its bytes to the user's traffic and the metrics, its
+/// access-log line.
 pub(crate) fn finish(
     guard: &ConnGuard,
     rec: &Record,
@@ -208,58 +123,18 @@ pub(crate) fn finish(
     result: Result<(), crate::error::Error>,
 ) {
     // An upstream failure through parents names the parent it came through.
-    let result = result.map_err(|e| e.through(rec.via.as_deref()));
-    if let Some(u) = &rec.user {
-        let t = guard.worker().traffic.entry(u);
-        t.add(crate::limits::Direction::Up, rec.up + totals.up);
-        t.add(crate::limits::Direction::Down, rec.down + totals.down);
-    }
-    use crate::metrics::Proto;
-    // What the client spoke, from the log's protocol (an HTTP/1 tunnel is a CONNECT's
-    // unless it began with 101 Switching Protocols). SOCKS and port relays have no
-    // status: the tunnel was set up.
-    let (proto, status) = match rec.label.protocol {
-        Protocol::Http10 | Protocol::Http11 if rec.status == 101 => (Proto::Http1, 101),
-        Protocol::Http10 | Protocol::Http11 => (Proto::Connect, rec.status),
-        Protocol::Http2 => (Proto::Http2, rec.status),
-        Protocol::Socks4 => (Proto::Socks4, 200),
-        Protocol::Socks5 => (Proto::Socks5, 200),
-        Protocol::Tcp => (Proto::Relay, 200),
-        Protocol::Udp => (Proto::Udp, 200),
-        Protocol::Unknown => (Proto::Other, 200),
-    };
-    crate::metrics::ended(&crate::metrics::End {
-        listener: &guard.listener().counters,
-        proto,
-        status,
-        up: rec.up + totals.up,
-        down: rec.down + totals.down,
-        user: rec.user.as_deref(),
-        refused: None,
-        tunnel: Some(rec.start),
-        start: rec.start,
-        through: rec.via.as_deref().map(|v| &v.through),
-    });
-    let log = &guard.worker().log;
-    if log.enabled() {
-        log.log(&Entry {
-            client: rec.peer,
-            listener: guard.listener(),
-            protocol: rec.label.protocol,
-            user_agent: rec.label.user_agent(),
-            referer: rec.label.referer(),
-            method: rec.label.method(),
-            target: rec.label.target(),
-            status: rec.status,
-            up: rec.up + totals.up,
-            down: rec.down + totals.down,
-            start: rec.start,
-            upstream: rec.upstream,
-            error: result.as_ref().err().map(|e| e as &dyn std::fmt::Display),
-            refused: None,
-            user: rec.user.as_deref(),
-            tls: rec.tls.as_deref(),
-            via: rec.via.as_deref(),
-        });
-    }
+    let via = rec.via.as_deref();
+    let result = result.map_err(|e| e.through(via.map(crate::accesslog::Via::last_parent)));
+    let mut record =
+        crate::accesslog::Record::new(rec.peer, guard.listener(), rec.label.protocol, rec.start);
+    record.label(&rec.label);
+    record.user = rec.user.as_deref();
+    record.upstream = rec.upstream;
+    record.via = via;
+    record.status = rec.status;
+    record.up = rec.up + totals.up;
+    record.down = rec.down + totals.down;
+    record.tunnel = true;
+    record.tls = rec.tls.as_deref();
+    crate::exchange::end(guard.worker(), None, record, result.as_ref().err());
 }

@@ -11,7 +11,7 @@ use std::time::Instant;
 
 use tokio::net::UdpSocket;
 
-use crate::accesslog::{Entry, Protocol};
+use crate::accesslog::{Parts, Protocol, Record};
 use crate::policy::Listener;
 use crate::worker::Worker;
 
@@ -59,10 +59,12 @@ pub async fn serve_relay(worker: Rc<Worker>, listener: Arc<Listener>, socket: Rc
                 let out = match session_socket(&worker, &target).await {
                     Ok(out) => out,
                     Err(why) => {
-                        let mut e = Entry::refused(client, &listener, Protocol::Udp, start, &why);
                         let name = format!("udp://{target}");
-                        (e.method, e.target) = (b"UDP", name.as_bytes());
-                        worker.log.log(&e);
+                        let parts = Parts { method: b"UDP", target: name.as_bytes() };
+                        let mut r = Record::new(client, &listener, Protocol::Udp, start);
+                        r.label = &parts;
+                        r.error = Some(&why);
+                        crate::exchange::end(&worker, None, r, None);
                         continue;
                     }
                 };
@@ -145,35 +147,9 @@ async fn relay_session(
     }
     sessions.borrow_mut().remove(&client);
     let up = session.up.get();
-    crate::metrics::ended(&crate::metrics::End {
-        listener: &listener.counters,
-        proto: crate::metrics::Proto::Udp,
-        status: 200,
-        up,
-        down,
-        user: None,
-        refused: None,
-        tunnel: Some(start),
-        start,
-        through: None,
-    });
-    worker.log.log(&Entry {
-        client,
-        listener: &listener,
-        protocol: Protocol::Udp,
-        user_agent: b"",
-        referer: b"",
-        method: b"UDP",
-        target: name.as_bytes(),
-        status: 0,
-        up,
-        down,
-        start,
-        upstream: Some(dst),
-        error: None,
-        refused: None,
-        user: None,
-        tls: None,
-        via: None,
-    });
+    let parts = Parts { method: b"UDP", target: name.as_bytes() };
+    let mut record = Record::new(client, &listener, Protocol::Udp, start);
+    record.label = &parts;
+    (record.up, record.down, record.upstream, record.tunnel) = (up, down, Some(dst), true);
+    crate::exchange::end(&worker, None, record, None);
 }

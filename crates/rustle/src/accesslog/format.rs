@@ -1,14 +1,14 @@
-//! The ways to write an `Entry`: plain, JSON, squid's native format and templates. Each
+//! The ways to write an `Record`: plain, JSON, squid's native format and templates. Each
 //! appends one line (without its newline) to the worker's buffer; a template's pieces were
 //! parsed once, at load.
 
 use std::fmt::{self, Write as _};
 
-use super::{Entry, Now, Protocol};
+use super::{Now, Protocol, Record};
 use crate::config::{Field, LogFormat, Piece};
 
 /// Appends `e` as `format` says.
-pub(super) fn write(format: &LogFormat, buf: &mut Vec<u8>, e: &Entry<'_>, now: &Now<'_>) {
+pub(super) fn write(format: &LogFormat, buf: &mut Vec<u8>, e: &Record<'_>, now: &Now<'_>) {
     let out = &mut Out(buf);
     // Writing to a Vec cannot fail.
     let _ = match format {
@@ -32,7 +32,7 @@ impl fmt::Write for Out<'_> {
     }
 }
 
-fn millis(e: &Entry<'_>) -> f64 {
+fn millis(e: &Record<'_>) -> f64 {
     e.start.elapsed().as_secs_f64() * 1000.0
 }
 
@@ -48,14 +48,14 @@ impl fmt::Display for Iso<'_, '_> {
     }
 }
 
-fn plain(out: &mut Out<'_>, e: &Entry<'_>, now: &Now<'_>) -> fmt::Result {
+fn plain(out: &mut Out<'_>, e: &Record<'_>, now: &Now<'_>) -> fmt::Result {
     write!(
         out,
         "{} {} {} {} {} {} {} {:.3}ms ",
         iso(now),
         e.client,
-        Text(e.method, Esc::None),
-        Text(e.target, Esc::None),
+        Text(e.method(), Esc::None),
+        Text(e.target(), Esc::None),
         e.status,
         e.up,
         e.down,
@@ -87,7 +87,7 @@ fn plain(out: &mut Out<'_>, e: &Entry<'_>, now: &Now<'_>) -> fmt::Result {
     Ok(())
 }
 
-fn json(out: &mut Out<'_>, e: &Entry<'_>, now: &Now<'_>) -> fmt::Result {
+fn json(out: &mut Out<'_>, e: &Record<'_>, now: &Now<'_>) -> fmt::Result {
     write!(
         out,
         "{{\"time\":\"{}\",\"client\":\"{}\",\"listener\":\"{}\",\"protocol\":\"{}\",\
@@ -96,9 +96,9 @@ fn json(out: &mut Out<'_>, e: &Entry<'_>, now: &Now<'_>) -> fmt::Result {
         iso(now),
         e.client,
         ListenerName(e, Esc::Json),
-        e.protocol.as_str(),
-        Text(e.method, Esc::Json),
-        Text(e.target, Esc::Json),
+        e.protocol_name(),
+        Text(e.method(), Esc::Json),
+        Text(e.target(), Esc::Json),
         e.status,
         e.up,
         e.down,
@@ -132,16 +132,16 @@ fn json(out: &mut Out<'_>, e: &Entry<'_>, now: &Now<'_>) -> fmt::Result {
 /// squid's native format (`logformat squid`, as squid's `Log::Format::SquidNative` writes
 /// it): `%9d.%03d %6d CLIENT_IP CODE/%03d BYTES METHOD URL USER HIERARCHY/HOST TYPE`. Bytes
 /// are the body bytes sent to the client; the content type is not kept (`-`).
-fn squid(out: &mut Out<'_>, e: &Entry<'_>, now: &Now<'_>) -> fmt::Result {
+fn squid(out: &mut Out<'_>, e: &Record<'_>, now: &Now<'_>) -> fmt::Result {
     let (code, status) = squid_code(e);
     let elapsed = e.start.elapsed().as_millis();
     let target = match e.protocol {
         // As squid logs a CONNECT: host:port.
         Protocol::Socks4 | Protocol::Socks5 => {
-            let t = e.target;
+            let t = e.target();
             t.strip_prefix(b"socks5://").or_else(|| t.strip_prefix(b"socks4://")).unwrap_or(t)
         }
-        _ => e.target,
+        _ => e.target(),
     };
     write!(
         out,
@@ -153,7 +153,7 @@ fn squid(out: &mut Out<'_>, e: &Entry<'_>, now: &Now<'_>) -> fmt::Result {
         code,
         status,
         e.down,
-        Text(e.method, Esc::Squid),
+        Text(e.method(), Esc::Squid),
         Text(target, Esc::Squid),
     )?;
     match e.user {
@@ -177,7 +177,7 @@ fn squid(out: &mut Out<'_>, e: &Entry<'_>, now: &Now<'_>) -> fmt::Result {
 /// `TCP_MISS_ABORTED`; a SOCKS reply shows as the HTTP status of the same meaning, and a
 /// SOCKS refusal for credentials (RFC 1929's failure, a SOCKS4 user id refused) or by the
 /// rules as squid shows the same refusal of an HTTP client: `TCP_DENIED/407`, `/403`.
-pub(super) fn squid_code(e: &Entry<'_>) -> (&'static str, u16) {
+pub(super) fn squid_code(e: &Record<'_>) -> (&'static str, u16) {
     use crate::metrics::Refused;
     let socks = matches!(e.protocol, Protocol::Socks4 | Protocol::Socks5);
     let status = match e.protocol {
@@ -199,18 +199,18 @@ pub(super) fn squid_code(e: &Entry<'_>) -> (&'static str, u16) {
             92 | 93 => 407,
             other => other,
         },
-        Protocol::Tcp | Protocol::Udp if e.status == 0 && e.error.is_none() => 200,
+        Protocol::Relay | Protocol::Udp if e.status == 0 && e.error.is_none() => 200,
         _ => e.status,
     };
-    let tunnel = e.method == b"CONNECT"
-        || e.method == b"BIND"
-        || matches!(e.protocol, Protocol::Socks4 | Protocol::Socks5 | Protocol::Tcp);
-    let code = if e.protocol == Protocol::Udp || e.method == b"UDP" {
+    let tunnel = e.method() == b"CONNECT"
+        || e.method() == b"BIND"
+        || matches!(e.protocol, Protocol::Socks4 | Protocol::Socks5 | Protocol::Relay);
+    let code = if e.protocol == Protocol::Udp || e.method() == b"UDP" {
         "UDP_MISS"
     } else if e.upstream.is_none() && matches!(status, 403 | 407) {
         // Before its method was read too: a SOCKS5 client refused at authentication.
         "TCP_DENIED"
-    } else if e.method == b"-" {
+    } else if e.method() == b"-" {
         "NONE_NONE"
     } else if e.upstream.is_none() && (400..500).contains(&status) {
         // Refused as malformed (400, 414, 431, ...) or too slow (408).
@@ -225,7 +225,7 @@ pub(super) fn squid_code(e: &Entry<'_>) -> (&'static str, u16) {
     (code, status)
 }
 
-fn field(out: &mut Out<'_>, f: Field, e: &Entry<'_>, now: &Now<'_>) -> fmt::Result {
+fn field(out: &mut Out<'_>, f: Field, e: &Record<'_>, now: &Now<'_>) -> fmt::Result {
     let or_dash = |out: &mut Out<'_>, v: Option<&str>| match v {
         Some(s) if !s.is_empty() => write!(out, "{}", Escaped(s)),
         _ => out.write_char('-'),
@@ -240,16 +240,16 @@ fn field(out: &mut Out<'_>, f: Field, e: &Entry<'_>, now: &Now<'_>) -> fmt::Resu
         Field::Client => write!(out, "{}", e.client),
         Field::ClientIp => write!(out, "{}", e.client.ip()),
         Field::User => or_dash(out, e.user),
-        Field::Method => bytes_or_dash(out, e.method),
-        Field::Target => bytes_or_dash(out, e.target),
+        Field::Method => bytes_or_dash(out, e.method()),
+        Field::Target => bytes_or_dash(out, e.target()),
         Field::Status => write!(out, "{}", e.status),
         Field::BytesUp => write!(out, "{}", e.up),
         Field::BytesDown => write!(out, "{}", e.down),
         Field::Duration => write!(out, "{:.3}", millis(e)),
-        Field::UserAgent => bytes_or_dash(out, e.user_agent),
-        Field::Referer => bytes_or_dash(out, e.referer),
+        Field::UserAgent => bytes_or_dash(out, e.user_agent()),
+        Field::Referer => bytes_or_dash(out, e.referer()),
         Field::Listener => write!(out, "{}", ListenerName(e, Esc::Json)),
-        Field::Protocol => out.write_str(e.protocol.as_str()),
+        Field::Protocol => out.write_str(e.protocol_name()),
         Field::Route => or_dash(out, e.via.map(|v| &*v.route)),
         Field::Via => or_dash(out, e.via.map(|v| &*v.parents)),
         Field::Tls => match e.tls {
@@ -271,7 +271,7 @@ fn field(out: &mut Out<'_>, f: Field, e: &Entry<'_>, now: &Now<'_>) -> fmt::Resu
 }
 
 /// The listener's name, or its address when it has none.
-struct ListenerName<'a, 'b>(&'a Entry<'b>, Esc);
+struct ListenerName<'a, 'b>(&'a Record<'b>, Esc);
 
 impl fmt::Display for ListenerName<'_, '_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use super::format::{Esc, Escaped, Text};
-use super::{Entry, Now};
+use super::{Now, Record};
 use crate::config::{Log, LogTarget, SyslogAddr, SyslogFormat};
 
 /// A flush waits at most this long for a full syslog or journal socket, then drops what
@@ -244,7 +244,7 @@ impl Sink {
     }
 
     /// What goes after a line: its newline, or the journal's other fields.
-    pub(super) fn close_message(&self, buf: &mut Vec<u8>, e: &Entry<'_>) {
+    pub(super) fn close_message(&self, buf: &mut Vec<u8>, e: &Record<'_>) {
         match self {
             Sink::Syslog(_) => {}
             Sink::Journald(j) => {
@@ -275,16 +275,16 @@ impl Sink {
 
 /// The journal entry's fields after MESSAGE (the native protocol: `KEY=value` lines; no
 /// value here holds a newline, so none needs the binary form).
-fn journal_fields(out: &mut super::format::Out<'_>, tag: &str, e: &Entry<'_>) -> std::fmt::Result {
+fn journal_fields(out: &mut super::format::Out<'_>, tag: &str, e: &Record<'_>) -> std::fmt::Result {
     write!(
         out,
         "\nPRIORITY={SEVERITY}\nSYSLOG_IDENTIFIER={tag}\nRUSTLE_CLIENT={}\nRUSTLE_PROTOCOL={}\n\
          RUSTLE_METHOD={}\nRUSTLE_TARGET={}\nRUSTLE_STATUS={}\nRUSTLE_BYTES_UP={}\n\
          RUSTLE_BYTES_DOWN={}\n",
         e.client,
-        e.protocol.as_str(),
-        Text(e.method, Esc::Json),
-        Text(e.target, Esc::Json),
+        e.protocol_name(),
+        Text(e.method(), Esc::Json),
+        Text(e.target(), Esc::Json),
         e.status,
         e.up,
         e.down,

@@ -20,7 +20,7 @@ use crate::config::SpliceMode;
 use crate::conn::Stream;
 use crate::error::{Error, Phase};
 use crate::exchange::{
-    client_left, is_connection_auth, read_response_head_or, send, unless_left, write_timed, Leg,
+    attempt, client_left, is_connection_auth, read_response_head_or, send, write_timed, Leg,
     Outgoing, Pinned, Pins, Requester,
 };
 use crate::tunnel::Handoff;
@@ -202,12 +202,12 @@ pub async fn forward(c: &mut Client, ex: &mut Exchange) -> Result<Next, Error> {
         let connected = match start {
             Start::Ready(ready) => ready,
             Start::Connect(plan) => {
-                // Boxed, on this path only: an attempt's state (resolver, Happy Eyeballs,
-                // handshakes, the watch on the client) would otherwise enlarge every HTTP
-                // connection's future. A client that leaves meanwhile ends it.
-                let (stream, buf) = (&mut c.stream, &mut c.buf);
-                let connect = Box::pin(connect_watched(&worker, &policy, &want, plan, stream, buf));
-                connect.await?
+                // A client that leaves meanwhile ends the attempt.
+                let (stream, buf, max) = (&mut c.stream, &mut c.buf, worker.limits().max_head);
+                attempt(&worker, &policy, &want, plan, || {
+                    client_left(stream, buf, max, Phase::Connect, false)
+                })
+                .await?
             }
         };
         let mut ubuf = worker.take_buf();
@@ -508,22 +508,6 @@ fn client_side(e: Error) -> Error {
     }
 }
 
-/// A new upstream connection as `plan` says, given up as soon as the client leaves (what
-/// it sends meanwhile, a pipelined request, is kept in `buf`).
-async fn connect_watched(
-    worker: &Worker,
-    policy: &crate::policy::Policy,
-    want: &Want<'_>,
-    plan: crate::upstream::Plan<'_>,
-    stream: &mut crate::conn::Stream,
-    buf: &mut Buf,
-) -> Result<Connected, Error> {
-    let timeouts = &worker.cfg().timeouts;
-    let connect = std::pin::pin!(worker.upstreams.connect(policy, want, plan, timeouts));
-    let max = worker.limits().max_head;
-    unless_left(worker, connect, || client_left(stream, buf, max, Phase::Connect, false)).await
-}
-
 /// `Upstreams::start`, or the connection pinned to this client for the target (`pinned`
 /// set then).
 fn start_or_pinned<'p>(
@@ -543,7 +527,7 @@ fn start_or_pinned<'p>(
 
 /// An HTTP parent's refusal of a request sent to it in absolute form.
 pub(crate) fn parent_refused(via: Option<&crate::accesslog::Via>, status: u16) -> Error {
-    let parent = via.and_then(|v| v.parents.rsplit(',').next()).unwrap_or_default();
+    let parent = via.map(crate::accesslog::Via::last_parent).unwrap_or_default();
     Error::ParentRefused { parent: format!("\"{parent}\"").into(), status }
 }
 

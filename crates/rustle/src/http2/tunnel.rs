@@ -99,7 +99,8 @@ impl Future for Task {
         this.ex.up += totals.up;
         this.ex.down += totals.down;
         // An upstream failure through parents names the parent it came through.
-        let result = result.map_err(|e| e.through(this.ex.via.as_deref()));
+        let result = result
+            .map_err(|e| e.through(this.ex.via.as_deref().map(crate::accesslog::Via::last_parent)));
         this.ex.log(&this._live.0, result.as_ref().err());
         Poll::Ready(())
     }

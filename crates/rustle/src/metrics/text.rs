@@ -9,9 +9,9 @@ use std::sync::{Arc, PoisonError};
 use std::time::Duration;
 
 use super::{
-    Histogram, ListenerCounters, ListenerStats, PeerSums, Proto, Summed, UserStats, WorkerStats,
+    Histogram, ListenerCounters, ListenerStats, PeerSums, Summed, UserStats, WorkerStats,
     AUTH_HASHES, AUTH_HASHES_REFUSED, CAUSES, CLASSES, DURATION_BUCKETS, LAST_RELOAD_MS,
-    LAST_RELOAD_OK, LATENCY_BUCKETS, RELOADS, RELOAD_FAILURES,
+    LAST_RELOAD_OK, LATENCY_BUCKETS, PROTOCOLS, RELOADS, RELOAD_FAILURES,
 };
 
 /// A listener as its labels name it.
@@ -265,7 +265,7 @@ pub fn render(s: &Scrape<'_>) -> String {
          status class (SOCKS, relays and UDP: 2xx once set up, else their error's HTTP status).",
     );
     for l in s.listeners {
-        for (p, proto) in Proto::ALL.iter().enumerate() {
+        for (p, proto) in PROTOCOLS.iter().enumerate() {
             for (c, code) in CLASSES.iter().enumerate() {
                 let n = sum(&|l| l.requests[p][c].get(), l);
                 // Only the protocols a listener has served, to keep the output short.
@@ -273,7 +273,7 @@ pub fn render(s: &Scrape<'_>) -> String {
                     let labels = [
                         ("listener", l.name.as_str()),
                         ("kind", l.kind),
-                        ("protocol", proto.label()),
+                        ("protocol", *proto),
                         ("code", code),
                     ];
                     t.sample(name, &labels, n);
@@ -344,14 +344,14 @@ pub fn render(s: &Scrape<'_>) -> String {
         "End-to-end duration of requests and other exchanges that are not tunnels, from the \
          request head read to the exchange's end, by protocol.",
     );
-    for (i, proto) in Proto::ALL.iter().enumerate() {
+    for (i, proto) in PROTOCOLS.iter().enumerate() {
         let mut summed = Summed::default();
         for w in s.workers {
             w.request[i].add_to(&mut summed);
         }
         // Only the protocols served, to keep the output short.
         if summed.counts.iter().any(|&c| c > 0) {
-            t.histogram(name, &[("protocol", proto.label())], &LATENCY_BUCKETS, &summed);
+            t.histogram(name, &[("protocol", *proto)], &LATENCY_BUCKETS, &summed);
         }
     }
     let histograms: [Hist; 3] = [
@@ -438,6 +438,7 @@ pub fn render(s: &Scrape<'_>) -> String {
 mod tests {
     use super::*;
     use crate::metrics::*;
+    use crate::protocol::{Protocol, Version};
     use std::time::Instant;
 
     #[test]
@@ -457,7 +458,8 @@ mod tests {
             let conn = user_connection("ann");
             ended(&End {
                 listener: &c,
-                proto: Proto::Http1,
+                protocol: Protocol::Http,
+                version: Version::Http11,
                 status: 200,
                 up: 10,
                 down: 1000,
@@ -469,7 +471,8 @@ mod tests {
             });
             ended(&End {
                 listener: &c,
-                proto: Proto::Connect,
+                protocol: Protocol::Connect,
+                version: Version::Http11,
                 status: 403,
                 up: 0,
                 down: 0,
