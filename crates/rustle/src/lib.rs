@@ -55,39 +55,13 @@
 //!
 //! Protocol parsing lives in the `rustle-proto` crate, which does no I/O.
 
-pub mod accesslog;
-pub mod acl;
-pub mod admin;
-pub mod auth;
-pub mod body;
-pub mod buf;
-pub mod check;
 pub mod config;
-pub mod conn;
-pub mod control;
-pub mod dispatch;
 pub mod error;
-pub mod exchange;
-pub mod hop;
-pub mod http1;
-pub mod http2;
-pub mod idle;
+pub mod front;
+pub mod io;
 pub mod limits;
-pub mod metrics;
-pub mod notify;
 pub mod policy;
-pub mod portmap;
-pub mod privileges;
 pub mod protocol;
-pub mod relay;
-pub mod reload;
-pub mod route;
-pub mod server;
-pub mod socks;
-pub mod sys;
-pub mod takeover;
-pub mod tls;
-pub mod tunnel;
-pub mod udp;
+pub mod run;
+pub mod telemetry;
 pub mod upstream;
-pub mod worker;

@@ -210,7 +210,7 @@ fn main() -> ExitCode {
         return reload(config.as_deref().or(file.as_deref()), *allow_less_protection);
     }
     let source = Source { file, overrides: overrides(&cli) };
-    let loaded = match rustle::check::source(&source) {
+    let loaded = match rustle::run::check::source(&source) {
         Ok(loaded) => loaded,
         Err(problems) => {
             eprintln!("{problems}");
@@ -230,13 +230,13 @@ fn main() -> ExitCode {
         tracing::error!("{msg}");
         return ExitCode::from(2);
     }
-    rustle::server::raise_file_limit(&loaded.config);
-    let opts = rustle::reload::Options {
+    rustle::run::server::raise_file_limit(&loaded.config);
+    let opts = rustle::run::reload::Options {
         takeover: cli.takeover,
         set_log_level,
         allow_less_protection: cli.allow_less_protection,
     };
-    match rustle::reload::run_until_signal(loaded, source, opts) {
+    match rustle::run::reload::run_until_signal(loaded, source, opts) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             tracing::error!("{e:#}");
@@ -301,7 +301,7 @@ fn check(file: Option<&std::path::Path>, bind: bool) -> ExitCode {
         return ExitCode::from(2);
     };
     let source = Source { file: Some(path.to_owned()), overrides: Overrides::default() };
-    let loaded = match rustle::check::source(&source) {
+    let loaded = match rustle::run::check::source(&source) {
         Ok(loaded) => loaded,
         Err(problems) => {
             eprintln!("{problems}");
@@ -309,7 +309,7 @@ fn check(file: Option<&std::path::Path>, bind: bool) -> ExitCode {
         }
     };
     if bind {
-        let in_use = rustle::check::addresses_in_use(&loaded.config);
+        let in_use = rustle::run::check::addresses_in_use(&loaded.config);
         if !in_use.is_empty() {
             for problem in in_use {
                 eprintln!("{}: {problem}", path.display());
@@ -352,7 +352,7 @@ fn reload(file: Option<&std::path::Path>, confirm: bool) -> ExitCode {
         );
         return ExitCode::from(2);
     };
-    match rustle::control::reload(&path, confirm) {
+    match rustle::run::control::reload(&path, confirm) {
         Ok(Ok(warnings)) => {
             for w in warnings {
                 eprintln!("warning: {w}");
@@ -461,7 +461,7 @@ fn passwd(name: &str) -> ExitCode {
         eprintln!("rustle passwd: empty password");
         return ExitCode::from(2);
     }
-    match rustle::auth::hash_line(name, password.as_bytes()) {
+    match rustle::policy::auth::hash_line(name, password.as_bytes()) {
         Ok(line) => {
             println!("{line}");
             ExitCode::SUCCESS
@@ -474,7 +474,7 @@ fn passwd(name: &str) -> ExitCode {
 }
 
 fn cert(name: &str, out: &std::path::Path) -> ExitCode {
-    match rustle::tls::write_self_signed(name, out) {
+    match rustle::io::tls::write_self_signed(name, out) {
         Ok(files) => {
             println!("CA certificate:    {}", files.ca.display());
             println!("certificate chain: {}", files.chain.display());
@@ -511,7 +511,7 @@ fn relay_arg(s: &str) -> Result<(SocketAddr, HostPort), String> {
 /// Sets up diagnostics on stderr (or the journal, `log.diagnostics`), filtered by RUST_LOG
 /// or else `log.level`. Returns what puts a reloaded `log.level` in force (None when
 /// RUST_LOG decides).
-fn init_tracing(log: &rustle::config::Log) -> Option<rustle::reload::SetLogLevel> {
+fn init_tracing(log: &rustle::config::Log) -> Option<rustle::run::reload::SetLogLevel> {
     use tracing_subscriber::prelude::*;
     use tracing_subscriber::{reload, EnvFilter};
     let from_env = EnvFilter::try_from_default_env().ok();
@@ -520,7 +520,7 @@ fn init_tracing(log: &rustle::config::Log) -> Option<rustle::reload::SetLogLevel
         .or_else(|| EnvFilter::try_new(&log.level).ok())
         .unwrap_or_else(|| EnvFilter::new("info"));
     let (filter, handle) = reload::Layer::new(filter);
-    let set: Option<rustle::reload::SetLogLevel> = match by_env {
+    let set: Option<rustle::run::reload::SetLogLevel> = match by_env {
         true => None,
         false => Some(Box::new(move |level: &str| {
             let filter = EnvFilter::try_new(level).map_err(|e| e.to_string())?;

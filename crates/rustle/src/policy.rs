@@ -2,12 +2,16 @@
 //! checks, bandwidth per user, parents and routes. Built at start and again on SIGHUP;
 //! each worker holds the current one and every connection reads it without a lock.
 
+pub mod acl;
+pub mod auth;
+pub mod route;
+
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Mutex};
 
-use crate::acl::{canonical, Builtins, Protocol, Request, RuleSet, Verdict};
-use crate::auth::{User, Users};
+use crate::policy::acl::{canonical, Builtins, Protocol, Request, RuleSet, Verdict};
+use crate::policy::auth::{User, Users};
 use crate::config::{Config, DefaultAction, ListenerKey};
 use crate::limits::{parse_rate, Bucket, Limit, Throttle};
 
@@ -22,14 +26,14 @@ pub struct Listener {
     /// The buckets of `rate_up`/`rate_down`, shared by all its connections.
     pub throttle: Throttle,
     /// Its counters, a slot per worker.
-    pub counters: Arc<crate::metrics::ListenerCounters>,
+    pub counters: Arc<crate::telemetry::metrics::ListenerCounters>,
 }
 
 impl Listener {
     /// A listener new to the process: its buckets made, its counters at zero.
     pub fn new(config: crate::config::Listener, workers: usize) -> Result<Listener, String> {
         let throttle = listener_throttle(&config)?;
-        let counters = crate::metrics::ListenerCounters::new(workers);
+        let counters = crate::telemetry::metrics::ListenerCounters::new(workers);
         Ok(Listener { config, throttle, counters })
     }
 
@@ -91,7 +95,7 @@ pub struct Policy {
     user_buckets: Mutex<HashMap<String, UserBuckets>>,
     /// TLS accepted by the listeners that have it (by `Listener::key`, so that a reload
     /// reordering listeners gives each its own certificates), certificates loaded.
-    tls_accept: Vec<(ListenerKey, Arc<crate::tls::Acceptor>)>,
+    tls_accept: Vec<(ListenerKey, Arc<crate::io::tls::Acceptor>)>,
     /// TLS originated by relay listeners towards their targets, by `Listener::key`.
     tls_connect: Vec<(ListenerKey, Arc<rustls::ClientConfig>)>,
     /// TLS towards origins of `https://` URLs, or why there is none (no CA to verify
@@ -103,7 +107,7 @@ pub struct Policy {
     /// A listener requires authentication and no user is defined: everyone is refused.
     pub auth_without_users: bool,
     /// Parents, groups and routes.
-    pub routes: crate::route::Routes,
+    pub routes: crate::policy::route::Routes,
     /// TLS towards each `https` parent (by parent index), verified with its `ca` or the
     /// system's roots.
     parent_tls: Vec<Option<Arc<rustls::ClientConfig>>>,
@@ -146,7 +150,7 @@ impl Policy {
     }
 
     /// What the listener `key` names accepts as TLS, if it does.
-    pub fn tls_acceptor(&self, key: &ListenerKey) -> Option<&Arc<crate::tls::Acceptor>> {
+    pub fn tls_acceptor(&self, key: &ListenerKey) -> Option<&Arc<crate::io::tls::Acceptor>> {
         self.tls_accept.iter().find(|(k, _)| k == key).map(|(_, a)| a)
     }
 
@@ -169,9 +173,9 @@ impl Policy {
     pub fn build(cfg: &Config, own: &[SocketAddr]) -> Result<Policy, Vec<String>> {
         let (users, user_rates, mut problems) = users_of(cfg);
         let undefined_names = undefined_names(cfg, &users);
-        let routes = crate::route::Routes::build(cfg, own).unwrap_or_else(|errs| {
+        let routes = crate::policy::route::Routes::build(cfg, own).unwrap_or_else(|errs| {
             problems.extend(errs);
-            crate::route::Routes::default()
+            crate::policy::route::Routes::default()
         });
         let default_allow = cfg.default_action == DefaultAction::Allow;
         let rules = RuleSet::compile(&cfg.rules, default_allow).unwrap_or_else(|errs| {
@@ -199,15 +203,15 @@ impl Policy {
                 _ => HTTPS_ALPN,
             };
             if let Some(t) = &l.tls {
-                match crate::tls::acceptor(t, alpn) {
+                match crate::io::tls::acceptor(t, alpn) {
                     Ok(a) => tls_accept.push((l.key, Arc::new(a))),
                     Err(e) => problems.push(format!("{what}: tls: {e}")),
                 }
             }
             if let Some(t) = &l.target_tls {
                 let named =
-                    l.target.as_ref().map(|target| crate::tls::server_name(t, &target.host));
-                match named.transpose().and_then(|_| crate::tls::connector(t)) {
+                    l.target.as_ref().map(|target| crate::io::tls::server_name(t, &target.host));
+                match named.transpose().and_then(|_| crate::io::tls::connector(t)) {
                     Ok(c) => tls_connect.push((l.key, c)),
                     Err(e) => problems.push(format!("{what}: target_tls: {e}")),
                 }
@@ -218,7 +222,7 @@ impl Policy {
             insecure: cfg.tls.origin_insecure,
             ..Default::default()
         };
-        let https_origins = crate::tls::connector(&origins);
+        let https_origins = crate::io::tls::connector(&origins);
         if let (Some(_), Err(e)) = (&cfg.tls.origin_ca, &https_origins) {
             problems.push(format!("tls.origin_ca: {e}"));
         }
@@ -230,7 +234,7 @@ impl Policy {
                     return None;
                 }
                 let t = crate::config::ConnectTls { ca: parent.ca.clone(), ..Default::default() };
-                crate::tls::connector(&t)
+                crate::io::tls::connector(&t)
                     .map_err(|e| problems.push(format!("parent `{}`: {e}", parent.name)))
                     .ok()
             })
@@ -338,7 +342,7 @@ fn users_file_unread(cfg: &Config) -> bool {
 /// credentials they give are known only when they connect: with a listener taking those,
 /// rules may name anyone.
 fn undefined_names(cfg: &Config, users: &Users) -> Vec<String> {
-    use crate::acl::{undefined_groups, undefined_users};
+    use crate::policy::acl::{undefined_groups, undefined_users};
     use crate::config::{CertUser, ClientCerts};
     let defined = |g: &str| users.has_group(g) || cfg.auth.groups.contains_key(g);
     let rules = || cfg.rules.iter().map(|r| &r.conditions);

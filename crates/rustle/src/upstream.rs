@@ -11,6 +11,8 @@
 //! `connect`, the slow path, which a front end boxes and races against its client leaving,
 //! makes a new one.
 
+pub mod hop;
+
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::io;
@@ -22,13 +24,13 @@ use futures_util::stream::{FuturesUnordered, StreamExt};
 use hashbrown::HashTable;
 use tokio::net::TcpStream;
 
-use crate::accesslog::Via;
-use crate::acl::Protocol;
+use crate::telemetry::accesslog::Via;
+use crate::policy::acl::Protocol;
 use crate::config::{ConnectTls, Upstream as UpstreamConfig};
-use crate::conn::Stream;
+use crate::io::conn::Stream;
 use crate::error::{ConnectError, Error};
 use crate::policy::{Access, Denial, Policy};
-use crate::route::{Choice, Hop};
+use crate::policy::route::{Choice, Hop};
 
 mod parents;
 
@@ -119,7 +121,7 @@ enum Way<'p> {
     Chain {
         name: &'p str,
         hops: &'p [Hop],
-        chain: Vec<&'p std::sync::Arc<crate::route::Parent>>,
+        chain: Vec<&'p std::sync::Arc<crate::policy::route::Parent>>,
     },
     /// A route's `destinations` decide: resolve first.
     Undecided,
@@ -239,10 +241,10 @@ impl Upstreams {
         timeouts: &crate::config::Timeouts,
     ) -> Result<Connected, Error> {
         // Timed only while something reads the durations (`metrics::timed`).
-        let started = crate::metrics::timed().then(std::time::Instant::now);
+        let started = crate::telemetry::metrics::timed().then(std::time::Instant::now);
         let connected = self.make(policy, want, plan, timeouts).await;
         if let (Ok(_), Some(started)) = (&connected, started) {
-            crate::metrics::upstream_connected(started.elapsed());
+            crate::telemetry::metrics::upstream_connected(started.elapsed());
         }
         connected
     }
@@ -356,10 +358,10 @@ async fn target_tls(
             let Some(config) = policy.tls_connector(listener).cloned() else {
                 return Err(tls_error("the listener has no TLS settings for its target".into()));
             };
-            (config, crate::tls::server_name(settings, host).map_err(tls_error)?)
+            (config, crate::io::tls::server_name(settings, host).map_err(tls_error)?)
         }
     };
-    crate::tls::connect_over(config, name, stream, timeouts.handshake).await.map_err(tls_error)
+    crate::io::tls::connect_over(config, name, stream, timeouts.handshake).await.map_err(tls_error)
 }
 
 /// RFC 8305's recommended Connection Attempt Delay: how long one address gets before the

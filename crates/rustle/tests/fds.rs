@@ -39,7 +39,7 @@ fn descriptors_return_to_baseline_after_5000_tunnels() {
     };
     cfg.log.access = LogTarget::Off;
     cfg.timeouts.shutdown = Duration::from_millis(500);
-    let running = rustle::server::start(cfg).expect("proxy starts");
+    let running = rustle::run::server::start(cfg).expect("proxy starts");
     let (http, socks) = (running.addrs()[0].1, running.addrs()[1].1);
     // A first round warms up what the proxy keeps for good (pools, the runtime's threads).
     let mut total = 0;

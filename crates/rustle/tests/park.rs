@@ -10,11 +10,11 @@ use std::time::{Duration, Instant};
 use rustle::config::{Config, Listener, ListenerKind, LogTarget};
 use rustle_bench::TcpEcho;
 
-/// Waits until `rustle::tunnel::park::parked_now()` is `want`.
+/// Waits until `rustle::front::tunnel::park::parked_now()` is `want`.
 fn parked_becomes(want: usize, within: Duration) -> bool {
     let start = Instant::now();
     while start.elapsed() < within {
-        if rustle::tunnel::park::parked_now() == want {
+        if rustle::front::tunnel::park::parked_now() == want {
             return true;
         }
         std::thread::sleep(Duration::from_millis(20));
@@ -74,7 +74,7 @@ fn idle_tunnels_are_parked_and_resume_when_either_side_speaks() {
     cfg.log.access = LogTarget::File(log.clone());
     cfg.timeouts.shutdown = Duration::from_millis(500);
     cfg.timeouts.tunnel_idle = Duration::from_secs(4);
-    let running = rustle::server::start(cfg).expect("proxy starts");
+    let running = rustle::run::server::start(cfg).expect("proxy starts");
     let (http, socks) = (running.addrs()[0].1, running.addrs()[1].1);
     let target = echo_server.addr();
 
@@ -88,7 +88,7 @@ fn idle_tunnels_are_parked_and_resume_when_either_side_speaks() {
     assert!(
         parked_becomes(3, Duration::from_secs(3)),
         "parked: {}",
-        rustle::tunnel::park::parked_now()
+        rustle::front::tunnel::park::parked_now()
     );
 
     // A parked tunnel comes back at the client's first byte, whole: a large message both
@@ -103,7 +103,7 @@ fn idle_tunnels_are_parked_and_resume_when_either_side_speaks() {
     a.read_exact(&mut back).unwrap();
     writer.join().unwrap();
     assert!(back == big, "the resumed tunnel's bytes differ");
-    assert!(rustle::tunnel::park::parked_now() <= 2);
+    assert!(rustle::front::tunnel::park::parked_now() <= 2);
 
     // A parked SOCKS tunnel too.
     echo(&mut c, b"c again");
@@ -120,7 +120,7 @@ fn idle_tunnels_are_parked_and_resume_when_either_side_speaks() {
     assert!(
         parked_becomes(2, Duration::from_secs(3)),
         "parked: {}",
-        rustle::tunnel::park::parked_now()
+        rustle::front::tunnel::park::parked_now()
     );
     let quiet_from = Instant::now();
     let mut buf = [0u8; 1];
@@ -131,7 +131,7 @@ fn idle_tunnels_are_parked_and_resume_when_either_side_speaks() {
     assert!(
         parked_becomes(0, Duration::from_secs(3)),
         "parked: {}",
-        rustle::tunnel::park::parked_now()
+        rustle::front::tunnel::park::parked_now()
     );
 
     // A half-closed tunnel parks too, and stays parked: the client's end of stream (read
@@ -148,12 +148,12 @@ fn idle_tunnels_are_parked_and_resume_when_either_side_speaks() {
     assert!(
         parked_becomes(1, Duration::from_secs(3)),
         "parked: {}",
-        rustle::tunnel::park::parked_now()
+        rustle::front::tunnel::park::parked_now()
     );
     // That it stays parked is seen only over time: a second of real time, looked at every
     // 20 ms, in which a wrong wake-up (which would fail the test) would show.
     for _ in 0..50 {
-        assert_eq!(rustle::tunnel::park::parked_now(), 1, "a half-closed tunnel woke up by itself");
+        assert_eq!(rustle::front::tunnel::park::parked_now(), 1, "a half-closed tunnel woke up by itself");
         std::thread::sleep(Duration::from_millis(20));
     }
     o.write_all(b"answer").unwrap();
@@ -164,7 +164,7 @@ fn idle_tunnels_are_parked_and_resume_when_either_side_speaks() {
     assert!(
         parked_becomes(0, Duration::from_secs(3)),
         "parked: {}",
-        rustle::tunnel::park::parked_now()
+        rustle::front::tunnel::park::parked_now()
     );
     running.stop();
     let text = std::fs::read_to_string(&log).unwrap();

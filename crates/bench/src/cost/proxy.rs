@@ -146,8 +146,8 @@ mod tests {
     fn finds_the_listening_lines() {
         let err = "\
 ==1== Callgrind, a call-graph generating cache profiler
-2026-12-02T11:26:50.917288Z  INFO rustle::server: listening on 127.0.0.1:46205 (http), 1 worker(s)
-2026-12-02T11:26:50.960533Z  INFO rustle::server: listening on 127.0.0.1:39323 (socks), 1 worker(s)
+2026-12-02T11:26:50.917288Z  INFO rustle::run::server: listening on 127.0.0.1:46205 (http), 1 worker(s)
+2026-12-02T11:26:50.960533Z  INFO rustle::run::server: listening on 127.0.0.1:39323 (socks), 1 worker(s)
 ";
         let l = listening(err);
         assert_eq!(l.len(), 2);

@@ -208,7 +208,7 @@ impl Config {
             }
         }
         let default_allow = config.default_action == DefaultAction::Allow;
-        if let Err(errs) = crate::acl::RuleSet::compile(&config.rules, default_allow) {
+        if let Err(errs) = crate::policy::acl::RuleSet::compile(&config.rules, default_allow) {
             for (i, e) in errs {
                 if lines.damaged(&["rule", &i.to_string()]) {
                     continue;
@@ -217,7 +217,7 @@ impl Config {
                 problems.push(Problem { line, message: format!("rule {}: {e}", i + 1) });
             }
         }
-        let mut users = crate::auth::Users::default();
+        let mut users = crate::policy::auth::Users::default();
         for (i, u) in config.auth.users.iter().enumerate() {
             if lines.damaged(&["auth", "user", &i.to_string()]) {
                 continue;

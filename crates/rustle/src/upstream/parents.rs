@@ -14,14 +14,14 @@ use std::time::Instant;
 use rustle_proto::socks5::Reply;
 
 use super::{target_tls, Connected, Tls, Upstreams, Want};
-use crate::accesslog::Via;
-use crate::acl::Protocol;
+use crate::telemetry::accesslog::Via;
+use crate::policy::acl::Protocol;
 use crate::config::{ParentKind, Timeouts};
-use crate::conn::Stream;
+use crate::io::conn::Stream;
 use crate::error::{ConnectError, Error};
-use crate::hop::{self, Credentials, HopKind};
+use crate::upstream::hop::{self, Credentials, HopKind};
 use crate::policy::Policy;
-use crate::route::{Hop, Parent, Pick};
+use crate::policy::route::{Hop, Parent, Pick};
 
 /// Attempts at one connection: a failed parent is picked around on the next.
 const ATTEMPTS: usize = 4;
@@ -191,7 +191,7 @@ async fn parent_tls(
     };
     let name = rustls::pki_types::ServerName::try_from(p.server_name.to_string())
         .map_err(|_| format!("`{}` is not a server name", p.server_name))?;
-    crate::tls::connect_over(config, name, stream, timeouts.handshake)
+    crate::io::tls::connect_over(config, name, stream, timeouts.handshake)
         .await
         .map_err(|e| format!("TLS failed: {e}"))
 }
@@ -229,7 +229,7 @@ fn via(policy: &Policy, route: &str, chain: &[&Arc<Parent>]) -> Rc<Via> {
     let parents: Vec<&str> = chain.iter().map(|p| &*p.name).collect();
     let counters = policy.routes.route_counters(route).into_iter();
     let counters = counters.chain(chain.iter().map(|p| &p.health.stats.traffic));
-    let through = crate::metrics::Through::new(counters);
+    let through = crate::telemetry::metrics::Through::new(counters);
     Rc::new(Via { route: route.into(), parents: parents.join(",").into(), through })
 }
 
@@ -407,8 +407,8 @@ impl Upstreams {
         }
         let access = want.access(policy);
         let (route, hops) = match policy.routes.choose(&access.request(None)) {
-            crate::route::Choice::Path { route, hops } => (route, hops),
-            crate::route::Choice::Deny { route } => {
+            crate::policy::route::Choice::Path { route, hops } => (route, hops),
+            crate::policy::route::Choice::Deny { route } => {
                 let rule = format!("route `{route}`");
                 let reason = "the route refuses it";
                 return Err(Error::Connect(ConnectError::Denied(crate::policy::Denial {
@@ -416,7 +416,7 @@ impl Upstreams {
                     reason,
                 })));
             }
-            crate::route::Choice::Direct { .. } | crate::route::Choice::NeedAddress => {
+            crate::policy::route::Choice::Direct { .. } | crate::policy::route::Choice::NeedAddress => {
                 return Ok(None)
             }
         };
@@ -484,9 +484,9 @@ impl Upstreams {
 mod tests {
     use super::*;
 
-    fn routes(text: &str) -> crate::route::Routes {
+    fn routes(text: &str) -> crate::policy::route::Routes {
         let cfg = crate::config::Config::parse(text).expect("valid");
-        crate::route::Routes::build(&cfg, &[]).expect("builds")
+        crate::policy::route::Routes::build(&cfg, &[]).expect("builds")
     }
 
     fn want<'a>(user: Option<&'a str>) -> Want<'a> {

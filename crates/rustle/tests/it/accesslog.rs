@@ -361,7 +361,7 @@ fn a_template_shows_every_field() {
     let origin = Origin::start().unwrap();
     let parent = Proxy::start();
     let dir = TempDir::new("template");
-    let files = rustle::tls::write_self_signed("localhost", &dir.path().join("c")).unwrap();
+    let files = rustle::io::tls::write_self_signed("localhost", &dir.path().join("c")).unwrap();
     let template: Vec<String> = EVERY_FIELD.iter().map(|f| format!("{{{f}}}")).collect();
     let toml = format!(
         "[log]\nformat = \"{}\"\n\
@@ -567,7 +567,7 @@ fn flush_with_marker(proxy: &Proxy, origin: &Origin, marker: &str) -> String {
 fn refusals_before_the_target_is_known_log_one_line_each() {
     let origin = Origin::start().unwrap();
     let dir = TempDir::new("refusals");
-    let files = rustle::tls::write_self_signed("localhost", &dir.path().join("c")).unwrap();
+    let files = rustle::io::tls::write_self_signed("localhost", &dir.path().join("c")).unwrap();
     let proxy = Proxy::from_toml(&format!(
         "[[listener]]\nlisten = \"127.0.0.1:0\"\n\
          [[listener]]\nkind = \"socks\"\nlisten = \"127.0.0.1:0\"\nauth = true\n\

@@ -197,7 +197,7 @@ fn argon2id_line_from_rustle_passwd_is_accepted() {
 fn plain_file_lines_and_inline_users_are_accepted() {
     let dir = TempDir::new("plain");
     let users = users_file(&dir, &["", "# comment", "  bob:plain:hunter2:staff  "]);
-    let carol = rustle::auth::hash_line("carol", b"carol's pass").unwrap();
+    let carol = rustle::policy::auth::hash_line("carol", b"carol's pass").unwrap();
     let carol_hash = carol.strip_prefix("carol:").unwrap();
     let proxy = Proxy::from_toml(&format!(
         r#"
@@ -682,7 +682,7 @@ impl LoginTarget {
     /// address's budget runs one.
     fn with_workers(workers: usize, auth_keys: &str) -> LoginTarget {
         let dir = TempDir::new("login-flood");
-        let line = rustle::auth::hash_line("alice", ALICE_PASSWORD.as_bytes()).unwrap();
+        let line = rustle::policy::auth::hash_line("alice", ALICE_PASSWORD.as_bytes()).unwrap();
         assert!(line.contains("$argon2id$v=19$m=19456,"), "{line}");
         let users = users_file(&dir, &[&line]);
         let config = dir.file("rustle.toml");

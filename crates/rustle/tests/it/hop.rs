@@ -1,4 +1,4 @@
-//! `rustle::hop` against a real rustle as the parent: a tunnel through its HTTP listener
+//! `rustle::upstream::hop` against a real rustle as the parent: a tunnel through its HTTP listener
 //! (CONNECT, with and without Basic credentials), its SOCKS listener as a SOCKS5 parent
 //! with username/password and as a SOCKS4a parent, each to a `TcpEcho`; and a UDP
 //! association through it to a `UdpEcho`.
@@ -6,7 +6,7 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use rustle::hop::{tunnel, udp_associate, Credentials, HopError, HopKind};
+use rustle::upstream::hop::{tunnel, udp_associate, Credentials, HopError, HopKind};
 use rustle_bench::{TcpEcho, UdpEcho};
 use rustle_proto::socks5;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};

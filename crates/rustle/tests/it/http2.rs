@@ -1111,7 +1111,7 @@ async fn tunnel_throughput_h2_vs_http1() {
 
 /// A proxy with an HTTPS listener (certificate for localhost) and `extra` TOML.
 fn https_proxy(dir: &TempDir, extra: &str) -> (Proxy, std::path::PathBuf) {
-    let files = rustle::tls::write_self_signed("localhost", &dir.path().join("certs")).unwrap();
+    let files = rustle::io::tls::write_self_signed("localhost", &dir.path().join("certs")).unwrap();
     let toml = format!(
         "{extra}\n[[listener]]\nkind = \"https\"\nlisten = \"127.0.0.1:0\"\n{}\n[listener.tls]\n\
          cert = \"{}\"\nkey = \"{}\"\n",

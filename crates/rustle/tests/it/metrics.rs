@@ -199,7 +199,7 @@ fn counters_match_the_traffic_of_each_protocol_and_parse_as_prometheus_text() {
     let origin = Origin::start().unwrap();
     let echo = TcpEcho::start().unwrap();
     let dir = TempDir::new("metrics");
-    let certs = rustle::tls::write_self_signed("localhost", &dir.path().join("tls")).unwrap();
+    let certs = rustle::io::tls::write_self_signed("localhost", &dir.path().join("tls")).unwrap();
     let proxy = Proxy::from_toml(&format!(
         r#"
 [admin]
@@ -583,7 +583,7 @@ fn an_admin_listener_open_to_anyone_is_refused_at_start_and_by_check() {
         },
         ..Default::default()
     };
-    let err = rustle::server::start(cfg).err().expect("refused").to_string();
+    let err = rustle::run::server::start(cfg).err().expect("refused").to_string();
     assert!(err.contains("admin listener on 0.0.0.0:0 would serve metrics"), "{err}");
     // `rustle check`, with the line of `listen`.
     let dir = TempDir::new("admin-check");

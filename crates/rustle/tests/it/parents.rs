@@ -525,12 +525,12 @@ fn dante_parent_credentials_right_and_wrong() {
 }
 
 /// A certificate set for `name` in `dir`.
-fn certs(dir: &TempDir, name: &str) -> rustle::tls::SelfSignedFiles {
-    rustle::tls::write_self_signed(name, &dir.path().join(name)).expect("self-signed set")
+fn certs(dir: &TempDir, name: &str) -> rustle::io::tls::SelfSignedFiles {
+    rustle::io::tls::write_self_signed(name, &dir.path().join(name)).expect("self-signed set")
 }
 
 /// rustle with one HTTPS listener serving `files`.
-fn https_rustle(files: &rustle::tls::SelfSignedFiles) -> Proxy {
+fn https_rustle(files: &rustle::io::tls::SelfSignedFiles) -> Proxy {
     Proxy::from_toml(&format!(
         "[[listener]]\nkind = \"https\"\nlisten = \"127.0.0.1:0\"\n[listener.tls]\n\
          cert = \"{}\"\nkey = \"{}\"\n",

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use rustle::tls::write_self_signed;
+use rustle::io::tls::write_self_signed;
 use rustle_bench::{Origin, TcpEcho, TlsOrigin};
 use rustls::pki_types::pem::PemObject as _;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
@@ -83,11 +83,11 @@ fn exchange(tls: &mut Tls, request: &[u8]) -> Resp {
     }
 }
 
-fn certs(dir: &TempDir, name: &str) -> rustle::tls::SelfSignedFiles {
+fn certs(dir: &TempDir, name: &str) -> rustle::io::tls::SelfSignedFiles {
     write_self_signed(name, &dir.path().join(name)).expect("self-signed set")
 }
 
-fn https_toml(files: &rustle::tls::SelfSignedFiles, extra: &str) -> String {
+fn https_toml(files: &rustle::io::tls::SelfSignedFiles, extra: &str) -> String {
     format!(
         "[[listener]]\nkind = \"https\"\nlisten = \"127.0.0.1:0\"\n{extra}\n[listener.tls]\n\
          cert = \"{}\"\nkey = \"{}\"\n",
@@ -538,7 +538,7 @@ fn sighup_reloads_certificates_and_keeps_open_connections() {
 fn a_reload_keeps_certificates_with_their_listeners_when_reordered() {
     let dir = TempDir::new("https-reorder");
     let (a, b, c) = (certs(&dir, "a.test"), certs(&dir, "b.test"), certs(&dir, "c.test"));
-    let https = |ip: &str, files: &rustle::tls::SelfSignedFiles| {
+    let https = |ip: &str, files: &rustle::io::tls::SelfSignedFiles| {
         format!(
             "[[listener]]\nkind = \"https\"\nlisten = \"{ip}:0\"\n[listener.tls]\n\
              cert = \"{}\"\nkey = \"{}\"\n",
@@ -548,7 +548,7 @@ fn a_reload_keeps_certificates_with_their_listeners_when_reordered() {
     };
     let proxy = Proxy::from_toml(&format!("{}{}", https("127.0.0.1", &a), https("127.0.0.2", &b)));
     let (one, two) = (proxy.addr_of(0), proxy.addr_of(1));
-    let verifies = |addr, name: &str, files: &rustle::tls::SelfSignedFiles| {
+    let verifies = |addr, name: &str, files: &rustle::io::tls::SelfSignedFiles| {
         tls_connect(addr, name, &client_config(&files.ca, None)).is_ok()
     };
     assert!(verifies(one, "a.test", &a) && verifies(two, "b.test", &b));

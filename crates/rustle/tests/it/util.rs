@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use rustle::config::{Config, Listener, ListenerKind, LogTarget};
-use rustle::server::Running;
+use rustle::run::server::Running;
 use sha2::{Digest, Sha256};
 
 pub mod peers;
@@ -124,7 +124,7 @@ impl Proxy {
         cfg.log.access = LogTarget::File(log.clone());
         cfg.timeouts.shutdown = Duration::from_millis(500);
         tweak(&mut cfg);
-        let running = rustle::server::start(cfg).expect("proxy starts");
+        let running = rustle::run::server::start(cfg).expect("proxy starts");
         let addrs = running.addrs();
         let addr = addrs[0].1;
         Proxy { running: Some(running), addr, addrs, log, _dir: dir }
@@ -762,7 +762,7 @@ impl Proxy {
         cfg.workers = old.workers;
         cfg.log.access = old.log.access.clone();
         cfg.timeouts.shutdown = old.timeouts.shutdown;
-        rustle::reload::apply(running, &cfg).expect("reload");
+        rustle::run::reload::apply(running, &cfg).expect("reload");
     }
 
     /// The bound address of the `index`th listener (configuration order).

@@ -24,7 +24,7 @@ fn read_to_end(tls: &mut Tls) -> Result<Vec<u8>, String> {
     }
 }
 
-fn tls_listener_toml(kind: &str, files: &rustle::tls::SelfSignedFiles, extra: &str) -> String {
+fn tls_listener_toml(kind: &str, files: &rustle::io::tls::SelfSignedFiles, extra: &str) -> String {
     format!(
         "{extra}\n[[listener]]\nkind = \"{kind}\"\nlisten = \"127.0.0.1:0\"\n[listener.tls]\n\
          cert = \"{}\"\nkey = \"{}\"\n",
@@ -196,7 +196,7 @@ fn http2_over_tls_ends_with_goaway_then_close_notify() {
 /// A TLS origin for one connection: it answers one request with `answer`, then waits
 /// for the proxy to end the session and says how it ended (`Err` without close_notify).
 fn tls_origin_once(
-    files: &rustle::tls::SelfSignedFiles,
+    files: &rustle::io::tls::SelfSignedFiles,
     answer: &'static [u8],
 ) -> (SocketAddr, std::sync::mpsc::Receiver<Result<(), String>>) {
     let chain: Vec<_> =

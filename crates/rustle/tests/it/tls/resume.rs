@@ -14,7 +14,7 @@ use super::*;
 /// The three kinds of TLS port, each in front of `origin`: (name, config, request sent
 /// inside TLS, asking the origin to close after its answer).
 fn ports(
-    files: &rustle::tls::SelfSignedFiles,
+    files: &rustle::io::tls::SelfSignedFiles,
     origin: &Origin,
 ) -> Vec<(&'static str, String, String)> {
     let tls = format!(
@@ -199,7 +199,7 @@ struct SServer {
 }
 
 impl SServer {
-    fn start(files: &rustle::tls::SelfSignedFiles, version: &str) -> SServer {
+    fn start(files: &rustle::io::tls::SelfSignedFiles, version: &str) -> SServer {
         let mut child = clean_command("openssl")
             .args(["s_server", "-accept", "127.0.0.1:0", "-www", version, "-cert"])
             .arg(&files.chain)

@@ -1,0 +1,9 @@
+pub mod dispatch;
+pub mod exchange;
+pub mod http1;
+pub mod http2;
+pub mod portmap;
+pub mod socks;
+pub mod tunnel;
+pub mod udp;
+pub mod worker;

@@ -1,0 +1,157 @@
+//! The TCP port relay (3proxy's tcppm, nginx's stream, haproxy's mode tcp): every
+//! connection accepted on the listener is relayed to the listener's fixed target. With
+//! `[listener.tls]` the relay terminates TLS from clients (stunnel's server mode); with
+//! `[listener.target_tls]` it originates TLS to the target (stunnel's client mode).
+
+use std::net::SocketAddr;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::Instant;
+
+use tokio::net::TcpStream;
+
+use crate::telemetry::accesslog::{Label, Parts, Protocol, Record};
+use crate::io::buf::{Buf, READ_SIZE};
+use crate::io::conn::Stream;
+use crate::error::{ConnectError, Error, Phase};
+use crate::front::exchange::{client_left, connect};
+use crate::policy::Listener;
+use crate::io::tls::Session;
+use crate::front::tunnel::Handoff;
+use crate::upstream::{Connected, Tls, Want};
+use crate::front::worker::{ConnGuard, Worker};
+
+pub async fn serve(guard: ConnGuard, listener: Arc<Listener>, stream: TcpStream, peer: SocketAddr) {
+    let worker = guard.worker().clone();
+    let start = Instant::now();
+    let Some(target) = &listener.target else {
+        // The configuration check makes this impossible; close rather than panic.
+        return;
+    };
+    let name = format!("relay://{target}");
+    let fail = |why: &dyn std::fmt::Display, upstream: Option<SocketAddr>, tls| {
+        log_failure(&worker, &listener, peer, start, &name, upstream, why, tls, None)
+    };
+    // Boxed: the handshake's state would otherwise make every plain relay's future
+    // larger; a TLS handshake costs far more than one allocation.
+    let accepted = match listener.tls.is_some() {
+        true => Box::pin(accept_tls(&worker, &listener, stream)).await,
+        false => Ok((Stream::Tcp(stream), None)),
+    };
+    let (mut client, tls) = match accepted {
+        Ok(accepted) => accepted,
+        Err(why) => return fail(&why, None, None),
+    };
+    let policy = worker.policy();
+    let tls_to_target = match (&listener.target_tls, policy.tls_connector(&listener.key)) {
+        (Some(settings), Some(_)) => Tls::Relay { listener: &listener.key, settings },
+        _ => Tls::Plain,
+    };
+    let want = Want {
+        host: &target.host,
+        port: target.port,
+        protocol: Protocol::Relay,
+        client: peer.ip(),
+        user: None,
+        listener: listener.name.as_deref(),
+        tls: tls_to_target,
+    };
+    // What the client sends while the target is connected to goes first through the
+    // relay (it owns no storage unless it is used).
+    let mut early = Buf::default();
+    let connected = connect(&worker, &policy, &want, None, || {
+        client_left(&mut client, &mut early, READ_SIZE, Phase::Connect, true)
+    })
+    .await;
+    drop(policy);
+    let Connected { stream: upstream, addr, early: early_down, via, .. } = match connected {
+        Ok(c) => c,
+        Err(e) => {
+            let addr = match &e {
+                Error::Connect(ConnectError::Tls { addr, .. }) => Some(*addr),
+                _ => None,
+            };
+            return log_failure(
+                &worker,
+                &listener,
+                peer,
+                start,
+                &name,
+                addr,
+                &e,
+                tls.as_deref(),
+                Some(&e),
+            );
+        }
+    };
+    let record = crate::front::tunnel::Record {
+        tls,
+        peer,
+        label: {
+            let mut label = Label::new([b"RELAY", name.as_bytes(), b"", b""]);
+            label.protocol = Protocol::Relay;
+            label
+        },
+        user: None,
+        status: 0,
+        start,
+        upstream: Some(addr),
+        via,
+        up: 0,
+        down: 0,
+    };
+    let handoff = Handoff {
+        upstream,
+        early_up: early.filled().to_vec(),
+        early_down,
+        throttle: listener.throttle.clone(),
+    };
+    let opts = worker.relay_opts(listener.splice);
+    crate::front::tunnel::spawn(guard, client, handoff, opts, record);
+}
+
+/// The client side: TLS terminated here when the listener has a certificate.
+async fn accept_tls(
+    worker: &Worker,
+    listener: &Listener,
+    mut stream: TcpStream,
+) -> Result<(Stream, Option<Rc<Session>>), String> {
+    let deadline = tokio::time::Instant::now() + worker.cfg().timeouts.handshake;
+    let mut buf = worker.take_buf();
+    let read = tokio::time::timeout_at(deadline, buf.read_from(&mut stream, crate::io::buf::READ_SIZE));
+    let first = match read.await {
+        Ok(Ok(n)) if n > 0 => buf.filled()[0],
+        Ok(Ok(_)) | Ok(Err(_)) => 0,
+        Err(_) => {
+            worker.give_buf(buf);
+            return Err("TLS handshake timed out".into());
+        }
+    };
+    if first != 0x16 {
+        worker.give_buf(buf);
+        return Err("not a TLS handshake on a TLS relay".into());
+    }
+    let accepted = worker.accept_tls(listener, stream, buf, deadline).await?;
+    Ok((accepted.stream, Some(accepted.session)))
+}
+
+/// A relay connection that failed before its tunnel: counted, and its log line. `error`:
+/// the failure as an error, when it is one (a TLS handshake's is only text).
+#[allow(clippy::too_many_arguments)]
+fn log_failure(
+    worker: &Worker,
+    listener: &Listener,
+    peer: SocketAddr,
+    start: Instant,
+    target: &str,
+    upstream: Option<SocketAddr>,
+    why: &dyn std::fmt::Display,
+    tls: Option<&Session>,
+    error: Option<&Error>,
+) {
+    let parts = Parts { method: b"RELAY", target: target.as_bytes() };
+    let mut record = Record::new(peer, listener, &listener.counters, Protocol::Relay, start);
+    record.label = &parts;
+    (record.upstream, record.tls, record.error) = (upstream, tls, Some(why));
+    crate::front::exchange::end(worker, None, record, error);
+}

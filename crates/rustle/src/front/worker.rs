@@ -1,0 +1,456 @@
+//! The worker context: what every connection task of one worker thread shares (its
+//! policy snapshot, pool of origin connections, caches, buffers, access log and limits).
+//! It imports no front end: front ends and the shared layers below them take it as
+//! `Rc<Worker>`; `server` builds one per worker thread.
+
+use std::cell::{Cell, RefCell};
+use std::rc::Rc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::sync::watch;
+
+use crate::telemetry::accesslog::{AccessLog, Sink};
+use crate::policy::auth::{Gate, Refusal};
+use crate::io::buf::Buf;
+use crate::config::Config;
+use crate::limits::{ConnLimits, Slot, Traffic};
+use crate::policy::Policy;
+use crate::upstream::Upstreams;
+
+/// What every connection task of one worker shares.
+pub struct Worker {
+    pub id: usize,
+    /// The configuration in force (timeouts, limits, log settings...), from the policy
+    /// snapshot: replaced with it on SIGHUP; `Rc` so that taking it costs no atomic.
+    // Rc over the shared Arc on purpose, as for `policy`.
+    #[allow(clippy::redundant_allocation)]
+    cfg: RefCell<Rc<Arc<Config>>>,
+    pub upstreams: Upstreams,
+    pub log: AccessLog,
+    limits: Cell<rustle_proto::http::Limits>,
+    pub shutdown: watch::Receiver<bool>,
+    /// Set once shutdown begins, read without touching the watch channel's lock.
+    pub stopping: Cell<bool>,
+    active: Cell<usize>,
+    /// Users, rules and limits in force; replaced on SIGHUP. `Rc` so that a connection
+    /// takes its snapshot without an atomic operation.
+    // Rc over the shared Arc on purpose: cloning the Rc costs no atomic operation.
+    #[allow(clippy::redundant_allocation)]
+    policy: RefCell<Rc<Arc<Policy>>>,
+    /// Credentials checks (this worker's cache and failure limiter; no lock).
+    auth: Gate,
+    pub conn_limits: Arc<ConnLimits>,
+    /// Bytes each way per authenticated user, across workers (for logs and metrics).
+    pub traffic: Arc<Traffic>,
+    /// Read buffers not in use, so a request does not allocate one.
+    bufs: RefCell<Vec<Buf>>,
+    /// Response field lists not in use (see `take_fields`).
+    fields: RefCell<Vec<Vec<rustle_proto::http::Header>>>,
+    /// Outgoing-head buffers not in use (see `take_out`).
+    outs: RefCell<Vec<Vec<u8>>>,
+    /// The fewest spare buffers since the last trim: that many were not needed.
+    bufs_low: Cell<usize>,
+    /// When the allocator was last asked to give free pages back.
+    released: Cell<Instant>,
+    /// Tunnels parked since then.
+    parked_untrimmed: Cell<usize>,
+    /// Kept-alive connections waiting for their next request.
+    pub waiters: crate::io::idle::Waiters,
+    /// Open client connections across all workers, and HTTP/2 streams with an upstream
+    /// (`StreamSlot`), for `limits.max_connections`.
+    open: Arc<AtomicUsize>,
+}
+
+/// An HTTP/2 stream's share of the connection limits while it may hold an upstream
+/// connection: a place under `limits.max_connections` and slots under the per-client and
+/// per-user limits, as a connection of its own would take (one h2 connection carries
+/// many upstream sockets). Released when dropped.
+pub struct StreamSlot {
+    open: Arc<AtomicUsize>,
+    /// The client's and the user's slots, boxed and only when a limit counts them (an
+    /// open tunnel keeps its stream's slot).
+    _slots: Option<Box<(Option<Slot>, Option<Slot>)>>,
+}
+
+impl Drop for StreamSlot {
+    fn drop(&mut self) {
+        self.open.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// Held by a connection task; releases its slot when the task ends however it ends.
+pub struct ConnGuard {
+    worker: Rc<Worker>,
+    /// The listener it was accepted on.
+    listener: Arc<crate::policy::Listener>,
+    /// The connection's slots under the per-client and per-user limits; boxed, and only
+    /// when a limit holds one, because every open connection and tunnel keeps its guard.
+    slots: Option<Box<Slots>>,
+}
+
+#[derive(Default)]
+struct Slots {
+    /// This client address's slot under `limits.max_connections_per_client`.
+    _client: Option<Slot>,
+    /// The authenticated user's slot under `limits.max_connections_per_user`.
+    user: Option<Slot>,
+    /// The user's open connections in the metrics.
+    user_conn: Option<crate::telemetry::metrics::UserConn>,
+}
+
+impl Drop for ConnGuard {
+    fn drop(&mut self) {
+        self.worker.active.set(self.worker.active.get() - 1);
+        self.worker.open.fetch_sub(1, Ordering::Relaxed);
+        crate::telemetry::metrics::closed(&self.listener.counters);
+    }
+}
+
+/// Spare buffers a worker may keep; beyond this, returned buffers are freed. Idle
+/// kept-alive connections give their buffer back between requests, so a busy worker
+/// needs about one per active connection: a small cap made them allocate (and zero
+/// 16 KiB) on most requests. What the last second did not use is freed by `trim_bufs`.
+const MAX_SPARE_BUFS: usize = 4096;
+
+/// Least time between two hand-backs of free memory to the kernel (`trim_bufs`).
+const RELEASE_EVERY: Duration = Duration::from_secs(10);
+
+/// Spare outgoing-head buffers a worker keeps, the size a new one starts with, and the
+/// largest it keeps (a head with up to 64 KiB of body coalesced, and some room).
+const MAX_SPARE_OUTS: usize = 256;
+const OUT_SIZE: usize = 1024;
+const MAX_KEPT_OUT: usize = 80 * 1024;
+
+/// Spare response field lists a worker keeps, and the largest it keeps (in fields).
+const MAX_SPARE_FIELDS: usize = 256;
+const MAX_KEPT_FIELDS: usize = 64;
+
+/// Tunnels parked since the allocator last gave pages back that make it worth doing again.
+const PARKED_TO_RELEASE: usize = 256;
+
+impl Worker {
+    /// The context of worker `id`: `policy` is the policy in force (its `config` the
+    /// configuration), `open` counts client connections across workers, `hasher` runs the
+    /// password hashes of every worker.
+    // Each argument is a part handed over once per worker thread, at start.
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        id: usize,
+        policy: Arc<Policy>,
+        shutdown: watch::Receiver<bool>,
+        conn_limits: Arc<ConnLimits>,
+        traffic: Arc<Traffic>,
+        sink: Sink,
+        open: Arc<AtomicUsize>,
+        hasher: Arc<crate::policy::auth::Hasher>,
+    ) -> Worker {
+        let cfg = policy.config.clone();
+        let log = AccessLog::new(sink, cfg.log.format.clone());
+        let a = &cfg.auth;
+        let auth = Gate::new(a.cache_ttl, a.failures_burst, a.failures_per_minute, hasher);
+        Worker {
+            id,
+            upstreams: Upstreams::new(cfg.upstream.clone()),
+            log,
+            limits: Cell::new(head_limits(&cfg)),
+            shutdown,
+            stopping: Cell::new(false),
+            active: Cell::new(0),
+            bufs: RefCell::new(Vec::new()),
+            fields: RefCell::new(Vec::new()),
+            outs: RefCell::new(Vec::new()),
+            bufs_low: Cell::new(0),
+            parked_untrimmed: Cell::new(0),
+            released: Cell::new(
+                Instant::now().checked_sub(RELEASE_EVERY).unwrap_or_else(Instant::now),
+            ),
+            waiters: Default::default(),
+            policy: RefCell::new(Rc::new(policy)),
+            auth,
+            conn_limits,
+            traffic,
+            open,
+            cfg: RefCell::new(Rc::new(cfg)),
+        }
+    }
+
+    /// The configuration in force, for one connection or request.
+    pub fn cfg(&self) -> Rc<Arc<Config>> {
+        self.cfg.borrow().clone()
+    }
+
+    /// The request-head limits in force.
+    pub fn limits(&self) -> rustle_proto::http::Limits {
+        self.limits.get()
+    }
+
+    /// Counts a connection just accepted from `client` on `listener`: its guard, the
+    /// connections now open across workers, and whether the client is over its own limit.
+    pub fn admit(
+        self: &Rc<Self>,
+        client: std::net::IpAddr,
+        listener: &Arc<crate::policy::Listener>,
+    ) -> (ConnGuard, usize, bool) {
+        crate::telemetry::metrics::accepted(&listener.counters);
+        let open = self.open.fetch_add(1, Ordering::Relaxed) + 1;
+        self.active.set(self.active.get() + 1);
+        let client_slot = self.conn_limits.acquire_client(client);
+        let over_client = client_slot.is_none();
+        let guard = ConnGuard {
+            worker: self.clone(),
+            listener: listener.clone(),
+            slots: client_slot
+                .filter(Slot::counts)
+                .map(|c| Box::new(Slots { _client: Some(c), ..Slots::default() })),
+        };
+        (guard, open, over_client)
+    }
+
+    /// A stream's share of the connection limits (`StreamSlot`), or the error it is
+    /// refused with: `Overloaded` past `limits.max_connections`, `LimitReached` past the
+    /// client's or the user's own limit. Costs an atomic add and, with a per-client or
+    /// per-user limit, the limits' lock, as accepting a connection does.
+    pub fn admit_stream(
+        &self,
+        client: std::net::IpAddr,
+        user: Option<&str>,
+    ) -> Result<StreamSlot, crate::error::Error> {
+        use crate::error::Error;
+        let open = self.open.fetch_add(1, Ordering::Relaxed) + 1;
+        let mut slot = StreamSlot { open: self.open.clone(), _slots: None };
+        if open > self.cfg().limits.max_connections {
+            return Err(Error::Overloaded);
+        }
+        let client = self.conn_limits.acquire_client(client);
+        let client = client.ok_or(Error::LimitReached("for this client address"))?;
+        let user = match user {
+            Some(user) => {
+                let user = self.conn_limits.acquire_user(user);
+                Some(user.ok_or(Error::LimitReached("for this user"))?)
+            }
+            None => None,
+        };
+        let (client, user) = (client.counts().then_some(client), user.filter(Slot::counts));
+        if client.is_some() || user.is_some() {
+            slot._slots = Some(Box::new((client, user)));
+        }
+        Ok(slot)
+    }
+
+    /// Connections of this worker still open.
+    pub fn active(&self) -> usize {
+        self.active.get()
+    }
+
+    /// Puts a new policy and its configuration in force for connections and requests
+    /// that start from now on (SIGHUP): timeouts, head limits, the origin pool's and the
+    /// credential checks' settings, the access log's format and where it goes (`sink`).
+    /// Connections already open keep the snapshot they took.
+    pub fn reconfigure(&self, policy: Arc<Policy>, sink: Sink) {
+        let cfg = policy.config.clone();
+        self.log.reconfigure(sink, cfg.log.format.clone());
+        self.limits.set(head_limits(&cfg));
+        self.upstreams.set_config(cfg.upstream.clone());
+        let a = &cfg.auth;
+        self.auth.set_limits(a.cache_ttl, a.failures_burst, a.failures_per_minute);
+        self.auth.hasher().set_limits(a.max_pending_hashes, a.max_hashes_per_client);
+        *self.cfg.borrow_mut() = Rc::new(cfg);
+        *self.policy.borrow_mut() = Rc::new(policy);
+    }
+
+    /// When an exchange starts, for its log line and its duration: the clock when lines
+    /// are written or durations measured (`metrics::timed`), the last sweep's time when
+    /// neither (nothing reads it then).
+    pub fn stamp(&self) -> Instant {
+        match self.log.enabled() || crate::telemetry::metrics::timed() {
+            true => Instant::now(),
+            false => self.waiters.coarse_now(),
+        }
+    }
+
+    /// The generation of the users in force (changes with every reload).
+    pub fn users_generation(&self) -> u64 {
+        self.policy.borrow().users.generation()
+    }
+
+    /// The bandwidth limits of a connection on a listener limited by `listener`, of
+    /// `user` (the policy in force decides the user's).
+    pub fn throttle(
+        &self,
+        listener: &crate::limits::Throttle,
+        user: Option<&str>,
+    ) -> crate::limits::Throttle {
+        self.policy.borrow().throttle(listener, user)
+    }
+
+    /// The policy in force, for one request or handshake.
+    pub fn policy(&self) -> Rc<Arc<Policy>> {
+        self.policy.borrow().clone()
+    }
+
+    /// Checks a user name and password against the users in force (`auth::Gate`).
+    pub async fn authenticate(
+        &self,
+        client: std::net::IpAddr,
+        user: &str,
+        password: &[u8],
+    ) -> Result<(), crate::error::Error> {
+        use crate::error::Error;
+        let policy = self.policy();
+        match self.auth.verify(&policy.users, client, user, password).await {
+            Ok(()) => Ok(()),
+            Err(Refusal::RateLimited) => Err(Error::AuthRateLimited),
+            Err(Refusal::Wrong) => Err(Error::AuthRequired("unknown user or wrong password")),
+            Err(Refusal::Busy) => Err(Error::AuthBusy),
+        }
+    }
+
+    /// Completes the TLS handshake of a client of `listener` whose first bytes are in
+    /// `buf` (`tls::accept`, with the listener's certificates in force).
+    pub async fn accept_tls(
+        &self,
+        listener: &crate::policy::Listener,
+        stream: tokio::net::TcpStream,
+        buf: Buf,
+        deadline: tokio::time::Instant,
+    ) -> Result<crate::io::tls::Accepted, String> {
+        let policy = self.policy();
+        let Some(acceptor) = policy.tls_acceptor(&listener.key).cloned() else {
+            self.give_buf(buf);
+            return Err("a TLS ClientHello on a port without [listener.tls]".into());
+        };
+        drop(policy);
+        let accepted =
+            crate::io::tls::accept(&acceptor, stream, buf, |b| self.give_buf(b), deadline).await;
+        crate::telemetry::metrics::tls_handshake(&listener.counters, accepted.is_ok());
+        accepted
+    }
+
+    /// Relay settings for a tunnel accepted on a listener with this splice mode.
+    pub fn relay_opts(&self, splice: crate::config::SpliceMode) -> crate::io::relay::Opts {
+        let cfg = self.cfg();
+        let r = &cfg.relay;
+        crate::io::relay::Opts {
+            idle: cfg.timeouts.tunnel_idle,
+            splice,
+            grace: (r.grace_reads > 0)
+                .then_some(crate::io::relay::Grace { reads: r.grace_reads, delay: r.grace_delay }),
+        }
+    }
+
+    /// A response head's field list from the worker's spares (a fresh one when there is
+    /// none): parsing a response then allocates nothing, and an idle connection keeps none.
+    pub fn take_fields(&self) -> Vec<rustle_proto::http::Header> {
+        self.fields.borrow_mut().pop().unwrap_or_default()
+    }
+
+    pub fn give_fields(&self, mut fields: Vec<rustle_proto::http::Header>) {
+        let mut spare = self.fields.borrow_mut();
+        if spare.len() < MAX_SPARE_FIELDS && fields.capacity() <= MAX_KEPT_FIELDS {
+            fields.clear();
+            spare.push(fields);
+        }
+    }
+
+    /// A buffer for outgoing heads (and the body bytes that go with them) from the
+    /// worker's spares: a kept-alive connection gives its own back while it waits for its
+    /// next request, so that an idle client holds none (10 KB answers made each idle
+    /// connection keep 10 KB).
+    pub fn take_out(&self) -> Vec<u8> {
+        self.outs.borrow_mut().pop().unwrap_or_else(|| Vec::with_capacity(OUT_SIZE))
+    }
+
+    pub fn give_out(&self, mut out: Vec<u8>) {
+        let mut spare = self.outs.borrow_mut();
+        if out.capacity() > 0 && spare.len() < MAX_SPARE_OUTS && out.capacity() <= MAX_KEPT_OUT {
+            out.clear();
+            spare.push(out);
+        }
+    }
+
+    pub fn take_buf(&self) -> Buf {
+        let mut bufs = self.bufs.borrow_mut();
+        let buf = bufs.pop().unwrap_or_else(Buf::with_storage);
+        self.bufs_low.set(self.bufs_low.get().min(bufs.len()));
+        buf
+    }
+
+    /// Frees the spare buffers that went unused since the last trim (run every second),
+    /// so the pool follows the load down; when that freed a burst's worth (256 KiB or
+    /// more), or when `parked` (since the last call) adds up to many parked tunnels, whose
+    /// tasks were freed, the allocator is asked to give its free pages back, so that RSS
+    /// follows too.
+    pub fn trim_bufs(&self, parked: usize) {
+        let mut bufs = self.bufs.borrow_mut();
+        let unused = self.bufs_low.get().min(bufs.len());
+        let keep = bufs.len() - unused;
+        bufs.truncate(keep);
+        bufs.shrink_to(keep.max(16));
+        self.bufs_low.set(bufs.len());
+        drop(bufs);
+        // At most every 10 s: a load that swings would otherwise give pages back and fault
+        // them in again every second, and glibc's trim walks every arena. Parked tunnels
+        // count once there are many (each freed about a kilobyte): a burst of them is
+        // given back within a second or two, a trickle of parking waits.
+        let now = Instant::now();
+        let since = now.duration_since(self.released.get());
+        let parked = self.parked_untrimmed.get() + parked;
+        if (unused >= 16 && since >= RELEASE_EVERY)
+            || (parked >= PARKED_TO_RELEASE && since >= Duration::from_secs(1))
+        {
+            self.released.set(now);
+            self.parked_untrimmed.set(0);
+            crate::io::sys::release_free_memory();
+        } else {
+            self.parked_untrimmed.set(parked);
+        }
+    }
+
+    pub fn give_buf(&self, mut buf: Buf) {
+        let mut bufs = self.bufs.borrow_mut();
+        if bufs.len() < MAX_SPARE_BUFS && buf.capacity() == crate::io::buf::READ_SIZE {
+            buf.clear();
+            bufs.push(buf);
+        }
+    }
+}
+
+fn head_limits(cfg: &Config) -> rustle_proto::http::Limits {
+    rustle_proto::http::Limits {
+        max_head: cfg.limits.max_header_bytes,
+        max_headers: cfg.limits.max_headers,
+    }
+}
+
+impl ConnGuard {
+    pub fn worker(&self) -> &Rc<Worker> {
+        &self.worker
+    }
+
+    /// The listener the connection came from.
+    pub fn listener(&self) -> &Arc<crate::policy::Listener> {
+        &self.listener
+    }
+
+    /// Counts this connection against `user`'s limit (once per connection); false when
+    /// the user is at its limit. The first call also counts the connection as the user's
+    /// in the metrics (the one allocation an authenticated connection adds: its slots).
+    pub fn hold_user(&mut self, user: &str) -> bool {
+        if self.slots.as_ref().is_some_and(|s| s.user.is_some() || s.user_conn.is_some()) {
+            return true;
+        }
+        match self.worker.conn_limits.acquire_user(user) {
+            Some(slot) => {
+                let slots = self.slots.get_or_insert_with(Box::default);
+                if slot.counts() {
+                    slots.user = Some(slot);
+                }
+                slots.user_conn = crate::telemetry::metrics::user_connection(user);
+                true
+            }
+            None => false,
+        }
+    }
+}

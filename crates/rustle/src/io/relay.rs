@@ -1,0 +1,1098 @@
+//! The relay engine: bytes both ways between two ends (CONNECT and SOCKS tunnels, port
+//! relays, upgraded connections, HTTP/2 CONNECT streams), lean when idle and cheap when
+//! busy. One state machine per direction, generic over the ends (`End`): sockets splice
+//! and take a low-water mark, TLS streams are flushed, an HTTP/2 stream gives its window
+//! as room and its reset; each pair of ends is compiled on its own, so no end pays for
+//! another's capability.
+//!
+//! - No buffer while idle: a direction waits for readiness owning nothing, reads into the
+//!   worker's scratch buffer and writes straight on; only when the destination takes less
+//!   than was read does the rest go into a buffer from the worker's pool, returned as soon
+//!   as it drains. A destination that does not read stops the reading (backpressure).
+//! - splice(2) when data flows (`SpliceMode::Auto`): a direction moves to splicing through
+//!   a pooled pipe once two reads in a row fill the scratch buffer, and back to copying
+//!   after three small reads, so small exchanges keep the copy path's latency and bulk
+//!   transfers never cross user space.
+//! - Half-close: end of stream in one direction is passed on (shutdown of the write side)
+//!   once everything read before it was delivered; the other direction keeps flowing.
+//!   An error on either side ends both.
+//! - One idle deadline per relay, moved only when it fires: on a worker, a slot in the
+//!   worker's coarse registry (`idle::Coarse`), swept every 100 ms; elsewhere a tokio timer.
+//!   Both read tokio's clock, so tests run them on paused time.
+
+use std::cell::{Cell, RefCell};
+use std::future::Future;
+use std::io;
+use std::os::fd::AsFd;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::task::{ready, Context, Poll};
+use std::time::Duration;
+
+use tokio::io::Interest;
+use tokio::net::TcpStream;
+use tokio::time::{sleep_until, Instant, Sleep};
+
+use crate::config::SpliceMode;
+use crate::error::{Error, Phase};
+use crate::limits::{Limit, Throttle};
+use crate::io::sys::Pipe;
+pub use end::End;
+
+/// Scratch buffer size, and the read size that counts as "full" for switching to splice.
+/// 16 KiB is what a busy socket usually has ready; two full reads in a row mean bulk.
+pub const SCRATCH: usize = 16 * 1024;
+
+/// Small reads in a row (in splice mode) after which a direction goes back to copying.
+const SMALL_READS_TO_COPY: u32 = 3;
+
+/// Full reads in a row (in copy mode) after which a direction starts splicing.
+const FULL_READS_TO_SPLICE: u32 = 2;
+
+/// Pipe capacity asked of the kernel: large enough that one splice moves what a fast
+/// sender has queued; the default pipe-max-size (1 MiB) allows it unprivileged.
+const PIPE_SIZE: usize = 1 << 20;
+
+/// With a grace delay, a splicing direction asks to be woken only once this much is
+/// queued (SO_RCVLOWAT), and reads what is there anyway after the delay: a sender slower
+/// than the proxy is then read in large pieces rather than a wakeup, a splice in and a
+/// splice out for each few segments, and the tail of a burst waits at most the delay.
+const LOWAT: usize = 256 * 1024;
+
+/// Idle pipes and spare buffers a worker keeps.
+const MAX_SPARE: usize = 64;
+
+/// How many times directions switched mode (rare events; for tests and diagnostics).
+/// Each thread's relays count into the thread's own, or into their proxy's once its
+/// worker thread said so (`count_switches_in`): one proxy, or one test, sees its own
+/// relays only.
+#[derive(Debug, Default)]
+pub struct Switches {
+    to_splice: AtomicU64,
+    to_copy: AtomicU64,
+}
+
+impl Switches {
+    /// (switches to splice, switches back to copy) so far.
+    pub fn get(&self) -> (u64, u64) {
+        (self.to_splice.load(Ordering::Relaxed), self.to_copy.load(Ordering::Relaxed))
+    }
+}
+
+/// The relays of this thread count their mode switches in `switches` from now on.
+pub fn count_switches_in(switches: Arc<Switches>) {
+    POOLS.with(|p| *p.switches.borrow_mut() = switches);
+}
+
+/// (switches to splice, switches back to copy) of this thread's relays so far (a test
+/// hook: the proxy's own count is `server::Running::mode_switches`).
+#[cfg(test)]
+pub(crate) fn mode_switches() -> (u64, u64) {
+    POOLS.with(|p| p.switches.borrow().get())
+}
+
+/// Optional grace delay (3proxy's `-g`): after `reads` small reads in a row, wait `delay`
+/// before reading again so that data gathers into larger reads. While splicing, a
+/// direction is woken only once `LOWAT` bytes are queued, or `delay` after it last
+/// waited.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Grace {
+    pub reads: u32,
+    pub delay: Duration,
+}
+
+/// How a relay behaves.
+#[derive(Debug, Clone, Copy)]
+pub struct Opts {
+    /// No byte either way for this long ends the relay.
+    pub idle: Duration,
+    pub splice: SpliceMode,
+    pub grace: Option<Grace>,
+}
+
+/// What a relay moved.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Totals {
+    /// From the client towards the upstream.
+    pub up: u64,
+    /// From the upstream towards the client.
+    pub down: u64,
+}
+
+thread_local! {
+    /// Each worker is a thread: its relays share these without locks.
+    static POOLS: Pools = Pools::default();
+}
+
+/// Idle pipes this thread's pool holds (a test hook).
+#[cfg(test)]
+pub(crate) fn idle_pipes() -> usize {
+    POOLS.with(|p| p.pipes.borrow().len())
+}
+
+/// Splices from a socket into a pipe on this thread so far, and the bytes they moved (a
+/// test hook: how much one splice moves).
+#[cfg(test)]
+pub(crate) fn splice_reads() -> (u64, u64) {
+    POOLS.with(|p| p.splice_reads.get())
+}
+
+/// A worker's relay resources: one scratch buffer, spare buffers for partial writes,
+/// and idle pipes.
+struct Pools {
+    scratch: RefCell<Vec<u8>>,
+    spare: RefCell<Vec<Vec<u8>>>,
+    pipes: RefCell<Vec<Pipe>>,
+    /// A pipe could not be made (fd limit): said once, then copying goes on.
+    pipe_warned: Cell<bool>,
+    /// (splices into a pipe, bytes they moved)
+    #[cfg(test)]
+    splice_reads: Cell<(u64, u64)>,
+    switches: RefCell<Arc<Switches>>,
+}
+
+impl Default for Pools {
+    fn default() -> Self {
+        Pools {
+            scratch: RefCell::new(vec![0; SCRATCH]),
+            spare: RefCell::new(Vec::new()),
+            pipes: RefCell::new(Vec::new()),
+            pipe_warned: Cell::new(false),
+            #[cfg(test)]
+            splice_reads: Cell::new((0, 0)),
+            switches: RefCell::new(Arc::default()),
+        }
+    }
+}
+
+impl Pools {
+    fn park(&self, bytes: &[u8]) -> Vec<u8> {
+        let mut v = self.spare.borrow_mut().pop().unwrap_or_default();
+        v.clear();
+        v.extend_from_slice(bytes);
+        v
+    }
+
+    fn unpark(&self, v: Vec<u8>) {
+        let mut spare = self.spare.borrow_mut();
+        if spare.len() < MAX_SPARE && v.capacity() <= SCRATCH {
+            spare.push(v);
+        }
+    }
+
+    fn take_pipe(&self) -> Option<Pipe> {
+        if let Some(p) = self.pipes.borrow_mut().pop() {
+            return Some(p);
+        }
+        match Pipe::new(PIPE_SIZE) {
+            Ok(p) => Some(p),
+            Err(e) => {
+                if !self.pipe_warned.replace(true) {
+                    tracing::warn!("cannot create a pipe for splice ({e}); copying instead");
+                }
+                None
+            }
+        }
+    }
+
+    fn give_pipe(&self, p: Pipe) {
+        // A pipe with bytes left in it belongs to a relay that failed: close it.
+        let mut pipes = self.pipes.borrow_mut();
+        if p.is_empty() && pipes.len() < MAX_SPARE {
+            pipes.push(p);
+        }
+    }
+}
+
+/// Which socket an error came from decides whose fault it is.
+#[derive(Debug, Clone, Copy)]
+enum Side {
+    Client,
+    Upstream,
+}
+
+/// What an end fails with when its destination's window stays shut past its stall time
+/// (`End::poll_room`): the relay's error is then a write timeout, not an I/O error.
+#[derive(Debug)]
+pub(crate) struct Stalled;
+
+impl std::fmt::Display for Stalled {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("the client's window stayed shut")
+    }
+}
+
+impl std::error::Error for Stalled {}
+
+impl Side {
+    fn other(self) -> Side {
+        match self {
+            Side::Client => Side::Upstream,
+            Side::Upstream => Side::Client,
+        }
+    }
+
+    fn err(self, e: io::Error) -> Error {
+        if e.get_ref().is_some_and(|inner| inner.is::<Stalled>()) {
+            return Error::Timeout(Phase::ClientWrite);
+        }
+        match self {
+            Side::Client => Error::Client(e),
+            Side::Upstream => Error::Upstream(e),
+        }
+    }
+}
+
+/// Bytes a destination has not taken yet, in a buffer from the pool.
+struct Pending {
+    buf: Vec<u8>,
+    off: usize,
+}
+
+/// One direction of a relay. Small on purpose: an idle tunnel is two of these.
+struct Dir {
+    /// The source's side; the destination is the other one.
+    src: Side,
+    splicing: bool,
+    /// Bytes went to a destination that needs flushing (not a socket) since its flush.
+    dirty: bool,
+    /// Reads in a row that filled the scratch buffer (copy mode).
+    full: u8,
+    /// Small reads in a row.
+    small: u8,
+    pending: Option<Pending>,
+    pipe: Option<Pipe>,
+    /// The source ended: pass it on once everything before it is delivered.
+    eof: bool,
+    done: bool,
+    /// The source's receive low-water mark (see `LOWAT`).
+    lowat: Lowat,
+    moved: u64,
+    /// A pause before the next read: the grace delay, or a bandwidth limit's wait; while
+    /// the low-water mark is set, the nudge timer. Allocated only while in use.
+    pause: Option<Pin<Box<Sleep>>>,
+}
+
+/// Whether a direction's source has the low-water mark set.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Lowat {
+    /// Not set (copying, or no mark wanted).
+    Off,
+    /// Set; no nudge timer for the current wait yet.
+    Set,
+    /// Set, and the nudge timer runs for the current wait.
+    Waiting,
+    /// Splicing, but a nudge found nothing: the mark is dropped until a large read.
+    Quiet,
+}
+
+impl Dir {
+    /// `splice`: both ends are sockets (`End::SOCKET`), so this direction may splice.
+    fn new(src: Side, opts: &Opts, splice: bool, early: &[u8], pools: &Pools) -> Dir {
+        Dir {
+            src,
+            splicing: splice && opts.splice == SpliceMode::Always,
+            dirty: false,
+            full: 0,
+            small: 0,
+            pending: (!early.is_empty()).then(|| Pending { buf: pools.park(early), off: 0 }),
+            pipe: None,
+            eof: false,
+            done: false,
+            lowat: Lowat::Off,
+            moved: early.len() as u64,
+            pause: None,
+        }
+    }
+
+    // Both ends, the pools, the settings, the limit, the activity clock and whether
+    // the sockets close when this direction ends (`last_out`: the other one has ended and
+    // the relay owns them) are each needed here; a struct for them would exist only to
+    // shorten this list.
+    #[allow(clippy::too_many_arguments)]
+    /// Moves bytes until the source has nothing more for now (Pending), the direction
+    /// ends (Ready(Ok)), or an end fails. Splicing, the low-water mark and the grace
+    /// delay need two sockets (`End::SOCKET`); flushing, an end that is not one.
+    fn poll_move<S: End, D: End>(
+        &mut self,
+        cx: &mut Context<'_>,
+        pools: &Pools,
+        src: &mut S,
+        dst: &mut D,
+        opts: &Opts,
+        limit: Option<&Limit>,
+        last: &mut Instant,
+        last_out: bool,
+    ) -> Poll<Result<(), Error>> {
+        let sockets = S::SOCKET && D::SOCKET;
+        loop {
+            // Deliver what is held first: nothing more is read until it is gone.
+            if let Some(p) = &mut self.pending {
+                match ready!(dst.poll_write(cx, &p.buf[p.off..])) {
+                    Ok(0) => {
+                        return Poll::Ready(Err(self
+                            .src
+                            .other()
+                            .err(io::ErrorKind::WriteZero.into())))
+                    }
+                    Ok(n) => p.off += n,
+                    Err(e) => return Poll::Ready(Err(self.src.other().err(e))),
+                }
+                self.dirty = !D::SOCKET;
+                if p.off == p.buf.len() {
+                    if let Some(p) = self.pending.take() {
+                        pools.unpark(p.buf);
+                    }
+                }
+                continue;
+            }
+            if let (Some(pipe), Some(out)) =
+                (self.pipe.as_mut().filter(|p| !p.is_empty()), dst.socket())
+            {
+                ready!(out.poll_write_ready(cx)).map_err(|e| self.src.other().err(e))?;
+                match out.try_io(Interest::WRITABLE, || pipe.drain(out.as_fd())) {
+                    Ok(_) => {}
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                    Err(e) => return Poll::Ready(Err(self.src.other().err(e))),
+                }
+                continue;
+            }
+            if !self.splicing {
+                if let Some(p) = self.pipe.take() {
+                    pools.give_pipe(p);
+                }
+            }
+            if self.eof {
+                if let Some(p) = self.pipe.take() {
+                    pools.give_pipe(p);
+                }
+                if !D::SOCKET {
+                    ready!(dst.poll_flush(cx)).map_err(|e| self.src.other().err(e))?;
+                    self.dirty = false;
+                }
+                // Pass the half-close on (a TLS close_notify, then FIN). The peer may
+                // already be gone, which is fine. When this is the last direction and the
+                // sockets are closed right after, close sends the FIN: one syscall less
+                // per connection.
+                if !last_out {
+                    let _ = ready!(dst.poll_shutdown(cx));
+                }
+                self.done = true;
+                return Poll::Ready(Ok(()));
+            }
+            let mut forced = false;
+            if let Some(s) = src.socket().filter(|_| sockets) {
+                // With a grace delay, splicing sets the low-water mark (and a bandwidth
+                // limit, which has pauses of its own, does not); copying clears it.
+                let want_lowat = self.splicing && limit.is_none() && opts.grace.is_some();
+                match (want_lowat, self.lowat) {
+                    (true, Lowat::Off) => {
+                        // Refused: tried again after the next large read.
+                        self.lowat = match crate::io::sys::set_rcvlowat(s, LOWAT) {
+                            Ok(()) => Lowat::Set,
+                            Err(_) => Lowat::Quiet,
+                        };
+                    }
+                    (false, Lowat::Set | Lowat::Waiting) => {
+                        // Lowering a socket option on an open TCP socket does not fail; if
+                        // it did, the next nudge-less wait would show it as a stall.
+                        let _ = crate::io::sys::set_rcvlowat(s, 1);
+                        self.lowat = Lowat::Off;
+                        self.pause = None;
+                    }
+                    (false, Lowat::Quiet) => self.lowat = Lowat::Off,
+                    _ => {}
+                }
+            }
+            if matches!(self.lowat, Lowat::Off | Lowat::Quiet) {
+                if let Some(sleep) = &mut self.pause {
+                    ready!(sleep.as_mut().poll(cx));
+                    self.pause = None;
+                }
+                ready!(src.poll_read_ready(cx)).map_err(|e| self.src.err(e))?;
+            } else {
+                match src.poll_read_ready(cx) {
+                    Poll::Ready(r) => {
+                        r.map_err(|e| self.src.err(e))?;
+                        self.lowat = Lowat::Set;
+                    }
+                    Poll::Pending => {
+                        if self.lowat == Lowat::Set {
+                            let nudge = opts.grace.map_or(Duration::ZERO, |g| g.delay);
+                            let deadline = Instant::now() + nudge;
+                            match &mut self.pause {
+                                Some(sleep) => sleep.as_mut().reset(deadline),
+                                None => self.pause = Some(Box::pin(sleep_until(deadline))),
+                            }
+                            self.lowat = Lowat::Waiting;
+                        }
+                        if let Some(sleep) = &mut self.pause {
+                            ready!(sleep.as_mut().poll(cx));
+                        }
+                        // Fewer bytes than the mark have waited a nudge: read them.
+                        self.lowat = Lowat::Set;
+                        forced = true;
+                    }
+                }
+            }
+            // A bandwidth limit grants bytes only once there is something to read, so an
+            // idle tunnel holds no tokens. Unlimited, a splice moves what the pipe takes;
+            // a copy, what the scratch buffer and the destination's room take.
+            let mut allowed = if self.splicing {
+                usize::MAX
+            } else {
+                ready!(dst.poll_room(cx, SCRATCH)).map_err(|e| self.src.other().err(e))?
+            };
+            if let Some(limit) = limit {
+                let now = Instant::now();
+                allowed = limit.take(allowed.min(SCRATCH), now.into_std());
+                if allowed == 0 {
+                    dst.release_room();
+                    let wait = limit.wait(SCRATCH, now.into_std());
+                    self.pause = Some(Box::pin(sleep_until(now + wait)));
+                    continue;
+                }
+            }
+            let unused = |got: usize| {
+                if let Some(limit) = limit {
+                    limit.give_back(allowed - got.min(allowed));
+                }
+            };
+            let n = match (src.socket().filter(|_| self.splicing), dst.socket()) {
+                (Some(from), Some(_)) => {
+                    if self.pipe.is_none() {
+                        self.pipe = pools.take_pipe();
+                    }
+                    let Some(pipe) = self.pipe.as_mut() else {
+                        self.splicing = false;
+                        continue;
+                    };
+                    let room = pipe.room().min(allowed);
+                    let result = if forced {
+                        // tokio does not see the socket as readable (the mark held its
+                        // wakeup back): read it directly.
+                        pipe.fill_up_to(from.as_fd(), room)
+                    } else {
+                        from.try_io(Interest::READABLE, || pipe.fill_up_to(from.as_fd(), room))
+                    };
+                    unused(*result.as_ref().unwrap_or(&0));
+                    match result {
+                        Ok(0) => {
+                            // splice reports a reset as end of stream (the kernel checks
+                            // "done" before the pending error): look before calling it
+                            // clean.
+                            if let Ok(Some(e)) = socket2::SockRef::from(from).take_error() {
+                                return Poll::Ready(Err(self.src.err(e)));
+                            }
+                            0
+                        }
+                        Ok(n) => {
+                            #[cfg(test)]
+                            {
+                                let (calls, bytes) = pools.splice_reads.get();
+                                pools.splice_reads.set((calls + 1, bytes + n as u64));
+                            }
+                            // A short splice does not mean the socket is empty: the pipe
+                            // has a slot per fragment (256 of 1.5 KB segments fill 384 KB
+                            // of a 1 MiB pipe). Only the next splice's WouldBlock says so.
+                            if n >= SCRATCH && self.lowat == Lowat::Quiet {
+                                // Bulk again: set the mark on the next wait.
+                                self.lowat = Lowat::Off;
+                            }
+                            n
+                        }
+                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                            if forced {
+                                // Nothing came: the burst is over. Every byte wakes the
+                                // direction again until the next large read, and this
+                                // counts as a small read.
+                                let _ = crate::io::sys::set_rcvlowat(from, 1);
+                                self.lowat = Lowat::Quiet;
+                                self.pause = None;
+                                self.count(0, opts);
+                            }
+                            continue;
+                        }
+                        Err(e) => return Poll::Ready(Err(self.src.err(e))),
+                    }
+                }
+                _ => {
+                    let mut scratch = pools.scratch.borrow_mut();
+                    let want = allowed.min(scratch.len());
+                    let n = match src.poll_read(cx, &mut scratch[..want]) {
+                        Poll::Ready(Ok(n)) => n,
+                        Poll::Ready(Err(e)) => {
+                            unused(0);
+                            return Poll::Ready(Err(self.src.err(e)));
+                        }
+                        Poll::Pending => {
+                            unused(0);
+                            dst.release_room();
+                            // Nothing more for now: what went to a TLS destination leaves
+                            // rustls rather than waiting for the next bytes.
+                            if self.dirty {
+                                match dst.poll_flush(cx) {
+                                    Poll::Ready(Ok(())) => self.dirty = false,
+                                    Poll::Ready(Err(e)) => {
+                                        return Poll::Ready(Err(self.src.other().err(e)))
+                                    }
+                                    Poll::Pending => {}
+                                }
+                            }
+                            return Poll::Pending;
+                        }
+                    };
+                    unused(n);
+                    if n > 0 {
+                        let taken = match dst.poll_write(cx, &scratch[..n]) {
+                            Poll::Ready(Ok(m)) => m,
+                            Poll::Ready(Err(e)) => {
+                                return Poll::Ready(Err(self.src.other().err(e)))
+                            }
+                            Poll::Pending => 0,
+                        };
+                        if taken < n {
+                            // The destination is slower: hold the rest, read nothing more.
+                            self.pending =
+                                Some(Pending { buf: pools.park(&scratch[taken..n]), off: 0 });
+                        }
+                        self.dirty = !D::SOCKET;
+                    }
+                    n
+                }
+            };
+            if n == 0 {
+                self.eof = true;
+                continue;
+            }
+            self.moved += n as u64;
+            *last = Instant::now();
+            if sockets {
+                self.count(n, opts);
+            }
+        }
+    }
+
+    /// The switching rules of the automatic mode, and the grace delay.
+    fn count(&mut self, n: usize, opts: &Opts) {
+        if self.splicing {
+            self.small = if n < SCRATCH { self.small.saturating_add(1) } else { 0 };
+            if opts.splice == SpliceMode::Auto && u32::from(self.small) >= SMALL_READS_TO_COPY {
+                self.splicing = false;
+                self.small = 0;
+                POOLS.with(|p| p.switches.borrow().to_copy.fetch_add(1, Ordering::Relaxed));
+            }
+            return;
+        }
+        if n == SCRATCH {
+            self.full = self.full.saturating_add(1);
+            self.small = 0;
+        } else {
+            self.full = 0;
+            self.small = self.small.saturating_add(1);
+        }
+        if opts.splice == SpliceMode::Auto && u32::from(self.full) >= FULL_READS_TO_SPLICE {
+            self.splicing = true;
+            self.full = 0;
+            POOLS.with(|p| p.switches.borrow().to_splice.fetch_add(1, Ordering::Relaxed));
+        }
+        if let Some(g) = opts.grace {
+            if u32::from(self.small) >= g.reads {
+                self.pause = Some(Box::pin(tokio::time::sleep(g.delay)));
+            }
+        }
+    }
+
+    /// Ended, or waiting for its source with nothing held.
+    fn quiescent(&self) -> bool {
+        self.done
+            || (self.pending.is_none()
+                && self.pipe.as_ref().is_none_or(Pipe::is_empty)
+                && self.pause.is_none()
+                && !self.eof
+                && matches!(self.lowat, Lowat::Off | Lowat::Quiet))
+    }
+
+    fn release(&mut self, pools: &Pools) {
+        if let Some(p) = self.pending.take() {
+            pools.unpark(p.buf);
+        }
+        if let Some(p) = self.pipe.take() {
+            pools.give_pipe(p);
+        }
+    }
+}
+
+/// A relay between two sockets; resolves when both directions have ended, one side
+/// failed, or the idle timeout passed. Hand-written rather than `async` so that the state
+/// an open tunnel keeps is two small `Dir`s, with no readiness futures inside.
+pub struct Relay<C, U> {
+    client: C,
+    upstream: U,
+    /// Bandwidth limits; None (no cost) for unlimited connections.
+    throttle: Option<Box<Throttle>>,
+    up: Dir,
+    down: Dir,
+    opts: Opts,
+    last: Instant,
+    timer: IdleTimer,
+    /// The sockets are closed as soon as the relay ends (see `closing`).
+    closes: bool,
+    /// The relay says when it has been idle long enough to be parked (see `parking`).
+    parks: bool,
+}
+
+/// A tunnel that has moved no byte for this long is parked (see `park`), unless its
+/// idle timeout comes first.
+pub const PARK_AFTER: Duration = Duration::from_secs(1);
+
+/// How a relay ended.
+pub enum Ended {
+    /// Both directions ended, one side failed, or the idle timeout passed.
+    Done(Totals, Result<(), Error>),
+    /// Nothing has moved for `PARK_AFTER` and nothing is held: the relay can be parked.
+    Idle,
+}
+
+/// What a parked relay keeps to go on where it stopped.
+pub struct Resume {
+    opts: Opts,
+    throttle: Option<Box<Throttle>>,
+    moved: (u64, u64),
+    done: (bool, bool),
+    last: Instant,
+}
+
+impl Resume {
+    /// When the idle timeout ends the parked relay.
+    pub fn deadline(&self) -> Instant {
+        self.last + self.opts.idle.min(crate::config::MAX_DURATION)
+    }
+
+    pub fn totals(&self) -> Totals {
+        Totals { up: self.moved.0, down: self.moved.1 }
+    }
+
+    /// Which directions (client to upstream, upstream to client) have ended.
+    pub fn done(&self) -> (bool, bool) {
+        self.done
+    }
+}
+
+/// Relays until both directions end. `early_up` and `early_down` are bytes already read
+/// (beyond a parsed head) that go out first.
+/// The ends may be sockets, owned (a tunnel task) or borrowed, or streams with TLS on
+/// them (see `End`).
+pub fn run<C, U>(
+    client: C,
+    upstream: U,
+    early_up: &[u8],
+    early_down: &[u8],
+    opts: Opts,
+) -> Relay<C, U>
+where
+    C: End + Unpin,
+    U: End + Unpin,
+{
+    let splice = C::SOCKET && U::SOCKET;
+    let (up, down) = POOLS.with(|pools| {
+        (
+            Dir::new(Side::Client, &opts, splice, early_up, pools),
+            Dir::new(Side::Upstream, &opts, splice, early_down, pools),
+        )
+    });
+    Relay {
+        client,
+        upstream,
+        throttle: None,
+        up,
+        down,
+        opts,
+        last: Instant::now(),
+        timer: IdleTimer::Unarmed,
+        closes: false,
+        parks: false,
+    }
+}
+
+impl<C, U> Relay<C, U> {
+    /// Applies bandwidth limits (nothing is kept for an unlimited throttle).
+    pub fn throttled(mut self, throttle: &Throttle) -> Self {
+        self.throttle = throttle.boxed();
+        self
+    }
+
+    /// Says that the sockets are closed as soon as the relay ends (a tunnel task owns
+    /// them): the last end of stream is then passed on by that close, not by a shutdown.
+    pub fn closing(mut self) -> Self {
+        self.closes = true;
+        self
+    }
+
+    fn totals(&self) -> Totals {
+        Totals { up: self.up.moved, down: self.down.moved }
+    }
+
+    /// The two ends (an HTTP/2 tunnel resets its stream once the relay has ended).
+    pub fn ends_mut(&mut self) -> (&mut C, &mut U) {
+        (&mut self.client, &mut self.upstream)
+    }
+
+    /// `n` bytes went to the client before the relay ran (an upstream's first bytes sent
+    /// with a response head): counted, and charged to the bandwidth limits.
+    pub fn sent_down_before(&mut self, n: usize) {
+        self.down.moved += n as u64;
+        if let Some(t) = &self.throttle {
+            t.charge(crate::limits::Direction::Down, n, Instant::now().into_std());
+        }
+    }
+
+    fn finish(&mut self, result: Result<(), Error>) -> Poll<Ended> {
+        POOLS.with(|pools| {
+            self.up.release(pools);
+            self.down.release(pools);
+        });
+        Poll::Ready(Ended::Done(self.totals(), result))
+    }
+
+    /// Nothing held in either direction: no bytes waiting for a slow destination, no
+    /// pause, no low-water mark; the relay only waits for its sockets.
+    fn quiescent(&self) -> bool {
+        self.up.quiescent() && self.down.quiescent()
+    }
+}
+
+impl<C: End, U: End> Relay<C, U> {
+    /// After the relay ended with `result`: a side that reset the connection gets the
+    /// other side reset too (SO_LINGER 0, so that closing sends RST), where a plain close
+    /// would tell that peer the stream ended whole. Once per tunnel, at its end; only
+    /// between sockets.
+    pub fn pass_reset(&self, result: &Result<(), Error>) {
+        let reset = |e: &io::Error| e.kind() == io::ErrorKind::ConnectionReset;
+        let other = match result {
+            Err(Error::Upstream(e)) if reset(e) => self.client.socket(),
+            Err(Error::Client(e)) if reset(e) => self.upstream.socket(),
+            _ => return,
+        };
+        let Some(other) = other else { return };
+        if let Err(e) = socket2::SockRef::from(other).set_linger(Some(Duration::ZERO)) {
+            tracing::debug!("SO_LINGER 0 to pass a reset on: {e}");
+        }
+    }
+}
+
+impl Relay<TcpStream, TcpStream> {
+    /// Lets the relay end with `Ended::Idle` once it has been idle for `PARK_AFTER`.
+    pub fn parking(mut self) -> Self {
+        self.parks = true;
+        self
+    }
+
+    /// Takes an idle relay apart for parking: its sockets, off tokio's event loop, and
+    /// what it needs to resume. On failure, what it had moved and the error.
+    #[allow(clippy::type_complexity)]
+    pub fn park(
+        mut self,
+    ) -> Result<(std::net::TcpStream, std::net::TcpStream, Resume), (Totals, Error)> {
+        POOLS.with(|pools| {
+            self.up.release(pools);
+            self.down.release(pools);
+        });
+        let totals = self.totals();
+        let resume = Resume {
+            opts: self.opts,
+            throttle: self.throttle.take(),
+            moved: (self.up.moved, self.down.moved),
+            done: (self.up.done, self.down.done),
+            last: self.last,
+        };
+        let client = self.client.into_std().map_err(|e| (totals, Error::Client(e)))?;
+        let upstream = self.upstream.into_std().map_err(|e| (totals, Error::Upstream(e)))?;
+        Ok((client, upstream, resume))
+    }
+
+    /// A parked relay, running again on its sockets; `parks`: it may be parked again
+    /// (not when its park refused it or is gone, which would park and resume it in a loop).
+    pub fn resume(client: TcpStream, upstream: TcpStream, r: Resume, parks: bool) -> Self {
+        let mut relay = run(client, upstream, b"", b"", r.opts).closing();
+        relay.parks = parks;
+        relay.throttle = r.throttle;
+        relay.up.moved = r.moved.0;
+        relay.down.moved = r.moved.1;
+        relay.up.done = r.done.0;
+        relay.down.done = r.done.1;
+        relay.last = r.last;
+        relay
+    }
+}
+
+impl<C, U> Future for Relay<C, U>
+where
+    C: End + Unpin,
+    U: End + Unpin,
+{
+    type Output = (Totals, Result<(), Error>);
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        match ready!(self.get_mut().poll_ended(cx)) {
+            Ended::Done(totals, result) => Poll::Ready((totals, result)),
+            // Only a parking relay says Idle, and that one is polled with `poll_ended`.
+            Ended::Idle => {
+                debug_assert!(false, "a parking relay awaited as a plain future");
+                Poll::Pending
+            }
+        }
+    }
+}
+
+impl<C, U> Relay<C, U>
+where
+    C: End + Unpin,
+    U: End + Unpin,
+{
+    /// Relays until the relay ends, or (when `parking`) until it has been idle for
+    /// `PARK_AFTER` with nothing held.
+    pub fn poll_ended(&mut self, cx: &mut Context<'_>) -> Poll<Ended> {
+        let this = self;
+        let mut last = this.last;
+        let (client, upstream) = (&mut this.client, &mut this.upstream);
+        let (up, down, opts) = (&mut this.up, &mut this.down, &this.opts);
+        let throttle = this.throttle.as_deref();
+        let closes = this.closes;
+        let failed = POOLS.with(|pools| {
+            if !up.done {
+                let limit = throttle.map(|t| &t.up);
+                let last_out = closes && down.done;
+                let r = up.poll_move(cx, pools, client, upstream, opts, limit, &mut last, last_out);
+                if let Poll::Ready(Err(e)) = r {
+                    return Some(e);
+                }
+            }
+            if !down.done {
+                let limit = throttle.map(|t| &t.down);
+                let last_out = closes && up.done;
+                let r =
+                    down.poll_move(cx, pools, upstream, client, opts, limit, &mut last, last_out);
+                if let Poll::Ready(Err(e)) = r {
+                    return Some(e);
+                }
+            }
+            None
+        });
+        if let Some(e) = failed {
+            return this.finish(Err(e));
+        }
+        this.last = last;
+        if this.up.done && this.down.done {
+            let cut = cut_after_end(this.client.socket(), this.upstream.socket());
+            return this.finish(cut.map_or(Ok(()), Err));
+        }
+        // A reset arriving while both directions wait elsewhere (the client already ended
+        // its side, the upstream is quiet) would otherwise go unnoticed.
+        if let Poll::Ready(e) = this.client.poll_gone(cx) {
+            return this.finish(Err(Error::Client(e)));
+        }
+        let park = (this.parks && this.quiescent()).then_some(PARK_AFTER);
+        match deadline(&mut this.timer, this.last, this.opts.idle, this.parks, park, cx) {
+            Deadline::NotYet => Poll::Pending,
+            Deadline::Idle => {
+                // The relay ends the tunnel: each end still open is told so (a TLS end
+                // gets its close_notify), as far as that goes without waiting.
+                if !this.up.done {
+                    this.upstream.abandon();
+                }
+                if !this.down.done {
+                    this.client.abandon();
+                }
+                this.finish(Err(Error::Timeout(Phase::TunnelIdle)))
+            }
+            Deadline::Park => Poll::Ready(Ended::Idle),
+        }
+    }
+}
+
+/// A side that reset the connection after its end of stream (one getsockopt per side,
+/// once per tunnel). A peer that dies (a parent or an origin whose process is killed, a
+/// host that reboots) closes with an end of stream, like one that finished; only the
+/// reset its stack sends when the other direction's bytes reach the dead socket tells
+/// them apart, and nothing reads that socket any more to see it.
+/// Only the ends that are sockets are looked at.
+fn cut_after_end(client: Option<&TcpStream>, upstream: Option<&TcpStream>) -> Option<Error> {
+    let cut = |s: Option<&TcpStream>| s.and_then(reset_after_end);
+    cut(upstream).map(Error::Upstream).or_else(|| cut(client).map(Error::Client))
+}
+
+/// The reset a socket got after both directions ended, if it got one (its pending
+/// error, which nothing read).
+fn reset_after_end(s: &TcpStream) -> Option<io::Error> {
+    s.take_error().ok().flatten().map(|e| {
+        let why = format!("connection reset after its end of stream ({e})");
+        io::Error::new(io::ErrorKind::ConnectionReset, why)
+    })
+}
+
+/// A relay's one idle timer, moved only when it fires. On a worker it is a coarse
+/// deadline in the worker's registry (no allocation); elsewhere a tokio timer.
+pub(crate) enum IdleTimer {
+    /// Armed at the first poll, which has the waker.
+    Unarmed,
+    Coarse(crate::io::idle::Coarse),
+    Tokio(Pin<Box<Sleep>>),
+}
+
+/// What a relay's timer says.
+enum Deadline {
+    NotYet,
+    /// `idle` has passed since the last byte.
+    Idle,
+    /// `park_after` has passed since the last byte (and the relay can be parked).
+    Park,
+}
+
+/// Checks the relay's one timer. `parks`: the relay may be parked, so the timer first
+/// fires `PARK_AFTER` after the last byte; `park`: it can be parked now.
+fn deadline(
+    timer: &mut IdleTimer,
+    last: Instant,
+    idle: Duration,
+    parks: bool,
+    park: Option<Duration>,
+    cx: &mut Context<'_>,
+) -> Deadline {
+    // Settings are at most a year (config), but a relay built elsewhere may pass more.
+    let idle = idle.min(crate::config::MAX_DURATION);
+    // From a quiet time, how long until the timer should look again.
+    let next = |quiet: Duration| {
+        let to_idle = idle.saturating_sub(quiet);
+        match parks {
+            // Before PARK_AFTER: at PARK_AFTER. After it (something was held then): again
+            // PARK_AFTER later.
+            true if quiet < PARK_AFTER => (PARK_AFTER - quiet).min(to_idle),
+            true => PARK_AFTER.min(to_idle),
+            false => to_idle,
+        }
+    };
+    if let IdleTimer::Unarmed = timer {
+        let deadline = last + next(Duration::ZERO);
+        *timer = match crate::io::idle::Coarse::arm(deadline, cx.waker()) {
+            Some(c) => IdleTimer::Coarse(c),
+            None => IdleTimer::Tokio(Box::pin(sleep_until(deadline))),
+        };
+    }
+    let verdict = |quiet: Duration| {
+        if quiet >= idle {
+            Some(Deadline::Idle)
+        } else if park.is_some_and(|after| quiet >= after) {
+            Some(Deadline::Park)
+        } else {
+            None
+        }
+    };
+    match timer {
+        IdleTimer::Unarmed => Deadline::NotYet,
+        IdleTimer::Coarse(c) => {
+            if !c.fired(cx.waker()) {
+                return Deadline::NotYet;
+            }
+            let quiet = last.elapsed();
+            if let Some(d) = verdict(quiet) {
+                return d;
+            }
+            c.rearm(Instant::now() + next(quiet), cx.waker());
+            Deadline::NotYet
+        }
+        IdleTimer::Tokio(sleep) => {
+            while sleep.as_mut().poll(cx).is_ready() {
+                let quiet = last.elapsed();
+                if let Some(d) = verdict(quiet) {
+                    return d;
+                }
+                sleep.as_mut().reset(Instant::now() + next(quiet));
+            }
+            Deadline::NotYet
+        }
+    }
+}
+
+/// Which socket failed in `splice_body`, or stalled past the timeout.
+#[derive(Debug)]
+pub enum SpliceFailure {
+    Src(io::Error),
+    Dst(io::Error),
+    /// Nothing came from the source.
+    SrcStalled,
+    /// The destination did not take what was read (the side that stalled is the one a
+    /// timeout blames).
+    DstStalled,
+}
+
+/// Splices up to `max` bytes of an HTTP body from `src` to `dst`, once, within `idle`.
+/// `Ok(None)`: no pipe could be had, so copy instead; `Ok(Some(0))`: the source ended.
+pub async fn splice_body(
+    src: &TcpStream,
+    dst: &TcpStream,
+    max: u64,
+    idle: Duration,
+) -> Result<Option<usize>, SpliceFailure> {
+    let Some(mut pipe) = POOLS.with(Pools::take_pipe) else { return Ok(None) };
+    let max = usize::try_from(max).unwrap_or(usize::MAX);
+    let round = splice_once(&mut pipe, src, dst, Side::Client, Side::Upstream, max);
+    let result = tokio::time::timeout(idle, round).await;
+    // Bytes still in the pipe were read and not taken: the destination stalled.
+    let stalled =
+        if pipe.is_empty() { SpliceFailure::SrcStalled } else { SpliceFailure::DstStalled };
+    POOLS.with(|pools| pools.give_pipe(pipe));
+    let Ok(result) = result else { return Err(stalled) };
+    match result {
+        Ok(n) => Ok(Some(n)),
+        Err(Error::Client(e)) => Err(SpliceFailure::Src(e)),
+        Err(Error::Upstream(e)) => Err(SpliceFailure::Dst(e)),
+        Err(other) => Err(SpliceFailure::Src(io::Error::other(other.to_string()))),
+    }
+}
+
+/// One splice from the source into the pipe (at most `max` bytes), then out of the pipe
+/// until it is empty.
+async fn splice_once(
+    pipe: &mut Pipe,
+    src: &TcpStream,
+    dst: &TcpStream,
+    src_side: Side,
+    dst_side: Side,
+    max: usize,
+) -> Result<usize, Error> {
+    let n = loop {
+        src.readable().await.map_err(|e| src_side.err(e))?;
+        match src.try_io(Interest::READABLE, || pipe.fill_up_to(src.as_fd(), max)) {
+            Ok(0) => {
+                // splice reports a connection reset as end of stream (the kernel checks
+                // "done" before the pending error): look at the error before calling it
+                // a clean close.
+                if let Ok(Some(e)) = socket2::SockRef::from(src).take_error() {
+                    return Err(src_side.err(e));
+                }
+                break 0;
+            }
+            // Short is not empty (see `Dir::poll_move`): readiness stays until a splice
+            // would block.
+            Ok(n) => break n,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+            Err(e) => return Err(src_side.err(e)),
+        }
+    };
+    while !pipe.is_empty() {
+        dst.writable().await.map_err(|e| dst_side.err(e))?;
+        match dst.try_io(Interest::WRITABLE, || pipe.drain(dst.as_fd())) {
+            Ok(_) => {}
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+            Err(e) => return Err(dst_side.err(e)),
+        }
+    }
+    Ok(n)
+}
+
+mod end;
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,491 @@
+//! The admin endpoint (`[admin] listen`): Prometheus metrics at `/metrics`, `/healthz`
+//! (the process answers) and `/readyz` (listeners bound, not draining), for scrapers, load
+//! balancers and Kubernetes probes. It runs on a thread of its own with a small
+//! current-thread runtime, so that a scrape never runs on a worker; it answers one request
+//! per connection (HTTP/1.1, `Connection: close`), with a bounded head and a deadline.
+//! `server` starts it; nothing below `server` imports it.
+//!
+//! Under abuse it stays available to the probes that matter: a client outside `allow` is
+//! closed at accept (no slot, no read); a client has `HEAD_TIMEOUT` from connecting to
+//! the end of its request head; and when every slot is taken, a new connection closes
+//! the one that has waited longest for its head. A connection that has sent its head is
+//! never closed for room, so silent or dripping connections, from any number of
+//! addresses, delay a probe (which sends its head at once) by one accept at most. No
+//! per-address cap: probes and scrapers often share an address with others (kubelet
+//! connects from the node's address, every test from 127.0.0.1).
+
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use anyhow::Context as _;
+use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+use tokio::net::TcpStream;
+use tokio::sync::{oneshot, watch};
+
+use crate::config::Admin;
+use crate::telemetry::metrics::{self, ListenerLabel, ParentView, Readiness, RouteView, WorkerStats};
+use crate::policy::Policy;
+
+/// The largest request head taken; a scraper's is a few hundred bytes.
+const MAX_HEAD: usize = 8 * 1024;
+
+/// How long a client has from connecting to the end of its request head. Scrapers and
+/// probes send theirs at once, in one packet; the bound is tight so that silent
+/// connections give their slots back soon even when nothing evicts them.
+const HEAD_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// How long a client has, once its head is in, to take the answer.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Connections served at once (a scraper or probe needs one at a time). When all are
+/// taken, the one that has waited longest for its head is closed to make room; only
+/// when every one of them is being answered does a new connection wait for a slot.
+const MAX_CONNECTIONS: usize = 64;
+
+/// What the admin thread reads.
+pub struct State {
+    pub workers: Vec<Arc<WorkerStats>>,
+    pub readiness: Arc<Readiness>,
+    /// The listeners and the policy in force (a reload replaces them).
+    pub view: watch::Receiver<Arc<View>>,
+    /// True once a shutdown began: `/readyz` then says draining.
+    pub shutdown: watch::Receiver<bool>,
+}
+
+/// What a scrape reports on that a reload changes.
+pub struct View {
+    /// The listeners bound, with their counters.
+    pub listeners: Vec<ListenerLabel>,
+    /// The policy in force, for the parents and their health.
+    pub policy: Arc<Policy>,
+}
+
+/// The running admin endpoint.
+pub struct Handle {
+    pub addr: SocketAddr,
+    /// The address configured (port 0 as configured), under which a takeover hands the
+    /// socket over.
+    pub configured: SocketAddr,
+    /// The main thread's copy of the listening socket, for a takeover.
+    socket: std::net::TcpListener,
+    stop: watch::Sender<bool>,
+    thread: std::thread::JoinHandle<()>,
+}
+
+impl Handle {
+    /// The listening socket.
+    pub fn socket(&self) -> std::os::fd::BorrowedFd<'_> {
+        use std::os::fd::AsFd as _;
+        self.socket.as_fd()
+    }
+
+    /// Stops accepting (the socket stays open for a process that took it over); answers
+    /// under way finish.
+    pub fn stop_accepting(&self) {
+        let _ = self.stop.send(true);
+    }
+
+    /// Stops answering (once the workers are done) and waits for the thread.
+    pub fn stop(self) {
+        let _ = self.stop.send(true);
+        let _ = self.thread.join();
+    }
+}
+
+/// Binds the admin endpoint's socket: before the policy is built, which refuses its
+/// address as a destination.
+pub fn bind(listen: SocketAddr) -> anyhow::Result<std::net::TcpListener> {
+    std::net::TcpListener::bind(listen)
+        .with_context(|| format!("cannot listen on {listen} (admin)"))
+}
+
+/// Starts the admin thread on `listener`: bound by `bind`, or the socket of a process
+/// taken over or of the service manager; `listen` is the address configured for it.
+pub fn start(
+    cfg: &Admin,
+    listen: SocketAddr,
+    listener: std::net::TcpListener,
+    state: State,
+) -> anyhow::Result<Handle> {
+    listener.set_nonblocking(true)?;
+    let addr = listener.local_addr()?;
+    let socket = listener.try_clone()?;
+    let (stop, stopped) = watch::channel(false);
+    let server = Arc::new(Server {
+        token: cfg.token.as_ref().map(|t| t.expose().as_bytes().to_vec()),
+        allow: cfg.allow.clone(),
+        max_user_series: cfg.max_user_series,
+        started: Instant::now(),
+        start_time: SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default(),
+        state,
+    });
+    let thread = std::thread::Builder::new().name("rustle-admin".into()).spawn(move || {
+        let rt = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+            Ok(rt) => rt,
+            Err(e) => {
+                tracing::error!("admin: cannot start a runtime: {e}");
+                return;
+            }
+        };
+        rt.block_on(serve(server, listener, stopped));
+    })?;
+    metrics::set_timed();
+    tracing::info!("admin endpoint on http://{addr}/metrics (also /healthz, /readyz)");
+    Ok(Handle { addr, configured: listen, socket, stop, thread })
+}
+
+struct Server {
+    token: Option<Vec<u8>>,
+    allow: Vec<crate::policy::acl::Cidr>,
+    max_user_series: usize,
+    started: Instant,
+    start_time: Duration,
+    state: State,
+}
+
+async fn serve(
+    server: Arc<Server>,
+    listener: std::net::TcpListener,
+    mut stop: watch::Receiver<bool>,
+) {
+    let listener = match tokio::net::TcpListener::from_std(listener) {
+        Ok(l) => l,
+        Err(e) => {
+            tracing::error!("admin: cannot use the listener: {e}");
+            return;
+        }
+    };
+    let slots = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
+    let waiting = Arc::new(Waiting::default());
+    loop {
+        let (stream, peer) = tokio::select! {
+            a = listener.accept() => match a {
+                Ok(a) => a,
+                Err(e) => {
+                    tracing::warn!("admin: accept: {e}");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
+            },
+            _ = stop.changed() => break,
+        };
+        // Refused before anything is read or held: a slot is only for allowed clients.
+        if !server.allowed(peer.ip()) {
+            tracing::debug!("admin: {peer}: closed at accept, not in [admin] allow");
+            continue;
+        }
+        let permit = match slots.clone().try_acquire_owned() {
+            Ok(p) => Ok(p),
+            Err(_) => {
+                if let Some(evicted) = waiting.evict_oldest() {
+                    tracing::debug!(
+                        "admin: all {MAX_CONNECTIONS} slots taken; closing the connection \
+                         waiting longest for its request head (from {evicted})"
+                    );
+                }
+                tokio::select! {
+                    p = slots.clone().acquire_owned() => p,
+                    _ = stop.changed() => break,
+                }
+            }
+        };
+        let Ok(permit) = permit else { break };
+        let (id, evicted) = waiting.enter(peer);
+        let (server, waiting_conn) = (server.clone(), waiting.clone());
+        tokio::spawn(async move {
+            let _permit = permit;
+            // Only an eviction ends it early: `leave` drops the sender, which disables
+            // this branch (the pattern does not match) rather than firing it.
+            tokio::select! {
+                () = answer(&server, stream, peer, || waiting_conn.leave(id)) => {}
+                Ok(()) = evicted => {}
+            }
+            waiting_conn.leave(id);
+        });
+        // The new connection's task reads its head (usually there already) before the
+        // next accept can evict it.
+        tokio::task::yield_now().await;
+    }
+    // Not accepting any more (a takeover: the new process accepts on the same socket);
+    // answers under way finish within their deadline, and connections still silent close.
+    drop(listener);
+    while waiting.evict_oldest().is_some() {}
+    let all = u32::try_from(MAX_CONNECTIONS).unwrap_or(u32::MAX);
+    let _ = tokio::time::timeout(HEAD_TIMEOUT + REQUEST_TIMEOUT, slots.acquire_many(all)).await;
+}
+
+/// The connections still waiting for their request head, oldest first, each with the
+/// sender that closes it.
+#[derive(Default)]
+struct Waiting {
+    inner: std::sync::Mutex<WaitingInner>,
+}
+
+#[derive(Default)]
+struct WaitingInner {
+    next: u64,
+    by_age: std::collections::BTreeMap<u64, (SocketAddr, oneshot::Sender<()>)>,
+}
+
+impl Waiting {
+    fn lock(&self) -> std::sync::MutexGuard<'_, WaitingInner> {
+        // The admin thread alone takes it; a poisoned lock still holds plain values.
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// A new connection: its number, and what fires when it is evicted.
+    fn enter(&self, peer: SocketAddr) -> (u64, oneshot::Receiver<()>) {
+        let (tx, rx) = oneshot::channel();
+        let mut w = self.lock();
+        let id = w.next;
+        w.next += 1;
+        w.by_age.insert(id, (peer, tx));
+        (id, rx)
+    }
+
+    /// The connection's head is in (or it ended): it can no longer be evicted.
+    fn leave(&self, id: u64) {
+        self.lock().by_age.remove(&id);
+    }
+
+    /// Closes the connection that has waited longest for its head; its address.
+    fn evict_oldest(&self) -> Option<SocketAddr> {
+        let (_, (peer, tx)) = self.lock().by_age.pop_first()?;
+        let _ = tx.send(());
+        Some(peer)
+    }
+}
+
+/// An answer: status, extra header lines, content type, body.
+struct Reply {
+    status: u16,
+    headers: &'static str,
+    content_type: &'static str,
+    body: String,
+}
+
+impl Reply {
+    fn text(status: u16, body: &str) -> Reply {
+        Reply {
+            status,
+            headers: "",
+            content_type: "text/plain; charset=utf-8",
+            body: format!("{body}\n"),
+        }
+    }
+}
+
+/// Reads one request head within `HEAD_TIMEOUT` (`head_in` is called once it is in) and
+/// writes the answer within `REQUEST_TIMEOUT`.
+async fn answer(server: &Server, mut stream: TcpStream, peer: SocketAddr, head_in: impl FnOnce()) {
+    let Ok(read) = tokio::time::timeout(HEAD_TIMEOUT, read_request(server, &mut stream)).await
+    else {
+        tracing::debug!("admin: {peer}: no whole request head within {HEAD_TIMEOUT:?}; closed");
+        return;
+    };
+    let Some((reply, head_only)) = read else { return };
+    head_in();
+    if reply.status >= 400 {
+        tracing::debug!("admin: {peer}: {} {}", reply.status, reply.body.trim_end());
+    }
+    let head = format!(
+        "HTTP/1.1 {} {}\r\nContent-Type: {}\r\nContent-Length: {}\r\n{}Connection: close\r\n\r\n",
+        reply.status,
+        reason(reply.status),
+        reply.content_type,
+        reply.body.len(),
+        reply.headers,
+    );
+    let mut out = head.into_bytes();
+    if !head_only {
+        out.extend_from_slice(reply.body.as_bytes());
+    }
+    let write = async {
+        if stream.write_all(&out).await.is_ok() {
+            let _ = stream.shutdown().await;
+        }
+    };
+    if tokio::time::timeout(REQUEST_TIMEOUT, write).await.is_err() {
+        tracing::debug!("admin: {peer}: did not take the answer within {REQUEST_TIMEOUT:?}");
+    }
+}
+
+/// The answer to the request head read from `stream`, and whether it is for HEAD (no
+/// body); None when the client left first.
+async fn read_request(server: &Server, stream: &mut TcpStream) -> Option<(Reply, bool)> {
+    let mut buf = Vec::with_capacity(1024);
+    loop {
+        let mut chunk = [0u8; 1024];
+        match stream.read(&mut chunk).await {
+            Ok(0) | Err(_) => return None,
+            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+        }
+        let mut headers = [httparse::EMPTY_HEADER; 32];
+        let mut req = httparse::Request::new(&mut headers);
+        return Some(match req.parse(&buf) {
+            Ok(httparse::Status::Complete(_)) => (server.route(&req), req.method == Some("HEAD")),
+            Ok(httparse::Status::Partial) if buf.len() < MAX_HEAD => continue,
+            Ok(httparse::Status::Partial) => {
+                (Reply::text(431, "request head too large (at most 8 KiB)"), false)
+            }
+            Err(e) => (Reply::text(400, &format!("malformed request: {e}")), false),
+        });
+    }
+}
+
+fn reason(status: u16) -> &'static str {
+    match status {
+        200 => "OK",
+        400 => "Bad Request",
+        401 => "Unauthorized",
+        403 => "Forbidden",
+        404 => "Not Found",
+        405 => "Method Not Allowed",
+        431 => "Request Header Fields Too Large",
+        503 => "Service Unavailable",
+        _ => "Error",
+    }
+}
+
+impl Server {
+    /// Whether `client` may connect at all (`[admin] allow`; anyone without it).
+    fn allowed(&self, client: IpAddr) -> bool {
+        self.allow.is_empty() || self.allow.iter().any(|c| c.contains(client))
+    }
+
+    /// The answer to a request of an allowed client.
+    fn route(&self, req: &httparse::Request<'_, '_>) -> Reply {
+        if let Some(token) = &self.token {
+            let given = req
+                .headers
+                .iter()
+                .find(|h| h.name.eq_ignore_ascii_case("authorization"))
+                .and_then(|h| h.value.strip_prefix(b"Bearer "));
+            let ok = given.is_some_and(|g| subtle::ConstantTimeEq::ct_eq(g, &token[..]).into());
+            if !ok {
+                let mut r = Reply::text(401, "unauthorized: send Authorization: Bearer TOKEN");
+                r.headers = "WWW-Authenticate: Bearer realm=\"rustle admin\"\r\n";
+                return r;
+            }
+        }
+        let path = req.path.unwrap_or("/");
+        let path = path.split_once('?').map_or(path, |(p, _)| p);
+        if !matches!(path, "/metrics" | "/healthz" | "/readyz") {
+            return Reply::text(
+                404,
+                &format!("not found: {path} (try /metrics, /healthz, /readyz)"),
+            );
+        }
+        if !matches!(req.method, Some("GET" | "HEAD")) {
+            let mut r = Reply::text(405, "method not allowed: use GET");
+            r.headers = "Allow: GET, HEAD\r\n";
+            return r;
+        }
+        match path {
+            "/healthz" => Reply::text(200, "ok"),
+            "/readyz" => {
+                if *self.state.shutdown.borrow() {
+                    self.state.readiness.set_draining();
+                }
+                match self.state.readiness.check() {
+                    Ok(()) => Reply::text(200, "ready"),
+                    Err(why) => Reply::text(503, why),
+                }
+            }
+            _ => Reply {
+                status: 200,
+                headers: "",
+                content_type: "text/plain; version=0.0.4; charset=utf-8",
+                body: self.metrics(),
+            },
+        }
+    }
+
+    fn metrics(&self) -> String {
+        let view = self.state.view.borrow().clone();
+        let now = Instant::now();
+        let parents: Vec<ParentView> = view
+            .policy
+            .routes
+            .parents()
+            .iter()
+            .map(|p| ParentView {
+                name: p.name.to_string(),
+                up: p.is_up(now),
+                failures: p.health.stats.failures.load(std::sync::atomic::Ordering::Relaxed),
+                connect: p.health.stats.connect.summed(),
+                traffic: p.health.stats.traffic.summed(),
+                probe: p.health.stats.last_probe(),
+            })
+            .collect();
+        let routes: Vec<RouteView> = view
+            .policy
+            .routes
+            .route_list()
+            .map(|(name, c)| RouteView { name: name.to_string(), traffic: c.summed() })
+            .collect();
+        let process = metrics::Process {
+            open_fds: std::fs::read_dir("/proc/self/fd").ok().map(|d| d.count() as u64),
+            max_fds: rlimit::Resource::NOFILE.get().ok().map(|(soft, _)| soft),
+            resident_bytes: resident_bytes(),
+            cpu_seconds: cpu_seconds(),
+            start_time: self.start_time.as_secs_f64(),
+            uptime: self.started.elapsed(),
+            workers: self.state.workers.len(),
+        };
+        metrics::render(&metrics::Scrape {
+            listeners: &view.listeners,
+            workers: &self.state.workers,
+            max_user_series: self.max_user_series,
+            parents: &parents,
+            routes: &routes,
+            process: &process,
+        })
+    }
+}
+
+/// Clock ticks per second in /proc's CPU times: `USER_HZ`, which Linux reports as 100 on
+/// every architecture whatever its internal tick rate (as Prometheus's own procfs reader
+/// assumes).
+const USER_HZ: f64 = 100.0;
+
+/// User plus system CPU time, from /proc/self/stat (fields 14 and 15, after the command
+/// name in parentheses, which may itself hold spaces).
+fn cpu_seconds() -> Option<f64> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    let rest = &stat[stat.rfind(')')? + 1..];
+    // `rest` starts at field 3 (the state): utime and stime are the 12th and 13th of it.
+    let mut fields = rest.split_whitespace().skip(11);
+    let utime: u64 = fields.next()?.parse().ok()?;
+    let stime: u64 = fields.next()?.parse().ok()?;
+    Some((utime + stime) as f64 / USER_HZ)
+}
+
+/// The resident set size, from /proc/self/status (`VmRSS:  1234 kB`).
+fn resident_bytes() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
+    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb * 1024)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_an_eviction_fires_a_connections_receiver() {
+        let waiting = Waiting::default();
+        let peer = SocketAddr::from(([127, 0, 0, 1], 1));
+        let (first, mut evicted_first) = waiting.enter(peer);
+        let (_, mut evicted_second) = waiting.enter(peer);
+        // Its head in: out of the list, and its receiver says "no sender", which the
+        // connection task's select does not take as an eviction.
+        waiting.leave(first);
+        assert_eq!(evicted_first.try_recv(), Err(oneshot::error::TryRecvError::Closed));
+        assert_eq!(waiting.evict_oldest(), Some(peer));
+        assert_eq!(evicted_second.try_recv(), Ok(()));
+        assert_eq!(waiting.evict_oldest(), None);
+    }
+}

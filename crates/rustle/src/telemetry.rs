@@ -1,0 +1,2 @@
+pub mod accesslog;
+pub mod metrics;
