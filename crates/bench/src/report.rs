@@ -151,19 +151,19 @@ impl<'a> Grid<'a> {
         Grid { scenarios, proxies, swept, cells }
     }
 
-    pub fn runs(&self, scenario: &str, proxy: &str) -> &[&'a Row] {
+    pub(crate) fn runs(&self, scenario: &str, proxy: &str) -> &[&'a Row] {
         self.cells.get(&(scenario.to_string(), proxy.to_string())).map_or(&[], Vec::as_slice)
     }
 
     /// Runs that measured something: a run in which every exchange failed
     /// has no throughput or latency worth a median (its errors are listed).
-    pub fn ok(&self, scenario: &str, proxy: &str) -> Vec<&'a Row> {
+    pub(crate) fn ok(&self, scenario: &str, proxy: &str) -> Vec<&'a Row> {
         let measured = |r: &&Row| r.status == Status::Ok && r.completed != Some(0);
         self.runs(scenario, proxy).iter().copied().filter(measured).collect()
     }
 
     /// Median of one field over the measured runs.
-    pub fn median(
+    pub(crate) fn median(
         &self,
         scenario: &str,
         proxy: &str,
@@ -173,7 +173,7 @@ impl<'a> Grid<'a> {
         median(&v)
     }
 
-    pub fn unit(&self, scenario: &str) -> String {
+    pub(crate) fn unit(&self, scenario: &str) -> String {
         self.cells
             .iter()
             .filter(|((s, _), _)| s == scenario)

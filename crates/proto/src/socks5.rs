@@ -96,9 +96,9 @@ pub mod method {
 
 /// ATYP codes.
 mod atyp {
-    pub const IPV4: u8 = 1;
-    pub const DOMAIN: u8 = 3;
-    pub const IPV6: u8 = 4;
+    pub(super) const IPV4: u8 = 1;
+    pub(super) const DOMAIN: u8 = 3;
+    pub(super) const IPV6: u8 = 4;
 }
 
 /// Why a SOCKS5 message was rejected (from a client, or, by [`client`], from a

@@ -367,5 +367,3 @@ impl Error {
         Error::Through { parent: format!("\"{parent}\"").into(), source: Box::new(self) }
     }
 }
-
-pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -1,9 +1,9 @@
-pub mod dispatch;
-pub mod exchange;
-pub mod http1;
-pub mod http2;
-pub mod portmap;
-pub mod socks;
+pub(crate) mod dispatch;
+pub(crate) mod exchange;
+pub(crate) mod http1;
+pub(crate) mod http2;
+pub(crate) mod portmap;
+pub(crate) mod socks;
 pub mod tunnel;
-pub mod udp;
-pub mod worker;
+pub(crate) mod udp;
+pub(crate) mod worker;

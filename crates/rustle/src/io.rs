@@ -1,7 +1,7 @@
-pub mod body;
-pub mod buf;
-pub mod conn;
-pub mod idle;
-pub mod relay;
-pub mod sys;
+pub(crate) mod body;
+pub(crate) mod buf;
+pub(crate) mod conn;
+pub(crate) mod idle;
+pub(crate) mod relay;
+pub(crate) mod sys;
 pub mod tls;

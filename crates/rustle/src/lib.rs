@@ -56,12 +56,12 @@
 //! Protocol parsing lives in the `rustle-proto` crate, which does no I/O.
 
 pub mod config;
-pub mod error;
+pub(crate) mod error;
 pub mod front;
 pub mod io;
-pub mod limits;
+pub(crate) mod limits;
 pub mod policy;
-pub mod protocol;
+pub(crate) mod protocol;
 pub mod run;
-pub mod telemetry;
+pub(crate) mod telemetry;
 pub mod upstream;

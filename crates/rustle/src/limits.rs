@@ -32,14 +32,14 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 /// Rates are written in the configuration; the buckets here take them in bytes per second.
-pub use crate::config::parse_rate;
+pub(crate) use crate::config::parse_rate;
 
 const NANOS: u64 = 1_000_000_000;
 
 /// The default burst is at least this, and a throttled caller is never made to wait for
 /// more than this at once: the relay's scratch buffer size, so a throttled connection
 /// still moves full reads.
-pub const CHUNK: u64 = 16 * 1024;
+pub(crate) const CHUNK: u64 = 16 * 1024;
 
 /// A throttled caller waits for at most this much of the rate at once, so slow limits
 /// move small reads often rather than 16 KiB in long pauses (64 kbit/s: 160 bytes every
@@ -50,7 +50,7 @@ const SLICE_PER_SEC: u64 = 50;
 /// clock (`std::time::Instant::now`, no more) except where a test pauses it
 /// (`tokio::time::pause`), and then moves only as the test's timers fire, so throttled
 /// transfers run on simulated time. A bucket starts its own clock with it.
-pub fn now() -> Instant {
+pub(crate) fn now() -> Instant {
     tokio::time::Instant::now().into_std()
 }
 
@@ -525,10 +525,10 @@ pub struct Traffic {
 /// Users with counters of their own, at most: names come from the configuration, but a
 /// listener that accepts any credentials (`accept_any_credentials`) takes whatever name a
 /// client sends, and the map must not grow with them.
-pub const MAX_TRAFFIC_USERS: usize = 10_000;
+pub(crate) const MAX_TRAFFIC_USERS: usize = 10_000;
 
 /// The name `Traffic::snapshot` gives the users counted together.
-pub const OTHER_USERS: &str = "*others*";
+pub(crate) const OTHER_USERS: &str = "*others*";
 
 impl Traffic {
     pub fn new() -> Arc<Traffic> {

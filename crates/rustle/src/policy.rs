@@ -4,7 +4,7 @@
 
 pub mod acl;
 pub mod auth;
-pub mod route;
+pub(crate) mod route;
 
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};

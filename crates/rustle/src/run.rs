@@ -1,8 +1,8 @@
-pub mod admin;
+pub(crate) mod admin;
 pub mod check;
 pub mod control;
-pub mod notify;
-pub mod privileges;
+pub(crate) mod notify;
+pub(crate) mod privileges;
 pub mod reload;
 pub mod server;
-pub mod takeover;
+pub(crate) mod takeover;

@@ -1,2 +1,2 @@
-pub mod accesslog;
-pub mod metrics;
+pub(crate) mod accesslog;
+pub(crate) mod metrics;

@@ -41,19 +41,19 @@ fn with<R>(f: impl FnOnce(&mut Registry) -> R) -> R {
     f(&mut g)
 }
 
-pub fn register_netns(name: &str) {
+pub(super) fn register_netns(name: &str) {
     with(|r| r.netns.push(name.to_string()));
 }
 
-pub fn forget_netns(name: &str) {
+pub(super) fn forget_netns(name: &str) {
     with(|r| r.netns.retain(|n| n != name));
 }
 
-pub fn register_cgroup(dir: &Path) {
+pub(super) fn register_cgroup(dir: &Path) {
     with(|r| r.cgroups.push(dir.to_path_buf()));
 }
 
-pub fn forget_cgroup(dir: &Path) {
+pub(super) fn forget_cgroup(dir: &Path) {
     with(|r| r.cgroups.retain(|d| d != dir));
 }
 
@@ -61,7 +61,7 @@ pub fn forget_cgroup(dir: &Path) {
 /// `remove_on_cleanup` it is registered for [`cleanup_all`] to delete.
 /// Under the registry lock, so that a directory is either made before
 /// cleanup takes the list (and deleted by it) or not made at all.
-pub fn make_dir(dir: &Path, remove_on_cleanup: bool) -> Result<()> {
+pub(super) fn make_dir(dir: &Path, remove_on_cleanup: bool) -> Result<()> {
     with(|r| {
         if r.stopping {
             anyhow::bail!("interrupted: not creating {}", dir.display());
@@ -91,7 +91,7 @@ fn register_child(child: &mut Child) {
 }
 
 /// Starts the thread that cleans up and exits on SIGINT or SIGTERM.
-pub fn install_signal_handler() -> Result<()> {
+pub(super) fn install_signal_handler() -> Result<()> {
     std::thread::Builder::new()
         .name("campaign-signals".into())
         .spawn(|| {
@@ -135,7 +135,7 @@ pub fn install_signal_handler() -> Result<()> {
 
 /// Stops every registered child, then removes namespaces, cgroups and
 /// scratch directories. Nothing new can be registered afterwards.
-pub fn cleanup_all() {
+pub(super) fn cleanup_all() {
     let (groups, netns, cgroups, dirs) = with(|r| {
         r.stopping = true;
         (
@@ -164,7 +164,7 @@ pub fn cleanup_all() {
 
 /// A child process in its own process group, stopped (group and
 /// descendants) when dropped.
-pub struct Proc {
+pub(super) struct Proc {
     pub child: Child,
     pub name: String,
     stderr_file: Option<PathBuf>,
@@ -173,7 +173,7 @@ pub struct Proc {
 impl Proc {
     /// Spawns `cmd` in a new process group; stdout and stderr go to files
     /// `<dir>/<name>.out|err` when `dir` is given.
-    pub fn spawn(name: &str, mut cmd: Command, dir: Option<&Path>) -> Result<Proc> {
+    pub(super) fn spawn(name: &str, mut cmd: Command, dir: Option<&Path>) -> Result<Proc> {
         use std::os::unix::process::CommandExt;
         cmd.process_group(0).stdin(Stdio::null());
         let mut stderr_file = None;
@@ -190,7 +190,7 @@ impl Proc {
     }
 
     /// Like `spawn` with stdout and stderr piped to the caller.
-    pub fn spawn_piped(name: &str, mut cmd: Command) -> Result<Proc> {
+    pub(super) fn spawn_piped(name: &str, mut cmd: Command) -> Result<Proc> {
         use std::os::unix::process::CommandExt;
         cmd.process_group(0).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
         let mut child = cmd.spawn().with_context(|| format!("starting {name}: {cmd:?}"))?;
@@ -198,17 +198,17 @@ impl Proc {
         Ok(Proc { child, name: name.to_string(), stderr_file: None })
     }
 
-    pub fn pid(&self) -> u32 {
+    pub(super) fn pid(&self) -> u32 {
         self.child.id()
     }
 
     /// True while the process has not exited.
-    pub fn alive(&mut self) -> bool {
+    pub(super) fn alive(&mut self) -> bool {
         matches!(self.child.try_wait(), Ok(None))
     }
 
     /// The last lines of its stderr file, for a skipped cell's reason.
-    pub fn stderr_tail(&self) -> String {
+    pub(super) fn stderr_tail(&self) -> String {
         let Some(p) = &self.stderr_file else { return String::new() };
         let s = std::fs::read_to_string(p).unwrap_or_default();
         let lines: Vec<&str> = s.lines().filter(|l| !l.trim().is_empty()).collect();
@@ -216,13 +216,13 @@ impl Proc {
     }
 
     /// Waits until the process listens on `port` (in its own namespace).
-    pub fn wait_listening(&mut self, port: u16, within: Duration) -> Result<()> {
+    pub(super) fn wait_listening(&mut self, port: u16, within: Duration) -> Result<()> {
         self.wait_ready(port, false, within)
     }
 
     /// Waits until the process listens on TCP `port`, or with `udp` has a
     /// UDP socket bound to it.
-    pub fn wait_ready(&mut self, port: u16, udp: bool, within: Duration) -> Result<()> {
+    pub(super) fn wait_ready(&mut self, port: u16, udp: bool, within: Duration) -> Result<()> {
         let deadline = Instant::now() + within;
         let ready = |p: &u32| if udp { sys::bound_udp(*p, port) } else { sys::listening(*p, port) };
         loop {
@@ -240,7 +240,7 @@ impl Proc {
     }
 
     /// SIGTERM to the group and the tree, then SIGKILL after a grace period.
-    pub fn stop(mut self) {
+    pub(super) fn stop(mut self) {
         self.stop_inner();
     }
 

@@ -17,13 +17,13 @@ use anyhow::{bail, Context, Result};
 use super::children;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Role {
+pub(super) enum Role {
     Client,
     Proxy,
     Origin,
 }
 
-pub struct Net {
+pub(super) struct Net {
     /// Namespace names (client, proxy, origin), or None on loopback.
     ns: Option<[String; 3]>,
     /// Link emulation applied to the client link, for the records.
@@ -33,15 +33,15 @@ pub struct Net {
 }
 
 impl Net {
-    pub fn loopback() -> Net {
+    pub(super) fn loopback() -> Net {
         Net { ns: None, link: String::new(), notes: Vec::new() }
     }
 
-    pub fn is_netns(&self) -> bool {
+    pub(super) fn is_netns(&self) -> bool {
         self.ns.is_some()
     }
 
-    pub fn kind(&self) -> &'static str {
+    pub(super) fn kind(&self) -> &'static str {
         if self.is_netns() {
             "netns"
         } else {
@@ -50,7 +50,7 @@ impl Net {
     }
 
     /// The address a role listens on (proxy: towards the client).
-    pub fn ip(&self, role: Role) -> &'static str {
+    pub(super) fn ip(&self, role: Role) -> &'static str {
         match (self.is_netns(), role) {
             (false, _) => "127.0.0.1",
             (true, Role::Client) => "198.18.1.2",
@@ -60,7 +60,7 @@ impl Net {
     }
 
     /// The proxy's own address on the origin side (dante's `external`).
-    pub fn proxy_external_ip(&self) -> &'static str {
+    pub(super) fn proxy_external_ip(&self) -> &'static str {
         if self.is_netns() {
             "198.18.2.1"
         } else {
@@ -71,7 +71,7 @@ impl Net {
     /// The argv prefix that runs a program inside the role's namespace (if
     /// any) pinned to `cpu` with taskset. `ip netns exec` and `taskset` both
     /// exec, so the child's pid is the program's own.
-    pub fn prefix(&self, role: Role, cpu: &str) -> Vec<String> {
+    pub(super) fn prefix(&self, role: Role, cpu: &str) -> Vec<String> {
         let mut v: Vec<String> = Vec::new();
         if let Some(ns) = &self.ns {
             let i = match role {
@@ -86,7 +86,7 @@ impl Net {
     }
 
     /// [`Net::prefix`] followed by `program`, as a Command.
-    pub fn command(&self, role: Role, cpu: &str, program: &str) -> Command {
+    pub(super) fn command(&self, role: Role, cpu: &str, program: &str) -> Command {
         let pre = self.prefix(role, cpu);
         let mut c = Command::new(&pre[0]);
         c.args(&pre[1..]).arg(program);
@@ -97,7 +97,7 @@ impl Net {
     /// (`delay 1ms loss 0.1%`), `rate` a bandwidth (`100mbit`); both are
     /// applied to both ends of the client link, so each way. `offload` false
     /// turns GSO/TSO/GRO off on every veth.
-    pub fn create(netem: Option<&str>, rate: Option<&str>, offload: bool) -> Result<Net> {
+    pub(super) fn create(netem: Option<&str>, rate: Option<&str>, offload: bool) -> Result<Net> {
         let tag = std::process::id();
         let names = [format!("rbc-{tag}"), format!("rbp-{tag}"), format!("rbo-{tag}")];
         // Set before anything exists: on an early error Drop deletes what was

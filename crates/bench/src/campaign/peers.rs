@@ -11,7 +11,7 @@ use super::sys;
 
 /// A proxy the campaign knows how to start.
 #[derive(Debug, Clone)]
-pub struct Proxy {
+pub(super) struct Proxy {
     pub name: String,
     kind: Kind,
 }
@@ -42,7 +42,7 @@ enum Kind {
 
 /// The files of the TLS scenarios, made once per campaign.
 #[derive(Debug, Clone)]
-pub struct TlsFiles {
+pub(super) struct TlsFiles {
     /// The proxy's chain (leaf, then CA), its key, and both in one file (haproxy).
     pub chain: PathBuf,
     pub key: PathBuf,
@@ -56,7 +56,7 @@ pub struct TlsFiles {
 }
 
 /// Where a run puts things: scratch directory and the addresses.
-pub struct Site<'a> {
+pub(super) struct Site<'a> {
     pub dir: &'a FsPath,
     pub listen_ip: &'a str,
     pub listen_port: u16,
@@ -95,7 +95,7 @@ fn floor_exe() -> String {
 }
 
 /// The names `--proxies` accepts.
-pub const KNOWN: &[&str] = &[
+pub(super) const KNOWN: &[&str] = &[
     "rustle",
     "nginx",
     "haproxy",
@@ -109,7 +109,7 @@ pub const KNOWN: &[&str] = &[
 ];
 
 impl Proxy {
-    pub fn named(name: &str, rustle_bin: &FsPath) -> Result<Proxy> {
+    pub(super) fn named(name: &str, rustle_bin: &FsPath) -> Result<Proxy> {
         let kind = match name {
             "rustle" => Kind::Rustle(rustle_bin.to_path_buf()),
             "nginx" => Kind::Nginx,
@@ -130,7 +130,7 @@ impl Proxy {
     /// (`{target}` is the UDP echo for `udp-relay`, the HTTPS origin for
     /// `tls-orig`; `{cert}`, `{key}`, `{combined}`, `{origin_ca}` and
     /// `{origin_name}` are the TLS files).
-    pub fn extra(spec: &str) -> Result<Proxy> {
+    pub(super) fn extra(spec: &str) -> Result<Proxy> {
         let Some((head, command)) = spec.split_once('=') else {
             bail!("--extra-proxy wants NAME[:paths]='command {{listen}} {{target}}'");
         };
@@ -178,7 +178,7 @@ impl Proxy {
     }
 
     /// The Debian package, for the versions in the conditions file.
-    pub fn package(&self) -> Option<&'static str> {
+    pub(super) fn package(&self) -> Option<&'static str> {
         Some(match self.kind {
             Kind::Nginx => "nginx-light",
             Kind::Haproxy { .. } => "haproxy",
@@ -192,7 +192,7 @@ impl Proxy {
     }
 
     /// `Err(reason)` when this proxy cannot be measured on `path`.
-    pub fn supports(&self, path: Path) -> std::result::Result<(), String> {
+    pub(super) fn supports(&self, path: Path) -> std::result::Result<(), String> {
         let ok = match &self.kind {
             Kind::Rustle(_) => true,
             Kind::Nginx | Kind::Haproxy { splice: false } => {
@@ -230,7 +230,7 @@ impl Proxy {
     }
 
     /// `Err(reason)` when the program is not installed.
-    pub fn installed(&self) -> std::result::Result<(), String> {
+    pub(super) fn installed(&self) -> std::result::Result<(), String> {
         match sys::which(&self.program()) {
             Some(_) => Ok(()),
             None => Err("not installed".to_string()),
@@ -238,7 +238,7 @@ impl Proxy {
     }
 
     /// Writes the configuration into `site.dir` and returns the argv.
-    pub fn argv(&self, path: Path, site: &Site) -> Result<Vec<String>> {
+    pub(super) fn argv(&self, path: Path, site: &Site) -> Result<Vec<String>> {
         let listen = format!("{}:{}", site.listen_ip, site.listen_port);
         if path.is_tls() && site.tls.is_none() {
             bail!("the TLS paths need the campaign's certificates");

@@ -20,7 +20,7 @@ use crate::report::stats::pace_setter;
 
 /// The file limit is 20,000 per process here and a proxy holds two sockets
 /// per tunnel (plus a few of its own), so this many tunnels fit.
-pub const TUNNEL_CAP: u64 = 9_900;
+pub(super) const TUNNEL_CAP: u64 = 9_900;
 
 /// The load generator's default warmup; the measuring window starts after it.
 const WARMUP: Duration = Duration::from_secs(1);
@@ -40,7 +40,7 @@ const PROXY_CPU: &str = "0";
 const CLIENT_CPU: &str = "1";
 
 /// What every run shares.
-pub struct Bench {
+pub(super) struct Bench {
     pub net: Net,
     pub quota: Option<Quota>,
     pub quota_cores: Option<f64>,
@@ -62,7 +62,7 @@ pub struct Bench {
 
 impl Bench {
     /// Runs one scenario × proxy × repetition.
-    pub fn run(&mut self, mut row: Row, sc: &Scenario, proxy: &Proxy) -> Row {
+    pub(super) fn run(&mut self, mut row: Row, sc: &Scenario, proxy: &Proxy) -> Row {
         row.unit = sc.unit().to_string();
         row.net = self.net.kind().to_string();
         row.link = self.net.link.clone();
@@ -324,13 +324,13 @@ fn duration_s(d: &str) -> f64 {
 }
 
 /// A port free on loopback now (the proxy binds it a moment later).
-pub fn free_port() -> Option<u16> {
+pub(super) fn free_port() -> Option<u16> {
     let l = std::net::TcpListener::bind("127.0.0.1:0").ok()?;
     Some(l.local_addr().ok()?.port())
 }
 
 /// A UDP port free on loopback now (the UDP echo binds it a moment later).
-pub fn free_udp_port() -> Option<u16> {
+pub(super) fn free_udp_port() -> Option<u16> {
     let s = std::net::UdpSocket::bind("127.0.0.1:0").ok()?;
     Some(s.local_addr().ok()?.port())
 }

@@ -6,7 +6,7 @@ use anyhow::{bail, Result};
 /// How the client reaches the origin through the proxy, which is also
 /// which listener the proxy needs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Path {
+pub(super) enum Path {
     /// Absolute-form HTTP requests to an HTTP proxy.
     Http,
     /// A CONNECT tunnel per connection.
@@ -31,7 +31,7 @@ pub enum Path {
 
 impl Path {
     /// The load generator's `--mode`.
-    pub fn load_mode(self) -> &'static str {
+    pub(super) fn load_mode(self) -> &'static str {
         match self {
             Path::Http => "http-proxy",
             Path::Connect => "connect",
@@ -46,19 +46,19 @@ impl Path {
     }
 
     /// Needs the campaign's certificates or its HTTPS origin.
-    pub fn is_tls(self) -> bool {
+    pub(super) fn is_tls(self) -> bool {
         matches!(self, Path::TlsTerm | Path::TlsOrig)
     }
 
     /// Datagrams to the UDP origin rather than HTTP to the HTTP origin.
-    pub fn is_udp(self) -> bool {
+    pub(super) fn is_udp(self) -> bool {
         matches!(self, Path::UdpSocks | Path::UdpRelay)
     }
 }
 
 /// What is measured: a rate, or memory with connections held idle.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Kind {
+pub(super) enum Kind {
     /// Requests (or messages) per second.
     Rate,
     /// Bulk download in Gbit/s (or upload, with `--upload`; see
@@ -69,7 +69,7 @@ pub enum Kind {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Scenario {
+pub(super) struct Scenario {
     pub name: String,
     pub path: Path,
     pub kind: Kind,
@@ -78,7 +78,7 @@ pub struct Scenario {
 }
 
 impl Scenario {
-    pub fn unit(&self) -> &'static str {
+    pub(super) fn unit(&self) -> &'static str {
         match (self.kind, self.path) {
             (Kind::Stream, _) => "Gbit/s",
             (Kind::Hold(_), _) => "KB/tunnel",
@@ -89,13 +89,13 @@ impl Scenario {
     }
 
     /// True for the upload streams: their throughput is the request bodies.
-    pub fn is_upload(&self) -> bool {
+    pub(super) fn is_upload(&self) -> bool {
         self.load_args.iter().any(|a| a == "--upload")
     }
 
     /// The value of its `--connections`: 64 for `http-ka-1k`, 2000 for the
     /// mixes; `None` for the tunnel holds, which open `--hold N` instead.
-    pub fn default_connections(&self) -> Option<u32> {
+    pub(super) fn default_connections(&self) -> Option<u32> {
         let i = self.load_args.iter().position(|a| a == "--connections")?;
         self.load_args.get(i + 1)?.parse().ok()
     }
@@ -104,13 +104,13 @@ impl Scenario {
     /// is busy all the time, so that the connection count is the
     /// concurrency. Not the mixes (2000 open, 64 of them active or an open
     /// loop at a fixed rate) nor the tunnel holds.
-    pub fn sweepable(&self) -> bool {
+    pub(super) fn sweepable(&self) -> bool {
         let fixed = self.load_args.iter().any(|a| a == "--active" || a == "--rate");
         !matches!(self.kind, Kind::Hold(_)) && !fixed && self.default_connections().is_some()
     }
 
     /// The same load with `n` connections instead of the default.
-    pub fn with_connections(&self, n: u32) -> Scenario {
+    pub(super) fn with_connections(&self, n: u32) -> Scenario {
         let mut s = self.clone();
         match s.load_args.iter().position(|a| a == "--connections") {
             Some(i) if i + 1 < s.load_args.len() => s.load_args[i + 1] = n.to_string(),
@@ -122,7 +122,7 @@ impl Scenario {
 
 /// The connection count of a scenario by name, for CSV rows that predate
 /// the `connections` column; `None` for unknown names and tunnel holds.
-pub fn default_connections(name: &str) -> Option<u32> {
+pub(super) fn default_connections(name: &str) -> Option<u32> {
     parse(name).ok()?.default_connections()
 }
 
@@ -136,7 +136,7 @@ const STREAM16_BODY: &str = "/bytes/67108864";
 const STREAM16_UP_BODY: &str = "67108864";
 
 /// Every name `--scenarios` accepts, groups expanded (see [`expand`]).
-pub const GROUPS: &[(&str, &[&str])] = &[
+pub(super) const GROUPS: &[(&str, &[&str])] = &[
     ("quick", &["http-ka-1k", "http-close-1k", "connect-ka-1k", "socks-ka-1k", "relay-ka-1k"]),
     ("mix", &["mix-http", "mix-connect", "mix-socks", "mix-relay"]),
     ("mix-3k", &["mix-http-3k", "mix-connect-3k", "mix-socks-3k", "mix-relay-3k"]),
@@ -159,7 +159,7 @@ pub const GROUPS: &[(&str, &[&str])] = &[
 
 /// Expands group names (`mix`, `stream16`, `mem-tunnels-N` = the CONNECT
 /// and SOCKS variants) and `all`, keeping the order given.
-pub fn expand(list: &str) -> Result<Vec<Scenario>> {
+pub(super) fn expand(list: &str) -> Result<Vec<Scenario>> {
     let mut names: Vec<String> = Vec::new();
     for item in list.split(',').map(str::trim).filter(|s| !s.is_empty()) {
         if item == "all" {
@@ -229,7 +229,7 @@ fn args(s: &str) -> Vec<String> {
 }
 
 /// One scenario by its full name.
-pub fn parse(name: &str) -> Result<Scenario> {
+pub(super) fn parse(name: &str) -> Result<Scenario> {
     let make =
         |path, kind, a: &str| Scenario { name: name.to_string(), path, kind, load_args: args(a) };
     if let Some(rest) = name.strip_prefix("ws-") {

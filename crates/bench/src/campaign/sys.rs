@@ -13,7 +13,7 @@ const TICKS_PER_S: f64 = 100.0;
 
 /// `pid` and all its descendants, found by walking /proc parent links, so
 /// that a master's workers and a daemon's forked children are counted.
-pub fn tree(pid: u32) -> Vec<u32> {
+pub(super) fn tree(pid: u32) -> Vec<u32> {
     let mut parents: Vec<(u32, u32)> = Vec::new();
     if let Ok(dir) = std::fs::read_dir("/proc") {
         for e in dir.flatten() {
@@ -48,7 +48,7 @@ fn stat_fields(pid: u32) -> Option<Vec<String>> {
 /// CPU seconds of the tree: utime+stime of every live process plus
 /// cutime+cstime, which hold the time of children already reaped (dante
 /// and squid helpers may come and go during a run).
-pub fn cpu_seconds(pid: u32) -> f64 {
+pub(super) fn cpu_seconds(pid: u32) -> f64 {
     let mut ticks = 0u64;
     for p in tree(pid) {
         if let Some(f) = stat_fields(p) {
@@ -60,7 +60,7 @@ pub fn cpu_seconds(pid: u32) -> f64 {
 }
 
 /// Sum over the tree of a `/proc/PID/status` field in KB (VmRSS, VmHWM).
-pub fn status_kb(pid: u32, field: &str) -> u64 {
+pub(super) fn status_kb(pid: u32, field: &str) -> u64 {
     tree(pid)
         .into_iter()
         .filter_map(|p| {
@@ -72,7 +72,7 @@ pub fn status_kb(pid: u32, field: &str) -> u64 {
 }
 
 /// Busy and total jiffies of each CPU from /proc/stat.
-pub fn cpu_jiffies() -> Vec<(u64, u64)> {
+pub(super) fn cpu_jiffies() -> Vec<(u64, u64)> {
     let Ok(s) = std::fs::read_to_string("/proc/stat") else { return Vec::new() };
     s.lines()
         .filter(|l| l.starts_with("cpu") && l.as_bytes().get(3).is_some_and(u8::is_ascii_digit))
@@ -87,7 +87,7 @@ pub fn cpu_jiffies() -> Vec<(u64, u64)> {
 }
 
 /// Busy share of `cpu` between two samples of [`cpu_jiffies`].
-pub fn busy_share(before: &[(u64, u64)], after: &[(u64, u64)], cpu: usize) -> Option<f64> {
+pub(super) fn busy_share(before: &[(u64, u64)], after: &[(u64, u64)], cpu: usize) -> Option<f64> {
     let (b0, t0) = *before.get(cpu)?;
     let (b1, t1) = *after.get(cpu)?;
     (t1 > t0).then(|| (b1 - b0) as f64 / (t1 - t0) as f64)
@@ -96,7 +96,7 @@ pub fn busy_share(before: &[(u64, u64)], after: &[(u64, u64)], cpu: usize) -> Op
 /// True when the network namespace of `pid` has a TCP socket listening on
 /// `port` (read from the process's own view of /proc/net, so this works
 /// inside namespaces the runner is not in).
-pub fn listening(pid: u32, port: u16) -> bool {
+pub(super) fn listening(pid: u32, port: u16) -> bool {
     let want = format!(":{port:04X}");
     ["tcp", "tcp6"].iter().any(|f| {
         std::fs::read_to_string(format!("/proc/{pid}/net/{f}")).is_ok_and(|s| {
@@ -111,7 +111,7 @@ pub fn listening(pid: u32, port: u16) -> bool {
 }
 
 /// True when `pid` has a UDP socket bound to `port` (in its namespace).
-pub fn bound_udp(pid: u32, port: u16) -> bool {
+pub(super) fn bound_udp(pid: u32, port: u16) -> bool {
     let want = format!(":{port:04X}");
     ["udp", "udp6"].iter().any(|f| {
         std::fs::read_to_string(format!("/proc/{pid}/net/{f}")).is_ok_and(|s| {
@@ -124,7 +124,7 @@ pub fn bound_udp(pid: u32, port: u16) -> bool {
 
 /// Sends `sig` (a name such as TERM or KILL) to a process group and to each
 /// listed pid, with the system `kill` so that no unsafe code is needed.
-pub fn signal(pgid: u32, pids: &[u32], sig: &str) {
+pub(super) fn signal(pgid: u32, pids: &[u32], sig: &str) {
     let mut cmd = Command::new("kill");
     cmd.arg("-s").arg(sig).arg("--").arg(format!("-{pgid}"));
     cmd.args(pids.iter().map(u32::to_string));
@@ -133,13 +133,13 @@ pub fn signal(pgid: u32, pids: &[u32], sig: &str) {
 }
 
 /// A cgroup limiting the proxy to a share of a CPU, removed on drop.
-pub struct Quota {
+pub(super) struct Quota {
     pub dir: PathBuf,
 }
 
 impl Quota {
     /// Makes `rustle-campaign-PID` with `cores` of quota per 100 ms period.
-    pub fn create(cores: f64) -> Result<Quota> {
+    pub(super) fn create(cores: f64) -> Result<Quota> {
         let name = format!("rustle-campaign-{}", std::process::id());
         let period = 100_000u64;
         let quota = (cores * period as f64).round() as u64;
@@ -166,11 +166,11 @@ impl Quota {
     }
 
     /// The file a process writes its pid to in order to join.
-    pub fn procs_file(&self) -> PathBuf {
+    pub(super) fn procs_file(&self) -> PathBuf {
         self.dir.join("cgroup.procs")
     }
 
-    pub fn remove(&self) -> Result<()> {
+    pub(super) fn remove(&self) -> Result<()> {
         if self.dir.exists() {
             // A group can only be removed once empty; callers stop the proxy first.
             if let Err(e) = std::fs::remove_dir(&self.dir) {
@@ -182,7 +182,7 @@ impl Quota {
 }
 
 /// Version of a Debian package, or "not installed".
-pub fn package_version(pkg: &str) -> String {
+pub(super) fn package_version(pkg: &str) -> String {
     Command::new("dpkg-query")
         .args(["-W", "-f", "${Version}", pkg])
         .output()
@@ -193,7 +193,7 @@ pub fn package_version(pkg: &str) -> String {
 }
 
 /// Full path of an executable found in PATH (or the path itself if it exists).
-pub fn which(name: &str) -> Option<PathBuf> {
+pub(super) fn which(name: &str) -> Option<PathBuf> {
     if name.contains('/') {
         let p = PathBuf::from(name);
         return p.exists().then_some(p);

@@ -14,7 +14,7 @@ use std::fmt::Write as _;
 use anyhow::{bail, Context, Result};
 
 /// The relative tolerance of a figure the baseline gives none.
-pub const DEFAULT_RELATIVE: f64 = 0.02;
+pub(super) const DEFAULT_RELATIVE: f64 = 0.02;
 
 /// What the figures that depend on the machine were measured on.
 /// Instructions depend on the code paths picked at run time by CPU features
@@ -57,7 +57,7 @@ impl Machine {
 }
 
 /// Whether a figure's value depends on the machine (see [`Machine`]).
-pub fn machine_dependent(key: &str) -> bool {
+pub(super) fn machine_dependent(key: &str) -> bool {
     key.ends_with(".instructions") || key.ends_with(".waits") || key.starts_with("memory.")
 }
 
@@ -263,7 +263,7 @@ impl Verdict {
 
 /// A figure as the file and the tables show it: integers without decimals,
 /// smaller figures to three decimals.
-pub fn show(v: f64) -> String {
+pub(super) fn show(v: f64) -> String {
     if v.fract() == 0.0 || v.abs() >= 1000.0 {
         format!("{v:.0}")
     } else {
@@ -332,7 +332,7 @@ pub fn compare(
 
 /// One group of figures for the file: its name, a comment line saying what
 /// it is, and its figures.
-pub struct Group<'a> {
+pub(super) struct Group<'a> {
     pub name: &'a str,
     pub comment: String,
     pub figures: Vec<(&'a str, f64)>,
@@ -341,7 +341,7 @@ pub struct Group<'a> {
 /// The baseline file's text: `header` (comment lines, `# ` included), the
 /// machine with `informational` fields after it, the groups, and the
 /// tolerances.
-pub fn write(
+pub(super) fn write(
     header: &str,
     machine: &Machine,
     informational: &[(&str, String)],

@@ -25,7 +25,7 @@ const ALLOCATORS: [&str; 6] =
 
 /// What one dump holds.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Dump {
+pub(super) struct Dump {
     /// Instructions executed (callgrind's `Ir`), every thread.
     pub instructions: u64,
     /// Calls to the allocator's entry points, by name.
@@ -33,14 +33,14 @@ pub struct Dump {
 }
 
 impl Dump {
-    pub fn total_allocations(&self) -> u64 {
+    pub(super) fn total_allocations(&self) -> u64 {
         self.allocations.values().sum()
     }
 }
 
 /// The `valgrind` command line that runs `rustle` with `args` under callgrind,
 /// its profiles written to `out` (`out.1` at the first dump).
-pub fn command(iso: Isolation, rustle: &Path, out: &Path) -> Command {
+pub(super) fn command(iso: Isolation, rustle: &Path, out: &Path) -> Command {
     let mut cmd = iso.command("valgrind");
     cmd.arg("--tool=callgrind")
         .arg(format!("--callgrind-out-file={}", out.display()))
@@ -51,7 +51,7 @@ pub fn command(iso: Isolation, rustle: &Path, out: &Path) -> Command {
 
 /// Sends a callgrind monitor command (`zero`, `dump`) to the process and
 /// waits for it to be done.
-pub fn monitor(proxy: &Proxy, what: &str) -> Result<()> {
+pub(super) fn monitor(proxy: &Proxy, what: &str) -> Result<()> {
     let out = Command::new("vgdb")
         .arg(format!("--pid={}", proxy.pid()))
         .arg(what)
@@ -65,7 +65,7 @@ pub fn monitor(proxy: &Proxy, what: &str) -> Result<()> {
 }
 
 /// The first dump's file: `out.1`.
-pub fn first_dump(out: &Path) -> PathBuf {
+pub(super) fn first_dump(out: &Path) -> PathBuf {
     let mut p = out.as_os_str().to_owned();
     p.push(".1");
     PathBuf::from(p)
@@ -75,7 +75,7 @@ pub fn first_dump(out: &Path) -> PathBuf {
 /// allocator. Names are compressed (`fn=(12) malloc` once, `cfn=(12)`
 /// after), functions and called functions sharing one table; a recursion
 /// suffix (`malloc'2`) is dropped.
-pub fn parse(text: &str) -> Result<Dump> {
+pub(super) fn parse(text: &str) -> Result<Dump> {
     let mut names: BTreeMap<String, String> = BTreeMap::new();
     let mut dump = Dump::default();
     let mut total = None;

@@ -11,7 +11,7 @@ use crate::load::{self, Mode, Options};
 
 /// The listener a family goes through.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Listener {
+pub(super) enum Listener {
     /// `kind = "http"`.
     Http,
     /// `kind = "http"`, `h2c = true`.
@@ -24,7 +24,7 @@ pub enum Listener {
 
 impl Listener {
     /// The kind rustle's "listening on" line names.
-    pub fn kind(self) -> &'static str {
+    pub(super) fn kind(self) -> &'static str {
         match self {
             Listener::Http | Listener::H2c => "http",
             Listener::Socks => "socks",
@@ -35,7 +35,7 @@ impl Listener {
 
 /// One family: what an exchange is, and how many are measured.
 #[derive(Debug, Clone, Copy)]
-pub struct Family {
+pub(super) struct Family {
     pub name: &'static str,
     /// One line for the report and the baseline file.
     pub what: &'static str,
@@ -53,7 +53,7 @@ pub struct Family {
     pub count: u64,
 }
 
-pub const FAMILIES: [Family; 6] = [
+pub(super) const FAMILIES: [Family; 6] = [
     Family {
         name: "http-keepalive",
         what: "HTTP/1.1 proxy: GET http://origin/bytes/1024 on one kept-alive connection",
@@ -113,14 +113,14 @@ pub const FAMILIES: [Family; 6] = [
 ];
 
 /// The family named `name`.
-pub fn named(name: &str) -> Result<&'static Family> {
+pub(super) fn named(name: &str) -> Result<&'static Family> {
     match FAMILIES.iter().find(|f| f.name == name) {
         Some(f) => Ok(f),
         None => bail!("no family {name:?}; the families: {}", names()),
     }
 }
 
-pub fn names() -> String {
+pub(super) fn names() -> String {
     FAMILIES.map(|f| f.name).join(", ")
 }
 
@@ -128,7 +128,7 @@ pub fn names() -> String {
 /// one listener on a port of the kernel's choice, access log and kernel TLS
 /// off (the figures are rustle's own work, the same on every kernel), its
 /// control socket in `dir`.
-pub fn config(listener: Listener, origin: SocketAddr, dir: &Path) -> String {
+pub(super) fn config(listener: Listener, origin: SocketAddr, dir: &Path) -> String {
     let mut c = String::from("workers = 1\n\n[[listener]]\n");
     c.push_str(&format!("kind = \"{}\"\nlisten = \"127.0.0.1:0\"\n", listener.kind()));
     match listener {
@@ -149,7 +149,7 @@ pub fn config(listener: Listener, origin: SocketAddr, dir: &Path) -> String {
 
 /// The load of `count` exchanges of `f` through `proxy`: one connection, one
 /// thread, so that every exchange goes the same way.
-pub fn load(f: &Family, proxy: SocketAddr, origin: SocketAddr, count: u64, dir: &Path) -> Options {
+pub(super) fn load(f: &Family, proxy: SocketAddr, origin: SocketAddr, count: u64, dir: &Path) -> Options {
     let mut o = Options::new(f.mode, origin.to_string());
     o.proxy = Some(proxy.to_string());
     o.connections = 1;
@@ -166,7 +166,7 @@ pub fn load(f: &Family, proxy: SocketAddr, origin: SocketAddr, count: u64, dir: 
 }
 
 /// Runs `o` and checks that every exchange completed.
-pub fn run(f: &Family, o: &Options) -> Result<()> {
+pub(super) fn run(f: &Family, o: &Options) -> Result<()> {
     let r = load::run(o)?;
     let want = o.count.unwrap_or_default();
     if r.errors.total() > 0 || r.completed != want {

@@ -34,7 +34,7 @@ const FEATURES: [&str; 20] = [
 
 /// This machine; `realtime`: whether the measured processes run under
 /// real-time scheduling.
-pub fn here(realtime: bool) -> Machine {
+pub(super) fn here(realtime: bool) -> Machine {
     let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
     let flags: Vec<&str> = cpuinfo
         .lines()
@@ -58,7 +58,7 @@ pub fn here(realtime: bool) -> Machine {
 
 /// Facts recorded with a baseline for people: the CPU, the kernel, the
 /// compiler that built `rustle`, strace, and the date.
-pub fn record(rustle: &Path) -> Vec<(&'static str, String)> {
+pub(super) fn record(rustle: &Path) -> Vec<(&'static str, String)> {
     let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
     let model = cpuinfo
         .lines()

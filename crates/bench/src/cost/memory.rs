@@ -29,9 +29,9 @@ use crate::load::{self, Mode, Options};
 use crate::Origin;
 
 /// Connections held idle per sample.
-pub const HELD: u64 = 1000;
+pub(super) const HELD: u64 = 1000;
 /// Processes measured per figure (the median is kept).
-pub const SAMPLES: usize = 3;
+pub(super) const SAMPLES: usize = 3;
 /// From start to the idle reading.
 const IDLE_AFTER: Duration = Duration::from_millis(500);
 /// From the warm-up's end, and from the last held connection's exchange, to
@@ -41,7 +41,7 @@ const SETTLE: Duration = Duration::from_millis(2500);
 const READINGS: usize = 3;
 
 #[derive(Debug, Clone, Default)]
-pub struct Memory {
+pub(super) struct Memory {
     /// Each process's idle RssAnon, KiB.
     pub idle_anon_kib: Vec<u64>,
     /// Each process's idle VmRSS, KiB.
@@ -52,7 +52,7 @@ pub struct Memory {
     pub client_bytes: Vec<f64>,
 }
 
-pub fn median(v: &[f64]) -> f64 {
+pub(super) fn median(v: &[f64]) -> f64 {
     let mut v = v.to_vec();
     v.sort_by(f64::total_cmp);
     match v.len() {
@@ -62,7 +62,7 @@ pub fn median(v: &[f64]) -> f64 {
     }
 }
 
-pub fn measure(rustle: &Path, iso: Isolation, origin: &Origin, dir: &Path) -> Result<Memory> {
+pub(super) fn measure(rustle: &Path, iso: Isolation, origin: &Origin, dir: &Path) -> Result<Memory> {
     let mut m = Memory::default();
     for _ in 0..SAMPLES {
         for mode in [Mode::Connect, Mode::HttpProxy] {

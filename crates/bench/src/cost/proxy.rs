@@ -16,7 +16,7 @@ const START_WITHIN: Duration = Duration::from_secs(60);
 /// only a bound.
 const STOP_WITHIN: Duration = Duration::from_secs(10);
 
-pub struct Proxy {
+pub(super) struct Proxy {
     child: Child,
     stderr: PathBuf,
     /// Each listener's kind (`http`, `socks`, ...) and address, in the order
@@ -28,7 +28,7 @@ impl Proxy {
     /// Starts `cmd` (rustle, or valgrind running it) with no configuration
     /// file or log filter inherited, its control socket in `dir`, and waits
     /// for `listeners` "listening on" lines.
-    pub fn start(mut cmd: Command, dir: &Path, listeners: usize) -> Result<Proxy> {
+    pub(super) fn start(mut cmd: Command, dir: &Path, listeners: usize) -> Result<Proxy> {
         let stderr = dir.join("rustle.err");
         let err = std::fs::File::create(&stderr).context("creating rustle.err")?;
         cmd.env("RUSTLE_CONFIG", "")
@@ -55,12 +55,12 @@ impl Proxy {
         }
     }
 
-    pub fn pid(&self) -> u32 {
+    pub(super) fn pid(&self) -> u32 {
         self.child.id()
     }
 
     /// The address of the first listener of `kind`.
-    pub fn addr(&self, kind: &str) -> Result<SocketAddr> {
+    pub(super) fn addr(&self, kind: &str) -> Result<SocketAddr> {
         self.listeners
             .iter()
             .find(|(k, _)| k == kind)
@@ -69,7 +69,7 @@ impl Proxy {
     }
 
     /// A field of /proc/PID/status in KiB (`VmRSS`, `RssAnon`).
-    pub fn status_kib(&self, field: &str) -> Result<u64> {
+    pub(super) fn status_kib(&self, field: &str) -> Result<u64> {
         let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid()))
             .context("reading /proc/PID/status")?;
         status
@@ -80,14 +80,14 @@ impl Proxy {
     }
 
     /// The last lines of its stderr, for errors.
-    pub fn stderr_tail(&self) -> String {
+    pub(super) fn stderr_tail(&self) -> String {
         let text = std::fs::read_to_string(&self.stderr).unwrap_or_default();
         let lines: Vec<&str> = text.lines().collect();
         lines[lines.len().saturating_sub(15)..].join("\n")
     }
 
     /// Fails when the process is gone (it crashed during a measurement).
-    pub fn check_alive(&mut self) -> Result<()> {
+    pub(super) fn check_alive(&mut self) -> Result<()> {
         if let Some(status) = self.child.try_wait()? {
             bail!("rustle ended ({status}) during the measurement:\n{}", self.stderr_tail());
         }
@@ -115,7 +115,7 @@ impl Drop for Proxy {
 
 /// Sends `sig` (TERM, INT, KILL) to one process with the system `kill`, so
 /// that no unsafe code is needed.
-pub fn signal(pid: u32, sig: &str) {
+pub(super) fn signal(pid: u32, sig: &str) {
     let _ = Command::new("kill")
         .args(["-s", sig, "--", &pid.to_string()])
         .stdout(Stdio::null())

@@ -15,20 +15,20 @@ const ATTACH_WITHIN: Duration = Duration::from_secs(20);
 
 /// strace's table: calls by system call, most first, and their total.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Summary {
+pub(super) struct Summary {
     pub total: u64,
     pub calls: Vec<(String, u64)>,
 }
 
 /// strace attached to a process.
-pub struct Attached {
+pub(super) struct Attached {
     child: Child,
     out: PathBuf,
 }
 
 /// Attaches to every thread of `proxy` and returns once strace says it is
 /// attached, so that the window that follows is counted whole.
-pub fn attach(proxy: &Proxy, dir: &Path) -> Result<Attached> {
+pub(super) fn attach(proxy: &Proxy, dir: &Path) -> Result<Attached> {
     let out = dir.join("strace.out");
     let err_path = dir.join("strace.err");
     let err = std::fs::File::create(&err_path).context("creating strace.err")?;
@@ -62,14 +62,14 @@ pub fn attach(proxy: &Proxy, dir: &Path) -> Result<Attached> {
 
 impl Summary {
     /// Calls of system calls whose name starts with `prefix`.
-    pub fn calls_of(&self, prefix: &str) -> u64 {
+    pub(super) fn calls_of(&self, prefix: &str) -> u64 {
         self.calls.iter().filter(|(n, _)| n.starts_with(prefix)).map(|(_, c)| c).sum()
     }
 }
 
 impl Attached {
     /// Detaches (SIGINT) and reads the summary strace writes on its way out.
-    pub fn detach(mut self) -> Result<Summary> {
+    pub(super) fn detach(mut self) -> Result<Summary> {
         signal(self.child.id(), "INT");
         let status = self.child.wait().context("waiting for strace")?;
         let text = std::fs::read_to_string(&self.out)
@@ -89,7 +89,7 @@ impl Drop for Attached {
 
 /// Reads `strace -c` output: rows of `% time, seconds, usecs/call, calls,
 /// [errors,] syscall` between dashed rules, then the `total` row.
-pub fn parse(text: &str) -> Result<Summary> {
+pub(super) fn parse(text: &str) -> Result<Summary> {
     let mut s = Summary::default();
     let mut total = None;
     for line in text.lines() {

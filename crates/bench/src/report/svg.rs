@@ -15,7 +15,7 @@ fn err<E: std::fmt::Debug>(e: E) -> anyhow::Error {
 
 /// Grouped bars: one group per category, one bar per series; a missing
 /// value leaves its slot empty.
-pub fn bars(
+pub(super) fn bars(
     path: &Path,
     title: &str,
     y_label: &str,
@@ -78,7 +78,7 @@ pub fn bars(
 }
 
 /// Lines with points; `x_names` labels integer x positions when given.
-pub fn lines(
+pub(super) fn lines(
     path: &Path,
     title: &str,
     (x_label, y_label): (&str, &str),

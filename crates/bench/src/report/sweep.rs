@@ -16,7 +16,7 @@ use crate::campaign::record::{Row, Status};
 
 /// What a proxy did at one connection count.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Level {
+pub(super) struct Level {
     pub connections: u32,
     /// Median throughput of the measured runs; `None` when none measured.
     pub median: Option<f64>,
@@ -27,7 +27,7 @@ pub struct Level {
 /// The best clean level as (connections, median): the highest median among
 /// the clean levels, a tie going to the lower connection count; `None` when
 /// no level is clean.
-pub fn best_clean(levels: &[Level]) -> Option<(u32, f64)> {
+pub(super) fn best_clean(levels: &[Level]) -> Option<(u32, f64)> {
     let mut clean: Vec<(u32, f64)> = levels
         .iter()
         .filter(|l| l.clean)

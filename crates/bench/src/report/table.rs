@@ -2,13 +2,13 @@
 
 /// One cell: a number (or pair of numbers) with its marks, or why it is empty.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Cell {
+pub(super) enum Cell {
     Value { text: String, best: bool, client_paced: bool },
     Empty(String),
 }
 
 impl Cell {
-    pub fn render(&self) -> String {
+    pub(super) fn render(&self) -> String {
         match self {
             Cell::Value { text, best, client_paced } => {
                 let mut s = text.clone();
@@ -27,7 +27,7 @@ impl Cell {
 }
 
 /// Three significant digits, thousands separated: 12,345 · 123 · 12.3 · 1.23.
-pub fn num(v: f64) -> String {
+pub(super) fn num(v: f64) -> String {
     let a = v.abs();
     if a >= 1000.0 {
         let n = v.round() as i64;
@@ -53,7 +53,7 @@ pub fn num(v: f64) -> String {
 }
 
 /// A markdown table; the first column is left-aligned, the others right.
-pub fn markdown(header: &[String], rows: &[(String, Vec<Cell>)]) -> String {
+pub(super) fn markdown(header: &[String], rows: &[(String, Vec<Cell>)]) -> String {
     let mut s = String::new();
     s.push_str(&format!("| {} |\n", header.join(" | ")));
     let align: Vec<&str> = (0..header.len()).map(|i| if i == 0 { ":--" } else { "--:" }).collect();

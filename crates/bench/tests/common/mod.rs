@@ -5,7 +5,7 @@ use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::Duration;
 
-pub fn connect(addr: SocketAddr) -> TcpStream {
+pub(crate) fn connect(addr: SocketAddr) -> TcpStream {
     let s = TcpStream::connect(addr).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
     s
@@ -13,7 +13,7 @@ pub fn connect(addr: SocketAddr) -> TcpStream {
 
 /// A parsed response; `head` is the raw head bytes including CRLFCRLF.
 #[derive(Debug)]
-pub struct Resp {
+pub(crate) struct Resp {
     pub status: u16,
     pub head: Vec<u8>,
     pub headers: Vec<(String, String)>,
@@ -25,19 +25,19 @@ pub struct Resp {
 }
 
 impl Resp {
-    pub fn header(&self, name: &str) -> Option<&str> {
+    pub(crate) fn header(&self, name: &str) -> Option<&str> {
         self.headers.iter().find(|(n, _)| n.eq_ignore_ascii_case(name)).map(|(_, v)| v.as_str())
     }
 }
 
 /// Buffered reader over a stream that keeps leftovers between responses.
-pub struct Reader<S> {
+pub(crate) struct Reader<S> {
     pub s: S,
     buf: Vec<u8>,
 }
 
 impl<S: Read> Reader<S> {
-    pub fn new(s: S) -> Self {
+    pub(crate) fn new(s: S) -> Self {
         Reader { s, buf: Vec::new() }
     }
 
@@ -48,14 +48,14 @@ impl<S: Read> Reader<S> {
         n
     }
 
-    pub fn take(&mut self, n: usize) -> Vec<u8> {
+    pub(crate) fn take(&mut self, n: usize) -> Vec<u8> {
         while self.buf.len() < n {
             assert!(self.more() > 0, "EOF while reading {n} bytes");
         }
         self.buf.drain(..n).collect()
     }
 
-    pub fn line(&mut self) -> Vec<u8> {
+    pub(crate) fn line(&mut self) -> Vec<u8> {
         loop {
             if let Some(i) = self.buf.iter().position(|&b| b == b'\n') {
                 return self.buf.drain(..=i).collect();
@@ -64,12 +64,12 @@ impl<S: Read> Reader<S> {
         }
     }
 
-    pub fn read_to_eof(&mut self) -> Vec<u8> {
+    pub(crate) fn read_to_eof(&mut self) -> Vec<u8> {
         while self.more() > 0 {}
         std::mem::take(&mut self.buf)
     }
 
-    pub fn head(&mut self) -> Vec<u8> {
+    pub(crate) fn head(&mut self) -> Vec<u8> {
         loop {
             if let Some(i) = self.buf.windows(4).position(|w| w == b"\r\n\r\n") {
                 return self.buf.drain(..i + 4).collect();
@@ -79,7 +79,7 @@ impl<S: Read> Reader<S> {
     }
 
     /// Reads one response; `head_request` means no body follows.
-    pub fn response(&mut self, head_request: bool) -> Resp {
+    pub(crate) fn response(&mut self, head_request: bool) -> Resp {
         let head = self.head();
         let mut hs = [httparse::EMPTY_HEADER; 64];
         let mut r = httparse::Response::new(&mut hs);
@@ -131,21 +131,21 @@ impl<S: Read> Reader<S> {
 }
 
 /// Sends `req` on a fresh connection and reads one response.
-pub fn exchange(addr: SocketAddr, req: &[u8]) -> Resp {
+pub(crate) fn exchange(addr: SocketAddr, req: &[u8]) -> Resp {
     let mut s = connect(addr);
     s.write_all(req).unwrap();
     let head_req = req.starts_with(b"HEAD ");
     Reader::new(s).response(head_req)
 }
 
-pub fn get(addr: SocketAddr, path: &str) -> Resp {
+pub(crate) fn get(addr: SocketAddr, path: &str) -> Resp {
     exchange(addr, format!("GET {path} HTTP/1.1\r\nHost: origin\r\n\r\n").as_bytes())
 }
 
 /// Writes `data` on a fresh connection to `addr` from another thread, half-closes,
 /// and returns everything read until the other end's EOF (which therefore had to
 /// come after the client's FIN went through).
-pub fn send_all_then_read_to_eof(addr: SocketAddr, data: &[u8]) -> Vec<u8> {
+pub(crate) fn send_all_then_read_to_eof(addr: SocketAddr, data: &[u8]) -> Vec<u8> {
     let mut s = connect(addr);
     let mut w = s.try_clone().unwrap();
     let sent = data.to_vec();
@@ -159,7 +159,7 @@ pub fn send_all_then_read_to_eof(addr: SocketAddr, data: &[u8]) -> Vec<u8> {
     got
 }
 
-pub fn sha256_hex(data: &[u8]) -> String {
+pub(crate) fn sha256_hex(data: &[u8]) -> String {
     use sha2::Digest;
     rustle_bench::pattern::hex(&sha2::Sha256::digest(data))
 }

@@ -43,7 +43,7 @@ pub(super) struct Removed {
 
 impl Removed {
     /// The document's own path of `path`, a path in what remains.
-    pub fn original(&self, path: &[String]) -> Path {
+    pub(super) fn original(&self, path: &[String]) -> Path {
         let Some(doc) = &self.document else { return path.to_vec() };
         let mut out: Path = Vec::with_capacity(path.len());
         let mut node = Some(doc);
@@ -75,7 +75,7 @@ impl Removed {
 
     /// Whether `original` (a document path) lies in a table entry or at a key where a value
     /// did not deserialize.
-    pub fn is_damaged(&self, original: &[String]) -> bool {
+    pub(super) fn is_damaged(&self, original: &[String]) -> bool {
         self.damaged.iter().any(|d| original.starts_with(d))
     }
 }

@@ -193,9 +193,9 @@ pub enum SyslogAddr {
 }
 
 /// The local syslog socket.
-pub const DEV_LOG: &str = "/dev/log";
+pub(super) const DEV_LOG: &str = "/dev/log";
 /// The journal's native-protocol socket.
-pub const JOURNAL_SOCKET: &str = "/run/systemd/journal/socket";
+pub(super) const JOURNAL_SOCKET: &str = "/run/systemd/journal/socket";
 
 /// Where access-log lines go.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -26,7 +26,7 @@ const TLS_HANDSHAKE: u8 = 0x16;
 const REFUSAL_WRITE_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// An HTTPS proxy port connection.
-pub async fn serve_https(
+pub(crate) async fn serve_https(
     guard: ConnGuard,
     listener: Arc<Listener>,
     mut stream: TcpStream,
@@ -68,7 +68,7 @@ pub async fn serve_https(
 
 /// Completes the handshake of a connection whose first bytes (a ClientHello) are in
 /// `buf`, then serves HTTP inside. Also the `auto` port's TLS branch.
-pub async fn serve_prefixed(
+pub(crate) async fn serve_prefixed(
     guard: ConnGuard,
     listener: Arc<Listener>,
     stream: TcpStream,
@@ -96,7 +96,7 @@ pub async fn serve_prefixed(
 /// A listener detecting the protocol from the first byte: HTTP goes to `http1`, SOCKS
 /// stays here. Detection reads into the buffer the chosen protocol then parses, so it
 /// costs HTTP nothing beyond one branch.
-pub async fn serve_auto(
+pub(crate) async fn serve_auto(
     guard: ConnGuard,
     listener: Arc<Listener>,
     mut stream: crate::io::conn::Stream,
@@ -159,7 +159,7 @@ pub async fn serve_auto(
 
 /// Over a connection limit on an `auto` listener: an HTTP client gets its 503, anything
 /// else (SOCKS has no reply before the greeting) is closed.
-pub async fn refuse_auto(
+pub(crate) async fn refuse_auto(
     guard: ConnGuard,
     listener: Arc<Listener>,
     stream: TcpStream,
@@ -195,7 +195,7 @@ pub(crate) fn log_failure(
 /// bytes may already be in `buf`. A connection that opens with the HTTP/2 preface on a
 /// listener with `h2c` goes on as HTTP/2, in a task of its own, so that this future does
 /// not grow by an HTTP/2 connection.
-pub fn serve_http(
+pub(crate) fn serve_http(
     guard: ConnGuard,
     listener: Arc<Listener>,
     stream: Stream,
@@ -215,7 +215,7 @@ fn h2c(c: crate::front::http1::H2c) {
 
 /// `serve_http` for a connection fresh from the accept loop (a plain function, so that
 /// the connection's future is `serve_http`'s and no bigger).
-pub fn serve_fresh(
+pub(crate) fn serve_fresh(
     guard: ConnGuard,
     listener: Arc<Listener>,
     stream: Stream,

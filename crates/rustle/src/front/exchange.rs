@@ -23,7 +23,7 @@ use crate::upstream::{Connected, Key, Plan, Start, Want};
 use crate::front::worker::Worker;
 
 /// Why a request is answered 502 rather than sent again on a new connection.
-pub const NOT_RETRIED: &str =
+pub(crate) const NOT_RETRIED: &str =
     "without responding; a request that is not idempotent is not sent a second time";
 
 /// Reads until a whole response head is in `ubuf` and parsed into `rhead`, for a client
@@ -32,7 +32,7 @@ pub const NOT_RETRIED: &str =
 /// origin connection with it. The client is looked at only
 /// once the origin has taken a tick (100-200 ms) to answer: a prompt answer costs no more
 /// than an unwatched one.
-pub async fn read_response_head_or<R, W>(
+pub(crate) async fn read_response_head_or<R, W>(
     worker: &Worker,
     r: &mut R,
     ubuf: &mut Buf,
@@ -136,7 +136,7 @@ impl<F: Future + Unpin, W: Future<Output = Error>> Future for Watched<'_, F, W> 
 /// nginx take it); for a `tunnel` only one before any byte does: a client that sent
 /// something and then ended its side waits for the answer, and the tunnel passes the end
 /// on once it is up.
-pub async fn client_left<R: AsyncRead + Unpin>(
+pub(crate) async fn client_left<R: AsyncRead + Unpin>(
     r: &mut R,
     buf: &mut Buf,
     max: usize,
@@ -185,7 +185,7 @@ where
 /// The connect step of every front end: the access rules and a pooled connection under
 /// `key` when there is one (`Upstreams::start`), or else a new one (`attempt`), given up
 /// as soon as the client leaves (`left` makes the watch on it, as for `unless_left`).
-pub async fn connect<W: Future<Output = Error>>(
+pub(crate) async fn connect<W: Future<Output = Error>>(
     worker: &Worker,
     policy: &Policy,
     want: &Want<'_>,
@@ -202,7 +202,7 @@ pub async fn connect<W: Future<Output = Error>>(
 /// (`unless_left`). Boxed, on this path only: an attempt's state (resolver, Happy Eyeballs,
 /// handshakes, the watch on the client) would otherwise enlarge every connection's
 /// future, and a new connection costs far more than one allocation.
-pub fn attempt<'a, W: Future<Output = Error> + 'a>(
+pub(crate) fn attempt<'a, W: Future<Output = Error> + 'a>(
     worker: &'a Worker,
     policy: &'a Policy,
     want: &'a Want<'a>,
@@ -223,7 +223,7 @@ pub fn attempt<'a, W: Future<Output = Error> + 'a>(
 /// exchange neither counted nor logged costs two tests). `cause`: the error it ended
 /// with, which gives the line its error, refusal and failed route.
 #[inline]
-pub fn end(
+pub(crate) fn end(
     worker: &Worker,
     traffic: Option<&crate::limits::UserTraffic>,
     record: Record<'_>,
@@ -298,7 +298,7 @@ fn write_log(worker: &Worker, r: Record<'_>, cause: Option<&Error>) {
 }
 
 /// Writes to the upstream with the I/O timeout.
-pub async fn write_timed<W: AsyncWrite + Unpin>(
+pub(crate) async fn write_timed<W: AsyncWrite + Unpin>(
     w: &mut W,
     bytes: &[u8],
     idle: std::time::Duration,
@@ -311,7 +311,7 @@ pub async fn write_timed<W: AsyncWrite + Unpin>(
 }
 
 /// What a front end brings to sending a request upstream (`send`).
-pub trait Requester {
+pub(crate) trait Requester {
     /// Ends, with the error to give, when the client has left while the origin prepares
     /// its answer (HTTP/1: `client_left`; HTTP/2: the stream's reset).
     fn left(&mut self) -> impl Future<Output = Error> + '_;
@@ -322,7 +322,7 @@ pub trait Requester {
 }
 
 /// The upstream connection an exchange runs on.
-pub struct Leg {
+pub(crate) struct Leg {
     pub stream: Stream,
     pub addr: std::net::SocketAddr,
     /// Taken from the pool.
@@ -342,7 +342,7 @@ pub struct Leg {
 }
 
 /// The request's facts that decide how it is sent and retried.
-pub struct Outgoing<'a> {
+pub(crate) struct Outgoing<'a> {
     /// The head, with the body bytes that fit beside it (written again in place for a
     /// new connection's hop).
     pub out: &'a mut Vec<u8>,
@@ -360,7 +360,7 @@ pub struct Outgoing<'a> {
 /// (`Requester::reconnect`) and an idempotent request sent again; any other request may
 /// have had its effect and gets a 502 that says it was not repeated. One path for
 /// HTTP/1 and HTTP/2 clients.
-pub async fn send<R: Requester>(
+pub(crate) async fn send<R: Requester>(
     worker: &Worker,
     leg: &mut Leg,
     client: &mut R,
@@ -443,7 +443,7 @@ const MAX_PINS: usize = 2;
 /// would be served as this one. So it is never pooled: it waits for the same client
 /// connection's next request to the same target, and closes when that connection ends
 /// (as squid pins it, and as haproxy's `http-reuse safe` keeps it private).
-pub struct Pinned {
+pub(crate) struct Pinned {
     /// The target's key as the front end makes it for the pool (`host:port` lowercased,
     /// TLS origins after their scheme).
     pub key: Box<[u8]>,
@@ -460,14 +460,14 @@ pub struct Pinned {
 // three, for what few connections ever hold.
 #[allow(clippy::box_collection)]
 #[derive(Default)]
-pub struct Pins(Option<Box<Vec<Pinned>>>);
+pub(crate) struct Pins(Option<Box<Vec<Pinned>>>);
 
 impl Pins {
     /// The connection pinned to this client for target `key`, if there is a live one, as
     /// a reused connection (one that turns out dead is replaced as a pooled one would
     /// be). Its address is vetted by the access rules again, as a pooled connection's is.
     /// Costs a check for none when nothing is pinned.
-    pub fn take(
+    pub(crate) fn take(
         &mut self,
         key: &[u8],
         policy: &crate::policy::Policy,
@@ -496,12 +496,12 @@ impl Pins {
     }
 
     /// Whether a connection is pinned for target `key`.
-    pub fn holds(&self, key: &[u8]) -> bool {
+    pub(crate) fn holds(&self, key: &[u8]) -> bool {
         self.0.as_deref().is_some_and(|pins| pins.iter().any(|p| *p.key == *key))
     }
 
     /// Keeps `pin` for this client connection (the oldest closed past `MAX_PINS`).
-    pub fn keep(&mut self, pin: Pinned) {
+    pub(crate) fn keep(&mut self, pin: Pinned) {
         let pins = self.0.get_or_insert_with(Box::default);
         if pins.len() >= MAX_PINS {
             let mut oldest = pins.remove(0);
@@ -514,7 +514,7 @@ impl Pins {
 /// Whether an `Authorization` or `WWW-Authenticate` value names a scheme that
 /// authenticates the connection rather than the request: NTLM or Negotiate (RFC 4559),
 /// in any case, alone or before its token.
-pub fn is_connection_auth(value: &[u8]) -> bool {
+pub(crate) fn is_connection_auth(value: &[u8]) -> bool {
     let value = value.trim_ascii_start();
     let scheme = value.split(|&b| b == b' ' || b == b'\t' || b == b',').next().unwrap_or_default();
     scheme.eq_ignore_ascii_case(b"NTLM") || scheme.eq_ignore_ascii_case(b"Negotiate")

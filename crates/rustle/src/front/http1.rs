@@ -30,7 +30,7 @@ const ERROR_WRITE_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// A connection that opened with the HTTP/2 preface (h2c with prior knowledge), handed
 /// on to go on as HTTP/2, its bytes read so far in `buf`.
-pub struct H2c {
+pub(crate) struct H2c {
     pub guard: ConnGuard,
     pub listener: Arc<Listener>,
     pub stream: Stream,
@@ -39,7 +39,7 @@ pub struct H2c {
 }
 
 /// What happens to a client connection after an exchange.
-pub enum Next {
+pub(crate) enum Next {
     KeepAlive,
     Close,
     /// The connection became a tunnel (CONNECT, or an upgrade answered 101).
@@ -47,7 +47,7 @@ pub enum Next {
 }
 
 /// One client connection.
-pub struct Client {
+pub(crate) struct Client {
     pub guard: ConnGuard,
     pub worker: Rc<Worker>,
     pub listener: Arc<Listener>,
@@ -80,7 +80,7 @@ pub struct Client {
 }
 
 /// What the log line of one exchange says, filled in as it goes.
-pub struct Exchange {
+pub(crate) struct Exchange {
     pub start: Instant,
     pub status: u16,
     pub up: u64,
@@ -112,7 +112,7 @@ impl Exchange {
 
 /// Serves a connection whose first bytes may already be in `buf` (after detection). One
 /// that opens with the HTTP/2 preface (h2c with prior knowledge) is given to `h2c`.
-pub fn serve_buffered(
+pub(crate) fn serve_buffered(
     guard: ConnGuard,
     listener: Arc<Listener>,
     stream: Stream,
@@ -124,7 +124,7 @@ pub fn serve_buffered(
 }
 
 /// Serves HTTP inside TLS: `user` is the one a verified client certificate names.
-pub async fn serve_tls(
+pub(crate) async fn serve_tls(
     guard: ConnGuard,
     listener: Arc<Listener>,
     stream: Stream,
@@ -255,7 +255,7 @@ async fn serve_with(
 }
 
 /// Answers a connection over the limit with 503 and closes it.
-pub async fn refuse_overloaded(
+pub(crate) async fn refuse_overloaded(
     guard: ConnGuard,
     listener: Arc<Listener>,
     stream: Stream,
@@ -458,7 +458,7 @@ impl Client {
     }
 
     /// The bandwidth limits of this connection: its listener's and its user's.
-    pub fn throttle(&self) -> crate::limits::Throttle {
+    pub(crate) fn throttle(&self) -> crate::limits::Throttle {
         self.worker.throttle(&self.listener.throttle, self.user.as_deref())
     }
 
@@ -466,7 +466,7 @@ impl Client {
     /// pooled one under `key` when there is one, or a new one, given up as soon as the
     /// client leaves (`Error::ClientLeft(Phase::Connect)`). What the client sends meanwhile
     /// (a tunnel's first bytes, a pipelined request) is kept in `buf`.
-    pub async fn upstream(
+    pub(crate) async fn upstream(
         &mut self,
         key: Option<&[u8]>,
         host: &str,
@@ -567,7 +567,7 @@ impl Client {
     }
 
     /// Answers an error if the client can still be told, and logs it.
-    pub async fn fail(&mut self, ex: &mut Exchange, e: &Error) {
+    pub(crate) async fn fail(&mut self, ex: &mut Exchange, e: &Error) {
         if let (false, Some(status)) = (ex.responded, e.status()) {
             self.out.clear();
             let body = e.to_string();
@@ -598,7 +598,7 @@ impl Client {
     }
 
     /// An exchange's end (`exchange::end`): the user's traffic, the metrics, the log line.
-    pub fn log(&self, ex: &Exchange, error: Option<&Error>) {
+    pub(crate) fn log(&self, ex: &Exchange, error: Option<&Error>) {
         let l = &self.logged;
         let record = Record {
             client: self.peer,
@@ -647,7 +647,7 @@ fn request_line(buf: &[u8]) -> (&[u8], &[u8], &[u8]) {
     (method, target, version)
 }
 
-pub fn reason(status: u16) -> &'static str {
+pub(crate) fn reason(status: u16) -> &'static str {
     match status {
         200 => "OK",
         400 => "Bad Request",

@@ -39,14 +39,13 @@ use crate::upstream::{Connected, Tls, Want};
 use crate::policy::Listener;
 use crate::front::worker::{ConnGuard, Worker};
 
-pub use io::PREFACE;
 
 /// How long a connection closing (GOAWAY sent) may take to flush before it is dropped.
 const CLOSE_GRACE: Duration = Duration::from_secs(5);
 
 /// h2c with prior knowledge: HTTP/1.1 read `buf` and found the preface in it. The bytes
 /// already read go first, then the socket.
-pub async fn serve_rewound<IO>(
+pub(crate) async fn serve_rewound<IO>(
     guard: ConnGuard,
     listener: Arc<Listener>,
     io: IO,
@@ -120,17 +119,9 @@ impl Drop for Live {
     }
 }
 
-/// Serves one client connection that speaks HTTP/2 from its first byte (the preface).
-pub async fn serve<IO>(guard: ConnGuard, listener: Arc<Listener>, io: IO, peer: SocketAddr)
-where
-    IO: AsyncRead + AsyncWrite + Unpin + 'static,
-{
-    serve_with(guard, listener, io, peer, None, None, Vec::new()).await
-}
-
 /// HTTP/2 inside TLS (ALPN `h2`): `tls` is logged with every stream; `cert_user` is the
 /// user a verified client certificate names.
-pub async fn serve_tls<IO>(
+pub(crate) async fn serve_tls<IO>(
     guard: ConnGuard,
     listener: Arc<Listener>,
     io: IO,

@@ -21,7 +21,7 @@ use crate::front::tunnel::Handoff;
 use crate::upstream::{Connected, Tls, Want};
 use crate::front::worker::{ConnGuard, Worker};
 
-pub async fn serve(guard: ConnGuard, listener: Arc<Listener>, stream: TcpStream, peer: SocketAddr) {
+pub(crate) async fn serve(guard: ConnGuard, listener: Arc<Listener>, stream: TcpStream, peer: SocketAddr) {
     let worker = guard.worker().clone();
     let start = Instant::now();
     let Some(target) = &listener.target else {

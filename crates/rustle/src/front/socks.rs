@@ -26,7 +26,7 @@ use crate::upstream::{Tls, Want};
 use crate::front::worker::{ConnGuard, Worker};
 
 /// One SOCKS connection and what its log line will say.
-pub struct Session {
+pub(crate) struct Session {
     pub guard: ConnGuard,
     /// The authenticated user, if any.
     pub user: Option<String>,
@@ -56,7 +56,7 @@ pub struct Session {
 }
 
 /// Serves one SOCKS connection; `buf` may already hold its first bytes.
-pub async fn serve(
+pub(crate) async fn serve(
     guard: ConnGuard,
     listener: Arc<Listener>,
     stream: TcpStream,
@@ -218,7 +218,7 @@ impl Session {
 
     /// What the upstream layer is asked for a UDP datagram of this association to
     /// `host:port`.
-    pub fn want<'a>(&'a self, host: &'a str, port: u16) -> Want<'a> {
+    pub(crate) fn want<'a>(&'a self, host: &'a str, port: u16) -> Want<'a> {
         Want {
             host,
             port,
@@ -232,7 +232,7 @@ impl Session {
 
     /// A connection to a destination the client named, from the upstream layer (given up
     /// as soon as the client leaves).
-    pub async fn connect(
+    pub(crate) async fn connect(
         &mut self,
         dst: &Address,
         protocol: Protocol,
@@ -474,7 +474,7 @@ async fn socks5_session(s: &mut Session) -> Outcome {
 }
 
 /// Sends a SOCKS5 reply, best effort: the client may already be gone.
-pub async fn reply5(s: &mut Session, reply: socks5::Reply, bound: Option<SocketAddr>) {
+pub(crate) async fn reply5(s: &mut Session, reply: socks5::Reply, bound: Option<SocketAddr>) {
     let mut out = Vec::with_capacity(socks5::MAX_REPLY);
     let unspecified = SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), 0);
     socks5::write_reply(reply, bound.unwrap_or(unspecified), &mut out);

@@ -32,7 +32,7 @@ struct RelaySession {
 /// target, so replies need no lookup; a session ends after `timeouts.udp_idle` of silence.
 /// The socket is shared with the worker's listener registry, so that a reload changing
 /// the target goes on with the same socket.
-pub async fn serve_relay(worker: Rc<Worker>, listener: Arc<Listener>, socket: Rc<UdpSocket>) {
+pub(crate) async fn serve_relay(worker: Rc<Worker>, listener: Arc<Listener>, socket: Rc<UdpSocket>) {
     let Some(target) = listener.target.clone() else { return };
     let sessions: Rc<RefCell<HashMap<SocketAddr, Rc<RelaySession>>>> = Rc::default();
     let mut shutdown = worker.shutdown.clone();

@@ -176,7 +176,9 @@ impl Worker {
         }
     }
 
-    /// The configuration in force, for one connection or request.
+    /// The configuration in force, for one connection or request. An `Rc` of the shared
+    /// `Arc`: a connection's clone is a plain increment on this thread, not an atomic one.
+    #[allow(clippy::redundant_allocation)]
     pub fn cfg(&self) -> Rc<Arc<Config>> {
         self.cfg.borrow().clone()
     }
@@ -285,7 +287,9 @@ impl Worker {
         self.policy.borrow().throttle(listener, user)
     }
 
-    /// The policy in force, for one request or handshake.
+    /// The policy in force, for one request or handshake (an `Rc` of the shared `Arc`,
+    /// as `cfg`).
+    #[allow(clippy::redundant_allocation)]
     pub fn policy(&self) -> Rc<Arc<Policy>> {
         self.policy.borrow().clone()
     }

@@ -21,11 +21,11 @@ use crate::io::relay::{splice_body, SpliceFailure};
 
 /// A body of known length is spliced while at least this much of it remains: below it,
 /// the copy through the read buffer costs less than the pipe round trip.
-pub const SPLICE_MIN: u64 = 16 * 1024;
+pub(crate) const SPLICE_MIN: u64 = 16 * 1024;
 
 /// Which way a body flows; it decides whose fault a failure is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Dir {
+pub(crate) enum Dir {
     /// Request body, client to upstream.
     Up,
     /// Response body, upstream to client.
@@ -78,7 +78,7 @@ impl Dir {
 
 /// Where a body is in its framing.
 #[derive(Debug, Clone)]
-pub enum State {
+pub(crate) enum State {
     Done,
     Remaining(u64),
     Chunked(Scanner),
@@ -91,7 +91,7 @@ pub enum State {
 }
 
 impl State {
-    pub fn new(kind: BodyKind) -> Self {
+    pub(crate) fn new(kind: BodyKind) -> Self {
         match kind {
             BodyKind::None | BodyKind::Length(0) => State::Done,
             BodyKind::Length(n) => State::Remaining(n),
@@ -100,7 +100,7 @@ impl State {
         }
     }
 
-    pub fn is_done(&self) -> bool {
+    pub(crate) fn is_done(&self) -> bool {
         matches!(self, State::Done)
     }
 
@@ -135,7 +135,7 @@ impl State {
 /// Moves body bytes already read into `buf` onto `out` (heading for the same socket as
 /// a head just written there) while `out` stays under `limit`, so a small message goes
 /// out in one write.
-pub fn coalesce(
+pub(crate) fn coalesce(
     buf: &mut Buf,
     state: &mut State,
     out: &mut Vec<u8>,
@@ -170,7 +170,7 @@ pub fn coalesce(
 // The framing state, both sockets, the buffer and the two policies (splice, bandwidth)
 // are all distinct inputs; bundling them would only move the list elsewhere.
 #[allow(clippy::too_many_arguments)]
-pub async fn copy<R, W>(
+pub(crate) async fn copy<R, W>(
     r: &mut R,
     buf: &mut Buf,
     w: &mut W,
@@ -263,7 +263,7 @@ where
 /// Runs `fut` within `idle`. Most socket operations on a busy connection complete at
 /// once, so the first poll happens without arming a timer; only an operation that has to
 /// wait gets one. `None` is the timeout.
-pub async fn timed<F: Future>(fut: F, idle: Duration) -> Option<F::Output> {
+pub(crate) async fn timed<F: Future>(fut: F, idle: Duration) -> Option<F::Output> {
     let mut fut = std::pin::pin!(fut);
     match crate::io::idle::poll_once(fut.as_mut()).await {
         Some(r) => Some(r),
@@ -273,7 +273,7 @@ pub async fn timed<F: Future>(fut: F, idle: Duration) -> Option<F::Output> {
 
 /// Writes and flushes everything within `idle` (see `timed`). `Err(None)` is the
 /// timeout. The flush is what makes a TLS stream send what it encrypted; on TCP it is free.
-pub async fn write_all_timed<W: AsyncWrite + Unpin>(
+pub(crate) async fn write_all_timed<W: AsyncWrite + Unpin>(
     w: &mut W,
     bytes: &[u8],
     idle: Duration,

@@ -8,7 +8,7 @@ use tokio::io::{AsyncRead, AsyncReadExt};
 
 /// Bytes read per call once a buffer exists. Large enough that a bulk body moves in few
 /// syscalls, small enough that thousands of connections fit in little memory.
-pub const READ_SIZE: usize = 16 * 1024;
+pub(crate) const READ_SIZE: usize = 16 * 1024;
 
 pub struct Buf {
     data: Vec<u8>,

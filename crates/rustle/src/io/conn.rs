@@ -14,11 +14,11 @@ use std::task::{Context, Poll};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{tcp, TcpStream};
 
-pub type ServerTls = tokio_rustls::server::TlsStream<TcpStream>;
-pub type ClientTls = tokio_rustls::client::TlsStream<TcpStream>;
+pub(crate) type ServerTls = tokio_rustls::server::TlsStream<TcpStream>;
+pub(crate) type ClientTls = tokio_rustls::client::TlsStream<TcpStream>;
 #[cfg(feature = "ktls")]
-pub type Ktls = ktls::KtlsStream<TcpStream>;
-pub type NestedTls = tokio_rustls::client::TlsStream<Stream>;
+pub(crate) type Ktls = ktls::KtlsStream<TcpStream>;
+pub(crate) type NestedTls = tokio_rustls::client::TlsStream<Stream>;
 
 pub enum Stream {
     Tcp(TcpStream),
@@ -190,13 +190,13 @@ impl Stream {
 
 /// One try at shutting a writer down (for a TLS stream: close_notify, then FIN), for
 /// when nothing can be waited for: whatever would block is given up.
-pub fn shutdown_now<W: AsyncWrite + Unpin + ?Sized>(w: &mut W) {
+pub(crate) fn shutdown_now<W: AsyncWrite + Unpin + ?Sized>(w: &mut W) {
     let mut cx = Context::from_waker(std::task::Waker::noop());
     let _ = Pin::new(w).poll_shutdown(&mut cx);
 }
 
 /// Gives splice(2) the socket behind a reader or writer when its bytes are the payload.
-pub trait Splice {
+pub(crate) trait Splice {
     fn tcp(&self) -> Option<&TcpStream>;
 
     /// A large body is about to go through: make the socket spliceable if it can be (a

@@ -18,7 +18,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 /// How often the worker's housekeeping sweeps the waits.
-pub const TICK: Duration = Duration::from_millis(100);
+pub(crate) const TICK: Duration = Duration::from_millis(100);
 
 struct Entry {
     deadline: Instant,
@@ -162,7 +162,7 @@ impl Waiters {
 }
 
 /// Polls `fut` once: `Some` when it completed at once (so no timer was needed).
-pub async fn poll_once<F: Future>(mut fut: std::pin::Pin<&mut F>) -> Option<F::Output> {
+pub(crate) async fn poll_once<F: Future>(mut fut: std::pin::Pin<&mut F>) -> Option<F::Output> {
     std::future::poll_fn(|cx| match fut.as_mut().poll(cx) {
         Poll::Ready(r) => Poll::Ready(Some(r)),
         Poll::Pending => Poll::Ready(None),
@@ -180,19 +180,19 @@ thread_local! {
 }
 
 /// Marks the current thread as one whose housekeeping calls `sweep_relays`.
-pub fn sweep_relays_here() {
+pub(crate) fn sweep_relays_here() {
     SWEPT.with(|s| s.set(true));
 }
 
 /// Wakes the relays of this thread whose idle deadline has passed.
-pub fn sweep_relays(now: impl Into<Instant>) {
+pub(crate) fn sweep_relays(now: impl Into<Instant>) {
     RELAYS.with(|w| w.sweep(now, false));
 }
 
 /// A coarse deadline for a relay's idle timeout: a slot in the thread's registry (a
 /// deadline and a waker, about 40 bytes) where a tokio timer is a 112-byte allocation per
 /// open tunnel. Fires up to one housekeeping tick (100 ms) late.
-pub struct Coarse {
+pub(crate) struct Coarse {
     slot: usize,
     /// A slot number means something only on the thread that made it: not Send.
     _thread: std::marker::PhantomData<*const ()>,
@@ -200,7 +200,7 @@ pub struct Coarse {
 
 impl Coarse {
     /// None when this thread does not sweep relays.
-    pub fn arm(deadline: Instant, waker: &Waker) -> Option<Coarse> {
+    pub(crate) fn arm(deadline: Instant, waker: &Waker) -> Option<Coarse> {
         if !SWEPT.with(Cell::get) {
             return None;
         }
@@ -209,11 +209,11 @@ impl Coarse {
     }
 
     /// Whether the deadline has passed (a sweep saw it); refreshes the waker otherwise.
-    pub fn fired(&self, waker: &Waker) -> bool {
+    pub(crate) fn fired(&self, waker: &Waker) -> bool {
         RELAYS.with(|w| w.check(self.slot, waker))
     }
 
-    pub fn rearm(&self, deadline: Instant, waker: &Waker) {
+    pub(crate) fn rearm(&self, deadline: Instant, waker: &Waker) {
         RELAYS.with(|w| w.rearm(self.slot, deadline, waker));
     }
 }

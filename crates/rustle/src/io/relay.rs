@@ -38,11 +38,11 @@ use crate::config::SpliceMode;
 use crate::error::{Error, Phase};
 use crate::limits::{Limit, Throttle};
 use crate::io::sys::Pipe;
-pub use end::End;
+pub(crate) use end::End;
 
 /// Scratch buffer size, and the read size that counts as "full" for switching to splice.
 /// 16 KiB is what a busy socket usually has ready; two full reads in a row mean bulk.
-pub const SCRATCH: usize = 16 * 1024;
+pub(crate) const SCRATCH: usize = 16 * 1024;
 
 /// Small reads in a row (in splice mode) after which a direction goes back to copying.
 const SMALL_READS_TO_COPY: u32 = 3;
@@ -68,20 +68,20 @@ const MAX_SPARE: usize = 64;
 /// worker thread said so (`count_switches_in`): one proxy, or one test, sees its own
 /// relays only.
 #[derive(Debug, Default)]
-pub struct Switches {
+pub(crate) struct Switches {
     to_splice: AtomicU64,
     to_copy: AtomicU64,
 }
 
 impl Switches {
     /// (switches to splice, switches back to copy) so far.
-    pub fn get(&self) -> (u64, u64) {
+    pub(crate) fn get(&self) -> (u64, u64) {
         (self.to_splice.load(Ordering::Relaxed), self.to_copy.load(Ordering::Relaxed))
     }
 }
 
 /// The relays of this thread count their mode switches in `switches` from now on.
-pub fn count_switches_in(switches: Arc<Switches>) {
+pub(crate) fn count_switches_in(switches: Arc<Switches>) {
     POOLS.with(|p| *p.switches.borrow_mut() = switches);
 }
 
@@ -645,7 +645,7 @@ pub struct Relay<C, U> {
 
 /// A tunnel that has moved no byte for this long is parked (see `park`), unless its
 /// idle timeout comes first.
-pub const PARK_AFTER: Duration = Duration::from_secs(1);
+pub(crate) const PARK_AFTER: Duration = Duration::from_secs(1);
 
 /// How a relay ended.
 pub enum Ended {
@@ -684,7 +684,7 @@ impl Resume {
 /// (beyond a parsed head) that go out first.
 /// The ends may be sockets, owned (a tunnel task) or borrowed, or streams with TLS on
 /// them (see `End`).
-pub fn run<C, U>(
+pub(crate) fn run<C, U>(
     client: C,
     upstream: U,
     early_up: &[u8],
@@ -1017,7 +1017,7 @@ fn deadline(
 
 /// Which socket failed in `splice_body`, or stalled past the timeout.
 #[derive(Debug)]
-pub enum SpliceFailure {
+pub(crate) enum SpliceFailure {
     Src(io::Error),
     Dst(io::Error),
     /// Nothing came from the source.
@@ -1029,7 +1029,7 @@ pub enum SpliceFailure {
 
 /// Splices up to `max` bytes of an HTTP body from `src` to `dst`, once, within `idle`.
 /// `Ok(None)`: no pipe could be had, so copy instead; `Ok(Some(0))`: the source ended.
-pub async fn splice_body(
+pub(crate) async fn splice_body(
     src: &TcpStream,
     dst: &TcpStream,
     max: u64,

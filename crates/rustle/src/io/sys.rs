@@ -16,7 +16,7 @@ use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 /// reuse, so after a burst (thousands of connections set up at once, each with a request
 /// buffer) a worker's RSS would stay at its peak although the memory is free. Called when
 /// a worker's buffer pool shrank; a no-op where the C library is not glibc.
-pub fn release_free_memory() {
+pub(crate) fn release_free_memory() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     // SAFETY: malloc_trim takes no pointers; it walks glibc's own heap bookkeeping under
     // glibc's locks and only releases pages no allocation uses.
@@ -27,7 +27,7 @@ pub fn release_free_memory() {
 
 /// CLOCK_MONOTONIC in microseconds, the clock systemd's `MONOTONIC_USEC=` is read on
 /// (`std::time::Instant` does not say its value).
-pub fn monotonic_usec() -> u64 {
+pub(crate) fn monotonic_usec() -> u64 {
     let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
     // SAFETY: `ts` is a valid, writable timespec for the call's duration; CLOCK_MONOTONIC
     // is always available on Linux, and on failure `ts` stays zero.
@@ -42,7 +42,7 @@ pub fn monotonic_usec() -> u64 {
 /// A listening socket whose readiness tokio watches, so that connections can be taken
 /// with accept4 and registered only when needed (tokio's own listener registers each one
 /// as it accepts it).
-pub fn watch_listener(
+pub(crate) fn watch_listener(
     listener: std::net::TcpListener,
 ) -> io::Result<tokio::io::unix::AsyncFd<std::net::TcpListener>> {
     listener.set_nonblocking(true)?;
@@ -57,7 +57,7 @@ pub fn watch_listener(
 
 /// A worker's park (an epoll set of parked sockets, see `park`) watched by tokio's event
 /// loop: readable when a parked socket has something to say.
-pub fn watch_poll(poll: mio::Poll) -> io::Result<tokio::io::unix::AsyncFd<mio::Poll>> {
+pub(crate) fn watch_poll(poll: mio::Poll) -> io::Result<tokio::io::unix::AsyncFd<mio::Poll>> {
     // SAFETY: the AsyncFd takes the poll by value and owns it until it is dropped: its
     // epoll descriptor stays open and `as_raw_fd` returns that same descriptor for as long
     // as it is registered (mio's Poll never changes it).
@@ -69,7 +69,7 @@ pub fn watch_poll(poll: mio::Poll) -> io::Result<tokio::io::unix::AsyncFd<mio::P
 /// have arrived (TCP_DEFER_ACCEPT, for protocols whose client speaks first): the
 /// proxy's first read then finds the request, and a client that never sends costs no
 /// accept. A connection still silent after about `secs` seconds is handed over anyway.
-pub fn defer_accept(listener: &impl AsRawFd, secs: u32) -> io::Result<()> {
+pub(crate) fn defer_accept(listener: &impl AsRawFd, secs: u32) -> io::Result<()> {
     let secs = libc::c_int::try_from(secs).unwrap_or(libc::c_int::MAX);
     set_int(listener, libc::IPPROTO_TCP, libc::TCP_DEFER_ACCEPT, secs)
 }
@@ -78,7 +78,7 @@ pub fn defer_accept(listener: &impl AsRawFd, secs: u32) -> io::Result<()> {
 /// readable only once this many bytes are queued, or the stream ended or failed, or the
 /// receive window is nearly closed. A non-blocking read still returns whatever is there.
 /// 1 is the default (any byte wakes the reader).
-pub fn set_rcvlowat(socket: &impl AsRawFd, bytes: usize) -> io::Result<()> {
+pub(crate) fn set_rcvlowat(socket: &impl AsRawFd, bytes: usize) -> io::Result<()> {
     let bytes = libc::c_int::try_from(bytes).unwrap_or(libc::c_int::MAX);
     set_int(socket, libc::SOL_SOCKET, libc::SO_RCVLOWAT, bytes)
 }
@@ -111,7 +111,7 @@ fn set_int(
 /// to a connected loopback socket (the only way to ask; ENOENT means the module is not
 /// there). The sockets are closed before this returns.
 #[cfg(feature = "ktls")]
-pub fn ktls_probe() -> io::Result<()> {
+pub(crate) fn ktls_probe() -> io::Result<()> {
     let listener = std::net::TcpListener::bind((std::net::Ipv4Addr::LOCALHOST, 0))?;
     let client = std::net::TcpStream::connect(listener.local_addr()?)?;
     let _server = listener.accept()?;
@@ -134,11 +134,11 @@ pub fn ktls_probe() -> io::Result<()> {
 }
 
 /// Descriptors at most in one message of `send_fds` (the kernel's SCM_MAX_FD is 253).
-pub const MAX_FDS_PER_MESSAGE: usize = 250;
+pub(crate) const MAX_FDS_PER_MESSAGE: usize = 250;
 
 /// Sends `bytes` on a Unix stream socket with `fds` attached (SCM_RIGHTS): the receiver
 /// gets descriptors of the same open sockets. At most `MAX_FDS_PER_MESSAGE` at once.
-pub fn send_fds(
+pub(crate) fn send_fds(
     socket: &std::os::unix::net::UnixStream,
     bytes: &[u8],
     fds: &[BorrowedFd<'_>],
@@ -159,7 +159,7 @@ pub fn send_fds(
 
 /// Receives bytes into `buf` from a Unix stream socket, with the descriptors that came
 /// with them (SCM_RIGHTS), now owned here (close-on-exec). 0 bytes: the peer closed.
-pub fn recv_fds(
+pub(crate) fn recv_fds(
     socket: &std::os::unix::net::UnixStream,
     buf: &mut [u8],
 ) -> io::Result<(usize, Vec<OwnedFd>)> {
@@ -187,7 +187,7 @@ pub fn recv_fds(
 /// `LISTEN_PID` is this process, the `LISTEN_FDS` descriptors from 3 on, with their
 /// names from `LISTEN_FDNAMES` when given. The variables are removed, so that a second
 /// call finds none (and no child inherits them); an empty list without them.
-pub fn listen_fds() -> io::Result<Vec<(OwnedFd, Option<String>)>> {
+pub(crate) fn listen_fds() -> io::Result<Vec<(OwnedFd, Option<String>)>> {
     let (Some(pid), Some(count)) = (std::env::var_os("LISTEN_PID"), std::env::var_os("LISTEN_FDS"))
     else {
         return Ok(Vec::new());
@@ -227,7 +227,7 @@ pub fn listen_fds() -> io::Result<Vec<(OwnedFd, Option<String>)>> {
 }
 
 /// A pipe used as the in-kernel buffer between two sockets, with the count of bytes in it.
-pub struct Pipe {
+pub(crate) struct Pipe {
     read: OwnedFd,
     write: OwnedFd,
     len: usize,
@@ -237,7 +237,7 @@ pub struct Pipe {
 impl Pipe {
     /// A non-blocking pipe, asked to hold `size` bytes (the kernel may round it, or refuse
     /// above /proc/sys/fs/pipe-max-size, in which case the default 64 KiB stays).
-    pub fn new(size: usize) -> io::Result<Pipe> {
+    pub(crate) fn new(size: usize) -> io::Result<Pipe> {
         let mut fds = [0 as libc::c_int; 2];
         // SAFETY: `fds` is a writable array of two ints, which is what pipe2 fills.
         let rc = unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_NONBLOCK | libc::O_CLOEXEC) };
@@ -261,33 +261,35 @@ impl Pipe {
     }
 
     /// Bytes in the pipe, not yet passed on.
-    pub fn len(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
         self.len
     }
 
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.len == 0
     }
 
     /// Room left in the pipe.
-    pub fn room(&self) -> usize {
+    pub(crate) fn room(&self) -> usize {
         self.cap - self.len
     }
 
     /// Moves up to `room()` bytes from a socket into the pipe; 0 means end of stream.
-    pub fn fill(&mut self, from: BorrowedFd<'_>) -> io::Result<usize> {
+    #[cfg(test)]
+    pub(crate) fn fill(&mut self, from: BorrowedFd<'_>) -> io::Result<usize> {
         self.fill_up_to(from, usize::MAX)
     }
 
     /// Like `fill`, moving at most `max` bytes (the rest of a body of known length).
-    pub fn fill_up_to(&mut self, from: BorrowedFd<'_>, max: usize) -> io::Result<usize> {
+    pub(crate) fn fill_up_to(&mut self, from: BorrowedFd<'_>, max: usize) -> io::Result<usize> {
         let n = splice(from, self.write.as_fd_ref(), self.room().min(max))?;
         self.len += n;
         Ok(n)
     }
 
     /// Moves bytes from the pipe to a socket, as many as it takes.
-    pub fn drain(&mut self, to: BorrowedFd<'_>) -> io::Result<usize> {
+    pub(crate) fn drain(&mut self, to: BorrowedFd<'_>) -> io::Result<usize> {
         let n = splice(self.read.as_fd_ref(), to, self.len)?;
         self.len -= n;
         Ok(n)

@@ -34,7 +34,7 @@ use std::time::{Duration, Instant};
 
 use crate::policy::acl::{Match, Request, RuleSet};
 use crate::config::{Config, Named};
-pub use crate::config::{ParentKind, Probe, Secret, Sticky};
+pub(crate) use crate::config::{ParentKind, Probe, Secret, Sticky};
 
 /// A parent proxy, compiled.
 #[derive(Debug, Clone)]
@@ -195,7 +195,7 @@ pub enum Hop {
 
 /// Where a route sends what it matches.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Via {
+pub(crate) enum Via {
     Direct,
     Deny,
     /// Through these hops, first one first: each tunnels to the next, the last to the

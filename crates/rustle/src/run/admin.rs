@@ -44,7 +44,7 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 const MAX_CONNECTIONS: usize = 64;
 
 /// What the admin thread reads.
-pub struct State {
+pub(crate) struct State {
     pub workers: Vec<Arc<WorkerStats>>,
     pub readiness: Arc<Readiness>,
     /// The listeners and the policy in force (a reload replaces them).
@@ -54,7 +54,7 @@ pub struct State {
 }
 
 /// What a scrape reports on that a reload changes.
-pub struct View {
+pub(crate) struct View {
     /// The listeners bound, with their counters.
     pub listeners: Vec<ListenerLabel>,
     /// The policy in force, for the parents and their health.
@@ -62,7 +62,7 @@ pub struct View {
 }
 
 /// The running admin endpoint.
-pub struct Handle {
+pub(crate) struct Handle {
     pub addr: SocketAddr,
     /// The address configured (port 0 as configured), under which a takeover hands the
     /// socket over.
@@ -75,19 +75,19 @@ pub struct Handle {
 
 impl Handle {
     /// The listening socket.
-    pub fn socket(&self) -> std::os::fd::BorrowedFd<'_> {
+    pub(crate) fn socket(&self) -> std::os::fd::BorrowedFd<'_> {
         use std::os::fd::AsFd as _;
         self.socket.as_fd()
     }
 
     /// Stops accepting (the socket stays open for a process that took it over); answers
     /// under way finish.
-    pub fn stop_accepting(&self) {
+    pub(crate) fn stop_accepting(&self) {
         let _ = self.stop.send(true);
     }
 
     /// Stops answering (once the workers are done) and waits for the thread.
-    pub fn stop(self) {
+    pub(crate) fn stop(self) {
         let _ = self.stop.send(true);
         let _ = self.thread.join();
     }
@@ -95,14 +95,14 @@ impl Handle {
 
 /// Binds the admin endpoint's socket: before the policy is built, which refuses its
 /// address as a destination.
-pub fn bind(listen: SocketAddr) -> anyhow::Result<std::net::TcpListener> {
+pub(crate) fn bind(listen: SocketAddr) -> anyhow::Result<std::net::TcpListener> {
     std::net::TcpListener::bind(listen)
         .with_context(|| format!("cannot listen on {listen} (admin)"))
 }
 
 /// Starts the admin thread on `listener`: bound by `bind`, or the socket of a process
 /// taken over or of the service manager; `listen` is the address configured for it.
-pub fn start(
+pub(crate) fn start(
     cfg: &Admin,
     listen: SocketAddr,
     listener: std::net::TcpListener,

@@ -12,18 +12,18 @@ use std::sync::atomic::{AtomicBool, Ordering};
 static FAILED: AtomicBool = AtomicBool::new(false);
 
 /// Listeners bound, workers started.
-pub fn ready(status: &str) {
+pub(crate) fn ready(status: &str) {
     send(&format!("READY=1\nSTATUS={status}"));
 }
 
 /// A reload (SIGHUP) begins: systemd waits for the next `ready` before it takes the
 /// reload as done.
-pub fn reloading() {
+pub(crate) fn reloading() {
     send(&format!("RELOADING=1\nMONOTONIC_USEC={}", crate::io::sys::monotonic_usec()));
 }
 
 /// Shutdown begins: connections are draining.
-pub fn stopping() {
+pub(crate) fn stopping() {
     send("STOPPING=1");
 }
 

@@ -7,7 +7,7 @@ use nix::unistd::{setgid, setgroups, setuid, Gid, Group, Uid, User};
 
 /// Becomes `user` (and `group`); nothing when neither is set. Fails, naming the cause, when
 /// a name is unknown or the process may not change (it is not root).
-pub fn drop_to(user: Option<&str>, group: Option<&str>) -> Result<(), String> {
+pub(crate) fn drop_to(user: Option<&str>, group: Option<&str>) -> Result<(), String> {
     if user.is_none() && group.is_none() {
         return Ok(());
     }

@@ -47,7 +47,7 @@ const VERSION: u32 = 1;
 
 /// The running process's end: the control socket, removed when the process ends if it
 /// is still the one at its path (a process that took over put its own there).
-pub struct Control {
+pub(crate) struct Control {
     listener: tokio::net::UnixListener,
     path: PathBuf,
     /// Device and inode of the socket file bound here.
@@ -65,7 +65,7 @@ impl Control {
     /// in place of the old one's. Otherwise a socket file a live process answers on is
     /// left alone (another rustle: this one then has no control socket, and says so); a
     /// stale one is replaced. Must be called inside the runtime.
-    pub fn bind(path: &Path, replace: bool) -> Option<Control> {
+    pub(crate) fn bind(path: &Path, replace: bool) -> Option<Control> {
         let bound = (|| -> std::io::Result<Option<Control>> {
             if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
                 std::fs::create_dir_all(dir)?;
@@ -109,7 +109,7 @@ impl Control {
 
     /// The next connection, as a blocking stream with timeouts. Failures (out of
     /// descriptors, say) pause accepting for a second; the first of a run is logged.
-    pub async fn accept(&self) -> UnixStream {
+    pub(crate) async fn accept(&self) -> UnixStream {
         let mut failing = false;
         loop {
             let accepted = self.listener.accept().await.and_then(|(s, _)| {
@@ -145,7 +145,7 @@ impl Drop for Control {
 /// exchange is short and bounded by `PATIENCE`). Returns true when a new process took
 /// the listeners over and asked this one to drain. Any other request (its first line) goes
 /// to `other` (`control::answer`).
-pub fn serve(
+pub(crate) fn serve(
     running: &Running,
     conn: UnixStream,
     other: &mut dyn FnMut(&str, &UnixStream),
@@ -232,14 +232,14 @@ fn peer_pid(conn: &UnixStream) -> Option<i32> {
 
 /// The new process's end of a takeover once it has the sockets: `release` tells the old
 /// process to drain. Dropping it without that leaves the old one serving.
-pub struct Handover {
+pub(crate) struct Handover {
     conn: UnixStream,
     reader: BufReader<UnixStream>,
 }
 
 impl Handover {
     /// Tells the old process to stop accepting and drain, and waits for it to agree.
-    pub fn release(mut self) -> std::io::Result<()> {
+    pub(crate) fn release(mut self) -> std::io::Result<()> {
         (&self.conn).write_all(b"drain\n")?;
         let mut line = String::new();
         self.reader.read_line(&mut line)?;
@@ -255,7 +255,7 @@ impl Handover {
 
 /// Connects to the rustle answering on the control socket at `path` and receives its
 /// listening sockets, each group under the key and address of its listener there.
-pub fn take_over(path: &Path) -> anyhow::Result<(Inherited, Handover)> {
+pub(crate) fn take_over(path: &Path) -> anyhow::Result<(Inherited, Handover)> {
     let conn = UnixStream::connect(path).with_context(|| {
         format!("--takeover: no rustle answers on the control socket {}", path.display())
     })?;
@@ -358,7 +358,7 @@ fn receive(conn: &UnixStream) -> anyhow::Result<Vec<Received>> {
 }
 
 /// The sockets systemd passed (socket activation), grouped by address; none without it.
-pub fn activation_sockets() -> anyhow::Result<Inherited> {
+pub(crate) fn activation_sockets() -> anyhow::Result<Inherited> {
     let passed = crate::io::sys::listen_fds().context("socket activation (LISTEN_FDS)")?;
     if passed.is_empty() {
         return Ok(Inherited::default());

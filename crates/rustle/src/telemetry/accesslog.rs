@@ -17,13 +17,13 @@ use crate::config::LogFormat;
 use crate::config::Listener;
 use crate::telemetry::metrics::ListenerCounters;
 
-pub use sink::{LogFile, Sink};
+pub(crate) use sink::Sink;
 
 /// A worker hands its buffer to the sink once it holds this much, so a busy worker makes
 /// one write call per few hundred lines.
 const FLUSH_AT: usize = 32 * 1024;
 
-pub use crate::protocol::{Protocol, Version};
+pub(crate) use crate::protocol::{Protocol, Version};
 
 /// One exchange's record (a request, a tunnel, a refused connection): what every front end
 /// fills in when it ends, and what `exchange::end` counts (the user's traffic, the
@@ -155,7 +155,7 @@ pub trait Shown {
 }
 
 /// A method and target as the front end holds them (SOCKS, relays, refusals).
-pub struct Parts<'a> {
+pub(crate) struct Parts<'a> {
     pub method: &'a [u8],
     pub target: &'a [u8],
 }

@@ -23,16 +23,16 @@ use crate::protocol::{Protocol, Version};
 
 /// A counter written by one thread only (see the module documentation).
 #[derive(Debug, Default)]
-pub struct Counter(AtomicU64);
+pub(crate) struct Counter(AtomicU64);
 
 impl Counter {
     #[inline]
-    pub fn add(&self, n: u64) {
+    pub(crate) fn add(&self, n: u64) {
         // One writer: load + store, no lock-prefixed add (see the module documentation).
         self.0.store(self.0.load(Relaxed).wrapping_add(n), Relaxed);
     }
 
-    pub fn get(&self) -> u64 {
+    pub(crate) fn get(&self) -> u64 {
         self.0.load(Relaxed)
     }
 }
@@ -59,7 +59,7 @@ fn slot(protocol: Protocol, version: Version) -> usize {
     }
 }
 
-pub use crate::error::Refused;
+pub(crate) use crate::error::Refused;
 
 const CAUSES: [&str; 3] = ["limit", "rule", "auth"];
 
@@ -80,7 +80,7 @@ fn class(status: u16) -> usize {
 
 /// One listener's counters in one worker.
 #[derive(Debug, Default)]
-pub struct ListenerStats {
+pub(crate) struct ListenerStats {
     accepted: Counter,
     closed: Counter,
     refused: [Counter; 3],
@@ -125,12 +125,12 @@ impl ListenerCounters {
 
 /// Upper bounds of the latency histograms' buckets, in seconds: from half a millisecond
 /// (a pooled or local origin) to half a minute (the connect timeout's order).
-pub const LATENCY_BUCKETS: [f64; 15] =
+pub(crate) const LATENCY_BUCKETS: [f64; 15] =
     [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0];
 
 /// Upper bounds of the tunnel-duration buckets, in seconds: from a short exchange through
 /// a tunnel to a day-long connection.
-pub const DURATION_BUCKETS: [f64; 15] = [
+pub(crate) const DURATION_BUCKETS: [f64; 15] = [
     0.01, 0.1, 0.5, 1.0, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0, 1800.0, 3600.0, 7200.0, 21600.0,
     86400.0,
 ];
@@ -158,7 +158,7 @@ fn bucket(bounds: &[u64; 15], d: Duration) -> (usize, u64) {
 /// A histogram written by one thread; bucket counts are not cumulative here (they are
 /// made so when written out).
 #[derive(Debug, Default)]
-pub struct Histogram {
+pub(crate) struct Histogram {
     counts: [Counter; 16],
     sum_ns: Counter,
 }
@@ -245,7 +245,7 @@ impl ParentStats {
 static WORKERS: AtomicUsize = AtomicUsize::new(0);
 
 /// The number of workers, for the per-worker slots of parents and routes.
-pub fn set_workers(n: usize) {
+pub(crate) fn set_workers(n: usize) {
     // The largest asked for: tests run several proxies in one process.
     WORKERS.fetch_max(n, Relaxed);
 }
@@ -371,7 +371,7 @@ impl Drop for Through {
 
 /// One user's counters in one worker.
 #[derive(Debug, Default)]
-pub struct UserStats {
+pub(crate) struct UserStats {
     requests: Counter,
     bytes_in: Counter,
     bytes_out: Counter,
@@ -387,7 +387,7 @@ const MAX_USERS_PER_WORKER: usize = 10_000;
 
 /// Everything one worker counts. Written only by its worker thread.
 #[derive(Debug)]
-pub struct WorkerStats {
+pub(crate) struct WorkerStats {
     connect: Histogram,
     /// End-to-end exchange durations, by protocol (`PROTOCOLS`) (only while [`timed`]).
     request: [Histogram; 8],
@@ -401,7 +401,7 @@ pub struct WorkerStats {
 }
 
 impl WorkerStats {
-    pub fn new() -> Arc<WorkerStats> {
+    pub(crate) fn new() -> Arc<WorkerStats> {
         Arc::new(WorkerStats {
             connect: Histogram::default(),
             request: Default::default(),
@@ -463,7 +463,7 @@ thread_local! {
 
 /// Makes `stats` this thread's (a worker's, once at its start). Counting on a thread
 /// without stats does nothing.
-pub fn install(id: usize, stats: Arc<WorkerStats>) {
+pub(crate) fn install(id: usize, stats: Arc<WorkerStats>) {
     HERE.with(|h| {
         let _ = h.set(Local { id, stats, users: RefCell::default(), peers: RefCell::default() });
     });
@@ -479,7 +479,7 @@ fn here(f: impl FnOnce(&Local)) {
 }
 
 /// A connection was accepted on `listener`.
-pub fn accepted(listener: &ListenerCounters) {
+pub(crate) fn accepted(listener: &ListenerCounters) {
     here(|l| {
         if let Some(s) = l.listener(listener) {
             s.accepted.add(1)
@@ -488,7 +488,7 @@ pub fn accepted(listener: &ListenerCounters) {
 }
 
 /// A connection accepted on `listener` closed.
-pub fn closed(listener: &ListenerCounters) {
+pub(crate) fn closed(listener: &ListenerCounters) {
     here(|l| {
         if let Some(s) = l.listener(listener) {
             s.closed.add(1)
@@ -498,7 +498,7 @@ pub fn closed(listener: &ListenerCounters) {
 
 /// A connection refused with no exchange to log (over the limit on a port that has no
 /// way to say so).
-pub fn refused(listener: &ListenerCounters, cause: Refused) {
+pub(crate) fn refused(listener: &ListenerCounters, cause: Refused) {
     here(|l| {
         if let Some(s) = l.listener(listener) {
             s.refused[cause as usize].add(1)
@@ -507,7 +507,7 @@ pub fn refused(listener: &ListenerCounters, cause: Refused) {
 }
 
 /// A TLS handshake with a client of `listener` completed or failed.
-pub fn tls_handshake(listener: &ListenerCounters, ok: bool) {
+pub(crate) fn tls_handshake(listener: &ListenerCounters, ok: bool) {
     here(|l| {
         if let Some(s) = l.listener(listener) {
             s.tls_handshakes.add(1);
@@ -519,7 +519,7 @@ pub fn tls_handshake(listener: &ListenerCounters, ok: bool) {
 }
 
 /// An HTTP/2 stream began on `listener`.
-pub fn h2_stream(listener: &ListenerCounters) {
+pub(crate) fn h2_stream(listener: &ListenerCounters) {
     here(|l| {
         if let Some(s) = l.listener(listener) {
             s.h2_streams.add(1)
@@ -528,18 +528,18 @@ pub fn h2_stream(listener: &ListenerCounters) {
 }
 
 /// A new upstream connection (direct or through parents) took `d` to make.
-pub fn upstream_connected(d: Duration) {
+pub(crate) fn upstream_connected(d: Duration) {
     here(|l| l.stats.connect.observe(&LATENCY_NS, d))
 }
 
 /// A response head came `d` after its request began to go out.
-pub fn response_head(d: Duration) {
+pub(crate) fn response_head(d: Duration) {
     here(|l| l.stats.head.observe(&LATENCY_NS, d))
 }
 
 /// How an exchange or tunnel ended: one per access-log line, counted whether or not the
 /// log is on.
-pub struct End<'a> {
+pub(crate) struct End<'a> {
     pub listener: &'a ListenerCounters,
     /// What the client asked for, and its HTTP version (the `protocol` label).
     pub protocol: Protocol,
@@ -562,7 +562,7 @@ pub struct End<'a> {
 }
 
 #[inline]
-pub fn ended(e: &End<'_>) {
+pub(crate) fn ended(e: &End<'_>) {
     // Counted only while something can read the counts (`timed`).
     if timed() {
         count_end(e);
@@ -611,7 +611,7 @@ fn count_end(e: &End<'_>) {
 /// An open connection of an authenticated user; counts it closed when dropped (on the
 /// worker thread that opened it, where the connection lives).
 #[derive(Debug)]
-pub struct UserConn(Arc<UserStats>);
+pub(crate) struct UserConn(Arc<UserStats>);
 
 impl Drop for UserConn {
     fn drop(&mut self) {
@@ -620,7 +620,7 @@ impl Drop for UserConn {
 }
 
 /// A connection authenticated as `user` (once per connection).
-pub fn user_connection(user: &str) -> Option<UserConn> {
+pub(crate) fn user_connection(user: &str) -> Option<UserConn> {
     let mut conn = None;
     here(|l| {
         let u = l.user(user);
@@ -639,7 +639,7 @@ static LAST_RELOAD_OK: AtomicU64 = AtomicU64::new(1);
 static LAST_RELOAD_MS: AtomicU64 = AtomicU64::new(0);
 
 /// A configuration reload was applied (`ok`) or refused.
-pub fn reloaded(ok: bool) {
+pub(crate) fn reloaded(ok: bool) {
     match ok {
         true => {
             let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
@@ -657,13 +657,13 @@ static AUTH_HASHES_REFUSED: AtomicU64 = AtomicU64::new(0);
 
 /// A password hash was computed (on a hashing thread: several writers, so an atomic add;
 /// once per hash, which takes milliseconds).
-pub fn auth_hashed() {
+pub(crate) fn auth_hashed() {
     AUTH_HASHES.fetch_add(1, Relaxed);
 }
 
 /// A password check was refused a place on the hashing threads (its client's share or the
 /// queue was full).
-pub fn auth_hash_refused() {
+pub(crate) fn auth_hash_refused() {
     AUTH_HASHES_REFUSED.fetch_add(1, Relaxed);
 }
 
@@ -673,13 +673,13 @@ static TIMED: AtomicBool = AtomicBool::new(false);
 /// Exchanges are counted and timed (an admin endpoint serves `/metrics`): the workers
 /// read the clock when an exchange starts even with the access log off. Without an admin
 /// endpoint nothing can read them, and an exchange's end costs neither.
-pub fn set_timed() {
+pub(crate) fn set_timed() {
     TIMED.store(true, Relaxed);
 }
 
 /// Whether exchanges are timed (see [`set_timed`]).
 #[inline]
-pub fn timed() -> bool {
+pub(crate) fn timed() -> bool {
     TIMED.load(Relaxed)
 }
 
@@ -720,7 +720,7 @@ impl Readiness {
 
 mod text;
 
-pub use text::{render, ListenerLabel, ParentView, Process, RouteView, Scrape};
+pub(crate) use text::{render, ListenerLabel, ParentView, Process, RouteView, Scrape};
 
 #[cfg(test)]
 mod tests {

@@ -15,10 +15,10 @@ use rustle::config::{Config, Listener, ListenerKind, LogTarget};
 use rustle::run::server::Running;
 use sha2::{Digest, Sha256};
 
-pub mod peers;
+pub(crate) mod peers;
 
 /// How long a raw client waits for bytes before giving up on a read.
-pub const READ_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const READ_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// How often `wait_until` looks again: often enough that a test waits a few ms past its
 /// event, rarely enough that a poll (reading a log file, /proc) costs nothing to measure.
@@ -28,7 +28,7 @@ const POLL_EVERY: Duration = Duration::from_millis(10);
 /// whether it held. The tests' one way to wait for something to have happened (a log
 /// line, a counter, a listener up or gone, a process exit) instead of sleeping for it;
 /// `limit` is a failure bound, generous so that a loaded machine does not fail the test.
-pub fn wait_until(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
+pub(crate) fn wait_until(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
     let deadline = Instant::now() + limit;
     loop {
         if cond() {
@@ -44,7 +44,7 @@ pub fn wait_until(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
 /// `wait_until` for a value: looks at `get` until it gives one, for up to `limit`; panics
 /// naming `what` was awaited when it gives none.
 #[track_caller]
-pub fn wait_for<T>(limit: Duration, what: &str, mut get: impl FnMut() -> Option<T>) -> T {
+pub(crate) fn wait_for<T>(limit: Duration, what: &str, mut get: impl FnMut() -> Option<T>) -> T {
     let mut got = None;
     wait_until(limit, || {
         got = get();
@@ -55,7 +55,7 @@ pub fn wait_for<T>(limit: Duration, what: &str, mut get: impl FnMut() -> Option<
 
 /// `wait_until` for async tests, whose own tasks (an h2 connection's driver, say) must go
 /// on while they wait.
-pub async fn wait_until_async(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
+pub(crate) async fn wait_until_async(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
     let deadline = Instant::now() + limit;
     loop {
         if cond() {
@@ -69,10 +69,10 @@ pub async fn wait_until_async(limit: Duration, mut cond: impl FnMut() -> bool) -
 }
 
 /// A scratch directory removed on drop.
-pub struct TempDir(PathBuf);
+pub(crate) struct TempDir(PathBuf);
 
 impl TempDir {
-    pub fn new(tag: &str) -> TempDir {
+    pub(crate) fn new(tag: &str) -> TempDir {
         static SEQ: AtomicU64 = AtomicU64::new(0);
         let dir = std::env::temp_dir().join(format!(
             "rustle-it-{tag}-{}-{}",
@@ -83,11 +83,11 @@ impl TempDir {
         TempDir(dir)
     }
 
-    pub fn path(&self) -> &Path {
+    pub(crate) fn path(&self) -> &Path {
         &self.0
     }
 
-    pub fn file(&self, name: &str) -> PathBuf {
+    pub(crate) fn file(&self, name: &str) -> PathBuf {
         self.0.join(name)
     }
 }
@@ -99,7 +99,7 @@ impl Drop for TempDir {
 }
 
 /// A proxy running in this process: one worker on 127.0.0.1:0, access log in a temp file.
-pub struct Proxy {
+pub(crate) struct Proxy {
     running: Option<Running>,
     addr: SocketAddr,
     addrs: Vec<(ListenerKind, SocketAddr)>,
@@ -108,12 +108,12 @@ pub struct Proxy {
 }
 
 impl Proxy {
-    pub fn start() -> Proxy {
+    pub(crate) fn start() -> Proxy {
         Proxy::start_with(|_| {})
     }
 
     /// Starts with the test defaults, then whatever `tweak` changes.
-    pub fn start_with(tweak: impl FnOnce(&mut Config)) -> Proxy {
+    pub(crate) fn start_with(tweak: impl FnOnce(&mut Config)) -> Proxy {
         let dir = TempDir::new("proxy");
         let log = dir.file("access.log");
         let mut cfg = Config {
@@ -132,7 +132,7 @@ impl Proxy {
 
     /// A proxy with one listener of `kind` on 127.0.0.1:0 (with `target` for the relay
     /// kinds), then whatever `tweak` changes.
-    pub fn with_listener(
+    pub(crate) fn with_listener(
         kind: ListenerKind,
         target: Option<SocketAddr>,
         tweak: impl FnOnce(&mut Config),
@@ -144,54 +144,54 @@ impl Proxy {
     }
 
     /// A proxy with one SOCKS listener.
-    pub fn socks() -> Proxy {
+    pub(crate) fn socks() -> Proxy {
         Proxy::with_listener(ListenerKind::Socks, None, |_| {})
     }
 
     /// Bytes each way per authenticated user so far.
-    pub fn traffic(&self) -> Vec<(String, u64, u64)> {
+    pub(crate) fn traffic(&self) -> Vec<(String, u64, u64)> {
         self.running.as_ref().map(|r| r.traffic()).unwrap_or_default()
     }
 
     /// The running proxy.
-    pub fn running(&self) -> &Running {
+    pub(crate) fn running(&self) -> &Running {
         self.running.as_ref().expect("the proxy runs")
     }
 
     /// The admin endpoint's address (`[admin] listen`).
-    pub fn admin_addr(&self) -> SocketAddr {
+    pub(crate) fn admin_addr(&self) -> SocketAddr {
         self.running().admin_addr().expect("an admin listener")
     }
 
     /// Every listener's kind and bound address, in configuration order.
-    pub fn addrs(&self) -> &[(ListenerKind, SocketAddr)] {
+    pub(crate) fn addrs(&self) -> &[(ListenerKind, SocketAddr)] {
         &self.addrs
     }
 
     /// The whole access log as written so far (no waiting).
-    pub fn log_text(&self) -> String {
+    pub(crate) fn log_text(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
-    pub fn addr(&self) -> SocketAddr {
+    pub(crate) fn addr(&self) -> SocketAddr {
         self.addr
     }
 
     /// `http://127.0.0.1:PORT`, for `curl -x` and friends.
-    pub fn url(&self) -> String {
+    pub(crate) fn url(&self) -> String {
         format!("http://{}", self.addr)
     }
 
     /// The access-log lines written so far, waiting up to ~1 s for at least one (the log
     /// is flushed every 100 ms).
-    pub fn log_lines(&self) -> Vec<String> {
+    pub(crate) fn log_lines(&self) -> Vec<String> {
         wait_until(Duration::from_millis(1200), || !self.log_text().is_empty());
         self.log_text().lines().map(str::to_string).collect()
     }
 
     /// The first log line satisfying `pred`, waiting up to 5 s for it; panics with every
     /// line seen when none matches.
-    pub fn log_line(&self, pred: impl Fn(&str) -> bool) -> String {
+    pub(crate) fn log_line(&self, pred: impl Fn(&str) -> bool) -> String {
         let mut found = None;
         wait_until(Duration::from_secs(5), || {
             found = self.log_text().lines().find(|l| pred(l)).map(str::to_string);
@@ -204,7 +204,7 @@ impl Proxy {
 
     /// The access-log lines satisfying `pred`, once there are at least `n` (waiting up to
     /// 5 s; fewer then).
-    pub fn log_lines_matching(&self, n: usize, pred: impl Fn(&str) -> bool) -> Vec<String> {
+    pub(crate) fn log_lines_matching(&self, n: usize, pred: impl Fn(&str) -> bool) -> Vec<String> {
         let lines = || -> Vec<String> {
             self.log_text().lines().filter(|l| pred(l)).map(str::to_string).collect()
         };
@@ -213,7 +213,7 @@ impl Proxy {
     }
 
     /// Mode switches (to splice, back to copy) of this proxy's relays so far.
-    pub fn mode_switches(&self) -> (u64, u64) {
+    pub(crate) fn mode_switches(&self) -> (u64, u64) {
         self.running.as_ref().map(|r| r.mode_switches()).unwrap_or_default()
     }
 }
@@ -230,20 +230,20 @@ impl Drop for Proxy {
 /// `RUSTLE_REQUIRE_TOOLS=1` (`.ci/run`), and otherwise skips it: the caller returns, and the
 /// test binary ends with the count of skipped tests (`rustle_bench::tools`).
 #[track_caller]
-pub fn have(tool: &str) -> bool {
+pub(crate) fn have(tool: &str) -> bool {
     rustle_bench::tools::need(tool)
 }
 
 /// Part of the calling test needs `tool`, which `.ci/run` installs: whether it runs; a
 /// missing one fails with `RUSTLE_REQUIRE_TOOLS=1`, else that part is left out (counted).
 #[track_caller]
-pub fn have_for_part(tool: &str) -> bool {
+pub(crate) fn have_for_part(tool: &str) -> bool {
     rustle_bench::tools::part(tool)
 }
 
 /// A command with no proxy settings inherited from the environment (NO_PROXY would make
 /// curl bypass `-x` for 127.0.0.1).
-pub fn clean_command(program: &str) -> Command {
+pub(crate) fn clean_command(program: &str) -> Command {
     let mut cmd = Command::new(program);
     for var in [
         "http_proxy",
@@ -263,7 +263,7 @@ pub fn clean_command(program: &str) -> Command {
 
 /// Runs curl with `args` (silent, with a global time limit); None when curl is missing,
 /// after saying so.
-pub fn curl(args: &[&str]) -> Option<Output> {
+pub(crate) fn curl(args: &[&str]) -> Option<Output> {
     if !have("curl") {
         return None;
     }
@@ -276,7 +276,7 @@ pub fn curl(args: &[&str]) -> Option<Output> {
 }
 
 /// Asserts that a process succeeded, showing its stderr when not.
-pub fn assert_success(what: &str, out: &Output) {
+pub(crate) fn assert_success(what: &str, out: &Output) {
     assert!(
         out.status.success(),
         "{what} failed with {}: stderr: {}",
@@ -285,12 +285,12 @@ pub fn assert_success(what: &str, out: &Output) {
     );
 }
 
-pub fn sha256_hex(bytes: &[u8]) -> String {
+pub(crate) fn sha256_hex(bytes: &[u8]) -> String {
     rustle_bench::pattern::hex(&Sha256::digest(bytes))
 }
 
 /// Connects to `addr` with the raw-client read timeout.
-pub fn connect(addr: SocketAddr) -> TcpStream {
+pub(crate) fn connect(addr: SocketAddr) -> TcpStream {
     let s = TcpStream::connect(addr).expect("connect");
     s.set_read_timeout(Some(READ_TIMEOUT)).unwrap();
     s.set_nodelay(true).unwrap();
@@ -299,11 +299,11 @@ pub fn connect(addr: SocketAddr) -> TcpStream {
 
 /// Writes `bytes` to the proxy on a new connection and reads until the proxy closes it
 /// (or a read times out).
-pub fn raw(proxy: &Proxy, bytes: &[u8]) -> Vec<u8> {
+pub(crate) fn raw(proxy: &Proxy, bytes: &[u8]) -> Vec<u8> {
     raw_to(proxy.addr(), bytes)
 }
 
-pub fn raw_to(addr: SocketAddr, bytes: &[u8]) -> Vec<u8> {
+pub(crate) fn raw_to(addr: SocketAddr, bytes: &[u8]) -> Vec<u8> {
     let mut s = connect(addr);
     s.write_all(bytes).expect("write request");
     read_until_close(&mut s).0
@@ -311,7 +311,7 @@ pub fn raw_to(addr: SocketAddr, bytes: &[u8]) -> Vec<u8> {
 
 /// Reads until EOF, a connection reset, or the read timeout. Returns the bytes and whether
 /// the connection was seen closed (EOF or reset) rather than timing out.
-pub fn read_until_close(s: &mut TcpStream) -> (Vec<u8>, bool) {
+pub(crate) fn read_until_close(s: &mut TcpStream) -> (Vec<u8>, bool) {
     let mut out = Vec::new();
     let mut buf = vec![0u8; 64 * 1024];
     loop {
@@ -331,7 +331,7 @@ pub fn read_until_close(s: &mut TcpStream) -> (Vec<u8>, bool) {
 }
 
 /// Whether the peer closes `s` within `within` without sending anything more.
-pub fn closed_within(s: &mut TcpStream, within: Duration) -> bool {
+pub(crate) fn closed_within(s: &mut TcpStream, within: Duration) -> bool {
     s.set_read_timeout(Some(within)).unwrap();
     let mut buf = [0u8; 1024];
     let read = loop {
@@ -354,7 +354,7 @@ pub fn closed_within(s: &mut TcpStream, within: Duration) -> bool {
 
 /// A parsed HTTP/1.1 response.
 #[derive(Debug, Clone)]
-pub struct Resp {
+pub(crate) struct Resp {
     pub status: u16,
     pub reason: String,
     pub headers: Vec<(String, String)>,
@@ -364,26 +364,26 @@ pub struct Resp {
 }
 
 impl Resp {
-    pub fn header(&self, name: &str) -> Option<&str> {
+    pub(crate) fn header(&self, name: &str) -> Option<&str> {
         self.headers.iter().find(|(n, _)| n.eq_ignore_ascii_case(name)).map(|(_, v)| v.as_str())
     }
 
-    pub fn has_header(&self, name: &str) -> bool {
+    pub(crate) fn has_header(&self, name: &str) -> bool {
         self.header(name).is_some()
     }
 
-    pub fn text(&self) -> String {
+    pub(crate) fn text(&self) -> String {
         String::from_utf8_lossy(&self.body).into_owned()
     }
 
     /// The head as text, for assertion messages.
-    pub fn head_text(&self) -> String {
+    pub(crate) fn head_text(&self) -> String {
         String::from_utf8_lossy(&self.head).into_owned()
     }
 }
 
 /// Parses a head (without body) from its bytes.
-pub fn parse_head(head: &[u8]) -> Resp {
+pub(crate) fn parse_head(head: &[u8]) -> Resp {
     let text = std::str::from_utf8(head).expect("response head is UTF-8");
     let mut lines = text.split("\r\n");
     let status_line = lines.next().unwrap_or_default();
@@ -403,21 +403,21 @@ pub fn parse_head(head: &[u8]) -> Resp {
 }
 
 /// A buffered reader of responses on one connection, keeping leftovers between them.
-pub struct Conn {
+pub(crate) struct Conn {
     pub s: TcpStream,
     pub buf: Vec<u8>,
 }
 
 impl Conn {
-    pub fn open(addr: SocketAddr) -> Conn {
+    pub(crate) fn open(addr: SocketAddr) -> Conn {
         Conn { s: connect(addr), buf: Vec::new() }
     }
 
-    pub fn to_proxy(proxy: &Proxy) -> Conn {
+    pub(crate) fn to_proxy(proxy: &Proxy) -> Conn {
         Conn::open(proxy.addr())
     }
 
-    pub fn send(&mut self, bytes: &[u8]) {
+    pub(crate) fn send(&mut self, bytes: &[u8]) {
         self.s.write_all(bytes).expect("write to proxy");
     }
 
@@ -441,7 +441,7 @@ impl Conn {
         }
     }
 
-    pub fn take(&mut self, n: usize) -> Vec<u8> {
+    pub(crate) fn take(&mut self, n: usize) -> Vec<u8> {
         while self.buf.len() < n {
             assert!(
                 self.more() > 0,
@@ -463,7 +463,7 @@ impl Conn {
     }
 
     /// Reads one response head (CRLFCRLF included).
-    pub fn read_head(&mut self) -> Resp {
+    pub(crate) fn read_head(&mut self) -> Resp {
         loop {
             if let Some(i) = self.buf.windows(4).position(|w| w == b"\r\n\r\n") {
                 let head: Vec<u8> = self.buf.drain(..i + 4).collect();
@@ -478,12 +478,12 @@ impl Conn {
     }
 
     /// Reads one whole response to a request with a body (not HEAD).
-    pub fn read_response(&mut self) -> Resp {
+    pub(crate) fn read_response(&mut self) -> Resp {
         self.read_response_to(false)
     }
 
     /// Reads one whole response; `head_request` says the request was HEAD (no body).
-    pub fn read_response_to(&mut self, head_request: bool) -> Resp {
+    pub(crate) fn read_response_to(&mut self, head_request: bool) -> Resp {
         let mut r = self.read_head();
         let no_body =
             head_request || r.status == 204 || r.status == 304 || (100..200).contains(&r.status);
@@ -519,7 +519,7 @@ impl Conn {
     }
 
     /// Asserts that nothing more comes and the proxy closes the connection.
-    pub fn assert_closed(&mut self) {
+    pub(crate) fn assert_closed(&mut self) {
         let (rest, closed) = read_until_close(&mut self.s);
         self.buf.extend_from_slice(&rest);
         assert!(
@@ -530,13 +530,13 @@ impl Conn {
         assert!(closed, "the proxy did not close the connection within {READ_TIMEOUT:?}");
     }
 
-    pub fn shutdown_write(&self) {
+    pub(crate) fn shutdown_write(&self) {
         self.s.shutdown(Shutdown::Write).expect("shutdown write");
     }
 }
 
 /// Parses a complete byte string holding one response (as read until close).
-pub fn parse_response(bytes: &[u8]) -> Resp {
+pub(crate) fn parse_response(bytes: &[u8]) -> Resp {
     let i = bytes
         .windows(4)
         .position(|w| w == b"\r\n\r\n")
@@ -547,13 +547,13 @@ pub fn parse_response(bytes: &[u8]) -> Resp {
 }
 
 /// A GET request in absolute form for `url` (`http://host:port/path`).
-pub fn get(url: &str) -> Vec<u8> {
+pub(crate) fn get(url: &str) -> Vec<u8> {
     request("GET", url, &[], b"")
 }
 
 /// A request in absolute form with a Host header, extra header lines, and a body (a
 /// Content-Length is added when the body is not empty).
-pub fn request(method: &str, url: &str, headers: &[&str], body: &[u8]) -> Vec<u8> {
+pub(crate) fn request(method: &str, url: &str, headers: &[&str], body: &[u8]) -> Vec<u8> {
     let authority =
         url.split_once("://").and_then(|(_, r)| r.split('/').next()).expect("an absolute URL");
     let mut out = format!("{method} {url} HTTP/1.1\r\nHost: {authority}\r\n");
@@ -571,14 +571,14 @@ pub fn request(method: &str, url: &str, headers: &[&str], body: &[u8]) -> Vec<u8
 }
 
 /// The path of the `rustle` binary built for these tests.
-pub fn rustle_bin() -> &'static str {
+pub(crate) fn rustle_bin() -> &'static str {
     env!("CARGO_BIN_EXE_rustle")
 }
 
 /// An address nothing listens on: a socket bound but never listening, kept open for the
 /// rest of the test process so that the kernel cannot hand the port to a proxy started
 /// afterwards (connections to it are refused).
-pub fn closed_port() -> SocketAddr {
+pub(crate) fn closed_port() -> SocketAddr {
     use socket2::{Domain, Socket, Type};
     let s = Socket::new(Domain::IPV4, Type::STREAM, None).unwrap();
     s.bind(&"127.0.0.1:0".parse::<SocketAddr>().unwrap().into()).unwrap();
@@ -590,7 +590,7 @@ pub fn closed_port() -> SocketAddr {
 /// The fields of a plain access-log line:
 /// `TIME CLIENT METHOD TARGET STATUS UP DOWN MSms UPSTREAM ["ERROR"]`.
 #[derive(Debug, Clone)]
-pub struct LogLine {
+pub(crate) struct LogLine {
     pub client: String,
     pub method: String,
     pub target: String,
@@ -605,7 +605,7 @@ pub struct LogLine {
 }
 
 impl LogLine {
-    pub fn parse(line: &str) -> LogLine {
+    pub(crate) fn parse(line: &str) -> LogLine {
         let f: Vec<&str> = line.splitn(10, ' ').collect();
         assert!(f.len() >= 9, "not an access-log line: {line:?}");
         // ` user=NAME` comes between the upstream and the quoted cause.
@@ -634,14 +634,14 @@ impl LogLine {
 }
 
 /// A listener of `kind` on 127.0.0.1:0, relaying to `target` when given.
-pub fn listener(kind: ListenerKind, target: Option<SocketAddr>) -> Listener {
+pub(crate) fn listener(kind: ListenerKind, target: Option<SocketAddr>) -> Listener {
     let mut l = Listener::new(kind, "127.0.0.1:0".parse().unwrap());
     l.target = target.map(|t| t.to_string().parse().expect("target is host:port"));
     l
 }
 
 /// Whether [::1] can be bound here; says so when not, for tests that then skip.
-pub fn ipv6_available() -> bool {
+pub(crate) fn ipv6_available() -> bool {
     let ok = std::net::TcpListener::bind("[::1]:0").is_ok();
     if !ok {
         rustle_bench::tools::skip_host("cannot bind [::1] here; the IPv6 part does not run");
@@ -651,14 +651,14 @@ pub fn ipv6_available() -> bool {
 
 /// A listener whose accept queue is full, so new SYNs are dropped and connects hang;
 /// everything stays loopback. Keep it alive while using the address.
-pub struct BlackHole {
+pub(crate) struct BlackHole {
     pub addr: SocketAddr,
     pub listener: socket2::Socket,
     /// The connections that fill the queue.
     pub held: Vec<TcpStream>,
 }
 
-pub fn black_hole() -> BlackHole {
+pub(crate) fn black_hole() -> BlackHole {
     use socket2::{Domain, Socket, Type};
     let listener = Socket::new(Domain::IPV4, Type::STREAM, None).unwrap();
     listener.bind(&"127.0.0.1:0".parse::<SocketAddr>().unwrap().into()).unwrap();
@@ -676,7 +676,7 @@ pub fn black_hole() -> BlackHole {
 }
 
 /// Reads exactly `n` bytes, panicking with what was seen on EOF or timeout.
-pub fn read_exact_n(s: &mut TcpStream, n: usize) -> Vec<u8> {
+pub(crate) fn read_exact_n(s: &mut TcpStream, n: usize) -> Vec<u8> {
     let mut out = vec![0u8; n];
     let mut got = 0;
     while got < n {
@@ -691,14 +691,14 @@ pub fn read_exact_n(s: &mut TcpStream, n: usize) -> Vec<u8> {
 }
 
 /// Reads until EOF (panicking on a timeout), for payloads that end with the connection.
-pub fn read_to_eof(s: &mut TcpStream) -> Vec<u8> {
+pub(crate) fn read_to_eof(s: &mut TcpStream) -> Vec<u8> {
     let (got, closed) = read_until_close(s);
     assert!(closed, "no EOF after {} bytes", got.len());
     got
 }
 
 /// Standard padded base64, for `Proxy-Authorization` values written by hand.
-pub fn base64(bytes: &[u8]) -> String {
+pub(crate) fn base64(bytes: &[u8]) -> String {
     const ABC: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
     let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
     for chunk in bytes.chunks(3) {
@@ -716,12 +716,12 @@ pub fn base64(bytes: &[u8]) -> String {
 }
 
 /// A `Proxy-Authorization: Basic ...` header line for `user:password`.
-pub fn proxy_auth(user: &str, password: &str) -> String {
+pub(crate) fn proxy_auth(user: &str, password: &str) -> String {
     format!("Proxy-Authorization: Basic {}", base64(format!("{user}:{password}").as_bytes()))
 }
 
 /// `http://user:password@127.0.0.1:PORT`, for `curl -x`.
-pub fn proxy_url_with(proxy: SocketAddr, user: &str, password: &str) -> String {
+pub(crate) fn proxy_url_with(proxy: SocketAddr, user: &str, password: &str) -> String {
     format!("http://{user}:{password}@{proxy}")
 }
 
@@ -729,7 +729,7 @@ impl Proxy {
     /// Starts from configuration text (TOML, checked like a file), with the test defaults
     /// forced: one worker, the access log in a temporary file, a short shutdown, and an
     /// HTTP listener on 127.0.0.1:0 when the text has none.
-    pub fn from_toml(text: &str) -> Proxy {
+    pub(crate) fn from_toml(text: &str) -> Proxy {
         let parsed = Config::parse(text).unwrap_or_else(|p| {
             let p: Vec<String> = p.iter().map(|p| p.to_string()).collect();
             panic!("test configuration has problems: {p:?}\n{text}")
@@ -749,7 +749,7 @@ impl Proxy {
 
     /// Puts configuration text in force, as SIGHUP does, with the test defaults forced
     /// as `from_toml` forces them (the listeners running when the text has none).
-    pub fn reload_toml(&self, text: &str) {
+    pub(crate) fn reload_toml(&self, text: &str) {
         let mut cfg = Config::parse(text).unwrap_or_else(|p| {
             let p: Vec<String> = p.iter().map(|p| p.to_string()).collect();
             panic!("reload configuration has problems: {p:?}\n{text}")
@@ -766,13 +766,13 @@ impl Proxy {
     }
 
     /// The bound address of the `index`th listener (configuration order).
-    pub fn addr_of(&self, index: usize) -> SocketAddr {
+    pub(crate) fn addr_of(&self, index: usize) -> SocketAddr {
         self.addrs[index].1
     }
 }
 
 /// Writes a users file (`lines` joined by newlines) into `dir` and returns its path.
-pub fn users_file(dir: &TempDir, lines: &[&str]) -> PathBuf {
+pub(crate) fn users_file(dir: &TempDir, lines: &[&str]) -> PathBuf {
     let path = dir.file("users");
     std::fs::write(&path, lines.join("\n") + "\n").expect("write users file");
     path
@@ -780,7 +780,7 @@ pub fn users_file(dir: &TempDir, lines: &[&str]) -> PathBuf {
 
 /// A TCP connection to `addr` from the local address `from` (another loopback address
 /// such as 127.0.0.2, to look like another client).
-pub fn connect_from(from: &str, addr: SocketAddr) -> TcpStream {
+pub(crate) fn connect_from(from: &str, addr: SocketAddr) -> TcpStream {
     use socket2::{Domain, Socket, Type};
     let s = Socket::new(Domain::IPV4, Type::STREAM, None).unwrap();
     let local: SocketAddr = format!("{from}:0").parse().expect("a local IPv4 address");
@@ -794,14 +794,14 @@ pub fn connect_from(from: &str, addr: SocketAddr) -> TcpStream {
 
 impl Conn {
     /// A connection to `addr` from the local address `from` (see `connect_from`).
-    pub fn open_from(from: &str, addr: SocketAddr) -> Conn {
+    pub(crate) fn open_from(from: &str, addr: SocketAddr) -> Conn {
         Conn { s: connect_from(from, addr), buf: Vec::new() }
     }
 }
 
 /// The real `rustle` binary, started with arguments; killed on drop if still running.
 /// Its stderr (diagnostics) is collected as it comes.
-pub struct RustleProcess {
+pub(crate) struct RustleProcess {
     pub child: std::process::Child,
     stderr: std::sync::Arc<std::sync::Mutex<String>>,
     listening: std::sync::mpsc::Receiver<(String, String)>,
@@ -812,30 +812,30 @@ pub struct RustleProcess {
 
 impl RustleProcess {
     /// Starts `rustle ARGS` (RUST_LOG=info) without waiting for anything.
-    pub fn spawn(args: &[&str]) -> RustleProcess {
+    pub(crate) fn spawn(args: &[&str]) -> RustleProcess {
         RustleProcess::spawn_bin(rustle_bin(), args)
     }
 
     /// `spawn` with another build of the binary (a release build, for measurements).
-    pub fn spawn_bin(bin: &str, args: &[&str]) -> RustleProcess {
+    pub(crate) fn spawn_bin(bin: &str, args: &[&str]) -> RustleProcess {
         RustleProcess::spawn_with(bin, args, &[])
     }
 
     /// `spawn` with these environment variables set for the process.
-    pub fn spawn_env(args: &[&str], env: &[(&str, &std::ffi::OsStr)]) -> RustleProcess {
+    pub(crate) fn spawn_env(args: &[&str], env: &[(&str, &std::ffi::OsStr)]) -> RustleProcess {
         RustleProcess::spawn_with(rustle_bin(), args, env)
     }
 
     /// Starts another program that runs rustle (`systemd-socket-activate`, say), read
     /// the same way.
-    pub fn spawn_program(program: &str, args: &[&str]) -> RustleProcess {
+    pub(crate) fn spawn_program(program: &str, args: &[&str]) -> RustleProcess {
         RustleProcess::spawn_with(program, args, &[])
     }
 
     /// Starts `rustle ARGS` with `listener` passed as systemd passes sockets (descriptor
     /// 3, LISTEN_FDS=1, LISTEN_PID the process's own: a shell sets it and execs rustle).
     #[allow(unsafe_code)]
-    pub fn spawn_with_listen_fd(args: &[&str], listener: std::net::TcpListener) -> RustleProcess {
+    pub(crate) fn spawn_with_listen_fd(args: &[&str], listener: std::net::TcpListener) -> RustleProcess {
         use std::os::fd::AsRawFd;
         use std::os::unix::process::CommandExt;
         let mut all = vec!["-c", "LISTEN_PID=$$ LISTEN_FDS=1 exec \"$0\" \"$@\"", rustle_bin()];
@@ -904,19 +904,19 @@ impl RustleProcess {
 
     /// Starts `rustle ARGS` and waits until it says where its first listener is; returns
     /// the process and that address (an unspecified one turned into 127.0.0.1).
-    pub fn start(args: &[&str]) -> (RustleProcess, SocketAddr) {
+    pub(crate) fn start(args: &[&str]) -> (RustleProcess, SocketAddr) {
         RustleProcess::start_bin(rustle_bin(), args)
     }
 
     /// `start` with another build of the binary.
-    pub fn start_bin(bin: &str, args: &[&str]) -> (RustleProcess, SocketAddr) {
+    pub(crate) fn start_bin(bin: &str, args: &[&str]) -> (RustleProcess, SocketAddr) {
         let mut p = RustleProcess::spawn_bin(bin, args);
         let addr = p.next_listener();
         (p, addr)
     }
 
     /// The next `listening on` address, as a loopback address one can connect to.
-    pub fn next_listener(&mut self) -> SocketAddr {
+    pub(crate) fn next_listener(&mut self) -> SocketAddr {
         let (addr, _kind) =
             self.listening.recv_timeout(Duration::from_secs(10)).unwrap_or_else(|_| {
                 let _ = self.child.kill();
@@ -930,7 +930,7 @@ impl RustleProcess {
     }
 
     /// Waits up to `limit` for the process to exit.
-    pub fn wait(&mut self, limit: Duration) -> Option<std::process::ExitStatus> {
+    pub(crate) fn wait(&mut self, limit: Duration) -> Option<std::process::ExitStatus> {
         let mut status = None;
         wait_until(limit, || {
             status = self.child.try_wait().unwrap();
@@ -945,22 +945,22 @@ impl RustleProcess {
         status
     }
 
-    pub fn stderr(&self) -> String {
+    pub(crate) fn stderr(&self) -> String {
         self.stderr.lock().unwrap().clone()
     }
 
     /// Waits up to `limit` for stderr to contain `text`.
-    pub fn wait_for_stderr(&self, text: &str, limit: Duration) -> bool {
+    pub(crate) fn wait_for_stderr(&self, text: &str, limit: Duration) -> bool {
         self.wait_for_stderr_n(text, 1, limit)
     }
 
     /// Waits up to `limit` for stderr to contain `text` at least `n` times.
-    pub fn wait_for_stderr_n(&self, text: &str, n: usize, limit: Duration) -> bool {
+    pub(crate) fn wait_for_stderr_n(&self, text: &str, n: usize, limit: Duration) -> bool {
         wait_until(limit, || self.stderr().matches(text).count() >= n)
     }
 
     /// Sends a signal (`HUP`, `TERM`) with kill(1).
-    pub fn signal(&self, name: &str) {
+    pub(crate) fn signal(&self, name: &str) {
         let status = Command::new("kill")
             .args([&format!("-{name}"), &self.child.id().to_string()])
             .status()
@@ -980,7 +980,7 @@ impl Drop for RustleProcess {
 
 /// Sends `CONNECT target` with `headers` on a new connection to `addr`; returns the
 /// connection (a tunnel after a 200) and the response (with its body when not 200).
-pub fn connect_with(addr: SocketAddr, target: &str, headers: &[&str]) -> (Conn, Resp) {
+pub(crate) fn connect_with(addr: SocketAddr, target: &str, headers: &[&str]) -> (Conn, Resp) {
     let mut c = Conn::open(addr);
     let mut req = format!("CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n");
     for h in headers {
@@ -999,7 +999,7 @@ pub fn connect_with(addr: SocketAddr, target: &str, headers: &[&str]) -> (Conn, 
 }
 
 /// Writes `msg` on a tunnel and asserts it comes back (an echo server at the far end).
-pub fn assert_echoes(s: &mut TcpStream, msg: &[u8]) {
+pub(crate) fn assert_echoes(s: &mut TcpStream, msg: &[u8]) {
     s.write_all(msg).expect("write to the tunnel");
     assert_eq!(read_exact_n(s, msg.len()), msg, "the tunnel did not echo");
 }
@@ -1007,7 +1007,7 @@ pub fn assert_echoes(s: &mut TcpStream, msg: &[u8]) {
 /// Configuration text: an HTTP listener on 127.0.0.1:0 requiring authentication, the
 /// users alice/secret and bob/hunter2 (plain passwords: fast to check), and `auth_keys`
 /// added to the `[auth]` table; more tables may follow.
-pub fn auth_http_config(auth_keys: &str) -> String {
+pub(crate) fn auth_http_config(auth_keys: &str) -> String {
     format!(
         r#"
 [[listener]]
@@ -1029,7 +1029,7 @@ password = "plain:hunter2"
 /// Downloads `n` bytes of `/bytes/N` from `origin` over an established tunnel or SOCKS
 /// connection `s` (origin-form request, `Connection: close`), reading to EOF. Returns
 /// the body length and how long it took from the request on.
-pub fn timed_download(s: &mut TcpStream, origin: SocketAddr, n: u64) -> (usize, Duration) {
+pub(crate) fn timed_download(s: &mut TcpStream, origin: SocketAddr, n: u64) -> (usize, Duration) {
     let start = Instant::now();
     let req = format!("GET /bytes/{n} HTTP/1.1\r\nHost: {origin}\r\nConnection: close\r\n\r\n");
     s.write_all(req.as_bytes()).expect("write request");
@@ -1042,24 +1042,24 @@ pub fn timed_download(s: &mut TcpStream, origin: SocketAddr, n: u64) -> (usize, 
 }
 
 /// Raw SOCKS clients, written by hand so that tests control every byte.
-pub mod socks {
+pub(crate) mod socks {
     use super::*;
     use rustle_proto::addr::Host;
     use rustle_proto::socks5;
     use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddrV4, UdpSocket};
 
-    pub const CONNECT: u8 = 1;
-    pub const BIND: u8 = 2;
-    pub const UDP_ASSOCIATE: u8 = 3;
+    pub(crate) const CONNECT: u8 = 1;
+    pub(crate) const BIND: u8 = 2;
+    pub(crate) const UDP_ASSOCIATE: u8 = 3;
 
     /// A SOCKS5 destination: an address or a domain name.
-    pub enum Dst<'a> {
+    pub(crate) enum Dst<'a> {
         Addr(SocketAddr),
         Name(&'a str, u16),
     }
 
     /// SOCKS5 address bytes (ATYP, address, port).
-    pub fn addr5(dst: &Dst<'_>) -> Vec<u8> {
+    pub(crate) fn addr5(dst: &Dst<'_>) -> Vec<u8> {
         let mut out = Vec::new();
         match dst {
             Dst::Addr(a) => {
@@ -1086,14 +1086,14 @@ pub mod socks {
     }
 
     /// A SOCKS5 request: VER CMD RSV then the address.
-    pub fn request5(cmd: u8, dst: &Dst<'_>) -> Vec<u8> {
+    pub(crate) fn request5(cmd: u8, dst: &Dst<'_>) -> Vec<u8> {
         let mut out = vec![5, cmd, 0];
         out.extend_from_slice(&addr5(dst));
         out
     }
 
     /// Sends a greeting offering `methods` and returns the method the proxy chose.
-    pub fn greet(s: &mut TcpStream, methods: &[u8]) -> u8 {
+    pub(crate) fn greet(s: &mut TcpStream, methods: &[u8]) -> u8 {
         let mut g = vec![5, methods.len() as u8];
         g.extend_from_slice(methods);
         s.write_all(&g).expect("write greeting");
@@ -1103,7 +1103,7 @@ pub mod socks {
     }
 
     /// Reads one SOCKS5 reply: the reply code and the address it names.
-    pub fn read_reply5(s: &mut TcpStream) -> (u8, SocketAddr) {
+    pub(crate) fn read_reply5(s: &mut TcpStream) -> (u8, SocketAddr) {
         let head = read_exact_n(s, 4);
         assert_eq!(head[0], 5, "reply version: {head:?}");
         assert_eq!(head[2], 0, "reply RSV: {head:?}");
@@ -1124,7 +1124,7 @@ pub mod socks {
 
     /// Connects to a SOCKS5 proxy, offers no authentication, sends `cmd` for `dst`, and
     /// returns the connection with the first reply.
-    pub fn open5(proxy: SocketAddr, cmd: u8, dst: &Dst<'_>) -> (TcpStream, u8, SocketAddr) {
+    pub(crate) fn open5(proxy: SocketAddr, cmd: u8, dst: &Dst<'_>) -> (TcpStream, u8, SocketAddr) {
         let mut s = connect(proxy);
         assert_eq!(greet(&mut s, &[0]), 0, "the proxy refused no-auth");
         s.write_all(&request5(cmd, dst)).expect("write request");
@@ -1133,14 +1133,14 @@ pub mod socks {
     }
 
     /// A SOCKS5 CONNECT tunnel to `dst`, asserting success.
-    pub fn connect5(proxy: SocketAddr, dst: &Dst<'_>) -> TcpStream {
+    pub(crate) fn connect5(proxy: SocketAddr, dst: &Dst<'_>) -> TcpStream {
         let (s, rep, _) = open5(proxy, CONNECT, dst);
         assert_eq!(rep, 0, "SOCKS5 CONNECT reply");
         s
     }
 
     /// A SOCKS4 request (or SOCKS4a when `name` is given: the IP is then 0.0.0.1).
-    pub fn request4(cmd: u8, dst: SocketAddrV4, user: &str, name: Option<&str>) -> Vec<u8> {
+    pub(crate) fn request4(cmd: u8, dst: SocketAddrV4, user: &str, name: Option<&str>) -> Vec<u8> {
         let mut out = vec![4, cmd];
         out.extend_from_slice(&dst.port().to_be_bytes());
         match name {
@@ -1157,7 +1157,7 @@ pub mod socks {
     }
 
     /// Reads one SOCKS4 reply: the code and the address it names.
-    pub fn read_reply4(s: &mut TcpStream) -> (u8, SocketAddrV4) {
+    pub(crate) fn read_reply4(s: &mut TcpStream) -> (u8, SocketAddrV4) {
         let r = read_exact_n(s, 8);
         assert_eq!(r[0], 0, "SOCKS4 reply VN: {r:?}");
         let port = u16::from_be_bytes([r[2], r[3]]);
@@ -1165,7 +1165,7 @@ pub mod socks {
     }
 
     /// RFC 1929 sub-negotiation bytes for `user` and `password`.
-    pub fn credentials(user: &[u8], password: &[u8]) -> Vec<u8> {
+    pub(crate) fn credentials(user: &[u8], password: &[u8]) -> Vec<u8> {
         let mut out = vec![1, user.len() as u8];
         out.extend_from_slice(user);
         out.push(password.len() as u8);
@@ -1175,7 +1175,7 @@ pub mod socks {
 
     /// Greets offering username/password only, sends the credentials and returns the
     /// sub-negotiation status (0 is success).
-    pub fn login5(s: &mut TcpStream, user: &str, password: &str) -> u8 {
+    pub(crate) fn login5(s: &mut TcpStream, user: &str, password: &str) -> u8 {
         assert_eq!(greet(s, &[2]), 2, "the proxy did not pick username/password");
         s.write_all(&credentials(user.as_bytes(), password.as_bytes())).expect("write creds");
         let r = read_exact_n(s, 2);
@@ -1185,7 +1185,7 @@ pub mod socks {
 
     /// A SOCKS5 CONNECT to `dst` as `user`, asserting that the login and the CONNECT
     /// succeed.
-    pub fn connect5_as(proxy: SocketAddr, user: &str, password: &str, dst: &Dst<'_>) -> TcpStream {
+    pub(crate) fn connect5_as(proxy: SocketAddr, user: &str, password: &str, dst: &Dst<'_>) -> TcpStream {
         let mut s = connect(proxy);
         assert_eq!(login5(&mut s, user, password), 0, "login of {user} refused");
         s.write_all(&request5(CONNECT, dst)).expect("write request");
@@ -1194,7 +1194,7 @@ pub mod socks {
         s
     }
 
-    pub fn v4(a: SocketAddr) -> SocketAddrV4 {
+    pub(crate) fn v4(a: SocketAddr) -> SocketAddrV4 {
         match a {
             SocketAddr::V4(a) => a,
             SocketAddr::V6(_) => panic!("{a} is not IPv4"),
@@ -1202,12 +1202,12 @@ pub mod socks {
     }
 
     /// A UDP socket on 127.0.0.1, for the client side of an association.
-    pub fn udp_client() -> UdpSocket {
+    pub(crate) fn udp_client() -> UdpSocket {
         UdpSocket::bind("127.0.0.1:0").unwrap()
     }
 
     /// A datagram for the relay: the SOCKS5 UDP header for `dst`, then `payload`.
-    pub fn datagram(dst: SocketAddr, payload: &[u8]) -> Vec<u8> {
+    pub(crate) fn datagram(dst: SocketAddr, payload: &[u8]) -> Vec<u8> {
         let mut d = Vec::with_capacity(payload.len() + socks5::MAX_UDP_HEADER);
         socks5::write_udp_header(dst, &mut d);
         d.extend_from_slice(payload);
@@ -1215,7 +1215,7 @@ pub mod socks {
     }
 
     /// The next datagram on `sock` within `within`, as (source, bytes); None on silence.
-    pub fn recv_raw(sock: &UdpSocket, within: Duration) -> Option<(SocketAddr, Vec<u8>)> {
+    pub(crate) fn recv_raw(sock: &UdpSocket, within: Duration) -> Option<(SocketAddr, Vec<u8>)> {
         sock.set_read_timeout(Some(within)).unwrap();
         let mut buf = vec![0u8; 70_000];
         match sock.recv_from(&mut buf) {
@@ -1228,7 +1228,7 @@ pub mod socks {
     }
 
     /// The next datagram from the relay, unwrapped: (the address its header names, payload).
-    pub fn recv_via(sock: &UdpSocket, relay: SocketAddr) -> (SocketAddr, Vec<u8>) {
+    pub(crate) fn recv_via(sock: &UdpSocket, relay: SocketAddr) -> (SocketAddr, Vec<u8>) {
         let (from, d) = recv_raw(sock, Duration::from_secs(3)).expect("an echo through the relay");
         assert_eq!(from, relay, "the reply comes from the relay address");
         let (header, offset) = socks5::parse_udp(&d).expect("a SOCKS5 UDP header");
@@ -1241,7 +1241,7 @@ pub mod socks {
     /// datagrams will come from; logs in as `login` (user, password) when given, with no
     /// authentication otherwise. Asserts success; returns the control connection (the
     /// association lives as long as it) and the relay address of the reply.
-    pub fn associate5(
+    pub(crate) fn associate5(
         proxy: SocketAddr,
         login: Option<(&str, &str)>,
         declared: SocketAddr,
@@ -1263,7 +1263,7 @@ pub mod socks {
 
 /// An origin that serves one connection with fixed bytes and keeps what it received:
 /// for answers no well-behaved fixture sends, and to see exactly what a proxy forwarded.
-pub struct RawOrigin {
+pub(crate) struct RawOrigin {
     addr: SocketAddr,
     received: std::sync::mpsc::Receiver<Vec<u8>>,
     so_far: std::sync::Arc<std::sync::Mutex<Vec<u8>>>,
@@ -1272,7 +1272,7 @@ pub struct RawOrigin {
 impl RawOrigin {
     /// Accepts one connection, reads until `complete(received so far)` holds (or the
     /// proxy stops sending), writes `answer`, then closes.
-    pub fn start(answer: &[u8], complete: impl Fn(&[u8]) -> bool + Send + 'static) -> RawOrigin {
+    pub(crate) fn start(answer: &[u8], complete: impl Fn(&[u8]) -> bool + Send + 'static) -> RawOrigin {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind raw origin");
         let addr = listener.local_addr().unwrap();
         let answer = answer.to_vec();
@@ -1304,27 +1304,27 @@ impl RawOrigin {
     }
 
     /// Serves `answer` as soon as a request head is in.
-    pub fn answering(answer: &[u8]) -> RawOrigin {
+    pub(crate) fn answering(answer: &[u8]) -> RawOrigin {
         RawOrigin::start(answer, |b| b.windows(4).any(|w| w == b"\r\n\r\n"))
     }
 
-    pub fn addr(&self) -> SocketAddr {
+    pub(crate) fn addr(&self) -> SocketAddr {
         self.addr
     }
 
     /// The bytes received so far, while the origin still reads (no waiting).
-    pub fn received_so_far(&self) -> Vec<u8> {
+    pub(crate) fn received_so_far(&self) -> Vec<u8> {
         self.so_far.lock().unwrap().clone()
     }
 
     /// The bytes the origin received before it answered (waiting for it to answer).
-    pub fn received(&self) -> Vec<u8> {
+    pub(crate) fn received(&self) -> Vec<u8> {
         self.received.recv_timeout(READ_TIMEOUT * 2).expect("the raw origin was reached")
     }
 }
 
 /// The lines of a head (up to its empty line) whose field name is `name`.
-pub fn field_lines<'a>(head: &'a str, name: &str) -> Vec<&'a str> {
+pub(crate) fn field_lines<'a>(head: &'a str, name: &str) -> Vec<&'a str> {
     head.split("\r\n\r\n")
         .next()
         .unwrap_or_default()

@@ -13,7 +13,7 @@ use crate::upstream::Tls;
 
 const ESTABLISHED: &[u8] = b"HTTP/1.1 200 Connection established\r\n\r\n";
 
-pub async fn tunnel(c: &mut Client, ex: &mut Exchange) -> Result<Next, Error> {
+pub(super) async fn tunnel(c: &mut Client, ex: &mut Exchange) -> Result<Next, Error> {
     let Target::Authority { host, port, .. } = c.head.target else {
         return Err(Error::Unsupported("CONNECT needs a host:port target"));
     };

@@ -45,7 +45,7 @@ const HTTPS_KEY: &str = "https://";
 /// TLS origin), kept from request to request: rebuilt only when a request names another
 /// origin, so that a kept-alive client's usual request neither writes nor checks it.
 #[derive(Debug, Default)]
-pub struct PoolKey {
+pub(crate) struct PoolKey {
     text: String,
     port: u16,
     https: bool,
@@ -110,7 +110,7 @@ impl PoolKey {
     }
 }
 
-pub async fn forward(c: &mut Client, ex: &mut Exchange) -> Result<Next, Error> {
+pub(super) async fn forward(c: &mut Client, ex: &mut Exchange) -> Result<Next, Error> {
     let worker = c.worker.clone();
     let cfg = worker.cfg();
     let Target::Absolute { host, port, scheme, .. } = c.head.target else {

@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 /// The client connection preface (RFC 9113 3.4).
-pub use rustle_proto::detect::H2_PREFACE as PREFACE;
+pub(crate) use rustle_proto::detect::H2_PREFACE as PREFACE;
 
 /// Frame types counted (RFC 9113 6).
 const RST_STREAM: u8 = 0x3;
@@ -31,7 +31,7 @@ const PING: u8 = 0x6;
 const ACK: u8 = 0x1;
 
 /// Frame counts of one connection in the current window, and the limits.
-pub struct Flood {
+pub(super) struct Flood {
     window: Duration,
     max: [u32; 3],
     counts: [Cell<u32>; 3],
@@ -45,7 +45,7 @@ const PINGS: usize = 1;
 const SETTINGS_FRAMES: usize = 2;
 
 impl Flood {
-    pub fn new(cfg: &crate::config::Http2) -> Self {
+    pub(super) fn new(cfg: &crate::config::Http2) -> Self {
         Flood {
             window: cfg.flood_window,
             max: [cfg.max_resets, cfg.max_pings, cfg.max_settings],
@@ -56,7 +56,7 @@ impl Flood {
     }
 
     /// The cause, once a limit was passed.
-    pub fn tripped(&self) -> Option<&'static str> {
+    pub(super) fn tripped(&self) -> Option<&'static str> {
         self.tripped.get()
     }
 
@@ -90,7 +90,7 @@ const DIRECT: usize = 16 * 1024;
 
 /// The client stream's write side, shared by `Watch` (inside h2) and the connection task
 /// (which sends what gathered).
-pub struct Out<IO> {
+pub(super) struct Out<IO> {
     io: IO,
     buf: Vec<u8>,
     /// Bytes of `buf` already written.
@@ -102,12 +102,12 @@ pub struct Out<IO> {
 }
 
 impl<IO> Out<IO> {
-    pub fn new(io: IO) -> Rc<RefCell<Out<IO>>> {
+    pub(super) fn new(io: IO) -> Rc<RefCell<Out<IO>>> {
         Rc::new(RefCell::new(Out { io, buf: Vec::new(), off: 0, gather: false, dirty: false }))
     }
 
     /// From now on, writes are gathered until `poll_send`.
-    pub fn gather(&mut self) {
+    pub(super) fn gather(&mut self) {
         self.gather = true;
     }
 }
@@ -132,12 +132,12 @@ impl<IO: AsyncWrite + Unpin> Out<IO> {
 
     /// Ends the stream without waiting (a TLS stream's close_notify, then FIN), when
     /// the connection's grace is used up.
-    pub fn shutdown_now(&mut self) {
+    pub(super) fn shutdown_now(&mut self) {
         crate::io::conn::shutdown_now(&mut self.io);
     }
 
     /// Sends what gathered and flushes the stream (a TLS stream's last record).
-    pub fn poll_send(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+    pub(super) fn poll_send(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         ready!(self.poll_drain(cx))?;
         if self.dirty {
             ready!(Pin::new(&mut self.io).poll_flush(cx))?;
@@ -148,7 +148,7 @@ impl<IO: AsyncWrite + Unpin> Out<IO> {
 }
 
 /// Reads frame headers as the bytes go by; never changes a byte.
-pub struct Watch<IO> {
+pub(super) struct Watch<IO> {
     out: Rc<RefCell<Out<IO>>>,
     /// Bytes read before the protocol was known, given back first.
     prefix: Vec<u8>,
@@ -167,7 +167,7 @@ pub struct Watch<IO> {
 }
 
 impl<IO> Watch<IO> {
-    pub fn new(out: Rc<RefCell<Out<IO>>>, flood: Rc<Flood>, prefix: Vec<u8>) -> Self {
+    pub(super) fn new(out: Rc<RefCell<Out<IO>>>, flood: Rc<Flood>, prefix: Vec<u8>) -> Self {
         let preface = PREFACE.len() as u8;
         Watch {
             out,

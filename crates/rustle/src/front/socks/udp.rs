@@ -66,7 +66,7 @@ struct Counts {
 /// from the client's host carry a SOCKS5 header naming their destination; replies come
 /// back with a header naming their source. Ends with the TCP control connection or
 /// after `timeouts.udp_idle` without a datagram.
-pub async fn associate(s: &mut Session, hint: &Address) -> Result<(), Error> {
+pub(super) async fn associate(s: &mut Session, hint: &Address) -> Result<(), Error> {
     // A route may send the association through a SOCKS5 parent.
     let through = {
         let worker = s.worker.clone();

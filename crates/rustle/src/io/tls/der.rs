@@ -16,7 +16,7 @@ use crate::config::CertUser;
 
 /// A certificate time (UTCTime or GeneralizedTime, always UTC, 1970 or later).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Time {
+pub(super) struct Time {
     /// Seconds since the Unix epoch.
     pub unix: i64,
     year: u16,
@@ -54,7 +54,7 @@ impl fmt::Display for Time {
 
 /// What `parse` reads from a certificate.
 #[derive(Debug)]
-pub struct CertInfo {
+pub(super) struct CertInfo {
     pub not_before: Time,
     pub not_after: Time,
     /// subjectAltName dNSName entries, as written (may start with `*.`).
@@ -72,7 +72,7 @@ impl CertInfo {
     /// The user a client certificate names: the first commonName, or the first DNS
     /// subjectAltName (else the first e-mail one). None when that name holds a control
     /// character (NUL, CR, LF ...): such a name is refused rather than cut or escaped.
-    pub fn user(self, how: CertUser) -> Option<String> {
+    pub(super) fn user(self, how: CertUser) -> Option<String> {
         let name = match how {
             CertUser::None => None,
             CertUser::Cn => self.common_name,
@@ -85,7 +85,7 @@ impl CertInfo {
 /// Reads validity, names and the subject's common name from a DER certificate. An error
 /// for anything that is not one strict-DER X.509 certificate, or that has more than one
 /// subjectAltName extension (RFC 5280 4.2) or one that does not decode.
-pub fn parse(der: &[u8]) -> Result<CertInfo, String> {
+pub(super) fn parse(der: &[u8]) -> Result<CertInfo, String> {
     let cert = Certificate::from_der(der).map_err(|e| format!("not an X.509 certificate: {e}"))?;
     let tbs = cert.tbs_certificate();
     let validity = tbs.validity();

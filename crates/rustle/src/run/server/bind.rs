@@ -186,7 +186,7 @@ impl Inherited {
 /// Binds `l` once per worker (the first socket first, so that port 0 resolves to one port
 /// shared by all), or takes its sockets from `inherited`. An address something else
 /// already serves is refused (`ensure_unused`).
-pub fn bind(l: &Listener, workers: usize, inherited: &mut Inherited) -> anyhow::Result<Bound> {
+pub(super) fn bind(l: &Listener, workers: usize, inherited: &mut Inherited) -> anyhow::Result<Bound> {
     let udp = l.kind == ListenerKind::UdpRelay;
     if let Some(g) = inherited.take(l) {
         let mut l = l.clone();

@@ -16,7 +16,7 @@ use super::{
 
 /// A listener as its labels name it.
 #[derive(Debug, Clone)]
-pub struct ListenerLabel {
+pub(crate) struct ListenerLabel {
     /// Its configured `name`, or its address when it has none (as the access log names
     /// it).
     pub name: String,
@@ -25,7 +25,7 @@ pub struct ListenerLabel {
 }
 
 /// What a scrape reads besides the workers' counters.
-pub struct Scrape<'a> {
+pub(crate) struct Scrape<'a> {
     pub listeners: &'a [ListenerLabel],
     pub workers: &'a [Arc<WorkerStats>],
     pub max_user_series: usize,
@@ -35,7 +35,7 @@ pub struct Scrape<'a> {
 }
 
 /// A parent's state at a scrape.
-pub struct ParentView {
+pub(crate) struct ParentView {
     pub name: String,
     pub up: bool,
     pub failures: u64,
@@ -46,14 +46,14 @@ pub struct ParentView {
 }
 
 /// A route's counts at a scrape (routes through parents).
-pub struct RouteView {
+pub(crate) struct RouteView {
     pub name: String,
     pub traffic: PeerSums,
 }
 
 /// Process figures read at a scrape.
 #[derive(Debug, Default)]
-pub struct Process {
+pub(crate) struct Process {
     pub open_fds: Option<u64>,
     pub max_fds: Option<u64>,
     pub resident_bytes: Option<u64>,
@@ -195,7 +195,7 @@ fn peers<'a>(
 }
 
 /// Writes every metric in the text format.
-pub fn render(s: &Scrape<'_>) -> String {
+pub(crate) fn render(s: &Scrape<'_>) -> String {
     let mut out = String::with_capacity(16 * 1024);
     let mut t = Text(&mut out);
     let sum = |f: &dyn Fn(&ListenerStats) -> u64, l: &ListenerLabel| -> u64 { l.counters.sum(f) };

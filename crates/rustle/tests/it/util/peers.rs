@@ -37,7 +37,7 @@ const PORT_ATTEMPTS: usize = 5;
 
 /// Options of the squid fixture.
 #[derive(Debug, Clone, Default)]
-pub struct SquidOptions {
+pub(crate) struct SquidOptions {
     /// Require these Basic credentials (user, password), checked by `basic_ncsa_auth`
     /// against an htpasswd file the fixture writes; `None`: every local client is served.
     pub basic_auth: Option<(String, String)>,
@@ -45,7 +45,7 @@ pub struct SquidOptions {
 
 /// squid as an HTTP parent on 127.0.0.1: forwards absolute-form requests, tunnels CONNECT
 /// to any port, caches nothing, logs each transaction to `access_log()`.
-pub struct Squid {
+pub(crate) struct Squid {
     daemon: Daemon,
     addr: SocketAddr,
     service: String,
@@ -56,7 +56,7 @@ pub struct Squid {
 impl Squid {
     /// Starts squid (`squid -N -n NAME -f squid.conf`) and waits until it listens; `None` when
     /// squid (or, with `basic_auth`, openssl or the helper) is not installed.
-    pub fn start(opts: SquidOptions) -> Option<Squid> {
+    pub(crate) fn start(opts: SquidOptions) -> Option<Squid> {
         let program = find_program("squid", "/usr/sbin/squid")?;
         let dir = TempDir::new("squid");
         // squid drops to `cache_effective_user` (proxy) before it opens its logs.
@@ -101,52 +101,52 @@ impl Squid {
     }
 
     /// Where it listens (127.0.0.1).
-    pub fn addr(&self) -> SocketAddr {
+    pub(crate) fn addr(&self) -> SocketAddr {
         self.addr
     }
 
     /// `http://127.0.0.1:PORT`, for `curl -x`.
-    pub fn url(&self) -> String {
+    pub(crate) fn url(&self) -> String {
         format!("http://{}", self.addr)
     }
 
     /// The main squid process.
-    pub fn pid(&self) -> u32 {
+    pub(crate) fn pid(&self) -> u32 {
         self.daemon.pid
     }
 
     /// Its temporary directory (configuration, logs, pid file).
-    pub fn dir(&self) -> &Path {
+    pub(crate) fn dir(&self) -> &Path {
         self.dir.path()
     }
 
     /// Its service name (`squid -n`), which prefixes its shared memory segments in
     /// /dev/shm (removed when it stops).
-    pub fn service_name(&self) -> &str {
+    pub(crate) fn service_name(&self) -> &str {
         &self.service
     }
 
     /// The access log so far (squid's native format, one line per transaction, written
     /// when it ends: a CONNECT's when the tunnel closes), waiting up to ~1 s for a first
     /// line.
-    pub fn access_log(&self) -> String {
+    pub(crate) fn access_log(&self) -> String {
         wait_for_text(&self.dir.file("access.log"), Duration::from_secs(1), |t| !t.is_empty())
     }
 
     /// The first access-log line satisfying `pred`, waiting up to ~3 s for it; panics with
     /// the whole log when none comes.
-    pub fn access_line(&self, pred: impl Fn(&str) -> bool) -> String {
+    pub(crate) fn access_line(&self, pred: impl Fn(&str) -> bool) -> String {
         wait_for_line(&self.dir.file("access.log"), "squid access log", pred)
     }
 
     /// squid's own diagnostics (`cache.log`).
-    pub fn cache_log(&self) -> String {
+    pub(crate) fn cache_log(&self) -> String {
         std::fs::read_to_string(self.dir.file("cache.log")).unwrap_or_default()
     }
 
     /// SIGKILL to squid and its helpers now, as a parent that dies; returns once they
     /// are gone.
-    pub fn kill(&mut self) {
+    pub(crate) fn kill(&mut self) {
         let left = self.daemon.kill();
         assert!(left.is_empty(), "squid left processes behind: {left:?}");
     }
@@ -226,7 +226,7 @@ http_access deny !authenticated
 
 /// Options of the dante fixture.
 #[derive(Debug, Clone, Default)]
-pub struct DanteOptions {
+pub(crate) struct DanteOptions {
     /// Require RFC 1929 username/password (`socksmethod: username`): dante checks them
     /// against the system's users, so the fixture creates this user (a system account
     /// without a home or shell, named `rustle-...`) and sets its password, which needs
@@ -236,7 +236,7 @@ pub struct DanteOptions {
 
 /// dante as a SOCKS5 parent on 127.0.0.1: CONNECT, UDP ASSOCIATE and BIND from loopback
 /// clients, going out from 127.0.0.1 only.
-pub struct Dante {
+pub(crate) struct Dante {
     daemon: Daemon,
     addr: SocketAddr,
     // Last: removed after the daemon has stopped.
@@ -246,7 +246,7 @@ pub struct Dante {
 impl Dante {
     /// Starts `danted -f danted.conf -N 1` and waits until it listens; `None` when dante
     /// is not installed, or `user` is asked for and the tests do not run as root.
-    pub fn start(opts: DanteOptions) -> Option<Dante> {
+    pub(crate) fn start(opts: DanteOptions) -> Option<Dante> {
         let program = find_program("danted", "/usr/sbin/danted")?;
         if let Some((name, password)) = &opts.user {
             if !is_root() {
@@ -286,35 +286,35 @@ impl Dante {
     }
 
     /// Where it listens (127.0.0.1).
-    pub fn addr(&self) -> SocketAddr {
+    pub(crate) fn addr(&self) -> SocketAddr {
         self.addr
     }
 
     /// The main danted process (its children are in its process group).
-    pub fn pid(&self) -> u32 {
+    pub(crate) fn pid(&self) -> u32 {
         self.daemon.pid
     }
 
     /// Its temporary directory (configuration, log, pid file).
-    pub fn dir(&self) -> &Path {
+    pub(crate) fn dir(&self) -> &Path {
         self.dir.path()
     }
 
     /// dante's log so far (`pass(1): tcp/connect [: ...` when a session opens, `]: ...`
     /// when it ends, `block(1): ...` for a refusal), waiting up to ~1 s for a first line.
-    pub fn log(&self) -> String {
+    pub(crate) fn log(&self) -> String {
         wait_for_text(&self.dir.file("danted.log"), Duration::from_secs(1), |t| !t.is_empty())
     }
 
     /// The first log line satisfying `pred`, waiting up to ~3 s for it; panics with the
     /// whole log when none comes.
-    pub fn log_line(&self, pred: impl Fn(&str) -> bool) -> String {
+    pub(crate) fn log_line(&self, pred: impl Fn(&str) -> bool) -> String {
         wait_for_line(&self.dir.file("danted.log"), "dante log", pred)
     }
 
     /// SIGKILL to every dante process now, as a parent that dies; returns once they are
     /// gone.
-    pub fn kill(&mut self) {
+    pub(crate) fn kill(&mut self) {
         let left = self.daemon.kill();
         assert!(left.is_empty(), "dante left processes behind: {left:?}");
     }
@@ -417,7 +417,7 @@ fn find_program(program: &str, path: &str) -> Option<PathBuf> {
 }
 
 /// Whether the tests run as root (the owner of /proc/self is the effective user).
-pub fn is_root() -> bool {
+pub(crate) fn is_root() -> bool {
     std::fs::metadata("/proc/self").is_ok_and(|m| m.uid() == 0)
 }
 
@@ -565,7 +565,7 @@ fn signal(name: &str, target: &str) {
 
 /// The running (not zombie) processes in process group `pgid` or whose command line names
 /// `dir`, as "PID COMMAND".
-pub fn leftovers(pgid: u32, dir: &Path) -> Vec<String> {
+pub(crate) fn leftovers(pgid: u32, dir: &Path) -> Vec<String> {
     let dir = dir.to_string_lossy();
     let mut out = Vec::new();
     let Ok(entries) = std::fs::read_dir("/proc") else { return out };
@@ -586,7 +586,7 @@ pub fn leftovers(pgid: u32, dir: &Path) -> Vec<String> {
 }
 
 /// The shared memory segments (files in /dev/shm) whose names start with `prefix`.
-pub fn shm_segments(prefix: &str) -> Vec<PathBuf> {
+pub(crate) fn shm_segments(prefix: &str) -> Vec<PathBuf> {
     let Ok(entries) = std::fs::read_dir("/dev/shm") else { return Vec::new() };
     entries
         .flatten()
