@@ -11,10 +11,10 @@ use rustle_proto::{socks4, socks5};
 
 /// Why a destination was refused; named in the 403 body, the SOCKS log line.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Denial {
+pub(crate) struct Denial {
     /// The rule's name, or "built-in" for the loop and private-destination checks.
-    pub rule: String,
-    pub reason: &'static str,
+    pub(crate) rule: String,
+    pub(crate) reason: &'static str,
 }
 
 impl fmt::Display for Denial {
@@ -26,7 +26,7 @@ impl fmt::Display for Denial {
 /// Why a request or connection was refused: the metrics' `cause` label, and how squid's
 /// log format shows a refused SOCKS request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Refused {
+pub(crate) enum Refused {
     /// A connection limit (the proxy's, a client's, a user's).
     Limit,
     /// An access rule, a route or a built-in protection.
@@ -37,7 +37,7 @@ pub enum Refused {
 
 /// The phase a timeout happened in; it decides the status and the log line.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Phase {
+pub(crate) enum Phase {
     /// Waiting for the client's request head.
     ClientHead,
     /// Waiting for the rest of a SOCKS handshake.
@@ -76,7 +76,7 @@ impl Phase {
 
 /// Why a name could not be turned into a connected upstream socket.
 #[derive(Debug, thiserror::Error)]
-pub enum ConnectError {
+pub(crate) enum ConnectError {
     #[error("cannot resolve {host}: {reason}")]
     Resolve { host: String, reason: String },
     #[error("connection refused by {0}")]
@@ -111,17 +111,17 @@ pub enum ConnectError {
 /// (ADDRESS) ...`; `status` and `reply` are what the client is told.
 #[derive(Debug, thiserror::Error)]
 #[error("parent \"{name}\" ({addr}) {reason}")]
-pub struct ParentFailure {
-    pub route: Box<str>,
-    pub name: Box<str>,
-    pub addr: Box<str>,
-    pub reason: String,
-    pub status: u16,
-    pub reply: socks5::Reply,
+pub(crate) struct ParentFailure {
+    pub(crate) route: Box<str>,
+    pub(crate) name: Box<str>,
+    pub(crate) addr: Box<str>,
+    pub(crate) reason: String,
+    pub(crate) status: u16,
+    pub(crate) reply: socks5::Reply,
 }
 
 impl ConnectError {
-    pub fn from_io(addr: SocketAddr, e: io::Error) -> Self {
+    pub(crate) fn from_io(addr: SocketAddr, e: io::Error) -> Self {
         match e.kind() {
             io::ErrorKind::ConnectionRefused => ConnectError::Refused(addr),
             io::ErrorKind::ConnectionReset => ConnectError::Reset(addr),
@@ -134,7 +134,7 @@ impl ConnectError {
 }
 
 #[derive(Debug, thiserror::Error)]
-pub enum Error {
+pub(crate) enum Error {
     /// The client sent a request the parser rejected.
     #[error("{0}")]
     BadRequest(#[from] HeadError),
@@ -219,7 +219,7 @@ pub enum Error {
 impl Error {
     /// The status to answer with, if the client can still be told anything. One
     /// exhaustive match: a new variant must decide here.
-    pub fn status(&self) -> Option<u16> {
+    pub(crate) fn status(&self) -> Option<u16> {
         match self {
             Error::BadRequest(e) => Some(e.status()),
             Error::Unsupported(_) => Some(400),
@@ -261,7 +261,7 @@ impl Error {
 impl Error {
     /// The SOCKS5 reply for a failure before the tunnel is up. The other of the two
     /// mappings (with `status`); exhaustive for the same reason.
-    pub fn socks5_reply(&self) -> socks5::Reply {
+    pub(crate) fn socks5_reply(&self) -> socks5::Reply {
         use socks5::Reply as R;
         match self {
             Error::Connect(c) => match c {
@@ -308,7 +308,7 @@ impl Error {
 impl Error {
     /// The refusal this error is, for the metrics' `cause` label; None for failures.
     /// Exhaustive like the two mappings above, so that a new variant decides here too.
-    pub fn refusal(&self) -> Option<Refused> {
+    pub(crate) fn refusal(&self) -> Option<Refused> {
         match self {
             Error::Connect(ConnectError::Denied(_)) => Some(Refused::Rule),
             Error::Connect(
@@ -350,7 +350,7 @@ impl Error {
     /// Names the parent the bytes came through (`parent`: the last of the route's, for a
     /// connection through parents) in an error of the upstream side (its bytes or its
     /// silence), so that the client and the log know which hop failed.
-    pub fn through(self, parent: Option<&str>) -> Error {
+    pub(crate) fn through(self, parent: Option<&str>) -> Error {
         let Some(parent) = parent else { return self };
         let upstream_side = matches!(
             self,

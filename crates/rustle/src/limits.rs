@@ -57,7 +57,7 @@ pub(crate) fn now() -> Instant {
 /// A token bucket for bytes, shared across workers. See the module documentation for the
 /// design.
 #[derive(Debug)]
-pub struct Bucket {
+pub(crate) struct Bucket {
     /// Bytes per second, at least 1.
     rate: u64,
     /// Capacity in bytes, at least 1.
@@ -77,7 +77,7 @@ impl Bucket {
     /// `rate` bytes per second, `burst` bytes of capacity; a `burst` of 0 means the default,
     /// `default_burst(rate)`. A rate of 0 is taken as 1 byte per second (`parse_rate` never
     /// returns 0: "unlimited" is the absence of a bucket). The bucket starts full.
-    pub fn new(rate_bytes_per_sec: u64, burst: u64) -> Bucket {
+    pub(crate) fn new(rate_bytes_per_sec: u64, burst: u64) -> Bucket {
         let rate = rate_bytes_per_sec.max(1);
         let burst = if burst == 0 { Bucket::default_burst(rate) } else { burst };
         let chunk = (rate / SLICE_PER_SEC).clamp(1, CHUNK).min(burst);
@@ -93,28 +93,31 @@ impl Bucket {
 
     /// A tenth of a second at the rate, at least 16 KiB, so that a 10 Mbit/s limit still
     /// moves whole 16 KiB reads.
-    pub fn default_burst(rate_bytes_per_sec: u64) -> u64 {
+    pub(crate) fn default_burst(rate_bytes_per_sec: u64) -> u64 {
         (rate_bytes_per_sec / 10).max(CHUNK)
     }
 
-    pub fn rate(&self) -> u64 {
+    #[cfg(test)]
+    pub(crate) fn rate(&self) -> u64 {
         self.rate
     }
 
-    pub fn burst(&self) -> u64 {
+    #[cfg(test)]
+    pub(crate) fn burst(&self) -> u64 {
         self.burst
     }
 
+    #[cfg(test)]
     /// The least `take` grants (unless less is wanted) and what `wait` waits for:
     /// `min(16 KiB, burst, rate / 50)`, at least 1.
-    pub fn chunk(&self) -> u64 {
+    pub(crate) fn chunk(&self) -> u64 {
         self.chunk
     }
 
     /// Takes up to `want` bytes now and returns how many may be moved: 0, or at least
     /// `min(want, chunk())`, never more than `want`. When it returns 0, `wait` says how long
     /// until it would not (if nobody else takes meanwhile).
-    pub fn take(&self, want: usize, now: Instant) -> usize {
+    pub(crate) fn take(&self, want: usize, now: Instant) -> usize {
         if want == 0 {
             return 0;
         }
@@ -142,7 +145,7 @@ impl Bucket {
     /// How long until `take(want, ..)` would grant something, that is until
     /// `min(want, chunk())` bytes are in the bucket: zero exactly when `take(want, now)`
     /// would not return 0.
-    pub fn wait(&self, want: usize, now: Instant) -> Duration {
+    pub(crate) fn wait(&self, want: usize, now: Instant) -> Duration {
         if want == 0 {
             return Duration::ZERO;
         }
@@ -158,7 +161,7 @@ impl Bucket {
     /// Counts `n` bytes that were moved without asking (a datagram, bytes already read):
     /// the bucket may go into debt, and `take` grants nothing until the debt is paid off
     /// at the rate (`wait` includes it).
-    pub fn charge(&self, n: usize, now: Instant) {
+    pub(crate) fn charge(&self, n: usize, now: Instant) {
         if n == 0 {
             return;
         }
@@ -173,7 +176,7 @@ impl Bucket {
     /// Returns unused tokens: the caller took `n` more than it moved (a read returned
     /// fewer bytes, or another bucket granted less). The bucket still never holds more
     /// than its burst.
-    pub fn give_back(&self, n: usize) {
+    pub(crate) fn give_back(&self, n: usize) {
         if n == 0 {
             return;
         }
@@ -185,8 +188,9 @@ impl Bucket {
             .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |t| Some(t.saturating_sub(ns)));
     }
 
+    #[cfg(test)]
     /// Bytes in the bucket now (for diagnostics and tests).
-    pub fn available(&self, now: Instant) -> u64 {
+    pub(crate) fn available(&self, now: Instant) -> u64 {
         self.avail(self.tat.load(Ordering::Relaxed), self.nanos(now))
     }
 
@@ -228,7 +232,7 @@ fn sat64(v: u128) -> u64 {
 
 /// A direction of a connection.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
-pub enum Direction {
+pub(crate) enum Direction {
     /// From the client towards the upstream.
     Up,
     /// From the upstream towards the client.
@@ -238,13 +242,13 @@ pub enum Direction {
 /// The buckets that limit one direction of a connection: the user's and the listener's,
 /// either may be absent. A byte moves only when every present bucket grants it.
 #[derive(Clone, Default, Debug)]
-pub struct Limit {
-    pub user: Option<Arc<Bucket>>,
-    pub listener: Option<Arc<Bucket>>,
+pub(crate) struct Limit {
+    pub(crate) user: Option<Arc<Bucket>>,
+    pub(crate) listener: Option<Arc<Bucket>>,
 }
 
 impl Limit {
-    pub fn is_unlimited(&self) -> bool {
+    pub(crate) fn is_unlimited(&self) -> bool {
         self.user.is_none() && self.listener.is_none()
     }
 
@@ -255,7 +259,7 @@ impl Limit {
     /// The minimum over the buckets of what each grants, taken from all of them: each
     /// bucket is asked for what the previous one granted, then those that granted more
     /// get the excess back. Unlimited grants `want`.
-    pub fn take(&self, want: usize, now: Instant) -> usize {
+    pub(crate) fn take(&self, want: usize, now: Instant) -> usize {
         match (&self.user, &self.listener) {
             (None, None) => want,
             (Some(b), None) | (None, Some(b)) => b.take(want, now),
@@ -273,19 +277,19 @@ impl Limit {
 
     /// How long until `take(want, ..)` would grant something: the longest wait of the
     /// buckets.
-    pub fn wait(&self, want: usize, now: Instant) -> Duration {
+    pub(crate) fn wait(&self, want: usize, now: Instant) -> Duration {
         self.buckets().map(|b| b.wait(want, now)).max().unwrap_or(Duration::ZERO)
     }
 
     /// Returns `n` unused bytes to every bucket.
-    pub fn give_back(&self, n: usize) {
+    pub(crate) fn give_back(&self, n: usize) {
         for b in self.buckets() {
             b.give_back(n);
         }
     }
 
     /// Counts `n` bytes moved without asking against every bucket (see `Bucket::charge`).
-    pub fn charge(&self, n: usize, now: Instant) {
+    pub(crate) fn charge(&self, n: usize, now: Instant) {
         for b in self.buckets() {
             b.charge(n, now);
         }
@@ -295,47 +299,50 @@ impl Limit {
 /// The limits that apply to one connection, each direction. Cheap to clone (up to four
 /// `Arc`s); the default is unlimited.
 #[derive(Clone, Default, Debug)]
-pub struct Throttle {
-    pub up: Limit,
-    pub down: Limit,
+pub(crate) struct Throttle {
+    pub(crate) up: Limit,
+    pub(crate) down: Limit,
 }
 
 impl Throttle {
-    pub fn is_unlimited(&self) -> bool {
+    pub(crate) fn is_unlimited(&self) -> bool {
         self.up.is_unlimited() && self.down.is_unlimited()
     }
 
     /// What a relay keeps: nothing for an unlimited throttle (the common case costs one
     /// pointer), a boxed copy otherwise.
-    pub fn boxed(&self) -> Option<Box<Throttle>> {
+    pub(crate) fn boxed(&self) -> Option<Box<Throttle>> {
         (!self.is_unlimited()).then(|| Box::new(self.clone()))
     }
 
-    pub fn dir(&self, dir: Direction) -> &Limit {
+    pub(crate) fn dir(&self, dir: Direction) -> &Limit {
         match dir {
             Direction::Up => &self.up,
             Direction::Down => &self.down,
         }
     }
 
+    #[cfg(test)]
     /// Bytes that may move now in `dir`: 0, or at least the smallest chunk wanted of its
     /// buckets, never more than `want`. Unlimited directions grant `want`.
-    pub fn take(&self, dir: Direction, want: usize, now: Instant) -> usize {
+    pub(crate) fn take(&self, dir: Direction, want: usize, now: Instant) -> usize {
         self.dir(dir).take(want, now)
     }
 
+    #[cfg(test)]
     /// How long until `take` in `dir` would grant something (zero exactly when it would).
-    pub fn wait(&self, dir: Direction, want: usize, now: Instant) -> Duration {
+    pub(crate) fn wait(&self, dir: Direction, want: usize, now: Instant) -> Duration {
         self.dir(dir).wait(want, now)
     }
 
+    #[cfg(test)]
     /// Returns bytes taken in `dir` but not moved.
-    pub fn give_back(&self, dir: Direction, n: usize) {
+    pub(crate) fn give_back(&self, dir: Direction, n: usize) {
         self.dir(dir).give_back(n)
     }
 
     /// Counts bytes moved in `dir` without asking (a datagram; bytes already read).
-    pub fn charge(&self, dir: Direction, n: usize, now: Instant) {
+    pub(crate) fn charge(&self, dir: Direction, n: usize, now: Instant) {
         self.dir(dir).charge(n, now)
     }
 }
@@ -349,7 +356,7 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 /// Concurrent connections per client address and per user, across all workers. The total
 /// is counted elsewhere (`server`).
 #[derive(Debug)]
-pub struct ConnLimits {
+pub(crate) struct ConnLimits {
     /// The limits (`NO_LIMIT`: none); a reload sets them (`set_limits`).
     per_client: AtomicUsize,
     per_user: AtomicUsize,
@@ -373,21 +380,21 @@ enum Key {
 /// count reaches 0 leaves the map, so memory stays bounded by what is open.
 #[must_use = "the slot is released as soon as it is dropped"]
 #[derive(Debug)]
-pub struct Slot {
+pub(crate) struct Slot {
     limits: Arc<ConnLimits>,
     key: Key,
 }
 
 impl Slot {
     /// Whether the slot counts against a limit (an unlimited one need not be kept).
-    pub fn counts(&self) -> bool {
+    pub(crate) fn counts(&self) -> bool {
         !matches!(self.key, Key::None)
     }
 }
 
 impl ConnLimits {
     /// `None` is no limit (and no counting). A limit of 0 refuses everything.
-    pub fn new(per_client: Option<usize>, per_user: Option<usize>) -> Arc<ConnLimits> {
+    pub(crate) fn new(per_client: Option<usize>, per_user: Option<usize>) -> Arc<ConnLimits> {
         Arc::new(ConnLimits {
             per_client: AtomicUsize::new(per_client.unwrap_or(NO_LIMIT)),
             per_user: AtomicUsize::new(per_user.unwrap_or(NO_LIMIT)),
@@ -398,14 +405,14 @@ impl ConnLimits {
 
     /// New limits (a reload), for connections opened from now on: those open count
     /// against a limit only if one was in force when they opened.
-    pub fn set_limits(&self, per_client: Option<usize>, per_user: Option<usize>) {
+    pub(crate) fn set_limits(&self, per_client: Option<usize>, per_user: Option<usize>) {
         self.per_client.store(per_client.unwrap_or(NO_LIMIT), Ordering::Relaxed);
         self.per_user.store(per_user.unwrap_or(NO_LIMIT), Ordering::Relaxed);
     }
 
     /// A slot for one more connection from `ip`, or None when it already has the maximum.
     /// IPv4-mapped IPv6 addresses count as their IPv4 address.
-    pub fn acquire_client(self: &Arc<Self>, ip: IpAddr) -> Option<Slot> {
+    pub(crate) fn acquire_client(self: &Arc<Self>, ip: IpAddr) -> Option<Slot> {
         let max = self.per_client.load(Ordering::Relaxed);
         if max == NO_LIMIT {
             return Some(self.unlimited());
@@ -418,7 +425,7 @@ impl ConnLimits {
     }
 
     /// A slot for one more connection of `user`, or None when it already has the maximum.
-    pub fn acquire_user(self: &Arc<Self>, user: &str) -> Option<Slot> {
+    pub(crate) fn acquire_user(self: &Arc<Self>, user: &str) -> Option<Slot> {
         let max = self.per_user.load(Ordering::Relaxed);
         if max == NO_LIMIT {
             return Some(self.unlimited());
@@ -433,18 +440,21 @@ impl ConnLimits {
         Some(Slot { limits: self.clone(), key: Key::User(user.into()) })
     }
 
+    #[cfg(test)]
     /// Open connections counted for `ip` (0 when not limited).
-    pub fn client_count(&self, ip: IpAddr) -> usize {
+    pub(crate) fn client_count(&self, ip: IpAddr) -> usize {
         lock(&self.clients).get(&ip.to_canonical()).copied().unwrap_or(0)
     }
 
+    #[cfg(test)]
     /// Open connections counted for `user` (0 when not limited).
-    pub fn user_count(&self, user: &str) -> usize {
+    pub(crate) fn user_count(&self, user: &str) -> usize {
         lock(&self.users).get(user).copied().unwrap_or(0)
     }
 
+    #[cfg(test)]
     /// Entries in the maps (addresses and users with an open connection).
-    pub fn tracked(&self) -> (usize, usize) {
+    pub(crate) fn tracked(&self) -> (usize, usize) {
         (lock(&self.clients).len(), lock(&self.users).len())
     }
 
@@ -490,15 +500,15 @@ impl Drop for Slot {
 
 /// Bytes one user moved, each way, across all its connections.
 #[derive(Debug, Default)]
-pub struct UserTraffic {
+pub(crate) struct UserTraffic {
     /// From the client towards the upstream.
-    pub up: AtomicU64,
+    pub(crate) up: AtomicU64,
     /// From the upstream towards the client.
-    pub down: AtomicU64,
+    pub(crate) down: AtomicU64,
 }
 
 impl UserTraffic {
-    pub fn add(&self, dir: Direction, n: u64) {
+    pub(crate) fn add(&self, dir: Direction, n: u64) {
         let c = match dir {
             Direction::Up => &self.up,
             Direction::Down => &self.down,
@@ -508,7 +518,7 @@ impl UserTraffic {
     }
 
     /// (up, down) so far.
-    pub fn get(&self) -> (u64, u64) {
+    pub(crate) fn get(&self) -> (u64, u64) {
         (self.up.load(Ordering::Relaxed), self.down.load(Ordering::Relaxed))
     }
 }
@@ -516,7 +526,7 @@ impl UserTraffic {
 /// Per-user traffic counters, shared across workers. An entry is made the first time a
 /// user is seen and kept (users come from the configuration, so they are bounded).
 #[derive(Debug, Default)]
-pub struct Traffic {
+pub(crate) struct Traffic {
     users: Mutex<HashMap<Box<str>, Arc<UserTraffic>>>,
     /// Users past `MAX_TRAFFIC_USERS`, counted together.
     others: Arc<UserTraffic>,
@@ -531,13 +541,13 @@ pub(crate) const MAX_TRAFFIC_USERS: usize = 10_000;
 pub(crate) const OTHER_USERS: &str = "*others*";
 
 impl Traffic {
-    pub fn new() -> Arc<Traffic> {
+    pub(crate) fn new() -> Arc<Traffic> {
         Arc::new(Traffic::default())
     }
 
     /// The user's counters, made on first use: look this up once per authentication and
     /// keep the `Arc` with the connection.
-    pub fn entry(&self, user: &str) -> Arc<UserTraffic> {
+    pub(crate) fn entry(&self, user: &str) -> Arc<UserTraffic> {
         let mut users = lock(&self.users);
         if let Some(t) = users.get(user) {
             return t.clone();
@@ -552,7 +562,7 @@ impl Traffic {
 
     /// (user, up, down) for every user seen, sorted by user; those past
     /// `MAX_TRAFFIC_USERS` summed last as `OTHER_USERS`, once there are any.
-    pub fn snapshot(&self) -> Vec<(String, u64, u64)> {
+    pub(crate) fn snapshot(&self) -> Vec<(String, u64, u64)> {
         let mut v: Vec<_> = lock(&self.users)
             .iter()
             .map(|(u, t)| {

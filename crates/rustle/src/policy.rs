@@ -10,28 +10,28 @@ use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Mutex};
 
-use crate::policy::acl::{canonical, Builtins, Protocol, Request, RuleSet, Verdict};
-use crate::policy::auth::{User, Users};
 use crate::config::{Config, DefaultAction, ListenerKey};
 use crate::limits::{parse_rate, Bucket, Limit, Throttle};
+use crate::policy::acl::{canonical, Builtins, Protocol, Request, RuleSet, Verdict};
+use crate::policy::auth::{User, Users};
 
-pub use crate::error::Denial;
+pub(crate) use crate::error::Denial;
 
 /// A listener as it runs: its settings, and the state it keeps while it runs (across a
 /// reload that keeps it). It reads as its settings (`Deref`), so that the front ends,
 /// which see little else of a listener, read `listener.kind` as before.
 #[derive(Debug, Clone)]
-pub struct Listener {
-    pub config: crate::config::Listener,
+pub(crate) struct Listener {
+    pub(crate) config: crate::config::Listener,
     /// The buckets of `rate_up`/`rate_down`, shared by all its connections.
-    pub throttle: Throttle,
+    pub(crate) throttle: Throttle,
     /// Its counters, a slot per worker.
-    pub counters: Arc<crate::telemetry::metrics::ListenerCounters>,
+    pub(crate) counters: Arc<crate::telemetry::metrics::ListenerCounters>,
 }
 
 impl Listener {
     /// A listener new to the process: its buckets made, its counters at zero.
-    pub fn new(config: crate::config::Listener, workers: usize) -> Result<Listener, String> {
+    pub(crate) fn new(config: crate::config::Listener, workers: usize) -> Result<Listener, String> {
         let throttle = listener_throttle(&config)?;
         let counters = crate::telemetry::metrics::ListenerCounters::new(workers);
         Ok(Listener { config, throttle, counters })
@@ -39,7 +39,10 @@ impl Listener {
 
     /// `config` in place of `was`, a running listener of the same key: its counters go on,
     /// and its buckets too unless the rates change.
-    pub fn succeeding(config: crate::config::Listener, was: &Listener) -> Result<Listener, String> {
+    pub(crate) fn succeeding(
+        config: crate::config::Listener,
+        was: &Listener,
+    ) -> Result<Listener, String> {
         let same_rates = config.rate_up == was.rate_up && config.rate_down == was.rate_down;
         let throttle = match same_rates {
             true => was.throttle.clone(),
@@ -85,9 +88,9 @@ type UserBuckets = (Option<Arc<Bucket>>, Option<Arc<Bucket>>);
 
 pub struct Policy {
     pub users: Users,
-    pub rules: RuleSet,
-    pub builtins: Builtins,
-    pub realm: String,
+    pub(crate) rules: RuleSet,
+    pub(crate) builtins: Builtins,
+    pub(crate) realm: String,
     /// Bytes per second (up, down) of each user with a limit of its own.
     user_rates: UserRates,
     default_user_rate: (Option<u64>, Option<u64>),
@@ -103,22 +106,22 @@ pub struct Policy {
     https_origins: Result<Arc<rustls::ClientConfig>, String>,
     /// Rules and routes naming a group no user is in or a user that is not defined
     /// (`undefined_names`: usually a misspelling; such a rule matches nobody).
-    pub undefined_names: Vec<String>,
+    pub(crate) undefined_names: Vec<String>,
     /// A listener requires authentication and no user is defined: everyone is refused.
-    pub auth_without_users: bool,
+    pub(crate) auth_without_users: bool,
     /// Parents, groups and routes.
-    pub routes: crate::policy::route::Routes,
+    pub(crate) routes: crate::policy::route::Routes,
     /// TLS towards each `https` parent (by parent index), verified with its `ca` or the
     /// system's roots.
     parent_tls: Vec<Option<Arc<rustls::ClientConfig>>>,
     /// The whole configuration this policy was built from: workers read its timeouts,
     /// limits and log settings for each new connection, so that a reload changes them too.
-    pub config: Arc<Config>,
+    pub(crate) config: Arc<Config>,
 }
 
 /// ALPN of the HTTPS proxy port, in order of preference: HTTP/2 when the client offers
 /// it (many tunnels on one connection), HTTP/1.1 otherwise.
-pub const HTTPS_ALPN: &[&[u8]] = &[b"h2", b"http/1.1"];
+pub(crate) const HTTPS_ALPN: &[&[u8]] = &[b"h2", b"http/1.1"];
 
 fn rate(r: &Option<String>, what: &str) -> Result<Option<u64>, String> {
     r.as_deref().map(|s| parse_rate(s).map_err(|e| format!("{what}: {e}"))).transpose()
@@ -128,14 +131,14 @@ impl Policy {
     /// What `rustle check` and start-up refuse and a reload only warns of. Each makes the
     /// proxy refuse more, not less, and refusing a reload for it would keep what the new
     /// files removed (a revoked user, the last member of a group) in force.
-    pub fn startup_problems(&self) -> Vec<String> {
+    pub(crate) fn startup_problems(&self) -> Vec<String> {
         refused_at_start(self.undefined_names.clone(), self.auth_without_users)
     }
 
     /// Every problem of a configuration's policy: what `build` refuses (files that cannot
     /// be read or parsed, certificates, users, rules, routes) and what start-up refuses
     /// (`startup_problems`), both at once.
-    pub fn check(cfg: &Config) -> Vec<String> {
+    pub(crate) fn check(cfg: &Config) -> Vec<String> {
         match Policy::build(cfg, &[]) {
             Ok(policy) => policy.startup_problems(),
             // Which names are undefined is known only with the users file read.
@@ -150,22 +153,22 @@ impl Policy {
     }
 
     /// What the listener `key` names accepts as TLS, if it does.
-    pub fn tls_acceptor(&self, key: &ListenerKey) -> Option<&Arc<crate::io::tls::Acceptor>> {
+    pub(crate) fn tls_acceptor(&self, key: &ListenerKey) -> Option<&Arc<crate::io::tls::Acceptor>> {
         self.tls_accept.iter().find(|(k, _)| k == key).map(|(_, a)| a)
     }
 
     /// The client config of relay listener `key`'s TLS towards its target.
-    pub fn tls_connector(&self, key: &ListenerKey) -> Option<&Arc<rustls::ClientConfig>> {
+    pub(crate) fn tls_connector(&self, key: &ListenerKey) -> Option<&Arc<rustls::ClientConfig>> {
         self.tls_connect.iter().find(|(k, _)| k == key).map(|(_, c)| c)
     }
 
     /// The client config towards `https` parent `index`.
-    pub fn parent_tls(&self, index: usize) -> Option<&Arc<rustls::ClientConfig>> {
+    pub(crate) fn parent_tls(&self, index: usize) -> Option<&Arc<rustls::ClientConfig>> {
         self.parent_tls.get(index).and_then(Option::as_ref)
     }
 
     /// The client config for origins of `https://` URLs.
-    pub fn https_origins(&self) -> Result<&Arc<rustls::ClientConfig>, &str> {
+    pub(crate) fn https_origins(&self) -> Result<&Arc<rustls::ClientConfig>, &str> {
         self.https_origins.as_ref().map_err(String::as_str)
     }
 
@@ -266,7 +269,7 @@ impl Policy {
     }
 
     /// The buckets limiting `user`, if any.
-    pub fn user_limits(&self, user: &str) -> (Limit, Limit) {
+    pub(crate) fn user_limits(&self, user: &str) -> (Limit, Limit) {
         let (up, down) = self.user_rates.get(user).copied().unwrap_or(self.default_user_rate);
         if up.is_none() && down.is_none() {
             return (Limit::default(), Limit::default());
@@ -281,7 +284,7 @@ impl Policy {
     }
 
     /// The throttle for a connection: the listener's buckets plus the user's.
-    pub fn throttle(&self, listener: &Throttle, user: Option<&str>) -> Throttle {
+    pub(crate) fn throttle(&self, listener: &Throttle, user: Option<&str>) -> Throttle {
         let user_limits = !self.user_rates.is_empty() || self.default_user_rate != (None, None);
         if !user_limits && listener.is_unlimited() {
             return Throttle::default();
@@ -342,8 +345,8 @@ fn users_file_unread(cfg: &Config) -> bool {
 /// credentials they give are known only when they connect: with a listener taking those,
 /// rules may name anyone.
 fn undefined_names(cfg: &Config, users: &Users) -> Vec<String> {
-    use crate::policy::acl::{undefined_groups, undefined_users};
     use crate::config::{CertUser, ClientCerts};
+    use crate::policy::acl::{undefined_groups, undefined_users};
     let defined = |g: &str| users.has_group(g) || cfg.auth.groups.contains_key(g);
     let rules = || cfg.rules.iter().map(|r| &r.conditions);
     let routes = || cfg.routes.iter().map(|r| &r.conditions);
@@ -378,18 +381,18 @@ fn refused_at_start(mut undefined_names: Vec<String>, auth_without_users: bool) 
 }
 
 /// One access decision in the making: who asks for what.
-pub struct Access<'a> {
-    pub policy: &'a Policy,
-    pub listener: Option<&'a str>,
-    pub client: IpAddr,
-    pub user: Option<&'a User>,
-    pub host: &'a str,
-    pub port: u16,
-    pub protocol: Protocol,
+pub(crate) struct Access<'a> {
+    pub(crate) policy: &'a Policy,
+    pub(crate) listener: Option<&'a str>,
+    pub(crate) client: IpAddr,
+    pub(crate) user: Option<&'a User>,
+    pub(crate) host: &'a str,
+    pub(crate) port: u16,
+    pub(crate) protocol: Protocol,
 }
 
 impl Access<'_> {
-    pub fn request(&self, dest: Option<IpAddr>) -> Request<'_> {
+    pub(crate) fn request(&self, dest: Option<IpAddr>) -> Request<'_> {
         Request {
             listener: self.listener,
             client: self.client,
@@ -411,7 +414,7 @@ impl Access<'_> {
     }
 
     /// Before resolving: Ok(true) when the decision needs the destination address.
-    pub fn precheck(&self) -> Result<bool, Denial> {
+    pub(crate) fn precheck(&self) -> Result<bool, Denial> {
         match self.policy.rules.check(&self.request(None)) {
             Verdict::Allow => Ok(false),
             Verdict::NeedAddress => Ok(true),
@@ -419,16 +422,10 @@ impl Access<'_> {
         }
     }
 
-    /// The precheck, and the per-address check to hand to `Upstreams::connect`.
-    pub fn filter(&self) -> Result<impl Fn(SocketAddr) -> Option<Denial> + '_, Denial> {
-        let rules_too = self.precheck()?;
-        Ok(move |addr| self.check_addr(addr, rules_too))
-    }
-
     /// The rules alone on `ip`, when the precheck said they need an address: a BIND's
     /// peer, which connects to the proxy rather than being connected to, so that the
     /// destination protections do not apply.
-    pub fn check_rules(&self, ip: IpAddr) -> Option<Denial> {
+    pub(crate) fn check_rules(&self, ip: IpAddr) -> Option<Denial> {
         match self.policy.rules.check(&self.request(Some(canonical(ip)))) {
             Verdict::Allow => None,
             Verdict::Deny { rule, reason } => Some(self.denial(rule, reason)),
@@ -438,7 +435,7 @@ impl Access<'_> {
 
     /// On each address about to be connected to: the built-in checks, then (when the
     /// precheck could not decide) the rules.
-    pub fn check_addr(&self, addr: SocketAddr, rules_too: bool) -> Option<Denial> {
+    pub(crate) fn check_addr(&self, addr: SocketAddr, rules_too: bool) -> Option<Denial> {
         if let Some(reason) = self.policy.builtins.check(addr) {
             return Some(Denial { rule: "built-in protection".into(), reason });
         }

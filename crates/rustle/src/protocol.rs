@@ -7,7 +7,7 @@ use serde::Deserialize;
 /// What a client asked for, as far as it was told.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Deserialize)]
 #[serde(rename_all = "lowercase")]
-pub enum Protocol {
+pub(crate) enum Protocol {
     /// Not told: a connection refused before its protocol was known (a failed TLS
     /// handshake, bytes that are no protocol, a refusal at the connection limit). Never in
     /// an access rule.
@@ -32,7 +32,7 @@ pub enum Protocol {
 
 impl Protocol {
     /// Every protocol an access rule can name.
-    pub const ALL: [Protocol; 7] = [
+    pub(crate) const ALL: [Protocol; 7] = [
         Protocol::Http,
         Protocol::Connect,
         Protocol::Socks5,
@@ -43,7 +43,7 @@ impl Protocol {
     ];
 
     /// The name an access rule gives it.
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Protocol::Unknown => "-",
             Protocol::Http => "http",
@@ -57,7 +57,7 @@ impl Protocol {
     }
 
     /// The access log's name for an exchange of this protocol, the HTTP ones by `version`.
-    pub fn log_name(self, version: Version) -> &'static str {
+    pub(crate) fn log_name(self, version: Version) -> &'static str {
         match self {
             Protocol::Http | Protocol::Connect => match version {
                 Version::Unknown => "-",
@@ -93,7 +93,7 @@ impl std::fmt::Display for Protocol {
 /// The HTTP version a client spoke (`Unknown` for the other protocols, and for a request
 /// refused before its version was read).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Version {
+pub(crate) enum Version {
     #[default]
     Unknown,
     Http10,
@@ -103,7 +103,7 @@ pub enum Version {
 
 impl Version {
     /// HTTP/1.`minor`.
-    pub fn http1(minor: u8) -> Version {
+    pub(crate) fn http1(minor: u8) -> Version {
         match minor {
             0 => Version::Http10,
             _ => Version::Http11,

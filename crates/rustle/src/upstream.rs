@@ -24,35 +24,35 @@ use futures_util::stream::{FuturesUnordered, StreamExt};
 use hashbrown::HashTable;
 use tokio::net::TcpStream;
 
-use crate::telemetry::accesslog::Via;
-use crate::policy::acl::Protocol;
 use crate::config::{ConnectTls, Upstream as UpstreamConfig};
-use crate::io::conn::Stream;
 use crate::error::{ConnectError, Error};
-use crate::policy::{Access, Denial, Policy};
+use crate::io::conn::Stream;
+use crate::policy::acl::Protocol;
 use crate::policy::route::{Choice, Hop};
+use crate::policy::{Access, Denial, Policy};
+use crate::telemetry::accesslog::Via;
 
 mod parents;
 
-pub use parents::UdpVia;
+pub(crate) use parents::UdpVia;
 
 /// Who asks for a connection to where.
-pub struct Want<'a> {
+pub(crate) struct Want<'a> {
     /// The destination host as the client named it (a name or an address literal).
-    pub host: &'a str,
-    pub port: u16,
-    pub protocol: Protocol,
-    pub client: IpAddr,
+    pub(crate) host: &'a str,
+    pub(crate) port: u16,
+    pub(crate) protocol: Protocol,
+    pub(crate) client: IpAddr,
     /// The authenticated user, if any.
-    pub user: Option<&'a str>,
+    pub(crate) user: Option<&'a str>,
     /// The listener's name, if it has one.
-    pub listener: Option<&'a str>,
-    pub tls: Tls<'a>,
+    pub(crate) listener: Option<&'a str>,
+    pub(crate) tls: Tls<'a>,
 }
 
 /// TLS on top of the connection to the target.
 #[derive(Clone, Copy)]
-pub enum Tls<'a> {
+pub(crate) enum Tls<'a> {
     Plain,
     /// An `https://` origin: verified against `[tls] origin_ca` or the system's roots, the
     /// host sent as SNI.
@@ -65,22 +65,22 @@ pub enum Tls<'a> {
 }
 
 /// A connection ready for use, and what the log says of it.
-pub struct Connected {
-    pub stream: Stream,
+pub(crate) struct Connected {
+    pub(crate) stream: Stream,
     /// The address connected to.
-    pub addr: SocketAddr,
+    pub(crate) addr: SocketAddr,
     /// Taken from the pool (it may turn out dead; see the exchange's retry).
-    pub reused: bool,
+    pub(crate) reused: bool,
     /// The route and parents taken; None for a direct connection.
-    pub via: Option<Rc<Via>>,
+    pub(crate) via: Option<Rc<Via>>,
     /// The pool key of a connection through parents (their names, and the target unless
     /// the last parent takes requests for any); None: the caller's own key.
-    pub pool_key: Option<Box<[u8]>>,
+    pub(crate) pool_key: Option<Box<[u8]>>,
     /// The last parent is an HTTP proxy that takes this plain HTTP request itself: send
     /// it in absolute form, with this `Proxy-Authorization` value when there is one.
-    pub absolute: Option<Option<Box<[u8]>>>,
+    pub(crate) absolute: Option<Option<Box<[u8]>>>,
     /// Bytes the last parent sent after its reply, which belong to the tunnel.
-    pub early: Vec<u8>,
+    pub(crate) early: Vec<u8>,
 }
 
 impl Connected {
@@ -95,16 +95,10 @@ impl Connected {
             early: Vec::new(),
         }
     }
-
-    /// The key to pool the connection under once its exchange is done: its own for a
-    /// connection through parents, else `key` (the caller's).
-    pub fn pool_key<'k>(&'k self, key: &'k [u8]) -> &'k [u8] {
-        self.pool_key.as_deref().unwrap_or(key)
-    }
 }
 
 /// What `start` decided when no pooled connection would do.
-pub struct Plan<'p> {
+pub(crate) struct Plan<'p> {
     /// The rules need each resolved address (a rule with `destinations` matched so far).
     rules_too: bool,
     way: Way<'p>,
@@ -128,21 +122,21 @@ enum Way<'p> {
 }
 
 /// `start`'s answer.
-pub enum Start<'p> {
+pub(crate) enum Start<'p> {
     Ready(Connected),
     Connect(Plan<'p>),
 }
 
 impl Plan<'_> {
     /// Whether the route is decided only by resolving the target (`settle` first).
-    pub fn undecided(&self) -> bool {
+    pub(crate) fn undecided(&self) -> bool {
         matches!(self.way, Way::Undecided)
     }
 
     /// How a plain HTTP request goes on the connection this plan makes: None to its
     /// origin; in absolute form to an HTTP parent, with that parent's
     /// `Proxy-Authorization` value when it has credentials.
-    pub fn absolute(&self, want: &Want<'_>) -> Option<Option<Box<[u8]>>> {
+    pub(crate) fn absolute(&self, want: &Want<'_>) -> Option<Option<Box<[u8]>>> {
         match &self.way {
             Way::Chain { chain, .. } => parents::absolute(want, chain),
             Way::Direct | Way::Route { .. } | Way::Undecided => None,
@@ -153,12 +147,12 @@ impl Plan<'_> {
 impl<'a> Want<'a> {
     /// The access rules on this request before any address is known: Ok(true) when they
     /// need the address (`check`).
-    pub fn precheck(&self, policy: &Policy) -> Result<bool, Denial> {
+    pub(crate) fn precheck(&self, policy: &Policy) -> Result<bool, Denial> {
         self.access(policy).precheck()
     }
 
     /// The built-in protections and the rules on connecting (or sending) to `addr`.
-    pub fn check(&self, policy: &Policy, addr: SocketAddr) -> Option<Denial> {
+    pub(crate) fn check(&self, policy: &Policy, addr: SocketAddr) -> Option<Denial> {
         let access = self.access(policy);
         match access.precheck() {
             Ok(rules_too) => access.check_addr(addr, rules_too),
@@ -193,7 +187,7 @@ fn denied(d: Denial) -> Error {
 impl Upstreams {
     /// The first step: the access rules on the host, then a pooled connection under `key`
     /// whose address the rules allow, if there is one.
-    pub fn start<'p>(
+    pub(crate) fn start<'p>(
         &self,
         policy: &'p Policy,
         want: &Want<'_>,
@@ -233,7 +227,7 @@ impl Upstreams {
     /// The second step: a new connection as `plan` says, within the connect timeout, with
     /// TLS on top as `want` asks (within the handshake timeout). The time it took goes to
     /// the metrics.
-    pub async fn connect(
+    pub(crate) async fn connect(
         &self,
         policy: &Policy,
         want: &Want<'_>,
@@ -274,7 +268,7 @@ impl Upstreams {
 
     /// Settles a plan that `undecided` says the target's addresses decide: resolved now,
     /// so that the caller knows where the request goes before it writes it.
-    pub async fn settle<'p>(
+    pub(crate) async fn settle<'p>(
         &self,
         policy: &'p Policy,
         want: &Want<'_>,
@@ -384,7 +378,7 @@ struct Idle {
 }
 
 /// A worker's view of the upstream side.
-pub struct Upstreams {
+pub(crate) struct Upstreams {
     /// Pool and name-cache settings; a reload replaces them (`set_config`).
     cfg: RefCell<UpstreamConfig>,
     dns: RefCell<HashMap<Box<str>, (Cached, Instant)>>,
@@ -415,24 +409,24 @@ struct Entry {
 /// from request to request keeps the hash too (`Key::hashed`), so that taking and parking
 /// a connection hash nothing.
 #[derive(Clone, Copy, Debug)]
-pub struct Key<'a> {
-    pub bytes: &'a [u8],
+pub(crate) struct Key<'a> {
+    pub(crate) bytes: &'a [u8],
     hash: u64,
 }
 
 impl<'a> Key<'a> {
     /// `bytes` with the hash `Upstreams::key` gave it before, on this worker.
-    pub fn hashed(bytes: &'a [u8], hash: u64) -> Self {
+    pub(crate) fn hashed(bytes: &'a [u8], hash: u64) -> Self {
         Key { bytes, hash }
     }
 
-    pub fn hash(&self) -> u64 {
+    pub(crate) fn hash(&self) -> u64 {
         self.hash
     }
 }
 
 impl Upstreams {
-    pub fn new(cfg: UpstreamConfig) -> Self {
+    pub(crate) fn new(cfg: UpstreamConfig) -> Self {
         Upstreams {
             cfg: RefCell::new(cfg),
             dns: RefCell::new(HashMap::new()),
@@ -446,17 +440,17 @@ impl Upstreams {
     }
 
     /// The housekeeping tick's time, the pool's clock from now on.
-    pub fn tick(&self, now: Instant) {
+    pub(crate) fn tick(&self, now: Instant) {
         self.now.set(now);
     }
 
     /// The pool and name-cache settings from now on (a reload).
-    pub fn set_config(&self, cfg: UpstreamConfig) {
+    pub(crate) fn set_config(&self, cfg: UpstreamConfig) {
         *self.cfg.borrow_mut() = cfg;
     }
 
     /// Resolves `host` (an IP literal costs nothing) through the cache.
-    pub async fn resolve(&self, host: &str) -> Result<Rc<[IpAddr]>, ConnectError> {
+    pub(crate) async fn resolve(&self, host: &str) -> Result<Rc<[IpAddr]>, ConnectError> {
         if let Ok(ip) = host.parse::<IpAddr>() {
             return Ok(Rc::from([ip]));
         }
@@ -507,7 +501,7 @@ impl Upstreams {
     /// Resolves and connects with Happy Eyeballs, all within `timeout`. `check` vets each
     /// resolved address before any connection attempt (access rules on the address really
     /// connected to, so a name cannot smuggle a forbidden address past them).
-    pub async fn connect_tcp(
+    pub(crate) async fn connect_tcp(
         &self,
         host: &str,
         port: u16,
@@ -537,30 +531,14 @@ impl Upstreams {
         }
     }
 
-    /// Connects to one known address within `timeout`.
-    pub async fn connect_addr(
-        &self,
-        addr: SocketAddr,
-        timeout: Duration,
-        check: &dyn Fn(SocketAddr) -> Option<Denial>,
-    ) -> Result<(TcpStream, SocketAddr), ConnectError> {
-        if let Some(d) = check(addr) {
-            return Err(ConnectError::Denied(d));
-        }
-        match tokio::time::timeout(timeout, connect_one(addr)).await {
-            Ok(r) => r,
-            Err(_) => Err(ConnectError::Timeout(addr.to_string())),
-        }
-    }
-
     /// `bytes` as a pool key, hashed.
-    pub fn key<'a>(&self, bytes: &'a [u8]) -> Key<'a> {
+    pub(crate) fn key<'a>(&self, bytes: &'a [u8]) -> Key<'a> {
         use std::hash::BuildHasher as _;
         Key { bytes, hash: self.pool.borrow().hasher.hash_one(bytes) }
     }
 
     /// Takes the most recently used live idle connection for `key`, if any.
-    pub fn take(&self, key: Key<'_>) -> Option<(Stream, SocketAddr)> {
+    pub(crate) fn take(&self, key: Key<'_>) -> Option<(Stream, SocketAddr)> {
         let mut pool = self.pool.borrow_mut();
         let Pool { table, total, .. } = &mut *pool;
         let entry = table.find_mut(key.hash, |e| *e.key == *key.bytes)?;
@@ -578,7 +556,7 @@ impl Upstreams {
 
     /// Parks a connection whose last exchange ended cleanly.
     /// A connection the pool has no room for is closed (a TLS one with close_notify).
-    pub fn put(&self, key: Key<'_>, mut stream: Stream, addr: SocketAddr) {
+    pub(crate) fn put(&self, key: Key<'_>, mut stream: Stream, addr: SocketAddr) {
         let mut pool = self.pool.borrow_mut();
         let cfg = self.cfg.borrow();
         let Pool { table, total, .. } = &mut *pool;
@@ -605,7 +583,7 @@ impl Upstreams {
 
     /// Closes idle connections past their timeout or closed by their origin; run from
     /// the worker's housekeeping timer so idle sockets do not linger.
-    pub fn sweep(&self) {
+    pub(crate) fn sweep(&self) {
         let mut pool = self.pool.borrow_mut();
         let Some(deadline) = self.now.get().checked_sub(self.cfg.borrow().pool_idle_timeout) else {
             return;
@@ -624,12 +602,13 @@ impl Upstreams {
         *total = table.iter().map(|e| e.idle.len()).sum();
     }
 
-    pub fn idle_count(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn idle_count(&self) -> usize {
         self.pool.borrow().total
     }
 
     /// Drops every idle connection (on shutdown).
-    pub fn clear(&self) {
+    pub(crate) fn clear(&self) {
         let mut pool = self.pool.borrow_mut();
         for entry in pool.table.drain() {
             for mut idle in entry.idle {
@@ -645,7 +624,7 @@ impl Upstreams {
 /// the connection is dropped anyway). The check reads tokio's cached readiness, so
 /// it costs no syscall unless readiness is set.
 /// (Origin connections are always registered; one that is not counts as stale.)
-pub fn is_stale(stream: Option<&TcpStream>) -> bool {
+pub(crate) fn is_stale(stream: Option<&TcpStream>) -> bool {
     let Some(stream) = stream else { return true };
     // `try_read` looks at tokio's cached readiness first and returns at once while it is
     // clear (no syscall, no waker stored). Readiness may be left over from a read that

@@ -153,7 +153,11 @@ fn idle_tunnels_are_parked_and_resume_when_either_side_speaks() {
     // That it stays parked is seen only over time: a second of real time, looked at every
     // 20 ms, in which a wrong wake-up (which would fail the test) would show.
     for _ in 0..50 {
-        assert_eq!(rustle::front::tunnel::park::parked_now(), 1, "a half-closed tunnel woke up by itself");
+        assert_eq!(
+            rustle::front::tunnel::park::parked_now(),
+            1,
+            "a half-closed tunnel woke up by itself"
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
     o.write_all(b"answer").unwrap();

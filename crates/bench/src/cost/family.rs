@@ -149,7 +149,13 @@ pub(super) fn config(listener: Listener, origin: SocketAddr, dir: &Path) -> Stri
 
 /// The load of `count` exchanges of `f` through `proxy`: one connection, one
 /// thread, so that every exchange goes the same way.
-pub(super) fn load(f: &Family, proxy: SocketAddr, origin: SocketAddr, count: u64, dir: &Path) -> Options {
+pub(super) fn load(
+    f: &Family,
+    proxy: SocketAddr,
+    origin: SocketAddr,
+    count: u64,
+    dir: &Path,
+) -> Options {
     let mut o = Options::new(f.mode, origin.to_string());
     o.proxy = Some(proxy.to_string());
     o.connections = 1;

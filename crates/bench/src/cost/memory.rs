@@ -62,7 +62,12 @@ pub(super) fn median(v: &[f64]) -> f64 {
     }
 }
 
-pub(super) fn measure(rustle: &Path, iso: Isolation, origin: &Origin, dir: &Path) -> Result<Memory> {
+pub(super) fn measure(
+    rustle: &Path,
+    iso: Isolation,
+    origin: &Origin,
+    dir: &Path,
+) -> Result<Memory> {
     let mut m = Memory::default();
     for _ in 0..SAMPLES {
         for mode in [Mode::Connect, Mode::HttpProxy] {

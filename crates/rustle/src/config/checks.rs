@@ -167,5 +167,7 @@ pub(super) fn own_listener<'a>(
     listeners
         .iter()
         .filter(|o| o.listen.port() != 0 && (o.kind == ListenerKind::UdpRelay) == udp)
-        .find(|o| ips.iter().any(|&ip| crate::policy::acl::reaches(SocketAddr::new(ip, port), o.listen)))
+        .find(|o| {
+            ips.iter().any(|&ip| crate::policy::acl::reaches(SocketAddr::new(ip, port), o.listen))
+        })
 }

@@ -13,11 +13,11 @@ use rustle_proto::detect::{detect, Protocol as Detected};
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
-use crate::telemetry::accesslog::{Protocol, Record};
+use crate::front::worker::{ConnGuard, Worker};
 use crate::io::buf::Buf;
 use crate::io::conn::Stream;
 use crate::policy::Listener;
-use crate::front::worker::{ConnGuard, Worker};
+use crate::telemetry::accesslog::{Protocol, Record};
 
 /// The first byte of a TLS record carrying a handshake message.
 const TLS_HANDSHAKE: u8 = 0x16;
@@ -36,7 +36,8 @@ pub(crate) async fn serve_https(
     let start = Instant::now();
     let deadline = tokio::time::Instant::now() + worker.cfg().timeouts.handshake;
     let mut buf = worker.take_buf();
-    let read = tokio::time::timeout_at(deadline, buf.read_from(&mut stream, crate::io::buf::READ_SIZE));
+    let read =
+        tokio::time::timeout_at(deadline, buf.read_from(&mut stream, crate::io::buf::READ_SIZE));
     match read.await {
         Ok(Ok(n)) if n > 0 => {}
         // Closed, failed or silent before the handshake: nothing to answer.
@@ -115,8 +116,11 @@ pub(crate) async fn serve_auto(
                 return;
             }
         }
-        match tokio::time::timeout_at(deadline, buf.read_from(&mut stream, crate::io::buf::READ_SIZE))
-            .await
+        match tokio::time::timeout_at(
+            deadline,
+            buf.read_from(&mut stream, crate::io::buf::READ_SIZE),
+        )
+        .await
         {
             Ok(Ok(n)) if n > 0 => {}
             // Closed, failed or silent before saying anything: nothing to answer.
@@ -173,7 +177,10 @@ pub(crate) async fn refuse_auto(
             return;
         }
     }
-    crate::telemetry::metrics::refused(&listener.counters, crate::telemetry::metrics::Refused::Limit);
+    crate::telemetry::metrics::refused(
+        &listener.counters,
+        crate::telemetry::metrics::Refused::Limit,
+    );
     log_failure(guard.worker(), &listener, peer, Instant::now(), "too many connections");
 }
 
@@ -210,7 +217,9 @@ pub(crate) fn serve_http(
 /// An h2c connection handed back by HTTP/1 goes on as HTTP/2 in a task of its own.
 fn h2c(c: crate::front::http1::H2c) {
     let crate::front::http1::H2c { guard, listener, stream, peer, buf } = c;
-    drop(tokio::task::spawn_local(crate::front::http2::serve_rewound(guard, listener, stream, peer, buf)));
+    drop(tokio::task::spawn_local(crate::front::http2::serve_rewound(
+        guard, listener, stream, peer, buf,
+    )));
 }
 
 /// `serve_http` for a connection fresh from the accept loop (a plain function, so that

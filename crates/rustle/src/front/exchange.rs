@@ -13,14 +13,14 @@ use std::time::Duration;
 use rustle_proto::http::{parse_response, rewrite_for_hop, Method, NextHop, ResponseHead};
 use tokio::io::{AsyncRead, AsyncWrite};
 
-use crate::telemetry::accesslog::{Record, Via};
+use crate::error::{Error, Phase};
+use crate::front::worker::Worker;
 use crate::io::body;
 use crate::io::buf::Buf;
 use crate::io::conn::Stream;
-use crate::error::{Error, Phase};
 use crate::policy::Policy;
+use crate::telemetry::accesslog::{Record, Via};
 use crate::upstream::{Connected, Key, Plan, Start, Want};
-use crate::front::worker::Worker;
 
 /// Why a request is answered 502 rather than sent again on a new connection.
 pub(crate) const NOT_RETRIED: &str =
@@ -323,35 +323,35 @@ pub(crate) trait Requester {
 
 /// The upstream connection an exchange runs on.
 pub(crate) struct Leg {
-    pub stream: Stream,
-    pub addr: std::net::SocketAddr,
+    pub(crate) stream: Stream,
+    pub(crate) addr: std::net::SocketAddr,
     /// Taken from the pool.
-    pub reused: bool,
+    pub(crate) reused: bool,
     /// Where it goes back to the pool (None: the caller's key).
-    pub pool_key: Option<Box<[u8]>>,
+    pub(crate) pool_key: Option<Box<[u8]>>,
     /// How the request was written (`Connected::absolute`): None for its origin (or a
     /// tunnel to it); in absolute form to an HTTP parent, with that parent's
     /// `Proxy-Authorization` value when it has credentials.
-    pub absolute: Option<Option<Box<[u8]>>>,
+    pub(crate) absolute: Option<Option<Box<[u8]>>>,
     /// The route and parents taken, for the log (a retry may take others).
-    pub via: Option<std::rc::Rc<crate::telemetry::accesslog::Via>>,
+    pub(crate) via: Option<std::rc::Rc<crate::telemetry::accesslog::Via>>,
     /// Through parents: a fresh connection that dies before any byte of an answer may be
     /// a parent that just went down, and an idempotent request is sent once more, by a
     /// new pick (which passes over a parent marked down).
-    pub through_parents: bool,
+    pub(crate) through_parents: bool,
 }
 
 /// The request's facts that decide how it is sent and retried.
 pub(crate) struct Outgoing<'a> {
     /// The head, with the body bytes that fit beside it (written again in place for a
     /// new connection's hop).
-    pub out: &'a mut Vec<u8>,
+    pub(crate) out: &'a mut Vec<u8>,
     /// Nothing of the body is left to stream after `out`.
-    pub whole: bool,
+    pub(crate) whole: bool,
     /// How the response is framed (only HEAD differs).
-    pub method: Method,
+    pub(crate) method: Method,
     /// Its method may be sent twice (RFC 9110 9.2.2).
-    pub idempotent: bool,
+    pub(crate) idempotent: bool,
 }
 
 /// Sends a request's head (and the body bytes in hand) on `leg` and, when the request
@@ -446,12 +446,12 @@ const MAX_PINS: usize = 2;
 pub(crate) struct Pinned {
     /// The target's key as the front end makes it for the pool (`host:port` lowercased,
     /// TLS origins after their scheme).
-    pub key: Box<[u8]>,
-    pub stream: Stream,
-    pub addr: std::net::SocketAddr,
-    pub via: Option<std::rc::Rc<crate::telemetry::accesslog::Via>>,
-    pub pool_key: Option<Box<[u8]>>,
-    pub absolute: Option<Option<Box<[u8]>>>,
+    pub(crate) key: Box<[u8]>,
+    pub(crate) stream: Stream,
+    pub(crate) addr: std::net::SocketAddr,
+    pub(crate) via: Option<std::rc::Rc<crate::telemetry::accesslog::Via>>,
+    pub(crate) pool_key: Option<Box<[u8]>>,
+    pub(crate) absolute: Option<Option<Box<[u8]>>>,
 }
 
 /// A client connection's pinned origin connections: one word, and no allocation, until

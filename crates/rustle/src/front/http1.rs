@@ -15,14 +15,14 @@ use tokio::io::{AsyncRead, AsyncWriteExt, ReadBuf};
 mod connect;
 mod forward;
 
-use crate::telemetry::accesslog::{Label, Protocol, Record, Version};
-use crate::io::buf::Buf;
-use crate::io::conn::Stream;
 use crate::error::{Error, Phase};
 use crate::front::tunnel::Handoff;
-use crate::upstream::{Connected, Tls, Want};
-use crate::policy::Listener;
 use crate::front::worker::{ConnGuard, Worker};
+use crate::io::buf::Buf;
+use crate::io::conn::Stream;
+use crate::policy::Listener;
+use crate::telemetry::accesslog::{Label, Protocol, Record, Version};
+use crate::upstream::{Connected, Tls, Want};
 
 /// How long an error response, or the TLS close_notify that ends a connection, may take
 /// to reach a client before it is abandoned.
@@ -31,11 +31,11 @@ const ERROR_WRITE_TIMEOUT: Duration = Duration::from_secs(5);
 /// A connection that opened with the HTTP/2 preface (h2c with prior knowledge), handed
 /// on to go on as HTTP/2, its bytes read so far in `buf`.
 pub(crate) struct H2c {
-    pub guard: ConnGuard,
-    pub listener: Arc<Listener>,
-    pub stream: Stream,
-    pub peer: SocketAddr,
-    pub buf: Buf,
+    pub(crate) guard: ConnGuard,
+    pub(crate) listener: Arc<Listener>,
+    pub(crate) stream: Stream,
+    pub(crate) peer: SocketAddr,
+    pub(crate) buf: Buf,
 }
 
 /// What happens to a client connection after an exchange.
@@ -48,24 +48,24 @@ pub(crate) enum Next {
 
 /// One client connection.
 pub(crate) struct Client {
-    pub guard: ConnGuard,
-    pub worker: Rc<Worker>,
-    pub listener: Arc<Listener>,
-    pub stream: Stream,
-    pub peer: SocketAddr,
-    pub buf: Buf,
-    pub head: RequestHead,
+    pub(crate) guard: ConnGuard,
+    pub(crate) worker: Rc<Worker>,
+    pub(crate) listener: Arc<Listener>,
+    pub(crate) stream: Stream,
+    pub(crate) peer: SocketAddr,
+    pub(crate) buf: Buf,
+    pub(crate) head: RequestHead,
     /// Outgoing heads are assembled here (from the worker's spares; given back while the
     /// connection waits for a request).
-    pub out: Vec<u8>,
+    pub(crate) out: Vec<u8>,
     /// The current request's pool key (`host:port`), reused across requests.
-    pub key: forward::PoolKey,
+    pub(crate) key: forward::PoolKey,
     /// Origin connections bound to this client (connection-based authentication,
     /// `exchange::Pinned`): never pooled, closed with it.
-    pub pins: crate::front::exchange::Pins,
+    pub(crate) pins: crate::front::exchange::Pins,
     /// The user this connection authenticated as, and the header value that proved it
     /// (a later request with the same value needs no new check).
-    pub user: Option<Rc<str>>,
+    pub(crate) user: Option<Rc<str>>,
     auth_seen: Vec<u8>,
     /// The users' generation `auth_seen` was checked against (a reload invalidates it).
     auth_gen: u64,
@@ -74,25 +74,25 @@ pub(crate) struct Client {
     /// What the current request's log line shows of it.
     logged: Label<Vec<u8>>,
     /// The TLS session of an HTTPS proxy port, for log lines.
-    pub tls: Option<Rc<crate::io::tls::Session>>,
+    pub(crate) tls: Option<Rc<crate::io::tls::Session>>,
     /// The user came from a verified client certificate: no password is asked.
     cert_auth: bool,
 }
 
 /// What the log line of one exchange says, filled in as it goes.
 pub(crate) struct Exchange {
-    pub start: Instant,
-    pub status: u16,
-    pub up: u64,
-    pub down: u64,
-    pub upstream: Option<SocketAddr>,
+    pub(crate) start: Instant,
+    pub(crate) status: u16,
+    pub(crate) up: u64,
+    pub(crate) down: u64,
+    pub(crate) upstream: Option<SocketAddr>,
     /// The route and parents taken, if any.
-    pub via: Option<Rc<crate::telemetry::accesslog::Via>>,
+    pub(crate) via: Option<Rc<crate::telemetry::accesslog::Via>>,
     /// A status line has gone to the client: an error can no longer be answered.
-    pub responded: bool,
+    pub(crate) responded: bool,
     /// The body going to the client ends with the connection (close-delimited): cut
     /// short, the connection is reset rather than closed, or the cut would look whole.
-    pub unframed: bool,
+    pub(crate) unframed: bool,
 }
 
 impl Exchange {
@@ -416,9 +416,9 @@ impl Client {
             Target::Authority { .. } => connect::tunnel(self, ex).await,
             // https:// (and wss:// in an upgrade) in absolute form, as squid takes it: TLS
             // is originated here.
-            Target::Absolute { .. } => forward::forward(self, ex)
-                .await
-                .map_err(|e| e.through(ex.via.as_deref().map(crate::telemetry::accesslog::Via::last_parent))),
+            Target::Absolute { .. } => forward::forward(self, ex).await.map_err(|e| {
+                e.through(ex.via.as_deref().map(crate::telemetry::accesslog::Via::last_parent))
+            }),
             Target::Origin { .. } | Target::Asterisk => Err(Error::Unsupported(
                 "this is a forward proxy: requests need an absolute URI such as \
                  http://host/path (or CONNECT host:port)",

@@ -31,14 +31,13 @@ use http::{HeaderMap, HeaderValue, Request, Response, StatusCode};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
 
-use crate::telemetry::accesslog::{Label, Protocol, Record, Version};
+use crate::error::{ConnectError, Error, Phase};
+use crate::front::worker::{ConnGuard, Worker};
 use crate::io::buf::Buf;
 use crate::io::conn::Stream;
-use crate::error::{ConnectError, Error, Phase};
-use crate::upstream::{Connected, Tls, Want};
 use crate::policy::Listener;
-use crate::front::worker::{ConnGuard, Worker};
-
+use crate::telemetry::accesslog::{Label, Protocol, Record, Version};
+use crate::upstream::{Connected, Tls, Want};
 
 /// How long a connection closing (GOAWAY sent) may take to flush before it is dropped.
 const CLOSE_GRACE: Duration = Duration::from_secs(5);
@@ -378,7 +377,13 @@ impl Exchange {
 
     /// The stream's end (`exchange::end`): the user's traffic, the metrics, the log line.
     fn log(&self, shared: &Shared, error: Option<&Error>) {
-        let mut record = Record::new(shared.peer, &shared.listener, &shared.listener.counters, Protocol::Http, self.start);
+        let mut record = Record::new(
+            shared.peer,
+            &shared.listener,
+            &shared.listener.counters,
+            Protocol::Http,
+            self.start,
+        );
         record.label(&self.label);
         record.user = self.user.as_deref();
         (record.status, record.up, record.down) = (self.status, self.up, self.down);
@@ -442,7 +447,9 @@ async fn stream(live: Live, req: Request<RecvStream>, mut respond: SendResponse<
             (true, None) => tunnel::connect(&shared, &mut ex, req, &mut respond, live).await,
             (true, Some("websocket")) => {
                 let r = forward::websocket(&shared, &mut ex, req, &mut respond, live).await;
-                r.map_err(|e| e.through(ex.via.as_deref().map(crate::telemetry::accesslog::Via::last_parent)))
+                r.map_err(|e| {
+                    e.through(ex.via.as_deref().map(crate::telemetry::accesslog::Via::last_parent))
+                })
             }
             (true, Some(_)) => Err(Error::Unsupported(
                 "extended CONNECT: the only :protocol supported is websocket",
@@ -684,8 +691,11 @@ async fn send_all(
         send.reserve_capacity(data.len());
         let mut cap = send.capacity();
         if cap == 0 {
-            cap = match crate::io::body::timed(std::future::poll_fn(|cx| send.poll_capacity(cx)), stall)
-                .await
+            cap = match crate::io::body::timed(
+                std::future::poll_fn(|cx| send.poll_capacity(cx)),
+                stall,
+            )
+            .await
             {
                 None => return Err(Error::Timeout(Phase::ClientWrite)),
                 Some(None) => return Err(client_gone()),

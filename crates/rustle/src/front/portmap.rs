@@ -10,18 +10,23 @@ use std::time::Instant;
 
 use tokio::net::TcpStream;
 
-use crate::telemetry::accesslog::{Label, Parts, Protocol, Record};
-use crate::io::buf::{Buf, READ_SIZE};
-use crate::io::conn::Stream;
 use crate::error::{ConnectError, Error, Phase};
 use crate::front::exchange::{client_left, connect};
-use crate::policy::Listener;
-use crate::io::tls::Session;
 use crate::front::tunnel::Handoff;
-use crate::upstream::{Connected, Tls, Want};
 use crate::front::worker::{ConnGuard, Worker};
+use crate::io::buf::{Buf, READ_SIZE};
+use crate::io::conn::Stream;
+use crate::io::tls::Session;
+use crate::policy::Listener;
+use crate::telemetry::accesslog::{Label, Parts, Protocol, Record};
+use crate::upstream::{Connected, Tls, Want};
 
-pub(crate) async fn serve(guard: ConnGuard, listener: Arc<Listener>, stream: TcpStream, peer: SocketAddr) {
+pub(crate) async fn serve(
+    guard: ConnGuard,
+    listener: Arc<Listener>,
+    stream: TcpStream,
+    peer: SocketAddr,
+) {
     let worker = guard.worker().clone();
     let start = Instant::now();
     let Some(target) = &listener.target else {
@@ -118,7 +123,8 @@ async fn accept_tls(
 ) -> Result<(Stream, Option<Rc<Session>>), String> {
     let deadline = tokio::time::Instant::now() + worker.cfg().timeouts.handshake;
     let mut buf = worker.take_buf();
-    let read = tokio::time::timeout_at(deadline, buf.read_from(&mut stream, crate::io::buf::READ_SIZE));
+    let read =
+        tokio::time::timeout_at(deadline, buf.read_from(&mut stream, crate::io::buf::READ_SIZE));
     let first = match read.await {
         Ok(Ok(n)) if n > 0 => buf.filled()[0],
         Ok(Ok(_)) | Ok(Err(_)) => 0,

@@ -15,42 +15,42 @@ use tokio::net::{TcpListener, TcpStream};
 
 mod udp;
 
-use crate::telemetry::accesslog::{Label, Parts, Protocol};
+use crate::error::{Error, Phase};
 use crate::io::buf::Buf;
 use crate::io::conn::Stream;
-use crate::error::{Error, Phase};
 use crate::policy::Listener;
+use crate::telemetry::accesslog::{Label, Parts, Protocol};
 
 use crate::front::tunnel::{Handoff, Record};
-use crate::upstream::{Tls, Want};
 use crate::front::worker::{ConnGuard, Worker};
+use crate::upstream::{Tls, Want};
 
 /// One SOCKS connection and what its log line will say.
 pub(crate) struct Session {
-    pub guard: ConnGuard,
+    pub(crate) guard: ConnGuard,
     /// The authenticated user, if any.
-    pub user: Option<String>,
-    pub worker: Rc<Worker>,
-    pub listener: Arc<Listener>,
-    pub stream: TcpStream,
-    pub peer: SocketAddr,
-    pub buf: Buf,
-    pub start: Instant,
+    pub(crate) user: Option<String>,
+    pub(crate) worker: Rc<Worker>,
+    pub(crate) listener: Arc<Listener>,
+    pub(crate) stream: TcpStream,
+    pub(crate) peer: SocketAddr,
+    pub(crate) buf: Buf,
+    pub(crate) start: Instant,
     /// `CONNECT`, `BIND` or `UDP`.
-    pub method: &'static str,
+    pub(crate) method: &'static str,
     /// `socks5://host:port` once known.
-    pub target: String,
+    pub(crate) target: String,
     /// The last reply code sent.
-    pub status: u16,
+    pub(crate) status: u16,
     /// A reply went out: an error can no longer be answered.
-    pub replied: bool,
-    pub up: u64,
-    pub down: u64,
-    pub upstream: Option<SocketAddr>,
+    pub(crate) replied: bool,
+    pub(crate) up: u64,
+    pub(crate) down: u64,
+    pub(crate) upstream: Option<SocketAddr>,
     /// The route and parents taken, if any.
-    pub via: Option<Rc<crate::telemetry::accesslog::Via>>,
+    pub(crate) via: Option<Rc<crate::telemetry::accesslog::Via>>,
     /// SOCKS4 or SOCKS5, once the first byte said which.
-    pub protocol: Protocol,
+    pub(crate) protocol: Protocol,
     /// The deadline for the whole handshake.
     deadline: tokio::time::Instant,
 }
@@ -208,8 +208,13 @@ impl Session {
     /// The session's end (`exchange::end`): the user's traffic, the metrics, the log line.
     fn log(&self, error: Option<&Error>) {
         let parts = Parts { method: self.method.as_bytes(), target: self.target.as_bytes() };
-        let mut record =
-            crate::telemetry::accesslog::Record::new(self.peer, &self.listener, &self.listener.counters, self.protocol, self.start);
+        let mut record = crate::telemetry::accesslog::Record::new(
+            self.peer,
+            &self.listener,
+            &self.listener.counters,
+            self.protocol,
+            self.start,
+        );
         (record.label, record.user) = (&parts, self.user.as_deref());
         (record.status, record.up, record.down) = (self.status, self.up, self.down);
         (record.upstream, record.via) = (self.upstream, self.via.as_deref());
@@ -256,7 +261,13 @@ impl Session {
         // What the client sends meanwhile (optimistic data) is kept in `buf` and goes
         // first through the tunnel.
         let connected = crate::front::exchange::connect(&w, &policy, &want, None, || {
-            crate::front::exchange::client_left(stream, buf, crate::io::buf::READ_SIZE, Phase::Connect, true)
+            crate::front::exchange::client_left(
+                stream,
+                buf,
+                crate::io::buf::READ_SIZE,
+                Phase::Connect,
+                true,
+            )
         })
         .await?;
         self.upstream = Some(connected.addr);

@@ -11,48 +11,54 @@ use std::time::Instant;
 
 use tokio::net::TcpStream;
 
-pub use crate::telemetry::accesslog::{Label, PackedLabel};
-use crate::io::conn::Stream;
-use crate::limits::Throttle;
-use crate::io::relay::{self, Ended, Opts, Relay};
 use crate::front::worker::ConnGuard;
+use crate::io::conn::Stream;
+use crate::io::relay::{self, Ended, Opts, Relay};
+use crate::limits::Throttle;
+pub(crate) use crate::telemetry::accesslog::{Label, PackedLabel};
 
 /// What the handshake hands over besides the client socket.
-pub struct Handoff {
-    pub upstream: Stream,
+pub(crate) struct Handoff {
+    pub(crate) upstream: Stream,
     /// Client bytes read with the handshake that belong to the tunnel.
-    pub early_up: Vec<u8>,
+    pub(crate) early_up: Vec<u8>,
     /// Upstream bytes read with a response head that belong to the tunnel.
-    pub early_down: Vec<u8>,
+    pub(crate) early_down: Vec<u8>,
     /// Bandwidth limits of the listener and the user.
-    pub throttle: Throttle,
+    pub(crate) throttle: Throttle,
 }
 
 /// What an open tunnel keeps of its exchange for its record (`accesslog::Record`), ended
 /// when the tunnel ends.
-pub struct Record {
-    pub peer: SocketAddr,
+pub(crate) struct Record {
+    pub(crate) peer: SocketAddr,
     /// Method and target (and User-Agent and Referer when the log shows them), with the
     /// protocol and HTTP version.
-    pub label: Label,
-    pub status: u16,
-    pub start: Instant,
-    pub upstream: Option<SocketAddr>,
+    pub(crate) label: Label,
+    pub(crate) status: u16,
+    pub(crate) start: Instant,
+    pub(crate) upstream: Option<SocketAddr>,
     /// The authenticated user.
-    pub user: Option<std::rc::Rc<str>>,
+    pub(crate) user: Option<std::rc::Rc<str>>,
     /// The client's TLS session, on TLS ports.
-    pub tls: Option<std::rc::Rc<crate::io::tls::Session>>,
+    pub(crate) tls: Option<std::rc::Rc<crate::io::tls::Session>>,
     /// The route and parents taken, if any.
-    pub via: Option<std::rc::Rc<crate::telemetry::accesslog::Via>>,
+    pub(crate) via: Option<std::rc::Rc<crate::telemetry::accesslog::Via>>,
     /// Bytes already counted by the handshake (a 101 response's body bytes, say).
-    pub up: u64,
-    pub down: u64,
+    pub(crate) up: u64,
+    pub(crate) down: u64,
 }
 
 /// Starts the relay task; the caller's task should end right after. Two plain sockets get
 /// the relay with sockets as ends (splice, parking); a TLS stream on either side, the
 /// relay with streams as ends.
-pub fn spawn(guard: ConnGuard, mut client: Stream, handoff: Handoff, opts: Opts, record: Record) {
+pub(crate) fn spawn(
+    guard: ConnGuard,
+    mut client: Stream,
+    handoff: Handoff,
+    opts: Opts,
+    record: Record,
+) {
     let Handoff { upstream, early_up, early_down, throttle } = handoff;
     // A relay waits on both sockets: a client not yet registered is registered now.
     if let Err(e) = client.register() {
@@ -124,9 +130,15 @@ pub(crate) fn finish(
 ) {
     // An upstream failure through parents names the parent it came through.
     let via = rec.via.as_deref();
-    let result = result.map_err(|e| e.through(via.map(crate::telemetry::accesslog::Via::last_parent)));
-    let mut record =
-        crate::telemetry::accesslog::Record::new(rec.peer, guard.listener(), &guard.listener().counters, rec.label.protocol, rec.start);
+    let result =
+        result.map_err(|e| e.through(via.map(crate::telemetry::accesslog::Via::last_parent)));
+    let mut record = crate::telemetry::accesslog::Record::new(
+        rec.peer,
+        guard.listener(),
+        &guard.listener().counters,
+        rec.label.protocol,
+        rec.start,
+    );
     record.label(&rec.label);
     record.user = rec.user.as_deref();
     record.upstream = rec.upstream;

@@ -11,9 +11,9 @@ use std::time::Instant;
 
 use tokio::net::UdpSocket;
 
-use crate::telemetry::accesslog::{Parts, Protocol, Record};
-use crate::policy::Listener;
 use crate::front::worker::Worker;
+use crate::policy::Listener;
+use crate::telemetry::accesslog::{Parts, Protocol, Record};
 
 /// Largest UDP payload; a datagram buffer of this size never truncates.
 const MAX_DATAGRAM: usize = 65_535;
@@ -32,7 +32,11 @@ struct RelaySession {
 /// target, so replies need no lookup; a session ends after `timeouts.udp_idle` of silence.
 /// The socket is shared with the worker's listener registry, so that a reload changing
 /// the target goes on with the same socket.
-pub(crate) async fn serve_relay(worker: Rc<Worker>, listener: Arc<Listener>, socket: Rc<UdpSocket>) {
+pub(crate) async fn serve_relay(
+    worker: Rc<Worker>,
+    listener: Arc<Listener>,
+    socket: Rc<UdpSocket>,
+) {
     let Some(target) = listener.target.clone() else { return };
     let sessions: Rc<RefCell<HashMap<SocketAddr, Rc<RelaySession>>>> = Rc::default();
     let mut shutdown = worker.shutdown.clone();
@@ -61,7 +65,13 @@ pub(crate) async fn serve_relay(worker: Rc<Worker>, listener: Arc<Listener>, soc
                     Err(why) => {
                         let name = format!("udp://{target}");
                         let parts = Parts { method: b"UDP", target: name.as_bytes() };
-                        let mut r = Record::new(client, &listener, &listener.counters, Protocol::Udp, start);
+                        let mut r = Record::new(
+                            client,
+                            &listener,
+                            &listener.counters,
+                            Protocol::Udp,
+                            start,
+                        );
                         r.label = &parts;
                         r.error = Some(&why);
                         crate::front::exchange::end(&worker, None, r, None);

@@ -11,28 +11,28 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::watch;
 
-use crate::telemetry::accesslog::{AccessLog, Sink};
-use crate::policy::auth::{Gate, Refusal};
-use crate::io::buf::Buf;
 use crate::config::Config;
+use crate::io::buf::Buf;
 use crate::limits::{ConnLimits, Slot, Traffic};
+use crate::policy::auth::{Gate, Refusal};
 use crate::policy::Policy;
+use crate::telemetry::accesslog::{AccessLog, Sink};
 use crate::upstream::Upstreams;
 
 /// What every connection task of one worker shares.
-pub struct Worker {
-    pub id: usize,
+pub(crate) struct Worker {
+    pub(crate) id: usize,
     /// The configuration in force (timeouts, limits, log settings...), from the policy
     /// snapshot: replaced with it on SIGHUP; `Rc` so that taking it costs no atomic.
     // Rc over the shared Arc on purpose, as for `policy`.
     #[allow(clippy::redundant_allocation)]
     cfg: RefCell<Rc<Arc<Config>>>,
-    pub upstreams: Upstreams,
-    pub log: AccessLog,
+    pub(crate) upstreams: Upstreams,
+    pub(crate) log: AccessLog,
     limits: Cell<rustle_proto::http::Limits>,
-    pub shutdown: watch::Receiver<bool>,
+    pub(crate) shutdown: watch::Receiver<bool>,
     /// Set once shutdown begins, read without touching the watch channel's lock.
-    pub stopping: Cell<bool>,
+    pub(crate) stopping: Cell<bool>,
     active: Cell<usize>,
     /// Users, rules and limits in force; replaced on SIGHUP. `Rc` so that a connection
     /// takes its snapshot without an atomic operation.
@@ -41,9 +41,9 @@ pub struct Worker {
     policy: RefCell<Rc<Arc<Policy>>>,
     /// Credentials checks (this worker's cache and failure limiter; no lock).
     auth: Gate,
-    pub conn_limits: Arc<ConnLimits>,
+    pub(crate) conn_limits: Arc<ConnLimits>,
     /// Bytes each way per authenticated user, across workers (for logs and metrics).
-    pub traffic: Arc<Traffic>,
+    pub(crate) traffic: Arc<Traffic>,
     /// Read buffers not in use, so a request does not allocate one.
     bufs: RefCell<Vec<Buf>>,
     /// Response field lists not in use (see `take_fields`).
@@ -57,7 +57,7 @@ pub struct Worker {
     /// Tunnels parked since then.
     parked_untrimmed: Cell<usize>,
     /// Kept-alive connections waiting for their next request.
-    pub waiters: crate::io::idle::Waiters,
+    pub(crate) waiters: crate::io::idle::Waiters,
     /// Open client connections across all workers, and HTTP/2 streams with an upstream
     /// (`StreamSlot`), for `limits.max_connections`.
     open: Arc<AtomicUsize>,
@@ -67,7 +67,7 @@ pub struct Worker {
 /// connection: a place under `limits.max_connections` and slots under the per-client and
 /// per-user limits, as a connection of its own would take (one h2 connection carries
 /// many upstream sockets). Released when dropped.
-pub struct StreamSlot {
+pub(crate) struct StreamSlot {
     open: Arc<AtomicUsize>,
     /// The client's and the user's slots, boxed and only when a limit counts them (an
     /// open tunnel keeps its stream's slot).
@@ -81,7 +81,7 @@ impl Drop for StreamSlot {
 }
 
 /// Held by a connection task; releases its slot when the task ends however it ends.
-pub struct ConnGuard {
+pub(crate) struct ConnGuard {
     worker: Rc<Worker>,
     /// The listener it was accepted on.
     listener: Arc<crate::policy::Listener>,
@@ -136,7 +136,7 @@ impl Worker {
     /// password hashes of every worker.
     // Each argument is a part handed over once per worker thread, at start.
     #[allow(clippy::too_many_arguments)]
-    pub fn new(
+    pub(crate) fn new(
         id: usize,
         policy: Arc<Policy>,
         shutdown: watch::Receiver<bool>,
@@ -179,18 +179,18 @@ impl Worker {
     /// The configuration in force, for one connection or request. An `Rc` of the shared
     /// `Arc`: a connection's clone is a plain increment on this thread, not an atomic one.
     #[allow(clippy::redundant_allocation)]
-    pub fn cfg(&self) -> Rc<Arc<Config>> {
+    pub(crate) fn cfg(&self) -> Rc<Arc<Config>> {
         self.cfg.borrow().clone()
     }
 
     /// The request-head limits in force.
-    pub fn limits(&self) -> rustle_proto::http::Limits {
+    pub(crate) fn limits(&self) -> rustle_proto::http::Limits {
         self.limits.get()
     }
 
     /// Counts a connection just accepted from `client` on `listener`: its guard, the
     /// connections now open across workers, and whether the client is over its own limit.
-    pub fn admit(
+    pub(crate) fn admit(
         self: &Rc<Self>,
         client: std::net::IpAddr,
         listener: &Arc<crate::policy::Listener>,
@@ -214,7 +214,7 @@ impl Worker {
     /// refused with: `Overloaded` past `limits.max_connections`, `LimitReached` past the
     /// client's or the user's own limit. Costs an atomic add and, with a per-client or
     /// per-user limit, the limits' lock, as accepting a connection does.
-    pub fn admit_stream(
+    pub(crate) fn admit_stream(
         &self,
         client: std::net::IpAddr,
         user: Option<&str>,
@@ -242,7 +242,7 @@ impl Worker {
     }
 
     /// Connections of this worker still open.
-    pub fn active(&self) -> usize {
+    pub(crate) fn active(&self) -> usize {
         self.active.get()
     }
 
@@ -250,7 +250,7 @@ impl Worker {
     /// that start from now on (SIGHUP): timeouts, head limits, the origin pool's and the
     /// credential checks' settings, the access log's format and where it goes (`sink`).
     /// Connections already open keep the snapshot they took.
-    pub fn reconfigure(&self, policy: Arc<Policy>, sink: Sink) {
+    pub(crate) fn reconfigure(&self, policy: Arc<Policy>, sink: Sink) {
         let cfg = policy.config.clone();
         self.log.reconfigure(sink, cfg.log.format.clone());
         self.limits.set(head_limits(&cfg));
@@ -265,7 +265,7 @@ impl Worker {
     /// When an exchange starts, for its log line and its duration: the clock when lines
     /// are written or durations measured (`metrics::timed`), the last sweep's time when
     /// neither (nothing reads it then).
-    pub fn stamp(&self) -> Instant {
+    pub(crate) fn stamp(&self) -> Instant {
         match self.log.enabled() || crate::telemetry::metrics::timed() {
             true => Instant::now(),
             false => self.waiters.coarse_now(),
@@ -273,13 +273,13 @@ impl Worker {
     }
 
     /// The generation of the users in force (changes with every reload).
-    pub fn users_generation(&self) -> u64 {
+    pub(crate) fn users_generation(&self) -> u64 {
         self.policy.borrow().users.generation()
     }
 
     /// The bandwidth limits of a connection on a listener limited by `listener`, of
     /// `user` (the policy in force decides the user's).
-    pub fn throttle(
+    pub(crate) fn throttle(
         &self,
         listener: &crate::limits::Throttle,
         user: Option<&str>,
@@ -290,12 +290,12 @@ impl Worker {
     /// The policy in force, for one request or handshake (an `Rc` of the shared `Arc`,
     /// as `cfg`).
     #[allow(clippy::redundant_allocation)]
-    pub fn policy(&self) -> Rc<Arc<Policy>> {
+    pub(crate) fn policy(&self) -> Rc<Arc<Policy>> {
         self.policy.borrow().clone()
     }
 
     /// Checks a user name and password against the users in force (`auth::Gate`).
-    pub async fn authenticate(
+    pub(crate) async fn authenticate(
         &self,
         client: std::net::IpAddr,
         user: &str,
@@ -313,7 +313,7 @@ impl Worker {
 
     /// Completes the TLS handshake of a client of `listener` whose first bytes are in
     /// `buf` (`tls::accept`, with the listener's certificates in force).
-    pub async fn accept_tls(
+    pub(crate) async fn accept_tls(
         &self,
         listener: &crate::policy::Listener,
         stream: tokio::net::TcpStream,
@@ -333,7 +333,7 @@ impl Worker {
     }
 
     /// Relay settings for a tunnel accepted on a listener with this splice mode.
-    pub fn relay_opts(&self, splice: crate::config::SpliceMode) -> crate::io::relay::Opts {
+    pub(crate) fn relay_opts(&self, splice: crate::config::SpliceMode) -> crate::io::relay::Opts {
         let cfg = self.cfg();
         let r = &cfg.relay;
         crate::io::relay::Opts {
@@ -346,11 +346,11 @@ impl Worker {
 
     /// A response head's field list from the worker's spares (a fresh one when there is
     /// none): parsing a response then allocates nothing, and an idle connection keeps none.
-    pub fn take_fields(&self) -> Vec<rustle_proto::http::Header> {
+    pub(crate) fn take_fields(&self) -> Vec<rustle_proto::http::Header> {
         self.fields.borrow_mut().pop().unwrap_or_default()
     }
 
-    pub fn give_fields(&self, mut fields: Vec<rustle_proto::http::Header>) {
+    pub(crate) fn give_fields(&self, mut fields: Vec<rustle_proto::http::Header>) {
         let mut spare = self.fields.borrow_mut();
         if spare.len() < MAX_SPARE_FIELDS && fields.capacity() <= MAX_KEPT_FIELDS {
             fields.clear();
@@ -362,11 +362,11 @@ impl Worker {
     /// worker's spares: a kept-alive connection gives its own back while it waits for its
     /// next request, so that an idle client holds none (10 KB answers made each idle
     /// connection keep 10 KB).
-    pub fn take_out(&self) -> Vec<u8> {
+    pub(crate) fn take_out(&self) -> Vec<u8> {
         self.outs.borrow_mut().pop().unwrap_or_else(|| Vec::with_capacity(OUT_SIZE))
     }
 
-    pub fn give_out(&self, mut out: Vec<u8>) {
+    pub(crate) fn give_out(&self, mut out: Vec<u8>) {
         let mut spare = self.outs.borrow_mut();
         if out.capacity() > 0 && spare.len() < MAX_SPARE_OUTS && out.capacity() <= MAX_KEPT_OUT {
             out.clear();
@@ -374,7 +374,7 @@ impl Worker {
         }
     }
 
-    pub fn take_buf(&self) -> Buf {
+    pub(crate) fn take_buf(&self) -> Buf {
         let mut bufs = self.bufs.borrow_mut();
         let buf = bufs.pop().unwrap_or_else(Buf::with_storage);
         self.bufs_low.set(self.bufs_low.get().min(bufs.len()));
@@ -386,7 +386,7 @@ impl Worker {
     /// more), or when `parked` (since the last call) adds up to many parked tunnels, whose
     /// tasks were freed, the allocator is asked to give its free pages back, so that RSS
     /// follows too.
-    pub fn trim_bufs(&self, parked: usize) {
+    pub(crate) fn trim_bufs(&self, parked: usize) {
         let mut bufs = self.bufs.borrow_mut();
         let unused = self.bufs_low.get().min(bufs.len());
         let keep = bufs.len() - unused;
@@ -412,7 +412,7 @@ impl Worker {
         }
     }
 
-    pub fn give_buf(&self, mut buf: Buf) {
+    pub(crate) fn give_buf(&self, mut buf: Buf) {
         let mut bufs = self.bufs.borrow_mut();
         if bufs.len() < MAX_SPARE_BUFS && buf.capacity() == crate::io::buf::READ_SIZE {
             buf.clear();
@@ -429,19 +429,19 @@ fn head_limits(cfg: &Config) -> rustle_proto::http::Limits {
 }
 
 impl ConnGuard {
-    pub fn worker(&self) -> &Rc<Worker> {
+    pub(crate) fn worker(&self) -> &Rc<Worker> {
         &self.worker
     }
 
     /// The listener the connection came from.
-    pub fn listener(&self) -> &Arc<crate::policy::Listener> {
+    pub(crate) fn listener(&self) -> &Arc<crate::policy::Listener> {
         &self.listener
     }
 
     /// Counts this connection against `user`'s limit (once per connection); false when
     /// the user is at its limit. The first call also counts the connection as the user's
     /// in the metrics (the one allocation an authenticated connection adds: its slots).
-    pub fn hold_user(&mut self, user: &str) -> bool {
+    pub(crate) fn hold_user(&mut self, user: &str) -> bool {
         if self.slots.as_ref().is_some_and(|s| s.user.is_some() || s.user_conn.is_some()) {
             return true;
         }

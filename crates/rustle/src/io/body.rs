@@ -13,11 +13,11 @@ use std::future::Future;
 use tokio::io::AsyncRead;
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 
+use crate::error::{Error, Phase};
 use crate::io::buf::Buf;
 use crate::io::conn::Splice;
-use crate::error::{Error, Phase};
-use crate::limits::Limit;
 use crate::io::relay::{splice_body, SpliceFailure};
+use crate::limits::Limit;
 
 /// A body of known length is spliced while at least this much of it remains: below it,
 /// the copy through the read buffer costs less than the pipe round trip.

@@ -10,31 +10,31 @@ use tokio::io::{AsyncRead, AsyncReadExt};
 /// syscalls, small enough that thousands of connections fit in little memory.
 pub(crate) const READ_SIZE: usize = 16 * 1024;
 
-pub struct Buf {
+pub(crate) struct Buf {
     data: Vec<u8>,
     start: usize,
     end: usize,
 }
 
 impl Buf {
-    pub fn with_storage() -> Self {
+    pub(crate) fn with_storage() -> Self {
         Buf { data: vec![0; READ_SIZE], start: 0, end: 0 }
     }
 
     /// The bytes read and not yet consumed.
-    pub fn filled(&self) -> &[u8] {
+    pub(crate) fn filled(&self) -> &[u8] {
         &self.data[self.start..self.end]
     }
 
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.start == self.end
     }
 
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.end - self.start
     }
 
-    pub fn consume(&mut self, n: usize) {
+    pub(crate) fn consume(&mut self, n: usize) {
         self.start = (self.start + n).min(self.end);
         if self.start == self.end {
             self.start = 0;
@@ -43,13 +43,13 @@ impl Buf {
     }
 
     /// Size of the storage (grown buffers are not pooled).
-    pub fn capacity(&self) -> usize {
+    pub(crate) fn capacity(&self) -> usize {
         self.data.len()
     }
 
     /// Appends `bytes` after the filled ones (bytes read elsewhere, such as what a parent
     /// proxy sent with its reply).
-    pub fn extend_from_slice(&mut self, bytes: &[u8]) {
+    pub(crate) fn extend_from_slice(&mut self, bytes: &[u8]) {
         if bytes.is_empty() {
             return;
         }
@@ -58,7 +58,7 @@ impl Buf {
         self.end = self.data.len();
     }
 
-    pub fn clear(&mut self) {
+    pub(crate) fn clear(&mut self) {
         self.start = 0;
         self.end = 0;
     }
@@ -66,7 +66,7 @@ impl Buf {
     /// Reads once, appending to the filled bytes; the buffer grows up to `max` when it is
     /// full of unconsumed bytes (a large head). Returns 0 at end of stream, and an
     /// `OutOfMemory` error when `max` is reached.
-    pub async fn read_from<R: AsyncRead + Unpin>(
+    pub(crate) async fn read_from<R: AsyncRead + Unpin>(
         &mut self,
         r: &mut R,
         max: usize,

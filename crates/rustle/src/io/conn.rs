@@ -20,7 +20,7 @@ pub(crate) type ClientTls = tokio_rustls::client::TlsStream<TcpStream>;
 pub(crate) type Ktls = ktls::KtlsStream<TcpStream>;
 pub(crate) type NestedTls = tokio_rustls::client::TlsStream<Stream>;
 
-pub enum Stream {
+pub(crate) enum Stream {
     Tcp(TcpStream),
     /// A plain client connection not yet registered with the event loop (non-blocking).
     /// Reads and writes are tried directly; the first one that would block registers the
@@ -57,7 +57,7 @@ impl From<TcpStream> for Stream {
 impl Stream {
     /// The socket, when bytes on it are the payload itself (splice can move them).
     /// (None for a `Fresh` stream: `register` it first.)
-    pub fn tcp(&self) -> Option<&TcpStream> {
+    pub(crate) fn tcp(&self) -> Option<&TcpStream> {
         match self {
             Stream::Tcp(s) => Some(s),
             Stream::Fresh(_) | Stream::Server(_) | Stream::Client(_) | Stream::Nested(_) => None,
@@ -67,7 +67,7 @@ impl Stream {
     }
 
     /// The registered TCP socket underneath, whatever runs over it (None while `Fresh`).
-    pub fn socket(&self) -> Option<&TcpStream> {
+    pub(crate) fn socket(&self) -> Option<&TcpStream> {
         match self {
             Stream::Tcp(s) => Some(s),
             Stream::Fresh(_) => None,
@@ -79,7 +79,7 @@ impl Stream {
         }
     }
 
-    pub fn local_addr(&self) -> io::Result<SocketAddr> {
+    pub(crate) fn local_addr(&self) -> io::Result<SocketAddr> {
         match (self, self.socket()) {
             (Stream::Fresh(Some(s)), _) => s.local_addr(),
             (_, Some(s)) => s.local_addr(),
@@ -87,7 +87,7 @@ impl Stream {
         }
     }
 
-    pub fn is_tls(&self) -> bool {
+    pub(crate) fn is_tls(&self) -> bool {
         !matches!(self, Stream::Tcp(_) | Stream::Fresh(_))
     }
 
@@ -95,7 +95,7 @@ impl Stream {
     /// origin connection, one that cannot be reused): close_notify and FIN go out now if
     /// the socket has room for them (it nearly always has), else the close goes without.
     /// Nothing for plain TCP, whose close says all.
-    pub fn close_now(&mut self) {
+    pub(crate) fn close_now(&mut self) {
         if self.is_tls() {
             shutdown_now(self);
         }
@@ -104,7 +104,7 @@ impl Stream {
     /// Makes closing a plain TCP stream a reset (SO_LINGER 0): for an answer whose end
     /// is the connection's end, cut short, so that the client does not take the cut for
     /// the end. Nothing for TLS, whose missing close_notify already says it.
-    pub fn reset_on_close(&self) {
+    pub(crate) fn reset_on_close(&self) {
         let res = match self {
             Stream::Tcp(s) => socket2::SockRef::from(s).set_linger(Some(std::time::Duration::ZERO)),
             Stream::Fresh(Some(s)) => {
@@ -123,7 +123,7 @@ impl Stream {
 
     /// Registers a `Fresh` socket with the event loop (it becomes `Tcp`); other streams
     /// are left as they are.
-    pub fn register(&mut self) -> io::Result<()> {
+    pub(crate) fn register(&mut self) -> io::Result<()> {
         let Stream::Fresh(fresh) = self else { return Ok(()) };
         let s = fresh.take().ok_or_else(unregistered)?;
         *self = Stream::Tcp(TcpStream::from_std(s)?);
@@ -131,7 +131,7 @@ impl Stream {
     }
 
     /// The plain socket, registered (a `Fresh` one is registered now); an error for TLS.
-    pub fn into_tcp(mut self) -> io::Result<TcpStream> {
+    pub(crate) fn into_tcp(mut self) -> io::Result<TcpStream> {
         self.register()?;
         match self {
             Stream::Tcp(s) => Ok(s),
@@ -162,7 +162,7 @@ impl Stream {
     /// Halves for one exchange: `read` says whether the read half will be used (a request
     /// body to stream). Without it the write half is the whole stream, which keeps a
     /// `Fresh` socket unregistered; with it, `split`.
-    pub fn halves(&mut self, read: bool) -> (ReadHalf<'_>, WriteHalf<'_>) {
+    pub(crate) fn halves(&mut self, read: bool) -> (ReadHalf<'_>, WriteHalf<'_>) {
         match self {
             Stream::Fresh(_) if !read => (ReadHalf::Unused, WriteHalf::Whole(self)),
             _ => self.split(),
@@ -171,7 +171,7 @@ impl Stream {
 
     /// Halves that can be used at once (a request body read while a response is
     /// written). Plain TCP splits for free; TLS shares one session between the halves.
-    pub fn split(&mut self) -> (ReadHalf<'_>, WriteHalf<'_>) {
+    pub(crate) fn split(&mut self) -> (ReadHalf<'_>, WriteHalf<'_>) {
         // A fresh socket that cannot be registered still works through the shared halves
         // (each operation then reports the error).
         let _ = self.register();
@@ -216,14 +216,14 @@ impl Splice for tcp::WriteHalf<'_> {
     }
 }
 
-pub enum ReadHalf<'a> {
+pub(crate) enum ReadHalf<'a> {
     Tcp(tcp::ReadHalf<'a>),
     Shared(tokio::io::ReadHalf<&'a mut Stream>),
     /// The read half of `halves(false)`: never to be read (reading fails).
     Unused,
 }
 
-pub enum WriteHalf<'a> {
+pub(crate) enum WriteHalf<'a> {
     Tcp(tcp::WriteHalf<'a>),
     Shared(tokio::io::WriteHalf<&'a mut Stream>),
     /// The whole stream, when nothing is read meanwhile (`halves(false)`): a fresh socket

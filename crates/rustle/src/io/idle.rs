@@ -31,7 +31,7 @@ struct Entry {
 }
 
 /// A worker's waiting connections.
-pub struct Waiters {
+pub(crate) struct Waiters {
     slots: RefCell<Vec<Option<Entry>>>,
     free: RefCell<Vec<usize>>,
     /// The time of the last sweep: deadlines as coarse as the sweep start from it, as
@@ -51,14 +51,14 @@ impl Default for Waiters {
 
 impl Waiters {
     /// Now, as of the last sweep (a tick ago at most, when a worker sweeps).
-    pub fn coarse_now(&self) -> std::time::Instant {
+    pub(crate) fn coarse_now(&self) -> std::time::Instant {
         self.swept.get().into_std()
     }
 
     /// A deadline `after` from now without reading the clock: from the last sweep plus
     /// one tick, which is no earlier than now while sweeps keep their pace, so a wait
     /// never ends early; it ends up to two ticks late.
-    pub fn deadline(&self, after: Duration) -> Instant {
+    pub(crate) fn deadline(&self, after: Duration) -> Instant {
         self.swept.get() + TICK + after
     }
 
@@ -114,7 +114,7 @@ impl Waiters {
     /// requests).
     /// `now` is tokio's clock (std's converts: they are the same clock unless a test
     /// paused tokio's).
-    pub fn sweep(&self, now: impl Into<Instant>, stopping: bool) {
+    pub(crate) fn sweep(&self, now: impl Into<Instant>, stopping: bool) {
         let now = now.into();
         self.swept.set(now);
         let mut slots = self.slots.borrow_mut();
@@ -133,7 +133,7 @@ impl Waiters {
 
     /// Runs `fut`, a wait between requests, until it completes (`Some`) or the wait
     /// fires (`None`): the deadline passed or the worker is stopping.
-    pub fn wait<'a, F: Future + Unpin>(&'a self, fut: F, deadline: Instant) -> Wait<'a, F> {
+    pub(crate) fn wait<'a, F: Future + Unpin>(&'a self, fut: F, deadline: Instant) -> Wait<'a, F> {
         Wait { waiters: self, fut, deadline, idle: true, slot: None }
     }
 
@@ -141,18 +141,12 @@ impl Waiters {
     /// deadline passes (`None`); shutdown lets it go on. A coarse timeout (one tick late
     /// at most) for waits that are long and almost never reached, such as the I/O
     /// timeout while an origin prepares its answer.
-    pub fn within<'a, F: Future + Unpin>(&'a self, fut: F, deadline: Instant) -> Wait<'a, F> {
+    pub(crate) fn within<'a, F: Future + Unpin>(
+        &'a self,
+        fut: F,
+        deadline: Instant,
+    ) -> Wait<'a, F> {
         Wait { waiters: self, fut, deadline, idle: false, slot: None }
-    }
-
-    /// Runs `fut` within `limit` (`None`: it ran out). An operation that completes at
-    /// once registers nothing; one that has to wait gets a coarse deadline (`within`).
-    pub async fn timed<F: Future>(&self, fut: F, limit: std::time::Duration) -> Option<F::Output> {
-        let mut fut = std::pin::pin!(fut);
-        match poll_once(fut.as_mut()).await {
-            Some(r) => Some(r),
-            None => self.within(fut, self.deadline(limit)).await,
-        }
     }
 
     #[cfg(test)]
@@ -226,7 +220,7 @@ impl Drop for Coarse {
 }
 
 /// See `Waiters::wait`.
-pub struct Wait<'a, F> {
+pub(crate) struct Wait<'a, F> {
     waiters: &'a Waiters,
     fut: F,
     deadline: Instant,
@@ -257,7 +251,7 @@ impl<F: Future + Unpin> Future for Wait<'_, F> {
 impl<F> Wait<'_, F> {
     /// Gives the wait a new deadline (after it fired, or before); the next poll registers
     /// it again.
-    pub fn rearm(&mut self, deadline: Instant) {
+    pub(crate) fn rearm(&mut self, deadline: Instant) {
         self.deadline = deadline;
         if let Some(i) = self.slot.take() {
             self.waiters.remove(i);

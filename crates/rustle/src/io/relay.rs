@@ -36,8 +36,8 @@ use tokio::time::{sleep_until, Instant, Sleep};
 
 use crate::config::SpliceMode;
 use crate::error::{Error, Phase};
-use crate::limits::{Limit, Throttle};
 use crate::io::sys::Pipe;
+use crate::limits::{Limit, Throttle};
 pub(crate) use end::End;
 
 /// Scratch buffer size, and the read size that counts as "full" for switching to splice.
@@ -97,27 +97,27 @@ pub(crate) fn mode_switches() -> (u64, u64) {
 /// direction is woken only once `LOWAT` bytes are queued, or `delay` after it last
 /// waited.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Grace {
-    pub reads: u32,
-    pub delay: Duration,
+pub(crate) struct Grace {
+    pub(crate) reads: u32,
+    pub(crate) delay: Duration,
 }
 
 /// How a relay behaves.
 #[derive(Debug, Clone, Copy)]
-pub struct Opts {
+pub(crate) struct Opts {
     /// No byte either way for this long ends the relay.
-    pub idle: Duration,
-    pub splice: SpliceMode,
-    pub grace: Option<Grace>,
+    pub(crate) idle: Duration,
+    pub(crate) splice: SpliceMode,
+    pub(crate) grace: Option<Grace>,
 }
 
 /// What a relay moved.
 #[derive(Debug, Default, Clone, Copy)]
-pub struct Totals {
+pub(crate) struct Totals {
     /// From the client towards the upstream.
-    pub up: u64,
+    pub(crate) up: u64,
     /// From the upstream towards the client.
-    pub down: u64,
+    pub(crate) down: u64,
 }
 
 thread_local! {
@@ -627,7 +627,7 @@ impl Dir {
 /// A relay between two sockets; resolves when both directions have ended, one side
 /// failed, or the idle timeout passed. Hand-written rather than `async` so that the state
 /// an open tunnel keeps is two small `Dir`s, with no readiness futures inside.
-pub struct Relay<C, U> {
+pub(crate) struct Relay<C, U> {
     client: C,
     upstream: U,
     /// Bandwidth limits; None (no cost) for unlimited connections.
@@ -648,7 +648,7 @@ pub struct Relay<C, U> {
 pub(crate) const PARK_AFTER: Duration = Duration::from_secs(1);
 
 /// How a relay ended.
-pub enum Ended {
+pub(crate) enum Ended {
     /// Both directions ended, one side failed, or the idle timeout passed.
     Done(Totals, Result<(), Error>),
     /// Nothing has moved for `PARK_AFTER` and nothing is held: the relay can be parked.
@@ -656,7 +656,7 @@ pub enum Ended {
 }
 
 /// What a parked relay keeps to go on where it stopped.
-pub struct Resume {
+pub(crate) struct Resume {
     opts: Opts,
     throttle: Option<Box<Throttle>>,
     moved: (u64, u64),
@@ -666,16 +666,16 @@ pub struct Resume {
 
 impl Resume {
     /// When the idle timeout ends the parked relay.
-    pub fn deadline(&self) -> Instant {
+    pub(crate) fn deadline(&self) -> Instant {
         self.last + self.opts.idle.min(crate::config::MAX_DURATION)
     }
 
-    pub fn totals(&self) -> Totals {
+    pub(crate) fn totals(&self) -> Totals {
         Totals { up: self.moved.0, down: self.moved.1 }
     }
 
     /// Which directions (client to upstream, upstream to client) have ended.
-    pub fn done(&self) -> (bool, bool) {
+    pub(crate) fn done(&self) -> (bool, bool) {
         self.done
     }
 }
@@ -718,14 +718,14 @@ where
 
 impl<C, U> Relay<C, U> {
     /// Applies bandwidth limits (nothing is kept for an unlimited throttle).
-    pub fn throttled(mut self, throttle: &Throttle) -> Self {
+    pub(crate) fn throttled(mut self, throttle: &Throttle) -> Self {
         self.throttle = throttle.boxed();
         self
     }
 
     /// Says that the sockets are closed as soon as the relay ends (a tunnel task owns
     /// them): the last end of stream is then passed on by that close, not by a shutdown.
-    pub fn closing(mut self) -> Self {
+    pub(crate) fn closing(mut self) -> Self {
         self.closes = true;
         self
     }
@@ -735,13 +735,13 @@ impl<C, U> Relay<C, U> {
     }
 
     /// The two ends (an HTTP/2 tunnel resets its stream once the relay has ended).
-    pub fn ends_mut(&mut self) -> (&mut C, &mut U) {
+    pub(crate) fn ends_mut(&mut self) -> (&mut C, &mut U) {
         (&mut self.client, &mut self.upstream)
     }
 
     /// `n` bytes went to the client before the relay ran (an upstream's first bytes sent
     /// with a response head): counted, and charged to the bandwidth limits.
-    pub fn sent_down_before(&mut self, n: usize) {
+    pub(crate) fn sent_down_before(&mut self, n: usize) {
         self.down.moved += n as u64;
         if let Some(t) = &self.throttle {
             t.charge(crate::limits::Direction::Down, n, Instant::now().into_std());
@@ -768,7 +768,7 @@ impl<C: End, U: End> Relay<C, U> {
     /// other side reset too (SO_LINGER 0, so that closing sends RST), where a plain close
     /// would tell that peer the stream ended whole. Once per tunnel, at its end; only
     /// between sockets.
-    pub fn pass_reset(&self, result: &Result<(), Error>) {
+    pub(crate) fn pass_reset(&self, result: &Result<(), Error>) {
         let reset = |e: &io::Error| e.kind() == io::ErrorKind::ConnectionReset;
         let other = match result {
             Err(Error::Upstream(e)) if reset(e) => self.client.socket(),
@@ -784,7 +784,7 @@ impl<C: End, U: End> Relay<C, U> {
 
 impl Relay<TcpStream, TcpStream> {
     /// Lets the relay end with `Ended::Idle` once it has been idle for `PARK_AFTER`.
-    pub fn parking(mut self) -> Self {
+    pub(crate) fn parking(mut self) -> Self {
         self.parks = true;
         self
     }
@@ -792,7 +792,7 @@ impl Relay<TcpStream, TcpStream> {
     /// Takes an idle relay apart for parking: its sockets, off tokio's event loop, and
     /// what it needs to resume. On failure, what it had moved and the error.
     #[allow(clippy::type_complexity)]
-    pub fn park(
+    pub(crate) fn park(
         mut self,
     ) -> Result<(std::net::TcpStream, std::net::TcpStream, Resume), (Totals, Error)> {
         POOLS.with(|pools| {
@@ -814,7 +814,7 @@ impl Relay<TcpStream, TcpStream> {
 
     /// A parked relay, running again on its sockets; `parks`: it may be parked again
     /// (not when its park refused it or is gone, which would park and resume it in a loop).
-    pub fn resume(client: TcpStream, upstream: TcpStream, r: Resume, parks: bool) -> Self {
+    pub(crate) fn resume(client: TcpStream, upstream: TcpStream, r: Resume, parks: bool) -> Self {
         let mut relay = run(client, upstream, b"", b"", r.opts).closing();
         relay.parks = parks;
         relay.throttle = r.throttle;
@@ -853,7 +853,7 @@ where
 {
     /// Relays until the relay ends, or (when `parking`) until it has been idle for
     /// `PARK_AFTER` with nothing held.
-    pub fn poll_ended(&mut self, cx: &mut Context<'_>) -> Poll<Ended> {
+    pub(crate) fn poll_ended(&mut self, cx: &mut Context<'_>) -> Poll<Ended> {
         let this = self;
         let mut last = this.last;
         let (client, upstream) = (&mut this.client, &mut this.upstream);

@@ -8,11 +8,10 @@ mod accept;
 mod der;
 mod setup;
 
-pub use accept::{accept, Accepted};
+pub(crate) use accept::{accept, Accepted};
 
-pub use setup::{
-    acceptor, cert_user, connect, connect_over, connector, ktls, server_name, set_ktls, Acceptor,
-    Session,
+pub(crate) use setup::{
+    acceptor, cert_user, connect_over, connector, ktls, server_name, set_ktls, Acceptor, Session,
 };
 
 use std::collections::HashMap;
@@ -32,7 +31,7 @@ use rustls::ServerConfig;
 
 /// Why a certificate chain and key could not be loaded. Each names the file at fault.
 #[derive(Debug, thiserror::Error)]
-pub enum CertError {
+pub(crate) enum CertError {
     #[error("{}: cannot read: {source}", path.display())]
     Read { path: PathBuf, source: io::Error },
     #[error("{}: bad PEM: {reason}", path.display())]
@@ -62,14 +61,17 @@ pub enum CertError {
 }
 
 /// The provider every config here is built with.
-pub fn provider() -> Arc<CryptoProvider> {
+pub(crate) fn provider() -> Arc<CryptoProvider> {
     Arc::new(rustls::crypto::aws_lc_rs::default_provider())
 }
 
 /// Loads a PEM certificate chain (leaf first, RSA or ECDSA) and its PEM private key
 /// (PKCS#8, PKCS#1 or SEC1), checking that the key matches the leaf and that the leaf is
 /// valid now.
-pub fn load_certified_key(chain_pem: &Path, key_pem: &Path) -> Result<CertifiedKey, CertError> {
+pub(crate) fn load_certified_key(
+    chain_pem: &Path,
+    key_pem: &Path,
+) -> Result<CertifiedKey, CertError> {
     let chain_bytes = read(chain_pem)?;
     let key_bytes = read(key_pem)?;
     let pem_err = |path: &Path| {
@@ -145,6 +147,7 @@ fn check_validity(path: &Path, info: &der::CertInfo, now: i64) -> Result<(), Cer
     Ok(())
 }
 
+#[cfg(test)]
 /// A server config for TLS 1.2 and 1.3 with session tickets, choosing among `certs` by the
 /// client's server name: an exact name, then a `*.suffix` wildcard, then the default.
 ///
@@ -154,7 +157,7 @@ fn check_validity(path: &Path, info: &der::CertInfo, now: i64) -> Result<(), Cer
 /// explicitly given names (an explicit name always beats a certificate's name; among
 /// certificates, the earlier entry wins). A client without SNI (or with an unknown name)
 /// gets the default; with no default it is refused.
-pub fn server_config(
+pub(crate) fn server_config(
     certs: Vec<(Option<String>, CertifiedKey)>,
     alpn: &[&[u8]],
 ) -> Arc<ServerConfig> {
@@ -162,7 +165,7 @@ pub fn server_config(
 }
 
 /// `server_config`, verifying client certificates with `verifier` when given.
-pub fn server_config_with(
+pub(crate) fn server_config_with(
     certs: Vec<(Option<String>, CertifiedKey)>,
     alpn: &[&[u8]],
     verifier: Option<Arc<dyn rustls::server::danger::ClientCertVerifier>>,
@@ -189,7 +192,7 @@ pub fn server_config_with(
 }
 
 /// Chooses a certificate by SNI: exact name, then one-label wildcard, then the default.
-pub struct SniResolver {
+pub(crate) struct SniResolver {
     exact: HashMap<String, Arc<CertifiedKey>>,
     /// `*.example.com` is stored under `example.com`.
     wildcard: HashMap<String, Arc<CertifiedKey>>,
@@ -197,7 +200,7 @@ pub struct SniResolver {
 }
 
 impl SniResolver {
-    pub fn new(certs: Vec<(Option<String>, CertifiedKey)>) -> SniResolver {
+    pub(crate) fn new(certs: Vec<(Option<String>, CertifiedKey)>) -> SniResolver {
         let mut resolver =
             SniResolver { exact: HashMap::new(), wildcard: HashMap::new(), default: None };
         let certs: Vec<(Option<String>, Arc<CertifiedKey>)> =
@@ -233,7 +236,7 @@ impl SniResolver {
     }
 
     /// The certificate for `server_name` (`None`: no SNI).
-    pub fn choose(&self, server_name: Option<&str>) -> Option<Arc<CertifiedKey>> {
+    pub(crate) fn choose(&self, server_name: Option<&str>) -> Option<Arc<CertifiedKey>> {
         if let Some(name) = server_name {
             let name = name.trim_end_matches('.').to_ascii_lowercase();
             if let Some(key) = self.exact.get(&name) {

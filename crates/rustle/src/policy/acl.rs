@@ -14,13 +14,13 @@ use std::net::IpAddr;
 
 use serde::Deserialize;
 
-pub use crate::config::{Conditions, RuleConfig};
+pub(crate) use crate::config::{Conditions, RuleConfig};
 
 pub use net::{
     canonical, is_private, private_reason, reaches, Builtins, Cidr, LOCAL_REASON, LOOP_REASON,
 };
 
-pub use crate::protocol::Protocol;
+pub(crate) use crate::protocol::Protocol;
 
 /// A protocol's bit in a rule's `protocols` set.
 fn bit(p: Protocol) -> u8 {
@@ -29,7 +29,7 @@ fn bit(p: Protocol) -> u8 {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "lowercase")]
-pub enum Action {
+pub(crate) enum Action {
     Allow,
     Deny,
 }
@@ -38,7 +38,7 @@ pub enum Action {
 /// misspelt group would make its rule match nobody, silently. Checked once the users are
 /// loaded (groups come from users files as well as from the configuration). `what` names
 /// the table: "rule", or "route" for the routes' conditions.
-pub fn undefined_groups<'a>(
+pub(crate) fn undefined_groups<'a>(
     rules: impl IntoIterator<Item = &'a Conditions>,
     what: &str,
     defined: impl Fn(&str) -> bool,
@@ -58,7 +58,7 @@ pub fn undefined_groups<'a>(
 
 /// `line N: rule K: user ...` for each user a rule names that `defined` does not know
 /// (`*`, any authenticated user, aside): a misspelt user would make its rule match nobody.
-pub fn undefined_users<'a>(
+pub(crate) fn undefined_users<'a>(
     rules: impl IntoIterator<Item = &'a Conditions>,
     what: &str,
     defined: impl Fn(&str) -> bool,
@@ -151,26 +151,26 @@ fn compile<'a>(
 
 /// What is known about a request when it is checked.
 #[derive(Debug, Clone, Copy)]
-pub struct Request<'a> {
+pub(crate) struct Request<'a> {
     /// The listener's name, if it has one.
-    pub listener: Option<&'a str>,
+    pub(crate) listener: Option<&'a str>,
     /// The client's address (IPv4-mapped IPv6 counts as IPv4).
-    pub client: IpAddr,
+    pub(crate) client: IpAddr,
     /// The authenticated user, None for anonymous clients.
-    pub user: Option<&'a str>,
+    pub(crate) user: Option<&'a str>,
     /// The user's groups.
-    pub groups: &'a [String],
+    pub(crate) groups: &'a [String],
     /// The destination host as the client named it (any case; a trailing dot and IPv6
     /// brackets are ignored).
-    pub host: &'a str,
-    pub port: u16,
-    pub protocol: Protocol,
+    pub(crate) host: &'a str,
+    pub(crate) port: u16,
+    pub(crate) protocol: Protocol,
     /// The address about to be connected to; None before resolution.
-    pub dest: Option<IpAddr>,
+    pub(crate) dest: Option<IpAddr>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Verdict {
+pub(crate) enum Verdict {
     Allow,
     Deny {
         /// Index of the deciding rule, for [`RuleSet::rule_name`]; None when the default
@@ -186,7 +186,7 @@ pub enum Verdict {
 
 /// What [`RuleSet::first_match`] found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Match {
+pub(crate) enum Match {
     /// The index of the first rule that matches.
     Rule(usize),
     /// No rule matches.
@@ -197,9 +197,9 @@ pub enum Match {
 }
 
 /// The reason of a [`Verdict::Deny`] from a deny rule.
-pub const RULE_REASON: &str = "denied by rule";
+pub(crate) const RULE_REASON: &str = "denied by rule";
 /// The reason of a [`Verdict::Deny`] when no rule matched and the default is deny.
-pub const DEFAULT_REASON: &str = "no rule allows it";
+pub(crate) const DEFAULT_REASON: &str = "no rule allows it";
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum HostPattern {
@@ -355,7 +355,7 @@ impl Rule {
 
 /// A compiled rule set.
 #[derive(Debug, Clone)]
-pub struct RuleSet {
+pub(crate) struct RuleSet {
     rules: Box<[Rule]>,
     default_allow: bool,
 }
@@ -437,7 +437,7 @@ impl RuleSet {
     /// Compiles configs; every problem (bad CIDR, bad port or range, unknown protocol,
     /// empty list, bad host pattern, empty name) comes with the index of its rule
     /// (0-based), so the config loader can turn it into a line.
-    pub fn compile(
+    pub(crate) fn compile(
         rules: &[RuleConfig],
         default_allow: bool,
     ) -> Result<RuleSet, Vec<(usize, String)>> {
@@ -447,7 +447,7 @@ impl RuleSet {
 
     /// The routes' conditions (`[[route]]`: a name and conditions) as a set of allow
     /// rules, one per route in order, for [`RuleSet::first_match`].
-    pub fn compile_conditions<'a>(
+    pub(crate) fn compile_conditions<'a>(
         routes: impl Iterator<Item = (&'a Option<String>, &'a Conditions)>,
     ) -> Result<RuleSet, Vec<(usize, String)>> {
         compile(routes.map(|(name, c)| (name, None, c)), true)
@@ -456,7 +456,7 @@ impl RuleSet {
     /// First match wins; with no match, the default. With `dest: None`, a rule with
     /// `destinations` whose other conditions match gives [`Verdict::NeedAddress`]. No
     /// allocation.
-    pub fn check(&self, req: &Request<'_>) -> Verdict {
+    pub(crate) fn check(&self, req: &Request<'_>) -> Verdict {
         match self.first_match(req) {
             Match::Rule(i) => match self.rules[i].action {
                 Action::Allow => Verdict::Allow,
@@ -471,7 +471,7 @@ impl RuleSet {
     /// The first rule whose conditions all match, whatever its action: the matcher that
     /// [`RuleSet::check`] and the routes (`route::Routes::choose`) share. No allocation.
     #[inline]
-    pub fn first_match(&self, req: &Request<'_>) -> Match {
+    pub(crate) fn first_match(&self, req: &Request<'_>) -> Match {
         for (i, rule) in self.rules.iter().enumerate() {
             if !rule.matches_before_dest(req) {
                 continue;
@@ -490,26 +490,26 @@ impl RuleSet {
 
     /// The rule's `name`, or "rule N" (1-based) without one; "unknown rule" for an index
     /// out of range.
-    pub fn rule_name(&self, index: usize) -> &str {
+    pub(crate) fn rule_name(&self, index: usize) -> &str {
         self.rules.get(index).map_or("unknown rule", |r| &r.name)
     }
 
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.rules.len()
     }
 
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.rules.is_empty()
     }
 
-    pub fn default_allow(&self) -> bool {
+    pub(crate) fn default_allow(&self) -> bool {
         self.default_allow
     }
 
     /// For the open-proxy check: whether a stranger (an anonymous client whose address is
     /// in no `clients` list) is refused everything, on any listener. Conservative: when
     /// unsure, false. See [`RuleSet::restricts_clients_on`].
-    pub fn restricts_clients(&self) -> bool {
+    pub(crate) fn restricts_clients(&self) -> bool {
         self.closed_to_strangers(None)
     }
 
@@ -521,7 +521,7 @@ impl RuleSet {
     /// allow rule that may apply means the proxy is open to someone (even if only for
     /// some hosts or ports); a deny rule closes it only if it surely matches every request
     /// (its conditions are absent or cover everything). At the end, the default decides.
-    pub fn restricts_clients_on(&self, listener: &str) -> bool {
+    pub(crate) fn restricts_clients_on(&self, listener: &str) -> bool {
         self.closed_to_strangers(Some(listener))
     }
 

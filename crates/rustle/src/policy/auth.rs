@@ -33,24 +33,24 @@ mod gate;
 mod hasher;
 mod limiter;
 
-pub use basic::{parse_basic, BasicError, MAX_BASIC_LEN};
-pub use cache::CredentialCache;
-pub use gate::{Gate, Refusal};
-pub use hasher::{Busy, Hasher, HasherLimits};
-pub use limiter::FailureLimiter;
+pub(crate) use basic::parse_basic;
+pub(crate) use cache::CredentialCache;
+pub(crate) use gate::{Gate, Refusal};
+pub(crate) use hasher::{Busy, Hasher, HasherLimits};
+pub(crate) use limiter::FailureLimiter;
 
 /// Longest user or group name, in bytes: long enough for e-mail-like names, short enough
 /// that a name is cheap to log and compare.
-pub const MAX_NAME_LEN: usize = 64;
+pub(crate) const MAX_NAME_LEN: usize = 64;
 
 /// Highest bcrypt cost accepted: `htpasswd -C` allows 4..=17, and each step doubles the
 /// work (cost 17 is several seconds per check), so a higher one is a typo or a trap.
-pub const MAX_BCRYPT_COST: u32 = 17;
+pub(crate) const MAX_BCRYPT_COST: u32 = 17;
 
 /// Highest argon2id memory cost accepted, in KiB (256 MiB). Each hashing thread keeps a
 /// block of the largest cost it has checked; the crate's default is 19 MiB, and RFC 9106's
 /// second recommendation 64 MiB. A bigger one in a proxy's users file is a typo or a trap.
-pub const MAX_ARGON2_MEMORY_KIB: u32 = 256 * 1024;
+pub(crate) const MAX_ARGON2_MEMORY_KIB: u32 = 256 * 1024;
 
 /// How a user's password is checked. The hash strings are kept as written (bcrypt and PHC
 /// strings carry their own salt and parameters); a `plain:` password only as its SHA-256,
@@ -216,21 +216,21 @@ impl fmt::Debug for Verifier {
 
 /// One user: name, password verifier, groups.
 #[derive(Clone)]
-pub struct User {
-    pub name: String,
-    pub groups: Vec<String>,
+pub(crate) struct User {
+    pub(crate) name: String,
+    pub(crate) groups: Vec<String>,
     verifier: Verifier,
 }
 
 impl User {
-    pub fn in_group(&self, group: &str) -> bool {
+    pub(crate) fn in_group(&self, group: &str) -> bool {
         self.groups.iter().any(|g| g == group)
     }
 
     /// Whether `password` is this user's. Slow on purpose for bcrypt and argon2id
     /// (milliseconds to hundreds of them, by the hash's cost): call it off the event loop,
     /// on a `Hasher`, and put a `CredentialCache` in front. Constant-time for plain.
-    pub fn verify(&self, password: &[u8]) -> bool {
+    pub(crate) fn verify(&self, password: &[u8]) -> bool {
         self.verifier.verify(password)
     }
 
@@ -241,12 +241,13 @@ impl User {
 
     /// Whether checking this user's password is a deliberately slow hash (bcrypt,
     /// argon2id) rather than a constant-time comparison (`plain:`).
-    pub fn is_slow(&self) -> bool {
+    pub(crate) fn is_slow(&self) -> bool {
         self.verifier.is_slow()
     }
 
+    #[cfg(test)]
     /// `bcrypt`, `argon2id` or `plain`, for start-up messages.
-    pub fn verifier_kind(&self) -> &'static str {
+    pub(crate) fn verifier_kind(&self) -> &'static str {
         self.verifier.kind()
     }
 }
@@ -312,7 +313,7 @@ impl Users {
     /// `plain:` password can neither start nor end with whitespace nor contain ':' here
     /// (the next ':' starts the groups field); inline users have no such limit.
     /// Every problem is returned with its 1-based line number.
-    pub fn parse_file(text: &str) -> Result<Users, Vec<(usize, String)>> {
+    pub(crate) fn parse_file(text: &str) -> Result<Users, Vec<(usize, String)>> {
         let mut users = Users::default();
         let mut first_line: HashMap<&str, usize> = HashMap::new();
         let mut problems = Vec::new();
@@ -343,7 +344,7 @@ impl Users {
     }
 
     /// Reads and parses a users file; the error is one `FILE: line N: problem` per line.
-    pub fn load(path: &Path) -> Result<Users, String> {
+    pub(crate) fn load(path: &Path) -> Result<Users, String> {
         let file = path.display();
         let text =
             std::fs::read_to_string(path).map_err(|e| format!("{file}: cannot read: {e}"))?;
@@ -356,7 +357,7 @@ impl Users {
 
     /// Adds one user given inline, with the same hash syntax as the file (a `plain:`
     /// password may contain anything here).
-    pub fn add(&mut self, name: &str, hash: &str, groups: &[String]) -> Result<(), String> {
+    pub(crate) fn add(&mut self, name: &str, hash: &str, groups: &[String]) -> Result<(), String> {
         check_name("user", name)?;
         if self.by_name.contains_key(name) {
             return Err(format!("duplicate user `{name}`"));
@@ -375,7 +376,7 @@ impl Users {
 
     /// Puts `members` in `group` (`[auth.groups] name = [members]`). A member not added yet
     /// gets the group when it is; `undefined_members` lists those still missing.
-    pub fn add_group_members(&mut self, group: &str, members: &[String]) {
+    pub(crate) fn add_group_members(&mut self, group: &str, members: &[String]) {
         for member in members {
             let groups = match self.by_name.get_mut(member) {
                 Some(user) => &mut user.groups,
@@ -390,7 +391,7 @@ impl Users {
 
     /// `(group, member)` for each group member that is no user, sorted: a configuration
     /// mistake the caller should report.
-    pub fn undefined_members(&self) -> Vec<(String, String)> {
+    pub(crate) fn undefined_members(&self) -> Vec<(String, String)> {
         let mut missing: Vec<(String, String)> = self
             .pending
             .iter()
@@ -400,26 +401,26 @@ impl Users {
         missing
     }
 
-    pub fn get(&self, name: &str) -> Option<&User> {
+    pub(crate) fn get(&self, name: &str) -> Option<&User> {
         self.by_name.get(name)
     }
 
     /// Whether some user is in `group` (a walk over every user: for checks at load time).
-    pub fn has_group(&self, group: &str) -> bool {
+    pub(crate) fn has_group(&self, group: &str) -> bool {
         self.by_name.values().any(|u| u.in_group(group))
     }
 
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.by_name.len()
     }
 
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.by_name.is_empty()
     }
 
     /// The largest argon2id memory cost of these users, in KiB (0 without argon2id): what
     /// each hashing thread comes to hold.
-    pub fn max_memory_kib(&self) -> u32 {
+    pub(crate) fn max_memory_kib(&self) -> u32 {
         self.by_name.values().map(|u| u.verifier.memory_kib()).max().unwrap_or(0)
     }
 
@@ -431,7 +432,7 @@ impl Users {
     /// A number that changes whenever this set changes and differs between sets built
     /// separately (it comes from a process-wide counter), so passing it to
     /// `CredentialCache::lookup` makes a reload invalidate every cached check. Clones share it.
-    pub fn generation(&self) -> u64 {
+    pub(crate) fn generation(&self) -> u64 {
         self.generation
     }
 
@@ -458,7 +459,7 @@ impl Users {
     /// the most common algorithm and cost in this set (the result is ignored), so that a
     /// failure for a name that does not exist takes as long as a wrong password for most
     /// names that do. `None` for an empty set (the caller has its own decoy).
-    pub fn decoy(&self) -> Option<User> {
+    pub(crate) fn decoy(&self) -> Option<User> {
         let (_, (_, name)) = self
             .costs
             .iter()
@@ -532,7 +533,7 @@ fn check_name(what: &str, name: &str) -> Result<(), String> {
 /// Hashes a password for the users file: argon2id with the argon2 crate's default
 /// parameters (19 MiB, 2 passes, 1 lane) and a random 16-byte salt from the OS. Returns
 /// the PHC string (`$argon2id$v=19$...`); see `hash_line` for a whole line.
-pub fn hash_password(password: &[u8]) -> Result<String, String> {
+pub(crate) fn hash_password(password: &[u8]) -> Result<String, String> {
     let mut salt = [0u8; 16];
     OsRng.try_fill_bytes(&mut salt).map_err(|e| format!("no randomness from the OS: {e}"))?;
     let salt = SaltString::encode_b64(&salt).map_err(|e| format!("cannot encode the salt: {e}"))?;
@@ -544,7 +545,7 @@ pub fn hash_password(password: &[u8]) -> Result<String, String> {
 
 /// A user whose password nobody knows, hashed like the default for new users: checking an
 /// unknown name against it makes a failure take as long as a wrong password.
-pub fn decoy_user() -> Option<User> {
+pub(crate) fn decoy_user() -> Option<User> {
     static DECOY: std::sync::OnceLock<Option<User>> = std::sync::OnceLock::new();
     DECOY
         .get_or_init(|| {

@@ -27,65 +27,62 @@
 use std::collections::HashMap;
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
-use crate::policy::acl::{Match, Request, RuleSet};
 use crate::config::{Config, Named};
 pub(crate) use crate::config::{ParentKind, Probe, Secret, Sticky};
+use crate::policy::acl::{Match, Request, RuleSet};
 
 /// A parent proxy, compiled.
 #[derive(Debug, Clone)]
-pub struct Parent {
+pub(crate) struct Parent {
     /// Its position in `[[parent]]` order, for [`Routes::parent`].
-    pub index: usize,
-    pub name: Box<str>,
-    pub kind: ParentKind,
+    pub(crate) index: usize,
+    pub(crate) name: Box<str>,
+    pub(crate) kind: ParentKind,
     /// As written (lowercase; IPv6 without brackets): resolved by the caller.
-    pub host: Box<str>,
-    pub port: u16,
-    pub user: Option<Box<str>>,
-    pub password: Option<Secret>,
+    pub(crate) host: Box<str>,
+    pub(crate) port: u16,
+    pub(crate) user: Option<Box<str>>,
+    pub(crate) password: Option<Secret>,
     /// Send the client's user name instead of `user` ([`Parent::user_for`]).
-    pub pass_user: bool,
+    pub(crate) pass_user: bool,
     /// `https`: the name sent (SNI) and verified (the host unless configured).
-    pub server_name: Box<str>,
-    /// `https`: the CAs to verify with; the system's roots when None.
-    pub ca: Option<PathBuf>,
-    pub weight: u32,
+    pub(crate) server_name: Box<str>,
+    pub(crate) weight: u32,
     /// Consecutive failures that mark it down; 0: never.
-    pub max_failures: u32,
-    pub down_for: Duration,
-    pub probe: Option<Probe>,
-    pub probe_every: Duration,
+    pub(crate) max_failures: u32,
+    pub(crate) down_for: Duration,
+    pub(crate) probe: Option<Probe>,
+    pub(crate) probe_every: Duration,
     /// Shared with the same parent in the policy before a reload
     /// ([`Routes::keep_health_of`]), so that connections opened under either count.
-    pub health: Arc<Health>,
+    pub(crate) health: Arc<Health>,
 }
 
 impl Parent {
     /// The user name to send: the client's own with `pass_user` (when it has one), the
     /// configured `user` otherwise.
-    pub fn user_for<'a>(&'a self, client_user: Option<&'a str>) -> Option<&'a str> {
+    pub(crate) fn user_for<'a>(&'a self, client_user: Option<&'a str>) -> Option<&'a str> {
         match (self.pass_user, client_user) {
             (true, Some(user)) => Some(user),
             _ => self.user.as_deref(),
         }
     }
 
-    pub fn is_up(&self, now: Instant) -> bool {
+    pub(crate) fn is_up(&self, now: Instant) -> bool {
         self.health.is_up(now)
     }
 
     /// A connection through it failed; true when this failure marked it down.
-    pub fn failed(&self, now: Instant) -> bool {
+    pub(crate) fn failed(&self, now: Instant) -> bool {
         self.health.failed(now, self.max_failures, self.down_for)
     }
 
     /// A connection through it (or a probe) succeeded; true when it was down.
-    pub fn succeeded(&self) -> bool {
+    pub(crate) fn succeeded(&self) -> bool {
         self.health.succeeded()
     }
 }
@@ -116,9 +113,9 @@ fn stamp(now: Instant) -> u64 {
 
 /// A parent's health: consecutive failures, and until when it is down.
 #[derive(Debug)]
-pub struct Health {
+pub(crate) struct Health {
     /// Failures and connect latency for `/metrics` (shared like the rest of the health).
-    pub stats: crate::telemetry::metrics::ParentStats,
+    pub(crate) stats: crate::telemetry::metrics::ParentStats,
     failures: AtomicU32,
     /// [`stamp`] of the end of its down time; 0: never marked down since the last success.
     down_until: AtomicU64,
@@ -137,7 +134,7 @@ impl Default for Health {
 
 impl Health {
     /// Not down: never marked, or its down time is over (then it is tried half-open).
-    pub fn is_up(&self, now: Instant) -> bool {
+    pub(crate) fn is_up(&self, now: Instant) -> bool {
         let until = self.down_until.load(Ordering::Relaxed);
         until == 0 || stamp(now) >= until
     }
@@ -146,7 +143,7 @@ impl Health {
     /// down time), marks it down for `down_for`. True when this failure marked it down;
     /// false when it stays up, or was already down (a connection begun before).
     /// `max_failures = 0`: never marked down.
-    pub fn failed(&self, now: Instant, max_failures: u32, down_for: Duration) -> bool {
+    pub(crate) fn failed(&self, now: Instant, max_failures: u32, down_for: Duration) -> bool {
         self.stats.failures.fetch_add(1, Ordering::Relaxed);
         let n = self.failures.fetch_add(1, Ordering::Relaxed).saturating_add(1);
         if max_failures == 0 || n < max_failures {
@@ -173,20 +170,21 @@ impl Health {
     }
 
     /// A success: no failure counted, not down. True when it had been marked down.
-    pub fn succeeded(&self) -> bool {
+    pub(crate) fn succeeded(&self) -> bool {
         self.failures.store(0, Ordering::Relaxed);
         self.down_until.swap(0, Ordering::Relaxed) != 0
     }
 
+    #[cfg(test)]
     /// Consecutive failures so far (for metrics).
-    pub fn failures(&self) -> u32 {
+    pub(crate) fn failures(&self) -> u32 {
         self.failures.load(Ordering::Relaxed)
     }
 }
 
 /// One hop of a chain.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Hop {
+pub(crate) enum Hop {
     /// Index into [`Routes::parents`].
     Parent(usize),
     /// Index of a group ([`Routes::group_name`]).
@@ -205,7 +203,7 @@ pub(crate) enum Via {
 
 /// What [`Routes::choose`] decided for a request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Choice<'a> {
+pub(crate) enum Choice<'a> {
     /// Straight to the target: by a route with `via = "direct"` (its name), or because
     /// no route matched (None).
     Direct {
@@ -226,7 +224,7 @@ pub enum Choice<'a> {
 
 /// Which way one hop goes for one connection.
 #[derive(Debug, Clone)]
-pub enum Pick<'a> {
+pub(crate) enum Pick<'a> {
     Parent(&'a Arc<Parent>),
     /// A group's `fallback = "direct"`: this hop is skipped (the previous hop, or the
     /// proxy itself, connects to what comes after it).
@@ -279,7 +277,7 @@ struct Route {
 
 /// The compiled parents, groups and routes.
 #[derive(Debug)]
-pub struct Routes {
+pub(crate) struct Routes {
     parents: Box<[Arc<Parent>]>,
     groups: Box<[Group]>,
     routes: Box<[Route]>,
@@ -305,7 +303,7 @@ impl Routes {
     /// Compiles the configuration's parents, groups and routes. Their problems are those
     /// `Config::parse` reports with lines (`Config::routing_problems`); `own` are the
     /// addresses the proxy listens on once bound (a parent there would be a loop).
-    pub fn build(cfg: &Config, own: &[SocketAddr]) -> Result<Routes, Vec<String>> {
+    pub(crate) fn build(cfg: &Config, own: &[SocketAddr]) -> Result<Routes, Vec<String>> {
         let mut problems = cfg.routing_problems();
         for p in &cfg.parents {
             let ips: Vec<IpAddr> = match p.address.host.parse() {
@@ -316,7 +314,8 @@ impl Routes {
                 Err(_) => Vec::new(),
             };
             let looping = own.iter().find(|&&o| {
-                ips.iter().any(|&ip| crate::policy::acl::reaches(SocketAddr::new(ip, p.address.port), o))
+                ips.iter()
+                    .any(|&ip| crate::policy::acl::reaches(SocketAddr::new(ip, p.address.port), o))
             });
             if let Some(o) = looping {
                 let message = format!(
@@ -352,7 +351,6 @@ impl Routes {
                     password: p.password.clone(),
                     pass_user: p.pass_user,
                     server_name: p.server_name.as_deref().unwrap_or(&p.address.host).into(),
-                    ca: p.ca.clone(),
                     weight: p.weight,
                     max_failures: p.max_failures,
                     down_for: p.down_for,
@@ -417,14 +415,14 @@ impl Routes {
     }
 
     /// No routes: every request goes direct, and the direct path needs nothing else.
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.routes.is_empty()
     }
 
     /// The first route whose conditions all match (those of `acl`, by the same matcher);
     /// with `dest: None` and a route with `destinations` whose other conditions match
     /// first, [`Choice::NeedAddress`]. No allocation.
-    pub fn choose(&self, req: &Request<'_>) -> Choice<'_> {
+    pub(crate) fn choose(&self, req: &Request<'_>) -> Choice<'_> {
         match self.conditions.first_match(req) {
             Match::Nothing => Choice::Direct { route: None },
             Match::NeedAddress => Choice::NeedAddress,
@@ -444,7 +442,13 @@ impl Routes {
     /// connection of `user` (None: anonymous) from `client`. A lone parent that is down is
     /// refused; a group skips members that are down and falls back when all are (see the
     /// module's notes). No allocation unless refused.
-    pub fn pick(&self, hop: &Hop, user: Option<&str>, client: IpAddr, now: Instant) -> Pick<'_> {
+    pub(crate) fn pick(
+        &self,
+        hop: &Hop,
+        user: Option<&str>,
+        client: IpAddr,
+        now: Instant,
+    ) -> Pick<'_> {
         match *hop {
             Hop::Parent(i) => match self.parents.get(i) {
                 Some(p) if p.is_up(now) => Pick::Parent(p),
@@ -538,7 +542,9 @@ impl Routes {
                 return last;
             }
             (Sticky::User, Some(user)) => Key::User(user),
-            (Sticky::User | Sticky::Client, _) => Key::Client(crate::policy::acl::canonical(client)),
+            (Sticky::User | Sticky::Client, _) => {
+                Key::Client(crate::policy::acl::canonical(client))
+            }
         };
         up().max_by(|a, b| {
             rendezvous(&key, &a.name, a.weight).total_cmp(&rendezvous(&key, &b.name, b.weight))
@@ -548,7 +554,7 @@ impl Routes {
     /// Keeps the health of the parents of `old` (the policy before a reload) whose name,
     /// kind and address are unchanged: a parent found down stays down. Routes keep their
     /// counters by name.
-    pub fn keep_health_of(&mut self, old: &Routes) {
+    pub(crate) fn keep_health_of(&mut self, old: &Routes) {
         for r in self.routes.iter_mut() {
             if let Some(o) = old.routes.iter().find(|o| o.name == r.name) {
                 r.counters = o.counters.clone();
@@ -565,39 +571,47 @@ impl Routes {
         }
     }
 
+    #[cfg(test)]
     /// Parent `i` ([`Parent::index`], [`Hop::Parent`] of this table). Panics for an index
     /// that is not one of this table's: a caller's bug, never the client's.
-    pub fn parent(&self, i: usize) -> &Arc<Parent> {
+    pub(crate) fn parent(&self, i: usize) -> &Arc<Parent> {
         &self.parents[i]
     }
 
     /// Every parent, in `[[parent]]` order: for health probes and metrics.
-    pub fn parents(&self) -> &[Arc<Parent>] {
+    pub(crate) fn parents(&self) -> &[Arc<Parent>] {
         &self.parents
     }
 
     /// The counters of the route `choose` named `name`.
-    pub fn route_counters(&self, name: &str) -> Option<&Arc<crate::telemetry::metrics::PeerCounters>> {
+    pub(crate) fn route_counters(
+        &self,
+        name: &str,
+    ) -> Option<&Arc<crate::telemetry::metrics::PeerCounters>> {
         self.routes.iter().find(|r| *r.name == *name).map(|r| &r.counters)
     }
 
     /// Every route's name and counters, in `[[route]]` order: for metrics.
-    pub fn route_list(&self) -> impl Iterator<Item = (&str, &crate::telemetry::metrics::PeerCounters)> {
+    pub(crate) fn route_list(
+        &self,
+    ) -> impl Iterator<Item = (&str, &crate::telemetry::metrics::PeerCounters)> {
         self.routes.iter().map(|r| (&*r.name, &*r.counters))
     }
 
+    #[cfg(test)]
     /// The route's `name`, or "route N" (1-based); "unknown route" out of range.
-    pub fn route_name(&self, i: usize) -> &str {
+    pub(crate) fn route_name(&self, i: usize) -> &str {
         self.routes.get(i).map_or("unknown route", |r| &r.name)
     }
 
     /// The group's name; "unknown group" out of range.
-    pub fn group_name(&self, i: usize) -> &str {
+    pub(crate) fn group_name(&self, i: usize) -> &str {
         self.groups.get(i).map_or("unknown group", |g| &g.name)
     }
 
+    #[cfg(test)]
     /// What a hop is called in errors and logs: the parent's or the group's name.
-    pub fn hop_name(&self, hop: &Hop) -> &str {
+    pub(crate) fn hop_name(&self, hop: &Hop) -> &str {
         match *hop {
             Hop::Parent(i) => self.parents.get(i).map_or("unknown parent", |p| &p.name),
             Hop::Group(g) => self.group_name(g),

@@ -24,8 +24,10 @@ use tokio::net::TcpStream;
 use tokio::sync::{oneshot, watch};
 
 use crate::config::Admin;
-use crate::telemetry::metrics::{self, ListenerLabel, ParentView, Readiness, RouteView, WorkerStats};
 use crate::policy::Policy;
+use crate::telemetry::metrics::{
+    self, ListenerLabel, ParentView, Readiness, RouteView, WorkerStats,
+};
 
 /// The largest request head taken; a scraper's is a few hundred bytes.
 const MAX_HEAD: usize = 8 * 1024;
@@ -45,28 +47,28 @@ const MAX_CONNECTIONS: usize = 64;
 
 /// What the admin thread reads.
 pub(crate) struct State {
-    pub workers: Vec<Arc<WorkerStats>>,
-    pub readiness: Arc<Readiness>,
+    pub(crate) workers: Vec<Arc<WorkerStats>>,
+    pub(crate) readiness: Arc<Readiness>,
     /// The listeners and the policy in force (a reload replaces them).
-    pub view: watch::Receiver<Arc<View>>,
+    pub(crate) view: watch::Receiver<Arc<View>>,
     /// True once a shutdown began: `/readyz` then says draining.
-    pub shutdown: watch::Receiver<bool>,
+    pub(crate) shutdown: watch::Receiver<bool>,
 }
 
 /// What a scrape reports on that a reload changes.
 pub(crate) struct View {
     /// The listeners bound, with their counters.
-    pub listeners: Vec<ListenerLabel>,
+    pub(crate) listeners: Vec<ListenerLabel>,
     /// The policy in force, for the parents and their health.
-    pub policy: Arc<Policy>,
+    pub(crate) policy: Arc<Policy>,
 }
 
 /// The running admin endpoint.
 pub(crate) struct Handle {
-    pub addr: SocketAddr,
+    pub(crate) addr: SocketAddr,
     /// The address configured (port 0 as configured), under which a takeover hands the
     /// socket over.
-    pub configured: SocketAddr,
+    pub(crate) configured: SocketAddr,
     /// The main thread's copy of the listening socket, for a takeover.
     socket: std::net::TcpListener,
     stop: watch::Sender<bool>,

@@ -20,7 +20,7 @@ pub fn source(source: &Source) -> Result<Loaded, Problems> {
 /// requiring authentication with no user, which refuse a start but not a reload (refusing
 /// a reload that revokes a user, the last of a group, or every user would keep their
 /// passwords valid); the reload warns of them (`reload::vet`) and builds the policy.
-pub fn reload_source(source: &Source) -> Result<Loaded, Problems> {
+pub(crate) fn reload_source(source: &Source) -> Result<Loaded, Problems> {
     checked(source, false)
 }
 

@@ -33,7 +33,7 @@ const CONFIRM: &str = "allow-less-protection";
 
 /// Answers `request` (its first line, trimmed) on `conn`, in the running process; `reload`
 /// does what SIGHUP does (`reload::hangup`), its argument the operator's confirmation.
-pub fn answer(
+pub(crate) fn answer(
     request: &str,
     conn: &UnixStream,
     running: &Running,
@@ -97,7 +97,7 @@ pub fn reload(path: &Path, confirm: bool) -> anyhow::Result<Result<Vec<String>, 
 
 /// Each listener of the rustle answering at `path`, with its protection; None from a
 /// version that does not answer `listeners`.
-pub fn listeners(path: &Path) -> anyhow::Result<Option<Vec<(ListenerKey, Protection)>>> {
+pub(crate) fn listeners(path: &Path) -> anyhow::Result<Option<Vec<(ListenerKey, Protection)>>> {
     let lines = ask(path, "listeners\n")?;
     if lines.first().is_none_or(|l| l.starts_with("refused")) {
         return Ok(None);
@@ -121,15 +121,15 @@ pub fn listeners(path: &Path) -> anyhow::Result<Option<Vec<(ListenerKey, Protect
 
 /// What protects a listener's clients, compared across a reload or a takeover.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct Protection {
+pub(crate) struct Protection {
     /// `auth = true`.
-    pub auth: bool,
+    pub(crate) auth: bool,
     /// `client_certs = "required"` in its `[listener.tls]`.
-    pub client_cert: bool,
+    pub(crate) client_cert: bool,
 }
 
 impl Protection {
-    pub fn of(l: &Listener) -> Protection {
+    pub(crate) fn of(l: &Listener) -> Protection {
         let required = crate::config::ClientCerts::Required;
         Protection {
             // A relay asks no credentials whatever `auth` says (the checks refuse it).
@@ -140,7 +140,7 @@ impl Protection {
 
     /// As the control socket carries it: `auth,client-cert`, `auth`, `client-cert` or
     /// `none`.
-    pub fn to_words(self) -> &'static str {
+    pub(crate) fn to_words(self) -> &'static str {
         match (self.auth, self.client_cert) {
             (true, true) => "auth,client-cert",
             (true, false) => "auth",
@@ -149,7 +149,7 @@ impl Protection {
         }
     }
 
-    pub fn from_words(words: &str) -> Protection {
+    pub(crate) fn from_words(words: &str) -> Protection {
         let has = |w: &str| words.split(',').any(|x| x == w);
         Protection { auth: has("auth"), client_cert: has("client-cert") }
     }
@@ -158,7 +158,7 @@ impl Protection {
 /// A refusal for each listener of `new` less protected than the one running under the same
 /// key (`running`), unless the operator confirmed it: `confirmed` (a command-line flag) or
 /// `allow_less_protection = true` on the listener.
-pub fn less_protected(
+pub(crate) fn less_protected(
     running: &[(ListenerKey, Protection)],
     new: &[Listener],
     confirmed: bool,

@@ -16,8 +16,8 @@ use std::sync::Arc;
 
 use crate::config::{Config, Listener, ListenerKey, Source};
 
-use crate::run::control::{less_protected, Protection};
 use crate::policy::Policy;
+use crate::run::control::{less_protected, Protection};
 use crate::run::server::Running;
 
 /// What the binary gives the signal loop besides the configuration.
@@ -41,7 +41,7 @@ pub type SetLogLevel = Box<dyn Fn(&str) -> Result<(), String>>;
 /// goes to the log, to the metrics and to the service manager (`STATUS=`); it is also
 /// returned, for `rustle reload`. `confirmed`: the operator allows listeners less
 /// protected than the running ones (`rustle reload --allow-less-protection`).
-pub fn hangup(
+pub(crate) fn hangup(
     running: &Running,
     source: &Source,
     opts: &Options,
@@ -123,7 +123,7 @@ fn derive(source: &Source) -> Result<Config, String> {
 /// kept and those added): the start-up open-proxy check on each. Returns a warning for each protection the new policy drops,
 /// and for each listener requiring authentication that is left with no user (it then
 /// refuses everyone: stricter, so it goes through).
-pub fn vet(
+pub(crate) fn vet(
     cfg: &Config,
     listeners: &[Arc<crate::policy::Listener>],
     old: &Policy,
@@ -168,7 +168,7 @@ pub fn vet(
 
 /// SIGUSR1: opens the access log file again at its path, so that after logrotate renamed
 /// it new lines go to a fresh file. Without a file there is nothing to reopen.
-pub fn reopen_access_log(running: &Running) {
+pub(crate) fn reopen_access_log(running: &Running) {
     use crate::telemetry::accesslog::Sink;
     let sink = running.access_log();
     match sink.reopen() {
@@ -257,7 +257,9 @@ pub fn run_until_signal(
     if handover.is_some() {
         control = bind_control(true);
     }
-    if let Err(e) = crate::run::privileges::drop_to(process.user.as_deref(), process.group.as_deref()) {
+    if let Err(e) =
+        crate::run::privileges::drop_to(process.user.as_deref(), process.group.as_deref())
+    {
         running.stop();
         anyhow::bail!("{e}");
     }

@@ -24,21 +24,20 @@ use std::sync::{Arc, Mutex};
 use anyhow::Context;
 use tokio::sync::{mpsc, watch};
 
-pub use self::bind::{ensure_unused, Bound, Group, Inherited, Socket};
-pub use self::plan::Plan;
+pub(crate) use self::bind::{ensure_unused, Bound, Group, Inherited, Socket};
 use self::plan::InForce;
 use self::probes::ktls_available;
 use self::thread::{policy_of, worker_main};
-use crate::telemetry::accesslog::Sink;
 use crate::config::{Config, ListenerKind};
+use crate::front::worker::Worker;
 use crate::limits::{ConnLimits, Traffic};
 use crate::policy::Listener;
 use crate::policy::Policy;
-use crate::front::worker::Worker;
+use crate::telemetry::accesslog::Sink;
 
 /// What a worker is told to put in force: at start, on a reload, and when a takeover
 /// asks it to stop accepting (no listener).
-pub struct Update {
+pub(crate) struct Update {
     policy: Arc<Policy>,
     sink: Sink,
     /// The worker's listeners from now on: their settings, and the worker's descriptors
@@ -87,7 +86,7 @@ impl Running {
     /// thread's copies of the listening sockets close first, so that once the workers
     /// closed theirs the ports refuse new connections (unless a process that took them
     /// over holds them).
-    pub fn join(self) {
+    pub(crate) fn join(self) {
         self.state().bound.clear();
         for t in self.threads {
             let _ = t.join();
@@ -105,7 +104,7 @@ impl Running {
 
     /// Whether the proxy takes new connections, as `/readyz` says: ready once bound,
     /// draining once a shutdown begins (a takeover may say so too).
-    pub fn readiness(&self) -> &Arc<crate::telemetry::metrics::Readiness> {
+    pub(crate) fn readiness(&self) -> &Arc<crate::telemetry::metrics::Readiness> {
         &self.readiness
     }
 
@@ -123,7 +122,7 @@ impl Running {
     }
 
     /// The policy in force.
-    pub fn policy(&self) -> Arc<Policy> {
+    pub(crate) fn policy(&self) -> Arc<Policy> {
         self.state().policy.clone()
     }
 
@@ -137,20 +136,13 @@ impl Running {
         self.state().bound.iter().map(|b| (b.listener.kind, b.listener.listen)).collect()
     }
 
-    /// The proxy's own listening addresses, the admin endpoint's too (refused as
-    /// destinations).
-    pub fn own(&self) -> Vec<SocketAddr> {
-        let listeners = self.state().bound.iter().map(|b| b.listener.listen).collect::<Vec<_>>();
-        listeners.into_iter().chain(self.admin_addr()).collect()
-    }
-
     /// The listeners as bound (ports resolved).
-    pub fn listeners(&self) -> Vec<Arc<Listener>> {
+    pub(crate) fn listeners(&self) -> Vec<Arc<Listener>> {
         self.state().bound.iter().map(|b| b.listener.clone()).collect()
     }
 
     /// Where the access log goes (SIGUSR1 reopens a file).
-    pub fn access_log(&self) -> Sink {
+    pub(crate) fn access_log(&self) -> Sink {
         self.state().sink.clone()
     }
 
@@ -161,7 +153,7 @@ impl Running {
 
     /// The workers begin accepting (`start_with` leaves them idle), and `/readyz` says
     /// ready. Once only; later calls do nothing.
-    pub fn serve(&self) {
+    pub(crate) fn serve(&self) {
         let first = std::mem::take(&mut *self.first.lock().unwrap_or_else(|p| p.into_inner()));
         for (tx, update) in self.workers.iter().zip(first) {
             let _ = tx.send(update);
@@ -171,7 +163,7 @@ impl Running {
 
     /// Logs where each listener listens (`start_with` leaves it to the caller, which
     /// may first give root up: the lines tell that the proxy is ready).
-    pub fn announce(&self) {
+    pub(crate) fn announce(&self) {
         let workers = self.workers.len();
         for b in &self.state().bound {
             let l = &b.listener;
@@ -182,7 +174,7 @@ impl Running {
     /// Every worker stops accepting (a takeover: the new process accepts on the same
     /// sockets); connections in flight go on. The main thread keeps its copies until it
     /// exits.
-    pub fn stop_accepting(&self) {
+    pub(crate) fn stop_accepting(&self) {
         self.readiness.set_draining();
         let state = self.state();
         for tx in &self.workers {
@@ -196,19 +188,19 @@ impl Running {
     }
 
     /// The listeners' sockets, each listener's as a group, to hand to a new process.
-    pub fn with_sockets<T>(&self, f: impl FnOnce(&[Bound]) -> T) -> T {
+    pub(crate) fn with_sockets<T>(&self, f: impl FnOnce(&[Bound]) -> T) -> T {
         f(&self.state().bound)
     }
 
     /// The admin endpoint's listening socket and the address configured for it, to hand
     /// to a new process.
-    pub fn admin_socket(&self) -> Option<(SocketAddr, std::os::fd::BorrowedFd<'_>)> {
+    pub(crate) fn admin_socket(&self) -> Option<(SocketAddr, std::os::fd::BorrowedFd<'_>)> {
         self.admin.as_ref().map(|a| (a.configured, a.socket()))
     }
 
     /// The admin endpoint stops accepting (a takeover: the new process answers on the
     /// same socket); answers under way finish.
-    pub fn release_admin(&self) {
+    pub(crate) fn release_admin(&self) {
         if let Some(admin) = &self.admin {
             admin.stop_accepting();
         }
@@ -227,7 +219,7 @@ pub fn start(cfg: Config) -> anyhow::Result<Running> {
 /// takeover, socket activation) and binding the others, without the `announce` lines.
 /// The workers accept nothing until `serve`, so that a caller can give root up first.
 /// Inherited sockets no listener wants are closed.
-pub fn start_with(cfg: Config, mut inherited: Inherited) -> anyhow::Result<Running> {
+pub(crate) fn start_with(cfg: Config, mut inherited: Inherited) -> anyhow::Result<Running> {
     let config = Arc::new(cfg.clone());
     let workers = cfg.worker_count();
     crate::telemetry::metrics::set_workers(workers);
@@ -297,7 +289,8 @@ pub fn start_with(cfg: Config, mut inherited: Inherited) -> anyhow::Result<Runni
     let sink = Sink::open(&cfg.log)?;
     let (stop, shutdown) = watch::channel(false);
     let open = Arc::new(AtomicUsize::new(0));
-    let stats: Vec<_> = (0..workers).map(|_| crate::telemetry::metrics::WorkerStats::new()).collect();
+    let stats: Vec<_> =
+        (0..workers).map(|_| crate::telemetry::metrics::WorkerStats::new()).collect();
     let readiness = Arc::new(crate::telemetry::metrics::Readiness::default());
     let (admin_view, view) = watch::channel(admin_view(&bound, &policy));
     let admin = match admin_listener {

@@ -13,8 +13,8 @@ use std::fmt;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use crate::config::LogFormat;
 use crate::config::Listener;
+use crate::config::LogFormat;
 use crate::telemetry::metrics::ListenerCounters;
 
 pub(crate) use sink::Sink;
@@ -29,50 +29,50 @@ pub(crate) use crate::protocol::{Protocol, Version};
 /// fills in when it ends, and what `exchange::end` counts (the user's traffic, the
 /// metrics) and writes as its one log line. It borrows what the front end holds, so
 /// filling it costs no allocation.
-pub struct Record<'a> {
-    pub client: SocketAddr,
+pub(crate) struct Record<'a> {
+    pub(crate) client: SocketAddr,
     /// The listener the client came in on.
-    pub listener: &'a Listener,
+    pub(crate) listener: &'a Listener,
     /// Its counters, for the metrics.
-    pub counters: &'a ListenerCounters,
+    pub(crate) counters: &'a ListenerCounters,
     /// The authenticated user (never a password).
-    pub user: Option<&'a str>,
+    pub(crate) user: Option<&'a str>,
     /// What the client asked for, as far as it was told.
-    pub protocol: Protocol,
+    pub(crate) protocol: Protocol,
     /// The HTTP version it spoke (HTTP exchanges).
-    pub version: Version,
+    pub(crate) version: Version,
     /// The request's method and target, and its User-Agent and Referer when the format
     /// shows them (`AccessLog::wants_headers`). Read only for the log line: filling it is
     /// one pointer, whatever the front end keeps them in.
-    pub label: &'a dyn Shown,
-    pub upstream: Option<SocketAddr>,
+    pub(crate) label: &'a dyn Shown,
+    pub(crate) upstream: Option<SocketAddr>,
     /// The route and the parent proxies taken, when a route sent the request through
     /// parents.
-    pub via: Option<&'a Via>,
+    pub(crate) via: Option<&'a Via>,
     /// The status the client got; 0 when it got none (it went away first, or the protocol
     /// has no status to give). SOCKS: the reply code.
-    pub status: u16,
+    pub(crate) status: u16,
     /// Bytes from the client to the upstream (request body or tunnel).
-    pub up: u64,
+    pub(crate) up: u64,
     /// Bytes from the upstream to the client (response body or tunnel).
-    pub down: u64,
+    pub(crate) down: u64,
     /// When it began (its request head read, or its connection accepted).
-    pub start: Instant,
+    pub(crate) start: Instant,
     /// It became a tunnel (set up, then relayed), for the metrics' durations.
-    pub tunnel: bool,
+    pub(crate) tunnel: bool,
     /// The client's TLS session, on TLS ports.
-    pub tls: Option<&'a crate::io::tls::Session>,
+    pub(crate) tls: Option<&'a crate::io::tls::Session>,
     /// Why the exchange failed, when it did (`exchange::end` fills it from its error).
-    pub error: Option<&'a dyn fmt::Display>,
+    pub(crate) error: Option<&'a dyn fmt::Display>,
     /// When the failure was a refusal, what refused it (squid's format shows a refusal
     /// for credentials as `TCP_DENIED/407` whatever the protocol).
-    pub refused: Option<crate::error::Refused>,
+    pub(crate) refused: Option<crate::error::Refused>,
 }
 
 impl<'a> Record<'a> {
     /// What is known of any exchange from its start: who, on which listener, speaking
     /// what; the rest is empty (`-` for the method and target) until filled in.
-    pub fn new(
+    pub(crate) fn new(
         client: SocketAddr,
         listener: &'a Listener,
         counters: &'a ListenerCounters,
@@ -101,34 +101,34 @@ impl<'a> Record<'a> {
     }
 
     /// The protocol, version, method, target, User-Agent and Referer from `label`.
-    pub fn label<B: AsRef<[u8]>>(&mut self, label: &'a Label<B>) {
+    pub(crate) fn label<B: AsRef<[u8]>>(&mut self, label: &'a Label<B>) {
         self.protocol = label.protocol;
         self.version = label.version;
         self.label = label;
     }
 
     /// The method; `-` when the request was refused before its method was read.
-    pub fn method(&self) -> &'a [u8] {
+    pub(crate) fn method(&self) -> &'a [u8] {
         or_dash(self.label.method())
     }
 
     /// The target; `-` when the request was refused before its target was read.
-    pub fn target(&self) -> &'a [u8] {
+    pub(crate) fn target(&self) -> &'a [u8] {
         or_dash(self.label.target())
     }
 
     /// The User-Agent; empty when not kept.
-    pub fn user_agent(&self) -> &'a [u8] {
+    pub(crate) fn user_agent(&self) -> &'a [u8] {
         self.label.user_agent()
     }
 
     /// The Referer; empty when not kept.
-    pub fn referer(&self) -> &'a [u8] {
+    pub(crate) fn referer(&self) -> &'a [u8] {
         self.label.referer()
     }
 
     /// The protocol as the line names it.
-    pub fn protocol_name(&self) -> &'static str {
+    pub(crate) fn protocol_name(&self) -> &'static str {
         self.protocol.log_name(self.version)
     }
 }
@@ -143,7 +143,7 @@ fn or_dash(part: &[u8]) -> &[u8] {
 
 /// What a log line shows of a request: its method and target, and its User-Agent and
 /// Referer when kept.
-pub trait Shown {
+pub(crate) trait Shown {
     fn method(&self) -> &[u8];
     fn target(&self) -> &[u8];
     fn user_agent(&self) -> &[u8] {
@@ -156,8 +156,8 @@ pub trait Shown {
 
 /// A method and target as the front end holds them (SOCKS, relays, refusals).
 pub(crate) struct Parts<'a> {
-    pub method: &'a [u8],
-    pub target: &'a [u8],
+    pub(crate) method: &'a [u8],
+    pub(crate) target: &'a [u8],
 }
 
 impl Shown for Parts<'_> {
@@ -177,13 +177,13 @@ const DASHES: Parts<'static> = Parts { method: b"-", target: b"-" };
 /// the User-Agent and the Referer, in one buffer, with the protocol and version. An HTTP/1
 /// connection reuses one (`Label<Vec<u8>>`) from request to request; an open tunnel keeps
 /// one allocation (`Label`, boxed), or none once parked (`pack`).
-pub struct Label<B = Box<[u8]>> {
+pub(crate) struct Label<B = Box<[u8]>> {
     bytes: B,
     /// Where the method, target and User-Agent end (the Referer ends with `bytes`);
     /// `NONE` for a part not given, which is empty.
     ends: [u16; 3],
-    pub protocol: Protocol,
-    pub version: Version,
+    pub(crate) protocol: Protocol,
+    pub(crate) version: Version,
 }
 
 /// The longest part a label keeps (a longer one is cut for the log).
@@ -221,7 +221,7 @@ impl<B: AsRef<[u8]>> Shown for Label<B> {
 
 impl Label<Vec<u8>> {
     /// Empties the label for the next request (keeping its buffer).
-    pub fn clear(&mut self, protocol: Protocol, version: Version) {
+    pub(crate) fn clear(&mut self, protocol: Protocol, version: Version) {
         self.bytes.clear();
         self.ends = [NONE; 3];
         self.protocol = protocol;
@@ -229,7 +229,7 @@ impl Label<Vec<u8>> {
     }
 
     /// Adds the next part (the method, the target, the User-Agent, the Referer, in order).
-    pub fn push(&mut self, part: &[u8]) {
+    pub(crate) fn push(&mut self, part: &[u8]) {
         let Some(i) = self.ends.iter().position(|&e| e == NONE) else {
             // The Referer: it ends with the bytes, unless it was given already.
             if self.bytes.len() == usize::from(self.ends[2]) {
@@ -244,7 +244,7 @@ impl Label<Vec<u8>> {
 
     /// A copy in one allocation of its own, for a tunnel that outlives the connection's
     /// buffer.
-    pub fn boxed(&self) -> Label {
+    pub(crate) fn boxed(&self) -> Label {
         let parts = [self.method(), self.target(), self.user_agent(), self.referer()];
         let mut label = Label::new(parts);
         (label.protocol, label.version) = (self.protocol, self.version);
@@ -267,7 +267,7 @@ impl Label {
     /// A label of the method, target, User-Agent and Referer (the last two empty when the
     /// log does not show them) in one allocation (none when all are empty). Its protocol
     /// and version are to be set.
-    pub fn new(parts: [&[u8]; 4]) -> Label {
+    pub(crate) fn new(parts: [&[u8]; 4]) -> Label {
         let parts = parts.map(|p| &p[..p.len().min(PART_MAX)]);
         let mut ends = [0u16; 3];
         let mut at = 0;
@@ -287,7 +287,7 @@ impl Label {
     /// Moves a short label out of its allocation (leaving this one empty), for a parked
     /// tunnel: a small allocation that outlives everything around it would keep a whole
     /// page of freed memory from going back to the kernel.
-    pub fn pack(&mut self) -> Option<PackedLabel> {
+    pub(crate) fn pack(&mut self) -> Option<PackedLabel> {
         let len = u8::try_from(self.bytes.len()).ok().filter(|&n| usize::from(n) <= PACKED)?;
         let mut bytes = [0u8; PACKED];
         bytes[..self.bytes.len()].copy_from_slice(&self.bytes);
@@ -298,7 +298,7 @@ impl Label {
         Some(PackedLabel { bytes, len, ends, protocol, version })
     }
 
-    pub fn unpack(p: &PackedLabel) -> Label {
+    pub(crate) fn unpack(p: &PackedLabel) -> Label {
         let bytes = &p.bytes[..usize::from(p.len)];
         let ends = p.ends.map(|e| if e == u8::MAX { NONE } else { u16::from(e) });
         Label { bytes: bytes.into(), ends, protocol: p.protocol, version: p.version }
@@ -309,7 +309,7 @@ impl Label {
 const PACKED: usize = 58;
 
 /// A label without an allocation (see `Label::pack`).
-pub struct PackedLabel {
+pub(crate) struct PackedLabel {
     bytes: [u8; PACKED],
     len: u8,
     ends: [u8; 3],
@@ -319,23 +319,23 @@ pub struct PackedLabel {
 
 /// A route through parent proxies, as the log names it.
 #[derive(Debug, Default)]
-pub struct Via {
-    pub route: Box<str>,
+pub(crate) struct Via {
+    pub(crate) route: Box<str>,
     /// The parents taken, in order, comma-separated.
-    pub parents: Box<str>,
+    pub(crate) parents: Box<str>,
     /// The route's and the parents' counters (none for a connection that failed).
-    pub through: crate::telemetry::metrics::Through,
+    pub(crate) through: crate::telemetry::metrics::Through,
 }
 
 impl Via {
     /// The last parent taken (the one whose bytes the client got), as the log names it.
-    pub fn last_parent(&self) -> &str {
+    pub(crate) fn last_parent(&self) -> &str {
         self.parents.rsplit(',').next().unwrap_or_default()
     }
 
     /// The route and parent of a connection through parents that failed to be made, for
     /// its log line.
-    pub fn failed(e: &crate::error::Error) -> Option<Via> {
+    pub(crate) fn failed(e: &crate::error::Error) -> Option<Via> {
         use crate::error::{ConnectError, Error};
         match e {
             Error::Connect(ConnectError::Parent(p)) => {
@@ -347,7 +347,7 @@ impl Via {
     }
 }
 
-pub struct AccessLog {
+pub(crate) struct AccessLog {
     sink: RefCell<Sink>,
     format: RefCell<LogFormat>,
     /// The sink is not `Off` (read per exchange without touching the `RefCell`).
@@ -390,13 +390,13 @@ impl Clock {
 
 /// A moment as lines show it: the second's texts and the milliseconds.
 pub(crate) struct Now<'a> {
-    pub clock: &'a Clock,
-    pub millis: u32,
-    pub unix: Duration,
+    pub(crate) clock: &'a Clock,
+    pub(crate) millis: u32,
+    pub(crate) unix: Duration,
 }
 
 impl AccessLog {
-    pub fn new(sink: Sink, format: LogFormat) -> Self {
+    pub(crate) fn new(sink: Sink, format: LogFormat) -> Self {
         AccessLog {
             on: Cell::new(!matches!(sink, Sink::Off)),
             wants_headers: Cell::new(format.wants_headers()),
@@ -410,13 +410,13 @@ impl AccessLog {
         }
     }
 
-    pub fn enabled(&self) -> bool {
+    pub(crate) fn enabled(&self) -> bool {
         self.on.get()
     }
 
     /// Where lines go and how they look from now on (a reload): what is buffered is
     /// written out first, where and as it was meant to go.
-    pub fn reconfigure(&self, sink: Sink, format: LogFormat) {
+    pub(crate) fn reconfigure(&self, sink: Sink, format: LogFormat) {
         self.flush();
         self.on.set(!matches!(sink, Sink::Off));
         self.wants_headers.set(format.wants_headers());
@@ -425,11 +425,11 @@ impl AccessLog {
     }
 
     /// Whether lines show the User-Agent or Referer: front ends keep them only then.
-    pub fn wants_headers(&self) -> bool {
+    pub(crate) fn wants_headers(&self) -> bool {
         self.wants_headers.get() && self.enabled()
     }
 
-    pub fn log(&self, e: &Record<'_>) {
+    pub(crate) fn log(&self, e: &Record<'_>) {
         if !self.enabled() {
             return;
         }
@@ -453,7 +453,7 @@ impl AccessLog {
         }
     }
 
-    pub fn flush(&self) {
+    pub(crate) fn flush(&self) {
         let mut pending = self.buf.borrow_mut();
         let Pending { bytes, ends } = &mut *pending;
         if !bytes.is_empty() {

@@ -97,7 +97,7 @@ pub(crate) struct ListenerStats {
 /// when scraped. A listener carries its own (`policy::Listener::counters`), so a reload
 /// that keeps a listener keeps its counts, and one that drops it drops them.
 #[derive(Debug, Default)]
-pub struct ListenerCounters {
+pub(crate) struct ListenerCounters {
     slots: Box<[Slot]>,
 }
 
@@ -107,7 +107,7 @@ pub struct ListenerCounters {
 struct Slot(ListenerStats);
 
 impl ListenerCounters {
-    pub fn new(workers: usize) -> std::sync::Arc<ListenerCounters> {
+    pub(crate) fn new(workers: usize) -> std::sync::Arc<ListenerCounters> {
         std::sync::Arc::new(ListenerCounters {
             slots: (0..workers).map(|_| Slot::default()).collect(),
         })
@@ -182,19 +182,19 @@ impl Histogram {
 /// by the workers and kept across reloads like its health. Observed once per new
 /// connection through a parent, not per request.
 #[derive(Debug, Default)]
-pub struct SharedHistogram {
+pub(crate) struct SharedHistogram {
     counts: [AtomicU64; 16],
     sum_ns: AtomicU64,
 }
 
 impl SharedHistogram {
-    pub fn observe(&self, d: Duration) {
+    pub(crate) fn observe(&self, d: Duration) {
         let (i, ns) = bucket(&LATENCY_NS, d);
         self.counts[i].fetch_add(1, Relaxed);
         self.sum_ns.fetch_add(ns, Relaxed);
     }
 
-    pub fn summed(&self) -> Summed {
+    pub(crate) fn summed(&self) -> Summed {
         let mut s = Summed::default();
         for (sum, c) in s.counts.iter_mut().zip(&self.counts) {
             *sum = c.load(Relaxed);
@@ -206,20 +206,20 @@ impl SharedHistogram {
 
 /// A histogram's figures summed over workers.
 #[derive(Debug, Default, Clone)]
-pub struct Summed {
+pub(crate) struct Summed {
     counts: [u64; 16],
     sum_ns: u64,
 }
 
 /// A parent's counters (in its `route::Health`, shared by the workers).
 #[derive(Debug, Default)]
-pub struct ParentStats {
+pub(crate) struct ParentStats {
     /// Connections through it (or probes) that failed at it.
-    pub failures: AtomicU64,
+    pub(crate) failures: AtomicU64,
     /// Time to a connection through it (the whole chain it was part of).
-    pub connect: SharedHistogram,
+    pub(crate) connect: SharedHistogram,
     /// Exchanges and tunnels through it: a slot per worker (see [`Through`]).
-    pub traffic: Arc<PeerCounters>,
+    pub(crate) traffic: Arc<PeerCounters>,
     /// How long its last health probe took, in nanoseconds plus one (0: none yet).
     /// Written by the one task that probes it (a store, not a read-modify-write).
     probe_ns: AtomicU64,
@@ -227,13 +227,13 @@ pub struct ParentStats {
 
 impl ParentStats {
     /// A health probe of the parent took `d`, whatever its answer.
-    pub fn probed(&self, d: Duration) {
+    pub(crate) fn probed(&self, d: Duration) {
         let ns = u64::try_from(d.as_nanos()).unwrap_or(u64::MAX - 1);
         self.probe_ns.store(ns.saturating_add(1), Relaxed);
     }
 
     /// How long the last probe took, if one ran.
-    pub fn last_probe(&self) -> Option<Duration> {
+    pub(crate) fn last_probe(&self) -> Option<Duration> {
         let ns = self.probe_ns.load(Relaxed);
         (ns > 0).then(|| Duration::from_nanos(ns - 1))
     }
@@ -269,7 +269,7 @@ struct PeerSlot(PeerStats);
 /// A parent's or a route's counters: a slot per worker, like [`ListenerCounters`]. Kept
 /// across a reload with the parent's health (and, for a route, by its name).
 #[derive(Debug)]
-pub struct PeerCounters {
+pub(crate) struct PeerCounters {
     slots: Box<[PeerSlot]>,
 }
 
@@ -281,17 +281,17 @@ impl Default for PeerCounters {
 
 /// A parent's or route's counts summed over the workers.
 #[derive(Debug, Default, Clone)]
-pub struct PeerSums {
+pub(crate) struct PeerSums {
     /// By status class ([`CLASSES`]).
-    pub requests: [u64; 6],
-    pub up: u64,
-    pub down: u64,
+    pub(crate) requests: [u64; 6],
+    pub(crate) up: u64,
+    pub(crate) down: u64,
     /// Exchanges and tunnels in flight.
-    pub active: u64,
+    pub(crate) active: u64,
 }
 
 impl PeerCounters {
-    pub fn summed(&self) -> PeerSums {
+    pub(crate) fn summed(&self) -> PeerSums {
         let mut s = PeerSums::default();
         let (mut opened, mut closed) = (0u64, 0u64);
         for slot in self.slots.iter() {
@@ -317,7 +317,7 @@ impl PeerCounters {
 /// It holds the counters through the worker's own `Rc` of each (`Local::peers`), so that
 /// an exchange takes no reference on the shared `Arc`: no atomic read-modify-write.
 #[derive(Debug, Default)]
-pub struct Through {
+pub(crate) struct Through {
     peers: Box<[Rc<Held>]>,
 }
 
@@ -327,7 +327,7 @@ struct Held(Arc<PeerCounters>);
 
 impl Through {
     /// On a thread without stats (not a worker), counts nothing.
-    pub fn new<'a>(peers: impl Iterator<Item = &'a Arc<PeerCounters>>) -> Through {
+    pub(crate) fn new<'a>(peers: impl Iterator<Item = &'a Arc<PeerCounters>>) -> Through {
         let mut held = Vec::new();
         here(|l| {
             let mut known = l.peers.borrow_mut();
@@ -540,25 +540,25 @@ pub(crate) fn response_head(d: Duration) {
 /// How an exchange or tunnel ended: one per access-log line, counted whether or not the
 /// log is on.
 pub(crate) struct End<'a> {
-    pub listener: &'a ListenerCounters,
+    pub(crate) listener: &'a ListenerCounters,
     /// What the client asked for, and its HTTP version (the `protocol` label).
-    pub protocol: Protocol,
-    pub version: Version,
+    pub(crate) protocol: Protocol,
+    pub(crate) version: Version,
     /// The HTTP status the client got; 0: none. Protocols without statuses give 200 for
     /// a tunnel or session that was set up, and their error's HTTP status otherwise.
-    pub status: u16,
+    pub(crate) status: u16,
     /// Bytes from the client towards the upstream, and back.
-    pub up: u64,
-    pub down: u64,
+    pub(crate) up: u64,
+    pub(crate) down: u64,
     /// The authenticated user.
-    pub user: Option<&'a str>,
-    pub refused: Option<Refused>,
+    pub(crate) user: Option<&'a str>,
+    pub(crate) refused: Option<Refused>,
     /// When a tunnel began, for its duration.
-    pub tunnel: Option<Instant>,
+    pub(crate) tunnel: Option<Instant>,
     /// When the exchange began (its request head read), for its duration.
-    pub start: Instant,
+    pub(crate) start: Instant,
     /// The route's and parents' counters, when it went through parents.
-    pub through: Option<&'a Through>,
+    pub(crate) through: Option<&'a Through>,
 }
 
 #[inline]
@@ -685,7 +685,7 @@ pub(crate) fn timed() -> bool {
 
 /// Whether the proxy takes new connections, for `/readyz`.
 #[derive(Debug)]
-pub struct Readiness(AtomicU8);
+pub(crate) struct Readiness(AtomicU8);
 
 impl Default for Readiness {
     fn default() -> Self {
@@ -699,17 +699,17 @@ const DRAINING: u8 = 2;
 
 impl Readiness {
     /// The listeners are bound and the workers accept.
-    pub fn set_ready(&self) {
+    pub(crate) fn set_ready(&self) {
         self.0.store(READY, Relaxed);
     }
 
     /// The listeners stop accepting (a shutdown or a takeover began); final.
-    pub fn set_draining(&self) {
+    pub(crate) fn set_draining(&self) {
         self.0.store(DRAINING, Relaxed);
     }
 
     /// Ok when ready; otherwise why not.
-    pub fn check(&self) -> Result<(), &'static str> {
+    pub(crate) fn check(&self) -> Result<(), &'static str> {
         match self.0.load(Relaxed) {
             READY => Ok(()),
             DRAINING => Err("draining: this process is shutting down"),

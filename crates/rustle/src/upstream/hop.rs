@@ -31,7 +31,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 /// The largest reply head accepted from a parent. An answer to CONNECT is a status line
 /// and a few fields (squid's 407 head is under 1 KiB); more than this is a broken or
 /// hostile parent, refused before it makes the buffer grow.
-pub const MAX_REPLY_HEAD: usize = 16 * 1024;
+pub(crate) const MAX_REPLY_HEAD: usize = 16 * 1024;
 
 /// Room offered to each read: a SOCKS reply or a typical HTTP reply head, and whatever
 /// the parent sent right behind it, arrive in one read.
@@ -50,16 +50,7 @@ pub enum HopKind {
     Socks4a,
 }
 
-impl HopKind {
-    /// The protocol's name, for logs.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            HopKind::Http => "http",
-            HopKind::Socks5 => "socks5",
-            HopKind::Socks4a => "socks4a",
-        }
-    }
-}
+impl HopKind {}
 
 /// What rustle presents to a parent. `Debug` does not show the password.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -129,7 +120,7 @@ impl HopError {
     /// The HTTP status for rustle's client: 504 when the hop timed out (or the parent
     /// says it did: its own 504, SOCKS5 "TTL expired"), 502 for everything else. One
     /// exhaustive match: a new variant must decide here.
-    pub fn status(&self) -> u16 {
+    pub(crate) fn status(&self) -> u16 {
         match self {
             HopError::Timeout(_) => 504,
             HopError::Refused { status: 504 } => 504,
@@ -184,7 +175,7 @@ impl HopError {
     /// Whether the parent itself failed (no answer in time, a broken reply, a broken
     /// connection), as opposed to answering with a refusal or being given something it
     /// cannot carry: the failures that count towards marking a parent down.
-    pub fn parent_failed(&self) -> bool {
+    pub(crate) fn parent_failed(&self) -> bool {
         match self {
             HopError::Malformed(_)
             | HopError::Closed

@@ -14,14 +14,14 @@ use std::time::Instant;
 use rustle_proto::socks5::Reply;
 
 use super::{target_tls, Connected, Tls, Upstreams, Want};
-use crate::telemetry::accesslog::Via;
-use crate::policy::acl::Protocol;
 use crate::config::{ParentKind, Timeouts};
-use crate::io::conn::Stream;
 use crate::error::{ConnectError, Error};
-use crate::upstream::hop::{self, Credentials, HopKind};
-use crate::policy::Policy;
+use crate::io::conn::Stream;
+use crate::policy::acl::Protocol;
 use crate::policy::route::{Hop, Parent, Pick};
+use crate::policy::Policy;
+use crate::telemetry::accesslog::Via;
+use crate::upstream::hop::{self, Credentials, HopKind};
 
 /// Attempts at one connection: a failed parent is picked around on the next.
 const ATTEMPTS: usize = 4;
@@ -342,7 +342,7 @@ impl Upstreams {
     /// Checks `p` as its `probe` says: a TCP connection to it, or a tunnel through it to
     /// the probe's target. The answer counts like a connection's: success brings a parent
     /// that is down back at once, failure counts towards marking it down.
-    pub async fn probe(&self, policy: &Policy, p: &Parent, timeouts: &Timeouts) {
+    pub(crate) async fn probe(&self, policy: &Policy, p: &Parent, timeouts: &Timeouts) {
         let Some(probe) = &p.probe else { return };
         let started = Instant::now();
         let result = async {
@@ -383,12 +383,12 @@ impl Upstreams {
 
 /// A UDP association chained through a SOCKS5 parent's own UDP ASSOCIATE: datagrams keep
 /// their SOCKS5 header and go to the parent's relay; its replies come back with theirs.
-pub struct UdpVia {
+pub(crate) struct UdpVia {
     /// The TCP connection the parent's association lives by.
-    pub control: Stream,
+    pub(crate) control: Stream,
     /// Where the parent relays datagrams.
-    pub relay: std::net::SocketAddr,
-    pub via: Rc<Via>,
+    pub(crate) relay: std::net::SocketAddr,
+    pub(crate) via: Rc<Via>,
 }
 
 impl Upstreams {
@@ -396,7 +396,7 @@ impl Upstreams {
     /// or through the SOCKS5 parent its route names (UDP goes through one SOCKS5 parent,
     /// not a chain, and not through other kinds). The route is chosen on what the client
     /// declared (`want`: often no address at all), before any datagram.
-    pub async fn udp_route(
+    pub(crate) async fn udp_route(
         &self,
         policy: &Policy,
         want: &Want<'_>,
@@ -416,9 +416,8 @@ impl Upstreams {
                     reason,
                 })));
             }
-            crate::policy::route::Choice::Direct { .. } | crate::policy::route::Choice::NeedAddress => {
-                return Ok(None)
-            }
+            crate::policy::route::Choice::Direct { .. }
+            | crate::policy::route::Choice::NeedAddress => return Ok(None),
         };
         let mut last = None;
         for _ in 0..ATTEMPTS {

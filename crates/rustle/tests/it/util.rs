@@ -835,7 +835,10 @@ impl RustleProcess {
     /// Starts `rustle ARGS` with `listener` passed as systemd passes sockets (descriptor
     /// 3, LISTEN_FDS=1, LISTEN_PID the process's own: a shell sets it and execs rustle).
     #[allow(unsafe_code)]
-    pub(crate) fn spawn_with_listen_fd(args: &[&str], listener: std::net::TcpListener) -> RustleProcess {
+    pub(crate) fn spawn_with_listen_fd(
+        args: &[&str],
+        listener: std::net::TcpListener,
+    ) -> RustleProcess {
         use std::os::fd::AsRawFd;
         use std::os::unix::process::CommandExt;
         let mut all = vec!["-c", "LISTEN_PID=$$ LISTEN_FDS=1 exec \"$0\" \"$@\"", rustle_bin()];
@@ -1185,7 +1188,12 @@ pub(crate) mod socks {
 
     /// A SOCKS5 CONNECT to `dst` as `user`, asserting that the login and the CONNECT
     /// succeed.
-    pub(crate) fn connect5_as(proxy: SocketAddr, user: &str, password: &str, dst: &Dst<'_>) -> TcpStream {
+    pub(crate) fn connect5_as(
+        proxy: SocketAddr,
+        user: &str,
+        password: &str,
+        dst: &Dst<'_>,
+    ) -> TcpStream {
         let mut s = connect(proxy);
         assert_eq!(login5(&mut s, user, password), 0, "login of {user} refused");
         s.write_all(&request5(CONNECT, dst)).expect("write request");
@@ -1272,7 +1280,10 @@ pub(crate) struct RawOrigin {
 impl RawOrigin {
     /// Accepts one connection, reads until `complete(received so far)` holds (or the
     /// proxy stops sending), writes `answer`, then closes.
-    pub(crate) fn start(answer: &[u8], complete: impl Fn(&[u8]) -> bool + Send + 'static) -> RawOrigin {
+    pub(crate) fn start(
+        answer: &[u8],
+        complete: impl Fn(&[u8]) -> bool + Send + 'static,
+    ) -> RawOrigin {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind raw origin");
         let addr = listener.local_addr().unwrap();
         let answer = answer.to_vec();

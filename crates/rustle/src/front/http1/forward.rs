@@ -13,19 +13,19 @@ use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWriteExt};
 
 use super::{Client, Exchange, Next};
-use crate::policy::acl::Protocol;
-use crate::io::body::{self, Dir, State};
-use crate::io::buf::Buf;
 use crate::config::SpliceMode;
-use crate::io::conn::Stream;
 use crate::error::{Error, Phase};
 use crate::front::exchange::{
     attempt, client_left, is_connection_auth, read_response_head_or, send, write_timed, Leg,
     Outgoing, Pinned, Pins, Requester,
 };
 use crate::front::tunnel::Handoff;
-use crate::upstream::{Connected, Key, Start, Tls, Want};
 use crate::front::worker::Worker;
+use crate::io::body::{self, Dir, State};
+use crate::io::buf::Buf;
+use crate::io::conn::Stream;
+use crate::policy::acl::Protocol;
+use crate::upstream::{Connected, Key, Start, Tls, Want};
 
 /// A head and the body bytes that came with it are sent in one write while they fit in
 /// this many bytes; larger bodies are streamed after the head.

@@ -33,14 +33,14 @@ use super::{
     authority, client_error, host_port, send_all, unless_reset, upstream, upstream_tcp, Exchange,
     Live, Reset, Shared, Tcp,
 };
-use crate::policy::acl::Protocol;
-use crate::io::body::{self, Dir, State};
-use crate::io::buf::Buf;
 use crate::error::{Error, Phase};
 use crate::front::exchange::{
     is_connection_auth, read_response_head_or, send, write_timed, Leg, Outgoing, Pinned, Requester,
 };
+use crate::io::body::{self, Dir, State};
+use crate::io::buf::Buf;
 use crate::limits::{Direction as LimitDir, Limit};
+use crate::policy::acl::Protocol;
 use crate::upstream::{Connected, Tls};
 
 const HTTP: Protocol = Protocol::Http;

@@ -28,10 +28,10 @@ use tokio::net::TcpStream;
 use tokio::time::{sleep_until, Instant, Sleep};
 
 use super::{client_error, host_port, upstream_tcp, Exchange, Live, Shared};
-use crate::policy::acl::Protocol;
 use crate::config::SpliceMode;
 use crate::error::Error;
 use crate::io::relay::{End, Opts, Relay, Stalled};
+use crate::policy::acl::Protocol;
 
 /// A CONNECT stream: connects (access rules first), answers 200, and returns the tunnel
 /// task to spawn.
@@ -99,8 +99,9 @@ impl Future for Task {
         this.ex.up += totals.up;
         this.ex.down += totals.down;
         // An upstream failure through parents names the parent it came through.
-        let result = result
-            .map_err(|e| e.through(this.ex.via.as_deref().map(crate::telemetry::accesslog::Via::last_parent)));
+        let result = result.map_err(|e| {
+            e.through(this.ex.via.as_deref().map(crate::telemetry::accesslog::Via::last_parent))
+        });
         this.ex.log(&this._live.0, result.as_ref().err());
         Poll::Ready(())
     }

@@ -14,8 +14,8 @@ use tokio::net::UdpSocket;
 
 use super::{reply5, Session};
 use crate::error::Error;
-use crate::upstream::UdpVia;
 use crate::front::worker::Worker;
+use crate::upstream::UdpVia;
 
 /// Largest UDP payload; a datagram buffer of this size never truncates.
 pub(crate) const MAX_DATAGRAM: usize = 65_535;

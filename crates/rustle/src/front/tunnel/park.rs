@@ -23,8 +23,8 @@ use mio::{Events, Interest, Token};
 
 use super::{Label, PackedLabel, Record};
 use crate::error::{Error, Phase};
-use crate::io::relay::{Relay, Resume};
 use crate::front::worker::ConnGuard;
+use crate::io::relay::{Relay, Resume};
 
 /// A parked tunnel.
 struct Parked {
@@ -90,7 +90,7 @@ thread_local! {
 static PARKED: AtomicUsize = AtomicUsize::new(0);
 
 /// Whether this thread parks idle tunnels (a worker does once `serve_here` runs).
-pub fn here() -> bool {
+pub(crate) fn here() -> bool {
     PARK.with(|p| p.borrow().is_some())
 }
 
@@ -103,7 +103,7 @@ pub fn parked_now() -> usize {
 
 /// Opens this thread's park and watches it: resumes tunnels whose sockets have something
 /// to say. Runs for as long as the worker does.
-pub async fn serve_here() {
+pub(crate) async fn serve_here() {
     let (poll, registry) = match mio::Poll::new().and_then(|p| {
         let r = p.registry().try_clone()?;
         Ok((p, r))
@@ -168,7 +168,7 @@ pub async fn serve_here() {
 
 /// Parks an idle tunnel's relay (see `Relay::poll_ended`). On a thread without a park,
 /// or if the sockets cannot be moved, the tunnel goes on as a task.
-pub fn park(
+pub(crate) fn park(
     guard: ConnGuard,
     relay: Relay<tokio::net::TcpStream, tokio::net::TcpStream>,
     rec: Record,
@@ -261,7 +261,7 @@ fn resume(mut p: Parked, parks: bool) {
 /// Ends parked tunnels whose idle timeout has passed (each writes its log line). Returns
 /// how many tunnels were parked since the last sweep, so that the caller can hand the
 /// memory their tasks used back to the kernel.
-pub fn sweep(now: impl Into<Instant>) -> usize {
+pub(crate) fn sweep(now: impl Into<Instant>) -> usize {
     let now = now.into();
     let (expired, parked_since) = PARK.with(|cell| {
         let mut park = cell.borrow_mut();
@@ -291,7 +291,7 @@ pub fn sweep(now: impl Into<Instant>) -> usize {
 }
 
 /// Closes every parked tunnel (the shutdown deadline has passed), each with its log line.
-pub fn close_all() {
+pub(crate) fn close_all() {
     let all = PARK.with(|cell| cell.borrow_mut().as_mut().map(Park::remove_all));
     for p in all.into_iter().flatten() {
         end(p, Error::ShutdownDeadline);

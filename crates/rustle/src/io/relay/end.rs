@@ -16,7 +16,7 @@ use tokio::net::TcpStream;
 use crate::io::conn::Stream;
 
 /// One end of a relay.
-pub trait End {
+pub(crate) trait End {
     /// The bytes on the socket are the payload: the relay may splice, set a low-water
     /// mark and apply the grace delay, and writes need no flush.
     const SOCKET: bool;

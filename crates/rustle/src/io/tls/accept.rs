@@ -10,19 +10,19 @@ use crate::io::buf::Buf;
 use crate::io::conn::Stream;
 
 /// A TLS session with a client, and what it said about itself.
-pub struct Accepted {
-    pub stream: Stream,
-    pub session: Rc<Session>,
+pub(crate) struct Accepted {
+    pub(crate) stream: Stream,
+    pub(crate) session: Rc<Session>,
     /// The user a verified client certificate names (listeners that map them).
-    pub cert_user: Option<String>,
+    pub(crate) cert_user: Option<String>,
     /// The protocol ALPN chose.
-    pub h2: bool,
+    pub(crate) h2: bool,
 }
 
 /// The server side of a handshake whose first bytes were already read into `buf`, which
 /// goes to `give_back` as soon as rustls has taken them. With kernel TLS on, the session
 /// then goes to the kernel.
-pub async fn accept(
+pub(crate) async fn accept(
     acceptor: &Acceptor,
     stream: TcpStream,
     buf: Buf,

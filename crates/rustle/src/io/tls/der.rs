@@ -18,7 +18,7 @@ use crate::config::CertUser;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) struct Time {
     /// Seconds since the Unix epoch.
-    pub unix: i64,
+    pub(crate) unix: i64,
     year: u16,
     month: u8,
     day: u8,
@@ -55,17 +55,17 @@ impl fmt::Display for Time {
 /// What `parse` reads from a certificate.
 #[derive(Debug)]
 pub(super) struct CertInfo {
-    pub not_before: Time,
-    pub not_after: Time,
+    pub(crate) not_before: Time,
+    pub(crate) not_after: Time,
     /// subjectAltName dNSName entries, as written (may start with `*.`).
-    pub dns_names: Vec<String>,
+    pub(crate) dns_names: Vec<String>,
     /// subjectAltName rfc822Name (e-mail) entries.
-    pub emails: Vec<String>,
+    pub(crate) emails: Vec<String>,
     /// The subject's first commonName, when it is a DirectoryString (UTF8String,
     /// PrintableString, TeletexString in its ASCII subset, BMPString) that decodes; None
     /// for any other type or a value that does not decode (the certificate itself is
     /// still read: a server certificate's CN is never used).
-    pub common_name: Option<String>,
+    pub(crate) common_name: Option<String>,
 }
 
 impl CertInfo {

@@ -23,15 +23,15 @@ use crate::config::{CertUser, ClientCerts, ConnectTls, ListenTls, UnknownSni};
 use crate::io::conn::Stream;
 
 /// What a TLS listener accepts.
-pub struct Acceptor {
-    pub config: Arc<rustls::ServerConfig>,
+pub(crate) struct Acceptor {
+    pub(crate) config: Arc<rustls::ServerConfig>,
     /// How a verified client certificate names its user (`None`: it does not).
-    pub client_user: CertUser,
+    pub(crate) client_user: CertUser,
 }
 
 /// Builds a listener's server config. `alpn`: the protocols the listener speaks, in order
 /// of preference (the HTTPS port's; a relay's come from the file).
-pub fn acceptor(t: &ListenTls, alpn: &[&[u8]]) -> Result<Acceptor, String> {
+pub(crate) fn acceptor(t: &ListenTls, alpn: &[&[u8]]) -> Result<Acceptor, String> {
     let mut certs = Vec::new();
     let default = load_certified_key(&t.cert, &t.key).map_err(|e| e.to_string())?;
     // A refused unknown name means the first pair is chosen only by its own names.
@@ -71,7 +71,7 @@ pub fn acceptor(t: &ListenTls, alpn: &[&[u8]]) -> Result<Acceptor, String> {
 
 /// Builds the client config of a TLS-originating relay. One per listener, shared by its
 /// connections, so its session cache lets later connections resume.
-pub fn connector(t: &ConnectTls) -> Result<Arc<ClientConfig>, String> {
+pub(crate) fn connector(t: &ConnectTls) -> Result<Arc<ClientConfig>, String> {
     let builder = ClientConfig::builder_with_provider(provider())
         .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
         .map_err(|e| e.to_string())?;
@@ -195,19 +195,19 @@ impl rustls::client::ClientSessionStore for Tickets {
 /// kernel's `tls` module. Set once at start, before any TLS config is built.
 static KTLS: AtomicBool = AtomicBool::new(false);
 
-pub fn set_ktls(on: bool) {
+pub(crate) fn set_ktls(on: bool) {
     KTLS.store(on, Ordering::Relaxed);
 }
 
 /// Whether finished handshakes are handed to the kernel.
-pub fn ktls() -> bool {
+pub(crate) fn ktls() -> bool {
     KTLS.load(Ordering::Relaxed)
 }
 
 /// The client side of a handshake towards an upstream, within `timeout`; with kernel TLS
 /// on, the session then goes to the kernel. The error says what failed (verification
 /// errors name what they found).
-pub async fn connect(
+pub(crate) async fn connect(
     config: Arc<ClientConfig>,
     name: ServerName<'static>,
     tcp: TcpStream,
@@ -233,7 +233,7 @@ pub async fn connect(
 
 /// `connect` over any stream: plain TCP as `connect` does (kernel TLS when on), anything
 /// else (a tunnel through a TLS connection to a parent proxy) with TLS nested inside it.
-pub async fn connect_over(
+pub(crate) async fn connect_over(
     config: Arc<ClientConfig>,
     name: ServerName<'static>,
     stream: Stream,
@@ -252,7 +252,7 @@ pub async fn connect_over(
 }
 
 /// The name to send and verify: the configured one, else the target's host.
-pub fn server_name(t: &ConnectTls, host: &str) -> Result<ServerName<'static>, String> {
+pub(crate) fn server_name(t: &ConnectTls, host: &str) -> Result<ServerName<'static>, String> {
     let name = t.server_name.as_deref().unwrap_or(host);
     ServerName::try_from(name.to_string()).map_err(|_| format!("`{name}` is not a server name"))
 }
@@ -338,16 +338,16 @@ impl ServerCertVerifier for NoVerification {
 
 /// What the access log says about a client's TLS session.
 #[derive(Debug, Clone)]
-pub struct Session {
-    pub version: &'static str,
-    pub cipher: &'static str,
-    pub sni: Option<Box<str>>,
+pub(crate) struct Session {
+    pub(crate) version: &'static str,
+    pub(crate) cipher: &'static str,
+    pub(crate) sni: Option<Box<str>>,
     /// The handshake resumed an earlier session.
-    pub resumed: bool,
+    pub(crate) resumed: bool,
 }
 
 impl Session {
-    pub fn of(state: &CommonState, sni: Option<&str>) -> Session {
+    pub(crate) fn of(state: &CommonState, sni: Option<&str>) -> Session {
         let version = state.protocol_version().and_then(|v| v.as_str()).unwrap_or("-");
         let cipher =
             state.negotiated_cipher_suite().and_then(|s| s.suite().as_str()).unwrap_or("-");
@@ -358,7 +358,7 @@ impl Session {
 
 /// The user a verified client certificate names, if the listener maps certificates to
 /// users.
-pub fn cert_user(state: &CommonState, how: CertUser) -> Option<String> {
+pub(crate) fn cert_user(state: &CommonState, how: CertUser) -> Option<String> {
     if how == CertUser::None {
         return None;
     }

@@ -19,7 +19,7 @@ use super::canonical;
 
 /// How often the first worker reads the interfaces' addresses again: an address added
 /// to the host is refused as a destination within this long (a reload reads them at once).
-pub const REFRESH_EVERY: Duration = Duration::from_secs(10);
+pub(crate) const REFRESH_EVERY: Duration = Duration::from_secs(10);
 
 /// The snapshot's generation: 0 until the first read.
 static GENERATION: AtomicU64 = AtomicU64::new(0);
@@ -31,7 +31,7 @@ thread_local! {
 }
 
 /// Reads the interfaces' addresses again; a new generation only if they changed.
-pub fn refresh() {
+pub(crate) fn refresh() {
     let mut addrs: Vec<IpAddr> = match nix::ifaddrs::getifaddrs() {
         Ok(list) => list
             .filter_map(|ifa| {
@@ -59,7 +59,7 @@ pub fn refresh() {
 
 /// Whether `ip` (mapped IPv6 taken as IPv4) is an address of one of the host's
 /// interfaces, as of the last [`refresh`] (the first call makes one when none was).
-pub fn is_local(ip: IpAddr) -> bool {
+pub(crate) fn is_local(ip: IpAddr) -> bool {
     let ip = canonical(ip);
     let mut generation = GENERATION.load(Ordering::Acquire);
     if generation == 0 {

@@ -38,18 +38,11 @@ fn mask6(prefix: u8) -> u128 {
 impl Cidr {
     /// Whether `ip` (mapped IPv6 taken as IPv4) is in the block.
     #[inline]
-    pub fn contains(&self, ip: IpAddr) -> bool {
+    pub(crate) fn contains(&self, ip: IpAddr) -> bool {
         match (*self, canonical(ip)) {
             (Cidr::V4 { net, prefix }, IpAddr::V4(a)) => u32::from(a) & mask4(prefix) == net,
             (Cidr::V6 { net, prefix }, IpAddr::V6(a)) => u128::from(a) & mask6(prefix) == net,
             _ => false,
-        }
-    }
-
-    /// The prefix length, after a mapped IPv6 block has become IPv4.
-    pub fn prefix(&self) -> u8 {
-        match *self {
-            Cidr::V4 { prefix, .. } | Cidr::V6 { prefix, .. } => prefix,
         }
     }
 
@@ -184,10 +177,10 @@ pub struct Builtins {
     /// endpoint): connecting to one is refused (no loops, and the admin endpoint is not
     /// reachable through the proxy). An unspecified listen address (0.0.0.0 or ::) stands
     /// for every local address on that port (`local::is_local`).
-    pub own_addresses: Vec<SocketAddr>,
+    pub(crate) own_addresses: Vec<SocketAddr>,
     /// Refuse the destinations [`is_private`] names and every address of the host's own
     /// interfaces.
-    pub deny_private: bool,
+    pub(crate) deny_private: bool,
 }
 
 /// The reason [`Builtins::check`] gives for a loop.
@@ -199,7 +192,7 @@ pub const LOCAL_REASON: &str = "an address of the proxy's own host";
 
 impl Builtins {
     /// Why connecting to `dest` is refused, or None. No allocation.
-    pub fn check(&self, dest: SocketAddr) -> Option<&'static str> {
+    pub(crate) fn check(&self, dest: SocketAddr) -> Option<&'static str> {
         if self.own_addresses.iter().any(|own| reaches(dest, *own)) {
             return Some(LOOP_REASON);
         }

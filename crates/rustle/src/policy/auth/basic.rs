@@ -6,7 +6,7 @@ use base64::Engine as _;
 
 /// Longest credentials value looked at, in bytes: a user name of at most 64 bytes and any
 /// sane password encode to far less, and the limit bounds the decoding work.
-pub const MAX_BASIC_LEN: usize = 4096;
+pub(crate) const MAX_BASIC_LEN: usize = 4096;
 
 /// Standard base64; padding may be left out (some clients do), trailing bits must be zero.
 const BASE64: GeneralPurpose = GeneralPurpose::new(
@@ -17,7 +17,7 @@ const BASE64: GeneralPurpose = GeneralPurpose::new(
 /// Why a `Proxy-Authorization` value was not usable Basic credentials. Every one means the
 /// same to the client (407); the variants are for the log.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-pub enum BasicError {
+pub(crate) enum BasicError {
     #[error("credentials longer than {MAX_BASIC_LEN} bytes")]
     TooLong,
     #[error("not the Basic scheme")]
@@ -43,7 +43,7 @@ pub enum BasicError {
 ///
 /// The decoded bytes go into `scratch`, which the caller keeps and reuses: once it has
 /// grown, no request allocates. It holds the password afterwards, so don't log it.
-pub fn parse_basic<'a>(
+pub(crate) fn parse_basic<'a>(
     value: &[u8],
     scratch: &'a mut Vec<u8>,
 ) -> Result<(&'a str, &'a [u8]), BasicError> {

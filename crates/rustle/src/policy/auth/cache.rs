@@ -23,7 +23,7 @@ struct Entry {
 /// be attacked offline without the key. At most `max` entries: expired ones go first, then
 /// the oldest. One per worker, no locks. Only successes are cached; failures are the
 /// `FailureLimiter`'s business.
-pub struct CredentialCache {
+pub(crate) struct CredentialCache {
     /// HMAC already keyed: each tag clones it rather than hashing the key again.
     mac: Hmac<Sha256>,
     ttl: Duration,
@@ -43,7 +43,7 @@ impl fmt::Debug for CredentialCache {
 
 impl CredentialCache {
     /// A `ttl` of zero or a `max` of zero turns caching off.
-    pub fn new(ttl: Duration, max: usize) -> Self {
+    pub(crate) fn new(ttl: Duration, max: usize) -> Self {
         let key = random_key();
         // A 64-byte key is HMAC-SHA256's block size: used as it is, never hashed first.
         let mac = <Hmac<Sha256> as hmac::digest::KeyInit>::new(&key.into());
@@ -52,11 +52,11 @@ impl CredentialCache {
 
     /// Whether `user` with `password` was verified within `ttl` against users of this
     /// `generation` (`Users::generation`). A stale entry is dropped.
-    pub fn lookup(&mut self, user: &str, password: &[u8], generation: u64) -> bool {
+    pub(crate) fn lookup(&mut self, user: &str, password: &[u8], generation: u64) -> bool {
         self.lookup_at(user, password, generation, Instant::now())
     }
 
-    pub fn lookup_at(
+    pub(crate) fn lookup_at(
         &mut self,
         user: &str,
         password: &[u8],
@@ -78,11 +78,11 @@ impl CredentialCache {
     }
 
     /// Remembers that `user` with `password` passed the check against `generation`.
-    pub fn insert(&mut self, user: &str, password: &[u8], generation: u64) {
+    pub(crate) fn insert(&mut self, user: &str, password: &[u8], generation: u64) {
         self.insert_at(user, password, generation, Instant::now())
     }
 
-    pub fn insert_at(&mut self, user: &str, password: &[u8], generation: u64, now: Instant) {
+    pub(crate) fn insert_at(&mut self, user: &str, password: &[u8], generation: u64, now: Instant) {
         if self.max == 0 || self.ttl.is_zero() {
             return;
         }
@@ -101,16 +101,13 @@ impl CredentialCache {
         self.entries.insert(tag, Entry { generation, verified_at: now });
     }
 
-    /// Forgets everything (e.g. when the users file is reloaded and memory matters).
-    pub fn clear(&mut self) {
-        self.entries.clear();
-    }
-
-    pub fn len(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
         self.entries.len()
     }
 
-    pub fn is_empty(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn is_empty(&self) -> bool {
         self.entries.is_empty()
     }
 

@@ -18,7 +18,7 @@ const FAILURE_TRACK_MAX: usize = 10_000;
 
 /// Why credentials were not accepted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Refusal {
+pub(crate) enum Refusal {
     /// This client failed too often lately: not even checked.
     RateLimited,
     /// An unknown name or a wrong password (not said which).
@@ -27,7 +27,7 @@ pub enum Refusal {
     Busy,
 }
 
-pub struct Gate {
+pub(crate) struct Gate {
     creds: RefCell<CredentialCache>,
     failures: RefCell<FailureLimiter>,
     /// The `ttl`, `burst` and `per_minute` in force.
@@ -39,7 +39,7 @@ pub struct Gate {
 impl Gate {
     /// `ttl`: how long verified credentials are remembered; `burst` and `per_minute`: the
     /// failed attempts a client address may make; `hasher`: where slow hashes run.
-    pub fn new(ttl: Duration, burst: u32, per_minute: u32, hasher: Arc<Hasher>) -> Gate {
+    pub(crate) fn new(ttl: Duration, burst: u32, per_minute: u32, hasher: Arc<Hasher>) -> Gate {
         Gate {
             hasher,
             creds: RefCell::new(CredentialCache::new(ttl, CRED_CACHE_MAX)),
@@ -50,7 +50,7 @@ impl Gate {
 
     /// New settings (a reload): the cache and the failure counts start afresh only when
     /// their own settings changed.
-    pub fn set_limits(&self, ttl: Duration, burst: u32, per_minute: u32) {
+    pub(crate) fn set_limits(&self, ttl: Duration, burst: u32, per_minute: u32) {
         let (old_ttl, old_burst, old_per_minute) = self.settings.replace((ttl, burst, per_minute));
         if old_ttl != ttl {
             *self.creds.borrow_mut() = CredentialCache::new(ttl, CRED_CACHE_MAX);
@@ -61,7 +61,7 @@ impl Gate {
     }
 
     /// The hashing threads this gate uses (to change their queue's limits on a reload).
-    pub fn hasher(&self) -> &Hasher {
+    pub(crate) fn hasher(&self) -> &Hasher {
         &self.hasher
     }
 
@@ -70,7 +70,7 @@ impl Gate {
     /// timing does not tell which names exist. The attempt is counted as failed before
     /// the hash and given back when it succeeds: attempts made at once see each other, so
     /// no more of them are hashed than the client's failure budget allows.
-    pub async fn verify(
+    pub(crate) async fn verify(
         &self,
         users: &Users,
         client: IpAddr,

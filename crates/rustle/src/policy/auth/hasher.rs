@@ -19,7 +19,7 @@ use super::User;
 
 /// Why a check was not queued.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Busy {
+pub(crate) enum Busy {
     /// This client address already has its share of checks queued or running.
     Client,
     /// The queue is full (of other clients' checks).
@@ -28,18 +28,18 @@ pub enum Busy {
 
 /// The pool's sizes (`[auth] hash_threads`, `max_pending_hashes`, `max_hashes_per_client`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct HasherLimits {
+pub(crate) struct HasherLimits {
     /// Hashing threads, fixed for the life of the pool (0 only in tests: nothing is run).
-    pub threads: usize,
+    pub(crate) threads: usize,
     /// Checks waiting for a thread, across clients.
-    pub max_pending: usize,
+    pub(crate) max_pending: usize,
     /// Checks one client address may have queued or running (at least 1).
-    pub per_client: usize,
+    pub(crate) per_client: usize,
 }
 
 impl HasherLimits {
     /// The sizes `[auth]` sets.
-    pub fn of(auth: &crate::config::Auth) -> HasherLimits {
+    pub(crate) fn of(auth: &crate::config::Auth) -> HasherLimits {
         HasherLimits {
             threads: auth.hash_threads,
             max_pending: auth.max_pending_hashes,
@@ -50,7 +50,7 @@ impl HasherLimits {
 
 /// The process's hashing threads; shared by the workers (`Arc`). Dropping the last handle
 /// stops the threads once their current hash is done; checks still queued then fail.
-pub struct Hasher {
+pub(crate) struct Hasher {
     shared: Arc<Shared>,
 }
 
@@ -100,7 +100,7 @@ fn lock(shared: &Shared) -> MutexGuard<'_, State> {
 
 impl Hasher {
     /// A pool of `limits.threads` hashing threads, started with the first check.
-    pub fn start(limits: HasherLimits) -> std::io::Result<Hasher> {
+    pub(crate) fn start(limits: HasherLimits) -> std::io::Result<Hasher> {
         let shared = Arc::new(Shared {
             state: Mutex::new(State {
                 queue: VecDeque::new(),
@@ -136,7 +136,7 @@ impl Hasher {
     }
 
     /// New queue sizes (a reload); the number of threads stays what it was at start.
-    pub fn set_limits(&self, max_pending: usize, per_client: usize) {
+    pub(crate) fn set_limits(&self, max_pending: usize, per_client: usize) {
         let mut state = lock(&self.shared);
         state.max_pending = max_pending;
         state.per_client = per_client.max(1);
@@ -146,7 +146,7 @@ impl Hasher {
     /// the name `name` to users of `generation`: true when it matches. `Busy` at once when
     /// the client has its share of checks in the pool or the queue is full. A check whose
     /// waiters have all gone by the time a thread takes it is skipped.
-    pub async fn check(
+    pub(crate) async fn check(
         &self,
         client: IpAddr,
         generation: u64,
@@ -217,8 +217,9 @@ impl Hasher {
         Ok(rx)
     }
 
+    #[cfg(test)]
     /// Checks queued or running, across clients (for tests and diagnostics).
-    pub fn in_pool(&self) -> usize {
+    pub(crate) fn in_pool(&self) -> usize {
         lock(&self.shared).jobs.len()
     }
 }

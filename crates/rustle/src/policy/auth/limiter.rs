@@ -25,7 +25,7 @@ struct Bucket {
 /// (it is the same as untracked), and when the table is full of clients still limited the
 /// one that failed longest ago goes. One per worker, no locks.
 #[derive(Debug)]
-pub struct FailureLimiter {
+pub(crate) struct FailureLimiter {
     capacity: u128,
     per_minute: u128,
     max: usize,
@@ -36,7 +36,7 @@ impl FailureLimiter {
     /// `burst` is at least 1 (0 would lock out every client after its first failure).
     /// `per_minute` 0 means no refill: a client that used up its burst stays blocked until
     /// pushed out of the table.
-    pub fn new(burst: u32, per_minute: u32, max: usize) -> Self {
+    pub(crate) fn new(burst: u32, per_minute: u32, max: usize) -> Self {
         FailureLimiter {
             capacity: u128::from(burst.max(1)) * UNITS_PER_TOKEN,
             per_minute: u128::from(per_minute),
@@ -47,7 +47,7 @@ impl FailureLimiter {
 
     /// Whether a failure from `ip` may still be checked: false once its burst is used up
     /// and not yet refilled.
-    pub fn allowed(&mut self, ip: IpAddr, now: Instant) -> bool {
+    pub(crate) fn allowed(&mut self, ip: IpAddr, now: Instant) -> bool {
         match self.buckets.get(&client(ip)) {
             Some(bucket) => self.level(bucket, now) >= UNITS_PER_TOKEN,
             None => true,
@@ -55,7 +55,7 @@ impl FailureLimiter {
     }
 
     /// Whether `ip` has failed recently: its bucket is not full (a full one is forgotten).
-    pub fn has_failed(&self, ip: IpAddr) -> bool {
+    pub(crate) fn has_failed(&self, ip: IpAddr) -> bool {
         self.buckets.contains_key(&client(ip))
     }
 
@@ -63,7 +63,7 @@ impl FailureLimiter {
     /// token left: false (and nothing taken) when it has none. Attempts made at once thus
     /// see each other: no more than the bucket holds are checked, however many arrive
     /// together. A success then gives the token back (`give_back`).
-    pub fn reserve(&mut self, ip: IpAddr, now: Instant) -> bool {
+    pub(crate) fn reserve(&mut self, ip: IpAddr, now: Instant) -> bool {
         if !self.allowed(ip, now) {
             return false;
         }
@@ -73,7 +73,7 @@ impl FailureLimiter {
 
     /// Returns the token a `reserve` took, for an attempt that succeeded; a bucket full
     /// again is forgotten.
-    pub fn give_back(&mut self, ip: IpAddr, now: Instant) {
+    pub(crate) fn give_back(&mut self, ip: IpAddr, now: Instant) {
         let key = client(ip);
         let Some(bucket) = self.buckets.get(&key) else { return };
         let units = self.level(bucket, now).saturating_add(UNITS_PER_TOKEN);
@@ -85,7 +85,7 @@ impl FailureLimiter {
     }
 
     /// Takes one token from `ip`'s bucket.
-    pub fn record_failure(&mut self, ip: IpAddr, now: Instant) {
+    pub(crate) fn record_failure(&mut self, ip: IpAddr, now: Instant) {
         if self.max == 0 {
             return;
         }
@@ -102,12 +102,14 @@ impl FailureLimiter {
         self.buckets.insert(key, Bucket { units: self.capacity - UNITS_PER_TOKEN, at: now });
     }
 
+    #[cfg(test)]
     /// How many clients are tracked.
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.buckets.len()
     }
 
-    pub fn is_empty(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn is_empty(&self) -> bool {
         self.buckets.is_empty()
     }
 

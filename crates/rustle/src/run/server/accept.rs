@@ -9,11 +9,11 @@ use tokio::io::unix::AsyncFd;
 use tokio::io::Interest;
 use tokio::net::TcpStream;
 
-use crate::io::buf::Buf;
 use crate::config::ListenerKind;
-use crate::policy::Listener;
-use crate::io::conn::Stream;
 use crate::front::worker::Worker;
+use crate::io::buf::Buf;
+use crate::io::conn::Stream;
+use crate::policy::Listener;
 
 /// After an accept error such as EMFILE, wait this long before accepting again instead
 /// of spinning on a listener that stays readable.
@@ -61,9 +61,13 @@ pub(super) async fn accept_loop(
         if config.kind == ListenerKind::Http {
             let stream = Stream::Fresh(Some(stream));
             if overloaded {
-                tokio::task::spawn_local(crate::front::http1::refuse_overloaded(guard, l, stream, peer));
+                tokio::task::spawn_local(crate::front::http1::refuse_overloaded(
+                    guard, l, stream, peer,
+                ));
             } else {
-                tokio::task::spawn_local(crate::front::dispatch::serve_fresh(guard, l, stream, peer));
+                tokio::task::spawn_local(crate::front::dispatch::serve_fresh(
+                    guard, l, stream, peer,
+                ));
             }
             continue;
         }
@@ -85,12 +89,23 @@ pub(super) async fn accept_loop(
         };
         if overloaded {
             if config.kind == ListenerKind::Auto {
-                tokio::task::spawn_local(crate::front::dispatch::refuse_auto(guard, l, stream, peer));
+                tokio::task::spawn_local(crate::front::dispatch::refuse_auto(
+                    guard, l, stream, peer,
+                ));
             } else {
-                crate::telemetry::metrics::refused(&config.counters, crate::telemetry::metrics::Refused::Limit);
+                crate::telemetry::metrics::refused(
+                    &config.counters,
+                    crate::telemetry::metrics::Refused::Limit,
+                );
                 tracing::warn!("{peer}: refused, {open} connections open");
                 let why = "too many connections";
-                crate::front::dispatch::log_failure(&worker, &l, peer, std::time::Instant::now(), why);
+                crate::front::dispatch::log_failure(
+                    &worker,
+                    &l,
+                    peer,
+                    std::time::Instant::now(),
+                    why,
+                );
             }
             continue;
         }
@@ -111,7 +126,9 @@ pub(super) async fn accept_loop(
                 tokio::task::spawn_local(crate::front::portmap::serve(guard, l, stream, peer));
             }
             ListenerKind::Https => {
-                tokio::task::spawn_local(crate::front::dispatch::serve_https(guard, l, stream, peer));
+                tokio::task::spawn_local(crate::front::dispatch::serve_https(
+                    guard, l, stream, peer,
+                ));
             }
             // UDP listeners have no accept loop.
             ListenerKind::UdpRelay => {}

@@ -21,13 +21,13 @@ const BACKLOG: i32 = 4096;
 const DEFER_ACCEPT_SECS: u32 = 1;
 
 /// A listening socket.
-pub enum Socket {
+pub(crate) enum Socket {
     Tcp(std::net::TcpListener),
     Udp(std::net::UdpSocket),
 }
 
 impl Socket {
-    pub fn local_addr(&self) -> std::io::Result<SocketAddr> {
+    pub(crate) fn local_addr(&self) -> std::io::Result<SocketAddr> {
         match self {
             Socket::Tcp(s) => s.local_addr(),
             Socket::Udp(s) => s.local_addr(),
@@ -35,27 +35,27 @@ impl Socket {
     }
 
     /// Another descriptor for the same socket.
-    pub fn try_clone(&self) -> std::io::Result<Socket> {
+    pub(crate) fn try_clone(&self) -> std::io::Result<Socket> {
         Ok(match self {
             Socket::Tcp(s) => Socket::Tcp(s.try_clone()?),
             Socket::Udp(s) => Socket::Udp(s.try_clone()?),
         })
     }
 
-    pub fn fd(&self) -> BorrowedFd<'_> {
+    pub(crate) fn fd(&self) -> BorrowedFd<'_> {
         match self {
             Socket::Tcp(s) => s.as_fd(),
             Socket::Udp(s) => s.as_fd(),
         }
     }
 
-    pub fn is_udp(&self) -> bool {
+    pub(crate) fn is_udp(&self) -> bool {
         matches!(self, Socket::Udp(_))
     }
 
     /// A socket received from another process: a listening TCP socket or a bound UDP
     /// one, anything else refused.
-    pub fn from_fd(fd: OwnedFd) -> std::io::Result<Socket> {
+    pub(crate) fn from_fd(fd: OwnedFd) -> std::io::Result<Socket> {
         let s = Socket2::from(fd);
         let bad = |what: &str| std::io::Error::other(format!("not a listening socket: {what}"));
         let addr = s.local_addr()?.as_socket().ok_or_else(|| bad("not an IP socket"))?;
@@ -79,17 +79,17 @@ impl Socket {
 
 /// One listener's sockets as the main thread keeps them: each distinct socket once (one
 /// per worker when bound here; as many as were handed over when inherited).
-pub struct Bound {
+pub(crate) struct Bound {
     /// The listener's settings, its `listen` the address bound (port 0 resolved).
-    pub listener: Arc<Listener>,
-    pub sockets: Vec<Socket>,
+    pub(crate) listener: Arc<Listener>,
+    pub(crate) sockets: Vec<Socket>,
 }
 
 impl Bound {
     /// Worker `worker`'s own descriptors of the listener's sockets: with as many sockets
     /// as workers, one each; with more, some workers take several; with fewer (a socket
     /// from the service manager), workers share them.
-    pub fn for_worker(&self, worker: usize, workers: usize) -> std::io::Result<Vec<Socket>> {
+    pub(crate) fn for_worker(&self, worker: usize, workers: usize) -> std::io::Result<Vec<Socket>> {
         let n = self.sockets.len();
         let picks: Vec<usize> = match n >= workers {
             true => (worker..n).step_by(workers.max(1)).collect(),
@@ -101,7 +101,7 @@ impl Bound {
 
     /// Sets what the listener's kind wants on its TCP sockets (a reload may change the
     /// kind of a listener whose socket stays).
-    pub fn set_kind(&self, kind: ListenerKind) -> std::io::Result<()> {
+    pub(crate) fn set_kind(&self, kind: ListenerKind) -> std::io::Result<()> {
         for s in &self.sockets {
             if let Socket::Tcp(s) = s {
                 tcp_options(&socket2::SockRef::from(s), kind)?;
@@ -112,28 +112,28 @@ impl Bound {
 }
 
 /// A group of sockets handed over for one listener.
-pub struct Group {
+pub(crate) struct Group {
     /// The listener's key in the process that handed it over (none from the service
     /// manager).
-    pub key: Option<ListenerKey>,
-    pub addr: SocketAddr,
-    pub udp: bool,
-    pub sockets: Vec<Socket>,
+    pub(crate) key: Option<ListenerKey>,
+    pub(crate) addr: SocketAddr,
+    pub(crate) udp: bool,
+    pub(crate) sockets: Vec<Socket>,
 }
 
 /// Sockets handed over by a rustle being taken over, or by the service manager, not yet
 /// given to a listener.
 #[derive(Default)]
-pub struct Inherited {
-    pub groups: Vec<Group>,
+pub(crate) struct Inherited {
+    pub(crate) groups: Vec<Group>,
     /// The admin endpoint's socket handed over by a rustle being taken over, with the
     /// address configured there.
-    pub admin: Option<(SocketAddr, std::net::TcpListener)>,
+    pub(crate) admin: Option<(SocketAddr, std::net::TcpListener)>,
 }
 
 impl Inherited {
     /// Sockets from the service manager, grouped by address.
-    pub fn from_sockets(sockets: Vec<Socket>) -> std::io::Result<Inherited> {
+    pub(crate) fn from_sockets(sockets: Vec<Socket>) -> std::io::Result<Inherited> {
         let mut inherited = Inherited::default();
         for s in sockets {
             let (addr, udp) = (s.local_addr()?, s.is_udp());
@@ -148,7 +148,10 @@ impl Inherited {
     /// The socket for an admin endpoint configured on `listen`: the one handed over for the
     /// same configured address (a takeover), else a TCP socket bound to it (a fixed port:
     /// socket activation). One handed over for another address is closed.
-    pub fn take_admin(&mut self, listen: Option<SocketAddr>) -> Option<std::net::TcpListener> {
+    pub(crate) fn take_admin(
+        &mut self,
+        listen: Option<SocketAddr>,
+    ) -> Option<std::net::TcpListener> {
         let handed = self.admin.take();
         let listen = listen?;
         match handed {
@@ -186,7 +189,11 @@ impl Inherited {
 /// Binds `l` once per worker (the first socket first, so that port 0 resolves to one port
 /// shared by all), or takes its sockets from `inherited`. An address something else
 /// already serves is refused (`ensure_unused`).
-pub(super) fn bind(l: &Listener, workers: usize, inherited: &mut Inherited) -> anyhow::Result<Bound> {
+pub(super) fn bind(
+    l: &Listener,
+    workers: usize,
+    inherited: &mut Inherited,
+) -> anyhow::Result<Bound> {
     let udp = l.kind == ListenerKind::UdpRelay;
     if let Some(g) = inherited.take(l) {
         let mut l = l.clone();
@@ -222,7 +229,7 @@ pub(super) fn bind(l: &Listener, workers: usize, inherited: &mut Inherited) -> a
 /// wildcard listener covering it included. For TCP the probe has SO_REUSEADDR, so that
 /// connections of an earlier run left in TIME_WAIT do not count. The probe is closed
 /// before the real sockets are bound.
-pub fn ensure_unused(addr: SocketAddr, udp: bool) -> anyhow::Result<()> {
+pub(crate) fn ensure_unused(addr: SocketAddr, udp: bool) -> anyhow::Result<()> {
     let probe = || -> std::io::Result<()> {
         let (ty, proto) = match udp {
             true => (Type::DGRAM, Protocol::UDP),

@@ -6,10 +6,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use super::{admin_view, bind, Bound, Inherited, Running, State, Update};
-use crate::telemetry::accesslog::Sink;
 use crate::config::Config;
 use crate::policy::Listener;
 use crate::policy::Policy;
+use crate::telemetry::accesslog::Sink;
 
 /// How long a reload waits for every worker to have the new policy in force before it says
 /// so anyway (a worker takes it at its next turn of its loop, within microseconds unless
@@ -57,14 +57,14 @@ impl InForce {
 
 /// A reload made ready but not yet in force: new listeners bound, the access log opened.
 /// Dropping it closes what it opened and changes nothing.
-pub struct Plan {
+pub(crate) struct Plan {
     listeners: Vec<Planned>,
     /// Listeners of the running set that the new configuration drops (by position).
     removed: Vec<usize>,
     sink: Sink,
     config: Arc<Config>,
     /// Settings changed that only a restart or a takeover puts in force.
-    pub warnings: Vec<String>,
+    pub(crate) warnings: Vec<String>,
     /// The admin endpoint's address (it stays as it is until the next start).
     admin: Option<SocketAddr>,
 }
@@ -77,7 +77,7 @@ enum Planned {
 
 impl Plan {
     /// The listeners the reload would run, as bound.
-    pub fn listeners(&self) -> Vec<Arc<Listener>> {
+    pub(crate) fn listeners(&self) -> Vec<Arc<Listener>> {
         self.listeners
             .iter()
             .map(|p| match p {
@@ -88,7 +88,7 @@ impl Plan {
     }
 
     /// Their addresses and the admin endpoint's (refused as destinations).
-    pub fn own(&self) -> Vec<SocketAddr> {
+    pub(crate) fn own(&self) -> Vec<SocketAddr> {
         self.listeners().iter().map(|l| l.listen).chain(self.admin).collect()
     }
 }
@@ -99,7 +99,7 @@ impl Running {
     /// in use, fails the whole reload), the others matched to running ones by their key
     /// (their sockets stay, so the port never refuses a connection), a new access-log
     /// target opened.
-    pub fn prepare(&self, cfg: &Config) -> Result<Plan, String> {
+    pub(crate) fn prepare(&self, cfg: &Config) -> Result<Plan, String> {
         let state = self.state();
         let old = &state.config;
         let workers = self.workers.len();
@@ -160,7 +160,7 @@ impl Running {
     /// Puts a prepared reload in force: every worker gets the new policy and
     /// configuration and its new listener set; listeners dropped stop accepting
     /// (connections in flight go on), new ones start.
-    pub fn commit(&self, plan: Plan, policy: Policy) {
+    pub(crate) fn commit(&self, plan: Plan, policy: Policy) {
         let policy = Arc::new(policy);
         let cfg = &plan.config;
         self.conn_limits
@@ -234,4 +234,3 @@ impl Running {
         }
     }
 }
-

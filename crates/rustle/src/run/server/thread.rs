@@ -13,9 +13,9 @@ use super::plan::InForce;
 use super::probes::probe_parents;
 use super::{Socket, Update};
 use crate::config::ListenerKey;
+use crate::front::worker::Worker;
 use crate::policy::Listener;
 use crate::policy::Policy;
-use crate::front::worker::Worker;
 
 /// In a drain, how long a kept-alive connection idle between requests has to send its next
 /// one (answered with `Connection: close`) before it is closed. A client in the middle of
@@ -62,14 +62,13 @@ impl Serving {
             if let Some(sockets) = sockets {
                 registered.clear();
                 for s in sockets {
-                    let r = match s {
-                        Socket::Tcp(s) => {
-                            crate::io::sys::watch_listener(s).map(|s| Registered::Tcp(Rc::new(s)))
-                        }
-                        Socket::Udp(s) => {
-                            tokio::net::UdpSocket::from_std(s).map(|s| Registered::Udp(Rc::new(s)))
-                        }
-                    };
+                    let r =
+                        match s {
+                            Socket::Tcp(s) => crate::io::sys::watch_listener(s)
+                                .map(|s| Registered::Tcp(Rc::new(s))),
+                            Socket::Udp(s) => tokio::net::UdpSocket::from_std(s)
+                                .map(|s| Registered::Udp(Rc::new(s))),
+                        };
                     match r {
                         Ok(r) => registered.push(r),
                         Err(e) => tracing::error!(
@@ -83,15 +82,14 @@ impl Serving {
             let tasks = registered
                 .into_iter()
                 .map(|r| {
-                    let task =
-                        match r.clone() {
-                            Registered::Tcp(s) => {
-                                tokio::task::spawn_local(accept_loop(worker.clone(), l.clone(), s))
-                            }
-                            Registered::Udp(s) => tokio::task::spawn_local(
-                                crate::front::udp::serve_relay(worker.clone(), l.clone(), s),
-                            ),
-                        };
+                    let task = match r.clone() {
+                        Registered::Tcp(s) => {
+                            tokio::task::spawn_local(accept_loop(worker.clone(), l.clone(), s))
+                        }
+                        Registered::Udp(s) => tokio::task::spawn_local(
+                            crate::front::udp::serve_relay(worker.clone(), l.clone(), s),
+                        ),
+                    };
                     (r, task)
                 })
                 .collect();

@@ -27,7 +27,7 @@ const SEND_TIMEOUT: Duration = Duration::from_millis(500);
 const SEVERITY: u8 = 6;
 
 #[derive(Clone)]
-pub enum Sink {
+pub(crate) enum Sink {
     Stdout,
     Stderr,
     File(Arc<LogFile>),
@@ -37,13 +37,13 @@ pub enum Sink {
 }
 
 /// An access-log file shared by the workers, and the path it was opened at.
-pub struct LogFile {
+pub(crate) struct LogFile {
     path: PathBuf,
     file: Mutex<File>,
 }
 
 /// A syslog destination and what each message's header says.
-pub struct Syslog {
+pub(crate) struct Syslog {
     socket: Datagram,
     format: SyslogFormat,
     /// `<PRI>`, the facility and severity.
@@ -55,7 +55,7 @@ pub struct Syslog {
 }
 
 /// The journal's socket, and the SYSLOG_IDENTIFIER of every entry.
-pub struct Journal {
+pub(crate) struct Journal {
     socket: Datagram,
     tag: String,
 }
@@ -160,7 +160,7 @@ fn clean_tag(tag: &str) -> String {
 }
 
 impl Sink {
-    pub fn open(log: &Log) -> io::Result<Sink> {
+    pub(crate) fn open(log: &Log) -> io::Result<Sink> {
         Ok(match &log.access {
             LogTarget::Stdout => Sink::Stdout,
             LogTarget::Stderr => Sink::Stderr,
@@ -198,7 +198,7 @@ impl Sink {
     /// Opens the file again at its path (SIGUSR1, once logrotate has renamed it): every
     /// worker's next flush, which takes the lock anyway, goes to the new file, lines it
     /// buffered before included. The path reopened, or None when lines go to no file.
-    pub fn reopen(&self) -> io::Result<Option<&Path>> {
+    pub(crate) fn reopen(&self) -> io::Result<Option<&Path>> {
         let Sink::File(log) = self else {
             return Ok(None);
         };

@@ -19,49 +19,49 @@ use super::{
 pub(crate) struct ListenerLabel {
     /// Its configured `name`, or its address when it has none (as the access log names
     /// it).
-    pub name: String,
-    pub kind: &'static str,
-    pub counters: Arc<ListenerCounters>,
+    pub(crate) name: String,
+    pub(crate) kind: &'static str,
+    pub(crate) counters: Arc<ListenerCounters>,
 }
 
 /// What a scrape reads besides the workers' counters.
 pub(crate) struct Scrape<'a> {
-    pub listeners: &'a [ListenerLabel],
-    pub workers: &'a [Arc<WorkerStats>],
-    pub max_user_series: usize,
-    pub parents: &'a [ParentView],
-    pub routes: &'a [RouteView],
-    pub process: &'a Process,
+    pub(crate) listeners: &'a [ListenerLabel],
+    pub(crate) workers: &'a [Arc<WorkerStats>],
+    pub(crate) max_user_series: usize,
+    pub(crate) parents: &'a [ParentView],
+    pub(crate) routes: &'a [RouteView],
+    pub(crate) process: &'a Process,
 }
 
 /// A parent's state at a scrape.
 pub(crate) struct ParentView {
-    pub name: String,
-    pub up: bool,
-    pub failures: u64,
-    pub connect: Summed,
-    pub traffic: PeerSums,
+    pub(crate) name: String,
+    pub(crate) up: bool,
+    pub(crate) failures: u64,
+    pub(crate) connect: Summed,
+    pub(crate) traffic: PeerSums,
     /// How long its last health probe took (None: it has no probe, or none ran yet).
-    pub probe: Option<Duration>,
+    pub(crate) probe: Option<Duration>,
 }
 
 /// A route's counts at a scrape (routes through parents).
 pub(crate) struct RouteView {
-    pub name: String,
-    pub traffic: PeerSums,
+    pub(crate) name: String,
+    pub(crate) traffic: PeerSums,
 }
 
 /// Process figures read at a scrape.
 #[derive(Debug, Default)]
 pub(crate) struct Process {
-    pub open_fds: Option<u64>,
-    pub max_fds: Option<u64>,
-    pub resident_bytes: Option<u64>,
+    pub(crate) open_fds: Option<u64>,
+    pub(crate) max_fds: Option<u64>,
+    pub(crate) resident_bytes: Option<u64>,
     /// User and system CPU time, in seconds.
-    pub cpu_seconds: Option<f64>,
-    pub start_time: f64,
-    pub uptime: Duration,
-    pub workers: usize,
+    pub(crate) cpu_seconds: Option<f64>,
+    pub(crate) start_time: f64,
+    pub(crate) uptime: Duration,
+    pub(crate) workers: usize,
 }
 
 /// Prometheus text exposition format 0.0.4: `# HELP` and `# TYPE` before each family,
@@ -437,8 +437,8 @@ pub(crate) fn render(s: &Scrape<'_>) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::telemetry::metrics::*;
     use crate::protocol::{Protocol, Version};
+    use crate::telemetry::metrics::*;
     use std::time::Instant;
 
     #[test]
