@@ -21,8 +21,8 @@ mod settings;
 #[cfg(test)]
 mod tests;
 
-pub use conditions::{Conditions, RuleConfig};
-pub use duration::{parse_duration, MAX_DURATION};
+pub(crate) use conditions::{Conditions, RuleConfig};
+pub(crate) use duration::MAX_DURATION;
 pub use listener::{
     CertFiles, CertUser, ClientCerts, ConnectTls, HostPort, Ktls, ListenTls, Listener, ListenerKey,
     ListenerKind, SpliceMode, Tls, UnknownSni,
@@ -32,7 +32,7 @@ pub use log::{
     Diagnostics, Facility, Field, Log, LogFormat, LogTarget, Piece, SyslogAddr, SyslogFormat,
     Template,
 };
-pub use rate::parse_rate;
+pub(crate) use rate::parse_rate;
 pub use routing::{
     names_of, GroupConfig, Named, ParentConfig, ParentKind, Probe, RouteConfig, Secret, Sticky,
     DENY, DIRECT,
@@ -109,8 +109,8 @@ pub struct Config {
 
 /// With no listener in the file or on the command line: HTTP and SOCKS detected on the
 /// usual HTTP proxy port, and SOCKS on the usual SOCKS port.
-pub const DEFAULT_AUTO: &str = "127.0.0.1:3128";
-pub const DEFAULT_SOCKS: &str = "127.0.0.1:1080";
+pub(crate) const DEFAULT_AUTO: &str = "127.0.0.1:3128";
+pub(crate) const DEFAULT_SOCKS: &str = "127.0.0.1:1080";
 
 /// The configuration file read when none is given, if it exists.
 pub const DEFAULT_FILE: &str = "/etc/rustle/rustle.toml";
@@ -141,7 +141,7 @@ impl Config {
     }
 
     /// Worker count after resolving 0 to the number of cores.
-    pub fn worker_count(&self) -> usize {
+    pub(crate) fn worker_count(&self) -> usize {
         if self.workers > 0 {
             self.workers
         } else {

@@ -21,7 +21,7 @@ pub(crate) use crate::error::Denial;
 /// reload that keeps it). It reads as its settings (`Deref`), so that the front ends,
 /// which see little else of a listener, read `listener.kind` as before.
 #[derive(Debug, Clone)]
-pub(crate) struct Listener {
+pub struct Listener {
     pub(crate) config: crate::config::Listener,
     /// The buckets of `rate_up`/`rate_down`, shared by all its connections.
     pub(crate) throttle: Throttle,

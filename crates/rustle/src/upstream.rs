@@ -52,7 +52,7 @@ pub(crate) struct Want<'a> {
 
 /// TLS on top of the connection to the target.
 #[derive(Clone, Copy)]
-pub(crate) enum Tls<'a> {
+pub enum Tls<'a> {
     Plain,
     /// An `https://` origin: verified against `[tls] origin_ca` or the system's roots, the
     /// host sent as SNI.

@@ -25,7 +25,7 @@ impl Config {
 
     /// The problems of the parents, groups and routes (without lines: `Config::parse`
     /// reports them with theirs), for code that builds a configuration itself.
-    pub fn routing_problems(&self) -> Vec<String> {
+    pub(crate) fn routing_problems(&self) -> Vec<String> {
         routing::problems(&self.parents, &self.groups, &self.routes, &self.listeners)
             .into_iter()
             .map(|(_, message)| message)
@@ -34,7 +34,7 @@ impl Config {
 
     /// Why listener `l` would be an open proxy under this configuration's rules, if it
     /// would (the start-up check; SIGHUP runs it on the listeners already running).
-    pub fn open_proxy_problem(&self, l: &Listener) -> Option<String> {
+    pub(crate) fn open_proxy_problem(&self, l: &Listener) -> Option<String> {
         open_proxy_problem(self, l)
     }
 }

@@ -20,14 +20,14 @@ const MAX_ERRORS: usize = 100;
 pub(super) struct Collected<T> {
     /// The value, with each value that did not deserialize taken out (its default in its
     /// place, or, for a table missing a required key, the whole table left out).
-    pub value: T,
+    pub(crate) value: T,
     /// Each value that did not deserialize: where, and why.
-    pub errors: Vec<(Path, String)>,
+    pub(crate) errors: Vec<(Path, String)>,
     /// Keys nothing reads.
-    pub unknown: Vec<Path>,
+    pub(crate) unknown: Vec<Path>,
     /// Where the deserialized value differs from the document: what was taken out, in the
     /// document's own paths.
-    pub removed: Removed,
+    pub(crate) removed: Removed,
 }
 
 /// What was taken out of a document, to translate paths of what remains into the

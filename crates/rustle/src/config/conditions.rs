@@ -15,30 +15,30 @@ use serde::Deserialize;
 /// Values are checked when compiled (`acl::RuleSet::compile`), not while deserializing, so
 /// that every problem of every table is reported at once.
 #[derive(Debug, Clone, Default)]
-pub struct Conditions {
+pub(crate) struct Conditions {
     /// Listener names.
-    pub listeners: Option<Vec<String>>,
+    pub(crate) listeners: Option<Vec<String>>,
     /// Client addresses or CIDR blocks.
-    pub clients: Option<Vec<String>>,
+    pub(crate) clients: Option<Vec<String>>,
     /// Authenticated user names; `*` is any authenticated user.
-    pub users: Option<Vec<String>>,
+    pub(crate) users: Option<Vec<String>>,
     /// The line of `users` in the file, for a user found undefined once the users are
     /// loaded (`Policy::build`).
-    pub users_line: Option<usize>,
+    pub(crate) users_line: Option<usize>,
     /// The user is in any of these groups (`[auth.groups]`, not `[[group]]`s).
-    pub groups: Option<Vec<String>>,
+    pub(crate) groups: Option<Vec<String>>,
     /// The line of `groups` in the file, for a group found undefined once the users are
     /// loaded.
-    pub groups_line: Option<usize>,
+    pub(crate) groups_line: Option<usize>,
     /// The destination host as the client named it: exact (case-insensitive), `*.suffix`
     /// (subdomains only, not the suffix itself) or `*`.
-    pub hosts: Option<Vec<String>>,
+    pub(crate) hosts: Option<Vec<String>>,
     /// The address actually connected to, after resolution: addresses or CIDR blocks.
-    pub destinations: Option<Vec<String>>,
+    pub(crate) destinations: Option<Vec<String>>,
     /// Destination ports: `443` or `8000-8999`.
-    pub ports: Option<Vec<String>>,
+    pub(crate) ports: Option<Vec<String>>,
     /// http, connect, socks5, socks4, relay, udp, bind.
-    pub protocols: Option<Vec<String>>,
+    pub(crate) protocols: Option<Vec<String>>,
 }
 
 impl Conditions {
@@ -69,10 +69,10 @@ impl Conditions {
 #[derive(Debug, Clone)]
 pub struct RuleConfig {
     /// For logs; default "rule N" (1-based).
-    pub name: Option<String>,
+    pub(crate) name: Option<String>,
     /// `allow` or `deny`, as written (checked with the conditions).
-    pub action: String,
-    pub conditions: Conditions,
+    pub(crate) action: String,
+    pub(crate) conditions: Conditions,
 }
 
 impl<'de> Deserialize<'de> for RuleConfig {

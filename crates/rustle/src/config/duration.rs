@@ -36,7 +36,7 @@ pub(super) fn duration<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::E
 
 /// The longest duration a setting takes: deadlines are instants, and "forever" written as a
 /// huge number must be an error, not an overflow.
-pub const MAX_DURATION: Duration = Duration::from_secs(365 * 24 * 3600);
+pub(crate) const MAX_DURATION: Duration = Duration::from_secs(365 * 24 * 3600);
 
 fn at_most_a_year(d: Duration, text: &str) -> Result<Duration, String> {
     if d > MAX_DURATION {
@@ -48,7 +48,7 @@ fn at_most_a_year(d: Duration, text: &str) -> Result<Duration, String> {
 /// A duration as the configuration writes it: a bare number of seconds (`"30"`), or text
 /// that humantime reads (`"250ms"`, `"10s"`, `"10 s"`, `"5m"`, `"1h"`, and its longer
 /// spellings and sums such as `"2min"`, `"1h 30m"`, `"1.5s"`), at most a year.
-pub fn parse_duration(t: &str) -> Result<Duration, String> {
+pub(crate) fn parse_duration(t: &str) -> Result<Duration, String> {
     let t = t.trim();
     let d = if !t.is_empty() && t.bytes().all(|b| b.is_ascii_digit()) {
         let n: u64 = t.parse().map_err(|_| too_long(t))?;

@@ -26,7 +26,7 @@ pub enum ListenerKind {
 }
 
 impl ListenerKind {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             ListenerKind::Http => "http",
             ListenerKind::Socks => "socks",
@@ -38,7 +38,7 @@ impl ListenerKind {
     }
 
     /// Kinds that relay to a fixed target instead of one the client names.
-    pub fn needs_target(self) -> bool {
+    pub(crate) fn needs_target(self) -> bool {
         matches!(self, ListenerKind::Relay | ListenerKind::UdpRelay)
     }
 }
@@ -52,8 +52,8 @@ impl fmt::Display for ListenerKind {
 /// `host:port`, `1.2.3.4:port` or `[v6]:port`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HostPort {
-    pub host: String,
-    pub port: u16,
+    pub(crate) host: String,
+    pub(crate) port: u16,
 }
 
 impl std::str::FromStr for HostPort {
@@ -111,18 +111,18 @@ pub enum SpliceMode {
 pub struct Listener {
     /// A name for access rules (`listeners = [...]`) and logs.
     #[serde(default)]
-    pub name: Option<String>,
+    pub(crate) name: Option<String>,
     #[serde(default = "default_kind")]
     pub kind: ListenerKind,
     pub listen: SocketAddr,
     /// Require authentication: HTTP Basic (`Proxy-Authorization`) and SOCKS5
     /// username/password, checked against `[auth]` users.
     #[serde(default)]
-    pub auth: bool,
+    pub(crate) auth: bool,
     /// With `auth`, accept SOCKS4 clients whose user id names a configured user (SOCKS4
     /// carries no password: this trusts the client's word).
     #[serde(default)]
-    pub socks4_users: bool,
+    pub(crate) socks4_users: bool,
     /// Bandwidth of all this listener's connections together, client to upstream and
     /// upstream to client: "10mbit", "512kbit", "2MB" (bytes), a number of bytes/s.
     #[serde(default)]
@@ -139,14 +139,14 @@ pub struct Listener {
     pub accept_any_credentials: bool,
     /// `auto`, `always` or `never`: splice(2) in tunnels and relays of this listener.
     #[serde(default)]
-    pub splice: SpliceMode,
+    pub(crate) splice: SpliceMode,
     /// TLS towards clients: required by `https`; on `relay` it terminates TLS; on `auto`
     /// it lets the port recognise a TLS ClientHello (HTTP inside).
     #[serde(default)]
     pub tls: Option<ListenTls>,
     /// `relay` only: TLS towards the target (origination).
     #[serde(default)]
-    pub target_tls: Option<ConnectTls>,
+    pub(crate) target_tls: Option<ConnectTls>,
     /// `http` and `auto` listeners: a connection that opens with the HTTP/2 preface is
     /// served as HTTP/2 (h2c with prior knowledge). Off by default: a plain port that
     /// only ever spoke HTTP/1.1 keeps answering the preface with an error.
@@ -156,11 +156,11 @@ pub struct Listener {
     /// protected than the one running at its address: no longer requiring `auth`, or
     /// client certificates. Without it such a change is refused.
     #[serde(default)]
-    pub allow_less_protection: bool,
+    pub(crate) allow_less_protection: bool,
     /// Which listener of the configuration this is (`effective_listeners` sets it): a
     /// reload, a takeover and the policy's TLS settings find a listener by it.
     #[serde(skip)]
-    pub key: ListenerKey,
+    pub(crate) key: ListenerKey,
 }
 
 /// A listener's identity across reloads and upgrades: its address as configured (port 0
@@ -169,9 +169,9 @@ pub struct Listener {
 /// in the file changes no key; editing a listener's other settings changes none either.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct ListenerKey {
-    pub listen: SocketAddr,
-    pub udp: bool,
-    pub rank: usize,
+    pub(crate) listen: SocketAddr,
+    pub(crate) udp: bool,
+    pub(crate) rank: usize,
 }
 
 impl Default for ListenerKey {
@@ -210,9 +210,9 @@ pub struct CertFiles {
     /// `a.example, *.b.example`: server names (SNI) this pair is chosen for, besides the
     /// DNS names in the certificate itself.
     #[serde(default)]
-    pub names: Option<String>,
-    pub cert: PathBuf,
-    pub key: PathBuf,
+    pub(crate) names: Option<String>,
+    pub(crate) cert: PathBuf,
+    pub(crate) key: PathBuf,
 }
 
 /// What a client without a known server name gets.
@@ -253,23 +253,23 @@ pub enum CertUser {
 #[derive(Debug, Clone, Deserialize)]
 pub struct ListenTls {
     /// The default certificate chain (leaf first) and its key.
-    pub cert: PathBuf,
-    pub key: PathBuf,
+    pub(crate) cert: PathBuf,
+    pub(crate) key: PathBuf,
     /// More certificates, chosen by the name the client asks for.
     #[serde(default, rename = "sni")]
-    pub more: Vec<CertFiles>,
+    pub(crate) more: Vec<CertFiles>,
     #[serde(default)]
-    pub unknown_sni: UnknownSni,
+    pub(crate) unknown_sni: UnknownSni,
     /// CA certificates (PEM) that client certificates must chain to.
     #[serde(default)]
-    pub client_ca: Option<PathBuf>,
+    pub(crate) client_ca: Option<PathBuf>,
     #[serde(default)]
-    pub client_certs: ClientCerts,
+    pub(crate) client_certs: ClientCerts,
     #[serde(default)]
-    pub client_user: CertUser,
+    pub(crate) client_user: CertUser,
     /// ALPN protocols offered on a relay (the HTTPS port chooses its own).
     #[serde(default)]
-    pub alpn: Vec<String>,
+    pub(crate) alpn: Vec<String>,
 }
 
 impl ListenTls {
@@ -293,12 +293,12 @@ impl ListenTls {
 #[serde(default)]
 pub struct ConnectTls {
     /// The name sent (SNI) and verified; the target's host by default.
-    pub server_name: Option<String>,
+    pub(crate) server_name: Option<String>,
     /// CA certificates (PEM) to verify the target with, instead of the system's.
-    pub ca: Option<PathBuf>,
+    pub(crate) ca: Option<PathBuf>,
     /// Accept any certificate. For testing only: it gives up all protection.
-    pub insecure: bool,
-    pub alpn: Vec<String>,
+    pub(crate) insecure: bool,
+    pub(crate) alpn: Vec<String>,
 }
 
 /// Kernel TLS: after the handshake, hand the session keys to the kernel.
@@ -314,12 +314,12 @@ pub enum Ktls {
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(default)]
 pub struct Tls {
-    pub ktls: Ktls,
+    pub(crate) ktls: Ktls,
     /// CA certificates (PEM) that origins of `https://` URLs requested in absolute form
     /// are verified with; the system's roots when not set.
     pub origin_ca: Option<PathBuf>,
     /// Accept any certificate from those origins. For testing only.
-    pub origin_insecure: bool,
+    pub(crate) origin_insecure: bool,
 }
 
 impl Listener {

@@ -2,7 +2,7 @@
 //! with its line (`collect` for the values that do not deserialize, `checks` for the rest).
 
 use std::fmt;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use super::checks::{http2_problems, loop_problem, open_proxy_problem, target_problem};
 use super::{
@@ -101,15 +101,6 @@ impl Lines {
 }
 
 impl Config {
-    /// Reads and checks a file.
-    pub fn load(path: &Path) -> Result<Config, Problems> {
-        let text = std::fs::read_to_string(path).map_err(|e| Problems {
-            file: path.to_owned(),
-            list: vec![Problem { line: None, message: format!("cannot read: {e}") }],
-        })?;
-        Config::parse(&text).map_err(|list| Problems { file: path.to_owned(), list })
-    }
-
     /// Parses and checks configuration text, returning every problem found.
     pub fn parse(text: &str) -> Result<Config, Vec<Problem>> {
         let parsed = Config::parse_all(text);
@@ -322,33 +313,6 @@ pub struct Source {
 #[derive(Debug)]
 pub struct Loaded {
     pub config: Config,
-    /// The listeners to run are the file's (neither the command line's nor the defaults).
-    pub listeners_from_file: bool,
-    /// The file holds nothing but blank lines and comments (or there is no file).
-    pub blank: bool,
-}
-
-impl Source {
-    /// Reads the file and puts the command line's options on top of it.
-    pub fn read(&self) -> Result<Loaded, Problems> {
-        let (mut config, blank) = match &self.file {
-            Some(path) => {
-                let text = std::fs::read_to_string(path).map_err(|e| Problems {
-                    file: path.to_owned(),
-                    list: vec![Problem { line: None, message: format!("cannot read: {e}") }],
-                })?;
-                let blank = text.lines().map(str::trim).all(|l| l.is_empty() || l.starts_with('#'));
-                let cfg = Config::parse(&text)
-                    .map_err(|list| Problems { file: path.to_owned(), list })?;
-                (cfg, blank)
-            }
-            None => (Config::default(), true),
-        };
-        let listeners_from_file =
-            self.overrides.listeners.is_empty() && !config.listeners.is_empty();
-        self.overrides.apply(&mut config);
-        Ok(Loaded { config, listeners_from_file, blank })
-    }
 }
 
 impl fmt::Display for Source {

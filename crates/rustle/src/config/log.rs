@@ -25,7 +25,7 @@ pub enum LogFormat {
 
 impl LogFormat {
     /// `plain`, `json`, `squid`, or a template (any text with a `{field}` in it).
-    pub fn parse(s: &str) -> Result<LogFormat, String> {
+    pub(crate) fn parse(s: &str) -> Result<LogFormat, String> {
         match s {
             "plain" => Ok(LogFormat::Plain),
             "json" => Ok(LogFormat::Json),
@@ -39,7 +39,7 @@ impl LogFormat {
     }
 
     /// Whether lines show the client's User-Agent or Referer (front ends then keep them).
-    pub fn wants_headers(&self) -> bool {
+    pub(crate) fn wants_headers(&self) -> bool {
         match self {
             LogFormat::Template(t) => t
                 .pieces
@@ -60,7 +60,7 @@ impl<'de> Deserialize<'de> for LogFormat {
 /// A parsed template: text and fields in order.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Template {
-    pub pieces: Vec<Piece>,
+    pub(crate) pieces: Vec<Piece>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -140,7 +140,7 @@ impl Field {
 impl Template {
     /// `{name}` is a field, `{{` and `}}` are braces; control characters are refused (a
     /// line must stay one line).
-    pub fn parse(text: &str) -> Result<Template, String> {
+    pub(crate) fn parse(text: &str) -> Result<Template, String> {
         let mut pieces = Vec::new();
         let mut lit = String::new();
         let mut rest = text;
@@ -350,8 +350,8 @@ pub struct Log {
     /// Where diagnostics go (read at start).
     pub diagnostics: Diagnostics,
     /// The syslog facility of access-log messages.
-    pub syslog_facility: Facility,
-    pub syslog_format: SyslogFormat,
+    pub(crate) syslog_facility: Facility,
+    pub(crate) syslog_format: SyslogFormat,
     /// The program name in syslog messages and the journal's SYSLOG_IDENTIFIER.
     pub tag: String,
 }

@@ -9,7 +9,7 @@
 ///
 /// `kb`, `mb`, `Mbps` and the like are refused as ambiguous (bits or bytes?). A rate that
 /// comes to less than 1 byte per second is refused; so is 0 (no limit is no rate at all).
-pub fn parse_rate(s: &str) -> Result<u64, String> {
+pub(crate) fn parse_rate(s: &str) -> Result<u64, String> {
     let t = s.trim();
     if t.is_empty() {
         return Err("empty rate".into());

@@ -29,7 +29,7 @@ pub enum ParentKind {
 }
 
 impl ParentKind {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             ParentKind::Http => "http",
             ParentKind::Https => "https",
@@ -57,7 +57,7 @@ impl Secret {
     }
 
     /// The password itself, for the handshake that sends it.
-    pub fn expose(&self) -> &str {
+    pub(crate) fn expose(&self) -> &str {
         &self.0
     }
 }
@@ -131,38 +131,38 @@ pub const DENY: &str = "deny";
 #[derive(Debug, Clone, Deserialize)]
 pub struct ParentConfig {
     /// Unique among parents and groups; neither `direct` nor `deny`.
-    pub name: String,
-    pub kind: ParentKind,
+    pub(crate) name: String,
+    pub(crate) kind: ParentKind,
     /// `host:port`; a name is resolved by rustle.
-    pub address: HostPort,
+    pub(crate) address: HostPort,
     /// Credentials for the parent: HTTP Basic (`Proxy-Authorization`), SOCKS5 RFC 1929,
     /// SOCKS4a USERID (no password).
     #[serde(default)]
-    pub user: Option<String>,
+    pub(crate) user: Option<String>,
     #[serde(default)]
-    pub password: Option<Secret>,
+    pub(crate) password: Option<Secret>,
     /// Send the client's own authenticated user name instead of `user` (with `password`).
     #[serde(default)]
-    pub pass_user: bool,
+    pub(crate) pass_user: bool,
     /// `https`: the CAs (PEM) the parent is verified with, instead of the system's.
     #[serde(default)]
-    pub ca: Option<PathBuf>,
+    pub(crate) ca: Option<PathBuf>,
     /// `https`: the name sent (SNI) and verified; the host of `address` by default.
     #[serde(default)]
-    pub server_name: Option<String>,
+    pub(crate) server_name: Option<String>,
     /// Its share within a group (at least 1).
     #[serde(default = "default_weight")]
-    pub weight: u32,
+    pub(crate) weight: u32,
     /// Consecutive failures that mark it down; 0: never marked down.
     #[serde(default = "default_max_failures")]
-    pub max_failures: u32,
+    pub(crate) max_failures: u32,
     /// How long it stays down before it is tried again.
     #[serde(default = "default_down_for", deserialize_with = "duration")]
-    pub down_for: Duration,
+    pub(crate) down_for: Duration,
     #[serde(default)]
-    pub probe: Option<Probe>,
+    pub(crate) probe: Option<Probe>,
     #[serde(default = "default_probe_every", deserialize_with = "duration")]
-    pub probe_every: Duration,
+    pub(crate) probe_every: Duration,
 }
 
 fn default_weight() -> u32 {
@@ -185,14 +185,14 @@ fn default_probe_every() -> Duration {
 #[derive(Debug, Clone, Deserialize)]
 pub struct GroupConfig {
     /// Unique among parents and groups; neither `direct` nor `deny`.
-    pub name: String,
+    pub(crate) name: String,
     /// Parent names (not groups), at least one.
-    pub parents: Vec<String>,
+    pub(crate) parents: Vec<String>,
     #[serde(default)]
-    pub sticky: Sticky,
+    pub(crate) sticky: Sticky,
     /// `deny`, `direct`, or another group or a parent: used when every member is down.
     #[serde(default = "default_fallback")]
-    pub fallback: String,
+    pub(crate) fallback: String,
 }
 
 fn default_fallback() -> String {
@@ -204,11 +204,11 @@ fn default_fallback() -> String {
 #[derive(Debug, Clone)]
 pub struct RouteConfig {
     /// For logs; default "route N" (1-based).
-    pub name: Option<String>,
-    pub conditions: Conditions,
+    pub(crate) name: Option<String>,
+    pub(crate) conditions: Conditions,
     /// `direct`, `deny`, a parent, a group, or a chain of parents and groups (first hop
     /// first). Written as a string or a list of strings.
-    pub via: Vec<String>,
+    pub(crate) via: Vec<String>,
 }
 
 impl<'de> Deserialize<'de> for RouteConfig {
@@ -252,7 +252,7 @@ impl<'de> Deserialize<'de> for RouteConfig {
 
 impl RouteConfig {
     /// "route `NAME`", or "route N" (1-based) without a name.
-    pub fn label(&self, index: usize) -> String {
+    pub(crate) fn label(&self, index: usize) -> String {
         match &self.name {
             Some(name) => format!("route `{name}`"),
             None => format!("route {}", index + 1),

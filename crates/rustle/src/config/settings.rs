@@ -69,15 +69,15 @@ pub struct Limits {
     /// Largest request or response head; a larger request gets 431.
     pub max_header_bytes: usize,
     /// Most header fields in one head; more gets 431.
-    pub max_headers: usize,
+    pub(crate) max_headers: usize,
     /// Open connections from one client address; more are refused (503 on HTTP).
     pub max_connections_per_client: Option<usize>,
     /// Open connections of one authenticated user; more are refused.
-    pub max_connections_per_user: Option<usize>,
+    pub(crate) max_connections_per_user: Option<usize>,
     /// Bandwidth of each user (all its connections together), each way; a user's own
     /// `rate_up`/`rate_down` overrides it.
-    pub user_rate_up: Option<String>,
-    pub user_rate_down: Option<String>,
+    pub(crate) user_rate_up: Option<String>,
+    pub(crate) user_rate_down: Option<String>,
 }
 
 impl Default for Limits {
@@ -114,21 +114,21 @@ pub struct Http2 {
     pub max_header_list_size: u32,
     /// Receive window of each stream: how much a client may send on one stream before
     /// the proxy has passed it on.
-    pub initial_stream_window: u32,
+    pub(crate) initial_stream_window: u32,
     /// Receive window of the whole connection (all streams together).
-    pub initial_connection_window: u32,
+    pub(crate) initial_connection_window: u32,
     /// Bytes queued for a client per stream beyond which the proxy stops reading the
     /// upstream until they are sent.
-    pub max_send_buffer_size: usize,
+    pub(crate) max_send_buffer_size: usize,
     /// Streams the client reset before the proxy accepted them that may wait in the
     /// accept queue; more closes the connection (ENHANCE_YOUR_CALM).
     pub max_pending_accept_reset_streams: usize,
     /// Streams the proxy had to reset for the client's protocol errors; more closes the
     /// connection (ENHANCE_YOUR_CALM).
-    pub max_local_error_reset_streams: usize,
+    pub(crate) max_local_error_reset_streams: usize,
     /// The window the three flood limits below count in.
     #[serde(deserialize_with = "duration")]
-    pub flood_window: Duration,
+    pub(crate) flood_window: Duration,
     /// RST_STREAM frames a client may send per `flood_window` (rapid reset).
     pub max_resets: u32,
     /// PING frames a client may send per `flood_window`.
@@ -164,10 +164,10 @@ pub struct Upstream {
     pub pool_max_idle: usize,
     /// An idle origin connection older than this is closed, not reused.
     #[serde(deserialize_with = "duration")]
-    pub pool_idle_timeout: Duration,
+    pub(crate) pool_idle_timeout: Duration,
     /// How long a resolved name is reused.
     #[serde(deserialize_with = "duration")]
-    pub dns_cache_ttl: Duration,
+    pub(crate) dns_cache_ttl: Duration,
 }
 
 impl Default for Upstream {
@@ -188,9 +188,9 @@ pub struct Relay {
     /// direction waits `grace_delay` before reading again, so data gathers into larger
     /// reads; while splicing, a direction is woken only once 256 KiB are queued or
     /// `grace_delay` after it began waiting. 0 turns it off (the default).
-    pub grace_reads: u32,
+    pub(crate) grace_reads: u32,
     #[serde(deserialize_with = "duration")]
-    pub grace_delay: Duration,
+    pub(crate) grace_delay: Duration,
 }
 
 impl Default for Relay {
@@ -202,41 +202,41 @@ impl Default for Relay {
 /// A user defined in the configuration itself.
 #[derive(Debug, Clone, Deserialize)]
 pub struct UserConfig {
-    pub name: String,
+    pub(crate) name: String,
     /// A hash as in a users file (`$2y$…` from `htpasswd -B`, `$argon2id$…` from
     /// `rustle passwd`), or `plain:…` (discouraged).
-    pub password: String,
+    pub(crate) password: String,
     #[serde(default)]
-    pub groups: Vec<String>,
+    pub(crate) groups: Vec<String>,
     #[serde(default)]
-    pub rate_up: Option<String>,
+    pub(crate) rate_up: Option<String>,
     #[serde(default)]
-    pub rate_down: Option<String>,
+    pub(crate) rate_down: Option<String>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(default)]
 pub struct Auth {
     /// A users file: `name:hash[:group,group]` per line.
-    pub users_file: Option<PathBuf>,
+    pub(crate) users_file: Option<PathBuf>,
     #[serde(rename = "user")]
-    pub users: Vec<UserConfig>,
+    pub(crate) users: Vec<UserConfig>,
     /// Group name to member names.
-    pub groups: std::collections::BTreeMap<String, Vec<String>>,
+    pub(crate) groups: std::collections::BTreeMap<String, Vec<String>>,
     /// The realm in `Proxy-Authenticate`.
-    pub realm: String,
+    pub(crate) realm: String,
     /// How long a verified user/password pair is remembered (hashing is slow on purpose).
     #[serde(deserialize_with = "duration")]
-    pub cache_ttl: Duration,
+    pub(crate) cache_ttl: Duration,
     /// Failed attempts one client address may make at once, and how many more per minute.
-    pub failures_burst: u32,
-    pub failures_per_minute: u32,
+    pub(crate) failures_burst: u32,
+    pub(crate) failures_per_minute: u32,
     /// Threads that run password hashes for the whole process (read at start only).
-    pub hash_threads: usize,
+    pub(crate) hash_threads: usize,
     /// Password checks that may wait for a hashing thread, across clients.
-    pub max_pending_hashes: usize,
+    pub(crate) max_pending_hashes: usize,
     /// Password checks one client address may have waiting or running.
-    pub max_hashes_per_client: usize,
+    pub(crate) max_hashes_per_client: usize,
 }
 
 impl Default for Auth {
@@ -292,7 +292,7 @@ impl Admin {
     /// Why this admin listener would expose the proxy's metrics to anyone who can reach
     /// it, if it would: a non-loopback address needs a token or client blocks (the spirit
     /// of the proxy listeners' open-proxy check).
-    pub fn open_problem(&self) -> Option<String> {
+    pub(crate) fn open_problem(&self) -> Option<String> {
         let listen = self.listen?;
         if listen.ip().is_loopback() || self.token.is_some() || !self.allow.is_empty() {
             return None;
@@ -317,11 +317,11 @@ fn cidrs<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<crate::policy::acl::Cidr
 #[derive(Debug, Clone, Default, Deserialize, PartialEq, Eq)]
 pub struct Process {
     #[serde(default)]
-    pub user: Option<String>,
+    pub(crate) user: Option<String>,
     #[serde(default)]
-    pub group: Option<String>,
+    pub(crate) group: Option<String>,
     #[serde(default)]
-    pub control_socket: Option<PathBuf>,
+    pub(crate) control_socket: Option<PathBuf>,
 }
 
 impl Process {

@@ -70,7 +70,7 @@ fn checked(source: &Source, at_start: bool) -> Result<Loaded, Problems> {
     }
     problems.sort_by_key(|p| p.line.unwrap_or(usize::MAX));
     match problems.is_empty() {
-        true => Ok(Loaded { config, listeners_from_file, blank }),
+        true => Ok(Loaded { config }),
         false => Err(fail(problems)),
     }
 }
