@@ -1,3 +1,6 @@
+//! Bytes on sockets: a connection's stream (plain, TLS, kernel TLS), read buffers, body
+//! framing, the one relay engine, idle deadlines, and `sys`, the one module with `unsafe`.
+
 pub(crate) mod body;
 pub(crate) mod buf;
 pub(crate) mod conn;

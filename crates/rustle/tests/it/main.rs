@@ -20,6 +20,7 @@ mod forwarding;
 mod hop;
 mod http;
 mod http2;
+mod layers;
 mod lifecycle;
 mod limits;
 mod loadgen;
