@@ -199,21 +199,20 @@ pub(crate) async fn connect<W: Future<Output = Error>>(
 }
 
 /// A new upstream connection as `plan` says, unless the client leaves first
-/// (`unless_left`). Boxed, on this path only: an attempt's state (resolver, Happy Eyeballs,
-/// handshakes, the watch on the client) would otherwise enlarge every connection's
-/// future, and a new connection costs far more than one allocation.
-pub(crate) fn attempt<'a, W: Future<Output = Error> + 'a>(
+/// (`unless_left`). The connection attempt is boxed, on this path only: its state
+/// (resolver, Happy Eyeballs, handshakes) would otherwise enlarge every connection's
+/// future, and a new connection costs far more than one allocation. The watch on the
+/// client stays outside the box, which so stays in malloc's small bins.
+pub(crate) async fn attempt<'a, W: Future<Output = Error> + 'a>(
     worker: &'a Worker,
     policy: &'a Policy,
     want: &'a Want<'a>,
     plan: Plan<'a>,
     left: impl FnOnce() -> W + 'a,
-) -> Pin<Box<impl Future<Output = Result<Connected, Error>> + 'a>> {
-    Box::pin(async move {
-        let timeouts = &worker.cfg().timeouts;
-        let connect = std::pin::pin!(worker.upstreams.connect(policy, want, plan, timeouts));
-        unless_left(worker, connect, left).await
-    })
+) -> Result<Connected, Error> {
+    let cfg = worker.cfg();
+    let connect = Box::pin(worker.upstreams.connect(policy, want, plan, &cfg.timeouts));
+    unless_left(worker, connect, left).await
 }
 
 /// The end of an exchange (a request, a tunnel, a refused connection), the one way every

@@ -204,9 +204,10 @@ pub(super) async fn forward(c: &mut Client, ex: &mut Exchange) -> Result<Next, E
             Start::Connect(plan) => {
                 // A client that leaves meanwhile ends the attempt.
                 let (stream, buf, max) = (&mut c.stream, &mut c.buf, worker.limits().max_head);
-                attempt(&worker, &policy, &want, plan, || {
+                // Boxed whole: this future is part of every kept-alive connection's.
+                Box::pin(attempt(&worker, &policy, &want, plan, || {
                     client_left(stream, buf, max, Phase::Connect, false)
-                })
+                }))
                 .await?
             }
         };
