@@ -23,7 +23,7 @@ use std::time::Instant;
 use ipnet::IpNet;
 
 #[allow(dead_code, unreachable_pub)]
-#[path = "../../rustle/src/policy/acl/net.rs"]
+#[path = "../../rustle/src/acl/net.rs"]
 mod net;
 
 /// What `net` asks of its sibling `local` (the host's own addresses), not used here.

@@ -10,7 +10,6 @@ use serde::Deserialize;
 
 mod checks;
 mod collect;
-mod conditions;
 mod duration;
 mod listener;
 mod load;
@@ -21,7 +20,7 @@ mod settings;
 #[cfg(test)]
 mod tests;
 
-pub(crate) use conditions::{Conditions, RuleConfig};
+pub(crate) use crate::acl::{Conditions, RuleConfig};
 pub(crate) use duration::MAX_DURATION;
 pub use listener::{
     CertFiles, CertUser, ClientCerts, ConnectTls, HostPort, Ktls, ListenTls, Listener, ListenerKey,

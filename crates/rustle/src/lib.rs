@@ -7,15 +7,19 @@
 //!   record's end and the connect step they share, tunnels, the per-worker context.
 //! - `upstream`: the one way upstream: access check, route, pool, connections directly or
 //!   through parent proxies.
-//! - `policy`: users, rules, routes and the running listeners: what is allowed, which way.
+//! - `policy`: users, routes, the compiled rules and the running listeners: what is
+//!   allowed, which way.
 //! - `telemetry`: the access log and the metrics.
 //! - `io`: streams, buffers, body framing, the relay engine, TLS, the one `unsafe` module.
-//! - `limits`, `error`, `protocol`: bandwidth and connection limits, the error type, the
-//!   protocol names; shared by every layer above.
+//! - `limits`, `error`: bandwidth and connection limits, the error type; shared by every
+//!   layer above.
 //! - `config`: the TOML configuration, its loading and checks.
+//! - `acl`, `protocol`: the rule language (conditions, CIDR blocks, rule sets; pure) and
+//!   the protocol names, below the configuration that embeds them.
 //!
 //! Protocol parsing lives in the `rustle-proto` crate, which does no I/O.
 
+pub mod acl;
 pub mod config;
 pub(crate) mod error;
 pub mod front;

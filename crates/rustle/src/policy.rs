@@ -2,7 +2,6 @@
 //! checks, bandwidth per user, parents and routes. Built at start and again on SIGHUP;
 //! each worker holds the current one and every connection reads it without a lock.
 
-pub mod acl;
 pub mod auth;
 pub(crate) mod route;
 
@@ -10,9 +9,9 @@ use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Mutex};
 
+use crate::acl::{canonical, Builtins, Protocol, Request, RuleSet, Verdict};
 use crate::config::{Config, DefaultAction, ListenerKey};
 use crate::limits::{parse_rate, Bucket, Limit, Throttle};
-use crate::policy::acl::{canonical, Builtins, Protocol, Request, RuleSet, Verdict};
 use crate::policy::auth::{User, Users};
 
 pub(crate) use crate::error::Denial;
@@ -345,8 +344,8 @@ fn users_file_unread(cfg: &Config) -> bool {
 /// credentials they give are known only when they connect: with a listener taking those,
 /// rules may name anyone.
 fn undefined_names(cfg: &Config, users: &Users) -> Vec<String> {
+    use crate::acl::{undefined_groups, undefined_users};
     use crate::config::{CertUser, ClientCerts};
-    use crate::policy::acl::{undefined_groups, undefined_users};
     let defined = |g: &str| users.has_group(g) || cfg.auth.groups.contains_key(g);
     let rules = || cfg.rules.iter().map(|r| &r.conditions);
     let routes = || cfg.routes.iter().map(|r| &r.conditions);

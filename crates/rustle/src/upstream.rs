@@ -24,10 +24,10 @@ use futures_util::stream::{FuturesUnordered, StreamExt};
 use hashbrown::HashTable;
 use tokio::net::TcpStream;
 
+use crate::acl::Protocol;
 use crate::config::{ConnectTls, Upstream as UpstreamConfig};
 use crate::error::{ConnectError, Error};
 use crate::io::conn::Stream;
-use crate::policy::acl::Protocol;
 use crate::policy::route::{Choice, Hop};
 use crate::policy::{Access, Denial, Policy};
 use crate::telemetry::accesslog::Via;

@@ -47,7 +47,7 @@ pub(super) fn open_proxy_problem(config: &Config, l: &Listener) -> Option<String
         return None;
     }
     let default_allow = config.default_action == DefaultAction::Allow;
-    if let Ok(rules) = crate::policy::acl::RuleSet::compile(&config.rules, default_allow) {
+    if let Ok(rules) = crate::acl::RuleSet::compile(&config.rules, default_allow) {
         let restricted = match &l.name {
             Some(name) => rules.restricts_clients_on(name),
             None => rules.restricts_clients(),
@@ -167,7 +167,5 @@ pub(super) fn own_listener<'a>(
     listeners
         .iter()
         .filter(|o| o.listen.port() != 0 && (o.kind == ListenerKind::UdpRelay) == udp)
-        .find(|o| {
-            ips.iter().any(|&ip| crate::policy::acl::reaches(SocketAddr::new(ip, port), o.listen))
-        })
+        .find(|o| ips.iter().any(|&ip| crate::acl::reaches(SocketAddr::new(ip, port), o.listen)))
 }

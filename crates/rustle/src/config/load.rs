@@ -199,23 +199,13 @@ impl Config {
             }
         }
         let default_allow = config.default_action == DefaultAction::Allow;
-        if let Err(errs) = crate::policy::acl::RuleSet::compile(&config.rules, default_allow) {
+        if let Err(errs) = crate::acl::RuleSet::compile(&config.rules, default_allow) {
             for (i, e) in errs {
                 if lines.damaged(&["rule", &i.to_string()]) {
                     continue;
                 }
                 let line = line_in(&["rule", &i.to_string()]);
                 problems.push(Problem { line, message: format!("rule {}: {e}", i + 1) });
-            }
-        }
-        let mut users = crate::policy::auth::Users::default();
-        for (i, u) in config.auth.users.iter().enumerate() {
-            if lines.damaged(&["auth", "user", &i.to_string()]) {
-                continue;
-            }
-            if let Err(e) = users.add(&u.name, &u.password, &u.groups) {
-                let line = line_in(&["auth", "user", &i.to_string(), "name"]);
-                problems.push(Problem { line, message: format!("auth.user `{}`: {e}", u.name) });
             }
         }
         for (key, value) in [

@@ -419,7 +419,7 @@ pub(super) fn problems(
         }
     }
     let conditions = routes.iter().map(|r| (&r.name, &r.conditions));
-    if let Err(errs) = crate::policy::acl::RuleSet::compile_conditions(conditions) {
+    if let Err(errs) = crate::acl::RuleSet::compile_conditions(conditions) {
         for (i, e) in errs {
             out.push((at("route", i, ""), format!("{}: {e}", routes[i].label(i))));
         }

@@ -267,7 +267,7 @@ pub struct Admin {
     pub token: Option<Secret>,
     /// When not empty, only clients in these address blocks are answered.
     #[serde(deserialize_with = "cidrs")]
-    pub allow: Vec<crate::policy::acl::Cidr>,
+    pub allow: Vec<crate::acl::Cidr>,
     /// Users with a series of their own (the most traffic); the rest are summed under
     /// `user="other"`, so that the output stays bounded however many users there are.
     pub max_user_series: usize,
@@ -305,7 +305,7 @@ impl Admin {
     }
 }
 
-fn cidrs<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<crate::policy::acl::Cidr>, D::Error> {
+fn cidrs<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<crate::acl::Cidr>, D::Error> {
     let list = Vec::<String>::deserialize(d)?;
     list.iter().map(|s| s.parse().map_err(serde::de::Error::custom)).collect()
 }

@@ -471,7 +471,7 @@ impl Client {
         key: Option<&[u8]>,
         host: &str,
         port: u16,
-        protocol: crate::policy::acl::Protocol,
+        protocol: crate::acl::Protocol,
         tls: Tls<'_>,
     ) -> Result<Connected, Error> {
         let worker = self.worker.clone();
@@ -487,7 +487,7 @@ impl Client {
         };
         let key = key.map(|k| worker.upstreams.key(k));
         let (stream, buf, max) = (&mut self.stream, &mut self.buf, worker.limits().max_head);
-        let tunnel = protocol == crate::policy::acl::Protocol::Connect;
+        let tunnel = protocol == crate::acl::Protocol::Connect;
         crate::front::exchange::connect(&worker, &policy, &want, key, || {
             crate::front::exchange::client_left(stream, buf, max, Phase::Connect, tunnel)
         })

@@ -565,7 +565,7 @@ async fn upstream(
     key: Option<&[u8]>,
     host: &str,
     port: u16,
-    protocol: crate::policy::acl::Protocol,
+    protocol: crate::acl::Protocol,
     tls: Tls<'_>,
 ) -> Result<Connected, Error> {
     let worker = &shared.worker;
@@ -607,7 +607,7 @@ async fn upstream_tcp(
     user: Option<&str>,
     host: &str,
     port: u16,
-    protocol: crate::policy::acl::Protocol,
+    protocol: crate::acl::Protocol,
 ) -> Result<Tcp, Error> {
     let c = upstream(shared, user, None, host, port, protocol, Tls::Plain).await?;
     match c.stream {

@@ -31,9 +31,9 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
+use crate::acl::{Match, Request, RuleSet};
 use crate::config::{Config, Named};
 pub(crate) use crate::config::{ParentKind, Probe, Secret, Sticky};
-use crate::policy::acl::{Match, Request, RuleSet};
 
 /// A parent proxy, compiled.
 #[derive(Debug, Clone)]
@@ -314,8 +314,7 @@ impl Routes {
                 Err(_) => Vec::new(),
             };
             let looping = own.iter().find(|&&o| {
-                ips.iter()
-                    .any(|&ip| crate::policy::acl::reaches(SocketAddr::new(ip, p.address.port), o))
+                ips.iter().any(|&ip| crate::acl::reaches(SocketAddr::new(ip, p.address.port), o))
             });
             if let Some(o) = looping {
                 let message = format!(
@@ -542,9 +541,7 @@ impl Routes {
                 return last;
             }
             (Sticky::User, Some(user)) => Key::User(user),
-            (Sticky::User | Sticky::Client, _) => {
-                Key::Client(crate::policy::acl::canonical(client))
-            }
+            (Sticky::User | Sticky::Client, _) => Key::Client(crate::acl::canonical(client)),
         };
         up().max_by(|a, b| {
             rendezvous(&key, &a.name, a.weight).total_cmp(&rendezvous(&key, &b.name, b.weight))

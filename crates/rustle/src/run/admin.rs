@@ -139,7 +139,7 @@ pub(crate) fn start(
 
 struct Server {
     token: Option<Vec<u8>>,
-    allow: Vec<crate::policy::acl::Cidr>,
+    allow: Vec<crate::acl::Cidr>,
     max_user_series: usize,
     started: Instant,
     start_time: Duration,

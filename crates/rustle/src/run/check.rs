@@ -36,6 +36,7 @@ fn checked(source: &Source, at_start: bool) -> Result<Loaded, Problems> {
     let blank = text.lines().map(str::trim).all(|l| l.is_empty() || l.starts_with('#'));
     let parsed = Config::parse_all(&text);
     let (mut config, mut problems, lines) = (parsed.config, parsed.problems, parsed.lines);
+    problems.extend(user_problems(&config, &lines));
     let listeners_from_file = source.overrides.listeners.is_empty() && !config.listeners.is_empty();
     if source.file.is_some() {
         problems.extend(empty_problem(blank, &config, &lines, &source.overrides));
@@ -73,6 +74,23 @@ fn checked(source: &Source, at_start: bool) -> Result<Loaded, Problems> {
         true => Ok(Loaded { config }),
         false => Err(fail(problems)),
     }
+}
+
+/// The `[[auth.user]]` entries the users' set refuses (a name, a hash or a group), each at
+/// its line; a value that did not deserialize was reported already.
+fn user_problems(config: &Config, lines: &Lines) -> Vec<Problem> {
+    let mut users = crate::policy::auth::Users::default();
+    let mut problems = Vec::new();
+    for (i, u) in config.auth.users.iter().enumerate() {
+        if lines.damaged(&["auth", "user", &i.to_string()]) {
+            continue;
+        }
+        if let Err(e) = users.add(&u.name, &u.password, &u.groups) {
+            let line = lines.of(&["auth", "user", &i.to_string(), "name"]);
+            problems.push(Problem { line, message: format!("auth.user `{}`: {e}", u.name) });
+        }
+    }
+    problems
 }
 
 /// A file that exists and declares no listener: empty (a tool that truncates before it

@@ -249,7 +249,7 @@ pub(crate) fn start_with(cfg: Config, mut inherited: Inherited) -> anyhow::Resul
     if let Some((_, l)) = &admin_listener {
         own.push(l.local_addr()?);
     }
-    crate::policy::acl::local::refresh();
+    crate::acl::local::refresh();
     // Before the policy: TLS configs are built for kernel TLS when it is on.
     crate::io::tls::set_ktls(false);
     if bound.iter().any(|b| b.listener.tls.is_some() || b.listener.target_tls.is_some()) {

@@ -14,10 +14,10 @@ use std::time::Instant;
 use rustle_proto::socks5::Reply;
 
 use super::{target_tls, Connected, Tls, Upstreams, Want};
+use crate::acl::Protocol;
 use crate::config::{ParentKind, Timeouts};
 use crate::error::{ConnectError, Error};
 use crate::io::conn::Stream;
-use crate::policy::acl::Protocol;
 use crate::policy::route::{Hop, Parent, Pick};
 use crate::policy::Policy;
 use crate::telemetry::accesslog::Via;

@@ -352,6 +352,30 @@ fn check_names_the_key_of_every_type_error() {
 }
 
 #[test]
+fn check_names_the_line_of_a_users_bad_hash_and_of_a_bad_rule() {
+    let dir = TempDir::new("check");
+    let file = dir.file("users.toml");
+    std::fs::write(
+        &file,
+        "[[listener]]\n\
+         listen = \"127.0.0.1:3129\"\n\
+         [[rule]]\n\
+         action = \"maybe\"\n\
+         [[auth.user]]\n\
+         name = \"alice\"\n\
+         password = \"$2y$not-a-bcrypt-hash\"\n",
+    )
+    .unwrap();
+    let out = check(&file);
+    assert!(!out.status.success(), "a bad file passed: {out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    let line = |n: usize, what: &str| err.lines().any(|l| l.contains(&format!("line {n}: {what}")));
+    assert!(line(3, "rule 1: `action`"), "{err}");
+    assert!(line(6, "auth.user `alice`"), "{err}");
+    assert_eq!(err.matches("auth.user `alice`").count(), 1, "said once: {err}");
+}
+
+#[test]
 fn check_accepts_the_example_file() {
     let file = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../rustle.example.toml");
     let out = check(&file);

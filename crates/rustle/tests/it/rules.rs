@@ -738,7 +738,7 @@ fn public_local_address() -> Option<std::net::IpAddr> {
             (None, Some(v6)) => std::net::IpAddr::V6(v6.ip()),
             (None, None) => return None,
         };
-        (!rustle::policy::acl::is_private(ip)).then_some(ip)
+        (!rustle::acl::is_private(ip)).then_some(ip)
     });
     if found.is_none() {
         rustle_bench::tools::skip_host("this host has no address outside the private ranges");

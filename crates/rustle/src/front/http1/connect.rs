@@ -6,9 +6,9 @@ use rustle_proto::http::{BodyKind, Target};
 use tokio::io::AsyncWriteExt;
 
 use super::{Client, Exchange, Next};
+use crate::acl::Protocol;
 use crate::error::Error;
 use crate::front::tunnel::Handoff;
-use crate::policy::acl::Protocol;
 use crate::upstream::Tls;
 
 const ESTABLISHED: &[u8] = b"HTTP/1.1 200 Connection established\r\n\r\n";

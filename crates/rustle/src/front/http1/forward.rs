@@ -13,6 +13,7 @@ use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWriteExt};
 
 use super::{Client, Exchange, Next};
+use crate::acl::Protocol;
 use crate::config::SpliceMode;
 use crate::error::{Error, Phase};
 use crate::front::exchange::{
@@ -24,7 +25,6 @@ use crate::front::worker::Worker;
 use crate::io::body::{self, Dir, State};
 use crate::io::buf::Buf;
 use crate::io::conn::Stream;
-use crate::policy::acl::Protocol;
 use crate::upstream::{Connected, Key, Start, Tls, Want};
 
 /// A head and the body bytes that came with it are sent in one write while they fit in

@@ -33,6 +33,7 @@ use super::{
     authority, client_error, host_port, send_all, unless_reset, upstream, upstream_tcp, Exchange,
     Live, Reset, Shared, Tcp,
 };
+use crate::acl::Protocol;
 use crate::error::{Error, Phase};
 use crate::front::exchange::{
     is_connection_auth, read_response_head_or, send, write_timed, Leg, Outgoing, Pinned, Requester,
@@ -40,7 +41,6 @@ use crate::front::exchange::{
 use crate::io::body::{self, Dir, State};
 use crate::io::buf::Buf;
 use crate::limits::{Direction as LimitDir, Limit};
-use crate::policy::acl::Protocol;
 use crate::upstream::{Connected, Tls};
 
 const HTTP: Protocol = Protocol::Http;

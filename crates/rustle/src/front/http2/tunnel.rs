@@ -28,10 +28,10 @@ use tokio::net::TcpStream;
 use tokio::time::{sleep_until, Instant, Sleep};
 
 use super::{client_error, host_port, upstream_tcp, Exchange, Live, Shared};
+use crate::acl::Protocol;
 use crate::config::SpliceMode;
 use crate::error::Error;
 use crate::io::relay::{End, Opts, Relay, Stalled};
-use crate::policy::acl::Protocol;
 
 /// A CONNECT stream: connects (access rules first), answers 200, and returns the tunnel
 /// task to spawn.

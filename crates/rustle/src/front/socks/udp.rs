@@ -51,7 +51,7 @@ impl Drop for Registered {
 /// Whether `dst` is one of rustle's UDP association sockets.
 fn is_relay_socket(dst: SocketAddr) -> bool {
     let list = RELAY_SOCKETS.lock().unwrap_or_else(PoisonError::into_inner);
-    list.iter().any(|own| crate::policy::acl::reaches(dst, *own))
+    list.iter().any(|own| crate::acl::reaches(dst, *own))
 }
 
 /// What an association or relay session moved, for its log line.

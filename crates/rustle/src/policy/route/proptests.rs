@@ -8,8 +8,8 @@ use std::net::{IpAddr, Ipv4Addr};
 use proptest::prelude::*;
 
 use super::{Choice, Routes};
+use crate::acl::{Protocol, Request};
 use crate::config::Config;
-use crate::policy::acl::{Protocol, Request};
 
 fn config() -> ProptestConfig {
     ProptestConfig { cases: 256, failure_persistence: None, ..ProptestConfig::default() }

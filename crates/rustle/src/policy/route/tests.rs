@@ -1,5 +1,5 @@
 use super::*;
-use crate::policy::acl::Protocol;
+use crate::acl::Protocol;
 
 fn routes(text: &str) -> Routes {
     let cfg = Config::parse(text).unwrap_or_else(|p| panic!("{p:#?}\n{text}"));

@@ -152,7 +152,7 @@ impl Running {
         };
         // A reload reads the host's addresses again (refused with `deny_private_destinations`,
         // and reaching listeners on an unspecified address).
-        crate::policy::acl::local::refresh();
+        crate::acl::local::refresh();
         let admin = self.admin_addr();
         Ok(Plan { listeners, removed, sink, config: Arc::new(cfg.clone()), warnings, admin })
     }

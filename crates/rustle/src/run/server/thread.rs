@@ -137,8 +137,8 @@ pub(super) async fn worker_main(
                 worker.waiters.sweep(now, false);
                 worker.upstreams.tick(now);
                 crate::io::idle::sweep_relays(now);
-                if worker.id == 0 && last_local.elapsed() >= crate::policy::acl::local::REFRESH_EVERY {
-                    crate::policy::acl::local::refresh();
+                if worker.id == 0 && last_local.elapsed() >= crate::acl::local::REFRESH_EVERY {
+                    crate::acl::local::refresh();
                     last_local = Instant::now();
                 }
                 if last_sweep.elapsed() >= SWEEP_EVERY {

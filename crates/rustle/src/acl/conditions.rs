@@ -1,5 +1,6 @@
-//! The conditions that `[[rule]]` and `[[route]]` tables share (`Conditions`, compiled by
-//! `acl` into one matcher for both), and the `[[rule]]` table itself.
+//! The conditions that `[[rule]]` and `[[route]]` tables share (`Conditions`, compiled
+//! into one matcher for both), and the `[[rule]]` table itself: the rule language's
+//! schema, which the configuration embeds.
 //!
 //! The two tables read their own keys and hand every other key to `Conditions::take`,
 //! rather than `#[serde(flatten)]`: a flattened struct hides unknown keys from
@@ -44,7 +45,7 @@ pub(crate) struct Conditions {
 impl Conditions {
     /// Reads the value of `key` into the conditions if `key` is one of theirs; otherwise
     /// reads nothing and says so.
-    pub(super) fn take<'de, A: MapAccess<'de>>(
+    pub(crate) fn take<'de, A: MapAccess<'de>>(
         &mut self,
         key: &str,
         map: &mut A,

@@ -5,7 +5,9 @@
 //! already decide, or answer [`Verdict::NeedAddress`]); then, for each candidate address,
 //! [`Builtins::check`] and [`RuleSet::check`] with `dest: Some(ip)`.
 //!
-//! Nothing here allocates while checking; compiling does all the parsing.
+//! Nothing here allocates while checking; compiling does all the parsing. Pure (the host's
+//! addresses aside, `local`), and below `config`, which embeds its tables and compiles
+//! them in its checks.
 
 pub mod local;
 mod net;
@@ -14,7 +16,8 @@ use std::net::IpAddr;
 
 use serde::Deserialize;
 
-pub(crate) use crate::config::{Conditions, RuleConfig};
+mod conditions;
+pub(crate) use conditions::{Conditions, RuleConfig};
 
 pub use net::{
     canonical, is_private, private_reason, reaches, Builtins, Cidr, LOCAL_REASON, LOOP_REASON,
