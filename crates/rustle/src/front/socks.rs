@@ -259,9 +259,8 @@ impl Session {
             tls: Tls::Plain,
         };
         // What the client sends meanwhile (optimistic data) is kept in `buf` and goes
-        // first through the tunnel. Boxed whole: a SOCKS tunnel is never pooled, and the
-        // watch on the client would otherwise enlarge every handshake's future.
-        let connected = Box::pin(crate::front::exchange::connect(&w, &policy, &want, None, || {
+        // first through the tunnel.
+        let connected = crate::front::exchange::connect(&w, &policy, &want, None, || {
             crate::front::exchange::client_left(
                 stream,
                 buf,
@@ -269,7 +268,7 @@ impl Session {
                 Phase::Connect,
                 true,
             )
-        }))
+        })
         .await?;
         self.upstream = Some(connected.addr);
         self.via = connected.via;
