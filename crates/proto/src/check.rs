@@ -372,3 +372,50 @@ pub fn encode5_addr(a: &Address, out: &mut Vec<u8>) {
     }
     out.extend_from_slice(&a.port.to_be_bytes());
 }
+
+/// The PROXY protocol parser on any bytes: no panic, the prefix contract for each
+/// accepted version set, a header never longer than [`crate::proxy_protocol::MAX_HEADER`],
+/// and what carries addresses re-writes to a header that parses back to them.
+pub fn proxy_protocol_any(buf: &[u8]) {
+    use crate::proxy_protocol::{self as pp, Accept, Addresses};
+    for accept in [Accept::V1, Accept::V2, Accept::Any] {
+        prefix_contract(buf, |b| pp::parse(b, accept));
+    }
+    if let Ok(Some((h, n))) = pp::parse(buf, Accept::Any) {
+        assert!(n <= pp::MAX_HEADER && n <= buf.len());
+        if let Addresses::Inet { src, dst, .. } = h.addresses {
+            proxy_protocol_round_trip(src, dst, h.version);
+        }
+    }
+}
+
+/// Writing a header for `src`/`dst` then parsing it gives the same addresses back
+/// (when both are of one family; otherwise the IPv4 one comes back IPv4-mapped).
+pub fn proxy_protocol_round_trip(
+    src: std::net::SocketAddr,
+    dst: std::net::SocketAddr,
+    version: crate::proxy_protocol::Version,
+) {
+    use crate::proxy_protocol::{self as pp, Accept, Addresses, Version};
+    let mut out = Vec::new();
+    match version {
+        Version::V1 => pp::write_v1(Some((src, dst)), &mut out),
+        Version::V2 => pp::write_v2(Some((src, dst)), &mut out),
+    }
+    let (h, n) = pp::parse(&out, Accept::Any).unwrap().unwrap();
+    assert_eq!(n, out.len());
+    assert_eq!(h.version, version);
+    let Addresses::Inet { src: s, dst: d, datagram: false } = h.addresses else {
+        panic!("{:?} from {out:02x?}", h.addresses)
+    };
+    if src.is_ipv4() == dst.is_ipv4() {
+        assert_eq!((s, d), (src, dst));
+    } else {
+        assert_eq!((s.port(), d.port()), (src.port(), dst.port()));
+        assert_eq!(s.ip().to_canonical(), src.ip().to_canonical());
+        assert_eq!(d.ip().to_canonical(), dst.ip().to_canonical());
+    }
+    for i in 0..out.len() {
+        assert_eq!(pp::parse(&out[..i], Accept::Any), Ok(None));
+    }
+}

@@ -32,6 +32,8 @@
 //! - [`socks5`]: SOCKS5 (RFC 1928) greeting, request and reply codecs, the
 //!   RFC 1929 username/password sub-negotiation, and the UDP ASSOCIATE
 //!   datagram header; `socks5::client`, the other side for a SOCKS5 parent.
+//! - [`proxy_protocol`]: the PROXY protocol v1/v2 header a load balancer puts
+//!   before a connection (parser, and writers for relay targets).
 //! - [`detect`]: picks SOCKS4, SOCKS5, HTTP or TLS from a client's first
 //!   bytes, for mixed listeners.
 //!
@@ -58,6 +60,7 @@ pub mod check;
 pub mod chunked;
 pub mod detect;
 pub mod http;
+pub mod proxy_protocol;
 pub mod socks4;
 pub mod socks5;
 

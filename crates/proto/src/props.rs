@@ -14,13 +14,16 @@
 //! - the client sides (SOCKS5, SOCKS4a, HTTP CONNECT to a parent): what the client
 //!   writes, the server side parses to the same destination and credentials; what the
 //!   server side writes, the client reads back however it is split.
+//! - PROXY protocol: write then parse gives the addresses back; any bytes: no panic,
+//!   the prefix contract (truncations are `Ok(None)`).
 //! - protocol detection and addresses: no panic, prefix contract, round trips.
 #![allow(clippy::unwrap_used)]
 
 use crate::addr::{Address, Domain, Host};
 use crate::check::{
     assert_unambiguous, count, encode5_addr, h2_options, h2_request_forwarded,
-    h2_response_forwarded, head_prefix_contract, kept, prefix_contract, scan_split, Ending, Fields,
+    h2_response_forwarded, head_prefix_contract, kept, prefix_contract, proxy_protocol_any,
+    proxy_protocol_round_trip, scan_split, Ending, Fields,
 };
 use crate::chunked;
 use crate::detect::detect;
@@ -29,6 +32,7 @@ use crate::http::{
     BodyKind, H2Request, HeadError, Limits, Method, NextHop, RequestHead, RequestRewrite,
     ResponseHead, ResponseRewrite, Target,
 };
+use crate::proxy_protocol::{self as pp, Version};
 use crate::{socks4, socks5};
 use proptest::prelude::*;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
@@ -780,6 +784,61 @@ proptest! {
         let want = socks4::Request { command, dst: Address { host, port }, user_len: user.len() };
         prop_assert_eq!(socks4::parse_request(&v), Ok(Some((want, v.len()))));
         prefix_contract(&v, socks4::parse_request);
+    }
+}
+
+// ---------------------------------------------------------------- PROXY protocol
+
+/// Headers as a balancer writes them (v1 and v2, with TLVs sometimes), and some that
+/// carry no addresses.
+fn proxy_header_bytes() -> impl Strategy<Value = Vec<u8>> {
+    let tlvs = prop::collection::vec((any::<u8>(), prop::collection::vec(any::<u8>(), 0..8)), 0..3);
+    prop_oneof![
+        (socket_addr(), socket_addr(), any::<bool>(), tlvs).prop_map(|(s, d, v1, tlvs)| {
+            let mut out = Vec::new();
+            if v1 {
+                pp::write_v1(Some((s, d)), &mut out);
+            } else {
+                pp::write_v2(Some((s, d)), &mut out);
+                for (t, v) in tlvs {
+                    out.push(t);
+                    out.extend_from_slice(&(v.len() as u16).to_be_bytes());
+                    out.extend_from_slice(&v);
+                }
+                let len = (out.len() - 16) as u16;
+                out[14..16].copy_from_slice(&len.to_be_bytes());
+            }
+            out
+        }),
+        Just(b"PROXY UNKNOWN\r\n".to_vec()),
+        Just({
+            let mut v = Vec::new();
+            pp::write_v2(None, &mut v);
+            v
+        }),
+    ]
+}
+
+proptest! {
+    #![proptest_config(config())]
+
+    #[test]
+    fn proxy_protocol_write_parse(s in socket_addr(), d in socket_addr(), v1 in any::<bool>()) {
+        proxy_protocol_round_trip(s, d, if v1 { Version::V1 } else { Version::V2 });
+    }
+
+    #[test]
+    fn proxy_protocol_any_bytes(
+        v in input(proxy_header_bytes),
+        tail in prop::collection::vec(any::<u8>(), 0..8),
+    ) {
+        let mut with_tail = v.clone();
+        with_tail.extend_from_slice(&tail);
+        proxy_protocol_any(&v);
+        // The client's bytes after a header never change what the header says.
+        if let Ok(Some(whole)) = pp::parse(&v, pp::Accept::Any) {
+            prop_assert_eq!(pp::parse(&with_tail, pp::Accept::Any), Ok(Some(whole)));
+        }
     }
 }
 
