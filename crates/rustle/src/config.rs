@@ -24,7 +24,7 @@ pub(crate) use crate::acl::{Conditions, RuleConfig};
 pub(crate) use duration::MAX_DURATION;
 pub use listener::{
     CertFiles, CertUser, ClientCerts, ConnectTls, HostPort, Ktls, ListenTls, Listener, ListenerKey,
-    ListenerKind, SpliceMode, Tls, UnknownSni,
+    ListenerKind, ProxyProtocol, SpliceMode, Tls, UnknownSni,
 };
 pub use load::{Lines, Loaded, Overrides, Parsed, Problem, Problems, Source};
 pub use log::{

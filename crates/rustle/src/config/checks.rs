@@ -93,6 +93,28 @@ pub(super) fn http2_problems(h: &Http2) -> Vec<(&'static str, String)> {
     out
 }
 
+/// `proxy_protocol` without the balancers it may come from (anyone could then claim any
+/// address), the balancers without `proxy_protocol`, or either on a UDP listener.
+pub(super) fn proxy_protocol_problem(l: &Listener) -> Option<(&'static str, String)> {
+    match (l.proxy_protocol, l.proxy_protocol_from.is_empty()) {
+        (Some(_), _) if l.kind == ListenerKind::UdpRelay => Some((
+            "proxy_protocol",
+            "a udp-relay listener takes no `proxy_protocol` (it is read on TCP listeners)".into(),
+        )),
+        (Some(_), true) => Some((
+            "proxy_protocol",
+            "needs `proxy_protocol_from = [\"address/prefix\", ...]`: the load balancers \
+             allowed to send the header (anyone else could claim any client address)"
+                .into(),
+        )),
+        (None, false) => Some((
+            "proxy_protocol_from",
+            "is only read with `proxy_protocol = \"v1\" | \"v2\" | \"any\"`".into(),
+        )),
+        _ => None,
+    }
+}
+
 pub(super) fn target_problem(l: &Listener) -> Option<String> {
     match (l.kind.needs_target(), &l.target) {
         (true, None) => {

@@ -97,6 +97,26 @@ impl<'de> Deserialize<'de> for HostPort {
 }
 
 /// When a relay direction splices (moves bytes kernel-side through a pipe).
+/// The PROXY protocol versions a listener accepts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ProxyProtocol {
+    V1,
+    V2,
+    Any,
+}
+
+impl ProxyProtocol {
+    pub(crate) fn accept(self) -> rustle_proto::proxy_protocol::Accept {
+        use rustle_proto::proxy_protocol::Accept;
+        match self {
+            ProxyProtocol::V1 => Accept::V1,
+            ProxyProtocol::V2 => Accept::V2,
+            ProxyProtocol::Any => Accept::Any,
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum SpliceMode {
@@ -157,6 +177,16 @@ pub struct Listener {
     /// client certificates. Without it such a change is refused.
     #[serde(default)]
     pub(crate) allow_less_protection: bool,
+    /// `"v1"`, `"v2"` or `"any"`: every connection opens with a PROXY protocol header (a
+    /// load balancer's, haproxy `send-proxy`/`send-proxy-v2`), read before anything else,
+    /// whose client address is the connection's client for rules, limits, logs and
+    /// metrics. Needs `proxy_protocol_from`.
+    #[serde(default)]
+    pub(crate) proxy_protocol: Option<ProxyProtocol>,
+    /// The balancers: only connections from these address blocks may (and must) send the
+    /// header; any other connection is refused and logged.
+    #[serde(default, deserialize_with = "super::settings::cidrs")]
+    pub(crate) proxy_protocol_from: Vec<crate::acl::Cidr>,
     /// Which listener of the configuration this is (`effective_listeners` sets it): a
     /// reload, a takeover and the policy's TLS settings find a listener by it.
     #[serde(skip)]
@@ -339,6 +369,8 @@ impl Listener {
             target_tls: None,
             h2c: false,
             allow_less_protection: false,
+            proxy_protocol: None,
+            proxy_protocol_from: Vec::new(),
             key: ListenerKey::default(),
         }
     }

@@ -173,6 +173,9 @@ impl Config {
             if let Some(message) = loop_problem(&config.listeners, l) {
                 problems.push(at("target", message));
             }
+            if let Some((key, message)) = super::checks::proxy_protocol_problem(l) {
+                problems.push(at(key, message));
+            }
             if l.h2c && !matches!(l.kind, ListenerKind::Http | ListenerKind::Auto) {
                 let message = format!("h2c is for http and auto listeners, not {}", l.kind);
                 problems.push(at("h2c", message));

@@ -305,7 +305,7 @@ impl Admin {
     }
 }
 
-fn cidrs<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<crate::acl::Cidr>, D::Error> {
+pub(super) fn cidrs<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<crate::acl::Cidr>, D::Error> {
     let list = Vec::<String>::deserialize(d)?;
     list.iter().map(|s| s.parse().map_err(serde::de::Error::custom)).collect()
 }

@@ -116,6 +116,35 @@ fn a_type_error_names_its_key() {
 }
 
 #[test]
+fn proxy_protocol_needs_its_sources() {
+    let text = "[[listener]]\nlisten = \"127.0.0.1:1\"\nproxy_protocol = \"v2\"\n\
+                [[listener]]\nlisten = \"127.0.0.1:2\"\nproxy_protocol_from = [\"10.0.0.0/8\"]\n\
+                [[listener]]\nkind = \"udp-relay\"\nlisten = \"127.0.0.1:3\"\ntarget = \"127.0.0.1:9\"\n\
+                proxy_protocol = \"v1\"\nproxy_protocol_from = [\"10.0.0.1\"]\n";
+    let p = Config::parse(text).expect_err("three faults");
+    let shown: Vec<String> = p.iter().map(|p| p.to_string()).collect();
+    let wants = [
+        "line 3: listener.0.proxy_protocol: needs `proxy_protocol_from",
+        "line 6: listener.1.proxy_protocol_from: is only read with `proxy_protocol",
+        "line 11: listener.2.proxy_protocol: a udp-relay listener takes no",
+    ];
+    for want in wants {
+        assert!(shown.iter().any(|s| s.starts_with(want)), "{want}: {shown:?}");
+    }
+    let bad = "[[listener]]\nlisten = \"127.0.0.1:1\"\nproxy_protocol = \"v3\"\n\
+               proxy_protocol_from = [\"10.0.0.0/8\"]\n";
+    assert!(Config::parse(bad).is_err());
+    let bad = "[[listener]]\nlisten = \"127.0.0.1:1\"\nproxy_protocol = \"any\"\n\
+               proxy_protocol_from = [\"10.1.0.0/8\"]\n";
+    assert!(Config::parse(bad).is_err());
+    let good = "[[listener]]\nlisten = \"127.0.0.1:1\"\nproxy_protocol = \"any\"\n\
+                proxy_protocol_from = [\"10.0.0.0/8\", \"::1\"]\n";
+    let c = Config::parse(good).unwrap();
+    assert_eq!(c.listeners[0].proxy_protocol, Some(ProxyProtocol::Any));
+    assert_eq!(c.listeners[0].proxy_protocol_from.len(), 2);
+}
+
+#[test]
 fn a_listener_problem_names_its_key() {
     let text = "[[listener]]\nlisten = \"127.0.0.1:1\"\nrate_up = \"10mb\"\n\
                 [[listener]]\nkind = \"socks\"\nlisten = \"127.0.0.1:2\"\nh2c = true\n\

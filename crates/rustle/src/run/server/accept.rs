@@ -55,6 +55,11 @@ pub(super) async fn accept_loop(
         if failures.in_a_row > 0 {
             failures.recovered(config.listen);
         }
+        // The one branch a listener without `proxy_protocol` pays.
+        if config.proxy_protocol.is_some() {
+            tokio::task::spawn_local(proxied(worker.clone(), config.clone(), stream, peer));
+            continue;
+        }
         let (guard, open, over_client) = worker.admit(peer.ip(), &config);
         let l = config.clone();
         let overloaded = open > worker.cfg().limits.max_connections || over_client;
@@ -132,6 +137,124 @@ pub(super) async fn accept_loop(
             }
             // UDP listeners have no accept loop.
             ListenerKind::UdpRelay => {}
+        }
+    }
+}
+
+/// A connection on a listener with `proxy_protocol`: refused unless it comes from one of
+/// `proxy_protocol_from`; then its header, read before anything else within the handshake
+/// timeout, names the client that rules, limits, logs and metrics see (a LOCAL or
+/// UNKNOWN header leaves the balancer's address). Only then is the connection admitted
+/// (limits counted for that client) and served as its listener's kind.
+async fn proxied(
+    worker: Rc<Worker>,
+    config: Arc<Listener>,
+    stream: std::net::TcpStream,
+    peer: SocketAddr,
+) {
+    let start = Instant::now();
+    let refuse = |why: &str| {
+        tracing::warn!("{peer}: refused on {}: {why}", config.listen);
+        crate::front::dispatch::log_failure(&worker, &config, peer, start, why);
+    };
+    let Some(version) = config.proxy_protocol else { return };
+    if !config.proxy_protocol_from.iter().any(|c| c.contains(peer.ip())) {
+        crate::telemetry::metrics::refused(
+            &config.counters,
+            crate::telemetry::metrics::Refused::Rule,
+        );
+        refuse("not an address allowed to send a PROXY protocol header (proxy_protocol_from)");
+        return;
+    }
+    let mut stream = match TcpStream::from_std(stream) {
+        Ok(s) => s,
+        Err(e) => return refuse(&format!("cannot register: {e}")),
+    };
+    let read = read_proxy_header(&mut stream, version.accept());
+    let client = match tokio::time::timeout(worker.cfg().timeouts.handshake, read).await {
+        Ok(Ok(header)) => header.addresses.source().unwrap_or(peer),
+        Ok(Err(why)) => return refuse(&why),
+        Err(_) => return refuse("no complete PROXY protocol header within the handshake timeout"),
+    };
+    let (guard, open, over_client) = worker.admit(client.ip(), &config);
+    let overloaded = open > worker.cfg().limits.max_connections || over_client;
+    let l = config.clone();
+    if overloaded {
+        match config.kind {
+            ListenerKind::Http => {
+                crate::front::http1::refuse_overloaded(guard, l, Stream::Tcp(stream), client).await
+            }
+            ListenerKind::Auto => {
+                crate::front::dispatch::refuse_auto(guard, l, stream, client).await
+            }
+            _ => {
+                crate::telemetry::metrics::refused(
+                    &config.counters,
+                    crate::telemetry::metrics::Refused::Limit,
+                );
+                tracing::warn!("{client} (via {peer}): refused, {open} connections open");
+                crate::front::dispatch::log_failure(
+                    &worker,
+                    &l,
+                    client,
+                    start,
+                    "too many connections",
+                );
+            }
+        }
+        return;
+    }
+    match config.kind {
+        ListenerKind::Http => {
+            crate::front::dispatch::serve_fresh(guard, l, Stream::Tcp(stream), client).await
+        }
+        ListenerKind::Auto => {
+            crate::front::dispatch::serve_auto(guard, l, Stream::Tcp(stream), client).await
+        }
+        ListenerKind::Socks => {
+            crate::front::socks::serve(guard, l, stream, client, Buf::default()).await
+        }
+        ListenerKind::Relay => crate::front::portmap::serve(guard, l, stream, client).await,
+        ListenerKind::Https => crate::front::dispatch::serve_https(guard, l, stream, client).await,
+        ListenerKind::UdpRelay => {}
+    }
+}
+
+/// Reads exactly the PROXY protocol header off `stream`, leaving the client's own bytes
+/// in the socket: the header is peeked (a balancer writes it in one piece, so once,
+/// nearly always), then read. An error is the reason to log.
+async fn read_proxy_header(
+    stream: &mut TcpStream,
+    accept: rustle_proto::proxy_protocol::Accept,
+) -> Result<rustle_proto::proxy_protocol::Header, String> {
+    use rustle_proto::proxy_protocol::{parse, MAX_HEADER};
+    use tokio::io::AsyncReadExt;
+    // On the heap: these connections are the balancer's, and the future stays small.
+    let mut buf = vec![0u8; MAX_HEADER];
+    let mut seen = 0;
+    loop {
+        let n =
+            stream.peek(&mut buf).await.map_err(|e| format!("reading its PROXY header: {e}"))?;
+        if n == 0 {
+            return Err("closed before a complete PROXY protocol header".into());
+        }
+        match parse(&buf[..n], accept) {
+            Ok(Some((header, len))) => {
+                stream
+                    .read_exact(&mut buf[..len])
+                    .await
+                    .map_err(|e| format!("reading its PROXY header: {e}"))?;
+                return Ok(header);
+            }
+            Ok(None) => {
+                // A peek leaves the socket readable: wait a little for the rest rather
+                // than spin on the same bytes.
+                if n == seen {
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                }
+                seen = n;
+            }
+            Err(e) => return Err(e.to_string()),
         }
     }
 }
