@@ -139,7 +139,7 @@ fn proxy_protocol_needs_its_sources() {
     assert!(Config::parse(bad).is_err());
     let good = "[[listener]]\nlisten = \"127.0.0.1:1\"\nproxy_protocol = \"any\"\n\
                 proxy_protocol_from = [\"10.0.0.0/8\", \"::1\"]\n";
-    let c = Config::parse(good).unwrap();
+    let c = Config::parse(good).expect("a valid proxy_protocol listener");
     assert_eq!(c.listeners[0].proxy_protocol, Some(ProxyProtocol::Any));
     assert_eq!(c.listeners[0].proxy_protocol_from.len(), 2);
 }
