@@ -28,6 +28,7 @@ mod metrics;
 mod packaging;
 mod parents;
 mod pool;
+mod proxy_protocol;
 mod relay;
 mod rules;
 mod socks;

@@ -1,0 +1,124 @@
+//! PROXY protocol on listeners: v1 and v2 headers sent by hand through a raw socket to an
+//! HTTP listener; the access log and the rules see the client the header carries; a
+//! source outside `proxy_protocol_from`, a missing header and a garbled one are refused.
+
+use std::io::Write;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use rustle_bench::Origin;
+use rustle_proto::proxy_protocol::{write_v1, write_v2};
+
+use crate::util::*;
+
+fn config(from: &str) -> String {
+    format!(
+        r#"
+[[listener]]
+listen = "127.0.0.1:0"
+proxy_protocol = "any"
+proxy_protocol_from = ["{from}"]
+[[rule]]
+name = "no-203"
+action = "deny"
+clients = ["203.0.113.0/24"]
+"#
+    )
+}
+
+fn sa(s: &str) -> SocketAddr {
+    s.parse().unwrap()
+}
+
+/// The header, then a GET of the origin, in one write; the whole answer.
+fn exchange(proxy: &Proxy, header: &[u8], origin: &Origin) -> Vec<u8> {
+    let mut bytes = header.to_vec();
+    let req =
+        format!("GET {} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", origin.url("/bytes/5"));
+    bytes.extend_from_slice(req.as_bytes());
+    raw(proxy, &bytes)
+}
+
+#[test]
+fn the_header_names_the_client() {
+    let origin = Origin::start().unwrap();
+    let proxy = Proxy::from_toml(&config("127.0.0.0/8"));
+    let dst = proxy.addr();
+
+    let mut v1 = Vec::new();
+    write_v1(Some((sa("198.51.100.7:40001"), dst)), &mut v1);
+    let answer = exchange(&proxy, &v1, &origin);
+    assert_eq!(parse_response(&answer).status, 200, "{}", String::from_utf8_lossy(&answer));
+    let line = LogLine::parse(&proxy.log_line(|l| l.contains("198.51.100.7")));
+    assert!(line.client.starts_with("198.51.100.7"), "{line:?}");
+    assert_eq!(line.status, 200);
+
+    let mut v2 = Vec::new();
+    write_v2(Some((sa("[2001:db8::42]:40002"), sa("[::1]:3128"))), &mut v2);
+    let answer = exchange(&proxy, &v2, &origin);
+    assert_eq!(parse_response(&answer).status, 200, "{}", String::from_utf8_lossy(&answer));
+    let line = LogLine::parse(&proxy.log_line(|l| l.contains("2001:db8::42")));
+    assert_eq!(line.status, 200, "{line:?}");
+
+    // A rule on client addresses sees the carried one.
+    let mut denied = Vec::new();
+    write_v2(Some((sa("203.0.113.9:5000"), dst)), &mut denied);
+    let answer = exchange(&proxy, &denied, &origin);
+    assert_eq!(parse_response(&answer).status, 403, "{}", String::from_utf8_lossy(&answer));
+    let line = LogLine::parse(&proxy.log_line(|l| l.contains("203.0.113.9")));
+    assert_eq!(line.status, 403, "{line:?}");
+
+    // LOCAL (a balancer's health check) and UNKNOWN: the balancer stays the client.
+    let mut local = Vec::new();
+    write_v2(None, &mut local);
+    assert_eq!(parse_response(&exchange(&proxy, &local, &origin)).status, 200);
+    let answer = exchange(&proxy, b"PROXY UNKNOWN\r\n", &origin);
+    assert_eq!(parse_response(&answer).status, 200);
+    let from_lo =
+        proxy.log_lines_matching(2, |l| LogLine::parse(l).client.starts_with("127.0.0.1"));
+    assert_eq!(from_lo.len(), 2, "{}", proxy.log_text());
+}
+
+/// The connection is closed without an answer, and the log says why.
+fn refused(proxy: &Proxy, bytes: &[u8], why: &str) {
+    let mut s = connect(proxy.addr());
+    s.write_all(bytes).unwrap();
+    let (answer, _) = read_until_close(&mut s);
+    assert!(answer.is_empty(), "{why}: {}", String::from_utf8_lossy(&answer));
+    proxy.log_line(|l| l.contains(why));
+}
+
+#[test]
+fn no_header_a_bad_one_or_an_untrusted_source_is_refused() {
+    let origin = Origin::start().unwrap();
+    let proxy = Proxy::from_toml(&config("127.0.0.1"));
+    let get = format!("GET {} HTTP/1.1\r\nHost: x\r\n\r\n", origin.url("/bytes/5"));
+    refused(&proxy, get.as_bytes(), "no PROXY protocol header");
+    refused(&proxy, b"PROXY TCP4 1.2.3.4 5.6.7.8 1\r\n", "malformed PROXY v1 line");
+    refused(&proxy, b"PROXY TCP4 1.2.3.4 ::1 1 2\r\n", "bad address in PROXY v1 line");
+    let mut v2 = Vec::new();
+    write_v2(Some((sa("10.1.1.1:1"), sa("10.1.1.2:2"))), &mut v2);
+    v2[12] = 0x22;
+    refused(&proxy, &v2, "unsupported PROXY v2 command 2");
+    assert!(proxy.log_text().lines().all(|l| !l.contains(" 200 ")), "{}", proxy.log_text());
+
+    // Listening where only 10.9.9.9 may send the header: 127.0.0.1 is refused with its
+    // header, and with none.
+    let strict = Proxy::from_toml(&config("10.9.9.9"));
+    let mut v1 = Vec::new();
+    write_v1(Some((sa("198.51.100.7:1"), strict.addr())), &mut v1);
+    v1.extend_from_slice(get.as_bytes());
+    refused(&strict, &v1, "proxy_protocol_from");
+    refused(&strict, get.as_bytes(), "proxy_protocol_from");
+    assert!(!strict.log_text().contains("198.51.100.7"), "{}", strict.log_text());
+}
+
+#[test]
+fn an_incomplete_header_times_out() {
+    let proxy =
+        Proxy::from_toml(&format!("[timeouts]\nhandshake = \"300ms\"\n{}", config("127.0.0.1")));
+    let mut s = connect(proxy.addr());
+    s.write_all(b"PROXY TCP4 1.2.3.4").unwrap();
+    assert!(closed_within(&mut s, Duration::from_secs(3)));
+    proxy.log_line(|l| l.contains("within the handshake timeout"));
+}
