@@ -1,6 +1,7 @@
 //! PROXY protocol on listeners: v1 and v2 headers sent by hand through a raw socket to an
 //! HTTP listener; the access log and the rules see the client the header carries; a
-//! source outside `proxy_protocol_from`, a missing header and a garbled one are refused.
+//! source outside `proxy_protocol_from`, a missing header and a garbled one are refused;
+//! and haproxy (Debian) with `send-proxy-v2` and `send-proxy` in front.
 
 use std::io::Write;
 use std::net::SocketAddr;
@@ -21,7 +22,7 @@ proxy_protocol_from = ["{from}"]
 [[rule]]
 name = "no-203"
 action = "deny"
-clients = ["203.0.113.0/24"]
+clients = ["203.0.113.0/24", "127.0.0.3"]
 "#
     )
 }
@@ -121,4 +122,40 @@ fn an_incomplete_header_times_out() {
     s.write_all(b"PROXY TCP4 1.2.3.4").unwrap();
     assert!(closed_within(&mut s, Duration::from_secs(3)));
     proxy.log_line(|l| l.contains("within the handshake timeout"));
+}
+
+/// A GET through `via` from the local address `from` (a 127.0.0.0/8 address of its own,
+/// so that the client and haproxy differ); the status, None when closed without one.
+fn get_from(from: &str, via: SocketAddr, origin: &Origin) -> Option<u16> {
+    let sock = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    sock.bind(&sa(&format!("{from}:0")).into()).unwrap();
+    sock.connect(&via.into()).unwrap();
+    let mut s: std::net::TcpStream = sock.into();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let req =
+        format!("GET {} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", origin.url("/bytes/5"));
+    s.write_all(req.as_bytes()).unwrap();
+    let (answer, _) = read_until_close(&mut s);
+    (!answer.is_empty()).then(|| parse_response(&answer).status)
+}
+
+#[test]
+fn behind_haproxy_send_proxy_v2() {
+    let origin = Origin::start().unwrap();
+    let proxy = Proxy::from_toml(&config("127.0.0.1"));
+    for (i, send) in ["send-proxy-v2", "send-proxy"].into_iter().enumerate() {
+        let Some(haproxy) = crate::util::peers::Haproxy::start(proxy.addr(), send) else {
+            return;
+        };
+        assert_eq!(get_from("127.0.0.2", haproxy.addr(), &origin), Some(200), "{send}");
+        let lines = proxy.log_lines_matching(i + 1, |l| l.contains("127.0.0.2"));
+        let line = LogLine::parse(&lines[i]);
+        assert!(line.client.starts_with("127.0.0.2"), "{send}: {line:?}");
+        assert_eq!(line.status, 200);
+        // A client rule sees the client haproxy names.
+        assert_eq!(get_from("127.0.0.3", haproxy.addr(), &origin), Some(403), "{send}");
+    }
+    // The client connecting directly, from an address that is not the balancer's: refused.
+    assert_eq!(get_from("127.0.0.2", proxy.addr(), &origin), None);
+    proxy.log_line(|l| l.contains("127.0.0.2") && l.contains("proxy_protocol_from"));
 }

@@ -1,5 +1,6 @@
 //! Real parent proxies for the tests, started and stopped by them on loopback: squid (an
-//! HTTP parent) and dante (a SOCKS5 parent), both from Debian (`.ci/run` installs them).
+//! HTTP parent) and dante (a SOCKS5 parent), both from Debian (`.ci/run` installs them); and
+//! haproxy, a load balancer sending the PROXY protocol.
 //!
 //! Each runs as a child process in its own process group, with its configuration, logs and
 //! pid file in a temporary directory, on a free 127.0.0.1 port. `start` returns `None`,
@@ -426,6 +427,62 @@ pub(crate) fn is_root() -> bool {
 fn free_port() -> u16 {
     let l = TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
     l.local_addr().expect("bound address").port()
+}
+
+/// haproxy (Debian's) in TCP mode in front of a backend, sending it a PROXY protocol
+/// header (`send-proxy` or `send-proxy-v2`) on every connection.
+pub(crate) struct Haproxy {
+    daemon: Daemon,
+    addr: SocketAddr,
+    // Last: removed after the daemon has stopped.
+    _dir: TempDir,
+}
+
+impl Haproxy {
+    /// Starts `haproxy -db -f haproxy.cfg` and waits until it listens; `None` when haproxy
+    /// is not installed.
+    pub(crate) fn start(backend: SocketAddr, send: &str) -> Option<Haproxy> {
+        let program = find_program("haproxy", "/usr/sbin/haproxy")?;
+        let dir = TempDir::new("haproxy");
+        let mut last_failure = String::new();
+        for _ in 0..PORT_ATTEMPTS {
+            let port = free_port();
+            let conf = dir.file("haproxy.cfg");
+            let text = format!(
+                "defaults\n    mode tcp\n    timeout connect 5s\n    timeout client 30s\n    \
+                 timeout server 30s\nfrontend front\n    bind 127.0.0.1:{port}\n    \
+                 default_backend rustle\nbackend rustle\n    server r1 {backend} {send}\n"
+            );
+            std::fs::write(&conf, text).expect("write haproxy.cfg");
+            let mut cmd = Command::new(&program);
+            cmd.args(["-db", "-f"]).arg(&conf);
+            let daemon = Daemon::spawn("haproxy", cmd, dir.path());
+            match daemon.wait_listening(port, &[]) {
+                Ok(()) => {
+                    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+                    return Some(Haproxy { daemon, addr, _dir: dir });
+                }
+                Err(Failure::Exited(report)) if report.contains("ddress already in use") => {
+                    last_failure = report;
+                }
+                Err(Failure::Exited(report) | Failure::Timeout(report)) => {
+                    panic!("haproxy did not start:\n{report}")
+                }
+            }
+        }
+        panic!("haproxy found no free port in {PORT_ATTEMPTS} attempts:\n{last_failure}")
+    }
+
+    /// Where it listens (127.0.0.1).
+    pub(crate) fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+}
+
+impl Drop for Haproxy {
+    fn drop(&mut self) {
+        self.daemon.stop();
+    }
 }
 
 /// Waits up to `limit` for the file's text to satisfy `ready`; returns it as it is then.
