@@ -111,8 +111,22 @@ pub(super) fn proxy_protocol_problem(l: &Listener) -> Option<(&'static str, Stri
             "proxy_protocol_from",
             "is only read with `proxy_protocol = \"v1\" | \"v2\" | \"any\"`".into(),
         )),
-        _ => None,
+        _ => target_proxy_protocol_problem(l).map(|m| ("target_proxy_protocol", m)),
     }
+}
+
+fn target_proxy_protocol_problem(l: &Listener) -> Option<String> {
+    let v = l.target_proxy_protocol?;
+    if l.kind != ListenerKind::Relay {
+        return Some(format!("is for relay listeners, not {}", l.kind));
+    }
+    if v == super::ProxyProtocol::Any {
+        return Some("sends one version: \"v1\" or \"v2\"".into());
+    }
+    if l.target_tls.is_some() {
+        return Some("does not go with [listener.target_tls] yet".into());
+    }
+    None
 }
 
 pub(super) fn target_problem(l: &Listener) -> Option<String> {

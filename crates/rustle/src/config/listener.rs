@@ -187,6 +187,11 @@ pub struct Listener {
     /// header; any other connection is refused and logged.
     #[serde(default, deserialize_with = "super::settings::cidrs")]
     pub(crate) proxy_protocol_from: Vec<crate::acl::Cidr>,
+    /// `relay` only: `"v1"` or `"v2"`, a PROXY protocol header sent to the target before
+    /// the client's bytes, naming the client (the one a `proxy_protocol` header carried,
+    /// if any) and the address it connected to.
+    #[serde(default)]
+    pub(crate) target_proxy_protocol: Option<ProxyProtocol>,
     /// Which listener of the configuration this is (`effective_listeners` sets it): a
     /// reload, a takeover and the policy's TLS settings find a listener by it.
     #[serde(skip)]
@@ -371,6 +376,7 @@ impl Listener {
             allow_less_protection: false,
             proxy_protocol: None,
             proxy_protocol_from: Vec::new(),
+            target_proxy_protocol: None,
             key: ListenerKey::default(),
         }
     }

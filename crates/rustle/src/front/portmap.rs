@@ -37,6 +37,11 @@ pub(crate) async fn serve(
     let fail = |why: &dyn std::fmt::Display, upstream: Option<SocketAddr>, tls| {
         log_failure(&worker, &listener, peer, start, &name, upstream, why, tls, None)
     };
+    // The address the client connected to, for a PROXY protocol header to the target.
+    let local = match listener.target_proxy_protocol {
+        Some(_) => stream.local_addr().ok(),
+        None => None,
+    };
     // Boxed: the handshake's state would otherwise make every plain relay's future
     // larger; a TLS handshake costs far more than one allocation.
     let accepted = match listener.tls.is_some() {
@@ -105,12 +110,19 @@ pub(crate) async fn serve(
         up: 0,
         down: 0,
     };
-    let handoff = Handoff {
-        upstream,
-        early_up: early.filled().to_vec(),
-        early_down,
-        throttle: listener.throttle.clone(),
-    };
+    let mut early_up = Vec::new();
+    if let Some(version) = listener.target_proxy_protocol {
+        // Before anything of the client's: the first bytes the target reads.
+        let addrs = local.map(|local| (peer, local));
+        match version {
+            crate::config::ProxyProtocol::V1 => {
+                rustle_proto::proxy_protocol::write_v1(addrs, &mut early_up)
+            }
+            _ => rustle_proto::proxy_protocol::write_v2(addrs, &mut early_up),
+        }
+    }
+    early_up.extend_from_slice(early.filled());
+    let handoff = Handoff { upstream, early_up, early_down, throttle: listener.throttle.clone() };
     let opts = worker.relay_opts(listener.splice);
     crate::front::tunnel::spawn(guard, client, handoff, opts, record);
 }

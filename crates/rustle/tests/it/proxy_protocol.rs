@@ -159,3 +159,88 @@ fn behind_haproxy_send_proxy_v2() {
     assert_eq!(get_from("127.0.0.2", proxy.addr(), &origin), None);
     proxy.log_line(|l| l.contains("127.0.0.2") && l.contains("proxy_protocol_from"));
 }
+
+/// A target that reads a PROXY protocol header then `n` bytes from its first connection,
+/// and answers "ok".
+fn decoding_target(
+    n: usize,
+) -> (SocketAddr, std::thread::JoinHandle<(rustle_proto::proxy_protocol::Header, Vec<u8>)>) {
+    use std::io::Read;
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    let t = std::thread::spawn(move || {
+        let (mut s, _) = l.accept().unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let mut got = Vec::new();
+        let mut chunk = [0u8; 512];
+        loop {
+            let parsed = rustle_proto::proxy_protocol::parse(
+                &got,
+                rustle_proto::proxy_protocol::Accept::Any,
+            )
+            .expect("a valid PROXY header");
+            if let Some((header, len)) = parsed {
+                if got.len() >= len + n {
+                    s.write_all(b"ok").unwrap();
+                    return (header, got[len..].to_vec());
+                }
+            }
+            let k = s.read(&mut chunk).unwrap();
+            assert!(k > 0, "closed after {got:?}");
+            got.extend_from_slice(&chunk[..k]);
+        }
+    });
+    (addr, t)
+}
+
+#[test]
+fn a_relay_sends_the_header_to_its_target() {
+    use rustle_proto::proxy_protocol::{Addresses, Version};
+    for (version, want) in [("v1", Version::V1), ("v2", Version::V2)] {
+        let (target, decoded) = decoding_target(5);
+        let proxy = Proxy::from_toml(&format!(
+            "[[listener]]\nkind = \"relay\"\nlisten = \"127.0.0.1:0\"\ntarget = \"{target}\"\n\
+             target_proxy_protocol = \"{version}\"\n"
+        ));
+        let mut s = connect(proxy.addr());
+        let me = s.local_addr().unwrap();
+        s.write_all(b"hello").unwrap();
+        let (header, rest) = decoded.join().unwrap();
+        assert_eq!(header.version, want);
+        let Addresses::Inet { src, dst, .. } = header.addresses else { panic!("{header:?}") };
+        assert_eq!((src, dst), (me, proxy.addr()));
+        assert_eq!(rest, b"hello");
+        assert_eq!(read_exact_n(&mut s, 2), b"ok");
+    }
+    // Behind a balancer too: the client its header named goes on to the target.
+    let (target, decoded) = decoding_target(3);
+    let proxy = Proxy::from_toml(&format!(
+        "[[listener]]\nkind = \"relay\"\nlisten = \"127.0.0.1:0\"\ntarget = \"{target}\"\n\
+         proxy_protocol = \"v1\"\nproxy_protocol_from = [\"127.0.0.1\"]\n\
+         target_proxy_protocol = \"v2\"\n"
+    ));
+    let mut s = connect(proxy.addr());
+    s.write_all(b"PROXY TCP4 198.51.100.7 10.0.0.1 4242 443\r\nabc").unwrap();
+    let (header, rest) = decoded.join().unwrap();
+    assert_eq!(header.addresses.source(), Some(sa("198.51.100.7:4242")));
+    assert_eq!(rest, b"abc");
+    assert_eq!(read_exact_n(&mut s, 2), b"ok");
+}
+
+#[test]
+fn target_proxy_protocol_is_for_plain_relays() {
+    for (extra, want) in [
+        ("kind = \"http\"\n", "is for relay listeners"),
+        (
+            "kind = \"relay\"\ntarget = \"127.0.0.1:9\"\ntarget_proxy_protocol = \"any\"\n",
+            "one version",
+        ),
+    ] {
+        let mut text = format!("[[listener]]\nlisten = \"127.0.0.1:0\"\n{extra}");
+        if !text.contains("target_proxy_protocol") {
+            text.push_str("target_proxy_protocol = \"v2\"\n");
+        }
+        let p = rustle::config::Config::parse(&text).expect_err(&text);
+        assert!(p.iter().any(|p| p.to_string().contains(want)), "{want}: {p:?}");
+    }
+}
