@@ -244,3 +244,18 @@ fn target_proxy_protocol_is_for_plain_relays() {
         assert!(p.iter().any(|p| p.to_string().contains(want)), "{want}: {p:?}");
     }
 }
+
+#[test]
+fn a_reload_puts_new_sources_in_force() {
+    let origin = Origin::start().unwrap();
+    let proxy = Proxy::from_toml(&config("127.0.0.1"));
+    let mut v1 = Vec::new();
+    write_v1(Some((sa("198.51.100.8:1"), proxy.addr())), &mut v1);
+    assert_eq!(parse_response(&exchange(&proxy, &v1, &origin)).status, 200);
+    proxy.reload_toml(&config("10.9.9.9"));
+    let mut bytes = v1.clone();
+    bytes.extend_from_slice(
+        format!("GET {} HTTP/1.1\r\nHost: x\r\n\r\n", origin.url("/bytes/5")).as_bytes(),
+    );
+    refused(&proxy, &bytes, "proxy_protocol_from");
+}
