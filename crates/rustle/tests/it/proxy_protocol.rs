@@ -259,3 +259,28 @@ fn a_reload_puts_new_sources_in_force() {
     );
     refused(&proxy, &bytes, "proxy_protocol_from");
 }
+
+#[test]
+fn a_socks_listener_takes_the_header_too() {
+    let echo = rustle_bench::TcpEcho::start().unwrap();
+    let proxy = Proxy::from_toml(
+        "[[listener]]\nkind = \"socks\"\nlisten = \"127.0.0.1:0\"\nproxy_protocol = \"v2\"\n\
+         proxy_protocol_from = [\"127.0.0.1\"]\n",
+    );
+    let mut bytes = Vec::new();
+    write_v2(Some((sa("198.51.100.9:7"), proxy.addr())), &mut bytes);
+    let SocketAddr::V4(to) = echo.addr() else { panic!("an IPv4 echo") };
+    // Greeting (no auth) and CONNECT pipelined after the header.
+    bytes.extend_from_slice(&[5, 1, 0, 5, 1, 0, 1]);
+    bytes.extend_from_slice(&to.ip().octets());
+    bytes.extend_from_slice(&to.port().to_be_bytes());
+    bytes.extend_from_slice(b"ping");
+    let mut s = connect(proxy.addr());
+    s.write_all(&bytes).unwrap();
+    let answer = read_exact_n(&mut s, 2 + 10 + 4);
+    assert_eq!(&answer[..2], &[5, 0]);
+    assert_eq!(answer[3], 0, "REP: {answer:?}");
+    assert_eq!(&answer[12..], b"ping");
+    drop(s);
+    proxy.log_line(|l| LogLine::parse(l).client.starts_with("198.51.100.9"));
+}
