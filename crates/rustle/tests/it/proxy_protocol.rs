@@ -1,7 +1,9 @@
 //! PROXY protocol on listeners: v1 and v2 headers sent by hand through a raw socket to an
-//! HTTP listener; the access log and the rules see the client the header carries; a
-//! source outside `proxy_protocol_from`, a missing header and a garbled one are refused;
-//! and haproxy (Debian) with `send-proxy-v2` and `send-proxy` in front.
+//! HTTP listener (and a SOCKS one); the access log and the rules see the client the header
+//! carries; a source outside `proxy_protocol_from`, a missing header, a garbled one and an
+//! incomplete one are refused; a reload puts new sources in force; haproxy (Debian) with
+//! `send-proxy-v2` and `send-proxy` in front; a relay sending v1/v2 to a target that
+//! decodes it (`target_proxy_protocol`).
 
 use std::io::Write;
 use std::net::SocketAddr;
