@@ -189,25 +189,25 @@ impl Default for Upstream {
 pub struct Dns {
     /// Name servers, "IP" (port 53) or "IP:PORT", asked in turn (the next when one fails
     /// or times out). Empty: the ones /etc/resolv.conf names (and its search domains).
-    pub(crate) servers: Vec<String>,
+    pub servers: Vec<String>,
     /// How long one query to one server may take.
     #[serde(deserialize_with = "duration")]
-    pub(crate) timeout: Duration,
+    pub timeout: Duration,
     /// Tries per server before the next one.
-    pub(crate) attempts: usize,
+    pub attempts: usize,
     /// Which family to ask for first.
-    pub(crate) prefer: Prefer,
+    pub prefer: Prefer,
     /// Static entries, name → addresses, answered without asking any server.
-    pub(crate) hosts: std::collections::BTreeMap<String, Vec<std::net::IpAddr>>,
+    pub hosts: std::collections::BTreeMap<String, Vec<std::net::IpAddr>>,
     /// An answer is reused for its TTL, but at least this long...
     #[serde(deserialize_with = "duration")]
-    pub(crate) ttl_min: Duration,
+    pub ttl_min: Duration,
     /// ...and at most this long.
     #[serde(deserialize_with = "duration")]
-    pub(crate) ttl_max: Duration,
+    pub ttl_max: Duration,
     /// How long a failure (no such name, no address, no server answering) is remembered.
     #[serde(deserialize_with = "duration")]
-    pub(crate) negative_ttl: Duration,
+    pub negative_ttl: Duration,
 }
 
 impl Default for Dns {
