@@ -156,9 +156,8 @@ async fn a_lookup_outlives_the_request_that_started_it() {
     let stub = Stub::start(&[("a.test", &[ip("192.0.2.1")])], 60).await;
     let r = Resolver::new(Dns { prefer: Prefer::Ipv4, ..dns(&[stub.addr]) });
     // The first request gives up at once; the second, waiting on the same lookup, drives it.
-    let first = r.resolve("a.test");
+    let mut first = Box::pin(r.resolve("a.test"));
     let second = r.resolve("a.test");
-    tokio::pin!(first);
     assert!(futures_util::poll!(first.as_mut()).is_pending());
     drop(first);
     assert_eq!(&*second.await.expect("found"), &[ip("192.0.2.1")]);
