@@ -663,6 +663,29 @@ async fn happy_eyeballs(
 mod tests {
     use super::*;
 
+    #[tokio::test]
+    async fn a_reload_that_changes_dns_replaces_the_resolver_and_only_then() {
+        let mut dns = crate::config::Dns::default();
+        dns.hosts.insert("a.test".into(), vec!["192.0.2.1".parse().expect("ip")]);
+        let ups = Upstreams::new(UpstreamConfig::default(), dns.clone());
+        assert_eq!(
+            &*ups.resolve("a.test").await.expect("static"),
+            &["192.0.2.1".parse::<IpAddr>().expect("ip")]
+        );
+        let before = ups.dns.borrow().clone();
+        ups.set_config(UpstreamConfig::default(), &dns);
+        assert!(Rc::ptr_eq(&before, &ups.dns.borrow()), "same [dns]: same resolver and cache");
+        dns.hosts.insert("a.test".into(), vec!["192.0.2.2".parse().expect("ip")]);
+        ups.set_config(UpstreamConfig::default(), &dns);
+        assert!(!Rc::ptr_eq(&before, &ups.dns.borrow()));
+        assert_eq!(
+            &*ups.resolve("a.test").await.expect("static"),
+            &["192.0.2.2".parse::<IpAddr>().expect("ip")]
+        );
+        // A literal never reaches the resolver.
+        assert_eq!(ups.resolve("::1").await.expect("literal").len(), 1);
+    }
+
     #[test]
     fn interleaves_families() {
         let v6a: IpAddr = "::1".parse().expect("ip");

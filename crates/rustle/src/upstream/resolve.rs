@@ -9,7 +9,8 @@
 //!   next one waiting drives it on).
 //! - An answer is kept for its TTL, between `ttl_min` and `ttl_max`; a failure for
 //!   `negative_ttl`.
-//! - Static `hosts` entries answer before the cache; IP literals never get here.
+//! - Static `hosts` entries, then /etc/hosts's, answer before the cache (a name either
+//!   lists is answered from there alone, as getaddrinfo did); IP literals never get here.
 //! - Nothing blocks the worker: hickory's sockets are the worker runtime's. (Building the
 //!   resolver reads /etc/resolv.conf and /etc/hosts once per worker and reload.)
 
@@ -54,12 +55,51 @@ pub(crate) struct Resolver {
 
 impl Resolver {
     pub(crate) fn new(cfg: Dns) -> Self {
-        let hosts = cfg
-            .hosts
-            .iter()
-            .map(|(name, ips)| {
+        // /etc/hosts as getaddrinfo read it ("files" before "dns"): a name it lists is
+        // answered from it alone (hickory would add its own `::1` for `localhost`, which
+        // the file may not list). The configuration's entries come first.
+        let file = std::fs::read_to_string("/etc/hosts").unwrap_or_default();
+        Resolver::with_hosts_file(cfg, &file)
+    }
+
+    fn with_hosts_file(cfg: Dns, file: &str) -> Self {
+        let mut all: HashMap<Box<str>, Vec<IpAddr>> = HashMap::new();
+        for (name, ips) in &cfg.hosts {
+            let name = name.trim_end_matches('.').to_ascii_lowercase();
+            all.entry(name.into_boxed_str()).or_default().extend(ips);
+        }
+        let mut from_file: HashMap<Box<str>, Vec<IpAddr>> = HashMap::new();
+        for line in file.lines() {
+            let line = line.split('#').next().unwrap_or("");
+            let mut words = line.split_whitespace();
+            let Some(Ok(ip)) = words.next().map(str::parse::<IpAddr>) else { continue };
+            for name in words {
                 let name = name.trim_end_matches('.').to_ascii_lowercase();
-                (name.into_boxed_str(), Rc::from(ips.as_slice()))
+                if !all.contains_key(name.as_str()) {
+                    let ips = from_file.entry(name.into_boxed_str()).or_default();
+                    if !ips.contains(&ip) {
+                        ips.push(ip);
+                    }
+                }
+            }
+        }
+        all.extend(from_file);
+        let prefer = cfg.prefer;
+        let hosts = all
+            .into_iter()
+            .map(|(name, mut ips)| {
+                // `prefer` as for an answer: that family alone when the name has it.
+                let v6 = match prefer {
+                    Prefer::Auto => None,
+                    Prefer::Ipv4 => Some(false),
+                    Prefer::Ipv6 => Some(true),
+                };
+                if let Some(v6) = v6 {
+                    if ips.iter().any(|ip| ip.is_ipv6() == v6) {
+                        ips.retain(|ip| ip.is_ipv6() == v6);
+                    }
+                }
+                (name, Rc::from(ips))
             })
             .collect();
         Resolver { cfg, hosts, hickory: RefCell::new(None), cache: RefCell::new(HashMap::new()) }
@@ -197,8 +237,8 @@ fn build(cfg: &Dns) -> Result<TokioResolver, String> {
     opts.negative_max_ttl = Some(cfg.negative_ttl.max(Duration::from_secs(1)));
     // Our cache is in front; hickory's only has to bridge the A and AAAA halves.
     opts.cache_size = 256;
-    // /etc/hosts as getaddrinfo honoured it (localhost and the like).
-    opts.use_hosts_file = ResolveHosts::Always;
+    // /etc/hosts is read by `Resolver::new`, in front.
+    opts.use_hosts_file = ResolveHosts::Never;
     // The servers in the order given: the first one answering is asked first.
     opts.server_ordering_strategy =
         hickory_resolver::config::ServerOrderingStrategy::UserProvidedOrder;

@@ -222,3 +222,23 @@ async fn no_server_answering_is_a_failure_remembered() {
     r.resolve("a.test").await.expect_err("nobody answers");
     assert_eq!(r.cached(), 1);
 }
+
+#[tokio::test]
+async fn the_hosts_file_answers_alone_after_the_configuration() {
+    let mut cfg = dns(&[]);
+    cfg.hosts.insert("pinned.test".into(), vec![ip("192.0.2.9")]);
+    let file = "# comment\n127.0.0.1 localhost vm # trailing\n192.0.2.1 pinned.test\n::1 ip6-localhost\nbad line\n";
+    let r = Resolver::with_hosts_file(cfg.clone(), file);
+    assert_eq!(&*r.resolve("localhost").await.expect("file"), &[ip("127.0.0.1")], "no ::1 added");
+    assert_eq!(&*r.resolve("VM").await.expect("file"), &[ip("127.0.0.1")]);
+    assert_eq!(
+        &*r.resolve("pinned.test").await.expect("config"),
+        &[ip("192.0.2.9")],
+        "the configuration first"
+    );
+    cfg.hosts.insert("both.test".into(), vec![ip("192.0.2.1"), ip("2001:db8::1")]);
+    let r = Resolver::with_hosts_file(Dns { prefer: Prefer::Ipv6, ..cfg.clone() }, "");
+    assert_eq!(&*r.resolve("both.test").await.expect("v6"), &[ip("2001:db8::1")]);
+    let r = Resolver::with_hosts_file(Dns { prefer: Prefer::Ipv4, ..cfg }, "");
+    assert_eq!(&*r.resolve("both.test").await.expect("v4"), &[ip("192.0.2.1")]);
+}
