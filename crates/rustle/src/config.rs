@@ -38,7 +38,7 @@ pub use routing::{
 };
 
 pub use settings::{
-    Admin, Auth, Http, Http2, Limits, Process, Relay, Timeouts, Upstream, UserConfig,
+    Admin, Auth, Dns, Http, Http2, Limits, Prefer, Process, Relay, Timeouts, Upstream, UserConfig,
     DEFAULT_MAX_USER_SERIES,
 };
 
@@ -77,6 +77,9 @@ pub struct Config {
     pub upstream: Upstream,
     #[serde(default)]
     pub relay: Relay,
+    /// The resolver (`[dns]`).
+    #[serde(default)]
+    pub dns: Dns,
     #[serde(default)]
     pub tls: Tls,
     #[serde(default)]

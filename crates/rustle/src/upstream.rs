@@ -2,8 +2,8 @@
 //! "a connection to this target, for this client, user, listener and protocol" and gets
 //! back a stream and what the log needs. It owns the access check (on the host before
 //! anything, on each resolved address before connecting), the per-worker pool of idle
-//! origin connections, TLS origination, and, below it, a per-worker name cache in front
-//! of the system resolver and Happy Eyeballs (RFC 8305) over every resolved address. Per
+//! origin connections, TLS origination, and, below it, the resolver (`resolve`: hickory
+//! behind a per-worker name cache) and Happy Eyeballs (RFC 8305) over every resolved address. Per
 //! worker means no lock: each worker owns its cache and its pool.
 //!
 //! A connection is asked for in two steps, so that the common case costs no allocation:
@@ -14,7 +14,6 @@
 pub mod hop;
 
 use std::cell::{Cell, RefCell};
-use std::collections::HashMap;
 use std::io;
 use std::net::{IpAddr, SocketAddr};
 use std::rc::Rc;
@@ -33,6 +32,7 @@ use crate::policy::{Access, Denial, Policy};
 use crate::telemetry::accesslog::Via;
 
 mod parents;
+mod resolve;
 
 pub(crate) use parents::UdpVia;
 
@@ -362,15 +362,6 @@ async fn target_tls(
 /// next is tried in parallel.
 const ATTEMPT_DELAY: Duration = Duration::from_millis(250);
 
-/// A failed lookup is remembered briefly so a burst of requests for a bad name costs one
-/// resolver call, not one each.
-const NEGATIVE_TTL: Duration = Duration::from_secs(5);
-
-enum Cached {
-    Found(Rc<[IpAddr]>),
-    Failed(String),
-}
-
 struct Idle {
     stream: Stream,
     addr: SocketAddr,
@@ -381,7 +372,8 @@ struct Idle {
 pub(crate) struct Upstreams {
     /// Pool and name-cache settings; a reload replaces them (`set_config`).
     cfg: RefCell<UpstreamConfig>,
-    dns: RefCell<HashMap<Box<str>, (Cached, Instant)>>,
+    /// The resolver and its cache; a reload that changes `[dns]` replaces it.
+    dns: RefCell<Rc<resolve::Resolver>>,
     pool: RefCell<Pool>,
     /// The pool's clock: the worker's housekeeping tick sets it (`tick`, every
     /// `idle::TICK`), so taking and parking a connection read no clock. An idle
@@ -426,10 +418,10 @@ impl<'a> Key<'a> {
 }
 
 impl Upstreams {
-    pub(crate) fn new(cfg: UpstreamConfig) -> Self {
+    pub(crate) fn new(cfg: UpstreamConfig, dns: crate::config::Dns) -> Self {
         Upstreams {
             cfg: RefCell::new(cfg),
-            dns: RefCell::new(HashMap::new()),
+            dns: RefCell::new(Rc::new(resolve::Resolver::new(dns))),
             pool: RefCell::new(Pool {
                 table: HashTable::new(),
                 hasher: foldhash::fast::RandomState::default(),
@@ -445,8 +437,13 @@ impl Upstreams {
     }
 
     /// The pool and name-cache settings from now on (a reload).
-    pub(crate) fn set_config(&self, cfg: UpstreamConfig) {
+    pub(crate) fn set_config(&self, cfg: UpstreamConfig, dns: &crate::config::Dns) {
         *self.cfg.borrow_mut() = cfg;
+        if self.dns.borrow().config() != dns {
+            // New servers, hosts or bounds: a fresh resolver and an empty cache. Lookups
+            // in flight finish on the old one.
+            *self.dns.borrow_mut() = Rc::new(resolve::Resolver::new(dns.clone()));
+        }
     }
 
     /// Resolves `host` (an IP literal costs nothing) through the cache.
@@ -454,48 +451,13 @@ impl Upstreams {
         if let Ok(ip) = host.parse::<IpAddr>() {
             return Ok(Rc::from([ip]));
         }
-        let now = Instant::now();
-        if let Some((cached, expires)) = self.dns.borrow().get(host) {
-            if *expires > now {
-                return match cached {
-                    Cached::Found(ips) => Ok(ips.clone()),
-                    Cached::Failed(reason) => {
-                        Err(ConnectError::Resolve { host: host.into(), reason: reason.clone() })
-                    }
-                };
-            }
-        }
-        // getaddrinfo runs on tokio's blocking pool, never on the worker; it honours
-        // /etc/hosts and nsswitch like every other program on the machine.
-        let result = tokio::net::lookup_host((host, 0)).await;
-        let (entry, ttl) = match result {
-            Ok(addrs) => {
-                let mut ips: Vec<IpAddr> = Vec::new();
-                for a in addrs {
-                    if !ips.contains(&a.ip()) {
-                        ips.push(a.ip());
-                    }
-                }
-                if ips.is_empty() {
-                    (Cached::Failed("no addresses".into()), NEGATIVE_TTL)
-                } else {
-                    (Cached::Found(ips.into()), self.cfg.borrow().dns_cache_ttl)
-                }
-            }
-            Err(e) => (Cached::Failed(resolve_reason(&e)), NEGATIVE_TTL),
-        };
-        let out = match &entry {
-            Cached::Found(ips) => Ok(ips.clone()),
-            Cached::Failed(reason) => {
-                Err(ConnectError::Resolve { host: host.into(), reason: reason.clone() })
-            }
-        };
-        let mut dns = self.dns.borrow_mut();
-        if dns.len() > 10_000 {
-            dns.retain(|_, (_, exp)| *exp > now);
-        }
-        dns.insert(host.into(), (entry, now + ttl));
-        out
+        // The resolver is cloned out (a reference count) so that a reload may replace it
+        // while this lookup runs.
+        let resolver = self.dns.borrow().clone();
+        resolver.resolve(host).await.map_err(|reason| ConnectError::Resolve {
+            host: host.into(),
+            reason: reason.to_string(),
+        })
     }
 
     /// Resolves and connects with Happy Eyeballs, all within `timeout`. `check` vets each
@@ -633,15 +595,6 @@ pub(crate) fn is_stale(stream: Option<&TcpStream>) -> bool {
     !matches!(stream.try_read(&mut byte), Err(e) if e.kind() == io::ErrorKind::WouldBlock)
 }
 
-fn resolve_reason(e: &io::Error) -> String {
-    let s = e.to_string();
-    // getaddrinfo's messages come wrapped as "failed to lookup address information: X".
-    match s.strip_prefix("failed to lookup address information: ") {
-        Some(rest) => rest.to_string(),
-        None => s,
-    }
-}
-
 /// Orders addresses by alternating families, starting with the resolver's first choice.
 fn interleave(ips: &[IpAddr]) -> Vec<IpAddr> {
     let first_v6 = ips.first().is_some_and(IpAddr::is_ipv6);
@@ -710,6 +663,29 @@ async fn happy_eyeballs(
 mod tests {
     use super::*;
 
+    #[tokio::test]
+    async fn a_reload_that_changes_dns_replaces_the_resolver_and_only_then() {
+        let mut dns = crate::config::Dns::default();
+        dns.hosts.insert("a.test".into(), vec!["192.0.2.1".parse().expect("ip")]);
+        let ups = Upstreams::new(UpstreamConfig::default(), dns.clone());
+        assert_eq!(
+            &*ups.resolve("a.test").await.expect("static"),
+            &["192.0.2.1".parse::<IpAddr>().expect("ip")]
+        );
+        let before = ups.dns.borrow().clone();
+        ups.set_config(UpstreamConfig::default(), &dns);
+        assert!(Rc::ptr_eq(&before, &ups.dns.borrow()), "same [dns]: same resolver and cache");
+        dns.hosts.insert("a.test".into(), vec!["192.0.2.2".parse().expect("ip")]);
+        ups.set_config(UpstreamConfig::default(), &dns);
+        assert!(!Rc::ptr_eq(&before, &ups.dns.borrow()));
+        assert_eq!(
+            &*ups.resolve("a.test").await.expect("static"),
+            &["192.0.2.2".parse::<IpAddr>().expect("ip")]
+        );
+        // A literal never reaches the resolver.
+        assert_eq!(ups.resolve("::1").await.expect("literal").len(), 1);
+    }
+
     #[test]
     fn interleaves_families() {
         let v6a: IpAddr = "::1".parse().expect("ip");
@@ -734,7 +710,7 @@ mod tests {
     async fn pool_drops_connections_the_origin_closed() {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let addr = listener.local_addr().expect("addr");
-        let ups = Upstreams::new(UpstreamConfig::default());
+        let ups = Upstreams::new(UpstreamConfig::default(), Default::default());
         let a = TcpStream::connect(addr).await.expect("connect");
         let (server_a, _) = listener.accept().await.expect("accept");
         let b = TcpStream::connect(addr).await.expect("connect");

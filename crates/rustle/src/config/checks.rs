@@ -3,7 +3,7 @@
 
 use std::net::SocketAddr;
 
-use super::{routing, Config, DefaultAction, Http2, Listener, ListenerKind};
+use super::{routing, Config, DefaultAction, Dns, Http2, Listener, ListenerKind};
 
 impl Config {
     /// Checks that need the final listener list (after command-line overrides).
@@ -204,4 +204,34 @@ pub(super) fn own_listener<'a>(
         .iter()
         .filter(|o| o.listen.port() != 0 && (o.kind == ListenerKind::UdpRelay) == udp)
         .find(|o| ips.iter().any(|&ip| crate::acl::reaches(SocketAddr::new(ip, port), o.listen)))
+}
+
+/// `[dns]` values that cannot work.
+pub(super) fn dns_problems(d: &Dns) -> Vec<(&'static str, String)> {
+    let mut out = Vec::new();
+    for s in &d.servers {
+        if let Err(e) = super::settings::parse_server(s) {
+            out.push(("servers", e));
+        }
+    }
+    if d.timeout.is_zero() {
+        out.push(("timeout", "must not be zero".into()));
+    }
+    if d.attempts == 0 {
+        out.push(("attempts", "must be at least 1".into()));
+    }
+    if d.ttl_min > d.ttl_max {
+        out.push(("ttl_min", "must not be above ttl_max".into()));
+    }
+    for (name, ips) in &d.hosts {
+        if name.is_empty()
+            || name.parse::<std::net::IpAddr>().is_ok()
+            || name.contains(['/', ' ', ':'])
+        {
+            out.push(("hosts", format!("`{name}` is not a host name")));
+        } else if ips.is_empty() {
+            out.push(("hosts", format!("`{name}` has no address")));
+        }
+    }
+    out
 }

@@ -4,7 +4,9 @@
 use std::fmt;
 use std::path::PathBuf;
 
-use super::checks::{http2_problems, loop_problem, open_proxy_problem, target_problem};
+use super::checks::{
+    dns_problems, http2_problems, loop_problem, open_proxy_problem, target_problem,
+};
 use super::{
     collect, routing, Config, DefaultAction, Listener, ListenerKind, LogFormat, LogTarget,
 };
@@ -243,6 +245,10 @@ impl Config {
         problems.extend(http2_problems(&config.http2).into_iter().map(|(key, message)| Problem {
             line: line_in(&["http2", key]),
             message: format!("http2.{key}: {message}"),
+        }));
+        problems.extend(dns_problems(&config.dns).into_iter().map(|(key, message)| Problem {
+            line: line_in(&["dns", key]),
+            message: format!("dns.{key}: {message}"),
         }));
         // In the order of the file; problems of no one line last.
         problems.sort_by_key(|p| p.line.unwrap_or(usize::MAX));

@@ -165,7 +165,8 @@ pub struct Upstream {
     /// An idle origin connection older than this is closed, not reused.
     #[serde(deserialize_with = "duration")]
     pub(crate) pool_idle_timeout: Duration,
-    /// How long a resolved name is reused.
+    /// Superseded by `[dns]` (the answers' own TTLs, between `ttl_min` and `ttl_max`):
+    /// still accepted so that older files load, and ignored.
     #[serde(deserialize_with = "duration")]
     pub(crate) dns_cache_ttl: Duration,
 }
@@ -179,6 +180,79 @@ impl Default for Upstream {
             dns_cache_ttl: Duration::from_secs(30),
         }
     }
+}
+
+/// `[dns]`: the resolver (hickory's stub resolver, one per worker, behind a per-worker
+/// cache; see `upstream/resolve`).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(default)]
+pub struct Dns {
+    /// Name servers, "IP" (port 53) or "IP:PORT", asked in turn (the next when one fails
+    /// or times out). Empty: the ones /etc/resolv.conf names (and its search domains).
+    pub servers: Vec<String>,
+    /// How long one query to one server may take.
+    #[serde(deserialize_with = "duration")]
+    pub timeout: Duration,
+    /// Tries per server before the next one.
+    pub attempts: usize,
+    /// Which family to ask for first.
+    pub prefer: Prefer,
+    /// Static entries, name → addresses, answered without asking any server.
+    pub hosts: std::collections::BTreeMap<String, Vec<std::net::IpAddr>>,
+    /// An answer is reused for its TTL, but at least this long...
+    #[serde(deserialize_with = "duration")]
+    pub ttl_min: Duration,
+    /// ...and at most this long.
+    #[serde(deserialize_with = "duration")]
+    pub ttl_max: Duration,
+    /// How long a failure (no such name, no address, no server answering) is remembered.
+    #[serde(deserialize_with = "duration")]
+    pub negative_ttl: Duration,
+}
+
+impl Default for Dns {
+    fn default() -> Self {
+        Dns {
+            servers: Vec::new(),
+            timeout: Duration::from_secs(2),
+            attempts: 2,
+            prefer: Prefer::Auto,
+            hosts: Default::default(),
+            ttl_min: Duration::from_secs(5),
+            ttl_max: Duration::from_secs(300),
+            negative_ttl: Duration::from_secs(5),
+        }
+    }
+}
+
+impl Dns {
+    /// `servers` as addresses (those that do not parse are reported by the checks).
+    pub(crate) fn server_addrs(&self) -> Vec<SocketAddr> {
+        self.servers.iter().filter_map(|s| parse_server(s).ok()).collect()
+    }
+}
+
+/// "IP", "IP:PORT" or "[IPv6]:PORT".
+pub(super) fn parse_server(s: &str) -> Result<SocketAddr, String> {
+    if let Ok(ip) = s.parse::<std::net::IpAddr>() {
+        return Ok(SocketAddr::new(ip, 53));
+    }
+    s.parse::<SocketAddr>().map_err(|_| {
+        format!("`{s}` is not an address (\"IP\" or \"IP:PORT\", a name server is never a name)")
+    })
+}
+
+/// `[dns] prefer`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Prefer {
+    /// Both families, Happy Eyeballs between them (IPv6 first).
+    #[default]
+    Auto,
+    /// A records; AAAA only for a name with none.
+    Ipv4,
+    /// AAAA records; A only for a name with none.
+    Ipv6,
 }
 
 #[derive(Debug, Clone, Deserialize)]

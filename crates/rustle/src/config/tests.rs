@@ -379,3 +379,41 @@ fn rules_and_routes_read_the_same_conditions_and_report_unknown_keys() {
     assert!(shown.iter().any(|s| s.contains("missing field `action`")), "{shown:?}");
     assert!(shown.iter().any(|s| s.contains("missing field `via`")), "{shown:?}");
 }
+
+#[test]
+fn the_dns_section() {
+    let c = Config::parse(
+        "[dns]\nservers = [\"127.0.0.1:5353\", \"9.9.9.9\", \"[::1]:53\"]\nprefer = \"ipv6\"\n\
+         ttl_min = \"1s\"\nttl_max = \"1h\"\n[dns.hosts]\n\"a.example\" = [\"192.0.2.1\", \"2001:db8::1\"]\n",
+    )
+    .expect("valid");
+    assert_eq!(
+        c.dns.server_addrs(),
+        ["127.0.0.1:5353", "9.9.9.9:53", "[::1]:53"]
+            .map(|s| s.parse::<std::net::SocketAddr>().expect("addr"))
+    );
+    assert_eq!(c.dns.prefer, crate::config::Prefer::Ipv6);
+    assert_eq!(c.dns.hosts["a.example"].len(), 2);
+    assert_eq!(c.dns.ttl_max, Duration::from_secs(3600));
+    let example = Config::parse(include_str!("../../../../rustle.example.toml")).expect("valid");
+    assert_eq!(example.dns, crate::config::Dns::default(), "the example shows the defaults");
+
+    let text = "[dns]\nservers = [\"dns.example\"]\nattempts = 0\nttl_min = \"2h\"\n\
+                prefer = \"ipv5\"\n[dns.hosts]\n\"192.0.2.1\" = [\"192.0.2.2\"]\n\"empty.example\" = []\n";
+    let e = format!("{:?}", Config::parse(text).expect_err("bad"));
+    for want in [
+        "Some(2)",
+        "dns.servers",
+        "not an address",
+        "Some(3)",
+        "dns.attempts",
+        "prefer",
+        "not a host name",
+        "has no address",
+    ] {
+        assert!(e.contains(want), "{want}: {e}");
+    }
+    let text = "[dns]\nttl_min = \"2h\"\n";
+    let e = format!("{:?}", Config::parse(text).expect_err("bad"));
+    assert!(e.contains("Some(2)") && e.contains("ttl_min"), "{e}");
+}

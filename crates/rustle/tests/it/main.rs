@@ -12,6 +12,7 @@ mod util;
 mod accesslog;
 mod auth;
 mod connect;
+mod dns;
 mod engine;
 mod errors;
 mod faults;

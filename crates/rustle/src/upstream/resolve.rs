@@ -1,0 +1,268 @@
+//! Name resolution (`[dns]`): hickory's stub resolver on the worker's own runtime, behind
+//! a per-worker cache.
+//!
+//! - A hit costs a hash lookup and an `Rc` clone: no allocation, no lock, no syscall (the
+//!   clock is the vDSO's). hickory's own cache sits behind ours with the same TTL bounds;
+//!   it has a lock, so it is never on the hit path.
+//! - A miss starts one lookup per name; requests for the same name while it runs wait for
+//!   it (`Slot::Pending`, a shared future: if the request that started it goes away, the
+//!   next one waiting drives it on).
+//! - An answer is kept for its TTL, between `ttl_min` and `ttl_max`; a failure for
+//!   `negative_ttl`.
+//! - Static `hosts` entries, then /etc/hosts's, answer before the cache (a name either
+//!   lists is answered from there alone, as getaddrinfo did); IP literals never get here.
+//! - Nothing blocks the worker: hickory's sockets are the worker runtime's. (Building the
+//!   resolver reads /etc/resolv.conf and /etc/hosts once per worker and reload.)
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::net::{IpAddr, SocketAddr};
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+
+use futures_util::future::{FutureExt, LocalBoxFuture, Shared};
+use hickory_resolver::config::{
+    ConnectionConfig, LookupIpStrategy, NameServerConfig, ResolveHosts, ResolverConfig,
+    ResolverOpts,
+};
+use hickory_resolver::net::runtime::TokioRuntimeProvider;
+use hickory_resolver::net::NetError;
+use hickory_resolver::TokioResolver;
+
+use crate::config::{Dns, Prefer};
+
+/// A lookup's outcome: the addresses, or why there are none.
+pub(crate) type Answer = Result<Rc<[IpAddr]>, Rc<str>>;
+
+type Lookup = Shared<LocalBoxFuture<'static, (Answer, Instant)>>;
+
+enum Slot {
+    Ready(Answer, Instant),
+    Pending(Lookup),
+}
+
+/// Past this many names, expired entries are dropped before adding one.
+const MAX_NAMES: usize = 10_000;
+
+pub(crate) struct Resolver {
+    cfg: Dns,
+    hosts: HashMap<Box<str>, Rc<[IpAddr]>>,
+    /// Built on first use, on the worker's runtime (hickory spawns its connections there).
+    /// A configuration hickory refuses fails every lookup with its reason.
+    hickory: RefCell<Option<Result<Rc<TokioResolver>, Rc<str>>>>,
+    cache: RefCell<HashMap<Box<str>, Slot>>,
+}
+
+impl Resolver {
+    pub(crate) fn new(cfg: Dns) -> Self {
+        // /etc/hosts as getaddrinfo read it ("files" before "dns"): a name it lists is
+        // answered from it alone (hickory would add its own `::1` for `localhost`, which
+        // the file may not list). The configuration's entries come first.
+        let file = std::fs::read_to_string("/etc/hosts").unwrap_or_default();
+        Resolver::with_hosts_file(cfg, &file)
+    }
+
+    fn with_hosts_file(cfg: Dns, file: &str) -> Self {
+        let mut all: HashMap<Box<str>, Vec<IpAddr>> = HashMap::new();
+        for (name, ips) in &cfg.hosts {
+            let name = name.trim_end_matches('.').to_ascii_lowercase();
+            all.entry(name.into_boxed_str()).or_default().extend(ips);
+        }
+        let mut from_file: HashMap<Box<str>, Vec<IpAddr>> = HashMap::new();
+        for line in file.lines() {
+            let line = line.split('#').next().unwrap_or("");
+            let mut words = line.split_whitespace();
+            let Some(Ok(ip)) = words.next().map(str::parse::<IpAddr>) else { continue };
+            for name in words {
+                let name = name.trim_end_matches('.').to_ascii_lowercase();
+                if !all.contains_key(name.as_str()) {
+                    let ips = from_file.entry(name.into_boxed_str()).or_default();
+                    if !ips.contains(&ip) {
+                        ips.push(ip);
+                    }
+                }
+            }
+        }
+        all.extend(from_file);
+        let prefer = cfg.prefer;
+        let hosts = all
+            .into_iter()
+            .map(|(name, mut ips)| {
+                // `prefer` as for an answer: that family alone when the name has it.
+                let v6 = match prefer {
+                    Prefer::Auto => None,
+                    Prefer::Ipv4 => Some(false),
+                    Prefer::Ipv6 => Some(true),
+                };
+                if let Some(v6) = v6 {
+                    if ips.iter().any(|ip| ip.is_ipv6() == v6) {
+                        ips.retain(|ip| ip.is_ipv6() == v6);
+                    }
+                }
+                (name, Rc::from(ips))
+            })
+            .collect();
+        Resolver { cfg, hosts, hickory: RefCell::new(None), cache: RefCell::new(HashMap::new()) }
+    }
+
+    pub(crate) fn config(&self) -> &Dns {
+        &self.cfg
+    }
+
+    /// The addresses of `host` (a name, not an IP literal).
+    pub(crate) async fn resolve(&self, host: &str) -> Answer {
+        if !self.hosts.is_empty() {
+            if let Some(ips) = self.static_entry(host) {
+                return Ok(ips);
+            }
+        }
+        let now = Instant::now();
+        let lookup = {
+            let mut cache = self.cache.borrow_mut();
+            match cache.get(host) {
+                Some(Slot::Ready(answer, expires)) if *expires > now => return answer.clone(),
+                Some(Slot::Pending(lookup)) => lookup.clone(),
+                _ => {
+                    let lookup = self.start(host);
+                    if cache.len() >= MAX_NAMES {
+                        cache.retain(|_, s| !matches!(s, Slot::Ready(_, e) if *e <= now));
+                    }
+                    cache.insert(host.into(), Slot::Pending(lookup.clone()));
+                    lookup
+                }
+            }
+        };
+        let (answer, expires) = lookup.clone().await;
+        let mut cache = self.cache.borrow_mut();
+        if let Some(slot) = cache.get_mut(host) {
+            if matches!(slot, Slot::Pending(l) if l.ptr_eq(&lookup)) {
+                *slot = Slot::Ready(answer.clone(), expires);
+            }
+        }
+        answer
+    }
+
+    fn static_entry(&self, host: &str) -> Option<Rc<[IpAddr]>> {
+        let host = host.strip_suffix('.').unwrap_or(host);
+        if let Some(ips) = self.hosts.get(host) {
+            return Some(ips.clone());
+        }
+        if host.bytes().any(|b| b.is_ascii_uppercase()) {
+            return self.hosts.get(host.to_ascii_lowercase().as_str()).cloned();
+        }
+        None
+    }
+
+    fn start(&self, host: &str) -> Lookup {
+        let resolver = self
+            .hickory
+            .borrow_mut()
+            .get_or_insert_with(|| build(&self.cfg).map(Rc::new).map_err(Rc::from))
+            .clone();
+        let host: Box<str> = host.into();
+        let (min, max, negative) = (self.cfg.ttl_min, self.cfg.ttl_max, self.cfg.negative_ttl);
+        async move {
+            let resolver = match resolver {
+                Ok(r) => r,
+                Err(e) => return (Err(e), Instant::now() + negative),
+            };
+            let result = resolver.lookup_ip(&*host).await;
+            let now = Instant::now();
+            match result {
+                Ok(found) => {
+                    let mut ips: Vec<IpAddr> = Vec::new();
+                    for ip in found.iter() {
+                        if !ips.contains(&ip) {
+                            ips.push(ip);
+                        }
+                    }
+                    if ips.is_empty() {
+                        return (Err(Rc::from("no addresses")), now + negative);
+                    }
+                    let ttl = found.valid_until().saturating_duration_since(now).clamp(min, max);
+                    (Ok(ips.into()), now + ttl)
+                }
+                Err(e) => (Err(reason(&e).into()), now + negative),
+            }
+        }
+        .boxed_local()
+        .shared()
+    }
+
+    #[cfg(test)]
+    pub(crate) fn cached(&self) -> usize {
+        self.cache.borrow().len()
+    }
+}
+
+/// A failure as the 502 and the log say it.
+fn reason(e: &NetError) -> String {
+    if e.is_nx_domain() {
+        "no such name".into()
+    } else if e.is_no_records_found() {
+        "no addresses".into()
+    } else {
+        e.to_string()
+    }
+}
+
+/// The servers `[dns]` names, or /etc/resolv.conf's; glibc's fallback (127.0.0.1:53)
+/// when it names none.
+fn build(cfg: &Dns) -> Result<TokioResolver, String> {
+    let servers = cfg.server_addrs();
+    let (config, mut opts) = if servers.is_empty() {
+        match hickory_resolver::system_conf::read_system_conf() {
+            Ok((config, opts)) if !config.name_servers().is_empty() => (config, opts),
+            Ok(_) => {
+                (servers_config(&[SocketAddr::from(([127, 0, 0, 1], 53))]), ResolverOpts::default())
+            }
+            Err(e) => {
+                tracing::warn!("dns: /etc/resolv.conf: {e}; asking 127.0.0.1:53");
+                (servers_config(&[SocketAddr::from(([127, 0, 0, 1], 53))]), ResolverOpts::default())
+            }
+        }
+    } else {
+        (servers_config(&servers), ResolverOpts::default())
+    };
+    opts.timeout = cfg.timeout;
+    opts.attempts = cfg.attempts;
+    opts.ip_strategy = match cfg.prefer {
+        Prefer::Auto => LookupIpStrategy::Ipv6AndIpv4,
+        Prefer::Ipv4 => LookupIpStrategy::Ipv4thenIpv6,
+        Prefer::Ipv6 => LookupIpStrategy::Ipv6thenIpv4,
+    };
+    opts.positive_min_ttl = Some(cfg.ttl_min);
+    opts.positive_max_ttl = Some(cfg.ttl_max.max(Duration::from_secs(1)));
+    opts.negative_min_ttl = Some(cfg.negative_ttl);
+    opts.negative_max_ttl = Some(cfg.negative_ttl.max(Duration::from_secs(1)));
+    // Our cache is in front; hickory's only has to bridge the A and AAAA halves.
+    opts.cache_size = 256;
+    // /etc/hosts is read by `Resolver::new`, in front.
+    opts.use_hosts_file = ResolveHosts::Never;
+    // The servers in the order given: the first one answering is asked first.
+    opts.server_ordering_strategy =
+        hickory_resolver::config::ServerOrderingStrategy::UserProvidedOrder;
+    let mut builder = TokioResolver::builder_with_config(config, TokioRuntimeProvider::default());
+    *builder.options_mut() = opts;
+    builder.build().map_err(|e| {
+        tracing::warn!("dns: the resolver: {e}");
+        format!("the resolver: {e}")
+    })
+}
+
+fn servers_config(servers: &[SocketAddr]) -> ResolverConfig {
+    let name_servers = servers
+        .iter()
+        .map(|s| {
+            let mut udp = ConnectionConfig::udp();
+            udp.port = s.port();
+            let mut tcp = ConnectionConfig::tcp();
+            tcp.port = s.port();
+            NameServerConfig::new(s.ip(), true, vec![udp, tcp])
+        })
+        .collect();
+    ResolverConfig::from_name_servers(name_servers)
+}
+
+#[cfg(test)]
+mod tests;

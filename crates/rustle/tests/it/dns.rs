@@ -1,0 +1,173 @@
+//! The resolver (`[dns]`) end to end, against a DNS stub this test runs on loopback
+//! (hickory-proto's message types, re-exported by hickory-resolver): rustle is pointed at
+//! it with `servers = ["127.0.0.1:PORT"]`.
+
+use std::collections::HashMap;
+use std::io::Write;
+use std::net::{IpAddr, SocketAddr, UdpSocket};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use hickory_resolver::proto::op::{Message, ResponseCode};
+use hickory_resolver::proto::rr::rdata::{A, AAAA};
+use hickory_resolver::proto::rr::{RData, Record, RecordType};
+use rustle::config::{Config, ListenerKind, Prefer};
+use rustle_bench::TcpEcho;
+
+use crate::util::socks::*;
+use crate::util::*;
+
+type Asked = Arc<Mutex<HashMap<(String, RecordType), usize>>>;
+
+/// Answers A and AAAA from `zone` (TTL 60), NXDOMAIN for any other name; counts questions.
+struct Stub {
+    addr: SocketAddr,
+    asked: Asked,
+}
+
+impl Stub {
+    fn start(zone: &[(&str, IpAddr)]) -> Stub {
+        let socket = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let addr = socket.local_addr().unwrap();
+        let mut names: HashMap<String, Vec<IpAddr>> = HashMap::new();
+        for (n, ip) in zone {
+            names.entry(n.to_string()).or_default().push(*ip);
+        }
+        let asked: Asked = Arc::default();
+        let counts = asked.clone();
+        // A daemon thread: it ends with the test process.
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 1500];
+            while let Ok((n, from)) = socket.recv_from(&mut buf) {
+                let Ok(query) = Message::from_vec(&buf[..n]) else { continue };
+                let mut reply = Message::response(query.metadata.id, query.metadata.op_code);
+                reply.metadata.recursion_desired = query.metadata.recursion_desired;
+                reply.metadata.recursion_available = true;
+                for q in &query.queries {
+                    let name = q.name().to_ascii().trim_end_matches('.').to_ascii_lowercase();
+                    *counts.lock().unwrap().entry((name.clone(), q.query_type())).or_insert(0) += 1;
+                    reply.add_query(q.clone());
+                    let Some(ips) = names.get(&name) else {
+                        reply.metadata.response_code = ResponseCode::NXDomain;
+                        continue;
+                    };
+                    for ip in ips {
+                        let rdata = match (ip, q.query_type()) {
+                            (IpAddr::V4(v4), RecordType::A) => RData::A(A(*v4)),
+                            (IpAddr::V6(v6), RecordType::AAAA) => RData::AAAA(AAAA(*v6)),
+                            _ => continue,
+                        };
+                        reply.add_answer(Record::from_rdata(q.name().clone(), 60, rdata));
+                    }
+                }
+                let _ = socket.send_to(&reply.to_vec().unwrap(), from);
+            }
+        });
+        Stub { addr, asked }
+    }
+
+    fn asked(&self, name: &str) -> usize {
+        let asked = self.asked.lock().unwrap();
+        asked.iter().filter(|((n, _), _)| n == name).map(|(_, c)| c).sum()
+    }
+}
+
+fn with_stub(cfg: &mut Config, servers: &[SocketAddr], prefer: Prefer) {
+    cfg.dns.servers = servers.iter().map(|s| s.to_string()).collect();
+    cfg.dns.timeout = Duration::from_millis(500);
+    cfg.dns.attempts = 1;
+    cfg.dns.prefer = prefer;
+}
+
+/// CONNECT to `target`: the status and the body of a failure.
+fn connect_status(proxy: &Proxy, target: &str) -> (u16, String) {
+    let mut c = Conn::to_proxy(proxy);
+    c.send(format!("CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n\r\n").as_bytes());
+    let r = c.read_head();
+    if r.status == 200 {
+        return (200, String::new());
+    }
+    let status = r.status;
+    let mut c = Conn::to_proxy(proxy);
+    c.send(format!("CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n\r\n").as_bytes());
+    (status, c.read_response().text())
+}
+
+#[test]
+fn names_come_from_the_configured_server_and_are_cached() {
+    let echo = TcpEcho::start().unwrap();
+    let stub = Stub::start(&[("echo.test", "127.0.0.1".parse().unwrap())]);
+    let proxy = Proxy::start_with(|c| with_stub(c, &[stub.addr], Prefer::Ipv4));
+    let target = format!("echo.test:{}", echo.addr().port());
+    for _ in 0..5 {
+        assert_eq!(connect_status(&proxy, &target).0, 200);
+    }
+    assert_eq!(stub.asked("echo.test"), 1, "four of five from the cache");
+}
+
+#[test]
+fn an_unknown_name_is_a_502_naming_it_and_socks_04() {
+    let stub = Stub::start(&[]);
+    let proxy = Proxy::start_with(|c| with_stub(c, &[stub.addr], Prefer::Auto));
+    let (status, text) = connect_status(&proxy, "nowhere.test:80");
+    assert_eq!(status, 502);
+    assert!(text.contains("nowhere.test") && text.contains("no such name"), "{text}");
+    let asked = stub.asked("nowhere.test");
+    assert!(asked >= 1);
+    connect_status(&proxy, "nowhere.test:80");
+    assert_eq!(stub.asked("nowhere.test"), asked, "the failure is remembered");
+
+    let socks = Proxy::with_listener(ListenerKind::Socks, None, |c| {
+        with_stub(c, &[stub.addr], Prefer::Auto)
+    });
+    let mut s = connect(socks.addr());
+    assert_eq!(greet(&mut s, &[0]), 0);
+    s.write_all(&request5(CONNECT, &Dst::Name("nowhere.test", 80))).unwrap();
+    assert_eq!(read_reply5(&mut s).0, 0x04, "host unreachable");
+}
+
+#[test]
+fn static_hosts_and_literals_ask_no_server() {
+    let echo = TcpEcho::start().unwrap();
+    let stub = Stub::start(&[]);
+    let proxy = Proxy::start_with(|c| {
+        with_stub(c, &[stub.addr], Prefer::Auto);
+        c.dns.hosts.insert("pinned.test".into(), vec!["127.0.0.1".parse().unwrap()]);
+    });
+    let port = echo.addr().port();
+    assert_eq!(connect_status(&proxy, &format!("pinned.test:{port}")).0, 200);
+    assert_eq!(connect_status(&proxy, &format!("127.0.0.1:{port}")).0, 200);
+    assert_eq!(stub.asked.lock().unwrap().len(), 0, "no question at all");
+}
+
+#[test]
+fn prefer_picks_the_family() {
+    // The origin listens on ::1 only; the name has both families.
+    let echo = TcpEcho::start_on("[::1]:0".parse().unwrap()).unwrap();
+    let port = echo.addr().port();
+    let stub = Stub::start(&[
+        ("both.test", "127.0.0.1".parse().unwrap()),
+        ("both.test", "::1".parse().unwrap()),
+    ]);
+    let v6 = Proxy::start_with(|c| with_stub(c, &[stub.addr], Prefer::Ipv6));
+    assert_eq!(connect_status(&v6, &format!("both.test:{port}")).0, 200);
+    let v4 = Proxy::start_with(|c| with_stub(c, &[stub.addr], Prefer::Ipv4));
+    let (status, text) = connect_status(&v4, &format!("both.test:{port}"));
+    assert_eq!(status, 502, "IPv4 only: 127.0.0.1:{port} is closed");
+    assert!(text.contains("refused"), "{text}");
+}
+
+#[test]
+fn a_dead_server_then_a_live_one() {
+    let echo = TcpEcho::start().unwrap();
+    let dead = closed_udp_port();
+    let stub = Stub::start(&[("echo.test", "127.0.0.1".parse().unwrap())]);
+    let proxy = Proxy::start_with(|c| with_stub(c, &[dead, stub.addr], Prefer::Ipv4));
+    let target = format!("echo.test:{}", echo.addr().port());
+    assert_eq!(connect_status(&proxy, &target).0, 200);
+}
+
+fn closed_udp_port() -> SocketAddr {
+    let s = UdpSocket::bind("127.0.0.1:0").unwrap();
+    s.local_addr().unwrap()
+}
