@@ -190,6 +190,7 @@ impl Worker {
 
     /// Counts a connection just accepted from `client` on `listener`: its guard, the
     /// connections now open across workers, and whether the client is over its own limit.
+    #[inline(always)]
     pub(crate) fn admit(
         self: &Rc<Self>,
         client: std::net::IpAddr,

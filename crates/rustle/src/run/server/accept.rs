@@ -176,21 +176,19 @@ async fn proxied(
         Ok(Err(why)) => return refuse(&why),
         Err(_) => return refuse("no complete PROXY protocol header within the handshake timeout"),
     };
-    // The connection goes on in a task of its own, as from the accept loop: this
-    // future does not grow by the largest of them.
-    fn spawn(f: impl std::future::Future<Output = ()> + 'static) {
-        drop(tokio::task::spawn_local(f));
-    }
+    // The connection goes on in this task: a second `spawn_local` site for each front
+    // end's future would cost every accepted connection its inlining (and a copy of the
+    // future), and this task is no larger than the front end's own.
     let (guard, open, over_client) = worker.admit(client.ip(), &config);
     let overloaded = open > worker.cfg().limits.max_connections || over_client;
     let l = config.clone();
     if overloaded {
         match config.kind {
             ListenerKind::Http => {
-                spawn(crate::front::http1::refuse_overloaded(guard, l, Stream::Tcp(stream), client))
+                crate::front::http1::refuse_overloaded(guard, l, Stream::Tcp(stream), client).await
             }
             ListenerKind::Auto => {
-                spawn(crate::front::dispatch::refuse_auto(guard, l, stream, client))
+                crate::front::dispatch::refuse_auto(guard, l, stream, client).await
             }
             _ => {
                 crate::telemetry::metrics::refused(
@@ -211,16 +209,16 @@ async fn proxied(
     }
     match config.kind {
         ListenerKind::Http => {
-            spawn(crate::front::dispatch::serve_fresh(guard, l, Stream::Tcp(stream), client))
+            crate::front::dispatch::serve_fresh(guard, l, Stream::Tcp(stream), client).await
         }
         ListenerKind::Auto => {
-            spawn(crate::front::dispatch::serve_auto(guard, l, Stream::Tcp(stream), client))
+            crate::front::dispatch::serve_auto(guard, l, Stream::Tcp(stream), client).await
         }
         ListenerKind::Socks => {
-            spawn(crate::front::socks::serve(guard, l, stream, client, Buf::default()))
+            crate::front::socks::serve(guard, l, stream, client, Buf::default()).await
         }
-        ListenerKind::Relay => spawn(crate::front::portmap::serve(guard, l, stream, client)),
-        ListenerKind::Https => spawn(crate::front::dispatch::serve_https(guard, l, stream, client)),
+        ListenerKind::Relay => crate::front::portmap::serve(guard, l, stream, client).await,
+        ListenerKind::Https => crate::front::dispatch::serve_https(guard, l, stream, client).await,
         ListenerKind::UdpRelay => {}
     }
 }
