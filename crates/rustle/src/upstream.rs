@@ -36,6 +36,7 @@ mod egress;
 mod parents;
 mod resolve;
 
+pub(crate) use egress::UdpFrom;
 pub(crate) use parents::UdpVia;
 
 /// Who asks for a connection to where.
@@ -212,6 +213,14 @@ pub(crate) fn local_of(policy: &Policy, socket: Option<&TcpStream>) -> Option<Ip
         return None;
     }
     socket?.local_addr().ok().map(|a| a.ip())
+}
+
+/// `local_of` for a UDP listener's socket: its own address unless it is the wildcard.
+pub(crate) fn local_of_udp(policy: &Policy, socket: &tokio::net::UdpSocket) -> Option<IpAddr> {
+    if !policy.routes.needs_local() {
+        return None;
+    }
+    socket.local_addr().ok().map(|a| a.ip()).filter(|ip| !ip.is_unspecified())
 }
 
 fn denied(d: Denial) -> Error {

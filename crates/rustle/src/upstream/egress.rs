@@ -16,7 +16,7 @@ use tokio::net::TcpStream;
 
 use super::Want;
 use crate::error::ConnectError;
-use crate::policy::route::egress::{mix, Draw, Egress, Picked};
+use crate::policy::route::egress::{mix, Draw, Egress, Local, Picked};
 
 thread_local! {
     /// This worker's random state (splitmix64), seeded from the OS's randomness (the
@@ -121,4 +121,68 @@ pub(crate) async fn connect(
             ConnectError::Bind { local, source }
         })?;
     socket.connect(addr).await.map_err(|e| ConnectError::from_io(addr, e))
+}
+
+/// Where a direct UDP association (or a UDP relay session) sends from: its route's
+/// addresses, picked once for the association, and its interface.
+pub(crate) struct UdpFrom {
+    v4: Option<Local>,
+    v6: Option<Local>,
+    only: bool,
+    interface: Option<Box<str>>,
+    route: Box<str>,
+}
+
+impl UdpFrom {
+    /// A socket for datagrams to `dst`'s family from the route's address for it; the
+    /// error says when the route has none.
+    pub(crate) fn socket(&self, dst: SocketAddr) -> Result<tokio::net::UdpSocket, String> {
+        let local = match dst {
+            SocketAddr::V4(_) => self.v4,
+            SocketAddr::V6(_) => self.v6,
+        };
+        if local.is_none() && self.only {
+            let family = if dst.is_ipv4() { "IPv4" } else { "IPv6" };
+            return Err(format!(
+                "route `{}` has no {family} outgoing address for {dst}",
+                self.route
+            ));
+        }
+        let from = local.map(|l| (l.ip, l.freebind));
+        crate::io::egress::udp(dst.is_ipv6(), from, self.interface.as_deref()).map_err(|e| {
+            match local {
+                Some(l) => format!("cannot send from {}: {e}", l.ip),
+                None => format!("cannot bind: {e}"),
+            }
+        })
+    }
+}
+
+impl super::Upstreams {
+    /// The outgoing addresses of a direct UDP association for `want`, when its route has
+    /// `bind` or `interface` (the route chosen as for a TCP connection, on what the client
+    /// declared). None: the wildcard address, as without routes.
+    pub(crate) fn udp_from(
+        &self,
+        policy: &crate::policy::Policy,
+        want: &Want<'_>,
+    ) -> Option<UdpFrom> {
+        if policy.routes.is_empty() {
+            return None;
+        }
+        let access = want.access(policy);
+        let crate::policy::route::Choice::Direct { egress: Some(e), .. } =
+            policy.routes.choose(&access.request(None))
+        else {
+            return None;
+        };
+        let p = pick(e, want);
+        Some(UdpFrom {
+            v4: p.v4,
+            v6: p.v6,
+            only: p.only,
+            interface: p.interface.map(Into::into),
+            route: p.route.into(),
+        })
+    }
 }
