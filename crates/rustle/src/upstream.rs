@@ -208,11 +208,14 @@ fn leaving<'p>(e: &'p Egress, want: &Want<'_>, base: &[u8]) -> Box<Leaving<'p>> 
 
 /// The local address a client connected to, when a route binds to `same`
 /// (`Routes::needs_local`); None, with no system call, otherwise.
-pub(crate) fn local_of(policy: &Policy, socket: Option<&TcpStream>) -> Option<IpAddr> {
+pub(crate) fn local_of(
+    policy: &Policy,
+    local_addr: impl FnOnce() -> io::Result<SocketAddr>,
+) -> Option<IpAddr> {
     if !policy.routes.needs_local() {
         return None;
     }
-    socket?.local_addr().ok().map(|a| a.ip())
+    local_addr().ok().map(|a| a.ip())
 }
 
 /// `local_of` for a UDP listener's socket: its own address unless it is the wildcard.

@@ -76,6 +76,33 @@ pub(crate) fn try_bind(ip: IpAddr) -> io::Result<()> {
     s.bind(&SocketAddr::new(ip, 0).into())
 }
 
+/// How long `try_receive` waits for its own datagram: it is delivered on this host, at
+/// once, or never.
+const LOOPBACK_WAIT: std::time::Duration = std::time::Duration::from_millis(200);
+
+/// Whether this host takes packets sent to `ip` as its own (a local route covers it, as
+/// `ip route add local PREFIX dev lo` makes): a UDP socket bound there with `IP_FREEBIND`
+/// receives a datagram sent to it. Err(AddrNotAvailable) when it does not arrive.
+pub(crate) fn try_receive(ip: IpAddr) -> io::Result<()> {
+    let domain = if ip.is_ipv6() { Domain::IPV6 } else { Domain::IPV4 };
+    let to = Socket::new(domain, Type::DGRAM.cloexec(), Some(Protocol::UDP))?;
+    match ip.is_ipv6() {
+        true => to.set_freebind_v6(true)?,
+        false => to.set_freebind_v4(true)?,
+    }
+    to.bind(&SocketAddr::new(ip, 0).into())?;
+    let at = to.local_addr()?.as_socket().ok_or_else(|| io::Error::other("not an IP socket"))?;
+    to.set_read_timeout(Some(LOOPBACK_WAIT))?;
+    let from = Socket::new(domain, Type::DGRAM.cloexec(), Some(Protocol::UDP))?;
+    let not_here = || io::Error::from(io::ErrorKind::AddrNotAvailable);
+    from.send_to(b"rustle", &at.into()).map_err(|_| not_here())?;
+    let mut buf = [std::mem::MaybeUninit::new(0u8); 8];
+    match to.recv(&mut buf) {
+        Ok(6) => Ok(()),
+        _ => Err(not_here()),
+    }
+}
+
 /// Whether `net.ipv{4,6}.ip_nonlocal_bind` lets any address be bound.
 pub(crate) fn nonlocal_bind(v6: bool) -> bool {
     let path = match v6 {

@@ -183,15 +183,16 @@ impl Egress {
             }
         }
         for source in self.v4.iter().chain(self.v6.iter()) {
-            let (ip, prefix) = match *source {
-                Source::Addr(ip) => (ip, None),
-                // An address inside it (the network's own may be special).
-                Source::Prefix(net, len) => (inside(net, len, 1), Some(len)),
+            // A fixed address must be the host's; an address inside a prefix (not the
+            // network's own, which may be special) must come back to the host.
+            let (ip, prefix, probe) = match *source {
+                Source::Addr(ip) => (ip, None, crate::io::egress::try_bind(ip)),
+                Source::Prefix(net, len) => {
+                    let ip = inside(net, len, 1);
+                    (ip, Some(len), crate::io::egress::try_receive(ip))
+                }
             };
-            let e = match crate::io::egress::try_bind(ip) {
-                Ok(()) => continue,
-                Err(e) => e,
-            };
+            let Err(e) = probe else { continue };
             let not_here = e.kind() == std::io::ErrorKind::AddrNotAvailable;
             let (family, dash) = if ip.is_ipv6() { ("ipv6", " -6") } else { ("ipv4", "") };
             let message = match (prefix, not_here) {
