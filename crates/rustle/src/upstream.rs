@@ -254,7 +254,7 @@ impl Upstreams {
             };
             let from = egress.map(|e| leaving(e, want, key.map(|k| k.bytes).unwrap_or_default()));
             if let Way::Route { name, hops } = way {
-                return self.start_route(policy, want, key, rules_too, name, hops, from);
+                return self.start_route(policy, want, key, rules_too, (name, hops), from);
             }
             if !matches!(way, Way::Direct) {
                 return Ok(Start::Connect(Plan { rules_too, way, from }));
@@ -330,8 +330,8 @@ impl Upstreams {
                 return self.direct(policy, want, plan.rules_too, timeouts, from.as_deref()).await
             }
         };
-        let from = from.as_deref();
-        Box::pin(self.through(policy, want, plan.rules_too, route, first, timeouts, from)).await
+        let first = (first, from.as_deref());
+        Box::pin(self.through(policy, want, plan.rules_too, route, first, timeouts)).await
     }
 
     /// Settles a plan that `undecided` says the target's addresses decide: resolved now,

@@ -58,9 +58,8 @@ impl Upstreams {
         want: &Want<'_>,
         rules_too: bool,
         (route, hops): (&str, &[Hop]),
-        mut picked: Option<Vec<&Arc<Parent>>>,
+        (mut picked, from): (Option<Vec<&Arc<Parent>>>, Option<&super::Leaving<'_>>),
         timeouts: &Timeouts,
-        from: Option<&super::Leaving<'_>>,
     ) -> Result<Connected, Error> {
         let mut last: Option<Error> = None;
         for _ in 0..ATTEMPTS {
@@ -299,8 +298,7 @@ impl Upstreams {
         want: &Want<'_>,
         key: Option<super::Key<'_>>,
         rules_too: bool,
-        name: &'p str,
-        hops: &'p [Hop],
+        (name, hops): (&'p str, &'p [Hop]),
         from: Option<Box<super::Leaving<'p>>>,
     ) -> Result<super::Start<'p>, Error> {
         let chain = pick_chain(policy, want, hops)
