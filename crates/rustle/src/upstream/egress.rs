@@ -186,3 +186,67 @@ impl super::Upstreams {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn egress(bind: &[&str]) -> Egress {
+        let cfg = crate::config::EgressConfig {
+            bind: bind.iter().map(|s| s.to_string()).collect(),
+            ..Default::default()
+        };
+        Egress::build(&cfg, 0, "r").expect("valid").expect("set")
+    }
+
+    fn want(seed: Option<u64>) -> Want<'static> {
+        Want {
+            host: "example.com",
+            port: 80,
+            protocol: crate::acl::Protocol::Http,
+            client: IpAddr::from([192, 0, 2, 1]),
+            user: None,
+            listener: None,
+            tls: super::super::Tls::Plain,
+            local: None,
+            seed,
+        }
+    }
+
+    #[test]
+    fn pool_keys_name_the_addresses_and_rotation_is_never_pooled() {
+        let fixed = egress(&["198.18.0.1", "2001:db8::1"]);
+        let p = pick(&fixed, &want(None));
+        assert_eq!(&*pool_key(b"a:80", &p, false), b"a:80\0from 198.18.0.1 2001:db8::1");
+        let rotating = egress(&["2001:db8:1::/64"]);
+        assert!(rotating.varies(None));
+        assert!(pool_key(b"a:80", &pick(&rotating, &want(None)), true).is_empty());
+        // Per worker and seeded picks.
+        let a = pick(&rotating, &want(None)).v6;
+        let b = pick(&rotating, &want(None)).v6;
+        assert_ne!(a, b, "a fresh address per connection");
+        let s1 = pick(&rotating, &want(Some(7)));
+        assert_eq!(s1, pick(&rotating, &want(Some(7))));
+        assert!(!rotating.varies(Some(7)));
+        let key = pool_key(b"a:80", &s1, false);
+        assert!(
+            key.starts_with(b"a:80\0from 2001:db8:1:0:"),
+            "{:?}",
+            String::from_utf8_lossy(&key)
+        );
+    }
+
+    #[test]
+    fn a_family_without_an_address_is_refused_by_name() {
+        let v6 = egress(&["2001:db8:1::/64"]);
+        let p = pick(&v6, &want(None));
+        let v4: IpAddr = "192.0.2.9".parse().expect("ip");
+        let both = vec![v4, "2001:db8::9".parse().expect("ip")];
+        assert_eq!(
+            usable(both, &p, "h").expect("the v6 one"),
+            ["2001:db8::9".parse::<IpAddr>().expect("ip")]
+        );
+        let err = usable(vec![v4], &p, "example.com").expect_err("no v4");
+        assert_eq!(err.to_string(), "route `r` has no IPv4 outgoing address for example.com");
+    }
+}

@@ -116,41 +116,27 @@ struct Netns {
 }
 
 impl Netns {
-    /// `lo` up, 198.18.0.1, .2 and .11 to .16, 2001:db8::1, and 2001:db8:1::/64 routed
-    /// locally.
+    /// `lo` up, 198.18.0.1, .2 and .11 to .16, 2001:db8::1, and 2001:db8:1::/64 and
+    /// 198.18.1.0/24 routed locally.
     fn new() -> Netns {
         let n = NEXT.fetch_add(1, Ordering::Relaxed);
         let name = format!("rustle-egress-{}-{n}", std::process::id());
         let ns = Netns { name };
         ns.ip(&["netns", "add", &ns.name]);
-        let mut steps: Vec<Vec<String>> = vec![
-            vec!["link".into(), "set".into(), "lo".into(), "up".into()],
-            vec![
-                "-6".into(),
-                "addr".into(),
-                "add".into(),
-                "2001:db8::1/128".into(),
-                "dev".into(),
-                "lo".into(),
-                "nodad".into(),
-            ],
-            vec![
-                "-6".into(),
-                "route".into(),
-                "add".into(),
-                "local".into(),
-                "2001:db8:1::/64".into(),
-                "dev".into(),
-                "lo".into(),
-            ],
-        ];
+        let mut steps: Vec<String> = [
+            "link set lo up",
+            "-6 addr add 2001:db8::1/128 dev lo nodad",
+            "-6 route add local 2001:db8:1::/64 dev lo",
+            "route add local 198.18.1.0/24 dev lo",
+        ]
+        .map(String::from)
+        .into();
         for last in [1, 2, 11, 12, 13, 14, 15, 16] {
-            let addr = format!("198.18.0.{last}/32");
-            steps.push(vec!["addr".into(), "add".into(), addr, "dev".into(), "lo".into()]);
+            steps.push(format!("addr add 198.18.0.{last}/32 dev lo"));
         }
         for step in steps {
             let mut args = vec!["-n", ns.name.as_str()];
-            args.extend(step.iter().map(String::as_str));
+            args.extend(step.split(' '));
             ns.ip(&args);
         }
         ns
@@ -287,6 +273,13 @@ target = "198.18.0.1:9053"
 [[listener]]
 name = "dev"
 listen = "198.18.0.1:3131"
+[[listener]]
+name = "parent"
+listen = "198.18.0.1:3132"
+[[parent]]
+name = "origin-as-parent"
+kind = "http"
+address = "198.18.0.1:8080"
 [[auth.user]]
 name = "alice"
 password = "plain:alice-pw"
@@ -335,6 +328,12 @@ listeners = ["dev"]
 via = "direct"
 bind = "198.18.0.16"
 interface = "lo"
+[[route]]
+name = "parent"
+listeners = ["parent"]
+via = "origin-as-parent"
+bind = "198.18.1.0/24"
+bind_pick = "round-robin"
 "#;
 
 const V4: &str = "http://198.18.0.1:8080/";
@@ -370,6 +369,13 @@ fn each_listener_and_user_leaves_from_its_route_address() {
     assert_eq!(ns.client(&["udp", "198.18.0.1", "5353"]), ["198.18.0.15"]);
     // An interface with an address on it.
     assert_eq!(ns.curl(&["-x", "http://198.18.0.1:3131", V4]), "198.18.0.16");
+    // Through a parent (the origin, which takes absolute-form requests and says who
+    // connected): the connection to the parent leaves from the prefix, a fresh address
+    // per request of a kept-alive client.
+    let kept = ns.client(&["keepalive", "198.18.0.1", "3132", "http://origin.test/", "20"]);
+    let distinct: HashSet<&String> = kept.iter().collect();
+    assert!(kept.iter().all(|ip| ip.starts_with("198.18.1.")), "{kept:?}");
+    assert!(distinct.len() >= 18, "{kept:?}");
     drop(s);
 }
 
