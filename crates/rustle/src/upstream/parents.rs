@@ -430,8 +430,11 @@ impl Upstreams {
             return Ok(None);
         }
         let access = want.access(policy);
-        let (route, hops) = match policy.routes.choose(&access.request(None)) {
-            crate::policy::route::Choice::Path { route, hops, .. } => (route, hops),
+        let (route, hops, from) = match policy.routes.choose(&access.request(None)) {
+            crate::policy::route::Choice::Path { route, hops, egress } => {
+                // The control connection to the parent leaves from the route's address.
+                (route, hops, egress.map(|e| super::egress::pick(e, want)))
+            }
             crate::policy::route::Choice::Deny { route } => {
                 let rule = format!("route `{route}`");
                 let reason = "the route refuses it";
@@ -460,7 +463,7 @@ impl Upstreams {
             };
             let attempt = async {
                 let (tcp, addr) = self
-                    .connect_tcp(&p.host, p.port, timeouts.connect, &|_| None, None)
+                    .connect_tcp(&p.host, p.port, timeouts.connect, &|_| None, from.as_ref())
                     .await
                     .map_err(|e| {
                         (format!("cannot be reached: {e}"), true, 502, Reply::GeneralFailure)
