@@ -176,6 +176,21 @@ mod tests {
     }
 
     #[test]
+    fn a_route_reports_its_bind_problems_at_their_line() {
+        let text = "[[route]]\nname = \"r\"\nvia = \"direct\"\nbind = \"nope\"\n\
+                    bind_pick = \"sometimes\"\n";
+        let e = format!("{:?}", crate::config::Config::parse(text).expect_err("bad"));
+        for want in ["Some(4)", "route `r`: bind `nope`", "Some(5)", "bind_pick `sometimes`"] {
+            assert!(e.contains(want), "{want} in {e}");
+        }
+        let ok = "[[route]]\nvia = \"direct\"\nbind = [\"same\", \"2001:db8::/64\"]\n\
+                  interface = \"lo\"\n";
+        let c = crate::config::Config::parse(ok).expect("valid");
+        assert_eq!(c.routes[0].egress.bind, ["same", "2001:db8::/64"]);
+        assert_eq!(c.routes[0].egress.interface.as_deref(), Some("lo"));
+    }
+
+    #[test]
     fn problems_name_their_key() {
         let e = |bind: &[&str], pick: Option<&str>, interface: Option<&str>| EgressConfig {
             bind: bind.iter().map(|s| s.to_string()).collect(),
