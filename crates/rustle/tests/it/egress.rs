@@ -3,7 +3,7 @@
 //! local route for 2001:db8:1::/64 (any address of it is this host's). rustle, an origin
 //! that answers with the peer address it sees (HTTP on port 8080, UDP on 9053) and the
 //! clients all run inside it (`ip netns exec`). Covered: a fixed address per listener and
-//! per user; `same`; a fresh address of the prefix per connection and per request of a
+//! per user; `same` (HTTP/1 and HTTP/2); a fresh address of the prefix per connection and per request of a
 //! kept-alive client; HTTP forward, CONNECT, SOCKS5, a TCP relay, SOCKS5 UDP ASSOCIATE and
 //! the UDP relay each leaving from their route's address; a family with no address
 //! refused; `interface`; the start-up and reload refusals of a prefix with no local route
@@ -276,6 +276,10 @@ listen = "198.18.0.1:3131"
 [[listener]]
 name = "parent"
 listen = "198.18.0.1:3132"
+[[listener]]
+name = "h2"
+listen = "198.18.0.2:3133"
+h2c = true
 [[parent]]
 name = "origin-as-parent"
 kind = "http"
@@ -294,7 +298,7 @@ via = "direct"
 bind = ["198.18.0.11", "2001:db8::1"]
 [[route]]
 name = "same"
-listeners = ["same"]
+listeners = ["same", "h2"]
 via = "direct"
 bind = "same"
 [[route]]
@@ -355,13 +359,25 @@ fn each_listener_and_user_leaves_from_its_route_address() {
     assert_eq!(kept, vec!["198.18.0.11"; 5]);
     // `same`: the address the client connected to.
     assert_eq!(ns.curl(&["-x", "http://198.18.0.2:3128", V4]), "198.18.0.2");
+    // `same` for an HTTP/2 client (h2c, prior knowledge: nghttp has no proxy mode, its
+    // `:authority` names the origin).
+    if crate::util::have_for_part("nghttp") {
+        let authority = ":authority: 198.18.0.1:8080";
+        let out = ns.run("nghttp", &["-H", authority, "http://198.18.0.2:3133/"]);
+        assert_success("nghttp", &out);
+        assert_eq!(String::from_utf8_lossy(&out.stdout), "198.18.0.2");
+    }
     // Per user.
     let users = "http://198.18.0.1:3130";
     assert_eq!(ns.curl(&["-x", users, "-U", "alice:alice-pw", V4]), "198.18.0.12");
     assert_eq!(ns.curl(&["-x", users, "-U", "bob:bob-pw", V4]), "198.18.0.13");
     assert_eq!(ns.curl(&["-p", "-x", users, "-U", "bob:bob-pw", V4]), "198.18.0.13");
-    // SOCKS5, and its UDP ASSOCIATE.
+    // SOCKS5, and its UDP ASSOCIATE. The route has no IPv6 address: reply 4, host
+    // unreachable.
     assert_eq!(ns.curl(&["--socks5", "198.18.0.1:1080", V4]), "198.18.0.14");
+    let out = ns.run("curl", &["--silent", "--show-error", "--socks5", "198.18.0.1:1080", V6]);
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && said.contains("connection to 2001:db8::1. (4)"), "{said}");
     let udp = ns.client(&["socks-udp", "198.18.0.1", "1080", "198.18.0.1", "9053"]);
     assert_eq!(udp, ["198.18.0.14"]);
     // The TCP and UDP relays.
