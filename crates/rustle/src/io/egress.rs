@@ -30,8 +30,9 @@ fn socket(
             }
         }
         // Many connections from one address to many destinations: the port is picked at
-        // connect time, so a local port serves several destinations.
-        if kind == Type::STREAM {
+        // connect time, so a local port serves several destinations. (An address drawn
+        // from a prefix is seldom used twice: not worth the system call.)
+        if kind == Type::STREAM && !freebind {
             let _ = nix::sys::socket::setsockopt(
                 &s,
                 nix::sys::socket::sockopt::IpBindAddressNoPort,
