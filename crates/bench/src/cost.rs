@@ -48,7 +48,9 @@ usage: rustle-bench cost [options]
                      in it are kept) instead of comparing with it
   --only LIST        measure only these groups, comma-separated: the families
                      (http-keepalive, http-close, connect, socks5, h2-stream, tls-resumed)
-                     and memory; not with --write
+                     and memory; not with --write. Also connect-bind (`connect` with every
+                     tunnel from a random 127.0.0.0/8 address), measured only when named
+                     here and printed without a baseline: --only connect,connect-bind
 Needs valgrind (callgrind, vgdb) and strace. Exits non-zero when a figure is above its
 baseline by more than its tolerance (2 % unless the baseline says otherwise).";
 
@@ -148,11 +150,19 @@ pub fn main(args: impl Iterator<Item = String>) -> Result<()> {
     let mut figures: Vec<(String, f64)> = Vec::new();
     let mut report = String::new();
     let mut groups = Vec::new();
-    for f in family::FAMILIES.iter().filter(|f| wanted(f.name)) {
+    // The extra families only when named: `wanted` takes every family without --only.
+    let named = |g: &str| o.only.as_ref().is_some_and(|l| l.iter().any(|x| x == g));
+    let extra = family::EXTRA.iter().filter(|f| named(f.name));
+    for f in family::FAMILIES.iter().filter(|f| wanted(f.name)).chain(extra) {
         let dir = scratch.dir(f.name)?;
         let m = measure(f, &o.rustle, iso, origin.addr(), &dir)
             .with_context(|| format!("measuring {}", f.name))?;
         report.push_str(&m.render(f));
+        if family::is_extra(f.name) {
+            // Printed, never compared nor written: it has no baseline.
+            eprintln!("cost: {} measured ({:.0?} so far)", f.name, started.elapsed());
+            continue;
+        }
         figures.extend(m.figures().into_iter().map(|(k, v)| (format!("{}.{k}", f.name), v)));
         groups.push(baseline::Group {
             name: f.name,

@@ -11,6 +11,7 @@ use serde::Deserialize;
 mod checks;
 mod collect;
 mod duration;
+mod egress;
 mod listener;
 mod load;
 mod log;
@@ -22,6 +23,7 @@ mod tests;
 
 pub(crate) use crate::acl::{Conditions, RuleConfig};
 pub(crate) use duration::MAX_DURATION;
+pub use egress::{BindEntry, BindPick, EgressConfig};
 pub use listener::{
     CertFiles, CertUser, ClientCerts, ConnectTls, HostPort, Ktls, ListenTls, Listener, ListenerKey,
     ListenerKind, ProxyProtocol, SpliceMode, Tls, UnknownSni,

@@ -105,6 +105,13 @@ pub(crate) enum ConnectError {
     /// fallback refuses).
     #[error("{0}")]
     NoParent(String),
+    /// The route's `bind` has no outgoing address of any family the target resolved to:
+    /// "route `x` has no IPv4 outgoing address for example.com".
+    #[error("{0}")]
+    NoEgress(String),
+    /// The socket could not be given its outgoing address or interface.
+    #[error("cannot send from {local}: {source}")]
+    Bind { local: String, source: io::Error },
 }
 
 /// A parent proxy that failed or refused: `reason` continues the sentence `parent "NAME"
@@ -276,6 +283,8 @@ impl Error {
                 ConnectError::Tls { .. } => R::GeneralFailure,
                 ConnectError::Parent(p) => p.reply,
                 ConnectError::NoParent(_) => R::GeneralFailure,
+                ConnectError::NoEgress(_) => R::HostUnreachable,
+                ConnectError::Bind { .. } => R::GeneralFailure,
             },
             Error::Timeout(Phase::Connect) => R::TtlExpired,
             Error::Through { source, .. } => source.socks5_reply(),
@@ -321,7 +330,9 @@ impl Error {
                 | ConnectError::Timeout(_)
                 | ConnectError::Tls { .. }
                 | ConnectError::Parent(_)
-                | ConnectError::NoParent(_),
+                | ConnectError::NoParent(_)
+                | ConnectError::NoEgress(_)
+                | ConnectError::Bind { .. },
             ) => None,
             Error::AuthRequired(_) | Error::AuthRateLimited => Some(Refused::Auth),
             Error::LimitReached(_) | Error::Overloaded | Error::AuthBusy => Some(Refused::Limit),

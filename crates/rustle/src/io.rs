@@ -4,6 +4,7 @@
 pub(crate) mod body;
 pub(crate) mod buf;
 pub(crate) mod conn;
+pub(crate) mod egress;
 pub(crate) mod idle;
 pub(crate) mod relay;
 pub(crate) mod sys;

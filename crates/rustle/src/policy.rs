@@ -179,6 +179,7 @@ impl Policy {
             problems.extend(errs);
             crate::policy::route::Routes::default()
         });
+        problems.extend(routes.host_problems());
         let default_allow = cfg.default_action == DefaultAction::Allow;
         let rules = RuleSet::compile(&cfg.rules, default_allow).unwrap_or_else(|errs| {
             for (i, e) in errs {

@@ -27,13 +27,16 @@ use crate::acl::Protocol;
 use crate::config::{ConnectTls, Upstream as UpstreamConfig};
 use crate::error::{ConnectError, Error};
 use crate::io::conn::Stream;
+use crate::policy::route::egress::{Egress, Picked};
 use crate::policy::route::{Choice, Hop};
 use crate::policy::{Access, Denial, Policy};
 use crate::telemetry::accesslog::Via;
 
+mod egress;
 mod parents;
 mod resolve;
 
+pub(crate) use egress::UdpFrom;
 pub(crate) use parents::UdpVia;
 
 /// Who asks for a connection to where.
@@ -48,6 +51,11 @@ pub(crate) struct Want<'a> {
     /// The listener's name, if it has one.
     pub(crate) listener: Option<&'a str>,
     pub(crate) tls: Tls<'a>,
+    /// The local address the client connected to: only when a route binds to `same`
+    /// (`Routes::needs_local`), None otherwise.
+    pub(crate) local: Option<IpAddr>,
+    /// A sticky session's seed: when set, a route's outgoing address is a function of it.
+    pub(crate) seed: Option<u64>,
 }
 
 /// TLS on top of the connection to the target.
@@ -74,7 +82,9 @@ pub(crate) struct Connected {
     /// The route and parents taken; None for a direct connection.
     pub(crate) via: Option<Rc<Via>>,
     /// The pool key of a connection through parents (their names, and the target unless
-    /// the last parent takes requests for any); None: the caller's own key.
+    /// the last parent takes requests for any) or from a route's chosen address (the
+    /// caller's key and that address); None: the caller's own key. Empty: never pooled
+    /// (its route draws a new address per connection).
     pub(crate) pool_key: Option<Box<[u8]>>,
     /// The last parent is an HTTP proxy that takes this plain HTTP request itself: send
     /// it in absolute form, with this `Proxy-Authorization` value when there is one.
@@ -102,6 +112,15 @@ pub(crate) struct Plan<'p> {
     /// The rules need each resolved address (a rule with `destinations` matched so far).
     rules_too: bool,
     way: Way<'p>,
+    /// Where the connection leaves from, when its route says (`bind`, `interface`).
+    from: Option<Box<Leaving<'p>>>,
+}
+
+/// A route's outgoing addresses for one connection, and the pool key that goes with them
+/// (`egress::pool_key`). Boxed in a plan: only routes with `bind` carry one.
+struct Leaving<'p> {
+    picked: crate::policy::route::egress::Picked<'p>,
+    pool_key: Box<[u8]>,
 }
 
 enum Way<'p> {
@@ -180,6 +199,33 @@ impl<'a> Want<'a> {
     }
 }
 
+/// The outgoing addresses route `e` picks for `want`, pooled under `base` and them.
+fn leaving<'p>(e: &'p Egress, want: &Want<'_>, base: &[u8]) -> Box<Leaving<'p>> {
+    let picked = egress::pick(e, want);
+    let varies = base.is_empty() || e.varies(want.seed);
+    Box::new(Leaving { pool_key: egress::pool_key(base, &picked, varies), picked })
+}
+
+/// The local address a client connected to, when a route binds to `same`
+/// (`Routes::needs_local`); None, with no system call, otherwise.
+pub(crate) fn local_of(
+    policy: &Policy,
+    local_addr: impl FnOnce() -> io::Result<SocketAddr>,
+) -> Option<IpAddr> {
+    if !policy.routes.needs_local() {
+        return None;
+    }
+    local_addr().ok().map(|a| a.ip())
+}
+
+/// `local_of` for a UDP listener's socket: its own address unless it is the wildcard.
+pub(crate) fn local_of_udp(policy: &Policy, socket: &tokio::net::UdpSocket) -> Option<IpAddr> {
+    if !policy.routes.needs_local() {
+        return None;
+    }
+    socket.local_addr().ok().map(|a| a.ip()).filter(|ip| !ip.is_unspecified())
+}
+
 fn denied(d: Denial) -> Error {
     Error::Connect(ConnectError::Denied(d))
 }
@@ -197,20 +243,36 @@ impl Upstreams {
         let rules_too = access.precheck().map_err(denied)?;
         // No route: the direct path does nothing more.
         if !policy.routes.is_empty() {
-            let way = match policy.routes.choose(&access.request(None)) {
-                Choice::Direct { .. } => Way::Direct,
+            let (way, egress) = match policy.routes.choose(&access.request(None)) {
+                Choice::Direct { egress, .. } => (Way::Direct, egress),
                 Choice::Deny { route } => {
                     let rule = format!("route `{route}`");
                     return Err(denied(Denial { rule, reason: "the route refuses it" }));
                 }
-                Choice::NeedAddress => Way::Undecided,
-                Choice::Path { route, hops } => Way::Route { name: route, hops },
+                Choice::NeedAddress => (Way::Undecided, None),
+                Choice::Path { route, hops, egress } => (Way::Route { name: route, hops }, egress),
             };
+            let from = egress.map(|e| leaving(e, want, key.map(|k| k.bytes).unwrap_or_default()));
             if let Way::Route { name, hops } = way {
-                return self.start_route(policy, want, key, rules_too, name, hops);
+                return self.start_route(policy, want, key, rules_too, (name, hops), from);
             }
             if !matches!(way, Way::Direct) {
-                return Ok(Start::Connect(Plan { rules_too, way }));
+                return Ok(Start::Connect(Plan { rules_too, way, from }));
+            }
+            if let Some(from) = from {
+                // A connection from a chosen address: pooled under a key naming it, or not
+                // at all when the address changes per connection.
+                if let (Some(_), false) = (key, from.pool_key.is_empty()) {
+                    while let Some((mut stream, addr)) = self.take(self.key(&from.pool_key)) {
+                        if access.check_addr(addr, rules_too).is_none() {
+                            let mut c = Connected::direct(stream, addr, true);
+                            c.pool_key = Some(from.pool_key);
+                            return Ok(Start::Ready(c));
+                        }
+                        stream.close_now();
+                    }
+                }
+                return Ok(Start::Connect(Plan { rules_too, way: Way::Direct, from: Some(from) }));
             }
         }
         if let Some(key) = key {
@@ -221,7 +283,7 @@ impl Upstreams {
                 stream.close_now();
             }
         }
-        Ok(Start::Connect(Plan { rules_too, way: Way::Direct }))
+        Ok(Start::Connect(Plan { rules_too, way: Way::Direct, from: None }))
     }
 
     /// The second step: a new connection as `plan` says, within the connect timeout, with
@@ -250,9 +312,14 @@ impl Upstreams {
         plan: Plan<'_>,
         timeouts: &crate::config::Timeouts,
     ) -> Result<Connected, Error> {
-        let way = match plan.way {
-            Way::Undecided => self.decide(policy, &want.access(policy)).await?,
-            way => way,
+        let (way, from) = match plan.way {
+            Way::Undecided => {
+                let (way, egress) = self.decide(policy, &want.access(policy)).await?;
+                // Decided by the target's addresses, after the caller's pool key was
+                // given up: never pooled.
+                (way, egress.map(|e| leaving(e, want, b"")))
+            }
+            way => (way, plan.from),
         };
         // Through parents: boxed, so that a direct connection's future does not carry a
         // chain's handshakes.
@@ -260,9 +327,10 @@ impl Upstreams {
             Way::Route { name, hops } => ((name, hops), None),
             Way::Chain { name, hops, chain } => ((name, hops), Some(chain)),
             Way::Direct | Way::Undecided => {
-                return self.direct(policy, want, plan.rules_too, timeouts).await
+                return self.direct(policy, want, plan.rules_too, timeouts, from.as_deref()).await
             }
         };
+        let first = (first, from.as_deref());
         Box::pin(self.through(policy, want, plan.rules_too, route, first, timeouts)).await
     }
 
@@ -275,7 +343,10 @@ impl Upstreams {
         plan: &mut Plan<'p>,
     ) -> Result<(), Error> {
         let Way::Undecided = plan.way else { return Ok(()) };
-        let way = match self.decide(policy, &want.access(policy)).await? {
+        let (way, egress) = self.decide(policy, &want.access(policy)).await?;
+        // Decided by the target's addresses: never pooled (see `make`).
+        plan.from = egress.map(|e| leaving(e, want, b""));
+        let way = match way {
             Way::Route { name, hops } => {
                 let chain = parents::pick_chain(policy, want, hops)
                     .map_err(|why| Error::Connect(ConnectError::NoParent(why)))?;
@@ -292,20 +363,26 @@ impl Upstreams {
 
     /// A route whose `destinations` decide: the target is resolved (through the cache)
     /// and the first address that settles the choice does.
-    async fn decide<'p>(&self, policy: &'p Policy, access: &Access<'_>) -> Result<Way<'p>, Error> {
+    async fn decide<'p>(
+        &self,
+        policy: &'p Policy,
+        access: &Access<'_>,
+    ) -> Result<(Way<'p>, Option<&'p Egress>), Error> {
         let ips = self.resolve(access.host).await.map_err(Error::Connect)?;
         for ip in ips.iter() {
             match policy.routes.choose(&access.request(Some(*ip))) {
-                Choice::Direct { .. } => return Ok(Way::Direct),
+                Choice::Direct { egress, .. } => return Ok((Way::Direct, egress)),
                 Choice::Deny { route } => {
                     let rule = format!("route `{route}`");
                     return Err(denied(Denial { rule, reason: "the route refuses it" }));
                 }
-                Choice::Path { route, hops } => return Ok(Way::Route { name: route, hops }),
+                Choice::Path { route, hops, egress } => {
+                    return Ok((Way::Route { name: route, hops }, egress))
+                }
                 Choice::NeedAddress => {}
             }
         }
-        Ok(Way::Direct)
+        Ok((Way::Direct, None))
     }
 
     /// A direct connection to the target, each resolved address vetted by the rules.
@@ -315,18 +392,22 @@ impl Upstreams {
         want: &Want<'_>,
         rules_too: bool,
         timeouts: &crate::config::Timeouts,
+        from: Option<&Leaving<'_>>,
     ) -> Result<Connected, Error> {
         let access = want.access(policy);
         let filter = |addr| access.check_addr(addr, rules_too);
         let (host, port) = (want.host, want.port);
-        let (tcp, addr) = self.connect_tcp(host, port, timeouts.connect, &filter).await?;
+        let picked = from.map(|f| &f.picked);
+        let (tcp, addr) = self.connect_tcp(host, port, timeouts.connect, &filter, picked).await?;
         let stream = match want.tls {
             Tls::Plain => Stream::Tcp(tcp),
             // Boxed: a handshake's state would otherwise make every new connection's
             // future (a tunnel's included) several times larger while it connects.
             _ => Box::pin(target_tls(policy, want, Stream::Tcp(tcp), addr, timeouts)).await?,
         };
-        Ok(Connected::direct(stream, addr, false))
+        let mut c = Connected::direct(stream, addr, false);
+        c.pool_key = from.map(|f| f.pool_key.clone());
+        Ok(c)
     }
 }
 
@@ -462,13 +543,16 @@ impl Upstreams {
 
     /// Resolves and connects with Happy Eyeballs, all within `timeout`. `check` vets each
     /// resolved address before any connection attempt (access rules on the address really
-    /// connected to, so a name cannot smuggle a forbidden address past them).
+    /// connected to, so a name cannot smuggle a forbidden address past them). With
+    /// `from`, only addresses of the families it has an outgoing address for are tried,
+    /// each from that address.
     pub(crate) async fn connect_tcp(
         &self,
         host: &str,
         port: u16,
         timeout: Duration,
         check: &dyn Fn(SocketAddr) -> Option<Denial>,
+        from: Option<&Picked<'_>>,
     ) -> Result<(TcpStream, SocketAddr), ConnectError> {
         let fut = async {
             let ips = self.resolve(host).await?;
@@ -485,7 +569,10 @@ impl Upstreams {
                     return Err(ConnectError::Denied(d));
                 }
             }
-            happy_eyeballs(&allowed, port).await
+            if let Some(picked) = from {
+                allowed = egress::usable(allowed, picked, host)?;
+            }
+            happy_eyeballs(&allowed, port, from).await
         };
         match tokio::time::timeout(timeout, fut).await {
             Ok(r) => r,
@@ -518,12 +605,13 @@ impl Upstreams {
 
     /// Parks a connection whose last exchange ended cleanly.
     /// A connection the pool has no room for is closed (a TLS one with close_notify).
+    /// An empty key is a connection never to be pooled (`Connected::pool_key`).
     pub(crate) fn put(&self, key: Key<'_>, mut stream: Stream, addr: SocketAddr) {
         let mut pool = self.pool.borrow_mut();
         let cfg = self.cfg.borrow();
         let Pool { table, total, .. } = &mut *pool;
         let max = cfg.pool_max_idle_per_host;
-        if *total >= cfg.pool_max_idle || max == 0 {
+        if *total >= cfg.pool_max_idle || max == 0 || key.bytes.is_empty() {
             stream.close_now();
             return;
         }
@@ -610,8 +698,14 @@ fn interleave(ips: &[IpAddr]) -> Vec<IpAddr> {
     out
 }
 
-async fn connect_one(addr: SocketAddr) -> Result<(TcpStream, SocketAddr), ConnectError> {
-    let stream = TcpStream::connect(addr).await.map_err(|e| ConnectError::from_io(addr, e))?;
+async fn connect_one(
+    addr: SocketAddr,
+    from: Option<&Picked<'_>>,
+) -> Result<(TcpStream, SocketAddr), ConnectError> {
+    let stream = match from {
+        None => TcpStream::connect(addr).await.map_err(|e| ConnectError::from_io(addr, e))?,
+        Some(picked) => egress::connect(addr, picked).await?,
+    };
     // Proxied exchanges are request/response: never let Nagle hold back a small write.
     stream.set_nodelay(true).map_err(|e| ConnectError::from_io(addr, e))?;
     Ok((stream, addr))
@@ -620,16 +714,17 @@ async fn connect_one(addr: SocketAddr) -> Result<(TcpStream, SocketAddr), Connec
 async fn happy_eyeballs(
     ips: &[IpAddr],
     port: u16,
+    from: Option<&Picked<'_>>,
 ) -> Result<(TcpStream, SocketAddr), ConnectError> {
     if let [ip] = ips {
-        return connect_one(SocketAddr::new(*ip, port)).await;
+        return connect_one(SocketAddr::new(*ip, port), from).await;
     }
     let order = interleave(ips);
     let mut next = order.iter().map(|ip| SocketAddr::new(*ip, port));
     let mut attempts = FuturesUnordered::new();
     let mut last_err = None;
     if let Some(addr) = next.next() {
-        attempts.push(connect_one(addr));
+        attempts.push(connect_one(addr, from));
     }
     loop {
         let delay = tokio::time::sleep(ATTEMPT_DELAY);
@@ -639,7 +734,7 @@ async fn happy_eyeballs(
                 Some(Err(e)) => {
                     last_err = Some(e);
                     if let Some(addr) = next.next() {
-                        attempts.push(connect_one(addr));
+                        attempts.push(connect_one(addr, from));
                     } else if attempts.is_empty() {
                         break;
                     }
@@ -648,7 +743,7 @@ async fn happy_eyeballs(
             },
             _ = delay => {
                 if let Some(addr) = next.next() {
-                    attempts.push(connect_one(addr));
+                    attempts.push(connect_one(addr, from));
                 }
             }
         }
@@ -702,7 +797,7 @@ mod tests {
         let port = listener.local_addr().expect("addr").port();
         // ::1 on that port is (almost certainly) closed: refused fast, then 127.0.0.1 wins.
         let ips: Vec<IpAddr> = vec!["::1".parse().expect("ip"), "127.0.0.1".parse().expect("ip")];
-        let (_, addr) = happy_eyeballs(&ips, port).await.expect("connects");
+        let (_, addr) = happy_eyeballs(&ips, port, None).await.expect("connects");
         assert_eq!(addr.ip().to_string(), "127.0.0.1");
     }
 

@@ -20,13 +20,17 @@ pub(super) enum Listener {
     /// `kind = "relay"` to the origin with `[listener.tls]`: TLS from the
     /// client terminated, plain TCP on.
     TlsRelay,
+    /// `kind = "http"` with a route that sends every connection from a
+    /// random address of 127.0.0.0/8 (`bind`): every loopback address is
+    /// local, so rotation needs no set-up.
+    HttpBind,
 }
 
 impl Listener {
     /// The kind rustle's "listening on" line names.
     pub(super) fn kind(self) -> &'static str {
         match self {
-            Listener::Http | Listener::H2c => "http",
+            Listener::Http | Listener::H2c | Listener::HttpBind => "http",
             Listener::Socks => "socks",
             Listener::TlsRelay => "relay",
         }
@@ -112,9 +116,27 @@ pub(super) const FAMILIES: [Family; 6] = [
     },
 ];
 
+/// Families measured only when `--only` names them, with no baseline: their
+/// figures are printed to set beside a baseline family's of the same run.
+pub(super) const EXTRA: [Family; 1] = [Family {
+    name: "connect-bind",
+    what: "`connect` through a route with bind = \"127.0.0.0/8\": each tunnel from a \
+           random loopback address (IP_FREEBIND), never pooled; compare with `connect`",
+    listener: Listener::HttpBind,
+    mode: Mode::Connect,
+    close: true,
+    warmup: 100,
+    count: 1000,
+}];
+
+/// Whether `name` is one of the [`EXTRA`] families.
+pub(super) fn is_extra(name: &str) -> bool {
+    EXTRA.iter().any(|f| f.name == name)
+}
+
 /// The family named `name`.
 pub(super) fn named(name: &str) -> Result<&'static Family> {
-    match FAMILIES.iter().find(|f| f.name == name) {
+    match FAMILIES.iter().chain(EXTRA.iter()).find(|f| f.name == name) {
         Some(f) => Ok(f),
         None => bail!("no family {name:?}; the families: {}", names()),
     }
@@ -138,6 +160,9 @@ pub(super) fn config(listener: Listener, origin: SocketAddr, dir: &Path) -> Stri
             dir.join("certs/localhost.pem").display(),
             dir.join("certs/localhost.key").display()
         )),
+        Listener::HttpBind => {
+            c.push_str("\n[[route]]\nname = \"rotate\"\nvia = \"direct\"\nbind = \"127.0.0.0/8\"\n")
+        }
         Listener::Http | Listener::Socks => {}
     }
     c.push_str(&format!(
@@ -189,7 +214,7 @@ mod tests {
     #[test]
     fn configurations_parse_as_toml_with_one_listener() {
         let origin: SocketAddr = "127.0.0.1:9".parse().unwrap();
-        for f in FAMILIES {
+        for f in FAMILIES.iter().chain(EXTRA.iter()) {
             let text = config(f.listener, origin, Path::new("/t"));
             let t: toml::Table = text.parse().unwrap();
             let l = t["listener"].as_array().unwrap();
@@ -197,7 +222,8 @@ mod tests {
             assert_eq!(l[0]["kind"].as_str(), Some(f.listener.kind()));
             assert_eq!(t["log"]["access"].as_str(), Some("off"));
         }
-        assert!(named("socks5").is_ok());
+        assert!(named("socks5").is_ok() && named("connect-bind").is_ok());
+        assert!(is_extra("connect-bind") && !is_extra("connect"));
         assert!(named("nope").unwrap_err().to_string().contains("http-keepalive"));
     }
 }

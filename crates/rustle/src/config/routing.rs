@@ -209,6 +209,8 @@ pub struct RouteConfig {
     /// `direct`, `deny`, a parent, a group, or a chain of parents and groups (first hop
     /// first). Written as a string or a list of strings.
     pub(crate) via: Vec<String>,
+    /// Where its connections leave from (`bind`, `bind_pick`, `interface`).
+    pub(crate) egress: super::EgressConfig,
 }
 
 impl<'de> Deserialize<'de> for RouteConfig {
@@ -233,17 +235,21 @@ impl<'de> Deserialize<'de> for RouteConfig {
                 mut map: A,
             ) -> Result<RouteConfig, A::Error> {
                 let (mut name, mut via, mut conditions) = (None, None, Conditions::default());
+                let mut egress = super::EgressConfig::default();
                 while let Some(key) = map.next_key::<String>()? {
                     match key.as_str() {
                         "name" => name = Some(map.next_value()?),
                         "via" => via = Some(map.next_value::<Via>()?.0),
+                        "bind" => egress.bind = map.next_value::<Via>()?.0,
+                        "bind_pick" => egress.pick = Some(map.next_value()?),
+                        "interface" => egress.interface = Some(map.next_value()?),
                         k if conditions.take(k, &mut map)? => {}
                         // Read as ignored, so that serde_ignored reports it.
                         _ => _ = map.next_value::<serde::de::IgnoredAny>()?,
                     }
                 }
                 let via = via.ok_or_else(|| serde::de::Error::missing_field("via"))?;
-                Ok(RouteConfig { name, conditions, via })
+                Ok(RouteConfig { name, conditions, via, egress })
             }
         }
         d.deserialize_map(Route)
@@ -392,6 +398,10 @@ pub(super) fn problems(
     }
     for (i, r) in routes.iter().enumerate() {
         let this = r.label(i);
+        let deny = matches!(r.via.as_slice(), [one] if one == DENY);
+        for (key, message) in super::egress::problems(&r.egress, deny) {
+            out.push((at("route", i, key), format!("{this}: {message}")));
+        }
         let via_at = || at("route", i, "via");
         match r.via.as_slice() {
             [] => out.push((via_at(), format!("{this}: `via = []` goes nowhere: name `direct`, `deny`, a parent, a group or a chain"))),

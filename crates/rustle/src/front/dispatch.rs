@@ -88,6 +88,8 @@ pub(crate) async fn serve_prefixed(
         }
     };
     if h2 {
+        let local = crate::upstream::local_of(&worker.policy(), || stream.local_addr());
+        let peer = (peer, local);
         crate::front::http2::serve_tls(guard, listener, stream, peer, session, cert_user).await;
         return;
     }
@@ -217,8 +219,13 @@ pub(crate) fn serve_http(
 /// An h2c connection handed back by HTTP/1 goes on as HTTP/2 in a task of its own.
 fn h2c(c: crate::front::http1::H2c) {
     let crate::front::http1::H2c { guard, listener, stream, peer, buf } = c;
+    let local = crate::upstream::local_of(&guard.worker().policy(), || stream.local_addr());
     drop(tokio::task::spawn_local(crate::front::http2::serve_rewound(
-        guard, listener, stream, peer, buf,
+        guard,
+        listener,
+        stream,
+        (peer, local),
+        buf,
     )));
 }
 

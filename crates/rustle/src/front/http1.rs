@@ -484,6 +484,8 @@ impl Client {
             user: self.user.as_deref(),
             listener: self.listener.name.as_deref(),
             tls,
+            local: crate::upstream::local_of(&policy, || self.stream.local_addr()),
+            seed: None,
         };
         let key = key.map(|k| worker.upstreams.key(k));
         let (stream, buf, max) = (&mut self.stream, &mut self.buf, worker.limits().max_head);

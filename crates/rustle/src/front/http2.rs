@@ -48,14 +48,14 @@ pub(crate) async fn serve_rewound<IO>(
     guard: ConnGuard,
     listener: Arc<Listener>,
     io: IO,
-    peer: SocketAddr,
+    (peer, local): (SocketAddr, Option<std::net::IpAddr>),
     buf: Buf,
 ) where
     IO: AsyncRead + AsyncWrite + Unpin + 'static,
 {
     let prefix = buf.filled().to_vec();
     guard.worker().give_buf(buf);
-    serve_with(guard, listener, io, peer, None, None, prefix).await
+    serve_with(guard, listener, io, (peer, local), None, None, prefix).await
 }
 
 /// What the streams of one connection share.
@@ -64,6 +64,9 @@ struct Shared {
     worker: Rc<Worker>,
     listener: Arc<Listener>,
     peer: SocketAddr,
+    /// The local address it came in on, when a route binds to `same`
+    /// (`upstream::local_of`).
+    local: Option<std::net::IpAddr>,
     /// The user this connection authenticated as, once one did.
     auth: RefCell<Option<Authenticated>>,
     /// The user a verified client certificate names: no password is asked.
@@ -124,20 +127,20 @@ pub(crate) async fn serve_tls<IO>(
     guard: ConnGuard,
     listener: Arc<Listener>,
     io: IO,
-    peer: SocketAddr,
+    (peer, local): (SocketAddr, Option<std::net::IpAddr>),
     tls: Rc<crate::io::tls::Session>,
     cert_user: Option<String>,
 ) where
     IO: AsyncRead + AsyncWrite + Unpin + 'static,
 {
-    serve_with(guard, listener, io, peer, Some(tls), cert_user, Vec::new()).await
+    serve_with(guard, listener, io, (peer, local), Some(tls), cert_user, Vec::new()).await
 }
 
 async fn serve_with<IO>(
     mut guard: ConnGuard,
     listener: Arc<Listener>,
     io: IO,
-    peer: SocketAddr,
+    (peer, local): (SocketAddr, Option<std::net::IpAddr>),
     tls: Option<Rc<crate::io::tls::Session>>,
     cert_user: Option<String>,
     prefix: Vec<u8>,
@@ -197,6 +200,7 @@ async fn serve_with<IO>(
         worker: worker.clone(),
         listener,
         peer,
+        local,
         auth: RefCell::new(None),
         cert_user: cert_user.map(Rc::from),
         tls,
@@ -578,6 +582,8 @@ async fn upstream(
         user,
         listener: shared.listener.name.as_deref(),
         tls,
+        local: shared.local,
+        seed: None,
     };
     if let Some(key) = key {
         let pinned = shared.pins.borrow_mut().take(key, &policy, &want)?;

@@ -232,6 +232,8 @@ impl Session {
             user: self.user.as_deref(),
             listener: self.listener.name.as_deref(),
             tls: Tls::Plain,
+            local: crate::upstream::local_of(&self.worker.policy(), || self.stream.local_addr()),
+            seed: None,
         }
     }
 
@@ -257,6 +259,8 @@ impl Session {
             user: user.as_deref(),
             listener: listener.name.as_deref(),
             tls: Tls::Plain,
+            local: crate::upstream::local_of(&policy, || stream.local_addr()),
+            seed: None,
         };
         // What the client sends meanwhile (optimistic data) is kept in `buf` and goes
         // first through the tunnel.

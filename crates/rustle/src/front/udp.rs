@@ -60,7 +60,7 @@ pub(crate) async fn serve_relay(
                     continue;
                 }
                 let start = Instant::now();
-                let out = match session_socket(&worker, &target).await {
+                let out = match session_socket(&worker, &listener, &socket, client, &target).await {
                     Ok(out) => out,
                     Err(why) => {
                         let name = format!("udp://{target}");
@@ -106,9 +106,13 @@ pub(crate) async fn serve_relay(
     }
 }
 
-/// A new session's socket, connected to the target.
+/// A new session's socket, connected to the target; from the outgoing address of the
+/// route the target takes (`bind`, `interface`), when it has one.
 async fn session_socket(
     worker: &Worker,
+    listener: &Listener,
+    socket: &UdpSocket,
+    client: SocketAddr,
     target: &crate::config::HostPort,
 ) -> Result<(UdpSocket, SocketAddr), String> {
     let ips = worker.upstreams.resolve(&target.host).await.map_err(|e| e.to_string())?;
@@ -118,7 +122,27 @@ async fn session_socket(
         true => IpAddr::V4(Ipv4Addr::UNSPECIFIED),
         false => IpAddr::V6(Ipv6Addr::UNSPECIFIED),
     };
-    let out = UdpSocket::bind((any, 0)).await.map_err(|e| format!("cannot bind: {e}"))?;
+    let from = {
+        let policy = worker.policy();
+        // The listener's own address stands for `same` (a wildcard one has none).
+        let local = crate::upstream::local_of_udp(&policy, socket);
+        let want = crate::upstream::Want {
+            host: &target.host,
+            port: target.port,
+            protocol: Protocol::Udp,
+            client: client.ip(),
+            user: None,
+            listener: listener.name.as_deref(),
+            tls: crate::upstream::Tls::Plain,
+            local,
+            seed: None,
+        };
+        worker.upstreams.udp_from(&policy, &want)
+    };
+    let out = match from {
+        Some(from) => from.socket(dst)?,
+        None => UdpSocket::bind((any, 0)).await.map_err(|e| format!("cannot bind: {e}"))?,
+    };
     out.connect(dst).await.map_err(|e| format!("cannot connect to {dst}: {e}"))?;
     Ok((out, dst))
 }

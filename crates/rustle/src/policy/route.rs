@@ -31,6 +31,8 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
+pub(crate) mod egress;
+
 use crate::acl::{Match, Request, RuleSet};
 use crate::config::{Config, Named};
 pub(crate) use crate::config::{ParentKind, Probe, Secret, Sticky};
@@ -204,21 +206,19 @@ pub(crate) enum Via {
 /// What [`Routes::choose`] decided for a request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Choice<'a> {
-    /// Straight to the target: by a route with `via = "direct"` (its name), or because
-    /// no route matched (None).
-    Direct {
-        route: Option<&'a str>,
-    },
+    /// Straight to the target: by a route with `via = "direct"` (its name, and its
+    /// outgoing addresses if it has any), or because no route matched (None).
+    Direct { route: Option<&'a str>, egress: Option<&'a egress::Egress> },
     /// Refused by a route with `via = "deny"`.
-    Deny {
-        route: &'a str,
-    },
+    Deny { route: &'a str },
     /// A route with `destinations` may decide: resolve the target, then choose again with
     /// `dest` set (as `acl::Verdict::NeedAddress`).
     NeedAddress,
     Path {
         route: &'a str,
         hops: &'a [Hop],
+        /// Where the connection to the first parent leaves from.
+        egress: Option<&'a egress::Egress>,
     },
 }
 
@@ -271,6 +271,7 @@ struct Group {
 struct Route {
     name: Box<str>,
     via: Via,
+    egress: Option<egress::Egress>,
     /// What it sent through parents, for `/metrics` (kept across a reload by name).
     counters: Arc<crate::telemetry::metrics::PeerCounters>,
 }
@@ -283,6 +284,8 @@ pub(crate) struct Routes {
     routes: Box<[Route]>,
     /// The routes' conditions as rules, in route order.
     conditions: RuleSet,
+    /// Some route binds to `same`: front ends pass the client's local address.
+    same: bool,
 }
 
 impl Default for Routes {
@@ -292,6 +295,7 @@ impl Default for Routes {
             groups: Box::new([]),
             routes: Box::new([]),
             conditions: RuleSet::compile(&[], true).unwrap_or_else(|_| unreachable!()),
+            same: false,
         }
     }
 }
@@ -400,17 +404,19 @@ impl Routes {
                         .collect::<Result<_, _>>()?,
                 ),
             };
-            let name = match &r.name {
+            let name: Box<str> = match &r.name {
                 Some(n) => n.as_str().into(),
                 None => format!("route {}", i + 1).into(),
             };
-            routes.push(Route { name, via, counters: Arc::default() });
+            let egress = egress::Egress::build(&r.egress, i, &name).map_err(|e| vec![e])?;
+            routes.push(Route { name, via, egress, counters: Arc::default() });
         }
         let conditions = cfg.routes.iter().map(|r| (&r.name, &r.conditions));
         let conditions = RuleSet::compile_conditions(conditions).map_err(|errs| {
             errs.into_iter().map(|(i, e)| format!("route {}: {e}", i + 1)).collect::<Vec<_>>()
         })?;
-        Ok(Routes { parents, groups: groups.into(), routes: routes.into(), conditions })
+        let same = routes.iter().any(|r| r.egress.as_ref().is_some_and(egress::Egress::same));
+        Ok(Routes { parents, groups: groups.into(), routes: routes.into(), conditions, same })
     }
 
     /// No routes: every request goes direct, and the direct path needs nothing else.
@@ -418,20 +424,38 @@ impl Routes {
         self.routes.is_empty()
     }
 
+    /// Whether a route binds to `same`: only then do front ends look up the local address
+    /// a client connected to.
+    pub(crate) fn needs_local(&self) -> bool {
+        self.same
+    }
+
+    /// What the host lacks for the routes' outgoing addresses (`Egress::host_problems`).
+    pub(crate) fn host_problems(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        for r in self.routes.iter() {
+            if let Some(e) = &r.egress {
+                out.extend(e.host_problems(&format!("route `{}`", r.name)));
+            }
+        }
+        out
+    }
+
     /// The first route whose conditions all match (those of `acl`, by the same matcher);
     /// with `dest: None` and a route with `destinations` whose other conditions match
     /// first, [`Choice::NeedAddress`]. No allocation.
     pub(crate) fn choose(&self, req: &Request<'_>) -> Choice<'_> {
         match self.conditions.first_match(req) {
-            Match::Nothing => Choice::Direct { route: None },
+            Match::Nothing => Choice::Direct { route: None, egress: None },
             Match::NeedAddress => Choice::NeedAddress,
             Match::Rule(i) => {
                 // The conditions are compiled from the routes, one rule per route.
                 let route = &self.routes[i];
+                let egress = route.egress.as_ref();
                 match &route.via {
-                    Via::Direct => Choice::Direct { route: Some(&route.name) },
+                    Via::Direct => Choice::Direct { route: Some(&route.name), egress },
                     Via::Deny => Choice::Deny { route: &route.name },
-                    Via::Hops(hops) => Choice::Path { route: &route.name, hops },
+                    Via::Hops(hops) => Choice::Path { route: &route.name, hops, egress },
                 }
             }
         }

@@ -18,6 +18,7 @@ use crate::acl::Protocol;
 use crate::config::{ParentKind, Timeouts};
 use crate::error::{ConnectError, Error};
 use crate::io::conn::Stream;
+use crate::policy::route::egress::Picked;
 use crate::policy::route::{Hop, Parent, Pick};
 use crate::policy::Policy;
 use crate::telemetry::accesslog::Via;
@@ -57,7 +58,7 @@ impl Upstreams {
         want: &Want<'_>,
         rules_too: bool,
         (route, hops): (&str, &[Hop]),
-        mut picked: Option<Vec<&Arc<Parent>>>,
+        (mut picked, from): (Option<Vec<&Arc<Parent>>>, Option<&super::Leaving<'_>>),
         timeouts: &Timeouts,
     ) -> Result<Connected, Error> {
         let mut last: Option<Error> = None;
@@ -72,10 +73,11 @@ impl Upstreams {
                 },
             };
             if chain.is_empty() {
-                return self.direct(policy, want, rules_too, timeouts).await;
+                return self.direct(policy, want, rules_too, timeouts, from).await;
             }
             let started = Instant::now();
-            match self.chain(policy, want, route, &chain, timeouts).await {
+            let egress = from.map(|f| &f.picked);
+            match self.chain(policy, want, route, &chain, timeouts, egress).await {
                 Ok(mut c) => {
                     let took = started.elapsed();
                     for p in &chain {
@@ -85,7 +87,11 @@ impl Upstreams {
                         }
                     }
                     c.via = Some(via(policy, route, &chain));
-                    c.pool_key = Some(pool_key(want, &chain, c.absolute.is_some()));
+                    let key = pool_key(want, &chain, c.absolute.is_some());
+                    c.pool_key = Some(match from {
+                        Some(f) => from_key(&key, f),
+                        None => key,
+                    });
                     return Ok(c);
                 }
                 Err(Failure { hop, error, broken: true }) => {
@@ -115,6 +121,7 @@ impl Upstreams {
         route: &str,
         chain: &[&Arc<Parent>],
         timeouts: &Timeouts,
+        egress: Option<&Picked<'_>>,
     ) -> Result<Connected, Failure> {
         let first = chain[0];
         let fail = |hop: usize, reason: String, status: u16, reply: Reply, broken: bool| Failure {
@@ -123,11 +130,15 @@ impl Upstreams {
             broken,
         };
         let (tcp, addr) = self
-            .connect_tcp(&first.host, first.port, timeouts.connect, &|_| None)
+            .connect_tcp(&first.host, first.port, timeouts.connect, &|_| None, egress)
             .await
             .map_err(|e| {
                 let (status, reply) = match e {
                     ConnectError::Timeout(_) => (504, Reply::TtlExpired),
+                    // Not the parent's fault: the route cannot reach it.
+                    ConnectError::NoEgress(_) | ConnectError::Bind { .. } => {
+                        return Failure { hop: 0, error: Error::Connect(e), broken: false }
+                    }
                     _ => (502, Reply::GeneralFailure),
                 };
                 fail(0, format!("cannot be reached: {e}"), status, reply, true)
@@ -262,6 +273,13 @@ fn pool_key(want: &Want<'_>, chain: &[&Arc<Parent>], absolute: bool) -> Box<[u8]
     key.into_boxed_slice()
 }
 
+/// A parents' pool key `key` for a first hop that leaves from `from`'s addresses: both
+/// (`egress::pool_key`), or empty (never pooled) when they change per connection.
+fn from_key(key: &[u8], from: &super::Leaving<'_>) -> Box<[u8]> {
+    let varies = from.pool_key.is_empty();
+    super::egress::pool_key(key, &from.picked, varies)
+}
+
 /// Whether a connection through `chain` ends at an HTTP parent that takes this request
 /// itself (plain HTTP, no TLS to the target).
 fn takes_absolute(want: &Want<'_>, chain: &[&Arc<Parent>]) -> bool {
@@ -280,17 +298,23 @@ impl Upstreams {
         want: &Want<'_>,
         key: Option<super::Key<'_>>,
         rules_too: bool,
-        name: &'p str,
-        hops: &'p [Hop],
+        (name, hops): (&'p str, &'p [Hop]),
+        from: Option<Box<super::Leaving<'p>>>,
     ) -> Result<super::Start<'p>, Error> {
         let chain = pick_chain(policy, want, hops)
             .map_err(|why| Error::Connect(ConnectError::NoParent(why)))?;
         if chain.is_empty() {
-            return Ok(super::Start::Connect(super::Plan { rules_too, way: super::Way::Direct }));
+            let plan = super::Plan { rules_too, way: super::Way::Direct, from };
+            return Ok(super::Start::Connect(plan));
         }
-        if key.is_some() {
+        // A first hop from an address that changes per connection: never from the pool.
+        let rotates = from.as_ref().is_some_and(|f| f.pool_key.is_empty());
+        if key.is_some() && !rotates {
             let absolute = takes_absolute(want, &chain);
-            let pool_key = pool_key(want, &chain, absolute);
+            let mut pool_key = pool_key(want, &chain, absolute);
+            if let Some(f) = &from {
+                pool_key = from_key(&pool_key, f);
+            }
             if let Some((stream, addr)) = self.take(self.key(&pool_key)) {
                 let last = chain[chain.len() - 1];
                 let auth = absolute.then(|| proxy_authorization(last, want.user));
@@ -306,7 +330,7 @@ impl Upstreams {
             }
         }
         let way = super::Way::Chain { name, hops, chain };
-        Ok(super::Start::Connect(super::Plan { rules_too, way }))
+        Ok(super::Start::Connect(super::Plan { rules_too, way, from }))
     }
 }
 
@@ -347,7 +371,7 @@ impl Upstreams {
         let started = Instant::now();
         let result = async {
             let (tcp, _) = self
-                .connect_tcp(&p.host, p.port, timeouts.connect, &|_| None)
+                .connect_tcp(&p.host, p.port, timeouts.connect, &|_| None, None)
                 .await
                 .map_err(|e| format!("cannot be reached: {e}"))?;
             let crate::config::Probe::Connect(target) = probe else { return Ok(()) };
@@ -406,8 +430,11 @@ impl Upstreams {
             return Ok(None);
         }
         let access = want.access(policy);
-        let (route, hops) = match policy.routes.choose(&access.request(None)) {
-            crate::policy::route::Choice::Path { route, hops } => (route, hops),
+        let (route, hops, from) = match policy.routes.choose(&access.request(None)) {
+            crate::policy::route::Choice::Path { route, hops, egress } => {
+                // The control connection to the parent leaves from the route's address.
+                (route, hops, egress.map(|e| super::egress::pick(e, want)))
+            }
             crate::policy::route::Choice::Deny { route } => {
                 let rule = format!("route `{route}`");
                 let reason = "the route refuses it";
@@ -435,10 +462,12 @@ impl Upstreams {
                 }
             };
             let attempt = async {
-                let (tcp, addr) =
-                    self.connect_tcp(&p.host, p.port, timeouts.connect, &|_| None).await.map_err(
-                        |e| (format!("cannot be reached: {e}"), true, 502, Reply::GeneralFailure),
-                    )?;
+                let (tcp, addr) = self
+                    .connect_tcp(&p.host, p.port, timeouts.connect, &|_| None, from.as_ref())
+                    .await
+                    .map_err(|e| {
+                        (format!("cannot be reached: {e}"), true, 502, Reply::GeneralFailure)
+                    })?;
                 let mut control = Stream::Tcp(tcp);
                 let creds = credentials(p, want.user);
                 let unknown = std::net::SocketAddr::from(([0, 0, 0, 0], 0));
@@ -497,6 +526,8 @@ mod tests {
             user,
             listener: None,
             tls: Tls::Plain,
+            local: None,
+            seed: None,
         }
     }
 

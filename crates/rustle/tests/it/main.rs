@@ -13,6 +13,7 @@ mod accesslog;
 mod auth;
 mod connect;
 mod dns;
+mod egress;
 mod engine;
 mod errors;
 mod faults;

@@ -158,6 +158,8 @@ pub(super) async fn forward(c: &mut Client, ex: &mut Exchange) -> Result<Next, E
             user: user.as_deref(),
             listener: c.listener.name.as_deref(),
             tls,
+            local: crate::upstream::local_of(&policy, || c.stream.local_addr()),
+            seed: None,
         };
         let mut start = start_or_pinned(&worker, &mut c.pins, &policy, &want, key.key(), &mut pin)?;
         // A route that the target's addresses decide: resolved now (boxed: rare). (Settled

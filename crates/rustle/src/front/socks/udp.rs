@@ -67,8 +67,9 @@ struct Counts {
 /// back with a header naming their source. Ends with the TCP control connection or
 /// after `timeouts.udp_idle` without a datagram.
 pub(super) async fn associate(s: &mut Session, hint: &Address) -> Result<(), Error> {
-    // A route may send the association through a SOCKS5 parent.
-    let through = {
+    // A route may send the association through a SOCKS5 parent, or from its own
+    // outgoing addresses.
+    let (through, from) = {
         let worker = s.worker.clone();
         let policy = worker.policy();
         let host = match &hint.host {
@@ -78,7 +79,8 @@ pub(super) async fn associate(s: &mut Session, hint: &Address) -> Result<(), Err
         let want = s.want(&host, hint.port);
         let timeouts = &worker.cfg().timeouts;
         match Box::pin(worker.upstreams.udp_route(&policy, &want, timeouts)).await {
-            Ok(through) => through,
+            Ok(Some(through)) => (Some(through), None),
+            Ok(None) => (None, worker.upstreams.udp_from(&policy, &want)),
             Err(e) => {
                 reply5(s, e.socks5_reply(), None).await;
                 return Err(e);
@@ -139,9 +141,13 @@ pub(super) async fn associate(s: &mut Session, hint: &Address) -> Result<(), Err
                         continue;
                     }
                 }
-                let out = match out_socket(dst, &mut out4, &mut out6).await {
+                let out = match out_socket(dst, &mut out4, &mut out6, from.as_ref()).await {
                     Ok(o) => o,
-                    Err(_) => { counts.dropped += 1; continue; }
+                    Err(why) => {
+                        tracing::debug!("{}: UDP to {dst}: {why}", s.peer);
+                        counts.dropped += 1;
+                        continue;
+                    }
                 };
                 if out.send_to(&from_client[offset..n], dst).await.is_ok() {
                     counts.up += (n - offset) as u64;
@@ -219,20 +225,25 @@ async fn recv_opt(sock: &Option<UdpSocket>, buf: &mut [u8]) -> io::Result<(usize
     }
 }
 
-/// The outgoing socket for a destination's family, made on first use.
+/// The outgoing socket for a destination's family, made on first use: from the route's
+/// address for that family when it has `bind` (`from`), else the wildcard.
 async fn out_socket<'a>(
     dst: SocketAddr,
     out4: &'a mut Option<UdpSocket>,
     out6: &'a mut Option<UdpSocket>,
-) -> io::Result<&'a UdpSocket> {
+    from: Option<&crate::upstream::UdpFrom>,
+) -> Result<&'a UdpSocket, String> {
     let (slot, any) = match dst {
         SocketAddr::V4(_) => (out4, IpAddr::V4(Ipv4Addr::UNSPECIFIED)),
         SocketAddr::V6(_) => (out6, IpAddr::V6(Ipv6Addr::UNSPECIFIED)),
     };
     if slot.is_none() {
-        *slot = Some(UdpSocket::bind((any, 0)).await?);
+        *slot = Some(match from {
+            Some(from) => from.socket(dst)?,
+            None => UdpSocket::bind((any, 0)).await.map_err(|e| format!("cannot bind: {e}"))?,
+        });
     }
-    slot.as_ref().ok_or_else(|| io::Error::other("no socket"))
+    slot.as_ref().ok_or_else(|| "no socket".to_string())
 }
 
 async fn resolve_udp(worker: &Worker, dst: &Address) -> Option<SocketAddr> {

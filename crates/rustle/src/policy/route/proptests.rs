@@ -89,9 +89,9 @@ proptest! {
         let client = 0x0a00_0000 | client_low;
         let names: Vec<String> = (0..specs.len()).map(|i| format!("r{i}")).collect();
         let expected = match specs.iter().position(|s| holds(s, client, port)) {
-            None => Choice::Direct { route: None },
+            None => Choice::Direct { route: None, egress: None },
             Some(i) if specs[i].deny => Choice::Deny { route: &names[i] },
-            Some(i) => Choice::Direct { route: Some(&names[i]) },
+            Some(i) => Choice::Direct { route: Some(&names[i]), egress: None },
         };
         let req = request(client, port);
         prop_assert_eq!(routes.choose(&req), expected, "{}", text);
@@ -100,7 +100,7 @@ proptest! {
         // A route without conditions holds for everything: no later route is chosen.
         if let Some(k) = specs.iter().position(|s| s.clients.is_none() && s.ports.is_none()) {
             let chosen = match routes.choose(&req) {
-                Choice::Direct { route: Some(r) } | Choice::Deny { route: r } => Some(r),
+                Choice::Direct { route: Some(r), .. } | Choice::Deny { route: r } => Some(r),
                 _ => None,
             };
             let index = chosen.and_then(|r| names.iter().position(|n| n == r));

@@ -40,8 +40,11 @@ const _: () = assert_send_sync::<Parent>();
 fn no_route_is_direct() {
     let r = routes("");
     assert!(r.is_empty());
-    assert_eq!(r.choose(&req()), Choice::Direct { route: None });
-    assert_eq!(r.choose(&Request { dest: None, ..req() }), Choice::Direct { route: None });
+    assert_eq!(r.choose(&req()), Choice::Direct { route: None, egress: None });
+    assert_eq!(
+        r.choose(&Request { dest: None, ..req() }),
+        Choice::Direct { route: None, egress: None }
+    );
     let r = routes(&parent("corp", 1, ""));
     assert!(r.is_empty() && r.parents().len() == 1);
 }
@@ -82,8 +85,11 @@ fn choose_on_each_condition() {
     ];
     for (condition, r, matches) in table {
         let text = format!("[[route]]\nname = \"only\"\n{condition}\nvia = \"deny\"\n");
-        let want =
-            if *matches { Choice::Deny { route: "only" } } else { Choice::Direct { route: None } };
+        let want = if *matches {
+            Choice::Deny { route: "only" }
+        } else {
+            Choice::Direct { route: None, egress: None }
+        };
         assert_eq!(routes(&text).choose(r), want, "{condition} for {r:?}");
     }
 }
@@ -99,8 +105,11 @@ fn destinations_need_the_address_as_rules_do() {
     let unresolved = Request { dest: None, ..req() };
     assert_eq!(r.choose(&unresolved), Choice::NeedAddress);
     let inside = Request { dest: Some(ip("10.1.2.3")), ..req() };
-    assert_eq!(r.choose(&inside), Choice::Direct { route: Some("inside") });
-    assert_eq!(r.choose(&req()), Choice::Path { route: "rest", hops: &[Hop::Parent(0)] });
+    assert_eq!(r.choose(&inside), Choice::Direct { route: Some("inside"), egress: None });
+    assert_eq!(
+        r.choose(&req()),
+        Choice::Path { route: "rest", hops: &[Hop::Parent(0)], egress: None }
+    );
     // A destination route whose other conditions do not match needs no address.
     let text = format!(
         "{}[[route]]\nports = [\"22\"]\ndestinations = [\"10.0.0.0/8\"]\nvia = \"deny\"\n\
@@ -108,7 +117,10 @@ fn destinations_need_the_address_as_rules_do() {
         parent("corp", 1, "")
     );
     let r = routes(&text);
-    assert_eq!(r.choose(&unresolved), Choice::Path { route: "route 2", hops: &[Hop::Parent(0)] });
+    assert_eq!(
+        r.choose(&unresolved),
+        Choice::Path { route: "route 2", hops: &[Hop::Parent(0)], egress: None }
+    );
     assert_eq!(r.choose(&Request { port: 22, ..unresolved }), Choice::NeedAddress);
 }
 
@@ -128,11 +140,17 @@ fn first_match_wins_and_names_the_route() {
     assert!(!r.is_empty());
     let corp = Request { host: "intranet.corp.example", ..req() };
     assert_eq!(r.choose(&Request { port: 22, ..corp }), Choice::Deny { route: "ssh" });
-    assert_eq!(r.choose(&corp), Choice::Path { route: "route 2", hops: &[Hop::Parent(0)] });
+    assert_eq!(
+        r.choose(&corp),
+        Choice::Path { route: "route 2", hops: &[Hop::Parent(0)], egress: None }
+    );
     let bob = Request { user: Some("bob"), ..req() };
     let chain = [Hop::Parent(0), Hop::Parent(1)];
-    assert_eq!(r.choose(&bob), Choice::Path { route: "chain", hops: &chain });
-    assert_eq!(r.choose(&req()), Choice::Path { route: "pool", hops: &[Hop::Group(0)] });
+    assert_eq!(r.choose(&bob), Choice::Path { route: "chain", hops: &chain, egress: None });
+    assert_eq!(
+        r.choose(&req()),
+        Choice::Path { route: "pool", hops: &[Hop::Group(0)], egress: None }
+    );
     assert_eq!(
         (r.route_name(0), r.route_name(1), r.route_name(9)),
         ("ssh", "route 2", "unknown route")
