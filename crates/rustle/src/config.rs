@@ -21,7 +21,7 @@ mod settings;
 mod tests;
 
 pub(crate) use crate::acl::{Conditions, RuleConfig};
-pub(crate) use duration::MAX_DURATION;
+pub(crate) use duration::{parse_duration, MAX_DURATION};
 pub use listener::{
     CertFiles, CertUser, ClientCerts, ConnectTls, HostPort, Ktls, ListenTls, Listener, ListenerKey,
     ListenerKind, ProxyProtocol, SpliceMode, Tls, UnknownSni,
@@ -34,12 +34,12 @@ pub use log::{
 pub(crate) use rate::parse_rate;
 pub use routing::{
     names_of, GroupConfig, Named, ParentConfig, ParentKind, Probe, RouteConfig, Secret, Sticky,
-    DENY, DIRECT,
+    StickyBy, DENY, DIRECT,
 };
 
 pub use settings::{
-    Admin, Auth, Dns, Http, Http2, Limits, Prefer, Process, Relay, Timeouts, Upstream, UserConfig,
-    DEFAULT_MAX_USER_SERIES,
+    Admin, Auth, ChoiceParam, Dns, Http, Http2, Limits, Prefer, Process, Relay, Timeouts, Upstream,
+    UserConfig, UserParams, DEFAULT_MAX_USER_SERIES,
 };
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]

@@ -110,6 +110,8 @@ pub struct Policy {
     pub(crate) auth_without_users: bool,
     /// Parents, groups and routes.
     pub(crate) routes: crate::policy::route::Routes,
+    /// The user-name parameters `[auth.params]` declares; None: names are taken whole.
+    pub(crate) params: Option<crate::policy::auth::params::Declared>,
     /// TLS towards each `https` parent (by parent index), verified with its `ca` or the
     /// system's roots.
     parent_tls: Vec<Option<Arc<rustls::ClientConfig>>>,
@@ -247,6 +249,7 @@ impl Policy {
         }
         Ok(Policy {
             routes,
+            params: cfg.auth.params.as_ref().map(crate::policy::auth::params::Declared::new),
             parent_tls,
             undefined_names,
             auth_without_users,
@@ -388,6 +391,8 @@ pub(crate) struct Access<'a> {
     pub(crate) host: &'a str,
     pub(crate) port: u16,
     pub(crate) protocol: Protocol,
+    /// The parameters of the user name, if it had any.
+    pub(crate) params: Option<&'a crate::acl::Params>,
 }
 
 impl Access<'_> {
@@ -401,6 +406,7 @@ impl Access<'_> {
             port: self.port,
             protocol: self.protocol,
             dest,
+            params: self.params,
         }
     }
 

@@ -37,6 +37,7 @@ mod resolve;
 pub(crate) use parents::UdpVia;
 
 /// Who asks for a connection to where.
+#[derive(Clone, Copy)]
 pub(crate) struct Want<'a> {
     /// The destination host as the client named it (a name or an address literal).
     pub(crate) host: &'a str,
@@ -48,6 +49,12 @@ pub(crate) struct Want<'a> {
     /// The listener's name, if it has one.
     pub(crate) listener: Option<&'a str>,
     pub(crate) tls: Tls<'a>,
+    /// The parameters of the user name (`alice-country-de`), if it had any.
+    pub(crate) params: Option<&'a crate::acl::Params>,
+    /// Makes the picks of one connection (a group's member, the outgoing address) a
+    /// function of it: the same seed, the same picks. A front end gives None; the route's
+    /// sticky session fills it in (`Routes::seed`).
+    pub(crate) seed: Option<u64>,
 }
 
 /// TLS on top of the connection to the target.
@@ -176,6 +183,7 @@ impl<'a> Want<'a> {
             host: self.host,
             port: self.port,
             protocol: self.protocol,
+            params: self.params,
         }
     }
 }

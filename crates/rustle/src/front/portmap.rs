@@ -65,6 +65,8 @@ pub(crate) async fn serve(
         user: None,
         listener: listener.name.as_deref(),
         tls: tls_to_target,
+        params: None,
+        seed: None,
     };
     // What the client sends while the target is connected to goes first through the
     // relay (it owns no storage unless it is used).

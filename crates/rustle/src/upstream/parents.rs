@@ -497,6 +497,8 @@ mod tests {
             user,
             listener: None,
             tls: Tls::Plain,
+            params: None,
+            seed: None,
         }
     }
 

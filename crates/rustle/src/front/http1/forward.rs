@@ -150,6 +150,7 @@ pub(super) async fn forward(c: &mut Client, ex: &mut Exchange) -> Result<Next, E
     let (up, addr, reused, via, pool_key, mut req_body, absolute, mut ubuf) = {
         let policy = worker.policy();
         let user = c.user.clone();
+        let params = c.params.clone();
         let want = Want {
             host,
             port,
@@ -158,6 +159,8 @@ pub(super) async fn forward(c: &mut Client, ex: &mut Exchange) -> Result<Next, E
             user: user.as_deref(),
             listener: c.listener.name.as_deref(),
             tls,
+            params: params.as_deref(),
+            seed: None,
         };
         let mut start = start_or_pinned(&worker, &mut c.pins, &policy, &want, key.key(), &mut pin)?;
         // A route that the target's addresses decide: resolved now (boxed: rare). (Settled

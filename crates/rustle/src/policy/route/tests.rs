@@ -29,6 +29,7 @@ fn req() -> Request<'static> {
         port: 443,
         protocol: Protocol::Connect,
         dest: Some(ip("203.0.113.5")),
+        params: None,
     }
 }
 
