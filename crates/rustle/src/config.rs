@@ -32,6 +32,7 @@ pub use log::{
     Template,
 };
 pub(crate) use rate::parse_rate;
+pub(crate) use routing::DEFAULT_STICKY_TTL;
 pub use routing::{
     names_of, GroupConfig, Named, ParentConfig, ParentKind, Probe, RouteConfig, Secret, Sticky,
     StickyBy, DENY, DIRECT,

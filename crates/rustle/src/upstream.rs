@@ -109,6 +109,8 @@ pub(crate) struct Plan<'p> {
     /// The rules need each resolved address (a rule with `destinations` matched so far).
     rules_too: bool,
     way: Way<'p>,
+    /// The route's sticky seed (`Want::seed` for the connection made).
+    seed: Option<u64>,
 }
 
 enum Way<'p> {
@@ -167,6 +169,15 @@ impl<'a> Want<'a> {
         }
     }
 
+    /// This request with the seed of its sticky session on `route` (`Routes::seed`),
+    /// unless it has one already.
+    fn seeded(&self, policy: &Policy, route: Option<&str>) -> Want<'a> {
+        let seed = self.seed.or_else(|| {
+            policy.routes.seed(route?, self.user, self.params, crate::limits::now())
+        });
+        Want { seed, ..*self }
+    }
+
     /// The access decision's view of this request.
     fn access(&self, policy: &'a Policy) -> Access<'a> {
         // Rules and routes are the only readers of the user's groups: no lookup when there
@@ -188,6 +199,15 @@ impl<'a> Want<'a> {
     }
 }
 
+/// The route a choice names, if any (for its sticky session).
+fn route_of<'c>(choice: &Choice<'c>) -> Option<&'c str> {
+    match *choice {
+        Choice::Direct { route } => route,
+        Choice::Path { route, .. } => Some(route),
+        Choice::Deny { .. } | Choice::NeedAddress => None,
+    }
+}
+
 fn denied(d: Denial) -> Error {
     Error::Connect(ConnectError::Denied(d))
 }
@@ -204,8 +224,12 @@ impl Upstreams {
         let access = want.access(policy);
         let rules_too = access.precheck().map_err(denied)?;
         // No route: the direct path does nothing more.
+        let mut seed = want.seed;
         if !policy.routes.is_empty() {
-            let way = match policy.routes.choose(&access.request(None)) {
+            let choice = policy.routes.choose(&access.request(None));
+            let want = &want.seeded(policy, route_of(&choice));
+            seed = want.seed;
+            let way = match choice {
                 Choice::Direct { .. } => Way::Direct,
                 Choice::Deny { route } => {
                     let rule = format!("route `{route}`");
@@ -218,7 +242,7 @@ impl Upstreams {
                 return self.start_route(policy, want, key, rules_too, name, hops);
             }
             if !matches!(way, Way::Direct) {
-                return Ok(Start::Connect(Plan { rules_too, way }));
+                return Ok(Start::Connect(Plan { rules_too, way, seed }));
             }
         }
         if let Some(key) = key {
@@ -229,7 +253,7 @@ impl Upstreams {
                 stream.close_now();
             }
         }
-        Ok(Start::Connect(Plan { rules_too, way: Way::Direct }))
+        Ok(Start::Connect(Plan { rules_too, way: Way::Direct, seed }))
     }
 
     /// The second step: a new connection as `plan` says, within the connect timeout, with
@@ -258,10 +282,11 @@ impl Upstreams {
         plan: Plan<'_>,
         timeouts: &crate::config::Timeouts,
     ) -> Result<Connected, Error> {
-        let way = match plan.way {
-            Way::Undecided => self.decide(policy, &want.access(policy)).await?,
-            way => way,
+        let (way, seed) = match plan.way {
+            Way::Undecided => self.decide(policy, want).await?,
+            way => (way, plan.seed),
         };
+        let want = &Want { seed, ..*want };
         // Through parents: boxed, so that a direct connection's future does not carry a
         // chain's handshakes.
         let (route, first) = match way {
@@ -283,7 +308,9 @@ impl Upstreams {
         plan: &mut Plan<'p>,
     ) -> Result<(), Error> {
         let Way::Undecided = plan.way else { return Ok(()) };
-        let way = match self.decide(policy, &want.access(policy)).await? {
+        let (way, seed) = self.decide(policy, want).await?;
+        let want = &Want { seed, ..*want };
+        let way = match way {
             Way::Route { name, hops } => {
                 let chain = parents::pick_chain(policy, want, hops)
                     .map_err(|why| Error::Connect(ConnectError::NoParent(why)))?;
@@ -294,26 +321,36 @@ impl Upstreams {
             }
             way => way,
         };
-        plan.way = way;
+        (plan.way, plan.seed) = (way, seed);
         Ok(())
     }
 
     /// A route whose `destinations` decide: the target is resolved (through the cache)
-    /// and the first address that settles the choice does.
-    async fn decide<'p>(&self, policy: &'p Policy, access: &Access<'_>) -> Result<Way<'p>, Error> {
+    /// and the first address that settles the choice does; with the seed of the chosen
+    /// route's sticky session.
+    async fn decide<'p>(
+        &self,
+        policy: &'p Policy,
+        want: &Want<'_>,
+    ) -> Result<(Way<'p>, Option<u64>), Error> {
+        let access = want.access(policy);
         let ips = self.resolve(access.host).await.map_err(Error::Connect)?;
         for ip in ips.iter() {
-            match policy.routes.choose(&access.request(Some(*ip))) {
-                Choice::Direct { .. } => return Ok(Way::Direct),
+            let choice = policy.routes.choose(&access.request(Some(*ip)));
+            let seed = want.seeded(policy, route_of(&choice)).seed;
+            match choice {
+                Choice::Direct { .. } => return Ok((Way::Direct, seed)),
                 Choice::Deny { route } => {
                     let rule = format!("route `{route}`");
                     return Err(denied(Denial { rule, reason: "the route refuses it" }));
                 }
-                Choice::Path { route, hops } => return Ok(Way::Route { name: route, hops }),
+                Choice::Path { route, hops } => {
+                    return Ok((Way::Route { name: route, hops }, seed))
+                }
                 Choice::NeedAddress => {}
             }
         }
-        Ok(Way::Direct)
+        Ok((Way::Direct, want.seed))
     }
 
     /// A direct connection to the target, each resolved address vetted by the rules.

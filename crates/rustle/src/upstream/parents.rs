@@ -214,7 +214,7 @@ pub(super) fn pick_chain<'p>(
     let now = Instant::now();
     let mut chain = Vec::with_capacity(hops.len());
     for hop in hops {
-        match policy.routes.pick(hop, want.user, want.client, now) {
+        match policy.routes.pick_seeded(hop, want.user, want.client, want.seed, now) {
             Pick::Parent(p) => chain.push(p),
             Pick::Direct => {}
             Pick::Deny(why) => return Err(why),
@@ -286,7 +286,8 @@ impl Upstreams {
         let chain = pick_chain(policy, want, hops)
             .map_err(|why| Error::Connect(ConnectError::NoParent(why)))?;
         if chain.is_empty() {
-            return Ok(super::Start::Connect(super::Plan { rules_too, way: super::Way::Direct }));
+            let (way, seed) = (super::Way::Direct, want.seed);
+            return Ok(super::Start::Connect(super::Plan { rules_too, way, seed }));
         }
         if key.is_some() {
             let absolute = takes_absolute(want, &chain);
@@ -306,7 +307,7 @@ impl Upstreams {
             }
         }
         let way = super::Way::Chain { name, hops, chain };
-        Ok(super::Start::Connect(super::Plan { rules_too, way }))
+        Ok(super::Start::Connect(super::Plan { rules_too, way, seed: want.seed }))
     }
 }
 
@@ -419,6 +420,7 @@ impl Upstreams {
             crate::policy::route::Choice::Direct { .. }
             | crate::policy::route::Choice::NeedAddress => return Ok(None),
         };
+        let want = &want.seeded(policy, Some(route));
         let mut last = None;
         for _ in 0..ATTEMPTS {
             let chain = match pick_chain(policy, want, hops) {

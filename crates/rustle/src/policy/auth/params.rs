@@ -178,6 +178,7 @@ impl Declared {
     }
 
     /// `user` with `params` written as a client would: `split` reads it back the same.
+    #[cfg(test)]
     pub(crate) fn write(&self, user: &str, params: &Params) -> String {
         let sep = &*self.separator;
         let mut out = user.to_string();
