@@ -304,9 +304,7 @@ impl Error {
             | Error::ShutdownDeadline
             | Error::LimitReached(_)
             | Error::AuthBusy => R::GeneralFailure,
-            Error::AuthRequired(_) | Error::AuthParams(_) | Error::AuthRateLimited => {
-                R::NotAllowed
-            }
+            Error::AuthRequired(_) | Error::AuthParams(_) | Error::AuthRateLimited => R::NotAllowed,
         }
     }
 }

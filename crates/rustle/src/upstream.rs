@@ -172,9 +172,9 @@ impl<'a> Want<'a> {
     /// This request with the seed of its sticky session on `route` (`Routes::seed`),
     /// unless it has one already.
     fn seeded(&self, policy: &Policy, route: Option<&str>) -> Want<'a> {
-        let seed = self.seed.or_else(|| {
-            policy.routes.seed(route?, self.user, self.params, crate::limits::now())
-        });
+        let seed = self
+            .seed
+            .or_else(|| policy.routes.seed(route?, self.user, self.params, crate::limits::now()));
         Want { seed, ..*self }
     }
 

@@ -455,10 +455,16 @@ pub(super) fn problems(
             ));
         }
         if r.sticky_ttl.is_some_and(|t| t.is_zero()) {
-            out.push((at("route", i, "sticky_ttl"), format!("{this}: `sticky_ttl` must not be zero")));
+            out.push((
+                at("route", i, "sticky_ttl"),
+                format!("{this}: `sticky_ttl` must not be zero"),
+            ));
         }
         if r.sticky.is_some() && r.via.len() == 1 && r.via[0] == DENY {
-            out.push((at("route", i, "sticky"), format!("{this}: a `deny` route has nothing to stick to")));
+            out.push((
+                at("route", i, "sticky"),
+                format!("{this}: a `deny` route has nothing to stick to"),
+            ));
         }
     }
     let conditions = routes.iter().map(|r| (&r.name, &r.conditions));

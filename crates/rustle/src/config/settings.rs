@@ -339,7 +339,11 @@ pub struct UserParams {
 
 impl Default for UserParams {
     fn default() -> Self {
-        UserParams { separator: "-".into(), max_ttl: Duration::from_secs(3600), choices: Vec::new() }
+        UserParams {
+            separator: "-".into(),
+            max_ttl: Duration::from_secs(3600),
+            choices: Vec::new(),
+        }
     }
 }
 

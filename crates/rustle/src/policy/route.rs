@@ -607,9 +607,7 @@ impl Routes {
                 return last;
             }
             (None, Sticky::User, Some(user)) => Key::User(user),
-            (None, Sticky::User | Sticky::Client, _) => {
-                Key::Client(crate::acl::canonical(client))
-            }
+            (None, Sticky::User | Sticky::Client, _) => Key::Client(crate::acl::canonical(client)),
         };
         up().max_by(|a, b| {
             rendezvous(&key, &a.name, a.weight).total_cmp(&rendezvous(&key, &b.name, b.weight))

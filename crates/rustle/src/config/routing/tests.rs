@@ -357,15 +357,47 @@ fn user_name_parameters_and_sticky_routes() {
         ("[auth.params]\nseparator = \"x\"\n".into(), 2, "separator: 1 to 4 characters"),
         ("[auth.params]\nseparator = \"\"\n".into(), 2, "separator"),
         ("[auth.params]\nseparator = \":\"\n".into(), 2, "separator"),
-        ("[auth.params]\n[[auth.params.choice]]\nname = \"session\"\nvalues = [\"a\"]\n".into(), 2, "built in"),
-        ("[auth.params]\n[[auth.params.choice]]\nname = \"c\"\nvalues = [\"a-b\"]\n".into(), 2, "without the separator"),
-        ("[auth.params]\n[[auth.params.choice]]\nname = \"c d\"\nvalues = [\"a\"]\n".into(), 2, "a name is 1 to 32"),
-        ("[[rule]]\naction = \"allow\"\nparams = [\"country=de\"]\n".into(), 3, "needs [auth.params]"),
-        (format!("{declared}[[route]]\nvia = \"direct\"\nparams = [\"country=fr\"]\n"), 9, "not a declared value"),
-        (format!("{declared}[[route]]\nvia = \"direct\"\nparams = [\"colour=red\"]\n"), 9, "no parameter `colour`"),
-        ("[[route]]\nvia = \"direct\"\nsticky = \"client\"\n".into(), 3, "unknown variant `client`"),
+        (
+            "[auth.params]\n[[auth.params.choice]]\nname = \"session\"\nvalues = [\"a\"]\n".into(),
+            2,
+            "built in",
+        ),
+        (
+            "[auth.params]\n[[auth.params.choice]]\nname = \"c\"\nvalues = [\"a-b\"]\n".into(),
+            2,
+            "without the separator",
+        ),
+        (
+            "[auth.params]\n[[auth.params.choice]]\nname = \"c d\"\nvalues = [\"a\"]\n".into(),
+            2,
+            "a name is 1 to 32",
+        ),
+        (
+            "[[rule]]\naction = \"allow\"\nparams = [\"country=de\"]\n".into(),
+            3,
+            "needs [auth.params]",
+        ),
+        (
+            format!("{declared}[[route]]\nvia = \"direct\"\nparams = [\"country=fr\"]\n"),
+            9,
+            "not a declared value",
+        ),
+        (
+            format!("{declared}[[route]]\nvia = \"direct\"\nparams = [\"colour=red\"]\n"),
+            9,
+            "no parameter `colour`",
+        ),
+        (
+            "[[route]]\nvia = \"direct\"\nsticky = \"client\"\n".into(),
+            3,
+            "unknown variant `client`",
+        ),
         ("[[route]]\nvia = \"direct\"\nsticky_ttl = \"1m\"\n".into(), 3, "needs `sticky"),
-        ("[[route]]\nvia = \"direct\"\nsticky = \"user\"\nsticky_ttl = \"0s\"\n".into(), 4, "must not be zero"),
+        (
+            "[[route]]\nvia = \"direct\"\nsticky = \"user\"\nsticky_ttl = \"0s\"\n".into(),
+            4,
+            "must not be zero",
+        ),
         ("[[route]]\nvia = \"deny\"\nsticky = \"user\"\n".into(), 3, "nothing to stick to"),
     ];
     for (text, line, message) in table {

@@ -133,8 +133,7 @@ pub(super) async fn forward(
     let mut leg = Leg { stream: up, addr, reused, pool_key, absolute, through_parents, via };
     let mut request =
         Outgoing { out: &mut out, whole, method, idempotent: parts.method.is_idempotent() };
-    let mut again =
-        Again { shared, respond: &mut *respond, who, host: &host, port, tls };
+    let mut again = Again { shared, respond: &mut *respond, who, host: &host, port, tls };
     let sent = send(&worker, &mut leg, &mut again, &mut request, &mut ubuf, &mut rhead, io).await;
     ex.upstream = Some(leg.addr);
     ex.via.clone_from(&leg.via);

@@ -44,7 +44,10 @@ pub(crate) enum ParamError {
     Duplicate(String),
     BadSession,
     BadTtl(String),
-    BadValue { name: String, value: String },
+    BadValue {
+        name: String,
+        value: String,
+    },
 }
 
 impl fmt::Display for ParamError {
@@ -93,7 +96,9 @@ impl Declared {
             choices: cfg
                 .choices
                 .iter()
-                .map(|c| (c.name.as_str().into(), c.values.iter().map(|v| v.as_str().into()).collect()))
+                .map(|c| {
+                    (c.name.as_str().into(), c.values.iter().map(|v| v.as_str().into()).collect())
+                })
                 .collect(),
         }
     }

@@ -48,10 +48,7 @@ fn table() {
         ("alice-ttl-10m", ("alice", Ok(Some(params(None, Some(600), &[]))))),
         ("alice-ttl-90", ("alice", Ok(Some(params(None, Some(90), &[]))))),
         ("alice-country-de", ("alice", Ok(Some(params(None, None, &[("country", "de")]))))),
-        (
-            "alice-session-x7k2-ttl-10m",
-            ("alice", Ok(Some(params(Some("x7k2"), Some(600), &[])))),
-        ),
+        ("alice-session-x7k2-ttl-10m", ("alice", Ok(Some(params(Some("x7k2"), Some(600), &[]))))),
         (
             "al-ice-country-uk_1-session-A_9",
             ("al-ice", Ok(Some(params(Some("A_9"), None, &[("country", "uk_1")])))),
@@ -68,7 +65,10 @@ fn table() {
             "alice-country-fr",
             ("alice", Err(ParamError::BadValue { name: "country".into(), value: "fr".into() })),
         ),
-        ("alice-country-DE", ("alice", Err(ParamError::BadValue { name: "country".into(), value: "DE".into() }))),
+        (
+            "alice-country-DE",
+            ("alice", Err(ParamError::BadValue { name: "country".into(), value: "DE".into() })),
+        ),
         ("alice-session-a-session-b", ("alice", Err(ParamError::Duplicate("session".into())))),
         ("alice-ttl-1m-ttl-2m", ("alice", Err(ParamError::Duplicate("ttl".into())))),
         ("alice-country-de-country-de", ("alice", Err(ParamError::Duplicate("country".into())))),
@@ -119,7 +119,10 @@ fn messages_name_the_problem_and_escape_what_the_client_sent() {
 #[test]
 fn other_separators() {
     let d = Declared { separator: "+".into(), ..declared() };
-    assert_eq!(d.split("alice+session+s1", is_user), ("alice", Ok(Some(params(Some("s1"), None, &[])))));
+    assert_eq!(
+        d.split("alice+session+s1", is_user),
+        ("alice", Ok(Some(params(Some("s1"), None, &[]))))
+    );
     assert_eq!(d.split("alice-session-s1", is_user), ("alice-session-s1", Ok(None)));
     let d = Declared { separator: "__".into(), ..declared() };
     assert_eq!(
