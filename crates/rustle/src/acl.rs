@@ -312,7 +312,7 @@ struct Rule {
     destinations: Option<Box<[Cidr]>>,
     ports: Option<Box<[(u16, u16)]>>,
     /// User-name parameters, `(name, value)`: any of them.
-    params: Option<Box<[(Box<str>, Box<str>)]>>,
+    params: Option<Box<[params::Pair]>>,
     /// Bits of [`bit`].
     protocols: Option<u8>,
 }

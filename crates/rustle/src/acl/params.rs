@@ -13,7 +13,7 @@ pub(crate) struct Params {
     /// `ttl`: how long a sticky session lasts, already cut to the configured maximum.
     pub(crate) ttl: Option<Duration>,
     /// The declared parameters given, `(name, value)`, in the order given.
-    pub(crate) choices: Vec<(Box<str>, Box<str>)>,
+    pub(crate) choices: Vec<Pair>,
 }
 
 impl Params {
@@ -28,8 +28,11 @@ impl Params {
     }
 }
 
+/// One element of a `params` condition, `(name, value)`.
+pub(super) type Pair = (Box<str>, Box<str>);
+
 /// One element of a `params` condition: `"country=de"`.
-pub(super) fn parse_condition(s: &str) -> Result<(Box<str>, Box<str>), String> {
+pub(super) fn parse_condition(s: &str) -> Result<Pair, String> {
     match s.split_once('=') {
         Some((name, value)) if !name.is_empty() && !value.is_empty() && !value.contains('=') => {
             Ok((name.into(), value.into()))
@@ -40,6 +43,6 @@ pub(super) fn parse_condition(s: &str) -> Result<(Box<str>, Box<str>), String> {
 
 /// Whether `params` holds any of `wanted`.
 #[inline]
-pub(super) fn matches(wanted: &[(Box<str>, Box<str>)], params: Option<&Params>) -> bool {
+pub(super) fn matches(wanted: &[Pair], params: Option<&Params>) -> bool {
     params.is_some_and(|p| wanted.iter().any(|(n, v)| p.has(n, v)))
 }

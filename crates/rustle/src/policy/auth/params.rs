@@ -28,8 +28,11 @@ pub(crate) struct Declared {
     separator: Box<str>,
     max_ttl: Duration,
     /// Declared parameters and the values each may take.
-    choices: Box<[(Box<str>, Box<[Box<str>]>)]>,
+    choices: Box<[Choice]>,
 }
+
+/// A declared parameter's name and the values it may take.
+type Choice = (Box<str>, Box<[Box<str>]>);
 
 /// Why the parameters of a user name were refused. Shown to the client (after its
 /// password passed), so it names the parameter, never the password, and quotes what the
