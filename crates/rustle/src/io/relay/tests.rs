@@ -466,12 +466,16 @@ const RELAY_BUDGET: usize = 352;
 /// Proxy-Authorization, and the route taken, both of which a retry through a new pick
 /// replaces; and the client's pinned origin connections, one word. The pool key is kept
 /// with its origin and its hash, one word more than the bare key, so that a kept-alive
-/// request to the same origin neither rebuilds nor hashes it.)
-const HTTP_BUDGET: usize = 3608;
+/// request to the same origin neither rebuilds nor hashes it.) (Then by 32 bytes: the
+/// request's `Want` carries the user-name parameters and the sticky seed, and the request
+/// holds its connection's parameters while it connects, as it holds its user.)
+const HTTP_BUDGET: usize = 3640;
 /// (SOCKS: a handshake's state, with UDP ASSOCIATE's boxed, and the watch on the client
 /// while the upstream connection is made, about 140 bytes: boxing it too would cost an
 /// allocation per tunnel, and the handshake's future lives only until the tunnel's relay
-/// task takes over.)
-const SOCKS_BUDGET: usize = 1880;
+/// task takes over.) (Then by 32 bytes: the session's user-name parameters, and the
+/// `Want`'s parameters and sticky seed while it connects.)
+const SOCKS_BUDGET: usize = 1912;
 /// (The relay grew a little with its TLS options; the handshakes themselves are boxed.)
-const PORTMAP_BUDGET: usize = 1216;
+/// (Then by 24 bytes: the `Want`'s user-name parameters and sticky seed, None here.)
+const PORTMAP_BUDGET: usize = 1240;
