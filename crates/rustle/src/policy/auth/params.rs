@@ -122,8 +122,8 @@ impl Declared {
         let base = name
             .match_indices(sep)
             .map(|(i, _)| i)
-            .filter(|&i| i > 0 && i <= super::MAX_NAME_LEN)
-            .filter(|&i| is_user(&name[..i]))
+            .take_while(|&i| i <= super::MAX_NAME_LEN)
+            .filter(|&i| i > 0 && is_user(&name[..i]))
             .last();
         match base {
             Some(i) => (&name[..i], self.parse(name, &name[i + sep.len()..]).map(Some)),

@@ -56,7 +56,8 @@ impl std::fmt::Debug for Table {
 }
 
 impl Table {
-    /// A table of at most `max` sessions (at least one per shard).
+    /// A table of at most `max` sessions (rounded up to a multiple of the shards; 0: none,
+    /// so no session is sticky).
     pub(crate) fn new(max: usize) -> Table {
         Table::with_shards(max, SHARDS)
     }
@@ -66,7 +67,7 @@ impl Table {
         let hasher = foldhash::fast::RandomState::default();
         Table {
             shards: (0..shards).map(|_| Mutex::new(HashTable::new())).collect(),
-            per_shard: max.div_ceil(shards).max(1),
+            per_shard: max.div_ceil(shards),
             max,
             key: hasher.hash_one(0x5eed_u64),
             hasher,
@@ -232,5 +233,8 @@ mod tests {
         assert!(t.seed("r", "d", "", TTL, now()).is_some());
         assert_eq!(t.len(), 3);
         assert_eq!(t.seed("r", "c", "", TTL, now()), c);
+        // A limit of 0: nothing is sticky.
+        let none = Table::new(0);
+        assert_eq!(none.seed("r", "a", "", TTL, now()), None);
     }
 }
