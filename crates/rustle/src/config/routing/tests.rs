@@ -356,6 +356,8 @@ fn user_name_parameters_and_sticky_routes() {
     let table: &[(String, usize, &str)] = &[
         ("[auth.params]\nseparator = \"x\"\n".into(), 2, "separator: 1 to 4 characters"),
         ("[auth.params]\nseparator = \"\"\n".into(), 2, "separator"),
+        ("[auth.params]\nseperator = \"-\"\n".into(), 2, "seperator"),
+        ("[auth.params]\nmax_ttl = \"soon\"\n".into(), 2, "invalid duration"),
         ("[auth.params]\nseparator = \":\"\n".into(), 2, "separator"),
         (
             "[auth.params]\n[[auth.params.choice]]\nname = \"session\"\nvalues = [\"a\"]\n".into(),
