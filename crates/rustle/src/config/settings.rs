@@ -81,6 +81,9 @@ pub struct Limits {
     /// Sticky sessions (`sticky` on routes) remembered at once, across workers: when the
     /// table is full and none has expired, new sessions are not sticky.
     pub(crate) max_sticky_sessions: usize,
+    /// Of those, the most one user may hold, across routes (0: no bound but the table's):
+    /// a user at its bound gets no new sticky session until one of its own expires.
+    pub(crate) max_sticky_sessions_per_user: usize,
 }
 
 impl Default for Limits {
@@ -94,6 +97,7 @@ impl Default for Limits {
             user_rate_up: None,
             user_rate_down: None,
             max_sticky_sessions: 100_000,
+            max_sticky_sessions_per_user: 1_000,
         }
     }
 }

@@ -431,10 +431,12 @@ impl Routes {
         let conditions = RuleSet::compile_conditions(conditions).map_err(|errs| {
             errs.into_iter().map(|(i, e)| format!("route {}: {e}", i + 1)).collect::<Vec<_>>()
         })?;
-        let sessions = routes
-            .iter()
-            .any(|r| r.sticky.is_some())
-            .then(|| Arc::new(sticky::Table::new(cfg.limits.max_sticky_sessions)));
+        let sessions = routes.iter().any(|r| r.sticky.is_some()).then(|| {
+            Arc::new(sticky::Table::new(
+                cfg.limits.max_sticky_sessions,
+                cfg.limits.max_sticky_sessions_per_user,
+            ))
+        });
         Ok(Routes { parents, groups: groups.into(), routes: routes.into(), conditions, sessions })
     }
 
@@ -620,7 +622,7 @@ impl Routes {
     pub(crate) fn keep_health_of(&mut self, old: &Routes) {
         // Sticky sessions go on under the same limit (by route name, user and session).
         if let (Some(new), Some(was)) = (&mut self.sessions, &old.sessions) {
-            if new.max() == was.max() {
+            if new.limits() == was.limits() {
                 *new = was.clone();
             }
         }

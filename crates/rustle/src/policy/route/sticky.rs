@@ -7,15 +7,26 @@
 //! - Keyed by the route, the user and the session id together, compared whole: no user
 //!   reaches another's session, whatever session id it sends.
 //! - A session lasts its ttl from its first use (using it does not prolong it), then the
-//!   next use starts a new one with a new seed. Time is `limits::now()`, tokio's clock, so
-//!   that tests run it paused.
-//! - Bounded: at most `max_sticky_sessions` (a shard holds its share). A full shard
-//!   drops its expired sessions first; when none has, a new session gets no seed (its
-//!   picks are not sticky) and a warning says so, at most once a minute.
+//!   next use starts a new one with a new seed, in its place. Time is `limits::now()`,
+//!   tokio's clock, so that tests run it paused.
+//! - Bounded twice. Per user (`max_sticky_sessions_per_user`, across routes): every
+//!   session of a user lives in the shard its name hashes to, next to the user's count,
+//!   so one lock covers both. A user at its bound drops its own expired sessions; when
+//!   none has expired, its new session gets no seed (its picks are not sticky), other
+//!   users are untouched, and a warning names the user. In all
+//!   (`max_sticky_sessions`, each shard its share): a full shard drops its expired
+//!   sessions; when none has, a new session gets no seed and a warning says so. Each
+//!   warning at most once a minute.
+//! - A sweep for expired sessions walks the shard under its lock; it runs only when the
+//!   earliest expiry recorded (for the shard, for the user) has passed, so a table full
+//!   of live sessions answers a new one without a walk.
+//! - Memory: a session is one entry of 88 bytes (a table growing by doubling may leave as
+//!   many free), with its route name and session id (at most 64 bytes) on the heap; a
+//!   user's name is held once, shared by its sessions.
 
 use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use hashbrown::HashTable;
@@ -24,67 +35,151 @@ use hashbrown::HashTable;
 const SHARDS: usize = 16;
 
 struct Entry {
+    /// Of (route, user, session).
     hash: u64,
+    /// Of the user alone: the shard, and the user's count.
+    user_hash: u64,
     route: Box<str>,
-    user: Box<str>,
+    /// Shared with the user's count.
+    user: Arc<str>,
     session: Box<str>,
     seed: u64,
     expires: Instant,
 }
 
-/// The sticky sessions of the process (kept across a reload that keeps the limit).
+/// How many sessions a user has in its shard (kept with a per-user bound only).
+struct Count {
+    hash: u64,
+    user: Arc<str>,
+    sessions: usize,
+    /// No session of this user expires before this.
+    soonest: Option<Instant>,
+}
+
+#[derive(Default)]
+struct Shard {
+    sessions: HashTable<Entry>,
+    users: HashTable<Count>,
+    /// No session here expires before this (None: none is here).
+    soonest: Option<Instant>,
+}
+
+fn earlier(a: Option<Instant>, b: Instant) -> Option<Instant> {
+    Some(a.map_or(b, |a| a.min(b)))
+}
+
+impl Shard {
+    /// Drops every expired session (a full shard), the users' counts with them.
+    fn sweep(&mut self, now: Instant) {
+        let Shard { sessions, users, soonest } = self;
+        *soonest = None;
+        sessions.retain(|e| {
+            if now < e.expires {
+                *soonest = earlier(*soonest, e.expires);
+                return true;
+            }
+            if let Some(c) = users.find_mut(e.user_hash, |c| *c.user == *e.user) {
+                c.sessions -= 1;
+            }
+            false
+        });
+        // A user's `soonest` stays a bound from below: at worst a sweep of its own finds
+        // nothing and sets it right.
+        users.retain(|c| c.sessions > 0);
+    }
+
+    /// Drops the expired sessions of `user` (at its bound): its count and earliest expiry
+    /// are exact after. Gives the sessions it has left.
+    fn sweep_user(&mut self, user: &str, user_hash: u64, now: Instant) -> usize {
+        let Shard { sessions, users, .. } = self;
+        let (mut dropped, mut soonest) = (0, None);
+        sessions.retain(|e| {
+            if e.user_hash != user_hash || *e.user != *user {
+                return true;
+            }
+            if now < e.expires {
+                soonest = earlier(soonest, e.expires);
+                return true;
+            }
+            dropped += 1;
+            false
+        });
+        // The shard's `soonest` stays a bound from below.
+        let Some(c) = users.find_mut(user_hash, |c| *c.user == *user) else { return 0 };
+        c.sessions -= dropped;
+        c.soonest = soonest;
+        c.sessions
+    }
+}
+
+/// The sticky sessions of the process (kept across a reload that keeps the limits).
 pub(crate) struct Table {
-    shards: Box<[Mutex<HashTable<Entry>>]>,
+    shards: Box<[Mutex<Shard>]>,
     /// Sessions one shard may hold.
     per_shard: usize,
     max: usize,
+    /// Sessions one user may hold across routes (0: no bound, and no counts kept).
+    per_user: usize,
     /// Keyed per table, so that keys a client picks collide no more often than chance.
     hasher: foldhash::fast::RandomState,
     /// New seeds: a counter put through a keyed mix.
     next: AtomicU64,
     key: u64,
     /// When the table was made, and the minute (since then, plus one) of the last
-    /// "full" warning.
+    /// warning that a shard was full, and that a user was at its bound.
     born: Instant,
     warned: AtomicU64,
+    warned_user: AtomicU64,
 }
 
 impl std::fmt::Debug for Table {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Table").field("max", &self.max).finish_non_exhaustive()
+        f.debug_struct("Table")
+            .field("max", &self.max)
+            .field("per_user", &self.per_user)
+            .finish_non_exhaustive()
     }
 }
 
 impl Table {
-    /// A table of at most `max` sessions (rounded up to a multiple of the shards; 0: none,
-    /// so no session is sticky).
-    pub(crate) fn new(max: usize) -> Table {
-        Table::with_shards(max, SHARDS)
+    /// A table of at most `max` sessions (0: none, so no session is sticky), at most
+    /// `per_user` of them one user's (0: no bound but `max`).
+    pub(crate) fn new(max: usize, per_user: usize) -> Table {
+        // A user's sessions share one shard: few enough shards that one holds a user's
+        // bound, when the table can.
+        let shards = match per_user {
+            0 => SHARDS,
+            n => (max / n).clamp(1, SHARDS),
+        };
+        Table::with_shards(max, per_user, shards)
     }
 
-    pub(crate) fn with_shards(max: usize, shards: usize) -> Table {
+    pub(crate) fn with_shards(max: usize, per_user: usize, shards: usize) -> Table {
         let shards = shards.max(1);
         let hasher = foldhash::fast::RandomState::default();
         Table {
-            shards: (0..shards).map(|_| Mutex::new(HashTable::new())).collect(),
+            shards: (0..shards).map(|_| Mutex::new(Shard::default())).collect(),
             per_shard: max.div_ceil(shards),
             max,
+            per_user,
             key: hasher.hash_one(0x5eed_u64),
             hasher,
             next: AtomicU64::new(1),
             born: crate::limits::now(),
             warned: AtomicU64::new(0),
+            warned_user: AtomicU64::new(0),
         }
     }
 
-    /// The limit this table was made with.
-    pub(crate) fn max(&self) -> usize {
-        self.max
+    /// The limits this table was made with: in all, and per user.
+    pub(crate) fn limits(&self) -> (usize, usize) {
+        (self.max, self.per_user)
     }
 
     /// The seed of the session (`route`, `user`, `session`) at `now`: the one it was given
-    /// when first used, until `ttl` after that; a new one after. None when the table is
-    /// full of live sessions (the caller picks as if not sticky).
+    /// when first used, until `ttl` after that; a new one after. None when the user is at
+    /// its bound, or the shard full, with live sessions (the caller picks as if not
+    /// sticky).
     pub(crate) fn seed(
         &self,
         route: &str,
@@ -94,36 +189,81 @@ impl Table {
         now: Instant,
     ) -> Option<u64> {
         let hash = self.hasher.hash_one((route, user, session));
-        let shard = &self.shards[(hash % self.shards.len() as u64) as usize];
-        let mut map = shard.lock().unwrap_or_else(|p| p.into_inner());
+        // Without a per-user bound, the whole key spreads the sessions over the shards.
+        let bounded = self.per_user > 0;
+        let user_hash = if bounded { self.hasher.hash_one(user) } else { hash };
+        let shard = &self.shards[(user_hash % self.shards.len() as u64) as usize];
+        let mut guard = shard.lock().unwrap_or_else(|p| p.into_inner());
+        let s = &mut *guard;
         let same = |e: &Entry| {
             e.hash == hash && *e.route == *route && *e.user == *user && *e.session == *session
         };
-        if let Some(e) = map.find_mut(hash, same) {
+        if let Some(e) = s.sessions.find_mut(hash, same) {
             if now >= e.expires {
+                // Replaced in its place: the counts stand, and the earliest expiries
+                // stay bounds from below.
                 e.seed = self.fresh();
                 e.expires = now + ttl;
             }
             return Some(e.seed);
         }
-        if map.len() >= self.per_shard {
-            map.retain(|e| now < e.expires);
-            if map.len() >= self.per_shard {
-                drop(map);
+        if bounded {
+            if let Some(c) = s.users.find(user_hash, |c| *c.user == *user) {
+                let mut has = c.sessions;
+                if has >= self.per_user && c.soonest.is_some_and(|t| now >= t) {
+                    has = s.sweep_user(user, user_hash, now);
+                }
+                if has >= self.per_user {
+                    drop(guard);
+                    self.user_full(user, now);
+                    return None;
+                }
+            }
+        }
+        if s.sessions.len() >= self.per_shard {
+            if s.soonest.is_some_and(|t| now >= t) {
+                s.sweep(now);
+            }
+            if s.sessions.len() >= self.per_shard {
+                drop(guard);
                 self.full(now);
                 return None;
             }
         }
         let seed = self.fresh();
+        let expires = now + ttl;
+        let user: Arc<str> = match bounded {
+            false => user.into(),
+            true => match s.users.find_mut(user_hash, |c| *c.user == *user) {
+                Some(c) => {
+                    c.sessions += 1;
+                    c.soonest = earlier(c.soonest, expires);
+                    c.user.clone()
+                }
+                None => {
+                    let name: Arc<str> = user.into();
+                    let c = Count {
+                        hash: user_hash,
+                        user: name.clone(),
+                        sessions: 1,
+                        soonest: Some(expires),
+                    };
+                    s.users.insert_unique(user_hash, c, |c| c.hash);
+                    name
+                }
+            },
+        };
+        s.soonest = earlier(s.soonest, expires);
         let entry = Entry {
             hash,
+            user_hash,
             route: route.into(),
-            user: user.into(),
+            user,
             session: session.into(),
             seed,
-            expires: now + ttl,
+            expires,
         };
-        map.insert_unique(hash, entry, |e| e.hash);
+        s.sessions.insert_unique(hash, entry, |e| e.hash);
         Some(seed)
     }
 
@@ -136,10 +276,15 @@ impl Table {
         z ^ (z >> 31)
     }
 
-    /// A new session found the table full: said at most once a minute.
-    fn full(&self, now: Instant) {
+    /// Whether a warning stamped in `last` is due at `now`: at most one a minute.
+    fn due(&self, last: &AtomicU64, now: Instant) -> bool {
         let minute = now.saturating_duration_since(self.born).as_secs() / 60 + 1;
-        if self.warned.swap(minute, Ordering::Relaxed) != minute {
+        last.swap(minute, Ordering::Relaxed) != minute
+    }
+
+    /// A new session found its shard full.
+    fn full(&self, now: Instant) {
+        if self.due(&self.warned, now) {
             tracing::warn!(
                 "sticky sessions: the table is full ({} sessions, limits.max_sticky_sessions); \
                  new sessions are not sticky until some expire",
@@ -148,93 +293,60 @@ impl Table {
         }
     }
 
+    /// A new session of `user` found it at its bound.
+    fn user_full(&self, user: &str, now: Instant) {
+        if self.due(&self.warned_user, now) {
+            tracing::warn!("{}", self.user_full_message(user));
+        }
+    }
+
+    fn user_full_message(&self, user: &str) -> String {
+        // The user passed authentication, so its name is one of the users' (at most 64
+        // bytes, no control character); escaped all the same.
+        format!(
+            "sticky sessions: user `{}` has {} sessions (limits.max_sticky_sessions_per_user); \
+             its new sessions are not sticky until some expire",
+            user.escape_debug(),
+            self.per_user
+        )
+    }
+
+    /// Sessions held, expired or not.
     #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
-        self.shards.iter().map(|s| s.lock().map_or(0, |m| m.len())).sum()
+        self.shards.iter().map(|s| s.lock().map_or(0, |s| s.sessions.len())).sum()
+    }
+
+    /// The count kept for `user`, after checking it against the sessions held, and every
+    /// other count and earliest expiry likewise.
+    #[cfg(test)]
+    fn count(&self, user: &str) -> usize {
+        let mut found = 0;
+        for shard in self.shards.iter() {
+            let s = shard.lock().expect("no test panics holding it");
+            if let Some(held) = s.sessions.iter().map(|e| e.expires).min() {
+                assert!(s.soonest.is_some_and(|t| t <= held), "the shard's soonest: from below");
+            }
+            if self.per_user == 0 {
+                assert_eq!(s.users.len(), 0);
+            }
+            for c in s.users.iter() {
+                let mine: Vec<_> = s.sessions.iter().filter(|e| *e.user == *c.user).collect();
+                assert_eq!(c.sessions, mine.len(), "the count of {}", c.user);
+                assert!(c.sessions > 0 && c.sessions <= self.per_user);
+                let held = mine.iter().map(|e| e.expires).min().expect("counted: held");
+                assert!(c.soonest.is_some_and(|t| t <= held), "{}'s soonest: from below", c.user);
+                if *c.user == *user {
+                    found = c.sessions;
+                }
+            }
+            for e in s.sessions.iter() {
+                assert!(self.per_user == 0 || s.users.iter().any(|c| *c.user == *e.user));
+            }
+        }
+        found
     }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    const TTL: Duration = Duration::from_secs(600);
-
-    #[tokio::test(start_paused = true)]
-    async fn same_seed_within_the_ttl_then_a_new_one() {
-        let t = Table::new(100);
-        let now = crate::limits::now;
-        let first = t.seed("r", "alice", "", TTL, now());
-        assert!(first.is_some());
-        tokio::time::advance(TTL - Duration::from_millis(1)).await;
-        assert_eq!(t.seed("r", "alice", "", TTL, now()), first, "within the ttl");
-        tokio::time::advance(Duration::from_millis(1)).await;
-        let second = t.seed("r", "alice", "", TTL, now());
-        assert!(second.is_some() && second != first, "a new session after the ttl");
-        // From first use: using it does not prolong it.
-        tokio::time::advance(TTL / 2).await;
-        assert_eq!(t.seed("r", "alice", "", TTL, now()), second);
-        tokio::time::advance(TTL / 2).await;
-        assert_ne!(t.seed("r", "alice", "", TTL, now()), second);
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn a_ttl_of_its_own() {
-        let t = Table::new(100);
-        let now = crate::limits::now;
-        let short = Duration::from_secs(5);
-        let a = t.seed("r", "alice", "s1", short, now());
-        let b = t.seed("r", "alice", "s2", TTL, now());
-        tokio::time::advance(short).await;
-        assert_ne!(t.seed("r", "alice", "s1", short, now()), a, "s1 expired after 5 s");
-        assert_eq!(t.seed("r", "alice", "s2", TTL, now()), b, "s2 lives on");
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn users_routes_and_sessions_are_apart() {
-        let t = Table::new(100);
-        let now = crate::limits::now();
-        let keys = [
-            ("r", "alice", "x"),
-            ("r", "bob", "x"),
-            ("r", "alice", "y"),
-            ("r2", "alice", "x"),
-            ("r", "alice", ""),
-            // No concatenation makes two keys one.
-            ("r", "alicex", ""),
-            ("ra", "lice", "x"),
-        ];
-        let seeds: Vec<_> = keys.iter().map(|(r, u, s)| t.seed(r, u, s, TTL, now)).collect();
-        for (i, a) in seeds.iter().enumerate() {
-            assert!(a.is_some());
-            for b in &seeds[i + 1..] {
-                assert_ne!(a, b, "{keys:?}");
-            }
-        }
-        assert_eq!(t.len(), keys.len());
-        assert_eq!(t.seed("r", "bob", "x", TTL, now), seeds[1]);
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn bounded_expired_first_then_not_sticky() {
-        let t = Table::with_shards(3, 1);
-        let now = crate::limits::now;
-        let short = Duration::from_secs(1);
-        let a = t.seed("r", "a", "", short, now());
-        let b = t.seed("r", "b", "", TTL, now());
-        let c = t.seed("r", "c", "", TTL, now());
-        assert!(a.is_some() && b.is_some() && c.is_some());
-        // Full of live sessions: a new one is not sticky; the old ones stay.
-        assert_eq!(t.seed("r", "d", "", TTL, now()), None);
-        assert_eq!(t.seed("r", "b", "", TTL, now()), b);
-        assert_eq!(t.len(), 3);
-        // Once `a` has expired, it makes room.
-        tokio::time::advance(short).await;
-        assert!(t.seed("r", "d", "", TTL, now()).is_some());
-        assert_eq!(t.len(), 3);
-        assert_eq!(t.seed("r", "c", "", TTL, now()), c);
-        // A limit of 0: nothing is sticky.
-        let none = Table::new(0);
-        assert_eq!(none.seed("r", "a", "", TTL, now()), None);
-    }
-}
+mod tests;

@@ -545,6 +545,38 @@ async fn route_seeds_by_user_or_session() {
     assert_eq!(again.seed("pool", Some("alice"), Some(&session("x", None)), now()), x);
 }
 
+#[tokio::test(start_paused = true)]
+async fn sessions_per_user_from_the_limits() {
+    let now = crate::limits::now;
+    let session = |s: &str| crate::acl::Params { session: Some(s.into()), ..Default::default() };
+    let text = |per_user: usize| {
+        format!(
+            "[limits]\nmax_sticky_sessions_per_user = {per_user}\n{}{}[[group]]\nname = \"g\"\n\
+             parents = [\"a\", \"b\"]\n[[route]]\nname = \"pool\"\nvia = \"g\"\n\
+             sticky = \"session\"\n",
+            parent("a", 1, ""),
+            parent("b", 1, "")
+        )
+    };
+    let r = routes(&text(2));
+    let seed =
+        |r: &Routes, user: &str, s: &str| r.seed("pool", Some(user), Some(&session(s)), now());
+    let (x, y) = (seed(&r, "alice", "x"), seed(&r, "alice", "y"));
+    assert!(x.is_some() && y.is_some());
+    assert_eq!(seed(&r, "alice", "z"), None, "alice is at her bound");
+    assert!(seed(&r, "bob", "z").is_some(), "bob is not");
+    // A reload under the same limits keeps the sessions; another bound starts afresh.
+    let mut same = routes(&text(2));
+    same.keep_health_of(&r);
+    assert_eq!((seed(&same, "alice", "x"), seed(&same, "alice", "z")), (x, None));
+    let mut other = routes(&text(3));
+    other.keep_health_of(&r);
+    assert!(seed(&other, "alice", "x").is_some_and(|s| Some(s) != x));
+    // 0: no bound but the table's.
+    let r = routes(&text(0));
+    assert!((0..50).all(|i| seed(&r, "alice", &i.to_string()).is_some()));
+}
+
 #[test]
 fn no_sticky_route_no_table() {
     let r = routes(&format!("{}[[route]]\nname = \"p\"\nvia = \"a\"\n", parent("a", 1, "")));
