@@ -298,8 +298,8 @@ impl Worker {
     /// one place a name is taken apart. With `[auth.params]`, `alice-session-x7k2` is
     /// the user `alice` (its password checked, its cached check shared by every
     /// parameter) with parameters; they are refused only once the password has passed,
-    /// so that the answer tells nobody else which users exist. Gives the user (a prefix
-    /// of `name`) and its parameters.
+    /// so that the answer tells nobody else which users exist (`Gate::authenticate`).
+    /// Gives the user (a prefix of `name`) and its parameters.
     pub(crate) async fn authenticate<'u>(
         &self,
         client: std::net::IpAddr,
@@ -308,21 +308,14 @@ impl Worker {
     ) -> Result<(&'u str, Option<crate::acl::Params>), crate::error::Error> {
         use crate::error::Error;
         let policy = self.policy();
-        let (user, params) = match &policy.params {
-            None => (name, Ok(None)),
-            Some(declared) => declared.split(name, |u| policy.users.get(u).is_some()),
-        };
-        match self.auth.verify(&policy.users, client, user, password).await {
-            Ok(()) => {}
-            Err(Refusal::RateLimited) => return Err(Error::AuthRateLimited),
-            Err(Refusal::Wrong) => {
-                return Err(Error::AuthRequired("unknown user or wrong password"))
-            }
-            Err(Refusal::Busy) => return Err(Error::AuthBusy),
-        }
-        match params {
-            Ok(params) => Ok((user, params)),
-            Err(e) => Err(Error::AuthParams(e.to_string().into())),
+        let checked =
+            self.auth.authenticate(&policy.users, policy.params.as_ref(), client, name, password);
+        match checked.await {
+            Ok((user, Ok(params))) => Ok((user, params)),
+            Ok((_, Err(e))) => Err(Error::AuthParams(e.to_string().into())),
+            Err(Refusal::RateLimited) => Err(Error::AuthRateLimited),
+            Err(Refusal::Wrong) => Err(Error::AuthRequired("unknown user or wrong password")),
+            Err(Refusal::Busy) => Err(Error::AuthBusy),
         }
     }
 

@@ -408,6 +408,11 @@ impl Users {
         self.by_name.get(name)
     }
 
+    /// Every user's name, in no order.
+    pub(crate) fn names(&self) -> impl Iterator<Item = &str> {
+        self.by_name.keys().map(String::as_str)
+    }
+
     /// Whether some user is in `group` (a walk over every user: for checks at load time).
     pub(crate) fn has_group(&self, group: &str) -> bool {
         self.by_name.values().any(|u| u.in_group(group))

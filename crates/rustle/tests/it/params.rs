@@ -342,3 +342,48 @@ fn sticky_by_session_keeps_each_session_on_one_parent_until_it_expires() {
         get_as(proxy.addr_of(0), &origin.url("/bytes/1"), "alice-session-long-ttl-5h", "secret");
     assert_eq!(r.status, 200, "{}{}", r.head_text(), r.text());
 }
+
+/// `rustle check` of a file: whether it passed, and what it said.
+fn check(text: &str) -> (bool, String) {
+    let dir = TempDir::new("params-check");
+    let file = dir.file("rustle.toml");
+    std::fs::write(&file, text).unwrap();
+    let out = std::process::Command::new(rustle_bin())
+        .args(["check", "--config", file.to_str().unwrap()])
+        .output()
+        .expect("run rustle check");
+    (out.status.success(), String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+#[test]
+fn a_user_named_like_another_user_with_parameters_is_refused() {
+    // In the users file or inline: the name would always be taken whole, so alice could
+    // never give those parameters.
+    let dir = TempDir::new("params-users");
+    let users = dir.file("users");
+    let listener = "[[listener]]\nlisten = \"127.0.0.1:0\"\nauth = true\n";
+    for (file, inline, bad) in [
+        ("alice-session-x:plain:pw\n", "", Some("alice-session-x")),
+        (
+            "",
+            "[[auth.user]]\nname = \"al-ice-country-de\"\npassword = \"plain:pw\"\n",
+            Some("al-ice-country-de"),
+        ),
+        // Not parameters, or no user before them: no doubt.
+        ("alice-colour-red:plain:pw\nalice-country-fr:plain:pw\n", "", None),
+        ("mallory-session-x:plain:pw\nbob-:plain:pw\n", "", None),
+    ] {
+        std::fs::write(&users, file).unwrap();
+        let auth = AUTH.replacen("[auth]\n", &format!("[auth]\nusers_file = {:?}\n", users), 1);
+        let text = format!("{listener}{auth}{inline}");
+        let (ok, err) = check(&text);
+        match bad {
+            Some(name) => {
+                assert!(!ok, "check passed {name}");
+                let says = format!("user `{name}` reads as the user `");
+                assert!(err.contains(&says) && err.contains("rename one"), "{name}: {err}");
+            }
+            None => assert!(ok, "{file}: {err}"),
+        }
+    }
+}
