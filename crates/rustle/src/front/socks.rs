@@ -148,7 +148,11 @@ async fn socks5_credentials(s: &mut Session) -> Result<(), Error> {
     let (user, password) = loop {
         match socks5::parse_credentials(s.buf.filled()) {
             Ok(Some((c, n))) => {
-                let pair = (String::from_utf8_lossy(c.user).into_owned(), c.password.to_vec());
+                // A name that is not UTF-8 is no user's: checked as an unknown user (a
+                // NUL no user name holds), never as the name with its bytes replaced
+                // (`bob\xff` must not pass as a user `bob\u{fffd}`).
+                let user = std::str::from_utf8(c.user).unwrap_or("\0").to_owned();
+                let pair = (user, c.password.to_vec());
                 s.buf.consume(n);
                 break pair;
             }

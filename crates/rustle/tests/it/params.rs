@@ -387,3 +387,28 @@ fn a_user_named_like_another_user_with_parameters_is_refused() {
         }
     }
 }
+
+#[test]
+fn socks5_names_of_255_bytes_and_names_not_utf8() {
+    let origin = Origin::start().unwrap();
+    let proxy = proxy("[[auth.user]]\nname = \"bob\\uFFFD\"\npassword = \"plain:pw\"\n");
+    let socks = proxy.addr_of(1);
+    // The longest name RFC 1929 carries, parameters and all (a ttl padded with zeros).
+    let head = format!("alice-session-{}-country-de-ttl-", "s".repeat(64));
+    let name = format!("{head}{}1m", "0".repeat(255 - head.len() - 2));
+    assert_eq!(name.len(), 255);
+    let mut s = connect5_as(socks, &name, "secret", &Dst::Addr(origin.addr()));
+    let (n, _) = timed_download(&mut s, origin.addr(), 100);
+    assert_eq!(n, 100);
+    drop(s);
+    proxy.log_line(|l| l.contains(" CONNECT socks5://") && l.ends_with(" user=alice"));
+    // Bytes that are not UTF-8 are no user's: `bob\xff` is not `bob\u{fffd}`.
+    let mut s = connect(socks);
+    assert_eq!(greet(&mut s, &[2]), 2);
+    std::io::Write::write_all(&mut s, &credentials(b"bob\xff", b"pw")).unwrap();
+    assert_eq!(read_exact_n(&mut s, 2), [1, 1], "bob\\xff passed");
+    assert!(closed_within(&mut s, Duration::from_secs(3)), "not closed");
+    proxy.log_line(|l| l.contains("unknown user or wrong password"));
+    let mut s = connect(socks);
+    assert_eq!(login5(&mut s, "bob\u{fffd}", "pw"), 0, "the user bob\\u{{fffd}} itself");
+}

@@ -101,6 +101,22 @@ fn table() {
 }
 
 #[test]
+fn at_most_255_bytes_what_socks5_carries() {
+    let d = declared();
+    // `alice-session-` and a ttl made as long as needed: 255 bytes parse, 256 do not.
+    let session = "s".repeat(64);
+    let name = |len: usize| {
+        let head = format!("alice-session-{session}-country-de-ttl-");
+        format!("{head}{}1s", "0".repeat(len - head.len() - 2))
+    };
+    let (at, over) = (name(MAX_LEN), name(MAX_LEN + 1));
+    assert_eq!((at.len(), over.len()), (255, 256));
+    let p = params(Some(&session), Some(1), &[("country", "de")]);
+    assert_eq!(d.split(&at, is_user), ("alice", Ok(Some(p))));
+    assert_eq!(d.split(&over, is_user), ("alice", Err(ParamError::TooLong)));
+}
+
+#[test]
 fn messages_name_the_problem_and_escape_what_the_client_sent() {
     let d = declared();
     let message = |name: &str| d.split(name, is_user).1.expect_err(name).to_string();
