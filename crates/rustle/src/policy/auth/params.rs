@@ -160,8 +160,19 @@ impl Declared {
                     if params.ttl.is_some() {
                         return Err(ParamError::Duplicate(key.into()));
                     }
+                    // Longer than the configuration's durations go (a year, or past
+                    // what a number holds) is longer than `max_ttl` too: cut to it.
+                    let huge = || {
+                        let digits = value.bytes().all(|b| b.is_ascii_digit());
+                        let long = humantime::parse_duration(value).map_or_else(
+                            |e| matches!(e, humantime::DurationError::NumberOverflow),
+                            |d| d > crate::config::MAX_DURATION,
+                        );
+                        (digits || long).then_some(self.max_ttl)
+                    };
                     let ttl = crate::config::parse_duration(value)
                         .ok()
+                        .or_else(huge)
                         .filter(|t| !t.is_zero())
                         .ok_or_else(|| ParamError::BadTtl(value.into()))?;
                     params.ttl = Some(ttl.min(self.max_ttl));

@@ -55,6 +55,9 @@ fn table() {
         ),
         // A ttl over the maximum is cut to it.
         ("alice-ttl-1d", ("alice", Ok(Some(params(None, Some(3600), &[]))))),
+        ("alice-ttl-400d", ("alice", Ok(Some(params(None, Some(3600), &[]))))),
+        ("alice-ttl-99999999999999999999", ("alice", Ok(Some(params(None, Some(3600), &[]))))),
+        ("alice-ttl-99999999999999999999y", ("alice", Ok(Some(params(None, Some(3600), &[]))))),
         // The longest user wins: `bob-country-de` then `-session-a`.
         ("bob-country-de-session-a", ("bob-country-de", Ok(Some(params(Some("a"), None, &[]))))),
         ("bob-country-us", ("bob", Ok(Some(params(None, None, &[("country", "us")]))))),
