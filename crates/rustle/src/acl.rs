@@ -17,7 +17,9 @@ use std::net::IpAddr;
 use serde::Deserialize;
 
 mod conditions;
+mod params;
 pub(crate) use conditions::{Conditions, RuleConfig};
+pub(crate) use params::Params;
 
 pub use net::{
     canonical, is_private, private_reason, reaches, Builtins, Cidr, LOCAL_REASON, LOOP_REASON,
@@ -142,6 +144,7 @@ fn compile<'a>(
                 s.parse()
             }),
             ports: compile_list(i, "ports", "port", &r.ports, p, parse_port_range),
+            params: compile_list(i, "params", "parameter", &r.params, p, params::parse_condition),
             protocols,
         });
     }
@@ -170,6 +173,8 @@ pub(crate) struct Request<'a> {
     pub(crate) protocol: Protocol,
     /// The address about to be connected to; None before resolution.
     pub(crate) dest: Option<IpAddr>,
+    /// The parameters of the user name (`[auth.params]`), if it had any.
+    pub(crate) params: Option<&'a Params>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -306,6 +311,8 @@ struct Rule {
     hosts: Option<Box<[HostPattern]>>,
     destinations: Option<Box<[Cidr]>>,
     ports: Option<Box<[(u16, u16)]>>,
+    /// User-name parameters, `(name, value)`: any of them.
+    params: Option<Box<[params::Pair]>>,
     /// Bits of [`bit`].
     protocols: Option<u8>,
 }
@@ -349,6 +356,11 @@ impl Rule {
         if let Some(hosts) = &self.hosts {
             let host = bare_host(req.host);
             if !hosts.iter().any(|p| p.matches(host)) {
+                return false;
+            }
+        }
+        if let Some(wanted) = &self.params {
+            if !params::matches(wanted, req.params) {
                 return false;
             }
         }
@@ -538,7 +550,7 @@ impl RuleSet {
         let allow_blocks_cover_a_family =
             covers_family(&allow_blocks, false) || covers_family(&allow_blocks, true);
         for rule in self.rules.iter() {
-            if rule.users.is_some() || rule.groups.is_some() {
+            if rule.users.is_some() || rule.groups.is_some() || rule.params.is_some() {
                 continue;
             }
             let surely_this_listener = match (&rule.listeners, listener) {
@@ -653,6 +665,7 @@ mod tests {
             port: 443,
             protocol: Protocol::Connect,
             dest: Some(ip("203.0.113.5")),
+            params: None,
         }
     }
 
@@ -754,7 +767,17 @@ mod tests {
     fn each_condition_alone() {
         let groups = ["staff".to_string()];
         let alice = Request { user: Some("alice"), groups: &groups, ..req() };
+        let de = Params {
+            choices: vec![("country".into(), "de".into()), ("tier".into(), "gold".into())],
+            ..Params::default()
+        };
+        let alice_de = Request { params: Some(&de), ..alice };
         let table: &[(&str, Request<'_>, bool)] = &[
+            ("params = [\"country=de\"]", alice_de, true),
+            ("params = [\"country=us\", \"tier=gold\"]", alice_de, true),
+            ("params = [\"country=us\"]", alice_de, false),
+            ("params = [\"country=DE\"]", alice_de, false),
+            ("params = [\"country=de\"]", alice, false),
             ("listeners = [\"main\"]", req(), true),
             ("listeners = [\"other\", \"main\"]", req(), true),
             ("listeners = [\"other\"]", req(), false),
@@ -869,6 +892,15 @@ mod tests {
         assert_eq!(s.check(&Request { port: 22, ..unresolved }), Verdict::NeedAddress);
         // With no rule matching at all, the default decides even without an address.
         assert_eq!(s.check(&Request { host: "a.net", ..unresolved }), Verdict::Allow);
+    }
+
+    #[test]
+    fn params_conditions_are_name_value_pairs() {
+        for bad in ["country", "=de", "country=", "a=b=c", ""] {
+            let text = format!("[[rule]]\naction = \"allow\"\nparams = [\"{bad}\"]\n");
+            let errs = RuleSet::compile(&configs(&text), true).expect_err(bad);
+            assert!(errs[0].1.contains("NAME=VALUE"), "{bad}: {errs:?}");
+        }
     }
 
     #[test]

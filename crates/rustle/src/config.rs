@@ -22,7 +22,7 @@ mod settings;
 mod tests;
 
 pub(crate) use crate::acl::{Conditions, RuleConfig};
-pub(crate) use duration::MAX_DURATION;
+pub(crate) use duration::{parse_duration, MAX_DURATION};
 pub use egress::{BindEntry, BindPick, EgressConfig};
 pub use listener::{
     CertFiles, CertUser, ClientCerts, ConnectTls, HostPort, Ktls, ListenTls, Listener, ListenerKey,
@@ -34,14 +34,15 @@ pub use log::{
     Template,
 };
 pub(crate) use rate::parse_rate;
+pub(crate) use routing::DEFAULT_STICKY_TTL;
 pub use routing::{
     names_of, GroupConfig, Named, ParentConfig, ParentKind, Probe, RouteConfig, Secret, Sticky,
-    DENY, DIRECT,
+    StickyBy, DENY, DIRECT,
 };
 
 pub use settings::{
-    Admin, Auth, Dns, Http, Http2, Limits, Prefer, Process, Relay, Timeouts, Upstream, UserConfig,
-    DEFAULT_MAX_USER_SERIES,
+    Admin, Auth, ChoiceParam, Dns, Http, Http2, Limits, Prefer, Process, Relay, Timeouts, Upstream,
+    UserConfig, UserParams, DEFAULT_MAX_USER_SERIES,
 };
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]

@@ -198,6 +198,10 @@ pub(crate) enum Error {
     /// The listener requires authentication and the client did not pass it.
     #[error("proxy authentication required: {0}")]
     AuthRequired(&'static str),
+    /// The password was right, the parameters in the user name (`[auth.params]`) were
+    /// not: what was wrong with them.
+    #[error("proxy authentication required: {0}")]
+    AuthParams(Box<str>),
     /// Too many failed attempts from this client address.
     #[error("too many failed authentication attempts")]
     AuthRateLimited,
@@ -256,7 +260,7 @@ impl Error {
             Error::ShutdownDeadline => None,
             Error::Through { source, .. } => source.status(),
             Error::ParentRefused { .. } => Some(502),
-            Error::AuthRequired(_) => Some(407),
+            Error::AuthRequired(_) | Error::AuthParams(_) => Some(407),
             Error::AuthRateLimited => Some(429),
             Error::AuthBusy => Some(503),
             Error::LimitReached(_) => Some(503),
@@ -309,7 +313,7 @@ impl Error {
             | Error::ShutdownDeadline
             | Error::LimitReached(_)
             | Error::AuthBusy => R::GeneralFailure,
-            Error::AuthRequired(_) | Error::AuthRateLimited => R::NotAllowed,
+            Error::AuthRequired(_) | Error::AuthParams(_) | Error::AuthRateLimited => R::NotAllowed,
         }
     }
 }
@@ -334,7 +338,9 @@ impl Error {
                 | ConnectError::NoEgress(_)
                 | ConnectError::Bind { .. },
             ) => None,
-            Error::AuthRequired(_) | Error::AuthRateLimited => Some(Refused::Auth),
+            Error::AuthRequired(_) | Error::AuthParams(_) | Error::AuthRateLimited => {
+                Some(Refused::Auth)
+            }
             Error::LimitReached(_) | Error::Overloaded | Error::AuthBusy => Some(Refused::Limit),
             Error::Through { source, .. } => source.refusal(),
             Error::BadRequest(_)

@@ -104,12 +104,15 @@ pub struct Policy {
     /// with: such requests then get a 502 saying so).
     https_origins: Result<Arc<rustls::ClientConfig>, String>,
     /// Rules and routes naming a group no user is in or a user that is not defined
-    /// (`undefined_names`: usually a misspelling; such a rule matches nobody).
+    /// (`undefined_names`: usually a misspelling; such a rule matches nobody), and user
+    /// names that read as another user with parameters (`users_with_parameters`).
     pub(crate) undefined_names: Vec<String>,
     /// A listener requires authentication and no user is defined: everyone is refused.
     pub(crate) auth_without_users: bool,
     /// Parents, groups and routes.
     pub(crate) routes: crate::policy::route::Routes,
+    /// The user-name parameters `[auth.params]` declares; None: names are taken whole.
+    pub(crate) params: Option<crate::policy::auth::params::Declared>,
     /// TLS towards each `https` parent (by parent index), verified with its `ca` or the
     /// system's roots.
     parent_tls: Vec<Option<Arc<rustls::ClientConfig>>>,
@@ -248,6 +251,7 @@ impl Policy {
         }
         Ok(Policy {
             routes,
+            params: cfg.auth.params.as_ref().map(crate::policy::auth::params::Declared::new),
             parent_tls,
             undefined_names,
             auth_without_users,
@@ -363,6 +367,30 @@ fn undefined_names(cfg: &Config, users: &Users) -> Vec<String> {
         out.extend(undefined_users(rules(), "rule", known));
         out.extend(undefined_users(routes(), "route", known));
     }
+    out.extend(users_with_parameters(cfg, users));
+    out
+}
+
+/// With `[auth.params]`, users whose names read as another user with parameters
+/// (`alice-country-de` beside `alice`): a name that is a user is always taken whole, so
+/// that other user could never give those parameters. Sorted.
+fn users_with_parameters(cfg: &Config, users: &Users) -> Vec<String> {
+    let Some(p) = &cfg.auth.params else { return Vec::new() };
+    let declared = crate::policy::auth::params::Declared::new(p);
+    let mut out: Vec<String> = users
+        .names()
+        .filter_map(|name| {
+            let (user, params) = declared.split(name, |u| u != name && users.get(u).is_some());
+            let Ok(Some(_)) = params else { return None };
+            Some(format!(
+                "user `{name}` reads as the user `{user}` with parameters ([auth.params], \
+                 separator `{}`): the name is always that user's, so `{user}` could never give \
+                 them; rename one of the two",
+                p.separator
+            ))
+        })
+        .collect();
+    out.sort();
     out
 }
 
@@ -389,6 +417,8 @@ pub(crate) struct Access<'a> {
     pub(crate) host: &'a str,
     pub(crate) port: u16,
     pub(crate) protocol: Protocol,
+    /// The parameters of the user name, if it had any.
+    pub(crate) params: Option<&'a crate::acl::Params>,
 }
 
 impl Access<'_> {
@@ -402,6 +432,7 @@ impl Access<'_> {
             port: self.port,
             protocol: self.protocol,
             dest,
+            params: self.params,
         }
     }
 

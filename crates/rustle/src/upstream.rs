@@ -40,6 +40,7 @@ pub(crate) use egress::UdpFrom;
 pub(crate) use parents::UdpVia;
 
 /// Who asks for a connection to where.
+#[derive(Clone, Copy)]
 pub(crate) struct Want<'a> {
     /// The destination host as the client named it (a name or an address literal).
     pub(crate) host: &'a str,
@@ -54,7 +55,11 @@ pub(crate) struct Want<'a> {
     /// The local address the client connected to: only when a route binds to `same`
     /// (`Routes::needs_local`), None otherwise.
     pub(crate) local: Option<IpAddr>,
-    /// A sticky session's seed: when set, a route's outgoing address is a function of it.
+    /// The parameters of the user name (`alice-country-de`), if it had any.
+    pub(crate) params: Option<&'a crate::acl::Params>,
+    /// Makes the picks of one connection (a group's member, the outgoing address) a
+    /// function of it: the same seed, the same picks. A front end gives None; the route's
+    /// sticky session fills it in (`Routes::seed`).
     pub(crate) seed: Option<u64>,
 }
 
@@ -114,6 +119,8 @@ pub(crate) struct Plan<'p> {
     way: Way<'p>,
     /// Where the connection leaves from, when its route says (`bind`, `interface`).
     from: Option<Box<Leaving<'p>>>,
+    /// The route's sticky seed (`Want::seed` for the connection made).
+    seed: Option<u64>,
 }
 
 /// A route's outgoing addresses for one connection, and the pool key that goes with them
@@ -179,6 +186,15 @@ impl<'a> Want<'a> {
         }
     }
 
+    /// This request with the seed of its sticky session on `route` (`Routes::seed`),
+    /// unless it has one already.
+    pub(crate) fn seeded(&self, policy: &Policy, route: Option<&str>) -> Want<'a> {
+        let seed = self
+            .seed
+            .or_else(|| policy.routes.seed(route?, self.user, self.params, crate::limits::now()));
+        Want { seed, ..*self }
+    }
+
     /// The access decision's view of this request.
     fn access(&self, policy: &'a Policy) -> Access<'a> {
         // Rules and routes are the only readers of the user's groups: no lookup when there
@@ -195,6 +211,7 @@ impl<'a> Want<'a> {
             host: self.host,
             port: self.port,
             protocol: self.protocol,
+            params: self.params,
         }
     }
 }
@@ -226,6 +243,15 @@ pub(crate) fn local_of_udp(policy: &Policy, socket: &tokio::net::UdpSocket) -> O
     socket.local_addr().ok().map(|a| a.ip()).filter(|ip| !ip.is_unspecified())
 }
 
+/// The route a choice names, if any (for its sticky session).
+fn route_of<'c>(choice: &Choice<'c>) -> Option<&'c str> {
+    match *choice {
+        Choice::Direct { route, .. } => route,
+        Choice::Path { route, .. } => Some(route),
+        Choice::Deny { .. } | Choice::NeedAddress => None,
+    }
+}
+
 fn denied(d: Denial) -> Error {
     Error::Connect(ConnectError::Denied(d))
 }
@@ -242,8 +268,12 @@ impl Upstreams {
         let access = want.access(policy);
         let rules_too = access.precheck().map_err(denied)?;
         // No route: the direct path does nothing more.
+        let mut seed = want.seed;
         if !policy.routes.is_empty() {
-            let (way, egress) = match policy.routes.choose(&access.request(None)) {
+            let choice = policy.routes.choose(&access.request(None));
+            let want = &want.seeded(policy, route_of(&choice));
+            seed = want.seed;
+            let (way, egress) = match choice {
                 Choice::Direct { egress, .. } => (Way::Direct, egress),
                 Choice::Deny { route } => {
                     let rule = format!("route `{route}`");
@@ -257,7 +287,7 @@ impl Upstreams {
                 return self.start_route(policy, want, key, rules_too, (name, hops), from);
             }
             if !matches!(way, Way::Direct) {
-                return Ok(Start::Connect(Plan { rules_too, way, from }));
+                return Ok(Start::Connect(Plan { rules_too, way, from, seed }));
             }
             if let Some(from) = from {
                 // A connection from a chosen address: pooled under a key naming it, or not
@@ -272,7 +302,12 @@ impl Upstreams {
                         stream.close_now();
                     }
                 }
-                return Ok(Start::Connect(Plan { rules_too, way: Way::Direct, from: Some(from) }));
+                return Ok(Start::Connect(Plan {
+                    rules_too,
+                    way: Way::Direct,
+                    from: Some(from),
+                    seed,
+                }));
             }
         }
         if let Some(key) = key {
@@ -283,7 +318,7 @@ impl Upstreams {
                 stream.close_now();
             }
         }
-        Ok(Start::Connect(Plan { rules_too, way: Way::Direct, from: None }))
+        Ok(Start::Connect(Plan { rules_too, way: Way::Direct, from: None, seed }))
     }
 
     /// The second step: a new connection as `plan` says, within the connect timeout, with
@@ -312,15 +347,17 @@ impl Upstreams {
         plan: Plan<'_>,
         timeouts: &crate::config::Timeouts,
     ) -> Result<Connected, Error> {
-        let (way, from) = match plan.way {
+        let (way, from, seed) = match plan.way {
             Way::Undecided => {
-                let (way, egress) = self.decide(policy, &want.access(policy)).await?;
+                let (way, egress, seed) = self.decide(policy, want).await?;
                 // Decided by the target's addresses, after the caller's pool key was
                 // given up: never pooled.
-                (way, egress.map(|e| leaving(e, want, b"")))
+                let want = &Want { seed, ..*want };
+                (way, egress.map(|e| leaving(e, want, b"")), seed)
             }
-            way => (way, plan.from),
+            way => (way, plan.from, plan.seed),
         };
+        let want = &Want { seed, ..*want };
         // Through parents: boxed, so that a direct connection's future does not carry a
         // chain's handshakes.
         let (route, first) = match way {
@@ -343,9 +380,11 @@ impl Upstreams {
         plan: &mut Plan<'p>,
     ) -> Result<(), Error> {
         let Way::Undecided = plan.way else { return Ok(()) };
-        let (way, egress) = self.decide(policy, &want.access(policy)).await?;
+        let (way, egress, seed) = self.decide(policy, want).await?;
+        let want = &Want { seed, ..*want };
         // Decided by the target's addresses: never pooled (see `make`).
         plan.from = egress.map(|e| leaving(e, want, b""));
+        plan.seed = seed;
         let way = match way {
             Way::Route { name, hops } => {
                 let chain = parents::pick_chain(policy, want, hops)
@@ -357,32 +396,36 @@ impl Upstreams {
             }
             way => way,
         };
-        plan.way = way;
+        (plan.way, plan.seed) = (way, seed);
         Ok(())
     }
 
     /// A route whose `destinations` decide: the target is resolved (through the cache)
-    /// and the first address that settles the choice does.
+    /// and the first address that settles the choice does; with the seed of the chosen
+    /// route's sticky session.
     async fn decide<'p>(
         &self,
         policy: &'p Policy,
-        access: &Access<'_>,
-    ) -> Result<(Way<'p>, Option<&'p Egress>), Error> {
+        want: &Want<'_>,
+    ) -> Result<(Way<'p>, Option<&'p Egress>, Option<u64>), Error> {
+        let access = want.access(policy);
         let ips = self.resolve(access.host).await.map_err(Error::Connect)?;
         for ip in ips.iter() {
-            match policy.routes.choose(&access.request(Some(*ip))) {
-                Choice::Direct { egress, .. } => return Ok((Way::Direct, egress)),
+            let choice = policy.routes.choose(&access.request(Some(*ip)));
+            let seed = want.seeded(policy, route_of(&choice)).seed;
+            match choice {
+                Choice::Direct { egress, .. } => return Ok((Way::Direct, egress, seed)),
                 Choice::Deny { route } => {
                     let rule = format!("route `{route}`");
                     return Err(denied(Denial { rule, reason: "the route refuses it" }));
                 }
                 Choice::Path { route, hops, egress } => {
-                    return Ok((Way::Route { name: route, hops }, egress))
+                    return Ok((Way::Route { name: route, hops }, egress, seed))
                 }
                 Choice::NeedAddress => {}
             }
         }
-        Ok((Way::Direct, None))
+        Ok((Way::Direct, None, want.seed))
     }
 
     /// A direct connection to the target, each resolved address vetted by the rules.

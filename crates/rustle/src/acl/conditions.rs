@@ -40,6 +40,8 @@ pub(crate) struct Conditions {
     pub(crate) ports: Option<Vec<String>>,
     /// http, connect, socks5, socks4, relay, udp, bind.
     pub(crate) protocols: Option<Vec<String>>,
+    /// User-name parameters, `NAME=VALUE` (`[auth.params]` declares them).
+    pub(crate) params: Option<Vec<String>>,
 }
 
 impl Conditions {
@@ -59,6 +61,7 @@ impl Conditions {
             "destinations" => &mut self.destinations,
             "ports" => &mut self.ports,
             "protocols" => &mut self.protocols,
+            "params" => &mut self.params,
             _ => return Ok(false),
         };
         *slot = Some(map.next_value()?);

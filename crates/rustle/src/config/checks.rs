@@ -235,3 +235,94 @@ pub(super) fn dns_problems(d: &Dns) -> Vec<(&'static str, String)> {
     }
     out
 }
+
+/// `[auth.params]` and the `params` conditions of rules and routes: a separator that no
+/// name or value holds, declared names and values a user name can carry, and conditions
+/// that name only declared parameters and values. Each problem with its key path.
+pub(super) fn params_problems(config: &Config) -> Vec<(Vec<String>, String)> {
+    let mut out = Vec::new();
+    let key = |k: &[&str]| k.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    let declared = config.auth.params.as_ref();
+    if let Some(p) = declared {
+        let sep = p.separator.as_str();
+        let bad_sep = |c: char| {
+            c.is_ascii_alphanumeric() || c == '_' || c == ':' || c.is_whitespace() || c.is_control()
+        };
+        if sep.is_empty() || sep.chars().count() > 4 || sep.chars().any(bad_sep) {
+            out.push((
+                key(&["auth", "params", "separator"]),
+                "auth.params.separator: 1 to 4 characters, none of them a letter, digit, `_`, \
+                 `:`, space or control character (\"-\" or \"+\", say)"
+                    .to_string(),
+            ));
+        }
+        if p.max_ttl.is_zero() {
+            let message = "auth.params.max_ttl: must not be zero".to_string();
+            out.push((key(&["auth", "params", "max_ttl"]), message));
+        }
+        let word = |s: &str| {
+            (1..=32).contains(&s.len()) && s.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
+        };
+        for (i, c) in p.choices.iter().enumerate() {
+            let at = key(&["auth", "params", "choice", &i.to_string()]);
+            let this = format!("auth.params.choice `{}`", c.name);
+            if !word(&c.name) {
+                out.push((at.clone(), format!("{this}: a name is 1 to 32 of A-Z, a-z, 0-9 and _")));
+            }
+            if c.name == "session" || c.name == "ttl" {
+                out.push((at.clone(), format!("{this}: `{}` is built in", c.name)));
+            }
+            if p.choices[..i].iter().any(|o| o.name == c.name) {
+                out.push((at.clone(), format!("{this}: declared twice")));
+            }
+            if c.values.is_empty() {
+                out.push((at.clone(), format!("{this}: `values = []`: no value could be given")));
+            }
+            for v in &c.values {
+                let odd = v.is_empty()
+                    || v.len() > 64
+                    || v.contains(':')
+                    || v.chars().any(|ch| ch.is_whitespace() || ch.is_control())
+                    || (!sep.is_empty() && v.contains(sep));
+                if odd {
+                    out.push((
+                        at.clone(),
+                        format!(
+                            "{this}: value `{v}`: 1 to 64 characters, without the separator, \
+                             `:`, spaces or control characters"
+                        ),
+                    ));
+                }
+            }
+        }
+    }
+    let tables = config
+        .rules
+        .iter()
+        .enumerate()
+        .map(|(i, r)| ("rule", i, &r.conditions))
+        .chain(config.routes.iter().enumerate().map(|(i, r)| ("route", i, &r.conditions)));
+    for (table, i, conditions) in tables {
+        let at = key(&[table, &i.to_string(), "params"]);
+        for wanted in conditions.params.iter().flatten() {
+            let Some((name, value)) = wanted.split_once('=') else { continue };
+            let message = match declared {
+                None => format!("{table} {}: `params` needs [auth.params]", i + 1),
+                Some(p) => match p.choices.iter().find(|c| c.name == name) {
+                    None => format!(
+                        "{table} {}: `{wanted}`: no parameter `{name}` in [auth.params] \
+                         (only declared ones, [[auth.params.choice]], can be matched)",
+                        i + 1
+                    ),
+                    Some(c) if !c.values.iter().any(|v| v == value) => format!(
+                        "{table} {}: `{wanted}`: `{value}` is not a declared value of `{name}`",
+                        i + 1
+                    ),
+                    Some(_) => continue,
+                },
+            };
+            out.push((at.clone(), message));
+        }
+    }
+    out
+}

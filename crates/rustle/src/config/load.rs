@@ -196,6 +196,11 @@ impl Config {
             route.conditions.groups_line = line_in(&["route", &i.to_string(), "groups"]);
             route.conditions.users_line = line_in(&["route", &i.to_string(), "users"]);
         }
+        for (segs, message) in super::checks::params_problems(&config) {
+            if !lines.damaged_at(&segs) {
+                problems.push(Problem { line: lines.at(&segs), message });
+            }
+        }
         let routing =
             routing::problems(&config.parents, &config.groups, &config.routes, &config.listeners);
         for (segs, message) in routing {

@@ -123,6 +123,22 @@ pub enum Sticky {
     Client,
 }
 
+/// What a route's sticky sessions are keyed by (`sticky` on `[[route]]`): the same key
+/// keeps the same seed, so the same parent of a group and the same outgoing address,
+/// for `sticky_ttl` from its first use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum StickyBy {
+    /// The authenticated user (its session ids aside).
+    User,
+    /// The user and the session id it gives in its user name (`alice-session-x7k2`);
+    /// a request without one is not sticky.
+    Session,
+}
+
+/// How long a route's sticky session lasts when `sticky_ttl` is not given.
+pub(crate) const DEFAULT_STICKY_TTL: Duration = Duration::from_secs(600);
+
 /// The names a route or a fallback may give besides parents and groups.
 pub const DIRECT: &str = "direct";
 pub const DENY: &str = "deny";
@@ -211,6 +227,11 @@ pub struct RouteConfig {
     pub(crate) via: Vec<String>,
     /// Where its connections leave from (`bind`, `bind_pick`, `interface`).
     pub(crate) egress: super::EgressConfig,
+    /// Sticky sessions on this route, by user or by user and session id.
+    pub(crate) sticky: Option<StickyBy>,
+    /// How long a sticky session lasts from its first use (a client's `ttl` parameter
+    /// overrides it, up to `auth.params.max_ttl`).
+    pub(crate) sticky_ttl: Option<Duration>,
 }
 
 impl<'de> Deserialize<'de> for RouteConfig {
@@ -222,6 +243,10 @@ impl<'de> Deserialize<'de> for RouteConfig {
                 names(d).map(Via)
             }
         }
+        /// `sticky_ttl`: a duration as every other in the file.
+        #[derive(Deserialize)]
+        #[serde(transparent)]
+        struct Ttl(#[serde(deserialize_with = "duration")] Duration);
         struct Route;
         impl<'de> serde::de::Visitor<'de> for Route {
             type Value = RouteConfig;
@@ -236,6 +261,7 @@ impl<'de> Deserialize<'de> for RouteConfig {
             ) -> Result<RouteConfig, A::Error> {
                 let (mut name, mut via, mut conditions) = (None, None, Conditions::default());
                 let mut egress = super::EgressConfig::default();
+                let (mut sticky, mut sticky_ttl) = (None, None);
                 while let Some(key) = map.next_key::<String>()? {
                     match key.as_str() {
                         "name" => name = Some(map.next_value()?),
@@ -243,13 +269,15 @@ impl<'de> Deserialize<'de> for RouteConfig {
                         "bind" => egress.bind = map.next_value::<Via>()?.0,
                         "bind_pick" => egress.pick = Some(map.next_value()?),
                         "interface" => egress.interface = Some(map.next_value()?),
+                        "sticky" => sticky = Some(map.next_value()?),
+                        "sticky_ttl" => sticky_ttl = Some(map.next_value::<Ttl>()?.0),
                         k if conditions.take(k, &mut map)? => {}
                         // Read as ignored, so that serde_ignored reports it.
                         _ => _ = map.next_value::<serde::de::IgnoredAny>()?,
                     }
                 }
                 let via = via.ok_or_else(|| serde::de::Error::missing_field("via"))?;
-                Ok(RouteConfig { name, conditions, via, egress })
+                Ok(RouteConfig { name, conditions, via, egress, sticky, sticky_ttl })
             }
         }
         d.deserialize_map(Route)
@@ -426,6 +454,27 @@ pub(super) fn problems(
                     }
                 }
             }
+        }
+    }
+    for (i, r) in routes.iter().enumerate() {
+        let this = r.label(i);
+        if r.sticky_ttl.is_some() && r.sticky.is_none() {
+            out.push((
+                at("route", i, "sticky_ttl"),
+                format!("{this}: `sticky_ttl` needs `sticky = \"user\"` or `\"session\"`"),
+            ));
+        }
+        if r.sticky_ttl.is_some_and(|t| t.is_zero()) {
+            out.push((
+                at("route", i, "sticky_ttl"),
+                format!("{this}: `sticky_ttl` must not be zero"),
+            ));
+        }
+        if r.sticky.is_some() && r.via.len() == 1 && r.via[0] == DENY {
+            out.push((
+                at("route", i, "sticky"),
+                format!("{this}: a `deny` route has nothing to stick to"),
+            ));
         }
     }
     let conditions = routes.iter().map(|r| (&r.name, &r.conditions));

@@ -78,6 +78,12 @@ pub struct Limits {
     /// `rate_up`/`rate_down` overrides it.
     pub(crate) user_rate_up: Option<String>,
     pub(crate) user_rate_down: Option<String>,
+    /// Sticky sessions (`sticky` on routes) remembered at once, across workers: when the
+    /// table is full and none has expired, new sessions are not sticky.
+    pub(crate) max_sticky_sessions: usize,
+    /// Of those, the most one user may hold, across routes (0: no bound but the table's):
+    /// a user at its bound gets no new sticky session until one of its own expires.
+    pub(crate) max_sticky_sessions_per_user: usize,
 }
 
 impl Default for Limits {
@@ -90,6 +96,8 @@ impl Default for Limits {
             max_connections_per_user: None,
             user_rate_up: None,
             user_rate_down: None,
+            max_sticky_sessions: 100_000,
+            max_sticky_sessions_per_user: 1_000,
         }
     }
 }
@@ -311,6 +319,43 @@ pub struct Auth {
     pub(crate) max_pending_hashes: usize,
     /// Password checks one client address may have waiting or running.
     pub(crate) max_hashes_per_client: usize,
+    /// User-name parameters (`alice-session-x7k2`), off unless `[auth.params]` is given.
+    pub(crate) params: Option<UserParams>,
+}
+
+/// `[auth.params]`: what a client may add to its user name after a separator
+/// (`alice-session-x7k2-ttl-10m`, `alice-country-de`). Built in: `session` (a session id
+/// for `sticky = "session"` routes) and `ttl` (how long that session sticks); the others
+/// are declared here with every value they may take.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default)]
+pub struct UserParams {
+    /// Between the user name and each parameter name and value: one character or a short
+    /// string, none of them in a session id or a declared value.
+    pub(crate) separator: String,
+    /// The longest `ttl` a client may ask for; a longer one is cut to it.
+    #[serde(deserialize_with = "duration")]
+    pub(crate) max_ttl: Duration,
+    /// Declared parameters: a name and the values it may take (`[[auth.params.choice]]`).
+    #[serde(rename = "choice")]
+    pub(crate) choices: Vec<ChoiceParam>,
+}
+
+impl Default for UserParams {
+    fn default() -> Self {
+        UserParams {
+            separator: "-".into(),
+            max_ttl: Duration::from_secs(3600),
+            choices: Vec::new(),
+        }
+    }
+}
+
+/// One declared user-name parameter: its name and every value it may take.
+#[derive(Debug, Clone, Deserialize)]
+pub struct ChoiceParam {
+    pub(crate) name: String,
+    pub(crate) values: Vec<String>,
 }
 
 impl Default for Auth {
@@ -326,6 +371,7 @@ impl Default for Auth {
             hash_threads: 2,
             max_pending_hashes: 64,
             max_hashes_per_client: 2,
+            params: None,
         }
     }
 }

@@ -66,6 +66,8 @@ pub(crate) struct Client {
     /// The user this connection authenticated as, and the header value that proved it
     /// (a later request with the same value needs no new check).
     pub(crate) user: Option<Rc<str>>,
+    /// The parameters its user name carried (`[auth.params]`), with the same header value.
+    pub(crate) params: Option<Rc<crate::acl::Params>>,
     auth_seen: Vec<u8>,
     /// The users' generation `auth_seen` was checked against (a reload invalidates it).
     auth_gen: u64,
@@ -159,6 +161,7 @@ async fn serve_with(
         peer,
         buf,
         user: None,
+        params: None,
         auth_seen: Vec::new(),
         auth_gen: 0,
         traffic: None,
@@ -266,6 +269,7 @@ pub(crate) async fn refuse_overloaded(
         guard,
         worker,
         user: None,
+        params: None,
         auth_seen: Vec::new(),
         auth_gen: 0,
         traffic: None,
@@ -440,7 +444,7 @@ impl Client {
         let mut scratch = Vec::new();
         let (user, password) = crate::policy::auth::parse_basic(&value, &mut scratch)
             .map_err(|_| Error::AuthRequired("malformed Proxy-Authorization"))?;
-        self.worker.authenticate(self.peer.ip(), user, password).await?;
+        let (user, params) = self.worker.authenticate(self.peer.ip(), user, password).await?;
         if self.user.as_deref().is_some_and(|u| u != user) {
             // The connection is counted against its first user's limit.
             return Err(Error::AuthRequired("a connection cannot change users"));
@@ -452,6 +456,7 @@ impl Client {
             self.traffic = Some(self.worker.traffic.entry(user));
         }
         self.user = Some(Rc::from(user));
+        self.params = params.map(Rc::new);
         self.auth_seen = value;
         self.auth_gen = generation;
         Ok(())
@@ -485,6 +490,7 @@ impl Client {
             listener: self.listener.name.as_deref(),
             tls,
             local: crate::upstream::local_of(&policy, || self.stream.local_addr()),
+            params: self.params.as_deref(),
             seed: None,
         };
         let key = key.map(|k| worker.upstreams.key(k));

@@ -95,6 +95,7 @@ impl Shared {
 /// it was checked against (a later stream with the same value needs no new check).
 struct Authenticated {
     user: Rc<str>,
+    params: Option<Rc<crate::acl::Params>>,
     seen: Vec<u8>,
     generation: u64,
 }
@@ -354,6 +355,8 @@ struct Exchange {
     /// The route and parents taken, if any.
     via: Option<Rc<crate::telemetry::accesslog::Via>>,
     user: Option<Rc<str>>,
+    /// The parameters of the stream's user name (`[auth.params]`).
+    params: Option<Rc<crate::acl::Params>>,
     /// The stream became a tunnel (CONNECT, WebSocket), for the metrics' durations.
     tunnel: bool,
 }
@@ -375,6 +378,7 @@ impl Exchange {
             upstream: self.upstream,
             via: self.via.take(),
             user: self.user.clone(),
+            params: self.params.clone(),
             tunnel: true,
         }
     }
@@ -428,13 +432,14 @@ async fn stream(live: Live, req: Request<RecvStream>, mut respond: SendResponse<
         upstream: None,
         via: None,
         user: None,
+        params: None,
         tunnel: false,
     };
     let mut slot = None;
     let result = async {
         let slot = &mut slot;
         if shared.listener.auth {
-            ex.user = Some(authenticate(&shared, req.headers()).await?);
+            (ex.user, ex.params) = authenticate(&shared, req.headers()).await?;
         } else {
             ex.user = shared.cert_user.clone();
         }
@@ -528,9 +533,12 @@ fn answer_error(shared: &Shared, respond: &mut SendResponse<Bytes>, e: &Error) -
 
 /// `proxy-authorization` of one stream, checked once per connection while it stays the
 /// same (as on HTTP/1.1). A connection counts against its first user's limit.
-async fn authenticate(shared: &Shared, headers: &HeaderMap) -> Result<Rc<str>, Error> {
+async fn authenticate(
+    shared: &Shared,
+    headers: &HeaderMap,
+) -> Result<(Option<Rc<str>>, Option<Rc<crate::acl::Params>>), Error> {
     if let Some(user) = &shared.cert_user {
-        return Ok(user.clone());
+        return Ok((Some(user.clone()), None));
     }
     let Some(value) = headers.get(http::header::PROXY_AUTHORIZATION) else {
         return Err(Error::AuthRequired("credentials required"));
@@ -539,13 +547,13 @@ async fn authenticate(shared: &Shared, headers: &HeaderMap) -> Result<Rc<str>, E
     let generation = shared.worker.users_generation();
     if let Some(a) = &*shared.auth.borrow() {
         if a.seen.as_slice() == value && a.generation == generation {
-            return Ok(a.user.clone());
+            return Ok((Some(a.user.clone()), a.params.clone()));
         }
     }
     let mut scratch = Vec::new();
     let (user, password) = crate::policy::auth::parse_basic(value, &mut scratch)
         .map_err(|_| Error::AuthRequired("malformed Proxy-Authorization"))?;
-    shared.worker.authenticate(shared.peer.ip(), user, password).await?;
+    let (user, params) = shared.worker.authenticate(shared.peer.ip(), user, password).await?;
     let current = shared.auth.borrow().as_ref().map(|a| a.user.clone());
     if current.as_deref().is_some_and(|u| u != user) {
         return Err(Error::AuthRequired("a connection cannot change users"));
@@ -554,10 +562,18 @@ async fn authenticate(shared: &Shared, headers: &HeaderMap) -> Result<Rc<str>, E
         return Err(Error::LimitReached("for this user"));
     }
     let user: Rc<str> = current.unwrap_or_else(|| Rc::from(user));
-    *shared.auth.borrow_mut() =
-        Some(Authenticated { user: user.clone(), seen: value.to_vec(), generation });
-    Ok(user)
+    let params = params.map(Rc::new);
+    *shared.auth.borrow_mut() = Some(Authenticated {
+        user: user.clone(),
+        params: params.clone(),
+        seen: value.to_vec(),
+        generation,
+    });
+    Ok((Some(user), params))
 }
+
+/// A stream's user and the parameters of its user name.
+type Who<'a> = (Option<&'a str>, Option<&'a crate::acl::Params>);
 
 /// A connection for this stream from the upstream layer (`upstream::Upstreams`): a pooled
 /// one under `key` when there is one, or a new one (boxed: an attempt's state would
@@ -565,7 +581,7 @@ async fn authenticate(shared: &Shared, headers: &HeaderMap) -> Result<Rc<str>, E
 /// (`unless_reset`).
 async fn upstream(
     shared: &Shared,
-    user: Option<&str>,
+    (user, params): Who<'_>,
     key: Option<&[u8]>,
     host: &str,
     port: u16,
@@ -583,6 +599,7 @@ async fn upstream(
         listener: shared.listener.name.as_deref(),
         tls,
         local: shared.local,
+        params,
         seed: None,
     };
     if let Some(key) = key {
@@ -610,12 +627,12 @@ struct Tcp {
 /// HTTP/2 stream relays from the socket itself: one through a TLS parent is refused.
 async fn upstream_tcp(
     shared: &Shared,
-    user: Option<&str>,
+    who: Who<'_>,
     host: &str,
     port: u16,
     protocol: crate::acl::Protocol,
 ) -> Result<Tcp, Error> {
-    let c = upstream(shared, user, None, host, port, protocol, Tls::Plain).await?;
+    let c = upstream(shared, who, None, host, port, protocol, Tls::Plain).await?;
     match c.stream {
         Stream::Tcp(stream) => {
             Ok(Tcp { stream, addr: c.addr, via: c.via, absolute: c.absolute, early: c.early })

@@ -66,6 +66,7 @@ pub(crate) async fn serve(
         listener: listener.name.as_deref(),
         tls: tls_to_target,
         local: crate::upstream::local_of(&policy, || client.local_addr()),
+        params: None,
         seed: None,
     };
     // What the client sends while the target is connected to goes first through the

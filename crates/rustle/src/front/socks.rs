@@ -30,6 +30,8 @@ pub(crate) struct Session {
     pub(crate) guard: ConnGuard,
     /// The authenticated user, if any.
     pub(crate) user: Option<String>,
+    /// The parameters its user name carried (`[auth.params]`).
+    pub(crate) params: Option<Box<crate::acl::Params>>,
     pub(crate) worker: Rc<Worker>,
     pub(crate) listener: Arc<Listener>,
     pub(crate) stream: TcpStream,
@@ -68,6 +70,7 @@ pub(crate) async fn serve(
     let mut s = Session {
         guard,
         user: None,
+        params: None,
         worker: worker.clone(),
         listener,
         stream,
@@ -145,7 +148,11 @@ async fn socks5_credentials(s: &mut Session) -> Result<(), Error> {
     let (user, password) = loop {
         match socks5::parse_credentials(s.buf.filled()) {
             Ok(Some((c, n))) => {
-                let pair = (String::from_utf8_lossy(c.user).into_owned(), c.password.to_vec());
+                // A name that is not UTF-8 is no user's: checked as an unknown user (a
+                // NUL no user name holds), never as the name with its bytes replaced
+                // (`bob\xff` must not pass as a user `bob\u{fffd}`).
+                let user = std::str::from_utf8(c.user).unwrap_or("\0").to_owned();
+                let pair = (user, c.password.to_vec());
                 s.buf.consume(n);
                 break pair;
             }
@@ -160,21 +167,28 @@ async fn socks5_credentials(s: &mut Session) -> Result<(), Error> {
     if s.listener.auth {
         let worker = s.worker.clone();
         let checked = worker.authenticate(s.peer.ip(), &user, &password).await;
-        let checked = checked.and_then(|()| {
-            if s.guard.hold_user(&user) {
-                Ok(())
+        let checked = checked.and_then(|(user, params)| {
+            if s.guard.hold_user(user) {
+                Ok((user.len(), params))
             } else {
                 Err(Error::LimitReached("for this user"))
             }
         });
-        if let Err(e) = checked {
-            // RFC 1929's failure status has no SOCKS5 reply code: logged as the reply of
-            // the same meaning (not allowed), never as 0 (succeeded).
-            s.status = e.socks5_reply() as u16;
-            let _ = s.send(&socks5::auth_status(false)).await;
-            return Err(e);
-        }
+        let (len, params) = match checked {
+            Ok(ok) => ok,
+            Err(e) => {
+                // RFC 1929's failure status has no SOCKS5 reply code: logged as the reply
+                // of the same meaning (not allowed), never as 0 (succeeded).
+                s.status = e.socks5_reply() as u16;
+                let _ = s.send(&socks5::auth_status(false)).await;
+                return Err(e);
+            }
+        };
+        // The user is the name's first `len` bytes (`authenticate` cut its parameters).
+        let mut user = user;
+        user.truncate(len);
         s.user = Some(user);
+        s.params = params.map(Box::new);
     }
     s.send(&socks5::auth_status(true)).await
 }
@@ -233,6 +247,7 @@ impl Session {
             listener: self.listener.name.as_deref(),
             tls: Tls::Plain,
             local: crate::upstream::local_of(&self.worker.policy(), || self.stream.local_addr()),
+            params: self.params.as_deref(),
             seed: None,
         }
     }
@@ -250,7 +265,7 @@ impl Session {
             Host::Ip(ip) => ip.to_string(),
             Host::Domain(d) => d.as_str().to_string(),
         };
-        let Session { listener, peer, user, stream, buf, .. } = self;
+        let Session { listener, peer, user, params, stream, buf, .. } = self;
         let want = Want {
             host: &host,
             port: dst.port,
@@ -260,6 +275,7 @@ impl Session {
             listener: listener.name.as_deref(),
             tls: Tls::Plain,
             local: crate::upstream::local_of(&policy, || stream.local_addr()),
+            params: params.as_deref(),
             seed: None,
         };
         // What the client sends meanwhile (optimistic data) is kept in `buf` and goes
@@ -304,6 +320,7 @@ impl Session {
             host: &host,
             port: dst.port,
             protocol: Protocol::Bind,
+            params: self.params.as_deref(),
         };
         let denied = |d| Error::Connect(crate::error::ConnectError::Denied(d));
         let needs_address = access.precheck().map_err(denied)?;

@@ -135,6 +135,7 @@ async fn session_socket(
             listener: listener.name.as_deref(),
             tls: crate::upstream::Tls::Plain,
             local,
+            params: None,
             seed: None,
         };
         worker.upstreams.udp_from(&policy, &want)

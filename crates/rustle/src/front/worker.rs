@@ -295,17 +295,25 @@ impl Worker {
         self.policy.borrow().clone()
     }
 
-    /// Checks a user name and password against the users in force (`auth::Gate`).
-    pub(crate) async fn authenticate(
+    /// Checks a user name and password against the users in force (`auth::Gate`): the
+    /// one place a name is taken apart. With `[auth.params]`, `alice-session-x7k2` is
+    /// the user `alice` (its password checked, its cached check shared by every
+    /// parameter) with parameters; they are refused only once the password has passed,
+    /// so that the answer tells nobody else which users exist (`Gate::authenticate`).
+    /// Gives the user (a prefix of `name`) and its parameters.
+    pub(crate) async fn authenticate<'u>(
         &self,
         client: std::net::IpAddr,
-        user: &str,
+        name: &'u str,
         password: &[u8],
-    ) -> Result<(), crate::error::Error> {
+    ) -> Result<(&'u str, Option<crate::acl::Params>), crate::error::Error> {
         use crate::error::Error;
         let policy = self.policy();
-        match self.auth.verify(&policy.users, client, user, password).await {
-            Ok(()) => Ok(()),
+        let checked =
+            self.auth.authenticate(&policy.users, policy.params.as_ref(), client, name, password);
+        match checked.await {
+            Ok((user, Ok(params))) => Ok((user, params)),
+            Ok((_, Err(e))) => Err(Error::AuthParams(e.to_string().into())),
             Err(Refusal::RateLimited) => Err(Error::AuthRateLimited),
             Err(Refusal::Wrong) => Err(Error::AuthRequired("unknown user or wrong password")),
             Err(Refusal::Busy) => Err(Error::AuthBusy),

@@ -8,6 +8,8 @@
 //! - `limiter`: `FailureLimiter`, a token bucket of failed attempts per client address.
 //! - `gate`: `Gate`, one worker's check of credentials: the cache, then the hash off the
 //!   event loop, failures limited (counted before the hash).
+//! - `params`: user-name parameters (`alice-session-x7k2`): where the user ends, and what
+//!   the rest says.
 //! - `hasher`: `Hasher`, the process's few hashing threads, their bounded queue and the
 //!   share of it one client address may take; each thread reuses one argon2 memory block.
 //!
@@ -32,6 +34,7 @@ mod cache;
 mod gate;
 mod hasher;
 mod limiter;
+pub(crate) mod params;
 
 pub(crate) use basic::parse_basic;
 pub(crate) use cache::CredentialCache;
@@ -403,6 +406,11 @@ impl Users {
 
     pub(crate) fn get(&self, name: &str) -> Option<&User> {
         self.by_name.get(name)
+    }
+
+    /// Every user's name, in no order.
+    pub(crate) fn names(&self) -> impl Iterator<Item = &str> {
+        self.by_name.keys().map(String::as_str)
     }
 
     /// Whether some user is in `group` (a walk over every user: for checks at load time).

@@ -2,7 +2,8 @@
 //! ([`Routes::choose`]), and which parent a hop takes for one connection
 //! ([`Routes::pick`]). Pure: no I/O, no lock; it lives in `policy::Policy`, shared by every
 //! worker, and the only state that changes is each parent's [`Health`] and each group's
-//! turn counter (atomics).
+//! turn counter (atomics), and the sticky sessions of routes that have them (`sticky`:
+//! a table behind small locks, touched only by requests on those routes).
 //!
 //! Choices made here:
 //! - A group picks by weight with a shared turn counter stepped once per connection and
@@ -12,6 +13,9 @@
 //! - `sticky = "user"` / `"client"`: weighted rendezvous hashing of the user name (the
 //!   client address for anonymous clients) or the client address with each member's name.
 //!   A member going down moves only its own users; when it is back they return to it.
+//! - A seed (`Want::seed`, from a route's sticky session: [`Routes::seed`]) replaces the
+//!   user or client in that hash, whatever the group's own `sticky`: a session keeps its
+//!   member while it is up, and a new session lands anywhere.
 //! - A member that is down is skipped. With every member down the group's `fallback`
 //!   decides: `deny`, `direct`, another group (followed, at most once per group), or a
 //!   parent, refused when that parent is down too.
@@ -33,9 +37,11 @@ use std::time::{Duration, Instant};
 
 pub(crate) mod egress;
 
-use crate::acl::{Match, Request, RuleSet};
+use crate::acl::{Match, Params, Request, RuleSet};
 use crate::config::{Config, Named};
-pub(crate) use crate::config::{ParentKind, Probe, Secret, Sticky};
+pub(crate) use crate::config::{ParentKind, Probe, Secret, Sticky, StickyBy};
+
+mod sticky;
 
 /// A parent proxy, compiled.
 #[derive(Debug, Clone)]
@@ -267,11 +273,19 @@ struct Group {
     turn: AtomicU64,
 }
 
+/// A route's sticky sessions: keyed by what, and for how long by default.
+#[derive(Debug, Clone, Copy)]
+struct RouteSticky {
+    by: StickyBy,
+    ttl: Duration,
+}
+
 #[derive(Debug)]
 struct Route {
     name: Box<str>,
     via: Via,
     egress: Option<egress::Egress>,
+    sticky: Option<RouteSticky>,
     /// What it sent through parents, for `/metrics` (kept across a reload by name).
     counters: Arc<crate::telemetry::metrics::PeerCounters>,
 }
@@ -286,6 +300,8 @@ pub(crate) struct Routes {
     conditions: RuleSet,
     /// Some route binds to `same`: front ends pass the client's local address.
     same: bool,
+    /// The sticky sessions, when a route has `sticky` (None: no request pays for them).
+    sessions: Option<Arc<sticky::Table>>,
 }
 
 impl Default for Routes {
@@ -296,6 +312,7 @@ impl Default for Routes {
             routes: Box::new([]),
             conditions: RuleSet::compile(&[], true).unwrap_or_else(|_| unreachable!()),
             same: false,
+            sessions: None,
         }
     }
 }
@@ -409,14 +426,55 @@ impl Routes {
                 None => format!("route {}", i + 1).into(),
             };
             let egress = egress::Egress::build(&r.egress, i, &name).map_err(|e| vec![e])?;
-            routes.push(Route { name, via, egress, counters: Arc::default() });
+            let sticky = r.sticky.map(|by| RouteSticky {
+                by,
+                ttl: r.sticky_ttl.unwrap_or(crate::config::DEFAULT_STICKY_TTL),
+            });
+            routes.push(Route { name, via, egress, sticky, counters: Arc::default() });
         }
         let conditions = cfg.routes.iter().map(|r| (&r.name, &r.conditions));
         let conditions = RuleSet::compile_conditions(conditions).map_err(|errs| {
             errs.into_iter().map(|(i, e)| format!("route {}: {e}", i + 1)).collect::<Vec<_>>()
         })?;
+        let sessions = routes.iter().any(|r| r.sticky.is_some()).then(|| {
+            Arc::new(sticky::Table::new(
+                cfg.limits.max_sticky_sessions,
+                cfg.limits.max_sticky_sessions_per_user,
+            ))
+        });
         let same = routes.iter().any(|r| r.egress.as_ref().is_some_and(egress::Egress::same));
-        Ok(Routes { parents, groups: groups.into(), routes: routes.into(), conditions, same })
+        Ok(Routes {
+            parents,
+            groups: groups.into(),
+            routes: routes.into(),
+            conditions,
+            same,
+            sessions,
+        })
+    }
+
+    /// The seed of the sticky session a request of `user` with `params` is in on the
+    /// route `choose` named `route`, at `now`; None when the route is not sticky, the
+    /// request is anonymous, a `session` route gets no session id, or the table is full.
+    /// A request on a route without `sticky` costs a test when no route has it, else a
+    /// walk over the routes' names.
+    pub(crate) fn seed(
+        &self,
+        route: &str,
+        user: Option<&str>,
+        params: Option<&Params>,
+        now: Instant,
+    ) -> Option<u64> {
+        let table = self.sessions.as_ref()?;
+        let r = self.routes.iter().find(|r| *r.name == *route)?;
+        let sticky = r.sticky?;
+        let user = user?;
+        let session = match sticky.by {
+            StickyBy::User => "",
+            StickyBy::Session => params?.session.as_deref()?,
+        };
+        let ttl = params.and_then(|p| p.ttl).unwrap_or(sticky.ttl);
+        table.seed(&r.name, user, session, ttl, now)
     }
 
     /// No routes: every request goes direct, and the direct path needs nothing else.
@@ -465,11 +523,25 @@ impl Routes {
     /// connection of `user` (None: anonymous) from `client`. A lone parent that is down is
     /// refused; a group skips members that are down and falls back when all are (see the
     /// module's notes). No allocation unless refused.
+    #[cfg(test)]
     pub(crate) fn pick(
         &self,
         hop: &Hop,
         user: Option<&str>,
         client: IpAddr,
+        now: Instant,
+    ) -> Pick<'_> {
+        self.pick_seeded(hop, user, client, None, now)
+    }
+
+    /// [`Routes::pick`] with a sticky session's seed: a group picks by it (see the
+    /// module's notes).
+    pub(crate) fn pick_seeded(
+        &self,
+        hop: &Hop,
+        user: Option<&str>,
+        client: IpAddr,
+        seed: Option<u64>,
         now: Instant,
     ) -> Pick<'_> {
         match *hop {
@@ -478,7 +550,7 @@ impl Routes {
                 Some(p) => Pick::Deny(format!("{p} is down")),
                 None => Pick::Deny(format!("no parent {i} in this configuration")),
             },
-            Hop::Group(g) => self.pick_in_group(g, user, client, now),
+            Hop::Group(g) => self.pick_in_group(g, user, client, seed, now),
         }
     }
 
@@ -487,13 +559,14 @@ impl Routes {
         first: usize,
         user: Option<&str>,
         client: IpAddr,
+        seed: Option<u64>,
         now: Instant,
     ) -> Pick<'_> {
         let mut g = first;
         // Fallbacks form no loop (checked); the bound holds even if they did.
         for _ in 0..=self.groups.len() {
             let Some(group) = self.groups.get(g) else { break };
-            if let Some(p) = self.member(group, user, client, now) {
+            if let Some(p) = self.member(group, user, client, seed, now) {
                 return Pick::Parent(p);
             }
             match group.fallback {
@@ -539,11 +612,13 @@ impl Routes {
         group: &Group,
         user: Option<&str>,
         client: IpAddr,
+        seed: Option<u64>,
         now: Instant,
     ) -> Option<&Arc<Parent>> {
         let up = || group.members.iter().map(|&i| &self.parents[i]).filter(|p| p.is_up(now));
-        let key = match (group.sticky, user) {
-            (Sticky::None, _) => {
+        let key = match (seed, group.sticky, user) {
+            (Some(seed), _, _) => Key::Seed(seed),
+            (None, Sticky::None, _) => {
                 let total: u64 = up().map(|p| u64::from(p.weight)).sum();
                 if total == 0 {
                     return None;
@@ -564,8 +639,8 @@ impl Routes {
                 // A member went down between the two walks.
                 return last;
             }
-            (Sticky::User, Some(user)) => Key::User(user),
-            (Sticky::User | Sticky::Client, _) => Key::Client(crate::acl::canonical(client)),
+            (None, Sticky::User, Some(user)) => Key::User(user),
+            (None, Sticky::User | Sticky::Client, _) => Key::Client(crate::acl::canonical(client)),
         };
         up().max_by(|a, b| {
             rendezvous(&key, &a.name, a.weight).total_cmp(&rendezvous(&key, &b.name, b.weight))
@@ -576,6 +651,12 @@ impl Routes {
     /// kind and address are unchanged: a parent found down stays down. Routes keep their
     /// counters by name.
     pub(crate) fn keep_health_of(&mut self, old: &Routes) {
+        // Sticky sessions go on under the same limit (by route name, user and session).
+        if let (Some(new), Some(was)) = (&mut self.sessions, &old.sessions) {
+            if new.limits() == was.limits() {
+                *new = was.clone();
+            }
+        }
         for r in self.routes.iter_mut() {
             if let Some(o) = old.routes.iter().find(|o| o.name == r.name) {
                 r.counters = o.counters.clone();
@@ -644,6 +725,8 @@ impl Routes {
 enum Key<'a> {
     User(&'a str),
     Client(IpAddr),
+    /// A sticky session's seed.
+    Seed(u64),
 }
 
 /// FNV-1a over the bytes, then a 64-bit finalizer (the avalanche FNV lacks).
@@ -666,6 +749,10 @@ fn hash(key: &Key<'_>, member: &str) -> u64 {
         Key::Client(IpAddr::V6(v6)) => {
             eat(b"6");
             eat(&v6.octets());
+        }
+        Key::Seed(seed) => {
+            eat(b"s");
+            eat(&seed.to_le_bytes());
         }
     }
     eat(&[0xff]);

@@ -171,12 +171,12 @@ impl super::Upstreams {
             return None;
         }
         let access = want.access(policy);
-        let crate::policy::route::Choice::Direct { egress: Some(e), .. } =
+        let crate::policy::route::Choice::Direct { route, egress: Some(e) } =
             policy.routes.choose(&access.request(None))
         else {
             return None;
         };
-        let p = pick(e, want);
+        let p = pick(e, &want.seeded(policy, route));
         Some(UdpFrom {
             v4: p.v4,
             v6: p.v6,
@@ -209,6 +209,7 @@ mod tests {
             listener: None,
             tls: super::super::Tls::Plain,
             local: None,
+            params: None,
             seed,
         }
     }

@@ -225,7 +225,7 @@ pub(super) fn pick_chain<'p>(
     let now = Instant::now();
     let mut chain = Vec::with_capacity(hops.len());
     for hop in hops {
-        match policy.routes.pick(hop, want.user, want.client, now) {
+        match policy.routes.pick_seeded(hop, want.user, want.client, want.seed, now) {
             Pick::Parent(p) => chain.push(p),
             Pick::Direct => {}
             Pick::Deny(why) => return Err(why),
@@ -304,7 +304,7 @@ impl Upstreams {
         let chain = pick_chain(policy, want, hops)
             .map_err(|why| Error::Connect(ConnectError::NoParent(why)))?;
         if chain.is_empty() {
-            let plan = super::Plan { rules_too, way: super::Way::Direct, from };
+            let plan = super::Plan { rules_too, way: super::Way::Direct, from, seed: want.seed };
             return Ok(super::Start::Connect(plan));
         }
         // A first hop from an address that changes per connection: never from the pool.
@@ -330,7 +330,7 @@ impl Upstreams {
             }
         }
         let way = super::Way::Chain { name, hops, chain };
-        Ok(super::Start::Connect(super::Plan { rules_too, way, from }))
+        Ok(super::Start::Connect(super::Plan { rules_too, way, from, seed: want.seed }))
     }
 }
 
@@ -430,11 +430,8 @@ impl Upstreams {
             return Ok(None);
         }
         let access = want.access(policy);
-        let (route, hops, from) = match policy.routes.choose(&access.request(None)) {
-            crate::policy::route::Choice::Path { route, hops, egress } => {
-                // The control connection to the parent leaves from the route's address.
-                (route, hops, egress.map(|e| super::egress::pick(e, want)))
-            }
+        let (route, hops, egress) = match policy.routes.choose(&access.request(None)) {
+            crate::policy::route::Choice::Path { route, hops, egress } => (route, hops, egress),
             crate::policy::route::Choice::Deny { route } => {
                 let rule = format!("route `{route}`");
                 let reason = "the route refuses it";
@@ -446,6 +443,9 @@ impl Upstreams {
             crate::policy::route::Choice::Direct { .. }
             | crate::policy::route::Choice::NeedAddress => return Ok(None),
         };
+        let want = &want.seeded(policy, Some(route));
+        // The control connection to the parent leaves from the route's address.
+        let from = egress.map(|e| super::egress::pick(e, want));
         let mut last = None;
         for _ in 0..ATTEMPTS {
             let chain = match pick_chain(policy, want, hops) {
@@ -527,6 +527,7 @@ mod tests {
             listener: None,
             tls: Tls::Plain,
             local: None,
+            params: None,
             seed: None,
         }
     }

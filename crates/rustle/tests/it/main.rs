@@ -28,6 +28,7 @@ mod limits;
 mod loadgen;
 mod metrics;
 mod packaging;
+mod params;
 mod parents;
 mod pool;
 mod proxy_protocol;

@@ -336,3 +336,75 @@ fn the_example_documents_parents_groups_and_routes() {
     }));
     assert!(c.routes.iter().any(|r| r.via.len() > 1), "a chain");
 }
+
+#[test]
+fn user_name_parameters_and_sticky_routes() {
+    let declared = "[auth.params]\nseparator = \"-\"\nmax_ttl = \"2h\"\n\
+                    [[auth.params.choice]]\nname = \"country\"\nvalues = [\"de\", \"us\"]\n";
+    let ok = format!(
+        "{declared}[[parent]]\nname = \"de1\"\nkind = \"http\"\naddress = \"10.0.0.1:3128\"\n\
+         [[group]]\nname = \"de\"\nparents = [\"de1\"]\n\
+         [[route]]\nparams = [\"country=de\"]\nvia = \"de\"\nsticky = \"session\"\nsticky_ttl = \"1m\"\n\
+         [[rule]]\naction = \"allow\"\nparams = [\"country=us\"]\n"
+    );
+    let c = Config::parse(&ok).unwrap_or_else(|p| panic!("{p:#?}"));
+    assert_eq!(c.routes[0].sticky, Some(StickyBy::Session));
+    assert_eq!(c.routes[0].sticky_ttl, Some(Duration::from_secs(60)));
+    let p = c.auth.params.as_ref().expect("declared");
+    assert_eq!((p.separator.as_str(), p.max_ttl), ("-", Duration::from_secs(7200)));
+    // (text, line, part of the message)
+    let table: &[(String, usize, &str)] = &[
+        ("[auth.params]\nseparator = \"x\"\n".into(), 2, "separator: 1 to 4 characters"),
+        ("[auth.params]\nseparator = \"\"\n".into(), 2, "separator"),
+        ("[auth.params]\nseperator = \"-\"\n".into(), 2, "seperator"),
+        ("[auth.params]\nmax_ttl = \"soon\"\n".into(), 2, "invalid duration"),
+        ("[auth.params]\nseparator = \":\"\n".into(), 2, "separator"),
+        (
+            "[auth.params]\n[[auth.params.choice]]\nname = \"session\"\nvalues = [\"a\"]\n".into(),
+            2,
+            "built in",
+        ),
+        (
+            "[auth.params]\n[[auth.params.choice]]\nname = \"c\"\nvalues = [\"a-b\"]\n".into(),
+            2,
+            "without the separator",
+        ),
+        (
+            "[auth.params]\n[[auth.params.choice]]\nname = \"c d\"\nvalues = [\"a\"]\n".into(),
+            2,
+            "a name is 1 to 32",
+        ),
+        (
+            "[[rule]]\naction = \"allow\"\nparams = [\"country=de\"]\n".into(),
+            3,
+            "needs [auth.params]",
+        ),
+        (
+            format!("{declared}[[route]]\nvia = \"direct\"\nparams = [\"country=fr\"]\n"),
+            9,
+            "not a declared value",
+        ),
+        (
+            format!("{declared}[[route]]\nvia = \"direct\"\nparams = [\"colour=red\"]\n"),
+            9,
+            "no parameter `colour`",
+        ),
+        (
+            "[[route]]\nvia = \"direct\"\nsticky = \"client\"\n".into(),
+            3,
+            "unknown variant `client`",
+        ),
+        ("[[route]]\nvia = \"direct\"\nsticky_ttl = \"1m\"\n".into(), 3, "needs `sticky"),
+        (
+            "[[route]]\nvia = \"direct\"\nsticky = \"user\"\nsticky_ttl = \"0s\"\n".into(),
+            4,
+            "must not be zero",
+        ),
+        ("[[route]]\nvia = \"deny\"\nsticky = \"user\"\n".into(), 3, "nothing to stick to"),
+    ];
+    for (text, line, message) in table {
+        let p = problems(text);
+        assert_eq!(p[0].line, Some(*line), "{text}\n{p:#?}");
+        assert!(p[0].message.contains(message), "{text}\n{p:#?}");
+    }
+}

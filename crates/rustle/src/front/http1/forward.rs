@@ -150,6 +150,7 @@ pub(super) async fn forward(c: &mut Client, ex: &mut Exchange) -> Result<Next, E
     let (up, addr, reused, via, pool_key, mut req_body, absolute, mut ubuf) = {
         let policy = worker.policy();
         let user = c.user.clone();
+        let params = c.params.clone();
         let want = Want {
             host,
             port,
@@ -159,6 +160,7 @@ pub(super) async fn forward(c: &mut Client, ex: &mut Exchange) -> Result<Next, E
             listener: c.listener.name.as_deref(),
             tls,
             local: crate::upstream::local_of(&policy, || c.stream.local_addr()),
+            params: params.as_deref(),
             seed: None,
         };
         let mut start = start_or_pinned(&worker, &mut c.pins, &policy, &want, key.key(), &mut pin)?;

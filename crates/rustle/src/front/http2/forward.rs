@@ -101,7 +101,8 @@ pub(super) async fn forward(
     // Pool keys as HTTP/1.1 makes them: TLS origins under `https://host:port`.
     let mut key_buf = [0u8; 320];
     let key = pool_key(&mut key_buf, https, &host, port);
-    let user = ex.user.clone();
+    let (user, params) = (ex.user.clone(), ex.params.clone());
+    let who = (user.as_deref(), params.as_deref());
     let tls = if https { Tls::Origin } else { Tls::Plain };
     // Connection-based credentials, or a connection already pinned for this target, bind
     // the origin connection to this client connection (`exchange::Pinned`).
@@ -109,7 +110,7 @@ pub(super) async fn forward(
     let mut pin =
         auth.iter().any(|v| is_connection_auth(v.as_bytes())) || shared.pins.borrow().holds(&key);
     let Connected { stream: up, addr, reused, via, absolute, early, pool_key } = {
-        let connect = upstream(shared, user.as_deref(), Some(&key), &host, port, HTTP, tls);
+        let connect = upstream(shared, who, Some(&key), &host, port, HTTP, tls);
         unless_reset(respond, connect).await?
     };
     // The head goes to the origin, or in absolute form to a parent proxy.
@@ -132,8 +133,7 @@ pub(super) async fn forward(
     let mut leg = Leg { stream: up, addr, reused, pool_key, absolute, through_parents, via };
     let mut request =
         Outgoing { out: &mut out, whole, method, idempotent: parts.method.is_idempotent() };
-    let mut again =
-        Again { shared, respond: &mut *respond, user: user.as_deref(), host: &host, port, tls };
+    let mut again = Again { shared, respond: &mut *respond, who, host: &host, port, tls };
     let sent = send(&worker, &mut leg, &mut again, &mut request, &mut ubuf, &mut rhead, io).await;
     ex.upstream = Some(leg.addr);
     ex.via.clone_from(&leg.via);
@@ -280,8 +280,9 @@ pub(super) async fn websocket(
     check_websocket_scheme(&parts)?;
     let (host, port) = host_port(Some(&target), Some(80))?;
     let io = &shared.worker.cfg().timeouts;
-    let user = ex.user.clone();
-    let connect = upstream_tcp(shared, user.as_deref(), &host, port, Protocol::Http);
+    let (user, params) = (ex.user.clone(), ex.params.clone());
+    let who = (user.as_deref(), params.as_deref());
+    let connect = upstream_tcp(shared, who, &host, port, Protocol::Http);
     let Tcp { stream: mut up, addr, via, absolute, early } = unless_reset(respond, connect).await?;
     ex.upstream = Some(addr);
     ex.via = via;
@@ -698,7 +699,7 @@ fn last_parent(ex: &Exchange) -> Box<str> {
 struct Again<'a> {
     shared: &'a Rc<Shared>,
     respond: &'a mut SendResponse<Bytes>,
-    user: Option<&'a str>,
+    who: super::Who<'a>,
     host: &'a str,
     port: u16,
     tls: Tls<'a>,
@@ -710,8 +711,8 @@ impl Requester for Again<'_> {
     }
 
     fn reconnect(&mut self) -> impl std::future::Future<Output = Result<Connected, Error>> + '_ {
-        let Again { shared, respond, user, host, port, tls } = self;
-        let connect = upstream(shared, *user, None, host, *port, HTTP, *tls);
+        let Again { shared, respond, who, host, port, tls } = self;
+        let connect = upstream(shared, *who, None, host, *port, HTTP, *tls);
         // Boxed: a rare path, and an attempt's state is large.
         Box::pin(unless_reset(respond, connect))
     }

@@ -43,9 +43,10 @@ pub(super) async fn connect(
     live: Live,
 ) -> Result<Option<Task>, Error> {
     let (host, port) = host_port(req.uri().authority(), None)?;
-    let user = ex.user.clone();
+    let (user, params) = (ex.user.clone(), ex.params.clone());
     // Given up as soon as the client resets the stream or leaves.
-    let connect = upstream_tcp(shared, user.as_deref(), &host, port, Protocol::Connect);
+    let who = (user.as_deref(), params.as_deref());
+    let connect = upstream_tcp(shared, who, &host, port, Protocol::Connect);
     let super::Tcp { stream: up, addr, via, early, .. } =
         super::unless_reset(respond, connect).await?;
     ex.upstream = Some(addr);

@@ -8,7 +8,9 @@ use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use super::params::ParamError;
 use super::{decoy_user, Busy, CredentialCache, FailureLimiter, Hasher, Users};
+use crate::acl::Params;
 
 /// Verified credentials a worker remembers.
 const CRED_CACHE_MAX: usize = 10_000;
@@ -63,6 +65,29 @@ impl Gate {
     /// The hashing threads this gate uses (to change their queue's limits on a reload).
     pub(crate) fn hasher(&self) -> &Hasher {
         &self.hasher
+    }
+
+    /// Checks the user `name` stands for and `password` against `users`: with
+    /// `[auth.params]` (`declared`), the user is taken apart from its parameters first
+    /// (`params::Declared::split`), the password checked against the user alone, and the
+    /// parameters given back only with a password that passed, so that a wrong password
+    /// gets the same answer, after the same work, with or without them; a name with no
+    /// user before its parameters is an unknown user. Gives the user (a prefix of `name`)
+    /// and what its parameters say.
+    pub(crate) async fn authenticate<'u>(
+        &self,
+        users: &Users,
+        declared: Option<&super::params::Declared>,
+        client: IpAddr,
+        name: &'u str,
+        password: &[u8],
+    ) -> Result<(&'u str, Result<Option<Params>, ParamError>), Refusal> {
+        let (user, params) = match declared {
+            None => (name, Ok(None)),
+            Some(d) => d.split(name, |u| users.get(u).is_some()),
+        };
+        self.verify(users, client, user, password).await?;
+        Ok((user, params))
     }
 
     /// Checks `user` and `password` against `users`. An unknown name costs the same hash

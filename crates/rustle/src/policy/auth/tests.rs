@@ -333,3 +333,66 @@ fn an_unknown_name_is_checked_like_the_most_common_hash() {
     assert_eq!(users.decoy().expect("decoy").verifier.cost_class(), ("plain", ""));
     assert!(Users::default().decoy().is_none());
 }
+
+/// With `[auth.params]`: a wrong password gets the same refusal after the same hash
+/// whatever the name carries (parameters good or bad, or no user before them), and the
+/// parameters are judged only once the password passed.
+#[test]
+fn parameters_change_neither_the_answer_nor_the_time_of_a_wrong_password() {
+    use std::time::{Duration, Instant};
+    // Two bcrypt users of cost 5: an unknown name is checked like them.
+    let users = parse(&format!("{ALICE_2Y}\ncarol:{SECRET_2B}\n"));
+    let mut declared = crate::config::UserParams::default();
+    declared
+        .choices
+        .push(crate::config::ChoiceParam { name: "country".into(), values: vec!["de".into()] });
+    let declared = params::Declared::new(&declared);
+    let hasher = match Hasher::start(HasherLimits { threads: 1, max_pending: 8, per_client: 8 }) {
+        Ok(h) => std::sync::Arc::new(h),
+        Err(e) => panic!("{e}"),
+    };
+    let gate = Gate::new(Duration::from_secs(60), 10_000, 10_000, hasher);
+    let ip = std::net::IpAddr::from([192, 0, 2, 7]);
+    let names = [
+        "alice",
+        "alice-country-de",
+        "alice-colour-red",
+        "alice-session-a.b",
+        "alice-",
+        "mallory",
+        "mallory-country-de",
+        "carol-country-de",
+    ];
+    let rt = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => panic!("{e}"),
+    };
+    rt.block_on(async {
+        let check = |name: &'static str, password: &'static [u8]| {
+            gate.authenticate(&users, Some(&declared), ip, name, password)
+        };
+        for name in names {
+            assert_eq!(check(name, b"wrong").await, Err(Refusal::Wrong), "{name}");
+        }
+        // The right password: the user alone was checked, then the parameters judged.
+        let (user, params) = check("alice-country-de", b"secret").await.expect("alice");
+        assert_eq!((user, params.map(|p| p.is_some())), ("alice", Ok(true)));
+        let (user, params) = check("alice-colour-red", b"secret").await.expect("alice");
+        assert_eq!(user, "alice");
+        assert!(matches!(params, Err(params::ParamError::Unknown(_))), "{params:?}");
+        // The same time: the fastest of 7 alternating tries of each name, against noise
+        // from other tests, within a factor of 2 of a wrong password given plainly.
+        let mut fastest = [Duration::MAX; 8];
+        for _ in 0..7 {
+            for (i, name) in names.iter().enumerate() {
+                let start = Instant::now();
+                assert_eq!(check(name, b"wrong").await, Err(Refusal::Wrong));
+                fastest[i] = fastest[i].min(start.elapsed());
+            }
+        }
+        for (name, took) in names.iter().zip(fastest) {
+            let ratio = took.as_secs_f64() / fastest[0].as_secs_f64();
+            assert!((0.5..2.0).contains(&ratio), "{name}: {took:?} against {:?}", fastest[0]);
+        }
+    });
+}

@@ -71,6 +71,7 @@ fn request(client: u32, port: u16) -> Request<'static> {
         port,
         protocol: Protocol::Connect,
         dest: Some(IpAddr::V4(Ipv4Addr::new(203, 0, 113, 5))),
+        params: None,
     }
 }
 

@@ -29,6 +29,7 @@ fn req() -> Request<'static> {
         port: 443,
         protocol: Protocol::Connect,
         dest: Some(ip("203.0.113.5")),
+        params: None,
     }
 }
 
@@ -491,4 +492,112 @@ fn build_refuses_what_the_loader_refuses_and_own_addresses() {
     cfg.parents[0].weight = 0;
     let e = Routes::build(&cfg, &[]).expect_err("weight 0");
     assert!(e[0].contains("weight 0"), "{e:?}");
+}
+
+/// Three parents in group `g`, a route `pool` through it sticky by `by`.
+fn sticky_routes(by: &str, extra: &str) -> Routes {
+    routes(&format!(
+        "{}{}{}[[group]]\nname = \"g\"\nparents = [\"a\", \"b\", \"c\"]\n\
+         [[route]]\nname = \"pool\"\nvia = \"g\"\nsticky = \"{by}\"\n{extra}\n",
+        parent("a", 1, ""),
+        parent("b", 2, ""),
+        parent("c", 3, "")
+    ))
+}
+
+fn member(r: &Routes, seed: Option<u64>) -> String {
+    match r.pick_seeded(&Hop::Group(0), None, ip("192.0.2.1"), seed, Instant::now()) {
+        Pick::Parent(p) => p.name.to_string(),
+        other => format!("{other:?}"),
+    }
+}
+
+#[test]
+fn a_seed_picks_the_member_whatever_the_group_says() {
+    let r = sticky_routes("user", "");
+    // A group picking by weight turns round; with a seed it stays put.
+    for seed in [1u64, 2, 3, 0xdead_beef] {
+        let first = member(&r, Some(seed));
+        assert!((0..20).all(|_| member(&r, Some(seed)) == first), "seed {seed}");
+    }
+    // Seeds spread over the members.
+    let mut seen = std::collections::HashSet::new();
+    for seed in 0..200u64 {
+        seen.insert(member(&r, Some(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15))));
+    }
+    assert_eq!(seen.len(), 3, "{seen:?}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn route_seeds_by_user_or_session() {
+    let now = crate::limits::now;
+    let session = |s: &str, ttl: Option<u64>| crate::acl::Params {
+        session: Some(s.into()),
+        ttl: ttl.map(Duration::from_secs),
+        ..Default::default()
+    };
+    let r = sticky_routes("user", "sticky_ttl = \"10m\"");
+    let alice = r.seed("pool", Some("alice"), None, now());
+    assert!(alice.is_some());
+    // By user: session ids aside; another user, another seed; anonymous, none.
+    assert_eq!(r.seed("pool", Some("alice"), Some(&session("x", None)), now()), alice);
+    assert_ne!(r.seed("pool", Some("bob"), None, now()), alice);
+    assert_eq!(r.seed("pool", None, None, now()), None);
+    assert_eq!(r.seed("other", Some("alice"), None, now()), None);
+    tokio::time::advance(Duration::from_secs(600)).await;
+    assert_ne!(r.seed("pool", Some("alice"), None, now()), alice, "expired after sticky_ttl");
+
+    let r = sticky_routes("session", "");
+    let x = r.seed("pool", Some("alice"), Some(&session("x", None)), now());
+    let y = r.seed("pool", Some("alice"), Some(&session("y", Some(5))), now());
+    assert!(x.is_some() && y.is_some() && x != y);
+    assert_eq!(r.seed("pool", Some("alice"), None, now()), None, "no session id: not sticky");
+    assert_ne!(r.seed("pool", Some("bob"), Some(&session("x", None)), now()), x);
+    // `ttl` in the user name: y lasts 5 s, x the default 10 minutes.
+    tokio::time::advance(Duration::from_secs(5)).await;
+    assert_eq!(r.seed("pool", Some("alice"), Some(&session("x", None)), now()), x);
+    assert_ne!(r.seed("pool", Some("alice"), Some(&session("y", Some(5))), now()), y);
+    // A reload keeps the sessions.
+    let mut again = sticky_routes("session", "");
+    again.keep_health_of(&r);
+    assert_eq!(again.seed("pool", Some("alice"), Some(&session("x", None)), now()), x);
+}
+
+#[tokio::test(start_paused = true)]
+async fn sessions_per_user_from_the_limits() {
+    let now = crate::limits::now;
+    let session = |s: &str| crate::acl::Params { session: Some(s.into()), ..Default::default() };
+    let text = |per_user: usize| {
+        format!(
+            "[limits]\nmax_sticky_sessions_per_user = {per_user}\n{}{}[[group]]\nname = \"g\"\n\
+             parents = [\"a\", \"b\"]\n[[route]]\nname = \"pool\"\nvia = \"g\"\n\
+             sticky = \"session\"\n",
+            parent("a", 1, ""),
+            parent("b", 1, "")
+        )
+    };
+    let r = routes(&text(2));
+    let seed =
+        |r: &Routes, user: &str, s: &str| r.seed("pool", Some(user), Some(&session(s)), now());
+    let (x, y) = (seed(&r, "alice", "x"), seed(&r, "alice", "y"));
+    assert!(x.is_some() && y.is_some());
+    assert_eq!(seed(&r, "alice", "z"), None, "alice is at her bound");
+    assert!(seed(&r, "bob", "z").is_some(), "bob is not");
+    // A reload under the same limits keeps the sessions; another bound starts afresh.
+    let mut same = routes(&text(2));
+    same.keep_health_of(&r);
+    assert_eq!((seed(&same, "alice", "x"), seed(&same, "alice", "z")), (x, None));
+    let mut other = routes(&text(3));
+    other.keep_health_of(&r);
+    assert!(seed(&other, "alice", "x").is_some_and(|s| Some(s) != x));
+    // 0: no bound but the table's.
+    let r = routes(&text(0));
+    assert!((0..50).all(|i| seed(&r, "alice", &i.to_string()).is_some()));
+}
+
+#[test]
+fn no_sticky_route_no_table() {
+    let r = routes(&format!("{}[[route]]\nname = \"p\"\nvia = \"a\"\n", parent("a", 1, "")));
+    assert!(r.sessions.is_none());
+    assert_eq!(r.seed("p", Some("alice"), None, Instant::now()), None);
 }
