@@ -418,10 +418,15 @@ impl<'a> Key<'a> {
 }
 
 impl Upstreams {
-    pub(crate) fn new(cfg: UpstreamConfig, dns: crate::config::Dns) -> Self {
+    /// `system`: the files the resolver reads, as the policy read them.
+    pub(crate) fn new(
+        cfg: UpstreamConfig,
+        dns: crate::config::Dns,
+        system: std::sync::Arc<crate::policy::dns::System>,
+    ) -> Self {
         Upstreams {
             cfg: RefCell::new(cfg),
-            dns: RefCell::new(Rc::new(resolve::Resolver::new(dns))),
+            dns: RefCell::new(Rc::new(resolve::Resolver::new(dns, system))),
             pool: RefCell::new(Pool {
                 table: HashTable::new(),
                 hasher: foldhash::fast::RandomState::default(),
@@ -437,12 +442,17 @@ impl Upstreams {
     }
 
     /// The pool and name-cache settings from now on (a reload).
-    pub(crate) fn set_config(&self, cfg: UpstreamConfig, dns: &crate::config::Dns) {
+    pub(crate) fn set_config(
+        &self,
+        cfg: UpstreamConfig,
+        dns: &crate::config::Dns,
+        system: &std::sync::Arc<crate::policy::dns::System>,
+    ) {
         *self.cfg.borrow_mut() = cfg;
-        if self.dns.borrow().config() != dns {
-            // New servers, hosts or bounds: a fresh resolver and an empty cache. Lookups
-            // in flight finish on the old one.
-            *self.dns.borrow_mut() = Rc::new(resolve::Resolver::new(dns.clone()));
+        if !self.dns.borrow().same(dns, system) {
+            // New servers, hosts, bounds or files: a fresh resolver and an empty cache.
+            // Lookups in flight finish on the old one.
+            *self.dns.borrow_mut() = Rc::new(resolve::Resolver::new(dns.clone(), system.clone()));
         }
     }
 
@@ -667,17 +677,30 @@ mod tests {
     async fn a_reload_that_changes_dns_replaces_the_resolver_and_only_then() {
         let mut dns = crate::config::Dns::default();
         dns.hosts.insert("a.test".into(), vec!["192.0.2.1".parse().expect("ip")]);
-        let ups = Upstreams::new(UpstreamConfig::default(), dns.clone());
+        let system = std::sync::Arc::new(crate::policy::dns::System::default());
+        let ups = Upstreams::new(UpstreamConfig::default(), dns.clone(), system.clone());
         assert_eq!(
             &*ups.resolve("a.test").await.expect("static"),
             &["192.0.2.1".parse::<IpAddr>().expect("ip")]
         );
         let before = ups.dns.borrow().clone();
-        ups.set_config(UpstreamConfig::default(), &dns);
+        ups.set_config(UpstreamConfig::default(), &dns, &system);
         assert!(Rc::ptr_eq(&before, &ups.dns.borrow()), "same [dns]: same resolver and cache");
+        let reread = std::sync::Arc::new(crate::policy::dns::System::default());
+        ups.set_config(UpstreamConfig::default(), &dns, &reread);
+        assert!(Rc::ptr_eq(&before, &ups.dns.borrow()), "files read again, unchanged: same");
         dns.hosts.insert("a.test".into(), vec!["192.0.2.2".parse().expect("ip")]);
-        ups.set_config(UpstreamConfig::default(), &dns);
+        ups.set_config(UpstreamConfig::default(), &dns, &system);
         assert!(!Rc::ptr_eq(&before, &ups.dns.borrow()));
+        let before = ups.dns.borrow().clone();
+        let hosts =
+            crate::policy::dns::System { hosts: "192.0.2.7 b.test\n".into(), ..Default::default() };
+        ups.set_config(UpstreamConfig::default(), &dns, &std::sync::Arc::new(hosts));
+        assert!(!Rc::ptr_eq(&before, &ups.dns.borrow()), "an edited /etc/hosts: a new resolver");
+        assert_eq!(
+            &*ups.resolve("b.test").await.expect("hosts"),
+            &["192.0.2.7".parse::<IpAddr>().expect("ip")]
+        );
         assert_eq!(
             &*ups.resolve("a.test").await.expect("static"),
             &["192.0.2.2".parse::<IpAddr>().expect("ip")]
@@ -710,7 +733,7 @@ mod tests {
     async fn pool_drops_connections_the_origin_closed() {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let addr = listener.local_addr().expect("addr");
-        let ups = Upstreams::new(UpstreamConfig::default(), Default::default());
+        let ups = Upstreams::new(UpstreamConfig::default(), Default::default(), Default::default());
         let a = TcpStream::connect(addr).await.expect("connect");
         let (server_a, _) = listener.accept().await.expect("accept");
         let b = TcpStream::connect(addr).await.expect("connect");

@@ -214,6 +214,9 @@ pub(super) fn dns_problems(d: &Dns) -> Vec<(&'static str, String)> {
             out.push(("servers", e));
         }
     }
+    if d.ca.is_some() && !d.encrypted() {
+        out.push(("ca", "no tls:// or https:// server in dns.servers to verify with it".into()));
+    }
     if d.timeout.is_zero() {
         out.push(("timeout", "must not be zero".into()));
     }
