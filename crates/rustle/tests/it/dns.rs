@@ -171,3 +171,40 @@ fn closed_udp_port() -> SocketAddr {
     let s = UdpSocket::bind("127.0.0.1:0").unwrap();
     s.local_addr().unwrap()
 }
+
+/// CONNECT through the proxy at `addr`: the status.
+fn connect_at(addr: SocketAddr, target: &str) -> u16 {
+    let mut c = std::net::TcpStream::connect(addr).unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    c.write_all(format!("CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n\r\n").as_bytes()).unwrap();
+    let mut head = [0u8; 12];
+    std::io::Read::read_exact(&mut c, &mut head).unwrap();
+    String::from_utf8_lossy(&head[9..12]).parse().unwrap()
+}
+
+#[test]
+fn a_sighup_puts_edited_dns_hosts_in_force() {
+    // The origin listens on 127.0.0.2 only; the name points elsewhere first.
+    let echo = TcpEcho::start_on("127.0.0.2:0".parse().unwrap()).unwrap();
+    let port = echo.addr().port();
+    let stub = Stub::start(&[]);
+    let dir = TempDir::new("dns-reload");
+    let file = dir.file("rustle.toml");
+    let text = |ip: &str| {
+        format!(
+            "workers = 1\ndeny_private_destinations = false\n[log]\naccess = \"off\"\n\
+             [[listener]]\nlisten = \"127.0.0.1:0\"\n[dns]\nservers = [\"{}\"]\n\
+             [dns.hosts]\n\"pinned.test\" = [\"{ip}\"]\n",
+            stub.addr
+        )
+    };
+    std::fs::write(&file, text("127.0.0.3")).unwrap();
+    let (bin, addr) = RustleProcess::start(&["--config", file.to_str().unwrap()]);
+    let target = format!("pinned.test:{port}");
+    assert_eq!(connect_at(addr, &target), 502, "127.0.0.3:{port} is closed");
+    std::fs::write(&file, text("127.0.0.2")).unwrap();
+    bin.signal("HUP");
+    assert!(bin.wait_for_stderr("SIGHUP: reloaded", Duration::from_secs(5)), "{}", bin.stderr());
+    assert_eq!(connect_at(addr, &target), 200, "the reloaded entry is in force");
+    assert_eq!(stub.asked("pinned.test"), 0, "static entries ask no server");
+}
