@@ -126,6 +126,29 @@ fn an_incomplete_header_times_out() {
     proxy.log_line(|l| l.contains("within the handshake timeout"));
 }
 
+#[test]
+fn a_header_in_pieces_is_read_as_its_bytes_arrive() {
+    let origin = Origin::start().unwrap();
+    let proxy = Proxy::from_toml(&config("127.0.0.1"));
+    let mut v2 = Vec::new();
+    write_v2(Some((sa("198.51.100.11:40001"), proxy.addr())), &mut v2);
+    let mut s = connect(proxy.addr());
+    // The signature alone, then the rest: the accept task sleeps between the pieces
+    // (waiting on readability) and takes exactly the header.
+    let started = std::time::Instant::now();
+    for piece in [&v2[..5], &v2[5..14], &v2[14..]] {
+        s.write_all(piece).unwrap();
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let req =
+        format!("GET {} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", origin.url("/bytes/5"));
+    s.write_all(req.as_bytes()).unwrap();
+    let (answer, _) = read_until_close(&mut s);
+    assert_eq!(parse_response(&answer).status, 200, "{}", String::from_utf8_lossy(&answer));
+    assert!(started.elapsed() < Duration::from_secs(3), "{:?}", started.elapsed());
+    proxy.log_line(|l| LogLine::parse(l).client.starts_with("198.51.100.11"));
+}
+
 /// A GET through `via` from the local address `from` (a 127.0.0.0/8 address of its own,
 /// so that the client and haproxy differ); the status, None when closed without one.
 fn get_from(from: &str, via: SocketAddr, origin: &Origin) -> Option<u16> {
