@@ -1,7 +1,9 @@
 //! PROXY protocol on listeners: v1 and v2 headers sent by hand through a raw socket to an
 //! HTTP listener (and a SOCKS one); the access log and the rules see the client the header
 //! carries; a source outside `proxy_protocol_from`, a missing header, a garbled one and an
-//! incomplete one are refused; a reload puts new sources in force; haproxy (Debian) with
+//! incomplete one are refused; a header arriving in pieces is read as they come; https and
+//! auto listeners take it before the TLS handshake or the protocol detection; a reload
+//! puts new sources in force; haproxy (Debian) with
 //! `send-proxy-v2` and `send-proxy` in front; a relay sending v1/v2 to a target that
 //! decodes it (`target_proxy_protocol`).
 
@@ -308,4 +310,82 @@ fn a_socks_listener_takes_the_header_too() {
     assert_eq!(&answer[12..], b"ping");
     drop(s);
     proxy.log_line(|l| LogLine::parse(l).client.starts_with("198.51.100.9"));
+}
+
+/// A rustls client trusting `ca`.
+fn trusting(ca: &std::path::Path) -> std::sync::Arc<rustls::ClientConfig> {
+    use rustls::pki_types::pem::PemObject as _;
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in rustls::pki_types::CertificateDer::pem_file_iter(ca).unwrap() {
+        roots.add(cert.unwrap()).unwrap();
+    }
+    let provider = std::sync::Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+    let config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    std::sync::Arc::new(config)
+}
+
+#[test]
+fn an_https_listener_takes_the_header_before_the_handshake() {
+    use std::io::Read;
+    let origin = Origin::start().unwrap();
+    let dir = TempDir::new("pp-https");
+    let files = rustle::io::tls::write_self_signed("localhost", &dir.path().join("localhost"))
+        .expect("self-signed set");
+    let proxy = Proxy::from_toml(&format!(
+        "[[listener]]\nkind = \"https\"\nlisten = \"127.0.0.1:0\"\nproxy_protocol = \"v2\"\n\
+         proxy_protocol_from = [\"127.0.0.1\"]\n[listener.tls]\ncert = \"{}\"\nkey = \"{}\"\n",
+        files.chain.display(),
+        files.key.display()
+    ));
+    let mut sock = connect(proxy.addr());
+    let mut header = Vec::new();
+    write_v2(Some((sa("198.51.100.12:40001"), proxy.addr())), &mut header);
+    sock.write_all(&header).unwrap();
+    let name = rustls::pki_types::ServerName::try_from("localhost").unwrap();
+    let conn = rustls::ClientConnection::new(trusting(&files.ca), name).unwrap();
+    let mut tls = rustls::StreamOwned::new(conn, sock);
+    let req =
+        format!("GET {} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", origin.url("/bytes/5"));
+    tls.write_all(req.as_bytes()).unwrap();
+    let mut answer = Vec::new();
+    let _ = tls.read_to_end(&mut answer);
+    assert_eq!(parse_response(&answer).status, 200, "{}", String::from_utf8_lossy(&answer));
+    let raw = proxy.log_line(|l| l.contains("198.51.100.12"));
+    assert_eq!(LogLine::parse(&raw).status, 200, "{raw}");
+    assert!(raw.contains("tls=TLSv1_3/"), "{raw}");
+}
+
+#[test]
+fn an_auto_listener_takes_the_header_then_detects_the_protocol() {
+    let origin = Origin::start().unwrap();
+    let echo = rustle_bench::TcpEcho::start().unwrap();
+    let proxy = Proxy::from_toml(
+        "[[listener]]\nkind = \"auto\"\nlisten = \"127.0.0.1:0\"\nproxy_protocol = \"any\"\n\
+         proxy_protocol_from = [\"127.0.0.1\"]\n",
+    );
+    // HTTP after a v1 line.
+    let mut v1 = Vec::new();
+    write_v1(Some((sa("198.51.100.13:1"), proxy.addr())), &mut v1);
+    let answer = exchange(&proxy, &v1, &origin);
+    assert_eq!(parse_response(&answer).status, 200, "{}", String::from_utf8_lossy(&answer));
+    proxy.log_line(|l| LogLine::parse(l).client.starts_with("198.51.100.13"));
+    // SOCKS5 after a v2 header.
+    let mut bytes = Vec::new();
+    write_v2(Some((sa("198.51.100.14:7"), proxy.addr())), &mut bytes);
+    let SocketAddr::V4(to) = echo.addr() else { panic!("an IPv4 echo") };
+    bytes.extend_from_slice(&[5, 1, 0, 5, 1, 0, 1]);
+    bytes.extend_from_slice(&to.ip().octets());
+    bytes.extend_from_slice(&to.port().to_be_bytes());
+    bytes.extend_from_slice(b"ping");
+    let mut s = connect(proxy.addr());
+    s.write_all(&bytes).unwrap();
+    let answer = read_exact_n(&mut s, 2 + 10 + 4);
+    assert_eq!(answer[3], 0, "REP: {answer:?}");
+    assert_eq!(&answer[12..], b"ping");
+    drop(s);
+    proxy.log_line(|l| LogLine::parse(l).client.starts_with("198.51.100.14"));
 }
