@@ -43,6 +43,9 @@ pub(crate) struct Want<'a> {
     pub(crate) port: u16,
     pub(crate) protocol: Protocol,
     pub(crate) client: IpAddr,
+    /// The client's address and port (the ones a PROXY protocol header carried) and the
+    /// listener's address, for a PROXY protocol header to a parent or a relay target.
+    pub(crate) addrs: (SocketAddr, SocketAddr),
     /// The authenticated user, if any.
     pub(crate) user: Option<&'a str>,
     /// The listener's name, if it has one.
@@ -57,10 +60,12 @@ pub enum Tls<'a> {
     /// An `https://` origin: verified against `[tls] origin_ca` or the system's roots, the
     /// host sent as SNI.
     Origin,
-    /// A relay listener's `target_tls` (its key in the policy, and its settings).
+    /// A relay listener's `target_tls` (its key in the policy, and its settings), after a
+    /// PROXY protocol header in clear when the listener sends one.
     Relay {
         listener: &'a crate::config::ListenerKey,
         settings: &'a ConnectTls,
+        proxy_protocol: Option<crate::config::ProxyProtocol>,
     },
 }
 
@@ -330,11 +335,34 @@ impl Upstreams {
     }
 }
 
+/// A PROXY protocol header from `addrs` (client, the address it connected to); None:
+/// v1 `UNKNOWN`, v2 `LOCAL` (a connection of rustle's own, such as a probe).
+pub(crate) fn proxy_header(
+    version: crate::config::ProxyProtocol,
+    addrs: Option<(SocketAddr, SocketAddr)>,
+) -> Vec<u8> {
+    let mut out = Vec::with_capacity(64);
+    match version {
+        crate::config::ProxyProtocol::V1 => rustle_proto::proxy_protocol::write_v1(addrs, &mut out),
+        _ => rustle_proto::proxy_protocol::write_v2(addrs, &mut out),
+    }
+    out
+}
+
+/// Writes `bytes` on a new upstream connection before anything else, within `timeout`.
+async fn write_first(stream: &mut Stream, bytes: &[u8], timeout: Duration) -> io::Result<()> {
+    use tokio::io::AsyncWriteExt as _;
+    match tokio::time::timeout(timeout, stream.write_all(bytes)).await {
+        Ok(result) => result,
+        Err(_) => Err(io::Error::new(io::ErrorKind::TimedOut, "timed out")),
+    }
+}
+
 /// TLS to the target on top of `stream`, as `want` asks.
 async fn target_tls(
     policy: &Policy,
     want: &Want<'_>,
-    stream: Stream,
+    mut stream: Stream,
     addr: SocketAddr,
     timeouts: &crate::config::Timeouts,
 ) -> Result<Stream, Error> {
@@ -348,10 +376,16 @@ async fn target_tls(
                 .map_err(|_| tls_error(format!("`{host}` is not a server name")))?;
             (config, name)
         }
-        Tls::Relay { listener, settings } => {
+        Tls::Relay { listener, settings, proxy_protocol } => {
             let Some(config) = policy.tls_connector(listener).cloned() else {
                 return Err(tls_error("the listener has no TLS settings for its target".into()));
             };
+            if let Some(version) = proxy_protocol {
+                let header = proxy_header(version, Some(want.addrs));
+                write_first(&mut stream, &header, timeouts.handshake)
+                    .await
+                    .map_err(|e| tls_error(format!("sending the PROXY protocol header: {e}")))?;
+            }
             (config, crate::io::tls::server_name(settings, host).map_err(tls_error)?)
         }
     };

@@ -123,9 +123,6 @@ fn target_proxy_protocol_problem(l: &Listener) -> Option<String> {
     if v == super::ProxyProtocol::Any {
         return Some("sends one version: \"v1\" or \"v2\"".into());
     }
-    if l.target_tls.is_some() {
-        return Some("does not go with [listener.target_tls] yet".into());
-    }
     None
 }
 

@@ -133,6 +133,11 @@ impl Upstreams {
                 fail(0, format!("cannot be reached: {e}"), status, reply, true)
             })?;
         let mut stream = Stream::Tcp(tcp);
+        if let Some(version) = first.proxy_protocol {
+            send_header(&mut stream, version, Some(want.addrs), timeouts)
+                .await
+                .map_err(|why| fail(0, why, 502, Reply::GeneralFailure, true))?;
+        }
         if first.kind == ParentKind::Https {
             stream = parent_tls(policy, first, stream, timeouts)
                 .await
@@ -176,6 +181,19 @@ impl Upstreams {
             .map_err(|error| Failure { hop: chain.len() - 1, error, broken: false })?;
         Ok(Connected { stream, addr, reused: false, via: None, pool_key: None, absolute, early })
     }
+}
+
+/// A PROXY protocol header to a parent, before anything else on the connection.
+async fn send_header(
+    stream: &mut Stream,
+    version: crate::config::ProxyProtocol,
+    addrs: Option<(std::net::SocketAddr, std::net::SocketAddr)>,
+    timeouts: &Timeouts,
+) -> Result<(), String> {
+    let header = super::proxy_header(version, addrs);
+    super::write_first(stream, &header, timeouts.connect)
+        .await
+        .map_err(|e| format!("sending the PROXY protocol header: {e}"))
 }
 
 /// TLS to an `https` parent, verified with its `ca` (or the system's roots) for its
@@ -258,6 +276,12 @@ fn pool_key(want: &Want<'_>, chain: &[&Arc<Parent>], absolute: bool) -> Box<[u8]
             key.push(0);
             key.extend_from_slice(user.as_bytes());
         }
+    }
+    // The first parent was told who the client is (a PROXY protocol header): the
+    // connection is that client connection's alone.
+    if chain.first().is_some_and(|p| p.proxy_protocol.is_some()) {
+        key.extend_from_slice(b"\0client=");
+        key.extend_from_slice(want.addrs.0.to_string().as_bytes());
     }
     key.into_boxed_slice()
 }
@@ -350,8 +374,13 @@ impl Upstreams {
                 .connect_tcp(&p.host, p.port, timeouts.connect, &|_| None)
                 .await
                 .map_err(|e| format!("cannot be reached: {e}"))?;
-            let crate::config::Probe::Connect(target) = probe else { return Ok(()) };
             let mut stream = Stream::Tcp(tcp);
+            // The probe is rustle's own connection: a header without a client (v2 LOCAL,
+            // v1 UNKNOWN), so that a parent requiring one takes it.
+            if let Some(version) = p.proxy_protocol {
+                send_header(&mut stream, version, None, timeouts).await?;
+            }
+            let crate::config::Probe::Connect(target) = probe else { return Ok(()) };
             if p.kind == ParentKind::Https {
                 stream = parent_tls(policy, p, stream, timeouts).await?;
             }
@@ -440,6 +469,11 @@ impl Upstreams {
                         |e| (format!("cannot be reached: {e}"), true, 502, Reply::GeneralFailure),
                     )?;
                 let mut control = Stream::Tcp(tcp);
+                if let Some(version) = p.proxy_protocol {
+                    send_header(&mut control, version, Some(want.addrs), timeouts)
+                        .await
+                        .map_err(|why| (why, true, 502, Reply::GeneralFailure))?;
+                }
                 let creds = credentials(p, want.user);
                 let unknown = std::net::SocketAddr::from(([0, 0, 0, 0], 0));
                 let relay = hop::udp_associate(&mut control, creds, unknown, timeouts.connect)
@@ -494,6 +528,7 @@ mod tests {
             port: 80,
             protocol: Protocol::Http,
             client: std::net::IpAddr::from([192, 0, 2, 1]),
+            addrs: (([192, 0, 2, 1], 40000).into(), ([192, 0, 2, 2], 3128).into()),
             user,
             listener: None,
             tls: Tls::Plain,
@@ -520,5 +555,19 @@ mod tests {
         assert_eq!(&*alice, b"\0u>origin.example:80\0alice");
         assert_ne!(alice, bob);
         assert!(takes_absolute(&want(None), &[s, h]) && !takes_absolute(&want(None), &[h, s]));
+    }
+
+    #[test]
+    fn a_parent_told_the_client_keys_its_connections_by_client() {
+        let r = routes(
+            "[[parent]]\nname = \"h\"\nkind = \"http\"\naddress = \"10.0.0.3:3128\"\n\
+             proxy_protocol = \"v2\"\n",
+        );
+        let h = &r.parents()[0];
+        let one = want(None);
+        let mut other = want(None);
+        other.addrs.0 = ([192, 0, 2, 1], 40001).into();
+        assert_eq!(&*pool_key(&one, &[h], true), b"\0h>\0client=192.0.2.1:40000");
+        assert_ne!(pool_key(&one, &[h], true), pool_key(&other, &[h], true));
     }
 }

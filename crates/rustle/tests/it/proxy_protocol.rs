@@ -389,3 +389,134 @@ fn an_auto_listener_takes_the_header_then_detects_the_protocol() {
     drop(s);
     proxy.log_line(|l| LogLine::parse(l).client.starts_with("198.51.100.14"));
 }
+
+/// GETs of `url` through `via` on one kept-alive connection from `from`: the statuses.
+fn gets_from(from: &str, via: SocketAddr, url: &str, n: usize) -> Vec<u16> {
+    let mut c = Conn { s: connect_from(from, via), buf: Vec::new() };
+    (0..n)
+        .map(|_| {
+            c.send(format!("GET {url} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes());
+            c.read_response().status
+        })
+        .collect()
+}
+
+/// A proxy routing everything through the parent at `parent` (`kind`, sending a
+/// `version` PROXY protocol header).
+fn through(parent: SocketAddr, kind: &str, version: &str) -> Proxy {
+    Proxy::from_toml(&format!(
+        "[[listener]]\nlisten = \"127.0.0.1:0\"\n\
+         [[parent]]\nname = \"p\"\nkind = \"{kind}\"\naddress = \"{parent}\"\n\
+         proxy_protocol = \"{version}\"\n[[route]]\nname = \"all\"\nvia = \"p\"\n"
+    ))
+}
+
+#[test]
+fn a_parent_with_proxy_protocol_is_told_the_client() {
+    let origin = Origin::start().unwrap();
+    // The parent: a rustle taking v2 headers from the first one (on loopback).
+    let parent = Proxy::from_toml(
+        "[[listener]]\nlisten = \"127.0.0.1:0\"\nproxy_protocol = \"v2\"\n\
+         proxy_protocol_from = [\"127.0.0.1\"]\n",
+    );
+    let front = through(parent.addr(), "http", "v2");
+    let url = origin.url("/bytes/5");
+    // Two clients, two requests each on a kept-alive connection: the parent sees each
+    // client every time, never one on a connection pooled for the other.
+    assert_eq!(gets_from("127.0.0.2", front.addr(), &url, 2), [200, 200]);
+    assert_eq!(gets_from("127.0.0.3", front.addr(), &url, 2), [200, 200]);
+    let seen = |who: &str| {
+        parent.log_lines_matching(2, |l| LogLine::parse(l).client.starts_with(who)).len()
+    };
+    assert_eq!((seen("127.0.0.2"), seen("127.0.0.3")), (2, 2), "{}", parent.log_text());
+    let text = parent.log_text();
+    assert!(text.lines().all(|l| !LogLine::parse(l).client.starts_with("127.0.0.1")), "{text}");
+
+    // A SOCKS5 parent (a rustle socks listener), a CONNECT tunnel through it: logged there
+    // when it ends, with the client.
+    let echo = rustle_bench::TcpEcho::start().unwrap();
+    let socks = Proxy::from_toml(
+        "[[listener]]\nkind = \"socks\"\nlisten = \"127.0.0.1:0\"\nproxy_protocol = \"v1\"\n\
+         proxy_protocol_from = [\"127.0.0.1\"]\n",
+    );
+    let front = through(socks.addr(), "socks5", "v1");
+    let mut c = Conn { s: connect_from("127.0.0.4", front.addr()), buf: Vec::new() };
+    let to = echo.addr();
+    c.send(format!("CONNECT {to} HTTP/1.1\r\nHost: {to}\r\n\r\n").as_bytes());
+    assert_eq!(c.read_head().status, 200);
+    c.send(b"ping");
+    assert_eq!(c.take(4), b"ping");
+    drop(c);
+    socks.log_line(|l| LogLine::parse(l).client.starts_with("127.0.0.4"));
+
+    // A parent expecting v2 refuses a v1 header: the client gets the parent's failure.
+    let wrong = through(parent.addr(), "http", "v1");
+    assert_eq!(gets_from("127.0.0.5", wrong.addr(), &url, 1), [502]);
+}
+
+#[test]
+fn a_relay_sends_the_header_in_clear_before_target_tls() {
+    use rustle_proto::proxy_protocol::Addresses;
+    use std::io::Read;
+    let dir = TempDir::new("pp-target-tls");
+    let files = rustle::io::tls::write_self_signed("target.test", &dir.path().join("t"))
+        .expect("self-signed set");
+    // The target: reads the header in clear, then does TLS and answers "ok" to "hello".
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let target = l.local_addr().unwrap();
+    let chain = files.chain.clone();
+    let key = files.key.clone();
+    let decoded = std::thread::spawn(move || {
+        use rustls::pki_types::pem::PemObject as _;
+        let (mut s, _) = l.accept().unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let mut got = Vec::new();
+        let (header, len) = loop {
+            let mut byte = [0u8; 1];
+            assert_eq!(s.read(&mut byte).unwrap(), 1, "closed after {got:?}");
+            got.push(byte[0]);
+            let parsed = rustle_proto::proxy_protocol::parse(
+                &got,
+                rustle_proto::proxy_protocol::Accept::Any,
+            )
+            .expect("a valid PROXY header");
+            if let Some(found) = parsed {
+                break found;
+            }
+        };
+        assert_eq!(len, got.len());
+        let certs: Vec<_> = rustls::pki_types::CertificateDer::pem_file_iter(&chain)
+            .unwrap()
+            .map(|c| c.unwrap())
+            .collect();
+        let key = rustls::pki_types::PrivateKeyDer::from_pem_file(&key).unwrap();
+        let provider = std::sync::Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+        let config = rustls::ServerConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_no_client_auth()
+            .with_single_cert(certs, key)
+            .unwrap();
+        let conn = rustls::ServerConnection::new(std::sync::Arc::new(config)).unwrap();
+        let mut tls = rustls::StreamOwned::new(conn, s);
+        let mut hello = [0u8; 5];
+        tls.read_exact(&mut hello).unwrap();
+        tls.write_all(b"ok").unwrap();
+        tls.flush().unwrap();
+        (header, hello)
+    });
+    let proxy = Proxy::from_toml(&format!(
+        "[[listener]]\nkind = \"relay\"\nlisten = \"127.0.0.1:0\"\ntarget = \"{target}\"\n\
+         target_proxy_protocol = \"v2\"\n[listener.target_tls]\nca = \"{}\"\n\
+         server_name = \"target.test\"\n",
+        files.ca.display()
+    ));
+    let mut s = connect_from("127.0.0.6", proxy.addr());
+    let me = s.local_addr().unwrap();
+    s.write_all(b"hello").unwrap();
+    assert_eq!(read_exact_n(&mut s, 2), b"ok");
+    let (header, hello) = decoded.join().unwrap();
+    assert_eq!(&hello, b"hello");
+    let Addresses::Inet { src, dst, .. } = header.addresses else { panic!("{header:?}") };
+    assert_eq!((src, dst), (me, proxy.addr()));
+}
