@@ -5,7 +5,9 @@
 //! auto listeners take it before the TLS handshake or the protocol detection; a reload
 //! puts new sources in force; haproxy (Debian) with
 //! `send-proxy-v2` and `send-proxy` in front; a relay sending v1/v2 to a target that
-//! decodes it (`target_proxy_protocol`).
+//! decodes it (`target_proxy_protocol`), in clear before `target_tls`; parents (http,
+//! https, socks5: rustle listeners decoding it) told each client, never one on a
+//! connection pooled for another.
 
 use std::io::Write;
 use std::net::SocketAddr;
@@ -448,6 +450,28 @@ fn a_parent_with_proxy_protocol_is_told_the_client() {
     assert_eq!(c.take(4), b"ping");
     drop(c);
     socks.log_line(|l| LogLine::parse(l).client.starts_with("127.0.0.4"));
+
+    // An https parent: the header in clear, then TLS, then the request.
+    let dir = TempDir::new("pp-https-parent");
+    let files = rustle::io::tls::write_self_signed("localhost", &dir.path().join("localhost"))
+        .expect("self-signed set");
+    let tls_parent = Proxy::from_toml(&format!(
+        "[[listener]]\nkind = \"https\"\nlisten = \"127.0.0.1:0\"\nproxy_protocol = \"v2\"\n\
+         proxy_protocol_from = [\"127.0.0.1\"]\n[listener.tls]\ncert = \"{}\"\nkey = \"{}\"\n",
+        files.chain.display(),
+        files.key.display()
+    ));
+    let front = Proxy::from_toml(&format!(
+        "[[listener]]\nlisten = \"127.0.0.1:0\"\n\
+         [[parent]]\nname = \"p\"\nkind = \"https\"\naddress = \"{}\"\n\
+         server_name = \"localhost\"\nca = \"{}\"\nproxy_protocol = \"v2\"\n\
+         [[route]]\nname = \"all\"\nvia = \"p\"\n",
+        tls_parent.addr(),
+        files.ca.display()
+    ));
+    assert_eq!(gets_from("127.0.0.7", front.addr(), &url, 1), [200]);
+    let raw = tls_parent.log_line(|l| LogLine::parse(l).client.starts_with("127.0.0.7"));
+    assert!(raw.contains("tls=TLSv1_3/"), "{raw}");
 
     // A parent expecting v2 refuses a v1 header: the client gets the parent's failure.
     let wrong = through(parent.addr(), "http", "v1");
