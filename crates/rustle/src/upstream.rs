@@ -24,7 +24,7 @@ use hashbrown::HashTable;
 use tokio::net::TcpStream;
 
 use crate::acl::Protocol;
-use crate::config::{ConnectTls, Upstream as UpstreamConfig};
+use crate::config::Upstream as UpstreamConfig;
 use crate::error::{ConnectError, Error};
 use crate::io::conn::Stream;
 use crate::policy::route::{Choice, Hop};
@@ -45,7 +45,8 @@ pub(crate) struct Want<'a> {
     pub(crate) client: IpAddr,
     /// The client's address and port (the ones a PROXY protocol header carried) and the
     /// listener's address, for a PROXY protocol header to a parent or a relay target.
-    pub(crate) addrs: (SocketAddr, SocketAddr),
+    /// (References: a `Want` lives in every connection's future.)
+    pub(crate) addrs: (&'a SocketAddr, &'a SocketAddr),
     /// The authenticated user, if any.
     pub(crate) user: Option<&'a str>,
     /// The listener's name, if it has one.
@@ -60,12 +61,10 @@ pub enum Tls<'a> {
     /// An `https://` origin: verified against `[tls] origin_ca` or the system's roots, the
     /// host sent as SNI.
     Origin,
-    /// A relay listener's `target_tls` (its key in the policy, and its settings), after a
-    /// PROXY protocol header in clear when the listener sends one.
+    /// A relay listener's `target_tls` (its TLS config in the policy under its key),
+    /// after a PROXY protocol header in clear when it has `target_proxy_protocol`.
     Relay {
-        listener: &'a crate::config::ListenerKey,
-        settings: &'a ConnectTls,
-        proxy_protocol: Option<crate::config::ProxyProtocol>,
+        listener: &'a crate::config::Listener,
     },
 }
 
@@ -376,12 +375,14 @@ async fn target_tls(
                 .map_err(|_| tls_error(format!("`{host}` is not a server name")))?;
             (config, name)
         }
-        Tls::Relay { listener, settings, proxy_protocol } => {
-            let Some(config) = policy.tls_connector(listener).cloned() else {
+        Tls::Relay { listener } => {
+            let (Some(settings), Some(config)) =
+                (&listener.target_tls, policy.tls_connector(&listener.key).cloned())
+            else {
                 return Err(tls_error("the listener has no TLS settings for its target".into()));
             };
-            if let Some(version) = proxy_protocol {
-                let header = proxy_header(version, Some(want.addrs));
+            if let Some(version) = listener.target_proxy_protocol {
+                let header = proxy_header(version, Some((*want.addrs.0, *want.addrs.1)));
                 write_first(&mut stream, &header, timeouts.handshake)
                     .await
                     .map_err(|e| tls_error(format!("sending the PROXY protocol header: {e}")))?;

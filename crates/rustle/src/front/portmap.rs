@@ -54,12 +54,9 @@ pub(crate) async fn serve(
     };
     let policy = worker.policy();
     let tls_to_target = match (&listener.target_tls, policy.tls_connector(&listener.key)) {
-        (Some(settings), Some(_)) => Tls::Relay {
-            listener: &listener.key,
-            settings,
-            // In clear before the handshake (as haproxy sends it with `ssl`).
-            proxy_protocol: listener.target_proxy_protocol,
-        },
+        // A PROXY protocol header goes in clear before the handshake (as haproxy's
+        // `send-proxy-v2 ssl`), written by `upstream::target_tls`.
+        (Some(_), Some(_)) => Tls::Relay { listener: &listener.config },
         _ => Tls::Plain,
     };
     let want_tls_plain = matches!(tls_to_target, Tls::Plain);
@@ -68,7 +65,7 @@ pub(crate) async fn serve(
         port: target.port,
         protocol: Protocol::Relay,
         client: peer.ip(),
-        addrs: (peer, local.unwrap_or(listener.listen)),
+        addrs: (&peer, local.as_ref().unwrap_or(&listener.listen)),
         user: None,
         listener: listener.name.as_deref(),
         tls: tls_to_target,

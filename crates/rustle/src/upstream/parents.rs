@@ -134,7 +134,7 @@ impl Upstreams {
             })?;
         let mut stream = Stream::Tcp(tcp);
         if let Some(version) = first.proxy_protocol {
-            send_header(&mut stream, version, Some(want.addrs), timeouts)
+            send_header(&mut stream, version, Some((*want.addrs.0, *want.addrs.1)), timeouts)
                 .await
                 .map_err(|why| fail(0, why, 502, Reply::GeneralFailure, true))?;
         }
@@ -470,9 +470,14 @@ impl Upstreams {
                     )?;
                 let mut control = Stream::Tcp(tcp);
                 if let Some(version) = p.proxy_protocol {
-                    send_header(&mut control, version, Some(want.addrs), timeouts)
-                        .await
-                        .map_err(|why| (why, true, 502, Reply::GeneralFailure))?;
+                    send_header(
+                        &mut control,
+                        version,
+                        Some((*want.addrs.0, *want.addrs.1)),
+                        timeouts,
+                    )
+                    .await
+                    .map_err(|why| (why, true, 502, Reply::GeneralFailure))?;
                 }
                 let creds = credentials(p, want.user);
                 let unknown = std::net::SocketAddr::from(([0, 0, 0, 0], 0));
@@ -522,13 +527,22 @@ mod tests {
         crate::policy::route::Routes::build(&cfg, &[]).expect("builds")
     }
 
+    const CLIENT: std::net::SocketAddr = std::net::SocketAddr::V4(std::net::SocketAddrV4::new(
+        std::net::Ipv4Addr::new(192, 0, 2, 1),
+        40000,
+    ));
+    const LISTENER: std::net::SocketAddr = std::net::SocketAddr::V4(std::net::SocketAddrV4::new(
+        std::net::Ipv4Addr::new(192, 0, 2, 2),
+        3128,
+    ));
+
     fn want<'a>(user: Option<&'a str>) -> Want<'a> {
         Want {
             host: "Origin.example",
             port: 80,
             protocol: Protocol::Http,
             client: std::net::IpAddr::from([192, 0, 2, 1]),
-            addrs: (([192, 0, 2, 1], 40000).into(), ([192, 0, 2, 2], 3128).into()),
+            addrs: (&CLIENT, &LISTENER),
             user,
             listener: None,
             tls: Tls::Plain,
@@ -565,8 +579,9 @@ mod tests {
         );
         let h = &r.parents()[0];
         let one = want(None);
+        let next: std::net::SocketAddr = ([192, 0, 2, 1], 40001).into();
         let mut other = want(None);
-        other.addrs.0 = ([192, 0, 2, 1], 40001).into();
+        other.addrs.0 = &next;
         assert_eq!(&*pool_key(&one, &[h], true), b"\0h>\0client=192.0.2.1:40000");
         assert_ne!(pool_key(&one, &[h], true), pool_key(&other, &[h], true));
     }

@@ -155,7 +155,7 @@ pub(super) async fn forward(c: &mut Client, ex: &mut Exchange) -> Result<Next, E
             port,
             protocol: Protocol::Http,
             client: c.peer.ip(),
-            addrs: (c.peer, c.listener.listen),
+            addrs: (&c.peer, &c.listener.listen),
             user: user.as_deref(),
             listener: c.listener.name.as_deref(),
             tls,
