@@ -257,7 +257,7 @@ fn a_relay_sends_the_header_to_its_target() {
 }
 
 #[test]
-fn target_proxy_protocol_is_for_plain_relays() {
+fn target_proxy_protocol_is_for_relays_and_one_version() {
     for (extra, want) in [
         ("kind = \"http\"\n", "is for relay listeners"),
         (
