@@ -168,7 +168,7 @@ pub struct Upstream {
     /// Not a setting: names are cached by `[dns]` (each answer for its own TTL, between
     /// `ttl_min` and `ttl_max`). Read only so that a file setting it is refused with a
     /// message naming those keys (`load`).
-    pub(crate) dns_cache_ttl: Option<serde::de::IgnoredAny>,
+    pub(crate) dns_cache_ttl: Option<toml::Value>,
 }
 
 impl Default for Upstream {

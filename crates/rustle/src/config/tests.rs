@@ -461,4 +461,5 @@ fn upstream_dns_cache_ttl_is_refused_naming_the_dns_keys() {
     );
     assert!(e.contains("Some(3)") && e.contains("upstream.dns_cache_ttl is not a setting"), "{e}");
     assert!(e.contains("[dns] ttl_min and ttl_max"), "{e}");
+    assert!(!e.contains("unknown key"), "said once, with what to use: {e}");
 }
