@@ -22,6 +22,11 @@ pub(crate) struct Stub {
 impl Stub {
     pub(crate) async fn start(zone: &[(&str, &[IpAddr])], ttl: u32) -> Stub {
         let socket = tokio::net::UdpSocket::bind("127.0.0.1:0").await.expect("bind");
+        Stub::serve(socket, zone, ttl)
+    }
+
+    /// Answers on `socket`.
+    fn serve(socket: tokio::net::UdpSocket, zone: &[(&str, &[IpAddr])], ttl: u32) -> Stub {
         let addr = socket.local_addr().expect("addr");
         let zone: HashMap<String, Vec<IpAddr>> =
             zone.iter().map(|(n, ips)| (n.to_string(), ips.to_vec())).collect();
@@ -416,4 +421,51 @@ async fn a_server_whose_certificate_the_ca_does_not_sign_is_refused() {
     }
     assert_eq!(dot.asked("a.test", RecordType::A), 0);
     assert_eq!(doh.asked("a.test", RecordType::A), 0);
+}
+
+/// Port 53 on a loopback address of the test's own (resolv.conf names no port): a stub
+/// there, or None when the port cannot be had (not root, or taken).
+async fn stub_on_port_53(ip: &str, zone: &[(&str, &[IpAddr])]) -> Option<Stub> {
+    let addr: SocketAddr = format!("{ip}:53").parse().expect("addr");
+    let socket = tokio::net::UdpSocket::bind(addr).await.ok()?;
+    Some(Stub::serve(socket, zone, 60))
+}
+
+#[tokio::test]
+async fn the_files_as_the_policy_read_them() {
+    let dir =
+        TempDir(std::env::temp_dir().join(format!("rustle-dns-{}-files", std::process::id())));
+    std::fs::create_dir_all(&dir.0).expect("temp dir");
+    let hosts = dir.0.join("hosts");
+    let resolv = dir.0.join("resolv.conf");
+    std::fs::write(&hosts, "192.0.2.5 from-file.test\n").expect("hosts");
+    std::fs::write(&resolv, "nameserver 127.0.0.153\noptions timeout:1\n").expect("resolv.conf");
+    let paths = crate::policy::dns::Paths {
+        hosts: hosts.to_str().expect("path"),
+        resolv_conf: resolv.to_str().expect("path"),
+    };
+    let cfg = Dns { prefer: Prefer::Ipv4, ..dns(&[]) };
+    let system = crate::policy::dns::System::read_from(&cfg, &paths).expect("files");
+    assert!(matches!(&system.resolv_conf, Some(Ok(text)) if text.starts_with(b"nameserver")));
+    let r = Resolver::new(cfg.clone(), Arc::new(system));
+    assert_eq!(&*r.resolve("from-file.test").await.expect("hosts file"), &[ip("192.0.2.5")]);
+    // The server resolv.conf names (port 53, where the test may bind it).
+    let zone: &[(&str, &[IpAddr])] = &[("a.test", &[ip("192.0.2.1")])];
+    if let Some(stub) = stub_on_port_53("127.0.0.153", zone).await {
+        assert_eq!(&*r.resolve("a.test").await.expect("via resolv.conf"), &[ip("192.0.2.1")]);
+        assert_eq!(stub.asked("a.test", RecordType::A), 1);
+    } else {
+        eprintln!("PART SKIPPED the_files_as_the_policy_read_them: cannot bind 127.0.0.153:53");
+    }
+    // /etc/resolv.conf missing: a failure to read it, the fallback server, no panic.
+    std::fs::remove_file(&resolv).expect("remove");
+    let system = crate::policy::dns::System::read_from(&cfg, &paths).expect("files");
+    assert!(matches!(&system.resolv_conf, Some(Err(e)) if e.contains("resolv.conf")));
+    // With servers configured, resolv.conf is not read at all.
+    let system = crate::policy::dns::System::read_from(&dns(&[ip_port()]), &paths).expect("files");
+    assert!(system.resolv_conf.is_none());
+}
+
+fn ip_port() -> SocketAddr {
+    SocketAddr::from(([127, 0, 0, 1], 9))
 }
