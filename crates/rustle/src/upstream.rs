@@ -85,6 +85,10 @@ pub(crate) struct Connected {
     pub(crate) absolute: Option<Option<Box<[u8]>>>,
     /// Bytes the last parent sent after its reply, which belong to the tunnel.
     pub(crate) early: Vec<u8>,
+    /// The first parent was sent a PROXY protocol header naming this client: the
+    /// connection is this client connection's alone (pinned, `exchange::Pinned`, and
+    /// closed with it), never another's.
+    pub(crate) private: bool,
 }
 
 impl Connected {
@@ -97,6 +101,7 @@ impl Connected {
             pool_key: None,
             absolute: None,
             early: Vec::new(),
+            private: false,
         }
     }
 }

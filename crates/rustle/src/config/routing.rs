@@ -165,7 +165,8 @@ pub struct ParentConfig {
     pub(crate) probe_every: Duration,
     /// `v1` | `v2`: a PROXY protocol header first on each new connection to it (before
     /// its TLS or proxy handshake), naming the client and the listener's address.
-    /// Connections to it are pooled per client connection.
+    /// Connections to it are never pooled: each stays with the client connection that
+    /// made it (`exchange::Pinned`).
     #[serde(default)]
     pub(crate) proxy_protocol: Option<super::ProxyProtocol>,
 }

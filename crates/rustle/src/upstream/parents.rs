@@ -179,7 +179,17 @@ impl Upstreams {
         let stream = target_tls(policy, want, stream, addr, timeouts)
             .await
             .map_err(|error| Failure { hop: chain.len() - 1, error, broken: false })?;
-        Ok(Connected { stream, addr, reused: false, via: None, pool_key: None, absolute, early })
+        let private = first.proxy_protocol.is_some();
+        Ok(Connected {
+            stream,
+            addr,
+            reused: false,
+            via: None,
+            pool_key: None,
+            absolute,
+            early,
+            private,
+        })
     }
 }
 
@@ -278,7 +288,9 @@ fn pool_key(want: &Want<'_>, chain: &[&Arc<Parent>], absolute: bool) -> Box<[u8]
         }
     }
     // The first parent was told who the client is (a PROXY protocol header): the
-    // connection is that client connection's alone.
+    // connection is that client connection's alone. (The front ends pin such connections
+    // rather than pool them, `Connected::private`; the key keeps any that reach the pool
+    // to the same client connection.)
     if chain.first().is_some_and(|p| p.proxy_protocol.is_some()) {
         key.extend_from_slice(b"\0client=");
         key.extend_from_slice(want.addrs.0.to_string().as_bytes());
@@ -326,6 +338,7 @@ impl Upstreams {
                     pool_key: Some(pool_key),
                     absolute: auth,
                     early: Vec::new(),
+                    private: chain[0].proxy_protocol.is_some(),
                 }));
             }
         }

@@ -403,6 +403,25 @@ fn gets_from(from: &str, via: SocketAddr, url: &str, n: usize) -> Vec<u16> {
         .collect()
 }
 
+/// TCP connections in this network namespace established to `port` (the client sides),
+/// from /proc/net/tcp and tcp6.
+fn established_to(port: u16) -> usize {
+    let mut n = 0;
+    for table in ["/proc/net/tcp", "/proc/net/tcp6"] {
+        let text = std::fs::read_to_string(table).unwrap_or_default();
+        for line in text.lines().skip(1) {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            let (Some(remote), Some(state)) = (fields.get(2), fields.get(3)) else { continue };
+            let remote_port =
+                remote.rsplit(':').next().and_then(|p| u16::from_str_radix(p, 16).ok());
+            if remote_port == Some(port) && *state == "01" {
+                n += 1;
+            }
+        }
+    }
+    n
+}
+
 /// A proxy routing everything through the parent at `parent` (`kind`, sending a
 /// `version` PROXY protocol header).
 fn through(parent: SocketAddr, kind: &str, version: &str) -> Proxy {
@@ -433,6 +452,11 @@ fn a_parent_with_proxy_protocol_is_told_the_client() {
     assert_eq!((seen("127.0.0.2"), seen("127.0.0.3")), (2, 2), "{}", parent.log_text());
     let text = parent.log_text();
     assert!(text.lines().all(|l| !LogLine::parse(l).client.starts_with("127.0.0.1")), "{text}");
+    // Pinned to its client connection, not pooled: gone once the clients are.
+    let port = parent.addr().port();
+    wait_for(Duration::from_secs(5), "the front's connections to the parent closed", || {
+        (established_to(port) == 0).then_some(())
+    });
 
     // A SOCKS5 parent (a rustle socks listener), a CONNECT tunnel through it: logged there
     // when it ends, with the client.

@@ -215,6 +215,8 @@ pub(super) async fn forward(c: &mut Client, ex: &mut Exchange) -> Result<Next, E
         let mut ubuf = worker.take_buf();
         // Bytes a parent passed on before the request went out are the answer's first.
         ubuf.extend_from_slice(&connected.early);
+        // A parent told who this client is: the connection is pinned to it, not pooled.
+        pin |= connected.private;
         let Connected { stream, addr, reused, via, pool_key, .. } = connected;
         (stream, addr, reused, via, pool_key, req_body, absolute, ubuf)
     };
