@@ -405,7 +405,7 @@ fn gets_from(from: &str, via: SocketAddr, url: &str, n: usize) -> Vec<u16> {
 
 /// TCP connections in this network namespace established to `port` (the client sides),
 /// from /proc/net/tcp and tcp6.
-fn established_to(port: u16) -> usize {
+pub(crate) fn established_to(port: u16) -> usize {
     let mut n = 0;
     for table in ["/proc/net/tcp", "/proc/net/tcp6"] {
         let text = std::fs::read_to_string(table).unwrap_or_default();
