@@ -497,6 +497,19 @@ fn a_parent_with_proxy_protocol_is_told_the_client() {
     let raw = tls_parent.log_line(|l| LogLine::parse(l).client.starts_with("127.0.0.7"));
     assert!(raw.contains("tls=TLSv1_3/"), "{raw}");
 
+    // Behind a balancer: the parent is told the client the balancer's header carried.
+    let balanced = Proxy::from_toml(&format!(
+        "[[listener]]\nlisten = \"127.0.0.1:0\"\nproxy_protocol = \"v1\"\n\
+         proxy_protocol_from = [\"127.0.0.1\"]\n\
+         [[parent]]\nname = \"p\"\nkind = \"http\"\naddress = \"{}\"\nproxy_protocol = \"v2\"\n\
+         [[route]]\nname = \"all\"\nvia = \"p\"\n",
+        parent.addr()
+    ));
+    let mut v1 = Vec::new();
+    write_v1(Some((sa("198.51.100.20:40020"), balanced.addr())), &mut v1);
+    assert_eq!(parse_response(&exchange(&balanced, &v1, &origin)).status, 200);
+    parent.log_line(|l| LogLine::parse(l).client == "198.51.100.20:40020");
+
     // A parent expecting v2 refuses a v1 header: the client gets the parent's failure.
     let wrong = through(parent.addr(), "http", "v1");
     assert_eq!(gets_from("127.0.0.5", wrong.addr(), &url, 1), [502]);
