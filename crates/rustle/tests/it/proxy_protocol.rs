@@ -153,6 +153,19 @@ fn a_header_in_pieces_is_read_as_its_bytes_arrive() {
     proxy.log_line(|l| LogLine::parse(l).client.starts_with("198.51.100.11"));
 }
 
+#[test]
+fn a_client_closing_after_part_of_a_header_is_refused_at_once() {
+    let proxy =
+        Proxy::from_toml(&format!("[timeouts]\nhandshake = \"5s\"\n{}", config("127.0.0.1")));
+    let mut s = connect(proxy.addr());
+    s.write_all(b"PROXY TCP4 1.2.3.4").unwrap();
+    s.shutdown(std::net::Shutdown::Write).unwrap();
+    let started = std::time::Instant::now();
+    assert!(closed_within(&mut s, Duration::from_secs(3)));
+    assert!(started.elapsed() < Duration::from_secs(2), "{:?}", started.elapsed());
+    proxy.log_line(|l| l.contains("closed before a complete PROXY protocol header"));
+}
+
 /// A GET through `via` from the local address `from` (a 127.0.0.0/8 address of its own,
 /// so that the client and haproxy differ); the status, None when closed without one.
 fn get_from(from: &str, via: SocketAddr, origin: &Origin) -> Option<u16> {

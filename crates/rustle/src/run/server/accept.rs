@@ -228,8 +228,10 @@ async fn proxied(
 /// Reads exactly the PROXY protocol header off `stream`, leaving the client's own bytes
 /// in the socket: the header is peeked (a balancer writes it in one piece, so once,
 /// nearly always), then read. A peek that finds part of a header tells the event loop the
-/// socket is drained (`async_io` on `WouldBlock`), so the task sleeps until more bytes
-/// arrive: no timer, no spinning on the same bytes. An error is the reason to log.
+/// socket is drained (`try_io` on `WouldBlock`), so the task sleeps until more bytes
+/// arrive: no timer, no spinning on the same bytes. A peer that has closed its side
+/// after part of a header stays readable for good: that is an error at once, not a
+/// loop. An error is the reason to log.
 async fn read_proxy_header(
     stream: &mut TcpStream,
     accept: rustle_proto::proxy_protocol::Accept,
@@ -237,13 +239,16 @@ async fn read_proxy_header(
     use rustle_proto::proxy_protocol::{parse, MAX_HEADER};
     use std::os::fd::AsFd as _;
     use tokio::io::AsyncReadExt;
+    const CLOSED: &str = "closed before a complete PROXY protocol header";
+    let failed = |e: std::io::Error| format!("reading its PROXY header: {e}");
     // On the heap: these connections are the balancer's, and the future stays small.
     let mut buf = vec![0u8; MAX_HEADER];
-    let peeked = stream
-        .async_io(Interest::READABLE, || {
+    let (header, len) = loop {
+        let ready = stream.ready(Interest::READABLE).await.map_err(failed)?;
+        let peeked = stream.try_io(Interest::READABLE, || {
             let n = crate::io::sys::peek(stream.as_fd(), &mut buf)?;
             if n == 0 {
-                return Ok(Err("closed before a complete PROXY protocol header".to_string()));
+                return Ok(Err(CLOSED.to_string()));
             }
             match parse(&buf[..n], accept) {
                 Ok(Some(found)) => Ok(Ok(found)),
@@ -251,14 +256,18 @@ async fn read_proxy_header(
                 Ok(None) => Err(std::io::ErrorKind::WouldBlock.into()),
                 Err(e) => Ok(Err(e.to_string())),
             }
-        })
-        .await
-        .map_err(|e| format!("reading its PROXY header: {e}"))?;
-    let (header, len) = peeked?;
-    stream
-        .read_exact(&mut buf[..len])
-        .await
-        .map_err(|e| format!("reading its PROXY header: {e}"))?;
+        });
+        match peeked {
+            Ok(result) => break result?,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                if ready.is_read_closed() {
+                    return Err(CLOSED.into());
+                }
+            }
+            Err(e) => return Err(failed(e)),
+        }
+    };
+    stream.read_exact(&mut buf[..len]).await.map_err(failed)?;
     Ok(header)
 }
 
