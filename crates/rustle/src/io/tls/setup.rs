@@ -369,7 +369,7 @@ pub(crate) struct Refusals {
 }
 
 impl Refusals {
-    /// Why a certificate was last refused, if one was since the last call.
+    /// Why the last certificate seen was refused, if it was (taken: said once).
     pub(crate) fn take(&self) -> Option<String> {
         self.last.lock().unwrap_or_else(|p| p.into_inner()).take()
     }
@@ -391,11 +391,13 @@ impl ServerCertVerifier for Refusals {
             ocsp_response,
             now,
         );
-        if let Err(e) = &verdict {
-            let name = server_name.to_str();
-            *self.last.lock().unwrap_or_else(|p| p.into_inner()) =
-                Some(format!("the certificate of {name} is refused: {e}"));
-        }
+        // (A handshake, not a lookup: connections to a server are kept and reused.)
+        let mut last = self.last.lock().unwrap_or_else(|p| p.into_inner());
+        *last = match &verdict {
+            Err(e) => Some(format!("the certificate of {} is refused: {e}", server_name.to_str())),
+            // A server that verifies again: an older refusal would explain nothing now.
+            Ok(_) => None,
+        };
         verdict
     }
 
