@@ -1,7 +1,8 @@
 //! The resolver (`[dns]`) end to end, against a DNS stub this test runs on loopback
 //! (hickory-proto's message types, re-exported by hickory-resolver): rustle is pointed at
 //! it with `servers = ["127.0.0.1:PORT"]`, or over TLS (`tls://127.0.0.1:PORT#dns.test`,
-//! a stub with a test certificate) with the right CA and a wrong one. A SIGHUP puts
+//! a stub with a test certificate) with the right CA and a wrong one, or over HTTPS
+//! (`https://127.0.0.1:PORT/dns-query#doh.test`, an HTTP/2 stub). A SIGHUP puts
 //! edited `[dns] hosts` in force; an unreadable `[dns] ca` is a problem `rustle check`
 //! reports.
 
@@ -96,6 +97,69 @@ impl Stub {
                     }
                 });
             }
+        });
+        Stub { addr, asked }
+    }
+
+    /// The same over HTTPS (RFC 8484: HTTP/2, POST /dns-query, application/dns-message),
+    /// on a runtime of its own.
+    fn start_https(zone: &[(&str, IpAddr)], files: &rustle::io::tls::SelfSignedFiles) -> Stub {
+        use rustls::pki_types::pem::PemObject as _;
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.set_nonblocking(true).unwrap();
+        let addr = listener.local_addr().unwrap();
+        let names = Arc::new(zone_map(zone));
+        let asked: Asked = Arc::default();
+        let counts = asked.clone();
+        let certs: Vec<_> = rustls::pki_types::CertificateDer::pem_file_iter(&files.chain)
+            .unwrap()
+            .map(|c| c.unwrap())
+            .collect();
+        let key = rustls::pki_types::PrivateKeyDer::from_pem_file(&files.key).unwrap();
+        let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+        let mut config = rustls::ServerConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_no_client_auth()
+            .with_single_cert(certs, key)
+            .unwrap();
+        config.alpn_protocols = vec![b"h2".to_vec()];
+        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+        std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+            rt.block_on(async move {
+                let listener = tokio::net::TcpListener::from_std(listener).unwrap();
+                while let Ok((tcp, _)) = listener.accept().await {
+                    let (acceptor, names, counts) =
+                        (acceptor.clone(), names.clone(), counts.clone());
+                    tokio::spawn(async move {
+                        let Ok(tls) = acceptor.accept(tcp).await else { return };
+                        let Ok(mut h2) = h2::server::handshake(tls).await else { return };
+                        while let Some(Ok((request, mut respond))) = h2.accept().await {
+                            let ok = request.method() == "POST"
+                                && request.uri().path() == "/dns-query"
+                                && request.headers().get("content-type").map(|v| v.as_bytes())
+                                    == Some(b"application/dns-message");
+                            let mut body = request.into_body();
+                            let mut query = Vec::new();
+                            while let Some(Ok(chunk)) = body.data().await {
+                                let _ = body.flow_control().release_capacity(chunk.len());
+                                query.extend_from_slice(&chunk);
+                            }
+                            let answer = ok.then(|| reply(&names, &counts, &query)).flatten();
+                            let head = http::Response::builder()
+                                .status(if answer.is_some() { 200 } else { 400 })
+                                .header("content-type", "application/dns-message")
+                                .body(())
+                                .unwrap();
+                            let Ok(mut send) = respond.send_response(head, false) else {
+                                continue;
+                            };
+                            let _ = send.send_data(answer.unwrap_or_default().into(), true);
+                        }
+                    });
+                }
+            });
         });
         Stub { addr, asked }
     }
@@ -328,4 +392,22 @@ fn a_dns_ca_that_cannot_be_read_is_a_problem_check_reports() {
         String::from_utf8_lossy(&out.stderr).to_string() + &String::from_utf8_lossy(&out.stdout);
     assert!(!out.status.success(), "{err}");
     assert!(err.contains("dns.ca") && err.contains("/nonexistent/ca.pem"), "{err}");
+}
+
+#[test]
+fn names_over_https() {
+    let echo = TcpEcho::start().unwrap();
+    let dir = TempDir::new("dns-https");
+    let files = rustle::io::tls::write_self_signed("doh.test", &dir.path().join("doh")).unwrap();
+    let stub = Stub::start_https(&[("echo.test", "127.0.0.1".parse().unwrap())], &files);
+    let (addr, ca) = (stub.addr, files.ca.clone());
+    let proxy = Proxy::start_with(move |c| {
+        with_stub(c, &[], Prefer::Ipv4);
+        c.dns.servers = vec![format!("https://{addr}/dns-query#doh.test")];
+        c.dns.ca = Some(ca);
+    });
+    let target = format!("echo.test:{}", echo.addr().port());
+    assert_eq!(connect_status(&proxy, &target).0, 200);
+    assert_eq!(connect_status(&proxy, &target).0, 200);
+    assert_eq!(stub.asked("echo.test"), 1, "once over HTTPS, then from the cache");
 }
