@@ -44,6 +44,7 @@ pub use settings::{
     Admin, Auth, ChoiceParam, Dns, Http, Http2, Limits, Prefer, Process, Relay, Timeouts, Upstream,
     UserConfig, UserParams, DEFAULT_MAX_USER_SERIES,
 };
+pub(crate) use settings::{NameServer, Transport};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
 #[serde(rename_all = "lowercase")]

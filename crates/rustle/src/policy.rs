@@ -3,6 +3,7 @@
 //! each worker holds the current one and every connection reads it without a lock.
 
 pub mod auth;
+pub(crate) mod dns;
 pub(crate) mod route;
 
 use std::collections::HashMap;
@@ -116,6 +117,8 @@ pub struct Policy {
     /// TLS towards each `https` parent (by parent index), verified with its `ca` or the
     /// system's roots.
     parent_tls: Vec<Option<Arc<rustls::ClientConfig>>>,
+    /// What the resolver reads besides `[dns]` (hosts, resolv.conf, its TLS roots).
+    pub(crate) dns: Arc<dns::System>,
     /// The whole configuration this policy was built from: workers read its timeouts,
     /// limits and log settings for each new connection, so that a reload changes them too.
     pub(crate) config: Arc<Config>,
@@ -245,6 +248,10 @@ impl Policy {
                     .ok()
             })
             .collect();
+        let dns = dns::System::read(&cfg.dns).unwrap_or_else(|e| {
+            problems.push(e);
+            dns::System::default()
+        });
         let auth_without_users = auth_without_users(cfg, &users);
         if !problems.is_empty() {
             return Err(problems);
@@ -253,6 +260,7 @@ impl Policy {
             routes,
             params: cfg.auth.params.as_ref().map(crate::policy::auth::params::Declared::new),
             parent_tls,
+            dns: Arc::new(dns),
             undefined_names,
             auth_without_users,
             users,

@@ -24,7 +24,7 @@ use hashbrown::HashTable;
 use tokio::net::TcpStream;
 
 use crate::acl::Protocol;
-use crate::config::{ConnectTls, Upstream as UpstreamConfig};
+use crate::config::Upstream as UpstreamConfig;
 use crate::error::{ConnectError, Error};
 use crate::io::conn::Stream;
 use crate::policy::route::egress::{Egress, Picked};
@@ -47,6 +47,10 @@ pub(crate) struct Want<'a> {
     pub(crate) port: u16,
     pub(crate) protocol: Protocol,
     pub(crate) client: IpAddr,
+    /// The client's address and port (the ones a PROXY protocol header carried) and the
+    /// listener's address, for a PROXY protocol header to a parent or a relay target.
+    /// (References: a `Want` lives in every connection's future.)
+    pub(crate) addrs: (&'a SocketAddr, &'a SocketAddr),
     /// The authenticated user, if any.
     pub(crate) user: Option<&'a str>,
     /// The listener's name, if it has one.
@@ -70,10 +74,10 @@ pub enum Tls<'a> {
     /// An `https://` origin: verified against `[tls] origin_ca` or the system's roots, the
     /// host sent as SNI.
     Origin,
-    /// A relay listener's `target_tls` (its key in the policy, and its settings).
+    /// A relay listener's `target_tls` (its TLS config in the policy under its key),
+    /// after a PROXY protocol header in clear when it has `target_proxy_protocol`.
     Relay {
-        listener: &'a crate::config::ListenerKey,
-        settings: &'a ConnectTls,
+        listener: &'a crate::config::Listener,
     },
 }
 
@@ -96,6 +100,10 @@ pub(crate) struct Connected {
     pub(crate) absolute: Option<Option<Box<[u8]>>>,
     /// Bytes the last parent sent after its reply, which belong to the tunnel.
     pub(crate) early: Vec<u8>,
+    /// The first parent was sent a PROXY protocol header naming this client: the
+    /// connection is this client connection's alone (pinned, `exchange::Pinned`, and
+    /// closed with it), never another's.
+    pub(crate) private: bool,
 }
 
 impl Connected {
@@ -108,6 +116,7 @@ impl Connected {
             pool_key: None,
             absolute: None,
             early: Vec::new(),
+            private: false,
         }
     }
 }
@@ -454,11 +463,34 @@ impl Upstreams {
     }
 }
 
+/// A PROXY protocol header from `addrs` (client, the address it connected to); None:
+/// v1 `UNKNOWN`, v2 `LOCAL` (a connection of rustle's own, such as a probe).
+pub(crate) fn proxy_header(
+    version: crate::config::ProxyProtocol,
+    addrs: Option<(SocketAddr, SocketAddr)>,
+) -> Vec<u8> {
+    let mut out = Vec::with_capacity(64);
+    match version {
+        crate::config::ProxyProtocol::V1 => rustle_proto::proxy_protocol::write_v1(addrs, &mut out),
+        _ => rustle_proto::proxy_protocol::write_v2(addrs, &mut out),
+    }
+    out
+}
+
+/// Writes `bytes` on a new upstream connection before anything else, within `timeout`.
+async fn write_first(stream: &mut Stream, bytes: &[u8], timeout: Duration) -> io::Result<()> {
+    use tokio::io::AsyncWriteExt as _;
+    match tokio::time::timeout(timeout, stream.write_all(bytes)).await {
+        Ok(result) => result,
+        Err(_) => Err(io::Error::new(io::ErrorKind::TimedOut, "timed out")),
+    }
+}
+
 /// TLS to the target on top of `stream`, as `want` asks.
 async fn target_tls(
     policy: &Policy,
     want: &Want<'_>,
-    stream: Stream,
+    mut stream: Stream,
     addr: SocketAddr,
     timeouts: &crate::config::Timeouts,
 ) -> Result<Stream, Error> {
@@ -472,10 +504,18 @@ async fn target_tls(
                 .map_err(|_| tls_error(format!("`{host}` is not a server name")))?;
             (config, name)
         }
-        Tls::Relay { listener, settings } => {
-            let Some(config) = policy.tls_connector(listener).cloned() else {
+        Tls::Relay { listener } => {
+            let (Some(settings), Some(config)) =
+                (&listener.target_tls, policy.tls_connector(&listener.key).cloned())
+            else {
                 return Err(tls_error("the listener has no TLS settings for its target".into()));
             };
+            if let Some(version) = listener.target_proxy_protocol {
+                let header = proxy_header(version, Some((*want.addrs.0, *want.addrs.1)));
+                write_first(&mut stream, &header, timeouts.handshake)
+                    .await
+                    .map_err(|e| tls_error(format!("sending the PROXY protocol header: {e}")))?;
+            }
             (config, crate::io::tls::server_name(settings, host).map_err(tls_error)?)
         }
     };
@@ -542,10 +582,15 @@ impl<'a> Key<'a> {
 }
 
 impl Upstreams {
-    pub(crate) fn new(cfg: UpstreamConfig, dns: crate::config::Dns) -> Self {
+    /// `system`: the files the resolver reads, as the policy read them.
+    pub(crate) fn new(
+        cfg: UpstreamConfig,
+        dns: crate::config::Dns,
+        system: std::sync::Arc<crate::policy::dns::System>,
+    ) -> Self {
         Upstreams {
             cfg: RefCell::new(cfg),
-            dns: RefCell::new(Rc::new(resolve::Resolver::new(dns))),
+            dns: RefCell::new(Rc::new(resolve::Resolver::new(dns, system))),
             pool: RefCell::new(Pool {
                 table: HashTable::new(),
                 hasher: foldhash::fast::RandomState::default(),
@@ -561,12 +606,17 @@ impl Upstreams {
     }
 
     /// The pool and name-cache settings from now on (a reload).
-    pub(crate) fn set_config(&self, cfg: UpstreamConfig, dns: &crate::config::Dns) {
+    pub(crate) fn set_config(
+        &self,
+        cfg: UpstreamConfig,
+        dns: &crate::config::Dns,
+        system: &std::sync::Arc<crate::policy::dns::System>,
+    ) {
         *self.cfg.borrow_mut() = cfg;
-        if self.dns.borrow().config() != dns {
-            // New servers, hosts or bounds: a fresh resolver and an empty cache. Lookups
-            // in flight finish on the old one.
-            *self.dns.borrow_mut() = Rc::new(resolve::Resolver::new(dns.clone()));
+        if !self.dns.borrow().same(dns, system) {
+            // New servers, hosts, bounds or files: a fresh resolver and an empty cache.
+            // Lookups in flight finish on the old one.
+            *self.dns.borrow_mut() = Rc::new(resolve::Resolver::new(dns.clone(), system.clone()));
         }
     }
 
@@ -805,17 +855,30 @@ mod tests {
     async fn a_reload_that_changes_dns_replaces_the_resolver_and_only_then() {
         let mut dns = crate::config::Dns::default();
         dns.hosts.insert("a.test".into(), vec!["192.0.2.1".parse().expect("ip")]);
-        let ups = Upstreams::new(UpstreamConfig::default(), dns.clone());
+        let system = std::sync::Arc::new(crate::policy::dns::System::default());
+        let ups = Upstreams::new(UpstreamConfig::default(), dns.clone(), system.clone());
         assert_eq!(
             &*ups.resolve("a.test").await.expect("static"),
             &["192.0.2.1".parse::<IpAddr>().expect("ip")]
         );
         let before = ups.dns.borrow().clone();
-        ups.set_config(UpstreamConfig::default(), &dns);
+        ups.set_config(UpstreamConfig::default(), &dns, &system);
         assert!(Rc::ptr_eq(&before, &ups.dns.borrow()), "same [dns]: same resolver and cache");
+        let reread = std::sync::Arc::new(crate::policy::dns::System::default());
+        ups.set_config(UpstreamConfig::default(), &dns, &reread);
+        assert!(Rc::ptr_eq(&before, &ups.dns.borrow()), "files read again, unchanged: same");
         dns.hosts.insert("a.test".into(), vec!["192.0.2.2".parse().expect("ip")]);
-        ups.set_config(UpstreamConfig::default(), &dns);
+        ups.set_config(UpstreamConfig::default(), &dns, &system);
         assert!(!Rc::ptr_eq(&before, &ups.dns.borrow()));
+        let before = ups.dns.borrow().clone();
+        let hosts =
+            crate::policy::dns::System { hosts: "192.0.2.7 b.test\n".into(), ..Default::default() };
+        ups.set_config(UpstreamConfig::default(), &dns, &std::sync::Arc::new(hosts));
+        assert!(!Rc::ptr_eq(&before, &ups.dns.borrow()), "an edited /etc/hosts: a new resolver");
+        assert_eq!(
+            &*ups.resolve("b.test").await.expect("hosts"),
+            &["192.0.2.7".parse::<IpAddr>().expect("ip")]
+        );
         assert_eq!(
             &*ups.resolve("a.test").await.expect("static"),
             &["192.0.2.2".parse::<IpAddr>().expect("ip")]
@@ -848,7 +911,7 @@ mod tests {
     async fn pool_drops_connections_the_origin_closed() {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let addr = listener.local_addr().expect("addr");
-        let ups = Upstreams::new(UpstreamConfig::default(), Default::default());
+        let ups = Upstreams::new(UpstreamConfig::default(), Default::default(), Default::default());
         let a = TcpStream::connect(addr).await.expect("connect");
         let (server_a, _) = listener.accept().await.expect("accept");
         let b = TcpStream::connect(addr).await.expect("connect");

@@ -123,9 +123,6 @@ fn target_proxy_protocol_problem(l: &Listener) -> Option<String> {
     if v == super::ProxyProtocol::Any {
         return Some("sends one version: \"v1\" or \"v2\"".into());
     }
-    if l.target_tls.is_some() {
-        return Some("does not go with [listener.target_tls] yet".into());
-    }
     None
 }
 
@@ -213,6 +210,9 @@ pub(super) fn dns_problems(d: &Dns) -> Vec<(&'static str, String)> {
         if let Err(e) = super::settings::parse_server(s) {
             out.push(("servers", e));
         }
+    }
+    if d.ca.is_some() && !d.encrypted() {
+        out.push(("ca", "no tls:// or https:// server in dns.servers to verify with it".into()));
     }
     if d.timeout.is_zero() {
         out.push(("timeout", "must not be zero".into()));

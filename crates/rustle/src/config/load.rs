@@ -251,6 +251,15 @@ impl Config {
             line: line_in(&["http2", key]),
             message: format!("http2.{key}: {message}"),
         }));
+        if config.upstream.dns_cache_ttl.is_some() {
+            problems.push(Problem {
+                line: line_in(&["upstream", "dns_cache_ttl"]),
+                message: "upstream.dns_cache_ttl is not a setting: an answer is kept for its \
+                          own TTL, bounded by [dns] ttl_min and ttl_max (a failure for [dns] \
+                          negative_ttl); set those instead"
+                    .into(),
+            });
+        }
         problems.extend(dns_problems(&config.dns).into_iter().map(|(key, message)| Problem {
             line: line_in(&["dns", key]),
             message: format!("dns.{key}: {message}"),

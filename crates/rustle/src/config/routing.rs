@@ -179,6 +179,12 @@ pub struct ParentConfig {
     pub(crate) probe: Option<Probe>,
     #[serde(default = "default_probe_every", deserialize_with = "duration")]
     pub(crate) probe_every: Duration,
+    /// `v1` | `v2`: a PROXY protocol header first on each new connection to it (before
+    /// its TLS or proxy handshake), naming the client and the listener's address.
+    /// Connections to it are never pooled: each stays with the client connection that
+    /// made it (`exchange::Pinned`).
+    #[serde(default)]
+    pub(crate) proxy_protocol: Option<super::ProxyProtocol>,
 }
 
 fn default_weight() -> u32 {
@@ -505,6 +511,9 @@ fn parent_problems(p: &ParentConfig, listeners: &[Listener]) -> Vec<(&'static st
         if rustls::pki_types::ServerName::try_from(name).is_err() {
             out.push((key, format!("`{name}` is not a server name to verify")));
         }
+    }
+    if p.proxy_protocol == Some(super::ProxyProtocol::Any) {
+        out.push(("proxy_protocol", "sends one version: \"v1\" or \"v2\"".to_string()));
     }
     if let Some(user) = &p.user {
         if user.is_empty() {

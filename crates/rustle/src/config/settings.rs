@@ -173,10 +173,10 @@ pub struct Upstream {
     /// An idle origin connection older than this is closed, not reused.
     #[serde(deserialize_with = "duration")]
     pub(crate) pool_idle_timeout: Duration,
-    /// Superseded by `[dns]` (the answers' own TTLs, between `ttl_min` and `ttl_max`):
-    /// still accepted so that older files load, and ignored.
-    #[serde(deserialize_with = "duration")]
-    pub(crate) dns_cache_ttl: Duration,
+    /// Not a setting: names are cached by `[dns]` (each answer for its own TTL, between
+    /// `ttl_min` and `ttl_max`). Read only so that a file setting it is refused with a
+    /// message naming those keys (`load`).
+    pub(crate) dns_cache_ttl: Option<toml::Value>,
 }
 
 impl Default for Upstream {
@@ -185,7 +185,7 @@ impl Default for Upstream {
             pool_max_idle_per_host: 256,
             pool_max_idle: 4096,
             pool_idle_timeout: Duration::from_secs(30),
-            dns_cache_ttl: Duration::from_secs(30),
+            dns_cache_ttl: None,
         }
     }
 }
@@ -195,9 +195,15 @@ impl Default for Upstream {
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(default)]
 pub struct Dns {
-    /// Name servers, "IP" (port 53) or "IP:PORT", asked in turn (the next when one fails
-    /// or times out). Empty: the ones /etc/resolv.conf names (and its search domains).
+    /// Name servers, asked in turn (the next when one fails or times out): "IP" (port
+    /// 53) or "IP:PORT" over UDP (TCP for a truncated answer), "tls://IP[:PORT]#NAME"
+    /// over TLS (port 853), "https://IP[:PORT][/PATH]#NAME" over HTTPS (HTTP/2 POST,
+    /// port 443, path /dns-query); NAME is the name the server's certificate must carry.
+    /// Empty: the ones /etc/resolv.conf names (and its search domains).
     pub servers: Vec<String>,
+    /// The CA (a PEM file) that `tls://` and `https://` servers' certificates must chain
+    /// to; the system's roots when absent.
+    pub ca: Option<PathBuf>,
     /// How long one query to one server may take.
     #[serde(deserialize_with = "duration")]
     pub timeout: Duration,
@@ -222,6 +228,7 @@ impl Default for Dns {
     fn default() -> Self {
         Dns {
             servers: Vec::new(),
+            ca: None,
             timeout: Duration::from_secs(2),
             attempts: 2,
             prefer: Prefer::Auto,
@@ -235,15 +242,89 @@ impl Default for Dns {
 
 impl Dns {
     /// `servers` as addresses (those that do not parse are reported by the checks).
+    #[cfg(test)]
     pub(crate) fn server_addrs(&self) -> Vec<SocketAddr> {
+        self.name_servers().into_iter().map(|s| s.addr).collect()
+    }
+
+    /// `servers` parsed (those that do not parse are reported by the checks).
+    pub(crate) fn name_servers(&self) -> Vec<NameServer> {
         self.servers.iter().filter_map(|s| parse_server(s).ok()).collect()
+    }
+
+    /// Whether a server is asked over TLS or HTTPS (and so needs `ca` or the system roots).
+    pub(crate) fn encrypted(&self) -> bool {
+        self.name_servers().iter().any(|s| s.transport != Transport::Udp)
     }
 }
 
-/// "IP", "IP:PORT" or "[IPv6]:PORT".
-pub(super) fn parse_server(s: &str) -> Result<SocketAddr, String> {
-    if let Ok(ip) = s.parse::<std::net::IpAddr>() {
-        return Ok(SocketAddr::new(ip, 53));
+/// One `[dns] servers` entry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct NameServer {
+    pub(crate) addr: SocketAddr,
+    pub(crate) transport: Transport,
+}
+
+/// How a name server is asked.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Transport {
+    /// UDP, and TCP when an answer is truncated.
+    Udp,
+    /// DNS over TLS (RFC 7858); `name` is verified in the server's certificate.
+    Tls { name: String },
+    /// DNS over HTTPS (RFC 8484, HTTP/2 POST to `path`).
+    Https { name: String, path: String },
+}
+
+/// "IP", "IP:PORT", "[IPv6]:PORT", "tls://ADDR#NAME" or "https://ADDR[/PATH]#NAME".
+pub(super) fn parse_server(s: &str) -> Result<NameServer, String> {
+    let (scheme, rest) = match s.split_once("://") {
+        Some((scheme, rest)) => (Some(scheme), rest),
+        None => (None, s),
+    };
+    let Some(scheme) = scheme else {
+        return Ok(NameServer { addr: parse_addr(s, 53)?, transport: Transport::Udp });
+    };
+    let (rest, name) = match rest.rsplit_once('#') {
+        Some((rest, name)) if !name.is_empty() => (rest, name),
+        _ => {
+            return Err(format!(
+                "`{s}` names no server name: write `{scheme}://IP[:PORT]#NAME`, NAME being \
+                 the name in the server's certificate"
+            ))
+        }
+    };
+    if rustls::pki_types::ServerName::try_from(name).is_err() {
+        return Err(format!("`{s}`: `{name}` is not a server name"));
+    }
+    let name = name.to_string();
+    match scheme {
+        "tls" => {
+            Ok(NameServer { addr: parse_addr(rest, 853)?, transport: Transport::Tls { name } })
+        }
+        "https" => {
+            let (addr, path) = match rest.find('/') {
+                Some(i) => (&rest[..i], &rest[i..]),
+                None => (rest, "/dns-query"),
+            };
+            let path = path.to_string();
+            Ok(NameServer {
+                addr: parse_addr(addr, 443)?,
+                transport: Transport::Https { name, path },
+            })
+        }
+        other => Err(format!(
+            "`{s}`: unknown scheme `{other}` (a server is \"IP[:PORT]\", \"tls://IP[:PORT]#NAME\" \
+             or \"https://IP[:PORT][/PATH]#NAME\")"
+        )),
+    }
+}
+
+/// "IP", "[IPv6]", "IP:PORT" or "[IPv6]:PORT".
+fn parse_addr(s: &str, port: u16) -> Result<SocketAddr, String> {
+    let bare = s.strip_prefix('[').and_then(|s| s.strip_suffix(']')).unwrap_or(s);
+    if let Ok(ip) = bare.parse::<std::net::IpAddr>() {
+        return Ok(SocketAddr::new(ip, port));
     }
     s.parse::<SocketAddr>().map_err(|_| {
         format!("`{s}` is not an address (\"IP\" or \"IP:PORT\", a name server is never a name)")

@@ -417,3 +417,49 @@ fn the_dns_section() {
     let e = format!("{:?}", Config::parse(text).expect_err("bad"));
     assert!(e.contains("Some(2)") && e.contains("ttl_min"), "{e}");
 }
+
+#[test]
+fn dns_servers_over_tls_and_https() {
+    use crate::config::{NameServer, Transport};
+    let c = Config::parse(
+        "[dns]\nservers = [\"tls://198.18.0.53#dns.example\", \"tls://[2001:db8::53]:8853#dns.example\", \
+         \"https://198.18.0.54/q#doh.example\", \"https://198.18.0.55:8443#doh.example\"]\n\
+         ca = \"/etc/rustle/dns-ca.pem\"\n",
+    )
+    .expect("valid");
+    let addr = |s: &str| s.parse::<std::net::SocketAddr>().expect("addr");
+    let tls = || Transport::Tls { name: "dns.example".into() };
+    let https = |path: &str| Transport::Https { name: "doh.example".into(), path: path.into() };
+    assert_eq!(
+        c.dns.name_servers(),
+        [
+            NameServer { addr: addr("198.18.0.53:853"), transport: tls() },
+            NameServer { addr: addr("[2001:db8::53]:8853"), transport: tls() },
+            NameServer { addr: addr("198.18.0.54:443"), transport: https("/q") },
+            NameServer { addr: addr("198.18.0.55:8443"), transport: https("/dns-query") },
+        ]
+    );
+    assert!(c.dns.encrypted());
+    let text = "[dns]\nservers = [\"tls://198.18.0.53\", \"quic://198.18.0.53#x.example\", \
+                \"https://dns.example#dns.example\", \"tls://198.18.0.53#not a name\"]\n";
+    let e = format!("{:?}", Config::parse(text).expect_err("bad"));
+    for want in
+        ["names no server name", "unknown scheme `quic`", "not an address", "not a server name"]
+    {
+        assert!(e.contains(want), "{want}: {e}");
+    }
+    let e = format!("{:?}", Config::parse("[dns]\nca = \"/x.pem\"\n").expect_err("no tls server"));
+    assert!(e.contains("dns.ca") && e.contains("no tls:// or https:// server"), "{e}");
+}
+
+#[test]
+fn upstream_dns_cache_ttl_is_refused_naming_the_dns_keys() {
+    let e = format!(
+        "{:?}",
+        Config::parse("[upstream]\npool_max_idle = 10\ndns_cache_ttl = \"30s\"\n")
+            .expect_err("refused")
+    );
+    assert!(e.contains("Some(3)") && e.contains("upstream.dns_cache_ttl is not a setting"), "{e}");
+    assert!(e.contains("[dns] ttl_min and ttl_max"), "{e}");
+    assert!(!e.contains("unknown key"), "said once, with what to use: {e}");
+}

@@ -491,6 +491,7 @@ impl Pins {
             pool_key: pin.pool_key,
             absolute: pin.absolute,
             early: Vec::new(),
+            private: true,
         }))
     }
 

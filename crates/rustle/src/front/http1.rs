@@ -486,6 +486,7 @@ impl Client {
             port,
             protocol,
             client: self.peer.ip(),
+            addrs: (&self.peer, &self.listener.listen),
             user: self.user.as_deref(),
             listener: self.listener.name.as_deref(),
             tls,

@@ -595,6 +595,7 @@ async fn upstream(
         port,
         protocol,
         client: shared.peer.ip(),
+        addrs: (&shared.peer, &shared.listener.listen),
         user,
         listener: shared.listener.name.as_deref(),
         tls,

@@ -54,14 +54,18 @@ pub(crate) async fn serve(
     };
     let policy = worker.policy();
     let tls_to_target = match (&listener.target_tls, policy.tls_connector(&listener.key)) {
-        (Some(settings), Some(_)) => Tls::Relay { listener: &listener.key, settings },
+        // A PROXY protocol header goes in clear before the handshake (as haproxy's
+        // `send-proxy-v2 ssl`), written by `upstream::target_tls`.
+        (Some(_), Some(_)) => Tls::Relay { listener: &listener.config },
         _ => Tls::Plain,
     };
+    let want_tls_plain = matches!(tls_to_target, Tls::Plain);
     let want = Want {
         host: &target.host,
         port: target.port,
         protocol: Protocol::Relay,
         client: peer.ip(),
+        addrs: (&peer, local.as_ref().unwrap_or(&listener.listen)),
         user: None,
         listener: listener.name.as_deref(),
         tls: tls_to_target,
@@ -114,8 +118,9 @@ pub(crate) async fn serve(
         down: 0,
     };
     let mut early_up = Vec::new();
-    if let Some(version) = listener.target_proxy_protocol {
-        // Before anything of the client's: the first bytes the target reads.
+    if let (Some(version), true) = (listener.target_proxy_protocol, want_tls_plain) {
+        // Before anything of the client's: the first bytes the target reads (with
+        // `target_tls`, `upstream::target_tls` wrote it before the handshake).
         let addrs = local.map(|local| (peer, local));
         match version {
             crate::config::ProxyProtocol::V1 => {

@@ -136,6 +136,7 @@ async fn session_socket(
             tls: crate::upstream::Tls::Plain,
             local,
             params: None,
+            addrs: (&client, &listener.listen),
             seed: None,
         };
         worker.upstreams.udp_from(&policy, &want)

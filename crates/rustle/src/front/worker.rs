@@ -152,7 +152,7 @@ impl Worker {
         let auth = Gate::new(a.cache_ttl, a.failures_burst, a.failures_per_minute, hasher);
         Worker {
             id,
-            upstreams: Upstreams::new(cfg.upstream.clone(), cfg.dns.clone()),
+            upstreams: Upstreams::new(cfg.upstream.clone(), cfg.dns.clone(), policy.dns.clone()),
             log,
             limits: Cell::new(head_limits(&cfg)),
             shutdown,
@@ -255,7 +255,7 @@ impl Worker {
         let cfg = policy.config.clone();
         self.log.reconfigure(sink, cfg.log.format.clone());
         self.limits.set(head_limits(&cfg));
-        self.upstreams.set_config(cfg.upstream.clone(), &cfg.dns);
+        self.upstreams.set_config(cfg.upstream.clone(), &cfg.dns, &policy.dns);
         let a = &cfg.auth;
         self.auth.set_limits(a.cache_ttl, a.failures_burst, a.failures_per_minute);
         self.auth.hasher().set_limits(a.max_pending_hashes, a.max_hashes_per_client);

@@ -5,7 +5,8 @@
 //! socket (without tokio's accept, which registers every connection) and a worker's park
 //! of idle tunnels, reading CLOCK_MONOTONIC for systemd, and taking ownership of
 //! listening sockets another process passed (systemd's socket activation, or a rustle
-//! handing its sockets over with SCM_RIGHTS). Everything here is a thin, checked wrapper;
+//! handing its sockets over with SCM_RIGHTS), and a non-blocking peek (MSG_PEEK) for a
+//! caller that must tell its event loop when a peek found too little. Everything here is a thin, checked wrapper;
 //! the rest of the proxy sees a safe `Pipe`, a yes/no, a hint and owned descriptors.
 #![allow(unsafe_code)]
 
@@ -81,6 +82,24 @@ pub(crate) fn defer_accept(listener: &impl AsRawFd, secs: u32) -> io::Result<()>
 pub(crate) fn set_rcvlowat(socket: &impl AsRawFd, bytes: usize) -> io::Result<()> {
     let bytes = libc::c_int::try_from(bytes).unwrap_or(libc::c_int::MAX);
     set_int(socket, libc::SOL_SOCKET, libc::SO_RCVLOWAT, bytes)
+}
+
+/// Copies the bytes queued on `socket` into `buf` without taking them (recv with
+/// MSG_PEEK | MSG_DONTWAIT): `WouldBlock` when none are, 0 at the end of the stream.
+/// tokio's own `peek` cannot be run inside `try_io`/`async_io`, which a caller waiting for
+/// *more* bytes than are queued needs (a peek leaves the socket readable).
+pub(crate) fn peek(socket: BorrowedFd<'_>, buf: &mut [u8]) -> io::Result<usize> {
+    // SAFETY: recv on a descriptor kept open by the borrow, writing at most `buf.len()`
+    // bytes into `buf`, which is valid and exclusively borrowed for that length.
+    let n = unsafe {
+        libc::recv(
+            socket.as_raw_fd(),
+            buf.as_mut_ptr().cast(),
+            buf.len(),
+            libc::MSG_PEEK | libc::MSG_DONTWAIT,
+        )
+    };
+    usize::try_from(n).map_err(|_| io::Error::last_os_error())
 }
 
 fn set_int(

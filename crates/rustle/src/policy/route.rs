@@ -65,6 +65,8 @@ pub(crate) struct Parent {
     pub(crate) down_for: Duration,
     pub(crate) probe: Option<Probe>,
     pub(crate) probe_every: Duration,
+    /// A PROXY protocol header first on each new connection to it.
+    pub(crate) proxy_protocol: Option<crate::config::ProxyProtocol>,
     /// Shared with the same parent in the policy before a reload
     /// ([`Routes::keep_health_of`]), so that connections opened under either count.
     pub(crate) health: Arc<Health>,
@@ -376,6 +378,7 @@ impl Routes {
                     down_for: p.down_for,
                     probe: p.probe.clone(),
                     probe_every: p.probe_every,
+                    proxy_protocol: p.proxy_protocol,
                     health: Arc::default(),
                 })
             })

@@ -199,8 +199,11 @@ mod tests {
         Egress::build(&cfg, 0, "r").expect("valid").expect("set")
     }
 
+    const ANY: SocketAddr = SocketAddr::new(IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED), 0);
+
     fn want(seed: Option<u64>) -> Want<'static> {
         Want {
+            addrs: (&ANY, &ANY),
             host: "example.com",
             port: 80,
             protocol: crate::acl::Protocol::Http,

@@ -144,6 +144,11 @@ impl Upstreams {
                 fail(0, format!("cannot be reached: {e}"), status, reply, true)
             })?;
         let mut stream = Stream::Tcp(tcp);
+        if let Some(version) = first.proxy_protocol {
+            send_header(&mut stream, version, Some((*want.addrs.0, *want.addrs.1)), timeouts)
+                .await
+                .map_err(|why| fail(0, why, 502, Reply::GeneralFailure, true))?;
+        }
         if first.kind == ParentKind::Https {
             stream = parent_tls(policy, first, stream, timeouts)
                 .await
@@ -185,8 +190,31 @@ impl Upstreams {
         let stream = target_tls(policy, want, stream, addr, timeouts)
             .await
             .map_err(|error| Failure { hop: chain.len() - 1, error, broken: false })?;
-        Ok(Connected { stream, addr, reused: false, via: None, pool_key: None, absolute, early })
+        let private = first.proxy_protocol.is_some();
+        Ok(Connected {
+            stream,
+            addr,
+            reused: false,
+            via: None,
+            pool_key: None,
+            absolute,
+            early,
+            private,
+        })
     }
+}
+
+/// A PROXY protocol header to a parent, before anything else on the connection.
+async fn send_header(
+    stream: &mut Stream,
+    version: crate::config::ProxyProtocol,
+    addrs: Option<(std::net::SocketAddr, std::net::SocketAddr)>,
+    timeouts: &Timeouts,
+) -> Result<(), String> {
+    let header = super::proxy_header(version, addrs);
+    super::write_first(stream, &header, timeouts.connect)
+        .await
+        .map_err(|e| format!("sending the PROXY protocol header: {e}"))
 }
 
 /// TLS to an `https` parent, verified with its `ca` (or the system's roots) for its
@@ -270,6 +298,14 @@ fn pool_key(want: &Want<'_>, chain: &[&Arc<Parent>], absolute: bool) -> Box<[u8]
             key.extend_from_slice(user.as_bytes());
         }
     }
+    // The first parent was told who the client is (a PROXY protocol header): the
+    // connection is that client connection's alone. (The front ends pin such connections
+    // rather than pool them, `Connected::private`; the key keeps any that reach the pool
+    // to the same client connection.)
+    if chain.first().is_some_and(|p| p.proxy_protocol.is_some()) {
+        key.extend_from_slice(b"\0client=");
+        key.extend_from_slice(want.addrs.0.to_string().as_bytes());
+    }
     key.into_boxed_slice()
 }
 
@@ -326,6 +362,7 @@ impl Upstreams {
                     pool_key: Some(pool_key),
                     absolute: auth,
                     early: Vec::new(),
+                    private: chain[0].proxy_protocol.is_some(),
                 }));
             }
         }
@@ -374,8 +411,13 @@ impl Upstreams {
                 .connect_tcp(&p.host, p.port, timeouts.connect, &|_| None, None)
                 .await
                 .map_err(|e| format!("cannot be reached: {e}"))?;
-            let crate::config::Probe::Connect(target) = probe else { return Ok(()) };
             let mut stream = Stream::Tcp(tcp);
+            // The probe is rustle's own connection: a header without a client (v2 LOCAL,
+            // v1 UNKNOWN), so that a parent requiring one takes it.
+            if let Some(version) = p.proxy_protocol {
+                send_header(&mut stream, version, None, timeouts).await?;
+            }
+            let crate::config::Probe::Connect(target) = probe else { return Ok(()) };
             if p.kind == ParentKind::Https {
                 stream = parent_tls(policy, p, stream, timeouts).await?;
             }
@@ -469,6 +511,16 @@ impl Upstreams {
                         (format!("cannot be reached: {e}"), true, 502, Reply::GeneralFailure)
                     })?;
                 let mut control = Stream::Tcp(tcp);
+                if let Some(version) = p.proxy_protocol {
+                    send_header(
+                        &mut control,
+                        version,
+                        Some((*want.addrs.0, *want.addrs.1)),
+                        timeouts,
+                    )
+                    .await
+                    .map_err(|why| (why, true, 502, Reply::GeneralFailure))?;
+                }
                 let creds = credentials(p, want.user);
                 let unknown = std::net::SocketAddr::from(([0, 0, 0, 0], 0));
                 let relay = hop::udp_associate(&mut control, creds, unknown, timeouts.connect)
@@ -517,12 +569,22 @@ mod tests {
         crate::policy::route::Routes::build(&cfg, &[]).expect("builds")
     }
 
+    const CLIENT: std::net::SocketAddr = std::net::SocketAddr::V4(std::net::SocketAddrV4::new(
+        std::net::Ipv4Addr::new(192, 0, 2, 1),
+        40000,
+    ));
+    const LISTENER: std::net::SocketAddr = std::net::SocketAddr::V4(std::net::SocketAddrV4::new(
+        std::net::Ipv4Addr::new(192, 0, 2, 2),
+        3128,
+    ));
+
     fn want<'a>(user: Option<&'a str>) -> Want<'a> {
         Want {
             host: "Origin.example",
             port: 80,
             protocol: Protocol::Http,
             client: std::net::IpAddr::from([192, 0, 2, 1]),
+            addrs: (&CLIENT, &LISTENER),
             user,
             listener: None,
             tls: Tls::Plain,
@@ -552,5 +614,20 @@ mod tests {
         assert_eq!(&*alice, b"\0u>origin.example:80\0alice");
         assert_ne!(alice, bob);
         assert!(takes_absolute(&want(None), &[s, h]) && !takes_absolute(&want(None), &[h, s]));
+    }
+
+    #[test]
+    fn a_parent_told_the_client_keys_its_connections_by_client() {
+        let r = routes(
+            "[[parent]]\nname = \"h\"\nkind = \"http\"\naddress = \"10.0.0.3:3128\"\n\
+             proxy_protocol = \"v2\"\n",
+        );
+        let h = &r.parents()[0];
+        let one = want(None);
+        let next: std::net::SocketAddr = ([192, 0, 2, 1], 40001).into();
+        let mut other = want(None);
+        other.addrs.0 = &next;
+        assert_eq!(&*pool_key(&one, &[h], true), b"\0h>\0client=192.0.2.1:40000");
+        assert_ne!(pool_key(&one, &[h], true), pool_key(&other, &[h], true));
     }
 }

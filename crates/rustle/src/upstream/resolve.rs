@@ -11,8 +11,11 @@
 //!   `negative_ttl`.
 //! - Static `hosts` entries, then /etc/hosts's, answer before the cache (a name either
 //!   lists is answered from there alone, as getaddrinfo did); IP literals never get here.
-//! - Nothing blocks the worker: hickory's sockets are the worker runtime's. (Building the
-//!   resolver reads /etc/resolv.conf and /etc/hosts once per worker and reload.)
+//! - Nothing blocks the worker: hickory's sockets are the worker runtime's, and the files
+//!   it would read (/etc/hosts, /etc/resolv.conf, `[dns] ca`) are read with the policy, at
+//!   start and on reload, off the workers (`policy::dns::System`).
+//! - `tls://` and `https://` servers are hickory's DNS over TLS and over HTTPS (HTTP/2),
+//!   on rustls with aws-lc-rs, verified with `[dns] ca` or the system's roots.
 
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -29,7 +32,8 @@ use hickory_resolver::net::runtime::TokioRuntimeProvider;
 use hickory_resolver::net::NetError;
 use hickory_resolver::TokioResolver;
 
-use crate::config::{Dns, Prefer};
+use crate::config::{Dns, Prefer, Transport};
+use crate::policy::dns::System;
 
 /// A lookup's outcome: the addresses, or why there are none.
 pub(crate) type Answer = Result<Rc<[IpAddr]>, Rc<str>>;
@@ -46,6 +50,7 @@ const MAX_NAMES: usize = 10_000;
 
 pub(crate) struct Resolver {
     cfg: Dns,
+    system: std::sync::Arc<System>,
     hosts: HashMap<Box<str>, Rc<[IpAddr]>>,
     /// Built on first use, on the worker's runtime (hickory spawns its connections there).
     /// A configuration hickory refuses fails every lookup with its reason.
@@ -54,16 +59,13 @@ pub(crate) struct Resolver {
 }
 
 impl Resolver {
-    pub(crate) fn new(cfg: Dns) -> Self {
-        // /etc/hosts as getaddrinfo read it ("files" before "dns"): a name it lists is
+    /// `system`: the files as the policy read them.
+    pub(crate) fn new(cfg: Dns, system: std::sync::Arc<System>) -> Self {
+        // /etc/hosts as getaddrinfo reads it ("files" before "dns"): a name it lists is
         // answered from it alone (hickory would add its own `::1` for `localhost`, which
         // the file may not list). The configuration's entries come first.
-        let file = std::fs::read_to_string("/etc/hosts").unwrap_or_default();
-        Resolver::with_hosts_file(cfg, &file)
-    }
-
-    fn with_hosts_file(cfg: Dns, file: &str) -> Self {
         let mut all: HashMap<Box<str>, Vec<IpAddr>> = HashMap::new();
+        let file = system.hosts.as_str();
         for (name, ips) in &cfg.hosts {
             let name = name.trim_end_matches('.').to_ascii_lowercase();
             all.entry(name.into_boxed_str()).or_default().extend(ips);
@@ -102,11 +104,25 @@ impl Resolver {
                 (name, Rc::from(ips))
             })
             .collect();
-        Resolver { cfg, hosts, hickory: RefCell::new(None), cache: RefCell::new(HashMap::new()) }
+        Resolver {
+            cfg,
+            system,
+            hosts,
+            hickory: RefCell::new(None),
+            cache: RefCell::new(HashMap::new()),
+        }
     }
 
-    pub(crate) fn config(&self) -> &Dns {
-        &self.cfg
+    #[cfg(test)]
+    fn with_hosts_file(cfg: Dns, file: &str) -> Self {
+        let system = System { hosts: file.into(), ..System::default() };
+        Resolver::new(cfg, std::sync::Arc::new(system))
+    }
+
+    /// Whether this resolver answers as one built from `cfg` and `system` would.
+    pub(crate) fn same(&self, cfg: &Dns, system: &std::sync::Arc<System>) -> bool {
+        self.cfg == *cfg
+            && (std::sync::Arc::ptr_eq(&self.system, system) || *self.system == **system)
     }
 
     /// The addresses of `host` (a name, not an IP literal).
@@ -157,10 +173,11 @@ impl Resolver {
         let resolver = self
             .hickory
             .borrow_mut()
-            .get_or_insert_with(|| build(&self.cfg).map(Rc::new).map_err(Rc::from))
+            .get_or_insert_with(|| build(&self.cfg, &self.system).map(Rc::new).map_err(Rc::from))
             .clone();
         let host: Box<str> = host.into();
         let (min, max, negative) = (self.cfg.ttl_min, self.cfg.ttl_max, self.cfg.negative_ttl);
+        let system = self.system.clone();
         async move {
             let resolver = match resolver {
                 Ok(r) => r,
@@ -182,7 +199,7 @@ impl Resolver {
                     let ttl = found.valid_until().saturating_duration_since(now).clamp(min, max);
                     (Ok(ips.into()), now + ttl)
                 }
-                Err(e) => (Err(reason(&e).into()), now + negative),
+                Err(e) => (Err(reason(&e, &system).into()), now + negative),
             }
         }
         .boxed_local()
@@ -195,34 +212,48 @@ impl Resolver {
     }
 }
 
-/// A failure as the 502 and the log say it.
-fn reason(e: &NetError) -> String {
+/// A failure as the 502 and the log say it. hickory reports a server whose certificate
+/// was refused as "no connections available": the verifier's reason is added.
+fn reason(e: &NetError, system: &System) -> String {
     if e.is_nx_domain() {
         "no such name".into()
     } else if e.is_no_records_found() {
         "no addresses".into()
+    } else if let Some(refused) = system.tls.as_ref().and_then(|(_, r)| r.take()) {
+        let reason = format!("{e} ({refused})");
+        tracing::warn!("dns: {reason}");
+        reason
     } else {
         e.to_string()
     }
 }
 
-/// The servers `[dns]` names, or /etc/resolv.conf's; glibc's fallback (127.0.0.1:53)
-/// when it names none.
-fn build(cfg: &Dns) -> Result<TokioResolver, String> {
-    let servers = cfg.server_addrs();
-    let (config, mut opts) = if servers.is_empty() {
-        match hickory_resolver::system_conf::read_system_conf() {
+/// The servers `[dns]` names, or /etc/resolv.conf's (as `system` read it); glibc's
+/// fallback (127.0.0.1:53) when it names none.
+fn build(cfg: &Dns, system: &System) -> Result<TokioResolver, String> {
+    let servers = cfg.name_servers();
+    let fallback = || {
+        let local = [crate::config::NameServer {
+            addr: SocketAddr::from(([127, 0, 0, 1], 53)),
+            transport: Transport::Udp,
+        }];
+        (servers_config(&local), ResolverOpts::default())
+    };
+    let (config, mut opts) = match &system.resolv_conf {
+        _ if !servers.is_empty() => (servers_config(&servers), ResolverOpts::default()),
+        Some(Ok(text)) => match hickory_resolver::system_conf::parse_resolv_conf(text) {
             Ok((config, opts)) if !config.name_servers().is_empty() => (config, opts),
-            Ok(_) => {
-                (servers_config(&[SocketAddr::from(([127, 0, 0, 1], 53))]), ResolverOpts::default())
-            }
+            Ok(_) => fallback(),
             Err(e) => {
                 tracing::warn!("dns: /etc/resolv.conf: {e}; asking 127.0.0.1:53");
-                (servers_config(&[SocketAddr::from(([127, 0, 0, 1], 53))]), ResolverOpts::default())
+                fallback()
             }
+        },
+        Some(Err(e)) => {
+            tracing::warn!("dns: {e}; asking 127.0.0.1:53");
+            fallback()
         }
-    } else {
-        (servers_config(&servers), ResolverOpts::default())
+        None => fallback(),
     };
     opts.timeout = cfg.timeout;
     opts.attempts = cfg.attempts;
@@ -237,28 +268,42 @@ fn build(cfg: &Dns) -> Result<TokioResolver, String> {
     opts.negative_max_ttl = Some(cfg.negative_ttl.max(Duration::from_secs(1)));
     // Our cache is in front; hickory's only has to bridge the A and AAAA halves.
     opts.cache_size = 256;
-    // /etc/hosts is read by `Resolver::new`, in front.
+    // /etc/hosts is read with the policy and answered by `Resolver::resolve`, in front.
     opts.use_hosts_file = ResolveHosts::Never;
     // The servers in the order given: the first one answering is asked first.
     opts.server_ordering_strategy =
         hickory_resolver::config::ServerOrderingStrategy::UserProvidedOrder;
     let mut builder = TokioResolver::builder_with_config(config, TokioRuntimeProvider::default());
     *builder.options_mut() = opts;
+    if let Some((tls, _)) = &system.tls {
+        builder = builder.with_tls_config((**tls).clone());
+    }
     builder.build().map_err(|e| {
         tracing::warn!("dns: the resolver: {e}");
         format!("the resolver: {e}")
     })
 }
 
-fn servers_config(servers: &[SocketAddr]) -> ResolverConfig {
+fn servers_config(servers: &[crate::config::NameServer]) -> ResolverConfig {
     let name_servers = servers
         .iter()
         .map(|s| {
-            let mut udp = ConnectionConfig::udp();
-            udp.port = s.port();
-            let mut tcp = ConnectionConfig::tcp();
-            tcp.port = s.port();
-            NameServerConfig::new(s.ip(), true, vec![udp, tcp])
+            let port = s.addr.port();
+            let connections = match &s.transport {
+                Transport::Udp => vec![ConnectionConfig::udp(), ConnectionConfig::tcp()],
+                Transport::Tls { name } => vec![ConnectionConfig::tls(name.as_str().into())],
+                Transport::Https { name, path } => {
+                    vec![ConnectionConfig::https(name.as_str().into(), Some(path.as_str().into()))]
+                }
+            };
+            let connections = connections
+                .into_iter()
+                .map(|mut c| {
+                    c.port = port;
+                    c
+                })
+                .collect();
+            NameServerConfig::new(s.addr.ip(), true, connections)
         })
         .collect();
     ResolverConfig::from_name_servers(name_servers)

@@ -1671,3 +1671,43 @@ async fn send_and_wait(
     };
     tokio::time::timeout(Duration::from_secs(10), wait).await.expect("an answer in time")
 }
+
+#[tokio::test]
+async fn a_connection_to_a_parent_told_the_client_stays_with_its_h2_connection() {
+    let dir = TempDir::new("h2-pp-parent");
+    let parent = Proxy::from_toml(
+        "[[listener]]\nlisten = \"127.0.0.1:0\"\nproxy_protocol = \"v2\"\n\
+         proxy_protocol_from = [\"127.0.0.1\"]\n",
+    );
+    let (proxy, ca) = https_proxy(
+        &dir,
+        &format!(
+            "[[parent]]\nname = \"p\"\nkind = \"http\"\naddress = \"{}\"\nproxy_protocol = \"v2\"\n\
+             [[route]]\nname = \"all\"\nvia = \"p\"\n",
+            parent.addr()
+        ),
+    );
+    let origin = Origin::start().unwrap();
+    let mut c = tls_client(proxy.addr(), &ca).await;
+    for _ in 0..2 {
+        let req = request(Method::GET, &origin.url("/bytes/5")).body(()).unwrap();
+        let (resp, _) = exchange(&mut c, req, None).await;
+        assert_eq!(resp.status(), 200);
+    }
+    // The parent sees the h2 client (its address and port), not the front.
+    let front = wait_log(&proxy, 2, |l| l.contains("GET http://")).await;
+    let client = LogLine::parse(&front[0]).client;
+    let seen = wait_log(&parent, 2, |l| LogLine::parse(l).client == client).await;
+    assert_eq!(seen.len(), 2, "{}", parent.log_text());
+    // Pinned to the h2 connection: closed with it.
+    drop(c);
+    let port = parent.addr().port();
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while crate::proxy_protocol::established_to(port) > 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "a connection to the parent outlived the client"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}

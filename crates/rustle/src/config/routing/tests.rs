@@ -73,6 +73,7 @@ fn every_check_names_its_line() {
         // Kind-specific keys.
         (parent("ca = \"ca.pem\"\n"), 5, "`ca` is for https parents, not http"),
         (parent("server_name = \"x\"\n"), 5, "`server_name` is for https parents"),
+        (parent("proxy_protocol = \"any\"\n"), 5, "sends one version"),
         (
             "[[parent]]\nname = \"t\"\nkind = \"https\"\naddress = \"a:1\"\nserver_name = \"a b\"\n".into(),
             5,

@@ -156,6 +156,7 @@ pub(super) async fn forward(c: &mut Client, ex: &mut Exchange) -> Result<Next, E
             port,
             protocol: Protocol::Http,
             client: c.peer.ip(),
+            addrs: (&c.peer, &c.listener.listen),
             user: user.as_deref(),
             listener: c.listener.name.as_deref(),
             tls,
@@ -218,6 +219,8 @@ pub(super) async fn forward(c: &mut Client, ex: &mut Exchange) -> Result<Next, E
         let mut ubuf = worker.take_buf();
         // Bytes a parent passed on before the request went out are the answer's first.
         ubuf.extend_from_slice(&connected.early);
+        // A parent told who this client is: the connection is pinned to it, not pooled.
+        pin |= connected.private;
         let Connected { stream, addr, reused, via, pool_key, .. } = connected;
         (stream, addr, reused, via, pool_key, req_body, absolute, ubuf)
     };

@@ -109,10 +109,12 @@ pub(super) async fn forward(
     let auth = parts.headers.get_all(http::header::AUTHORIZATION);
     let mut pin =
         auth.iter().any(|v| is_connection_auth(v.as_bytes())) || shared.pins.borrow().holds(&key);
-    let Connected { stream: up, addr, reused, via, absolute, early, pool_key } = {
+    let Connected { stream: up, addr, reused, via, absolute, early, pool_key, private } = {
         let connect = upstream(shared, who, Some(&key), &host, port, HTTP, tls);
         unless_reset(respond, connect).await?
     };
+    // A parent told who this client is: the connection is pinned to it, not pooled.
+    pin |= private;
     // The head goes to the origin, or in absolute form to a parent proxy.
     let method_str = parts.method.as_str();
     let auth = absolute.as_ref().map(|a| a.as_deref());

@@ -336,6 +336,94 @@ impl ServerCertVerifier for NoVerification {
     }
 }
 
+/// A verifying client config (roots from `ca`, else the system's) whose verifier keeps
+/// the reason of its last refusal (`Refusals`), for a caller that only learns that a
+/// connection failed (hickory says "no connections available" of a DNS server whose
+/// certificate it refused).
+pub(crate) fn remembering_connector(
+    ca: Option<&Path>,
+) -> Result<(Arc<ClientConfig>, Arc<Refusals>), String> {
+    let roots = match ca {
+        Some(ca) => roots_from(ca)?,
+        None => system_roots()?,
+    };
+    let inner =
+        rustls::client::WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider())
+            .build()
+            .map_err(|e| e.to_string())?;
+    let refusals = Arc::new(Refusals { inner, last: std::sync::Mutex::new(None) });
+    let config = ClientConfig::builder_with_provider(provider())
+        .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
+        .map_err(|e| e.to_string())?
+        .dangerous()
+        .with_custom_certificate_verifier(refusals.clone())
+        .with_no_client_auth();
+    Ok((Arc::new(config), refusals))
+}
+
+/// rustls's verifier, remembering why it last refused a certificate.
+#[derive(Debug)]
+pub(crate) struct Refusals {
+    inner: Arc<rustls::client::WebPkiServerVerifier>,
+    last: std::sync::Mutex<Option<String>>,
+}
+
+impl Refusals {
+    /// Why the last certificate seen was refused, if it was (taken: said once).
+    pub(crate) fn take(&self) -> Option<String> {
+        self.last.lock().unwrap_or_else(|p| p.into_inner()).take()
+    }
+}
+
+impl ServerCertVerifier for Refusals {
+    fn verify_server_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+        server_name: &ServerName<'_>,
+        ocsp_response: &[u8],
+        now: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
+        let verdict = self.inner.verify_server_cert(
+            end_entity,
+            intermediates,
+            server_name,
+            ocsp_response,
+            now,
+        );
+        // (A handshake, not a lookup: connections to a server are kept and reused.)
+        let mut last = self.last.lock().unwrap_or_else(|p| p.into_inner());
+        *last = match &verdict {
+            Err(e) => Some(format!("the certificate of {} is refused: {e}", server_name.to_str())),
+            // A server that verifies again: an older refusal would explain nothing now.
+            Ok(_) => None,
+        };
+        verdict
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.inner.verify_tls12_signature(message, cert, dss)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.inner.verify_tls13_signature(message, cert, dss)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.inner.supported_verify_schemes()
+    }
+}
+
 /// What the access log says about a client's TLS session.
 #[derive(Debug, Clone)]
 pub(crate) struct Session {

@@ -225,41 +225,48 @@ async fn proxied(
 
 /// Reads exactly the PROXY protocol header off `stream`, leaving the client's own bytes
 /// in the socket: the header is peeked (a balancer writes it in one piece, so once,
-/// nearly always), then read. An error is the reason to log.
+/// nearly always), then read. A peek that finds part of a header tells the event loop the
+/// socket is drained (`try_io` on `WouldBlock`), so the task sleeps until more bytes
+/// arrive: no timer, no spinning on the same bytes. A peer that has closed its side
+/// after part of a header stays readable for good: that is an error at once, not a
+/// loop. An error is the reason to log.
 async fn read_proxy_header(
     stream: &mut TcpStream,
     accept: rustle_proto::proxy_protocol::Accept,
 ) -> Result<rustle_proto::proxy_protocol::Header, String> {
     use rustle_proto::proxy_protocol::{parse, MAX_HEADER};
+    use std::os::fd::AsFd as _;
     use tokio::io::AsyncReadExt;
+    const CLOSED: &str = "closed before a complete PROXY protocol header";
+    let failed = |e: std::io::Error| format!("reading its PROXY header: {e}");
     // On the heap: these connections are the balancer's, and the future stays small.
     let mut buf = vec![0u8; MAX_HEADER];
-    let mut seen = 0;
-    loop {
-        let n =
-            stream.peek(&mut buf).await.map_err(|e| format!("reading its PROXY header: {e}"))?;
-        if n == 0 {
-            return Err("closed before a complete PROXY protocol header".into());
-        }
-        match parse(&buf[..n], accept) {
-            Ok(Some((header, len))) => {
-                stream
-                    .read_exact(&mut buf[..len])
-                    .await
-                    .map_err(|e| format!("reading its PROXY header: {e}"))?;
-                return Ok(header);
+    let (header, len) = loop {
+        let ready = stream.ready(Interest::READABLE).await.map_err(failed)?;
+        let peeked = stream.try_io(Interest::READABLE, || {
+            let n = crate::io::sys::peek(stream.as_fd(), &mut buf)?;
+            if n == 0 {
+                return Ok(Err(CLOSED.to_string()));
             }
-            Ok(None) => {
-                // A peek leaves the socket readable: wait a little for the rest rather
-                // than spin on the same bytes.
-                if n == seen {
-                    tokio::time::sleep(Duration::from_millis(5)).await;
+            match parse(&buf[..n], accept) {
+                Ok(Some(found)) => Ok(Ok(found)),
+                // Part of a header: readiness is cleared, the next bytes wake us.
+                Ok(None) => Err(std::io::ErrorKind::WouldBlock.into()),
+                Err(e) => Ok(Err(e.to_string())),
+            }
+        });
+        match peeked {
+            Ok(result) => break result?,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                if ready.is_read_closed() {
+                    return Err(CLOSED.into());
                 }
-                seen = n;
             }
-            Err(e) => return Err(e.to_string()),
+            Err(e) => return Err(failed(e)),
         }
-    }
+    };
+    stream.read_exact(&mut buf[..len]).await.map_err(failed)?;
+    Ok(header)
 }
 
 /// Least time between two log lines about failed accepts on one listener (of a worker).
