@@ -468,15 +468,18 @@ const RELAY_BUDGET: usize = 352;
 /// with its origin and its hash, one word more than the bare key, so that a kept-alive
 /// request to the same origin neither rebuilds nor hashes it. Then by 56 bytes: the
 /// request to the upstream layer carries the local address the client came in on (for
-/// routes that bind to `same`), the user-name parameters and a sticky seed, and the request
-/// holds its connection's parameters while it connects, as it holds its user.)
+/// routes that bind to `same`), the user-name parameters, a sticky seed and the addresses a
+/// PROXY protocol header to a parent names, and the request holds its connection's
+/// parameters while it connects, as it holds its user.)
 const HTTP_BUDGET: usize = 3672;
 /// (SOCKS: a handshake's state, with UDP ASSOCIATE's boxed, and the watch on the client
 /// while the upstream connection is made, about 140 bytes: boxing it too would cost an
 /// allocation per tunnel, and the handshake's future lives only until the tunnel's relay
-/// task takes over. Then 56 bytes more: the session's user-name parameters, and the
-/// upstream request's local address, parameters and sticky seed while it connects.)
-const SOCKS_BUDGET: usize = 1936;
+/// task takes over. Then 64 bytes more: the session's user-name parameters, and the
+/// upstream request's local address, parameters, sticky seed and PROXY protocol addresses
+/// while it connects.)
+const SOCKS_BUDGET: usize = 1944;
 /// (The relay grew a little with its TLS options; the handshakes themselves are boxed.
-/// Then 48 bytes more: the upstream request's local address, parameters and sticky seed.)
-const PORTMAP_BUDGET: usize = 1264;
+/// Then 64 bytes more: the upstream request's local address, parameters, sticky seed and
+/// PROXY protocol addresses.)
+const PORTMAP_BUDGET: usize = 1280;
