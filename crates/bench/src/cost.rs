@@ -468,7 +468,8 @@ fn cpu_list_last(list: &str) -> Option<u32> {
 }
 
 /// The scratch directory (configurations, certificates, profiles), removed
-/// at the end.
+/// at the end unless `RUSTLE_COST_KEEP` is set (then its path is printed, and
+/// each family's callgrind profile of the window is its `cg.out.1`).
 struct Scratch(PathBuf);
 
 impl Scratch {
@@ -487,6 +488,10 @@ impl Scratch {
 
 impl Drop for Scratch {
     fn drop(&mut self) {
+        if std::env::var_os("RUSTLE_COST_KEEP").is_some() {
+            eprintln!("cost: profiles kept in {}", self.0.display());
+            return;
+        }
         let _ = std::fs::remove_dir_all(&self.0);
     }
 }

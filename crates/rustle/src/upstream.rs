@@ -366,9 +366,9 @@ impl Upstreams {
             }
             way => (way, plan.from, plan.seed),
         };
-        let want = &Want { seed, ..*want };
         // Through parents: boxed, so that a direct connection's future does not carry a
-        // chain's handshakes.
+        // chain's handshakes, nor the request's copy with its seed (the direct path needs
+        // no seed: its outgoing address is picked already).
         let (route, first) = match way {
             Way::Route { name, hops } => ((name, hops), None),
             Way::Chain { name, hops, chain } => ((name, hops), Some(chain)),
@@ -376,8 +376,13 @@ impl Upstreams {
                 return self.direct(policy, want, plan.rules_too, timeouts, from.as_deref()).await
             }
         };
-        let first = (first, from.as_deref());
-        Box::pin(self.through(policy, want, plan.rules_too, route, first, timeouts)).await
+        let seeded = Want { seed, ..*want };
+        let rules_too = plan.rules_too;
+        Box::pin(async move {
+            let first = (first, from.as_deref());
+            self.through(policy, &seeded, rules_too, route, first, timeouts).await
+        })
+        .await
     }
 
     /// Settles a plan that `undecided` says the target's addresses decide: resolved now,
