@@ -89,6 +89,14 @@ fn the_password_is_checked_against_the_user_before_the_parameters() {
         let r = get_as(http, &url, user, "wrong");
         assert!(!r.text().contains("parameter"), "{user} with a wrong password: {}", r.text());
     }
+    // A wrong password gets the very same answer whatever the name carries, and a name
+    // with no user before its parameters is answered as one.
+    let plain = get_as(http, &url, "alice", "wrong");
+    assert_eq!(plain.status, 407);
+    for user in ["alice-colour-red", "alice-country-de", "mallory-country-de", "mallory"] {
+        let r = get_as(http, &url, user, "wrong");
+        assert_eq!((r.head_text(), r.text()), (plain.head_text(), plain.text()), "{user}");
+    }
     assert_eq!(origin.requests(), 1 + 4, "only the accepted requests reached the origin");
     // CONNECT.
     let auth = proxy_auth("alice-session-t1-country-us", "secret");
