@@ -1,8 +1,11 @@
 //! User-name parameters (`[auth.params]`) and sticky sessions as clients see them: the
 //! password checked against the user before the parameters (HTTP/1 forward and CONNECT,
 //! HTTP/2, the HTTPS port, SOCKS5), the base user in the log and the metrics, refusals
-//! naming the parameter (407, SOCKS5 status 1), a route chosen by a parameter, and a
-//! group of parent proxies that a user, or a user's session, keeps for `sticky_ttl`.
+//! naming the parameter (407, SOCKS5 status 1) and a wrong password answered alike with
+//! or without them, SOCKS5 names of 255 bytes and names not UTF-8, a route chosen by a
+//! parameter, a group of parent proxies that a user, or a user's session, keeps for
+//! `sticky_ttl`, a user's bound of sessions, and users named like another user with
+//! parameters refused by `rustle check`.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
@@ -419,4 +422,28 @@ fn socks5_names_of_255_bytes_and_names_not_utf8() {
     proxy.log_line(|l| l.contains("unknown user or wrong password"));
     let mut s = connect(socks);
     assert_eq!(login5(&mut s, "bob\u{fffd}", "pw"), 0, "the user bob\\u{{fffd}} itself");
+}
+
+#[test]
+fn a_user_at_its_bound_of_sessions_gets_unsticky_ones_and_the_others_stick() {
+    let origin = Origin::start().unwrap();
+    let parents = [Proxy::start(), Proxy::start(), Proxy::start()];
+    let keys = "sticky = \"session\"\n[limits]\nmax_sticky_sessions_per_user = 2";
+    let proxy = sticky_proxy(&parents, keys);
+    let keys: Vec<(String, &str)> = vec![
+        ("alice-session-s1".into(), "secret"),
+        ("alice-session-s2".into(), "secret"),
+        ("u00-session-s1".into(), "pw"),
+        ("u00-session-s2".into(), "pw"),
+    ];
+    let first = parents_of(&proxy, &origin, &keys, 3, 0);
+    for (session, vias) in &first {
+        assert_eq!(vias.len(), 1, "{session} went through {vias:?}");
+    }
+    // A third session of alice's is not sticky: it takes the group's turns.
+    let third = parents_of(&proxy, &origin, &[("alice-session-s3".into(), "secret")], 6, 12);
+    assert!(third["alice-session-s3"].len() >= 2, "sticky beyond the bound: {third:?}");
+    // Her first two, and another user's, stick on.
+    let again = parents_of(&proxy, &origin, &keys, 1, 18);
+    assert_eq!(again, first);
 }
