@@ -375,6 +375,7 @@ fn a_user_named_like_another_user_with_parameters_is_refused() {
     let listener = "[[listener]]\nlisten = \"127.0.0.1:0\"\nauth = true\n";
     for (file, inline, bad) in [
         ("alice-session-x:plain:pw\n", "", Some("alice-session-x")),
+        ("bob:plain:pw\nalice-session:plain:pw\n", "", Some("alice-session")),
         (
             "",
             "[[auth.user]]\nname = \"al-ice-country-de\"\npassword = \"plain:pw\"\n",

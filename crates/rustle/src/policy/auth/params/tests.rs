@@ -151,6 +151,46 @@ fn other_separators() {
 }
 
 #[test]
+fn a_separator_of_two_characters_may_overlap_a_user_name() {
+    let d = Declared { separator: "--".into(), ..declared() };
+    let is_user = |n: &str| ["al-", "bob"].contains(&n);
+    let session = |s: &str| Ok(Some(params(Some(s), None, &[])));
+    assert_eq!(d.split("al---session--x", is_user), ("al-", session("x")));
+    assert_eq!(d.split("bob--session--y", is_user), ("bob", session("y")));
+    let unknown = Err(ParamError::Unknown("-session".into()));
+    assert_eq!(d.split("bob---session--y", is_user), ("bob", unknown));
+}
+
+#[test]
+fn users_that_would_take_another_users_parameters() {
+    let d = declared();
+    let is_user = |n: &str| ["alice", "al-ice", "bob"].contains(&n);
+    for (name, taken) in [
+        // Parameters, or parameters and then a parameter's name: `alice-country-de` is
+        // taken whole, `alice-session-x` as the longest user, `alice-session` with `x`.
+        ("alice-country-de", Some("alice")),
+        ("alice-session-x-ttl-5m", Some("alice")),
+        ("alice-session", Some("alice")),
+        ("alice-country", Some("alice")),
+        ("alice-country-de-ttl", Some("alice")),
+        ("al-ice-country-us", Some("al-ice")),
+        ("bob-ttl-1h", Some("bob")),
+        // No parameters after the user, or no user before them.
+        ("alice-colour-red", None),
+        ("alice-country-fr", None),
+        ("alice-sess", None),
+        ("alice-", None),
+        ("alice--session", None),
+        ("alice-country-de-colour", None),
+        ("mallory-session-x", None),
+        ("alicex-session-x", None),
+        ("alice", None),
+    ] {
+        assert_eq!(d.shadows(name, is_user), taken, "{name}");
+    }
+}
+
+#[test]
 fn written_back() {
     let d = Declared { max_ttl: Duration::from_secs(7200), ..declared() };
     let p = params(Some("x7k2"), Some(5400), &[("country", "de")]);
