@@ -282,9 +282,10 @@ impl Table {
         last.swap(minute, Ordering::Relaxed) != minute
     }
 
-    /// A new session found its shard full.
+    /// A new session found its shard full (a limit of 0, meaning nothing sticky, is no
+    /// news).
     fn full(&self, now: Instant) {
-        if self.due(&self.warned, now) {
+        if self.max > 0 && self.due(&self.warned, now) {
             tracing::warn!(
                 "sticky sessions: the table is full ({} sessions, limits.max_sticky_sessions); \
                  new sessions are not sticky until some expire",
