@@ -21,8 +21,8 @@
 //!   earliest expiry recorded (for the shard, for the user) has passed, so a table full
 //!   of live sessions answers a new one without a walk.
 //! - Memory: a session is one entry of 88 bytes (a table growing by doubling may leave as
-//!   many free), with its route name and session id (at most 64 bytes) on the heap; a
-//!   user's name is held once, shared by its sessions.
+//!   many free), with its route name and session id (at most 64 bytes) on the heap;
+//!   with a per-user bound, a user's name is held once, shared by its sessions.
 
 use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -79,7 +79,7 @@ impl Shard {
                 return true;
             }
             if let Some(c) = users.find_mut(e.user_hash, |c| *c.user == *e.user) {
-                c.sessions -= 1;
+                c.sessions = c.sessions.saturating_sub(1);
             }
             false
         });
@@ -106,7 +106,7 @@ impl Shard {
         });
         // The shard's `soonest` stays a bound from below.
         let Some(c) = users.find_mut(user_hash, |c| *c.user == *user) else { return 0 };
-        c.sessions -= dropped;
+        c.sessions = c.sessions.saturating_sub(dropped);
         c.soonest = soonest;
         c.sessions
     }
