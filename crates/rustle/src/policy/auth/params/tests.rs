@@ -243,3 +243,46 @@ proptest! {
         let _ = d.split(&name, |u| u.len() % 3 == 0);
     }
 }
+
+/// User names: a base, then words that look like parameters, so that some users take
+/// others' parameters.
+fn user_name() -> impl Strategy<Value = String> {
+    let base = prop_oneof![Just("al"), Just("al-ice"), Just("ice")];
+    let word = prop_oneof![
+        Just("session"),
+        Just("ttl"),
+        Just("country"),
+        Just("de"),
+        Just("5m"),
+        Just("x"),
+        Just("ice"),
+        Just(""),
+    ];
+    (base, proptest::collection::vec(word, 0..4))
+        .prop_map(|(base, words)| words.iter().fold(base.to_string(), |n, w| n + "-" + w))
+}
+
+proptest! {
+    #![proptest_config(config())]
+
+    /// Users the configuration's check lets through (no user `shadows` another) each
+    /// keep their parameters: written after any of them, they read back as that user's.
+    #[test]
+    fn users_the_check_lets_through_keep_their_parameters(
+        users in proptest::collection::btree_set(user_name(), 1..6),
+        session in proptest::option::of(prop_oneof![Just("x"), Just("s_1")]),
+        ttl in proptest::option::of(prop_oneof![Just(300u64), Just(7)]),
+        country in proptest::option::of(prop_oneof![Just("de"), Just("us")]),
+    ) {
+        let d = declared();
+        let is_user = |n: &str| users.contains(n);
+        prop_assume!(session.is_some() || ttl.is_some() || country.is_some());
+        prop_assume!(users.iter().all(|v| d.shadows(v, is_user).is_none()));
+        let choices: Vec<(&str, &str)> = country.iter().map(|c| ("country", *c)).collect();
+        let p = params(session, ttl, &choices);
+        for user in &users {
+            let text = d.write(user, &p);
+            prop_assert_eq!(d.split(&text, is_user), (user.as_str(), Ok(Some(p.clone()))), "{}", text);
+        }
+    }
+}
