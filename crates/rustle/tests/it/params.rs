@@ -448,3 +448,22 @@ fn a_user_at_its_bound_of_sessions_gets_unsticky_ones_and_the_others_stick() {
     let again = parents_of(&proxy, &origin, &keys, 1, 18);
     assert_eq!(again, first);
 }
+
+#[test]
+fn a_reload_with_a_user_named_like_another_with_parameters_warns_and_goes_on() {
+    let origin = Origin::start().unwrap();
+    let proxy = proxy("");
+    let http = proxy.addr_of(0);
+    let url = origin.url("/bytes/10");
+    let carol = "[[auth.user]]\nname = \"alice-country-de\"\npassword = \"plain:carol\"\n";
+    // (The running listeners stay: the text names none.)
+    let warnings = proxy.reload_toml(&format!("{AUTH}{carol}"));
+    assert!(
+        warnings.iter().any(|w| w.contains("user `alice-country-de` reads as the user `alice`")),
+        "{warnings:?}"
+    );
+    // In force: the name is that user's, whole; alice's other parameters go on.
+    assert_eq!(get_as(http, &url, "alice-country-de", "carol").status, 200);
+    assert_eq!(get_as(http, &url, "alice-country-de", "secret").status, 407);
+    assert_eq!(get_as(http, &url, "alice-country-us", "secret").status, 200);
+}
