@@ -380,16 +380,16 @@ fn undefined_names(cfg: &Config, users: &Users) -> Vec<String> {
 }
 
 /// With `[auth.params]`, users whose names read as another user with parameters
-/// (`alice-country-de` beside `alice`): a name that is a user is always taken whole, so
-/// that other user could never give those parameters. Sorted.
+/// (`alice-country-de` or `alice-session` beside `alice`): a name that is a user is taken
+/// whole, and the longest user wins, so that other user could never give those
+/// parameters (`Declared::shadows`). Sorted.
 fn users_with_parameters(cfg: &Config, users: &Users) -> Vec<String> {
     let Some(p) = &cfg.auth.params else { return Vec::new() };
     let declared = crate::policy::auth::params::Declared::new(p);
     let mut out: Vec<String> = users
         .names()
         .filter_map(|name| {
-            let (user, params) = declared.split(name, |u| u != name && users.get(u).is_some());
-            let Ok(Some(_)) = params else { return None };
+            let user = declared.shadows(name, |u| users.get(u).is_some())?;
             Some(format!(
                 "user `{name}` reads as the user `{user}` with parameters ([auth.params], \
                  separator `{}`): the name is always that user's, so `{user}` could never give \

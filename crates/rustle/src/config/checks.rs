@@ -283,13 +283,15 @@ pub(super) fn params_problems(config: &Config) -> Vec<(Vec<String>, String)> {
                     || v.len() > 64
                     || v.contains(':')
                     || v.chars().any(|ch| ch.is_whitespace() || ch.is_control())
-                    || (!sep.is_empty() && v.contains(sep));
+                    // Not one of its characters either: with `--`, `x-` then `--`
+                    // would read as `x` and `-...`.
+                    || v.chars().any(|ch| sep.contains(ch));
                 if odd {
                     out.push((
                         at.clone(),
                         format!(
-                            "{this}: value `{v}`: 1 to 64 characters, without the separator, \
-                             `:`, spaces or control characters"
+                            "{this}: value `{v}`: 1 to 64 characters, without the separator \
+                             (or any of its characters), `:`, spaces or control characters"
                         ),
                     ));
                 }

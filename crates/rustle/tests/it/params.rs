@@ -1,8 +1,11 @@
 //! User-name parameters (`[auth.params]`) and sticky sessions as clients see them: the
 //! password checked against the user before the parameters (HTTP/1 forward and CONNECT,
 //! HTTP/2, the HTTPS port, SOCKS5), the base user in the log and the metrics, refusals
-//! naming the parameter (407, SOCKS5 status 1), a route chosen by a parameter, and a
-//! group of parent proxies that a user, or a user's session, keeps for `sticky_ttl`.
+//! naming the parameter (407, SOCKS5 status 1) and a wrong password answered alike with
+//! or without them, SOCKS5 names of 255 bytes and names not UTF-8, a route chosen by a
+//! parameter, a group of parent proxies that a user, or a user's session, keeps for
+//! `sticky_ttl`, a user's bound of sessions, and users named like another user with
+//! parameters refused by `rustle check`.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
@@ -88,6 +91,14 @@ fn the_password_is_checked_against_the_user_before_the_parameters() {
         proxy.log_line(|l| l.contains(" 407 ") && l.contains(says));
         let r = get_as(http, &url, user, "wrong");
         assert!(!r.text().contains("parameter"), "{user} with a wrong password: {}", r.text());
+    }
+    // A wrong password gets the very same answer whatever the name carries, and a name
+    // with no user before its parameters is answered as one.
+    let plain = get_as(http, &url, "alice", "wrong");
+    assert_eq!(plain.status, 407);
+    for user in ["alice-colour-red", "alice-country-de", "mallory-country-de", "mallory"] {
+        let r = get_as(http, &url, user, "wrong");
+        assert_eq!((r.head_text(), r.text()), (plain.head_text(), plain.text()), "{user}");
     }
     assert_eq!(origin.requests(), 1 + 4, "only the accepted requests reached the origin");
     // CONNECT.
@@ -364,6 +375,7 @@ fn a_user_named_like_another_user_with_parameters_is_refused() {
     let listener = "[[listener]]\nlisten = \"127.0.0.1:0\"\nauth = true\n";
     for (file, inline, bad) in [
         ("alice-session-x:plain:pw\n", "", Some("alice-session-x")),
+        ("bob:plain:pw\nalice-session:plain:pw\n", "", Some("alice-session")),
         (
             "",
             "[[auth.user]]\nname = \"al-ice-country-de\"\npassword = \"plain:pw\"\n",
@@ -411,4 +423,47 @@ fn socks5_names_of_255_bytes_and_names_not_utf8() {
     proxy.log_line(|l| l.contains("unknown user or wrong password"));
     let mut s = connect(socks);
     assert_eq!(login5(&mut s, "bob\u{fffd}", "pw"), 0, "the user bob\\u{{fffd}} itself");
+}
+
+#[test]
+fn a_user_at_its_bound_of_sessions_gets_unsticky_ones_and_the_others_stick() {
+    let origin = Origin::start().unwrap();
+    let parents = [Proxy::start(), Proxy::start(), Proxy::start()];
+    let keys = "sticky = \"session\"\n[limits]\nmax_sticky_sessions_per_user = 2";
+    let proxy = sticky_proxy(&parents, keys);
+    let keys: Vec<(String, &str)> = vec![
+        ("alice-session-s1".into(), "secret"),
+        ("alice-session-s2".into(), "secret"),
+        ("u00-session-s1".into(), "pw"),
+        ("u00-session-s2".into(), "pw"),
+    ];
+    let first = parents_of(&proxy, &origin, &keys, 3, 0);
+    for (session, vias) in &first {
+        assert_eq!(vias.len(), 1, "{session} went through {vias:?}");
+    }
+    // A third session of alice's is not sticky: it takes the group's turns.
+    let third = parents_of(&proxy, &origin, &[("alice-session-s3".into(), "secret")], 6, 12);
+    assert!(third["alice-session-s3"].len() >= 2, "sticky beyond the bound: {third:?}");
+    // Her first two, and another user's, stick on.
+    let again = parents_of(&proxy, &origin, &keys, 1, 18);
+    assert_eq!(again, first);
+}
+
+#[test]
+fn a_reload_with_a_user_named_like_another_with_parameters_warns_and_goes_on() {
+    let origin = Origin::start().unwrap();
+    let proxy = proxy("");
+    let http = proxy.addr_of(0);
+    let url = origin.url("/bytes/10");
+    let carol = "[[auth.user]]\nname = \"alice-country-de\"\npassword = \"plain:carol\"\n";
+    // (The running listeners stay: the text names none.)
+    let warnings = proxy.reload_toml(&format!("{AUTH}{carol}"));
+    assert!(
+        warnings.iter().any(|w| w.contains("user `alice-country-de` reads as the user `alice`")),
+        "{warnings:?}"
+    );
+    // In force: the name is that user's, whole; alice's other parameters go on.
+    assert_eq!(get_as(http, &url, "alice-country-de", "carol").status, 200);
+    assert_eq!(get_as(http, &url, "alice-country-de", "secret").status, 407);
+    assert_eq!(get_as(http, &url, "alice-country-us", "secret").status, 200);
 }

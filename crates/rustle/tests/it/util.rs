@@ -748,8 +748,9 @@ impl Proxy {
     }
 
     /// Puts configuration text in force, as SIGHUP does, with the test defaults forced
-    /// as `from_toml` forces them (the listeners running when the text has none).
-    pub(crate) fn reload_toml(&self, text: &str) {
+    /// as `from_toml` forces them (the listeners running when the text has none). Gives
+    /// the reload's warnings.
+    pub(crate) fn reload_toml(&self, text: &str) -> Vec<String> {
         let mut cfg = Config::parse(text).unwrap_or_else(|p| {
             let p: Vec<String> = p.iter().map(|p| p.to_string()).collect();
             panic!("reload configuration has problems: {p:?}\n{text}")
@@ -762,7 +763,7 @@ impl Proxy {
         cfg.workers = old.workers;
         cfg.log.access = old.log.access.clone();
         cfg.timeouts.shutdown = old.timeouts.shutdown;
-        rustle::run::reload::apply(running, &cfg).expect("reload");
+        rustle::run::reload::apply(running, &cfg).expect("reload")
     }
 
     /// The bound address of the `index`th listener (configuration order).

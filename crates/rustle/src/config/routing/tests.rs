@@ -371,6 +371,12 @@ fn user_name_parameters_and_sticky_routes() {
             "without the separator",
         ),
         (
+            "[auth.params]\nseparator = \"-+\"\n[[auth.params.choice]]\nname = \"c\"\nvalues = [\"a-\"]\n"
+                .into(),
+            3,
+            "without the separator (or any of its characters)",
+        ),
+        (
             "[auth.params]\n[[auth.params.choice]]\nname = \"c d\"\nvalues = [\"a\"]\n".into(),
             2,
             "a name is 1 to 32",

@@ -3,12 +3,13 @@
 //! `ttl = 10m`. Pure: no I/O; the caller says which names are users.
 //!
 //! Where the user ends: a name that is a user is that user, whatever it holds (a user
-//! called `bob-country-de` stays one). Otherwise the user is the longest prefix that is
-//! a user and is followed by the separator; the rest is `NAME SEP VALUE` pairs, each
-//! name `session`, `ttl` or a declared parameter, each value as that name allows. A name
-//! with no such prefix is taken whole (an unknown user: refused as a wrong password).
-//! So a user name may hold the separator, and the longest user wins when two could
-//! start the same name.
+//! called `bob-country-de` stays one; start-up refuses such a name beside `bob`:
+//! `Declared::shadows`). Otherwise the user is the longest prefix that is a user and is
+//! followed by the separator (overlapping places too); the rest is `NAME SEP VALUE`
+//! pairs, each name `session`, `ttl` or a declared parameter, each value as that name
+//! allows. A name with no such prefix is taken whole (an unknown user: refused as a
+//! wrong password). So a user name may hold the separator, and the longest user wins
+//! when two could start the same name.
 
 use std::fmt;
 use std::time::Duration;
@@ -118,17 +119,42 @@ impl Declared {
         if is_user(name) {
             return (name, Ok(None));
         }
-        let sep = &*self.separator;
-        let base = name
-            .match_indices(sep)
-            .map(|(i, _)| i)
-            .take_while(|&i| i <= super::MAX_NAME_LEN)
-            .filter(|&i| i > 0 && is_user(&name[..i]))
-            .last();
+        let base = self.ends(name).filter(|&i| is_user(&name[..i])).last();
         match base {
-            Some(i) => (&name[..i], self.parse(name, &name[i + sep.len()..]).map(Some)),
+            Some(i) => (&name[..i], self.parse(name, &name[i + self.separator.len()..]).map(Some)),
             None => (name, Ok(None)),
         }
+    }
+
+    /// Where a user could end in `name`: every place, overlapping ones too, that the
+    /// separator starts at, past the first byte and within a user name's length.
+    fn ends<'n>(&'n self, name: &'n str) -> impl Iterator<Item = usize> + 'n {
+        let last = name.len().min(super::MAX_NAME_LEN);
+        (1..=last).filter(|&i| name.get(i..).is_some_and(|r| r.starts_with(&*self.separator)))
+    }
+
+    /// The user whose parameters the user `name` would take: `name` is that user, the
+    /// separator and parameters (`alice-country-de`), or parameters and then a
+    /// parameter's name (`alice-session`), so that what a client means as `alice` with
+    /// those parameters is taken as `name` (whole, or as the longest user). `is_user`:
+    /// the other users.
+    pub(crate) fn shadows<'a>(
+        &self,
+        name: &'a str,
+        is_user: impl Fn(&str) -> bool,
+    ) -> Option<&'a str> {
+        let sep = &*self.separator;
+        let key =
+            |k: &str| k == "session" || k == "ttl" || self.choices.iter().any(|(n, _)| **n == *k);
+        self.ends(name).filter(|&i| is_user(&name[..i])).find_map(|i| {
+            let rest = &name[i + sep.len()..];
+            let whole = self.parse(rest, rest).is_ok();
+            let partial = match rest.rsplit_once(sep) {
+                Some((head, last)) => key(last) && self.parse(head, head).is_ok(),
+                None => key(rest),
+            };
+            (whole || partial).then_some(&name[..i])
+        })
     }
 
     /// `rest`: what follows the user and its separator in `name`.

@@ -13,16 +13,17 @@
 //!   session of a user lives in the shard its name hashes to, next to the user's count,
 //!   so one lock covers both. A user at its bound drops its own expired sessions; when
 //!   none has expired, its new session gets no seed (its picks are not sticky), other
-//!   users are untouched, and a warning names the user. In all
-//!   (`max_sticky_sessions`, each shard its share): a full shard drops its expired
-//!   sessions; when none has, a new session gets no seed and a warning says so. Each
-//!   warning at most once a minute.
+//!   users are untouched, and a warning names the user (each user at most once a
+//!   minute, and at most ten users a minute, so that one user cannot hide the others).
+//!   In all (`max_sticky_sessions`, each shard its share): a full shard drops its
+//!   expired sessions; when none has, a new session gets no seed and a warning says so,
+//!   at most once a minute.
 //! - A sweep for expired sessions walks the shard under its lock; it runs only when the
 //!   earliest expiry recorded (for the shard, for the user) has passed, so a table full
 //!   of live sessions answers a new one without a walk.
 //! - Memory: a session is one entry of 88 bytes (a table growing by doubling may leave as
-//!   many free), with its route name and session id (at most 64 bytes) on the heap; a
-//!   user's name is held once, shared by its sessions.
+//!   many free), with its route name and session id (at most 64 bytes) on the heap;
+//!   with a per-user bound, a user's name is held once, shared by its sessions.
 
 use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -54,6 +55,8 @@ struct Count {
     sessions: usize,
     /// No session of this user expires before this.
     soonest: Option<Instant>,
+    /// The minute (`Table::minute`) this user was last warned of at its bound.
+    warned: u64,
 }
 
 #[derive(Default)]
@@ -79,7 +82,7 @@ impl Shard {
                 return true;
             }
             if let Some(c) = users.find_mut(e.user_hash, |c| *c.user == *e.user) {
-                c.sessions -= 1;
+                c.sessions = c.sessions.saturating_sub(1);
             }
             false
         });
@@ -106,7 +109,7 @@ impl Shard {
         });
         // The shard's `soonest` stays a bound from below.
         let Some(c) = users.find_mut(user_hash, |c| *c.user == *user) else { return 0 };
-        c.sessions -= dropped;
+        c.sessions = c.sessions.saturating_sub(dropped);
         c.soonest = soonest;
         c.sessions
     }
@@ -125,12 +128,20 @@ pub(crate) struct Table {
     /// New seeds: a counter put through a keyed mix.
     next: AtomicU64,
     key: u64,
-    /// When the table was made, and the minute (since then, plus one) of the last
-    /// warning that a shard was full, and that a user was at its bound.
+    /// When the table was made, and the minute (`minute`) of the last warning that a
+    /// shard was full.
     born: Instant,
     warned: AtomicU64,
-    warned_user: AtomicU64,
+    /// The minute of the last warnings that users were at their bound, and how many
+    /// that minute had (each user at most once a minute, at most `USER_WARNINGS` in all).
+    warned_users: Mutex<(u64, u32)>,
+    /// Warnings of users at their bound said so far.
+    #[cfg(test)]
+    user_warnings: AtomicU64,
 }
+
+/// Users named in warnings of their bound, in one minute.
+const USER_WARNINGS: u32 = 10;
 
 impl std::fmt::Debug for Table {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -167,7 +178,9 @@ impl Table {
             next: AtomicU64::new(1),
             born: crate::limits::now(),
             warned: AtomicU64::new(0),
-            warned_user: AtomicU64::new(0),
+            warned_users: Mutex::new((0, 0)),
+            #[cfg(test)]
+            user_warnings: AtomicU64::new(0),
         }
     }
 
@@ -214,8 +227,16 @@ impl Table {
                     has = s.sweep_user(user, user_hash, now);
                 }
                 if has >= self.per_user {
+                    // Said of each user at most once a minute.
+                    let minute = self.minute(now);
+                    let due = s
+                        .users
+                        .find_mut(user_hash, |c| *c.user == *user)
+                        .is_some_and(|c| std::mem::replace(&mut c.warned, minute) != minute);
                     drop(guard);
-                    self.user_full(user, now);
+                    if due {
+                        self.user_full(user, minute);
+                    }
                     return None;
                 }
             }
@@ -247,6 +268,7 @@ impl Table {
                         user: name.clone(),
                         sessions: 1,
                         soonest: Some(expires),
+                        warned: 0,
                     };
                     s.users.insert_unique(user_hash, c, |c| c.hash);
                     name
@@ -276,15 +298,16 @@ impl Table {
         z ^ (z >> 31)
     }
 
-    /// Whether a warning stamped in `last` is due at `now`: at most one a minute.
-    fn due(&self, last: &AtomicU64, now: Instant) -> bool {
-        let minute = now.saturating_duration_since(self.born).as_secs() / 60 + 1;
-        last.swap(minute, Ordering::Relaxed) != minute
+    /// The minute of `now` since the table was made, plus one (0: never).
+    fn minute(&self, now: Instant) -> u64 {
+        now.saturating_duration_since(self.born).as_secs() / 60 + 1
     }
 
-    /// A new session found its shard full.
+    /// A new session found its shard full (a limit of 0, meaning nothing sticky, is no
+    /// news).
     fn full(&self, now: Instant) {
-        if self.due(&self.warned, now) {
+        let minute = self.minute(now);
+        if self.max > 0 && self.warned.swap(minute, Ordering::Relaxed) != minute {
             tracing::warn!(
                 "sticky sessions: the table is full ({} sessions, limits.max_sticky_sessions); \
                  new sessions are not sticky until some expire",
@@ -293,10 +316,20 @@ impl Table {
         }
     }
 
-    /// A new session of `user` found it at its bound.
-    fn user_full(&self, user: &str, now: Instant) {
-        if self.due(&self.warned_user, now) {
+    /// A new session of `user` found it at its bound, in `minute`, and the user was not
+    /// warned of yet that minute: said unless `USER_WARNINGS` users were already.
+    fn user_full(&self, user: &str, minute: u64) {
+        let mut last = self.warned_users.lock().unwrap_or_else(|p| p.into_inner());
+        if last.0 != minute {
+            *last = (minute, 0);
+        }
+        last.1 += 1;
+        let n = last.1;
+        drop(last);
+        if n <= USER_WARNINGS {
             tracing::warn!("{}", self.user_full_message(user));
+            #[cfg(test)]
+            self.user_warnings.fetch_add(1, Ordering::Relaxed);
         }
     }
 

@@ -151,6 +151,46 @@ fn other_separators() {
 }
 
 #[test]
+fn a_separator_of_two_characters_may_overlap_a_user_name() {
+    let d = Declared { separator: "--".into(), ..declared() };
+    let is_user = |n: &str| ["al-", "bob"].contains(&n);
+    let session = |s: &str| Ok(Some(params(Some(s), None, &[])));
+    assert_eq!(d.split("al---session--x", is_user), ("al-", session("x")));
+    assert_eq!(d.split("bob--session--y", is_user), ("bob", session("y")));
+    let unknown = Err(ParamError::Unknown("-session".into()));
+    assert_eq!(d.split("bob---session--y", is_user), ("bob", unknown));
+}
+
+#[test]
+fn users_that_would_take_another_users_parameters() {
+    let d = declared();
+    let is_user = |n: &str| ["alice", "al-ice", "bob"].contains(&n);
+    for (name, taken) in [
+        // Parameters, or parameters and then a parameter's name: `alice-country-de` is
+        // taken whole, `alice-session-x` as the longest user, `alice-session` with `x`.
+        ("alice-country-de", Some("alice")),
+        ("alice-session-x-ttl-5m", Some("alice")),
+        ("alice-session", Some("alice")),
+        ("alice-country", Some("alice")),
+        ("alice-country-de-ttl", Some("alice")),
+        ("al-ice-country-us", Some("al-ice")),
+        ("bob-ttl-1h", Some("bob")),
+        // No parameters after the user, or no user before them.
+        ("alice-colour-red", None),
+        ("alice-country-fr", None),
+        ("alice-sess", None),
+        ("alice-", None),
+        ("alice--session", None),
+        ("alice-country-de-colour", None),
+        ("mallory-session-x", None),
+        ("alicex-session-x", None),
+        ("alice", None),
+    ] {
+        assert_eq!(d.shadows(name, is_user), taken, "{name}");
+    }
+}
+
+#[test]
 fn written_back() {
     let d = Declared { max_ttl: Duration::from_secs(7200), ..declared() };
     let p = params(Some("x7k2"), Some(5400), &[("country", "de")]);
@@ -201,5 +241,48 @@ proptest! {
     fn any_string_never_panics(name in any::<String>(), sep in "[-+.~]{1,3}") {
         let d = Declared { separator: sep.into(), ..declared() };
         let _ = d.split(&name, |u| u.len() % 3 == 0);
+    }
+}
+
+/// User names: a base, then words that look like parameters, so that some users take
+/// others' parameters.
+fn user_name() -> impl Strategy<Value = String> {
+    let base = prop_oneof![Just("al"), Just("al-ice"), Just("ice")];
+    let word = prop_oneof![
+        Just("session"),
+        Just("ttl"),
+        Just("country"),
+        Just("de"),
+        Just("5m"),
+        Just("x"),
+        Just("ice"),
+        Just(""),
+    ];
+    (base, proptest::collection::vec(word, 0..4))
+        .prop_map(|(base, words)| words.iter().fold(base.to_string(), |n, w| n + "-" + w))
+}
+
+proptest! {
+    #![proptest_config(config())]
+
+    /// Users the configuration's check lets through (no user `shadows` another) each
+    /// keep their parameters: written after any of them, they read back as that user's.
+    #[test]
+    fn users_the_check_lets_through_keep_their_parameters(
+        users in proptest::collection::btree_set(user_name(), 1..6),
+        session in proptest::option::of(prop_oneof![Just("x"), Just("s_1")]),
+        ttl in proptest::option::of(prop_oneof![Just(300u64), Just(7)]),
+        country in proptest::option::of(prop_oneof![Just("de"), Just("us")]),
+    ) {
+        let d = declared();
+        let is_user = |n: &str| users.contains(n);
+        prop_assume!(session.is_some() || ttl.is_some() || country.is_some());
+        prop_assume!(users.iter().all(|v| d.shadows(v, is_user).is_none()));
+        let choices: Vec<(&str, &str)> = country.iter().map(|c| ("country", *c)).collect();
+        let p = params(session, ttl, &choices);
+        for user in &users {
+            let text = d.write(user, &p);
+            prop_assert_eq!(d.split(&text, is_user), (user.as_str(), Ok(Some(p.clone()))), "{}", text);
+        }
     }
 }

@@ -192,6 +192,31 @@ async fn a_full_shard_drops_expired_sessions_and_their_counts() {
     assert_eq!((t.count("alice"), t.len()), (1, 4));
 }
 
+#[tokio::test(start_paused = true)]
+async fn each_user_at_its_bound_is_named_once_a_minute_ten_at_most() {
+    let t = Table::new(100_000, 1);
+    let now = crate::limits::now;
+    let said = |t: &Table| t.user_warnings.load(Ordering::Relaxed);
+    let users: Vec<String> = (0..12).map(|i| format!("u{i}")).collect();
+    for u in &users {
+        assert!(t.seed("r", u, "a", TTL * 10, now()).is_some());
+    }
+    // Each user at its bound, three times: one warning each, ten in the minute.
+    for _ in 0..3 {
+        for u in &users {
+            assert_eq!(t.seed("r", u, "b", TTL * 10, now()), None);
+        }
+    }
+    assert_eq!(said(&t), 10);
+    // The next minute: u0 again, once; u11, never named before, too.
+    tokio::time::advance(Duration::from_secs(60)).await;
+    for _ in 0..3 {
+        assert_eq!(t.seed("r", "u0", "b", TTL * 10, now()), None);
+        assert_eq!(t.seed("r", "u11", "b", TTL * 10, now()), None);
+    }
+    assert_eq!(said(&t), 12);
+}
+
 #[test]
 fn an_entry_is_as_small_as_documented() {
     assert!(std::mem::size_of::<Entry>() <= 88, "{}", std::mem::size_of::<Entry>());
