@@ -333,20 +333,22 @@ impl Upstreams {
     /// The second step: a new connection as `plan` says, within the connect timeout, with
     /// TLS on top as `want` asks (within the handshake timeout). The time it took goes to
     /// the metrics.
-    pub(crate) async fn connect(
-        &self,
-        policy: &Policy,
-        want: &Want<'_>,
-        plan: Plan<'_>,
-        timeouts: &crate::config::Timeouts,
-    ) -> Result<Connected, Error> {
-        // Timed only while something reads the durations (`metrics::timed`).
+    pub(crate) fn connect<'s, 'w>(
+        &'s self,
+        policy: &'s Policy,
+        want: &'s Want<'w>,
+        plan: Plan<'s>,
+        timeouts: &'s crate::config::Timeouts,
+    ) -> impl std::future::Future<Output = Result<Connected, Error>> + use<'s, 'w> {
+        // Timed only while something reads the durations (`metrics::timed`). Not an async
+        // fn: its future would hold its arguments beside `make`'s own.
         let started = crate::telemetry::metrics::timed().then(std::time::Instant::now);
-        let connected = self.make(policy, want, plan, timeouts).await;
-        if let (Ok(_), Some(started)) = (&connected, started) {
-            crate::telemetry::metrics::upstream_connected(started.elapsed());
-        }
-        connected
+        futures_util::FutureExt::map(self.make(policy, want, plan, timeouts), move |connected| {
+            if let (Ok(_), Some(started)) = (&connected, started) {
+                crate::telemetry::metrics::upstream_connected(started.elapsed());
+            }
+            connected
+        })
     }
 
     async fn make(
