@@ -29,10 +29,11 @@ fn socket(
                 false => s.set_freebind_v4(true)?,
             }
         }
-        // Many connections from one address to many destinations: the port is picked at
-        // connect time, so a local port serves several destinations. (An address drawn
-        // from a prefix is seldom used twice: not worth the system call.)
-        if kind == Type::STREAM && !freebind {
+        // The port is picked at connect time, against the connection's four-tuple: a
+        // local port serves several destinations, and the kernel does not search its
+        // table of bound ports for one (which costs more than this system call, even for
+        // an address drawn from a prefix and seldom used twice).
+        if kind == Type::STREAM {
             let _ = nix::sys::socket::setsockopt(
                 &s,
                 nix::sys::socket::sockopt::IpBindAddressNoPort,
