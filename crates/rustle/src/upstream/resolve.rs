@@ -6,7 +6,9 @@
 //!   it has a lock, so it is never on the hit path.
 //! - A miss starts one lookup per name; requests for the same name while it runs wait for
 //!   it (`Slot::Pending`, a shared future: if the request that started it goes away, the
-//!   next one waiting drives it on).
+//!   next one waiting drives it on). The cache holds the lookup weakly: when every request
+//!   waiting on it has gone, the lookup is dropped with its sockets, and the next request
+//!   for the name starts a fresh one.
 //! - An answer is kept for its TTL, between `ttl_min` and `ttl_max`; a failure for
 //!   `negative_ttl`.
 //! - Static `hosts` entries, then /etc/hosts's, answer before the cache (a name either
@@ -23,7 +25,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
-use futures_util::future::{FutureExt, LocalBoxFuture, Shared};
+use futures_util::future::{FutureExt, LocalBoxFuture, Shared, WeakShared};
 use hickory_resolver::config::{
     ConnectionConfig, LookupIpStrategy, NameServerConfig, ResolveHosts, ResolverConfig,
     ResolverOpts,
@@ -42,7 +44,8 @@ type Lookup = Shared<LocalBoxFuture<'static, (Answer, Instant)>>;
 
 enum Slot {
     Ready(Answer, Instant),
-    Pending(Lookup),
+    /// Alive while a request waits on it.
+    Pending(WeakShared<LocalBoxFuture<'static, (Answer, Instant)>>),
 }
 
 /// Past this many names, expired entries are dropped before adding one.
@@ -135,15 +138,21 @@ impl Resolver {
         let now = Instant::now();
         let lookup = {
             let mut cache = self.cache.borrow_mut();
-            match cache.get(host) {
+            let waiting = match cache.get(host) {
                 Some(Slot::Ready(answer, expires)) if *expires > now => return answer.clone(),
-                Some(Slot::Pending(lookup)) => lookup.clone(),
-                _ => {
+                Some(Slot::Pending(lookup)) => lookup.upgrade(),
+                _ => None,
+            };
+            match waiting {
+                Some(lookup) => lookup,
+                None => {
                     let lookup = self.start(host);
                     if cache.len() >= MAX_NAMES {
                         cache.retain(|_, s| !matches!(s, Slot::Ready(_, e) if *e <= now));
                     }
-                    cache.insert(host.into(), Slot::Pending(lookup.clone()));
+                    if let Some(weak) = lookup.downgrade() {
+                        cache.insert(host.into(), Slot::Pending(weak));
+                    }
                     lookup
                 }
             }
@@ -151,7 +160,7 @@ impl Resolver {
         let (answer, expires) = lookup.clone().await;
         let mut cache = self.cache.borrow_mut();
         if let Some(slot) = cache.get_mut(host) {
-            if matches!(slot, Slot::Pending(l) if l.ptr_eq(&lookup)) {
+            if matches!(slot, Slot::Pending(l) if l.upgrade().is_some_and(|l| l.ptr_eq(&lookup))) {
                 *slot = Slot::Ready(answer.clone(), expires);
             }
         }

@@ -411,3 +411,50 @@ fn names_over_https() {
     assert_eq!(connect_status(&proxy, &target).0, 200);
     assert_eq!(stub.asked("echo.test"), 1, "once over HTTPS, then from the cache");
 }
+
+/// The descriptors process `pid` has open.
+fn open_fds(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd")).map(|d| d.count()).unwrap_or(0)
+}
+
+#[test]
+fn lookups_every_client_gave_up_on_close_their_sockets() {
+    // A server that never answers: each lookup holds its UDP socket until its timeout.
+    let silent = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let dir = TempDir::new("dns-abandoned");
+    let cfg = dir.file("rustle.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "workers = 1\n[[listener]]\nkind = \"http\"\nlisten = \"127.0.0.1:0\"\n\
+             [dns]\nservers = [\"{}\"]\ntimeout = \"30s\"\nattempts = 1\nprefer = \"ipv4\"\n",
+            silent.local_addr().unwrap()
+        ),
+    )
+    .unwrap();
+    let (bin, addr) = RustleProcess::start(&["--config", cfg.to_str().unwrap()]);
+    let pid = bin.child.id();
+    // One lookup given up on first, so that the resolver and its exchange exist.
+    let warm = |name: &str| {
+        let mut c = std::net::TcpStream::connect(addr).unwrap();
+        c.write_all(format!("CONNECT {name}:80 HTTP/1.1\r\nHost: {name}\r\n\r\n").as_bytes())
+            .unwrap();
+        c
+    };
+    drop(warm("first.test"));
+    std::thread::sleep(Duration::from_millis(300));
+    let start = open_fds(pid);
+    let clients: Vec<_> = (0..50).map(|i| warm(&format!("name{i}.test"))).collect();
+    assert!(
+        wait_until(Duration::from_secs(5), || open_fds(pid) >= start + 50),
+        "the lookups did not start: {} fds, {start} at the start",
+        open_fds(pid)
+    );
+    drop(clients);
+    // Long before the lookups' own timeout (30 s), their sockets are closed.
+    assert!(
+        wait_until(Duration::from_secs(3), || open_fds(pid) <= start),
+        "{} fds open, {start} at the start",
+        open_fds(pid)
+    );
+}
