@@ -458,3 +458,22 @@ fn lookups_every_client_gave_up_on_close_their_sockets() {
         open_fds(pid)
     );
 }
+
+#[test]
+fn a_name_dns_cannot_carry_is_a_502_saying_why_and_socks_04() {
+    let stub = Stub::start(&[]);
+    let proxy = Proxy::start_with(|c| with_stub(c, &[stub.addr], Prefer::Auto));
+    let label = "x".repeat(64);
+    let (status, text) = connect_status(&proxy, &format!("{label}.test:80"));
+    assert_eq!(status, 502);
+    assert!(text.contains("label longer than 63 bytes"), "{text}");
+    let socks = Proxy::with_listener(ListenerKind::Socks, None, |c| {
+        with_stub(c, &[stub.addr], Prefer::Auto)
+    });
+    let long = vec!["y".repeat(50); 5].join(".");
+    let mut s = connect(socks.addr());
+    assert_eq!(greet(&mut s, &[0]), 0);
+    s.write_all(&request5(CONNECT, &Dst::Name(&long, 80))).unwrap();
+    assert_eq!(read_reply5(&mut s).0, 0x04, "host unreachable");
+    assert_eq!(stub.asked.lock().unwrap().len(), 0, "no question asked");
+}
