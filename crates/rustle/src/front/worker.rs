@@ -211,6 +211,20 @@ impl Worker {
         (guard, open, over_client)
     }
 
+    /// Moves `guard`'s per-client slot to `client` (the client a PROXY protocol header
+    /// carried): the balancer's slot is given back first. False when `client` is over its
+    /// own limit.
+    pub(crate) fn move_client(&self, guard: &mut ConnGuard, client: std::net::IpAddr) -> bool {
+        if let Some(slots) = guard.slots.as_mut() {
+            slots._client = None;
+        }
+        let Some(slot) = self.conn_limits.acquire_client(client) else { return false };
+        if slot.counts() {
+            guard.slots.get_or_insert_with(Box::default)._client = Some(slot);
+        }
+        true
+    }
+
     /// A stream's share of the connection limits (`StreamSlot`), or the error it is
     /// refused with: `Overloaded` past `limits.max_connections`, `LimitReached` past the
     /// client's or the user's own limit. Costs an atomic add and, with a per-client or

@@ -594,3 +594,32 @@ fn a_relay_sends_the_header_in_clear_before_target_tls() {
     let Addresses::Inet { src, dst, .. } = header.addresses else { panic!("{header:?}") };
     assert_eq!((src, dst), (me, proxy.addr()));
 }
+
+#[test]
+fn connections_waiting_for_their_header_count_against_the_limits() {
+    let origin = Origin::start().unwrap();
+    let proxy = Proxy::from_toml(&format!(
+        "[limits]\nmax_connections_per_client = 3\n{}",
+        config("127.0.0.1")
+    ));
+    // Four from the balancer's address, none sending its header: one is refused at once
+    // (whichever the kernel hands over last), three wait.
+    let mut conns: Vec<_> = (0..4).map(|_| connect(proxy.addr())).collect();
+    proxy.log_line(|l| l.contains("waiting for their PROXY protocol header"));
+    conns.retain_mut(|c| !closed_within(c, Duration::from_millis(200)));
+    assert_eq!(conns.len(), 3, "{}", proxy.log_text());
+    // Once a header names its client, the connection counts for that client: the
+    // balancer's address has room for one more, and no more.
+    let mut v1 = Vec::new();
+    write_v1(Some((sa("198.51.100.30:40001"), proxy.addr())), &mut v1);
+    let get = format!("GET {} HTTP/1.1\r\nHost: x\r\n\r\n", origin.url("/bytes/5"));
+    v1.extend_from_slice(get.as_bytes());
+    conns[0].write_all(&v1).unwrap();
+    let mut head = [0u8; 12];
+    std::io::Read::read_exact(&mut conns[0], &mut head).unwrap();
+    assert_eq!(&head[9..12], b"200");
+    let mut another = connect(proxy.addr());
+    assert!(!closed_within(&mut another, Duration::from_millis(500)), "refused");
+    let mut over = connect(proxy.addr());
+    assert!(closed_within(&mut over, Duration::from_secs(2)), "over the limit again");
+}
