@@ -623,3 +623,27 @@ fn connections_waiting_for_their_header_count_against_the_limits() {
     let mut over = connect(proxy.addr());
     assert!(closed_within(&mut over, Duration::from_secs(2)), "over the limit again");
 }
+
+#[test]
+fn refusals_of_untrusted_sources_are_logged_once_a_second() {
+    let dir = TempDir::new("pp-untrusted");
+    let cfg = dir.file("rustle.toml");
+    std::fs::write(
+        &cfg,
+        "workers = 1\n[[listener]]\nlisten = \"127.0.0.1:0\"\nproxy_protocol = \"any\"\n\
+         proxy_protocol_from = [\"10.9.9.9\"]\n",
+    )
+    .unwrap();
+    let (bin, addr) = RustleProcess::start(&["--config", cfg.to_str().unwrap()]);
+    for _ in 0..20 {
+        // A byte, so that the kernel hands the connection over at once (TCP_DEFER_ACCEPT).
+        let mut s = std::net::TcpStream::connect(addr).unwrap();
+        s.write_all(b"G").unwrap();
+        assert!(closed_within(&mut s, Duration::from_secs(2)), "left open");
+    }
+    let text = "(proxy_protocol_from)";
+    assert!(bin.wait_for_stderr(text, Duration::from_secs(2)), "{}", bin.stderr());
+    std::thread::sleep(Duration::from_millis(200));
+    let lines = bin.stderr().lines().filter(|l| l.contains(text)).count();
+    assert!(lines <= 2, "{lines} lines for 20 refusals within a second or so:\n{}", bin.stderr());
+}

@@ -58,6 +58,18 @@ pub(super) async fn accept_loop(
         }
         // The one branch a listener without `proxy_protocol` pays.
         if config.proxy_protocol.is_some() {
+            // A source that may not send a header costs no task and one line a second.
+            if !config.proxy_protocol_from.iter().any(|c| c.contains(peer.ip())) {
+                crate::telemetry::metrics::refused(
+                    &config.counters,
+                    crate::telemetry::metrics::Refused::Rule,
+                );
+                let why = "not an address allowed to send a PROXY protocol header \
+                           (proxy_protocol_from)";
+                refusals.refused(config.listen, &format_args!("{peer}: {why}"));
+                crate::front::dispatch::log_failure(&worker, &config, peer, Instant::now(), why);
+                continue;
+            }
             // Counted from now, under the balancer's address until its header names the
             // client: connections waiting for a header are bounded by the same limits.
             let (guard, open, over_client) = worker.admit(peer.ip(), &config);
@@ -155,11 +167,12 @@ pub(super) async fn accept_loop(
     }
 }
 
-/// A connection on a listener with `proxy_protocol`: refused unless it comes from one of
-/// `proxy_protocol_from`; then its header, read before anything else within the handshake
-/// timeout, names the client that rules, limits, logs and metrics see (a LOCAL or
-/// UNKNOWN header leaves the balancer's address). Only then is the connection admitted
-/// (limits counted for that client) and served as its listener's kind.
+/// A connection on a listener with `proxy_protocol`, from one of `proxy_protocol_from`
+/// (the accept loop refuses the others) and counted under that address: its header,
+/// read before anything else within the handshake timeout, names the client that rules,
+/// limits, logs and metrics see (a LOCAL or UNKNOWN header leaves the balancer's
+/// address). Only then does its per-client slot move to that client, and it is served
+/// as its listener's kind.
 async fn proxied(
     mut guard: crate::front::worker::ConnGuard,
     config: Arc<Listener>,
@@ -173,14 +186,6 @@ async fn proxied(
         crate::front::dispatch::log_failure(&worker, &config, peer, start, why);
     };
     let Some(version) = config.proxy_protocol else { return };
-    if !config.proxy_protocol_from.iter().any(|c| c.contains(peer.ip())) {
-        crate::telemetry::metrics::refused(
-            &config.counters,
-            crate::telemetry::metrics::Refused::Rule,
-        );
-        refuse("not an address allowed to send a PROXY protocol header (proxy_protocol_from)");
-        return;
-    }
     let mut stream = match TcpStream::from_std(stream) {
         Ok(s) => s,
         Err(e) => return refuse(&format!("cannot register: {e}")),
