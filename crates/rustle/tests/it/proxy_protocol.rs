@@ -290,11 +290,26 @@ fn target_proxy_protocol_is_for_relays_and_one_version() {
 #[test]
 fn a_reload_puts_new_sources_in_force() {
     let origin = Origin::start().unwrap();
-    let proxy = Proxy::from_toml(&config("127.0.0.1"));
+    let proxy = Proxy::from_toml(&config("127.0.0.0/8"));
     let mut v1 = Vec::new();
     write_v1(Some((sa("198.51.100.8:1"), proxy.addr())), &mut v1);
     assert_eq!(parse_response(&exchange(&proxy, &v1, &origin)).status, 200);
-    proxy.reload_toml(&config("10.9.9.9"));
+    // Sources the running ones do not cover, or no header at all: less protected,
+    // refused as start-up would refuse a listener without auth.
+    for (text, why) in [
+        (config("10.9.9.9"), "adds 10.9.9.9/32"),
+        ("[[listener]]\nlisten = \"127.0.0.1:0\"\n".into(), "PROXY protocol header"),
+    ] {
+        let mut cfg = rustle::config::Config::parse(&text).unwrap();
+        let old = proxy.running().config();
+        cfg.workers = old.workers;
+        cfg.log.access = old.log.access.clone();
+        let refused = rustle::run::reload::apply(proxy.running(), &cfg).expect_err(why);
+        assert!(refused.contains(why) && refused.contains("allow_less_protection"), "{refused}");
+    }
+    assert_eq!(parse_response(&exchange(&proxy, &v1, &origin)).status, 200);
+    // Fewer sources: in force.
+    proxy.reload_toml(&config("127.0.0.2"));
     let mut bytes = v1.clone();
     bytes.extend_from_slice(
         format!("GET {} HTTP/1.1\r\nHost: x\r\n\r\n", origin.url("/bytes/5")).as_bytes(),
