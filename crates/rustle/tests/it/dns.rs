@@ -477,3 +477,31 @@ fn a_name_dns_cannot_carry_is_a_502_saying_why_and_socks_04() {
     assert_eq!(read_reply5(&mut s).0, 0x04, "host unreachable");
     assert_eq!(stub.asked.lock().unwrap().len(), 0, "no question asked");
 }
+
+#[test]
+fn a_udp_datagram_to_a_name_the_rules_refuse_asks_no_server() {
+    let echo = rustle_bench::UdpEcho::start().unwrap();
+    let stub = Stub::start(&[("allowed.test", "127.0.0.1".parse().unwrap())]);
+    let socks = Proxy::with_listener(ListenerKind::Socks, None, |c| {
+        with_stub(c, &[stub.addr], Prefer::Ipv4);
+        let text =
+            "[[rule]]\nname = \"no-blocked\"\naction = \"deny\"\nhosts = [\"blocked.test\"]\n";
+        c.rules = Config::parse(text).unwrap().rules;
+    });
+    let (_control, rep, relay) =
+        open5(socks.addr(), UDP_ASSOCIATE, &Dst::Addr("0.0.0.0:0".parse().unwrap()));
+    assert_eq!(rep, 0, "UDP ASSOCIATE reply");
+    let sock = udp_client();
+    let send = |name: &str, payload: &[u8]| {
+        let mut d = vec![0, 0, 0];
+        d.extend_from_slice(&addr5(&Dst::Name(name, echo.addr().port())));
+        d.extend_from_slice(payload);
+        sock.send_to(&d, relay).unwrap();
+    };
+    send("blocked.test", b"refused");
+    send("allowed.test", b"allowed");
+    let (_, got) = recv_via(&sock, relay);
+    assert_eq!(got, b"allowed", "the refused one never reached the echo");
+    assert_eq!(stub.asked("allowed.test"), 1);
+    assert_eq!(stub.asked("blocked.test"), 0, "a refused name is not looked up");
+}
