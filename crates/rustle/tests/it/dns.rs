@@ -505,3 +505,21 @@ fn a_udp_datagram_to_a_name_the_rules_refuse_asks_no_server() {
     assert_eq!(stub.asked("allowed.test"), 1);
     assert_eq!(stub.asked("blocked.test"), 0, "a refused name is not looked up");
 }
+
+#[test]
+fn a_udp_relay_waits_for_its_target_no_longer_than_the_connect_timeout() {
+    // A server that never answers; its own timeout is far off.
+    let silent = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let proxy = Proxy::from_toml(&format!(
+        "[[listener]]\nkind = \"udp-relay\"\nlisten = \"127.0.0.1:0\"\ntarget = \"slow.test:9\"\n\
+         [timeouts]\nconnect = \"300ms\"\n\
+         [dns]\nservers = [\"{}\"]\ntimeout = \"30s\"\nattempts = 1\n",
+        silent.local_addr().unwrap()
+    ));
+    let client = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let started = std::time::Instant::now();
+    client.send_to(b"first", proxy.addr()).unwrap();
+    let line = proxy.log_line(|l| l.contains("udp://slow.test:9"));
+    assert!(line.contains("connect timeout"), "{line}");
+    assert!(started.elapsed() < Duration::from_secs(3), "{:?}", started.elapsed());
+}
