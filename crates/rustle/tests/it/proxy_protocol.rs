@@ -662,3 +662,29 @@ fn refusals_of_untrusted_sources_are_logged_once_a_second() {
     let lines = bin.stderr().lines().filter(|l| l.contains(text)).count();
     assert!(lines <= 2, "{lines} lines for 20 refusals within a second or so:\n{}", bin.stderr());
 }
+
+#[test]
+fn the_header_and_the_tls_handshake_share_one_deadline() {
+    let dir = TempDir::new("pp-deadline");
+    let files = rustle::io::tls::write_self_signed("localhost", &dir.path().join("localhost"))
+        .expect("self-signed set");
+    let proxy = Proxy::from_toml(&format!(
+        "[timeouts]\nhandshake = \"1s\"\n\
+         [[listener]]\nkind = \"https\"\nlisten = \"127.0.0.1:0\"\nproxy_protocol = \"v1\"\n\
+         proxy_protocol_from = [\"127.0.0.1\"]\n[listener.tls]\ncert = \"{}\"\nkey = \"{}\"\n",
+        files.chain.display(),
+        files.key.display()
+    ));
+    let mut header = Vec::new();
+    write_v1(Some((sa("198.51.100.13:40001"), proxy.addr())), &mut header);
+    let mut sock = connect(proxy.addr());
+    let started = std::time::Instant::now();
+    // Most of the second on the header, then no handshake at all.
+    sock.write_all(&header[..10]).unwrap();
+    std::thread::sleep(Duration::from_millis(700));
+    sock.write_all(&header[10..]).unwrap();
+    assert!(closed_within(&mut sock, Duration::from_secs(3)));
+    let took = started.elapsed();
+    assert!(took < Duration::from_millis(1500), "closed after {took:?}: 1 s in all");
+    assert!(took >= Duration::from_millis(900), "closed after {took:?}");
+}

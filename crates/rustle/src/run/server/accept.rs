@@ -181,6 +181,7 @@ async fn proxied(
 ) {
     let worker = guard.worker().clone();
     let start = Instant::now();
+    let accepted = tokio::time::Instant::now();
     let refuse = |why: &str| {
         tracing::warn!("{peer}: refused on {}: {why}", config.listen);
         crate::front::dispatch::log_failure(&worker, &config, peer, start, why);
@@ -191,7 +192,8 @@ async fn proxied(
         Err(e) => return refuse(&format!("cannot register: {e}")),
     };
     let read = read_proxy_header(&mut stream, version.accept());
-    let client = match tokio::time::timeout(worker.cfg().timeouts.handshake, read).await {
+    let deadline = accepted + worker.cfg().timeouts.handshake;
+    let client = match tokio::time::timeout_at(deadline, read).await {
         Ok(Ok(header)) => header.addresses.source().unwrap_or(peer),
         Ok(Err(why)) => return refuse(&why),
         Err(_) => return refuse("no complete PROXY protocol header within the handshake timeout"),
@@ -226,6 +228,13 @@ async fn proxied(
             }
         }
         return;
+    }
+    // The TLS handshake has what is left of the header's deadline: the front end takes
+    // it before its first wait (and only these two start a handshake at once).
+    if config.kind == ListenerKind::Https
+        || (config.kind == ListenerKind::Relay && config.tls.is_some())
+    {
+        worker.handshake_from(accepted);
     }
     match config.kind {
         ListenerKind::Http => {
