@@ -140,9 +140,6 @@ impl Resolver {
 
     /// The addresses of `host` (a name, not an IP literal).
     pub(crate) async fn resolve(&self, host: &str) -> Answer {
-        if let Some(problem) = invalid(host) {
-            return Err(Rc::from(problem));
-        }
         if !self.hosts.is_empty() {
             if let Some(ips) = self.static_entry(host) {
                 return Ok(ips);
@@ -159,6 +156,10 @@ impl Resolver {
             match waiting {
                 Some(lookup) => lookup,
                 None => {
+                    // Checked on a miss only: the cache holds no name that fails it.
+                    if let Some(problem) = invalid(host) {
+                        return Err(Rc::from(problem));
+                    }
                     let lookup = self.start(host);
                     if cache.len() >= self.max_names && !cache.contains_key(host) {
                         make_room(&mut cache, now, self.max_names);
