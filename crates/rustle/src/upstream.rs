@@ -731,9 +731,11 @@ impl Upstreams {
         *total += 1;
     }
 
-    /// Closes idle connections past their timeout or closed by their origin; run from
-    /// the worker's housekeeping timer so idle sockets do not linger.
+    /// Closes idle connections past their timeout or closed by their origin, and drops
+    /// the name cache's expired answers; run from the worker's housekeeping timer so idle
+    /// sockets do not linger.
     pub(crate) fn sweep(&self) {
+        self.dns.borrow().sweep(self.now.get());
         let mut pool = self.pool.borrow_mut();
         let Some(deadline) = self.now.get().checked_sub(self.cfg.borrow().pool_idle_timeout) else {
             return;

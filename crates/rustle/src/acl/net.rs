@@ -46,6 +46,13 @@ impl Cidr {
         }
     }
 
+    /// The prefix length: 0 for every address of its family.
+    pub(crate) fn prefix(&self) -> u8 {
+        match *self {
+            Cidr::V4 { prefix, .. } | Cidr::V6 { prefix, .. } => prefix,
+        }
+    }
+
     fn v4(a: Ipv4Addr, prefix: u8) -> Result<Cidr, String> {
         let bits = u32::from(a);
         let net = bits & mask4(prefix);

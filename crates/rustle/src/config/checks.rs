@@ -94,8 +94,24 @@ pub(super) fn http2_problems(h: &Http2) -> Vec<(&'static str, String)> {
 }
 
 /// `proxy_protocol` without the balancers it may come from (anyone could then claim any
-/// address), the balancers without `proxy_protocol`, or either on a UDP listener.
-pub(super) fn proxy_protocol_problem(l: &Listener) -> Option<(&'static str, String)> {
+/// address), from every address (`/0`, the same, unless `allow_open_proxy`), the
+/// balancers without `proxy_protocol`, or either on a UDP listener.
+pub(super) fn proxy_protocol_problem(
+    config: &Config,
+    l: &Listener,
+) -> Option<(&'static str, String)> {
+    let everyone = l.proxy_protocol_from.iter().find(|c| c.prefix() == 0);
+    if let Some(all) = everyone.filter(|_| l.proxy_protocol.is_some() && !config.allow_open_proxy) {
+        return Some((
+            "proxy_protocol_from",
+            format!(
+                "{all} lets any address send the header and so claim any client address \
+                 (rules on clients, per-client limits and logs would trust it): name the load \
+                 balancers, or set `allow_open_proxy = true` at the top of the configuration \
+                 if that is really what you want"
+            ),
+        ));
+    }
     match (l.proxy_protocol, l.proxy_protocol_from.is_empty()) {
         (Some(_), _) if l.kind == ListenerKind::UdpRelay => Some((
             "proxy_protocol",

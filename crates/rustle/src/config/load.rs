@@ -175,7 +175,7 @@ impl Config {
             if let Some(message) = loop_problem(&config.listeners, l) {
                 problems.push(at("target", message));
             }
-            if let Some((key, message)) = super::checks::proxy_protocol_problem(l) {
+            if let Some((key, message)) = super::checks::proxy_protocol_problem(&config, l) {
                 problems.push(at(key, message));
             }
             if l.h2c && !matches!(l.kind, ListenerKind::Http | ListenerKind::Auto) {

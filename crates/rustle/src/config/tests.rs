@@ -145,6 +145,28 @@ fn proxy_protocol_needs_its_sources() {
 }
 
 #[test]
+fn proxy_protocol_from_everywhere_needs_allow_open_proxy() {
+    for all in ["0.0.0.0/0", "::/0"] {
+        let text = format!(
+            "[[listener]]\nlisten = \"127.0.0.1:1\"\nproxy_protocol = \"any\"\n\
+             proxy_protocol_from = [\"10.0.0.1\", \"{all}\"]\n"
+        );
+        let p = Config::parse(&text).expect_err(all);
+        let shown = p[0].to_string();
+        assert!(
+            shown.starts_with(&format!("line 4: listener.0.proxy_protocol_from: {all} lets any")),
+            "{shown}"
+        );
+        assert!(shown.contains("allow_open_proxy"), "{shown}");
+        Config::parse(&format!("allow_open_proxy = true\n{text}")).expect("opted in");
+    }
+    // A wide block that is not everything is the operator's call.
+    let text = "[[listener]]\nlisten = \"127.0.0.1:1\"\nproxy_protocol = \"any\"\n\
+                proxy_protocol_from = [\"10.0.0.0/8\", \"::/1\"]\n";
+    Config::parse(text).expect("not /0");
+}
+
+#[test]
 fn a_listener_problem_names_its_key() {
     let text = "[[listener]]\nlisten = \"127.0.0.1:1\"\nrate_up = \"10mb\"\n\
                 [[listener]]\nkind = \"socks\"\nlisten = \"127.0.0.1:2\"\nh2c = true\n\

@@ -34,7 +34,7 @@ pub(crate) async fn serve_https(
 ) {
     let worker = guard.worker().clone();
     let start = Instant::now();
-    let deadline = tokio::time::Instant::now() + worker.cfg().timeouts.handshake;
+    let deadline = worker.handshake_deadline();
     let mut buf = worker.take_buf();
     let read =
         tokio::time::timeout_at(deadline, buf.read_from(&mut stream, crate::io::buf::READ_SIZE));

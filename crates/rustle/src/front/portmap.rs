@@ -141,7 +141,7 @@ async fn accept_tls(
     listener: &Listener,
     mut stream: TcpStream,
 ) -> Result<(Stream, Option<Rc<Session>>), String> {
-    let deadline = tokio::time::Instant::now() + worker.cfg().timeouts.handshake;
+    let deadline = worker.handshake_deadline();
     let mut buf = worker.take_buf();
     let read =
         tokio::time::timeout_at(deadline, buf.read_from(&mut stream, crate::io::buf::READ_SIZE));

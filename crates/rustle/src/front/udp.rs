@@ -60,7 +60,14 @@ pub(crate) async fn serve_relay(
                     continue;
                 }
                 let start = Instant::now();
-                let out = match session_socket(&worker, &listener, &socket, client, &target).await {
+                // The receive loop waits for the lookup: no longer than a connection
+                // would wait for its target.
+                let limit = worker.cfg().timeouts.connect;
+                let made = session_socket(&worker, &listener, &socket, client, &target);
+                let made = tokio::time::timeout(limit, made).await.unwrap_or_else(|_| {
+                    Err(format!("{}: no address within the connect timeout", target.host))
+                });
+                let out = match made {
                     Ok(out) => out,
                     Err(why) => {
                         let name = format!("udp://{target}");

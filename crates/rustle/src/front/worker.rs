@@ -61,6 +61,10 @@ pub(crate) struct Worker {
     /// Open client connections across all workers, and HTTP/2 streams with an upstream
     /// (`StreamSlot`), for `limits.max_connections`.
     open: Arc<AtomicUsize>,
+    /// When the connection about to start its TLS handshake was accepted, when a PROXY
+    /// protocol header came first: the header and the handshake share one deadline.
+    /// Set just before the front end's first poll, taken by `handshake_deadline`.
+    handshake_since: Cell<Option<tokio::time::Instant>>,
 }
 
 /// An HTTP/2 stream's share of the connection limits while it may hold an upstream
@@ -172,6 +176,7 @@ impl Worker {
             conn_limits,
             traffic,
             open,
+            handshake_since: Cell::new(None),
             cfg: RefCell::new(Rc::new(cfg)),
         }
     }
@@ -209,6 +214,33 @@ impl Worker {
                 .map(|c| Box::new(Slots { _client: Some(c), ..Slots::default() })),
         };
         (guard, open, over_client)
+    }
+
+    /// The deadline of a TLS handshake starting now: `timeouts.handshake` from now, or
+    /// from the accept of a connection whose PROXY protocol header came first.
+    pub(crate) fn handshake_deadline(&self) -> tokio::time::Instant {
+        let since = self.handshake_since.take().unwrap_or_else(tokio::time::Instant::now);
+        since + self.cfg().timeouts.handshake
+    }
+
+    /// The next `handshake_deadline` counts from `since` (the front end about to be
+    /// polled takes it before its first wait).
+    pub(crate) fn handshake_from(&self, since: tokio::time::Instant) {
+        self.handshake_since.set(Some(since));
+    }
+
+    /// Moves `guard`'s per-client slot to `client` (the client a PROXY protocol header
+    /// carried): the balancer's slot is given back first. False when `client` is over its
+    /// own limit.
+    pub(crate) fn move_client(&self, guard: &mut ConnGuard, client: std::net::IpAddr) -> bool {
+        if let Some(slots) = guard.slots.as_mut() {
+            slots._client = None;
+        }
+        let Some(slot) = self.conn_limits.acquire_client(client) else { return false };
+        if slot.counts() {
+            guard.slots.get_or_insert_with(Box::default)._client = Some(slot);
+        }
+        true
     }
 
     /// A stream's share of the connection limits (`StreamSlot`), or the error it is

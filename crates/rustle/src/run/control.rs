@@ -120,12 +120,15 @@ pub(crate) fn listeners(path: &Path) -> anyhow::Result<Option<Vec<(ListenerKey, 
 }
 
 /// What protects a listener's clients, compared across a reload or a takeover.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub(crate) struct Protection {
     /// `auth = true`.
     pub(crate) auth: bool,
     /// `client_certs = "required"` in its `[listener.tls]`.
     pub(crate) client_cert: bool,
+    /// With `proxy_protocol`: its `proxy_protocol_from`, the only sources that may name
+    /// a client.
+    pub(crate) proxy_from: Option<Vec<crate::acl::Cidr>>,
 }
 
 impl Protection {
@@ -135,24 +138,51 @@ impl Protection {
             // A relay asks no credentials whatever `auth` says (the checks refuse it).
             auth: l.auth && !l.kind.needs_target(),
             client_cert: l.tls.as_ref().is_some_and(|t| t.client_certs == required),
+            proxy_from: l.proxy_protocol.map(|_| l.proxy_protocol_from.clone()),
         }
     }
 
-    /// As the control socket carries it: `auth,client-cert`, `auth`, `client-cert` or
-    /// `none`.
-    pub(crate) fn to_words(self) -> &'static str {
-        match (self.auth, self.client_cert) {
-            (true, true) => "auth,client-cert",
-            (true, false) => "auth",
-            (false, true) => "client-cert",
-            (false, false) => "none",
+    /// As the control socket carries it: `auth`, `client-cert` and
+    /// `proxy-from=BLOCK+BLOCK...` joined by commas, or `none`.
+    pub(crate) fn to_words(&self) -> String {
+        let mut words = Vec::new();
+        if self.auth {
+            words.push("auth".to_string());
         }
+        if self.client_cert {
+            words.push("client-cert".to_string());
+        }
+        if let Some(from) = &self.proxy_from {
+            let blocks: Vec<String> = from.iter().map(|c| c.to_string()).collect();
+            words.push(format!("proxy-from={}", blocks.join("+")));
+        }
+        if words.is_empty() {
+            return "none".into();
+        }
+        words.join(",")
     }
 
     pub(crate) fn from_words(words: &str) -> Protection {
         let has = |w: &str| words.split(',').any(|x| x == w);
-        Protection { auth: has("auth"), client_cert: has("client-cert") }
+        let proxy_from = words.split(',').find_map(|w| w.strip_prefix("proxy-from=")).map(|b| {
+            b.split('+').filter(|b| !b.is_empty()).filter_map(|b| b.parse().ok()).collect()
+        });
+        Protection { auth: has("auth"), client_cert: has("client-cert"), proxy_from }
     }
+}
+
+/// Whether every address of `inner` is in `outer`.
+fn covers(outer: &crate::acl::Cidr, inner: &crate::acl::Cidr) -> bool {
+    use crate::acl::Cidr;
+    let first = match *inner {
+        Cidr::V4 { net, .. } => std::net::IpAddr::from(std::net::Ipv4Addr::from(net)),
+        Cidr::V6 { net, .. } => std::net::IpAddr::from(std::net::Ipv6Addr::from(net)),
+    };
+    let same_family = matches!(
+        (outer, inner),
+        (Cidr::V4 { .. }, Cidr::V4 { .. }) | (Cidr::V6 { .. }, Cidr::V6 { .. })
+    );
+    same_family && outer.prefix() <= inner.prefix() && outer.contains(first)
 }
 
 /// A refusal for each listener of `new` less protected than the one running under the same
@@ -169,10 +199,32 @@ pub(crate) fn less_protected(
         let now = Protection::of(l);
         let mut dropped = Vec::new();
         if was.auth && !now.auth {
-            dropped.push("require authentication (`auth = true`)");
+            dropped.push("require authentication (`auth = true`)".to_string());
         }
         if was.client_cert && !now.client_cert {
-            dropped.push("require client certificates (`client_certs = \"required\"`)");
+            dropped.push("require client certificates (`client_certs = \"required\"`)".into());
+        }
+        match (&was.proxy_from, &now.proxy_from) {
+            (Some(_), None) => dropped.push(
+                "take the client from a PROXY protocol header (`proxy_protocol`): every \
+                 client behind the balancer would be the balancer"
+                    .into(),
+            ),
+            (Some(old), Some(new)) => {
+                let wider: Vec<String> = new
+                    .iter()
+                    .filter(|n| !old.iter().any(|o| covers(o, n)))
+                    .map(|n| n.to_string())
+                    .collect();
+                if !wider.is_empty() {
+                    dropped.push(format!(
+                        "take PROXY protocol headers only from the sources it does \
+                         (`proxy_protocol_from` adds {})",
+                        wider.join(", ")
+                    ));
+                }
+            }
+            _ => {}
         }
         if dropped.is_empty() {
             continue;
@@ -236,8 +288,8 @@ mod tests {
             (true, false, false, NoCerts, true, false),
         ];
         for (auth, required, new_auth, new_certs, confirmed, refused) in table {
-            let running =
-                [(listener(auth, NoCerts, false).key, Protection { auth, client_cert: required })];
+            let was = Protection { auth, client_cert: required, proxy_from: None };
+            let running = [(listener(auth, NoCerts, false).key, was)];
             let new = [listener(new_auth, new_certs, confirmed)];
             let lost = less_protected(&running, &new, false);
             assert_eq!(
@@ -250,24 +302,64 @@ mod tests {
         }
         // An authenticating listener that becomes a relay loses its auth, whatever the
         // new file says of `auth` (a relay asks no credentials).
-        let running =
-            [(listener(true, NoCerts, false).key, Protection { auth: true, client_cert: false })];
+        let was = Protection { auth: true, ..Protection::default() };
+        let running = [(listener(true, NoCerts, false).key, was)];
         let mut relay = listener(true, NoCerts, false);
         relay.kind = ListenerKind::Relay;
         relay.tls = None;
         assert_eq!(less_protected(&running, &[relay], false).len(), 1);
         // Another address: nothing to compare with.
-        let running = [(ListenerKey::default(), Protection { auth: true, client_cert: true })];
+        let was = Protection { auth: true, client_cert: true, proxy_from: None };
+        let running = [(ListenerKey::default(), was)];
         assert!(less_protected(&running, &[listener(false, NoCerts, false)], false).is_empty());
     }
 
     #[test]
     fn protections_cross_the_control_socket_unchanged() {
+        let blocks = vec!["10.0.0.0/8".parse().expect("cidr"), "::1".parse().expect("cidr")];
         for auth in [false, true] {
             for client_cert in [false, true] {
-                let p = Protection { auth, client_cert };
-                assert_eq!(Protection::from_words(p.to_words()), p);
+                for proxy_from in [None, Some(vec![]), Some(blocks.clone())] {
+                    let p = Protection { auth, client_cert, proxy_from };
+                    assert_eq!(Protection::from_words(&p.to_words()), p);
+                }
             }
         }
+    }
+
+    #[test]
+    fn proxy_protocol_removed_or_its_sources_widened_is_refused_unless_confirmed() {
+        let cidrs = |list: &[&str]| -> Vec<crate::acl::Cidr> {
+            list.iter().map(|c| c.parse().expect("cidr")).collect()
+        };
+        let with = |from: Option<&[&str]>, confirmed: bool| {
+            let mut l = listener(false, ClientCerts::None, confirmed);
+            l.proxy_protocol = from.map(|_| crate::config::ProxyProtocol::Any);
+            l.proxy_protocol_from = from.map(cidrs).unwrap_or_default();
+            l
+        };
+        let was =
+            Protection { proxy_from: Some(cidrs(&["10.0.0.0/8", "::1"])), ..Default::default() };
+        let running = [(with(None, false).key, was)];
+        // (new sources, refused)
+        let table: [(Option<&[&str]>, bool); 6] = [
+            (Some(&["10.0.0.0/8", "::1"]), false),
+            (Some(&["10.1.0.0/16"]), false),
+            (Some(&["10.0.0.0/8", "192.0.2.1"]), true),
+            (Some(&["10.0.0.0/7"]), true),
+            (Some(&["::/0"]), true),
+            (None, true),
+        ];
+        for (from, refused) in table {
+            let lost = less_protected(&running, &[with(from, false)], false);
+            assert_eq!(!lost.is_empty(), refused, "{from:?}: {lost:?}");
+            assert!(less_protected(&running, &[with(from, true)], false).is_empty());
+        }
+        let lost =
+            less_protected(&running, &[with(Some(&["10.0.0.0/8", "192.0.2.1"]), false)], false);
+        assert!(lost[0].contains("adds 192.0.2.1/32"), "{lost:?}");
+        // A listener taking no header before may take one now.
+        let running = [(with(None, false).key, Protection::default())];
+        assert!(less_protected(&running, &[with(Some(&["10.0.0.1"]), false)], false).is_empty());
     }
 }

@@ -6,9 +6,15 @@
 //!   it has a lock, so it is never on the hit path.
 //! - A miss starts one lookup per name; requests for the same name while it runs wait for
 //!   it (`Slot::Pending`, a shared future: if the request that started it goes away, the
-//!   next one waiting drives it on).
+//!   next one waiting drives it on). The cache holds the lookup weakly: when every request
+//!   waiting on it has gone, the lookup is dropped with its sockets, and the next request
+//!   for the name starts a fresh one.
 //! - An answer is kept for its TTL, between `ttl_min` and `ttl_max`; a failure for
 //!   `negative_ttl`.
+//! - Bounded: a name longer than DNS allows (253 bytes, labels of 63) is refused before
+//!   the cache; at most `MAX_NAMES` entries (lookups in flight count), the expired and
+//!   abandoned ones swept on the worker's housekeeping tick and, when full, before the
+//!   soonest to expire; at most `MAX_ADDRS` addresses kept per name.
 //! - Static `hosts` entries, then /etc/hosts's, answer before the cache (a name either
 //!   lists is answered from there alone, as getaddrinfo did); IP literals never get here.
 //! - Nothing blocks the worker: hickory's sockets are the worker runtime's, and the files
@@ -23,7 +29,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
-use futures_util::future::{FutureExt, LocalBoxFuture, Shared};
+use futures_util::future::{FutureExt, LocalBoxFuture, Shared, WeakShared};
 use hickory_resolver::config::{
     ConnectionConfig, LookupIpStrategy, NameServerConfig, ResolveHosts, ResolverConfig,
     ResolverOpts,
@@ -42,11 +48,15 @@ type Lookup = Shared<LocalBoxFuture<'static, (Answer, Instant)>>;
 
 enum Slot {
     Ready(Answer, Instant),
-    Pending(Lookup),
+    /// Alive while a request waits on it.
+    Pending(WeakShared<LocalBoxFuture<'static, (Answer, Instant)>>),
 }
 
-/// Past this many names, expired entries are dropped before adding one.
+/// The cache never holds more names than this (answers and lookups in flight).
 const MAX_NAMES: usize = 10_000;
+
+/// Addresses kept of one answer, in the order given.
+const MAX_ADDRS: usize = 32;
 
 pub(crate) struct Resolver {
     cfg: Dns,
@@ -56,6 +66,8 @@ pub(crate) struct Resolver {
     /// A configuration hickory refuses fails every lookup with its reason.
     hickory: RefCell<Option<Result<Rc<TokioResolver>, Rc<str>>>>,
     cache: RefCell<HashMap<Box<str>, Slot>>,
+    /// `MAX_NAMES`, smaller in tests.
+    max_names: usize,
 }
 
 impl Resolver {
@@ -110,6 +122,7 @@ impl Resolver {
             hosts,
             hickory: RefCell::new(None),
             cache: RefCell::new(HashMap::new()),
+            max_names: MAX_NAMES,
         }
     }
 
@@ -135,15 +148,28 @@ impl Resolver {
         let now = Instant::now();
         let lookup = {
             let mut cache = self.cache.borrow_mut();
-            match cache.get(host) {
+            let waiting = match cache.get(host) {
                 Some(Slot::Ready(answer, expires)) if *expires > now => return answer.clone(),
-                Some(Slot::Pending(lookup)) => lookup.clone(),
-                _ => {
-                    let lookup = self.start(host);
-                    if cache.len() >= MAX_NAMES {
-                        cache.retain(|_, s| !matches!(s, Slot::Ready(_, e) if *e <= now));
+                Some(Slot::Pending(lookup)) => lookup.upgrade(),
+                _ => None,
+            };
+            match waiting {
+                Some(lookup) => lookup,
+                None => {
+                    // Checked on a miss only: the cache holds no name that fails it.
+                    if let Some(problem) = invalid(host) {
+                        return Err(Rc::from(problem));
                     }
-                    cache.insert(host.into(), Slot::Pending(lookup.clone()));
+                    let lookup = self.start(host);
+                    if cache.len() >= self.max_names && !cache.contains_key(host) {
+                        make_room(&mut cache, now, self.max_names);
+                    }
+                    // Full of lookups in flight: this one runs without being kept.
+                    if cache.len() < self.max_names || cache.contains_key(host) {
+                        if let Some(weak) = lookup.downgrade() {
+                            cache.insert(host.into(), Slot::Pending(weak));
+                        }
+                    }
                     lookup
                 }
             }
@@ -151,11 +177,19 @@ impl Resolver {
         let (answer, expires) = lookup.clone().await;
         let mut cache = self.cache.borrow_mut();
         if let Some(slot) = cache.get_mut(host) {
-            if matches!(slot, Slot::Pending(l) if l.ptr_eq(&lookup)) {
+            if matches!(slot, Slot::Pending(l) if l.upgrade().is_some_and(|l| l.ptr_eq(&lookup))) {
                 *slot = Slot::Ready(answer.clone(), expires);
             }
         }
         answer
+    }
+
+    /// Drops the expired answers and the lookups nobody waits on (the worker's tick).
+    pub(crate) fn sweep(&self, now: Instant) {
+        let mut cache = self.cache.borrow_mut();
+        if !cache.is_empty() {
+            cache.retain(|_, s| live(s, now));
+        }
     }
 
     fn static_entry(&self, host: &str) -> Option<Rc<[IpAddr]>> {
@@ -187,8 +221,14 @@ impl Resolver {
             let now = Instant::now();
             match result {
                 Ok(found) => {
-                    let mut ips: Vec<IpAddr> = Vec::new();
+                    // The first MAX_ADDRS distinct ones, in the answer's order (the
+                    // order `prefer` and Happy Eyeballs go by): linear, at most
+                    // MAX_ADDRS comparisons per record.
+                    let mut ips: Vec<IpAddr> = Vec::with_capacity(MAX_ADDRS);
                     for ip in found.iter() {
+                        if ips.len() == MAX_ADDRS {
+                            break;
+                        }
                         if !ips.contains(&ip) {
                             ips.push(ip);
                         }
@@ -207,9 +247,70 @@ impl Resolver {
     }
 
     #[cfg(test)]
+    fn with_max_names(mut self, max: usize) -> Self {
+        self.max_names = max;
+        self
+    }
+
+    #[cfg(test)]
     pub(crate) fn cached(&self) -> usize {
         self.cache.borrow().len()
     }
+}
+
+/// Why `host` cannot be a DNS name: longer than 253 bytes (a trailing dot aside), or
+/// with an empty label or one longer than 63.
+fn invalid(host: &str) -> Option<&'static str> {
+    let name = host.strip_suffix('.').unwrap_or(host);
+    if name.len() > 253 {
+        Some("name longer than 253 bytes")
+    } else if name.split('.').any(|l| l.len() > 63) {
+        Some("label longer than 63 bytes")
+    } else if name.split('.').any(str::is_empty) {
+        Some("empty label")
+    } else {
+        None
+    }
+}
+
+/// Whether an entry is worth keeping: an answer not yet expired, a lookup some request
+/// waits on.
+fn live(slot: &Slot, now: Instant) -> bool {
+    match slot {
+        Slot::Ready(_, expires) => *expires > now,
+        Slot::Pending(lookup) => lookup.upgrade().is_some(),
+    }
+}
+
+/// Room for one more name in a full cache: the dead entries go, then (still full) the
+/// sixteenth of the answers that expire soonest, so that the next inserts find room
+/// without scanning again.
+fn make_room(cache: &mut HashMap<Box<str>, Slot>, now: Instant, max: usize) {
+    cache.retain(|_, s| live(s, now));
+    if cache.len() < max {
+        return;
+    }
+    let mut expiries: Vec<Instant> = cache
+        .values()
+        .filter_map(|s| match s {
+            Slot::Ready(_, e) => Some(*e),
+            Slot::Pending(_) => None,
+        })
+        .collect();
+    if expiries.is_empty() {
+        return;
+    }
+    let n = (max / 16).clamp(1, expiries.len());
+    let (_, cut, _) = expiries.select_nth_unstable(n - 1);
+    let cut = *cut;
+    let mut left = n;
+    cache.retain(|_, s| match s {
+        Slot::Ready(_, e) if *e <= cut && left > 0 => {
+            left -= 1;
+            false
+        }
+        _ => true,
+    });
 }
 
 /// A failure as the 502 and the log say it. hickory reports a server whose certificate

@@ -411,3 +411,115 @@ fn names_over_https() {
     assert_eq!(connect_status(&proxy, &target).0, 200);
     assert_eq!(stub.asked("echo.test"), 1, "once over HTTPS, then from the cache");
 }
+
+/// The descriptors process `pid` has open.
+fn open_fds(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd")).map(|d| d.count()).unwrap_or(0)
+}
+
+#[test]
+fn lookups_every_client_gave_up_on_close_their_sockets() {
+    // A server that never answers: each lookup holds its UDP socket until its timeout.
+    let silent = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let dir = TempDir::new("dns-abandoned");
+    let cfg = dir.file("rustle.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "workers = 1\n[[listener]]\nkind = \"http\"\nlisten = \"127.0.0.1:0\"\n\
+             [dns]\nservers = [\"{}\"]\ntimeout = \"30s\"\nattempts = 1\nprefer = \"ipv4\"\n",
+            silent.local_addr().unwrap()
+        ),
+    )
+    .unwrap();
+    let (bin, addr) = RustleProcess::start(&["--config", cfg.to_str().unwrap()]);
+    let pid = bin.child.id();
+    // One lookup given up on first, so that the resolver and its exchange exist.
+    let warm = |name: &str| {
+        let mut c = std::net::TcpStream::connect(addr).unwrap();
+        c.write_all(format!("CONNECT {name}:80 HTTP/1.1\r\nHost: {name}\r\n\r\n").as_bytes())
+            .unwrap();
+        c
+    };
+    drop(warm("first.test"));
+    std::thread::sleep(Duration::from_millis(300));
+    let start = open_fds(pid);
+    let clients: Vec<_> = (0..50).map(|i| warm(&format!("name{i}.test"))).collect();
+    assert!(
+        wait_until(Duration::from_secs(5), || open_fds(pid) >= start + 50),
+        "the lookups did not start: {} fds, {start} at the start",
+        open_fds(pid)
+    );
+    drop(clients);
+    // Long before the lookups' own timeout (30 s), their sockets are closed.
+    assert!(
+        wait_until(Duration::from_secs(3), || open_fds(pid) <= start),
+        "{} fds open, {start} at the start",
+        open_fds(pid)
+    );
+}
+
+#[test]
+fn a_name_dns_cannot_carry_is_a_502_saying_why_and_socks_04() {
+    let stub = Stub::start(&[]);
+    let proxy = Proxy::start_with(|c| with_stub(c, &[stub.addr], Prefer::Auto));
+    let label = "x".repeat(64);
+    let (status, text) = connect_status(&proxy, &format!("{label}.test:80"));
+    assert_eq!(status, 502);
+    assert!(text.contains("label longer than 63 bytes"), "{text}");
+    let socks = Proxy::with_listener(ListenerKind::Socks, None, |c| {
+        with_stub(c, &[stub.addr], Prefer::Auto)
+    });
+    let long = vec!["y".repeat(50); 5].join(".");
+    let mut s = connect(socks.addr());
+    assert_eq!(greet(&mut s, &[0]), 0);
+    s.write_all(&request5(CONNECT, &Dst::Name(&long, 80))).unwrap();
+    assert_eq!(read_reply5(&mut s).0, 0x04, "host unreachable");
+    assert_eq!(stub.asked.lock().unwrap().len(), 0, "no question asked");
+}
+
+#[test]
+fn a_udp_datagram_to_a_name_the_rules_refuse_asks_no_server() {
+    let echo = rustle_bench::UdpEcho::start().unwrap();
+    let stub = Stub::start(&[("allowed.test", "127.0.0.1".parse().unwrap())]);
+    let socks = Proxy::with_listener(ListenerKind::Socks, None, |c| {
+        with_stub(c, &[stub.addr], Prefer::Ipv4);
+        let text =
+            "[[rule]]\nname = \"no-blocked\"\naction = \"deny\"\nhosts = [\"blocked.test\"]\n";
+        c.rules = Config::parse(text).unwrap().rules;
+    });
+    let (_control, rep, relay) =
+        open5(socks.addr(), UDP_ASSOCIATE, &Dst::Addr("0.0.0.0:0".parse().unwrap()));
+    assert_eq!(rep, 0, "UDP ASSOCIATE reply");
+    let sock = udp_client();
+    let send = |name: &str, payload: &[u8]| {
+        let mut d = vec![0, 0, 0];
+        d.extend_from_slice(&addr5(&Dst::Name(name, echo.addr().port())));
+        d.extend_from_slice(payload);
+        sock.send_to(&d, relay).unwrap();
+    };
+    send("blocked.test", b"refused");
+    send("allowed.test", b"allowed");
+    let (_, got) = recv_via(&sock, relay);
+    assert_eq!(got, b"allowed", "the refused one never reached the echo");
+    assert_eq!(stub.asked("allowed.test"), 1);
+    assert_eq!(stub.asked("blocked.test"), 0, "a refused name is not looked up");
+}
+
+#[test]
+fn a_udp_relay_waits_for_its_target_no_longer_than_the_connect_timeout() {
+    // A server that never answers; its own timeout is far off.
+    let silent = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let proxy = Proxy::from_toml(&format!(
+        "[[listener]]\nkind = \"udp-relay\"\nlisten = \"127.0.0.1:0\"\ntarget = \"slow.test:9\"\n\
+         [timeouts]\nconnect = \"300ms\"\n\
+         [dns]\nservers = [\"{}\"]\ntimeout = \"30s\"\nattempts = 1\n",
+        silent.local_addr().unwrap()
+    ));
+    let client = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let started = std::time::Instant::now();
+    client.send_to(b"first", proxy.addr()).unwrap();
+    let line = proxy.log_line(|l| l.contains("udp://slow.test:9"));
+    assert!(line.contains("connect timeout"), "{line}");
+    assert!(started.elapsed() < Duration::from_secs(3), "{:?}", started.elapsed());
+}

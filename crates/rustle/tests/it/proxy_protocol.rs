@@ -290,11 +290,26 @@ fn target_proxy_protocol_is_for_relays_and_one_version() {
 #[test]
 fn a_reload_puts_new_sources_in_force() {
     let origin = Origin::start().unwrap();
-    let proxy = Proxy::from_toml(&config("127.0.0.1"));
+    let proxy = Proxy::from_toml(&config("127.0.0.0/8"));
     let mut v1 = Vec::new();
     write_v1(Some((sa("198.51.100.8:1"), proxy.addr())), &mut v1);
     assert_eq!(parse_response(&exchange(&proxy, &v1, &origin)).status, 200);
-    proxy.reload_toml(&config("10.9.9.9"));
+    // Sources the running ones do not cover, or no header at all: less protected,
+    // refused as start-up would refuse a listener without auth.
+    for (text, why) in [
+        (config("10.9.9.9"), "adds 10.9.9.9/32"),
+        ("[[listener]]\nlisten = \"127.0.0.1:0\"\n".into(), "PROXY protocol header"),
+    ] {
+        let mut cfg = rustle::config::Config::parse(&text).unwrap();
+        let old = proxy.running().config();
+        cfg.workers = old.workers;
+        cfg.log.access = old.log.access.clone();
+        let refused = rustle::run::reload::apply(proxy.running(), &cfg).expect_err(why);
+        assert!(refused.contains(why) && refused.contains("allow_less_protection"), "{refused}");
+    }
+    assert_eq!(parse_response(&exchange(&proxy, &v1, &origin)).status, 200);
+    // Fewer sources: in force.
+    proxy.reload_toml(&config("127.0.0.2"));
     let mut bytes = v1.clone();
     bytes.extend_from_slice(
         format!("GET {} HTTP/1.1\r\nHost: x\r\n\r\n", origin.url("/bytes/5")).as_bytes(),
@@ -593,4 +608,83 @@ fn a_relay_sends_the_header_in_clear_before_target_tls() {
     assert_eq!(&hello, b"hello");
     let Addresses::Inet { src, dst, .. } = header.addresses else { panic!("{header:?}") };
     assert_eq!((src, dst), (me, proxy.addr()));
+}
+
+#[test]
+fn connections_waiting_for_their_header_count_against_the_limits() {
+    let origin = Origin::start().unwrap();
+    let proxy = Proxy::from_toml(&format!(
+        "[limits]\nmax_connections_per_client = 3\n{}",
+        config("127.0.0.1")
+    ));
+    // Four from the balancer's address, none sending its header: one is refused at once
+    // (whichever the kernel hands over last), three wait.
+    let mut conns: Vec<_> = (0..4).map(|_| connect(proxy.addr())).collect();
+    proxy.log_line(|l| l.contains("waiting for their PROXY protocol header"));
+    conns.retain_mut(|c| !closed_within(c, Duration::from_millis(200)));
+    assert_eq!(conns.len(), 3, "{}", proxy.log_text());
+    // Once a header names its client, the connection counts for that client: the
+    // balancer's address has room for one more, and no more.
+    let mut v1 = Vec::new();
+    write_v1(Some((sa("198.51.100.30:40001"), proxy.addr())), &mut v1);
+    let get = format!("GET {} HTTP/1.1\r\nHost: x\r\n\r\n", origin.url("/bytes/5"));
+    v1.extend_from_slice(get.as_bytes());
+    conns[0].write_all(&v1).unwrap();
+    let mut head = [0u8; 12];
+    std::io::Read::read_exact(&mut conns[0], &mut head).unwrap();
+    assert_eq!(&head[9..12], b"200");
+    let mut another = connect(proxy.addr());
+    assert!(!closed_within(&mut another, Duration::from_millis(500)), "refused");
+    let mut over = connect(proxy.addr());
+    assert!(closed_within(&mut over, Duration::from_secs(2)), "over the limit again");
+}
+
+#[test]
+fn refusals_of_untrusted_sources_are_logged_once_a_second() {
+    let dir = TempDir::new("pp-untrusted");
+    let cfg = dir.file("rustle.toml");
+    std::fs::write(
+        &cfg,
+        "workers = 1\n[[listener]]\nlisten = \"127.0.0.1:0\"\nproxy_protocol = \"any\"\n\
+         proxy_protocol_from = [\"10.9.9.9\"]\n",
+    )
+    .unwrap();
+    let (bin, addr) = RustleProcess::start(&["--config", cfg.to_str().unwrap()]);
+    for _ in 0..20 {
+        // A byte, so that the kernel hands the connection over at once (TCP_DEFER_ACCEPT).
+        let mut s = std::net::TcpStream::connect(addr).unwrap();
+        s.write_all(b"G").unwrap();
+        assert!(closed_within(&mut s, Duration::from_secs(2)), "left open");
+    }
+    let text = "(proxy_protocol_from)";
+    assert!(bin.wait_for_stderr(text, Duration::from_secs(2)), "{}", bin.stderr());
+    std::thread::sleep(Duration::from_millis(200));
+    let lines = bin.stderr().lines().filter(|l| l.contains(text)).count();
+    assert!(lines <= 2, "{lines} lines for 20 refusals within a second or so:\n{}", bin.stderr());
+}
+
+#[test]
+fn the_header_and_the_tls_handshake_share_one_deadline() {
+    let dir = TempDir::new("pp-deadline");
+    let files = rustle::io::tls::write_self_signed("localhost", &dir.path().join("localhost"))
+        .expect("self-signed set");
+    let proxy = Proxy::from_toml(&format!(
+        "[timeouts]\nhandshake = \"1s\"\n\
+         [[listener]]\nkind = \"https\"\nlisten = \"127.0.0.1:0\"\nproxy_protocol = \"v1\"\n\
+         proxy_protocol_from = [\"127.0.0.1\"]\n[listener.tls]\ncert = \"{}\"\nkey = \"{}\"\n",
+        files.chain.display(),
+        files.key.display()
+    ));
+    let mut header = Vec::new();
+    write_v1(Some((sa("198.51.100.13:40001"), proxy.addr())), &mut header);
+    let mut sock = connect(proxy.addr());
+    let started = std::time::Instant::now();
+    // Most of the second on the header, then no handshake at all.
+    sock.write_all(&header[..10]).unwrap();
+    std::thread::sleep(Duration::from_millis(700));
+    sock.write_all(&header[10..]).unwrap();
+    assert!(closed_within(&mut sock, Duration::from_secs(3)));
+    let took = started.elapsed();
+    assert!(took < Duration::from_millis(1500), "closed after {took:?}: 1 s in all");
+    assert!(took >= Duration::from_millis(900), "closed after {took:?}");
 }

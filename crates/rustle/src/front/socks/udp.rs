@@ -97,6 +97,8 @@ pub(super) async fn associate(s: &mut Session, hint: &Address) -> Result<(), Err
     let mut out4: Option<UdpSocket> = None;
     let mut out6: Option<UdpSocket> = None;
     let mut peers: HashSet<SocketAddr> = HashSet::new();
+    // Names the rules' precheck let through.
+    let mut names: HashSet<Address> = HashSet::new();
     let mut from_client = vec![0u8; MAX_DATAGRAM];
     let mut from_peer4 = vec![0u8; MAX_DATAGRAM];
     let mut from_peer6 = vec![0u8; MAX_DATAGRAM];
@@ -118,6 +120,21 @@ pub(super) async fn associate(s: &mut Session, hint: &Address) -> Result<(), Err
                     counts.dropped += 1;
                     continue;
                 };
+                // A name: the rules that need no address first, so that a name they
+                // refuse is never looked up (once per name: `names`).
+                if let Host::Domain(d) = &header.dst.host {
+                    if !names.contains(&header.dst) {
+                        let policy = s.worker.policy();
+                        if let Err(why) = s.want(d.as_str(), header.dst.port).precheck(&policy) {
+                            tracing::debug!("{}: UDP to {}:{} {why}", s.peer, d.as_str(), header.dst.port);
+                            counts.dropped += 1;
+                            continue;
+                        }
+                        if names.len() < MAX_PEERS {
+                            names.insert(header.dst.clone());
+                        }
+                    }
+                }
                 let Some(dst) = resolve_udp(&s.worker, &header.dst).await else {
                     counts.dropped += 1;
                     continue;

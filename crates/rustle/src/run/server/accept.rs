@@ -39,6 +39,7 @@ pub(super) async fn accept_loop(
 ) {
     let mut shutdown = worker.shutdown.clone();
     let mut failures = AcceptFailures::default();
+    let mut refusals = Refusals::default();
     loop {
         let accepted = tokio::select! {
             r = listener.async_io(Interest::READABLE, accept_one) => r,
@@ -57,7 +58,32 @@ pub(super) async fn accept_loop(
         }
         // The one branch a listener without `proxy_protocol` pays.
         if config.proxy_protocol.is_some() {
-            tokio::task::spawn_local(proxied(worker.clone(), config.clone(), stream, peer));
+            // A source that may not send a header costs no task and one line a second.
+            if !config.proxy_protocol_from.iter().any(|c| c.contains(peer.ip())) {
+                crate::telemetry::metrics::refused(
+                    &config.counters,
+                    crate::telemetry::metrics::Refused::Rule,
+                );
+                let why = "not an address allowed to send a PROXY protocol header \
+                           (proxy_protocol_from)";
+                refusals.refused(config.listen, &format_args!("{peer}: {why}"));
+                crate::front::dispatch::log_failure(&worker, &config, peer, Instant::now(), why);
+                continue;
+            }
+            // Counted from now, under the balancer's address until its header names the
+            // client: connections waiting for a header are bounded by the same limits.
+            let (guard, open, over_client) = worker.admit(peer.ip(), &config);
+            if open > worker.cfg().limits.max_connections || over_client {
+                crate::telemetry::metrics::refused(
+                    &config.counters,
+                    crate::telemetry::metrics::Refused::Limit,
+                );
+                refusals.refused(config.listen, &format_args!("{peer}: {open} connections open"));
+                let why = "too many connections waiting for their PROXY protocol header";
+                crate::front::dispatch::log_failure(&worker, &config, peer, Instant::now(), why);
+                continue;
+            }
+            tokio::task::spawn_local(proxied(guard, config.clone(), stream, peer));
             continue;
         }
         let (guard, open, over_client) = worker.admit(peer.ip(), &config);
@@ -141,37 +167,33 @@ pub(super) async fn accept_loop(
     }
 }
 
-/// A connection on a listener with `proxy_protocol`: refused unless it comes from one of
-/// `proxy_protocol_from`; then its header, read before anything else within the handshake
-/// timeout, names the client that rules, limits, logs and metrics see (a LOCAL or
-/// UNKNOWN header leaves the balancer's address). Only then is the connection admitted
-/// (limits counted for that client) and served as its listener's kind.
+/// A connection on a listener with `proxy_protocol`, from one of `proxy_protocol_from`
+/// (the accept loop refuses the others) and counted under that address: its header,
+/// read before anything else within the handshake timeout, names the client that rules,
+/// limits, logs and metrics see (a LOCAL or UNKNOWN header leaves the balancer's
+/// address). Only then does its per-client slot move to that client, and it is served
+/// as its listener's kind.
 async fn proxied(
-    worker: Rc<Worker>,
+    mut guard: crate::front::worker::ConnGuard,
     config: Arc<Listener>,
     stream: std::net::TcpStream,
     peer: SocketAddr,
 ) {
+    let worker = guard.worker().clone();
     let start = Instant::now();
+    let accepted = tokio::time::Instant::now();
     let refuse = |why: &str| {
         tracing::warn!("{peer}: refused on {}: {why}", config.listen);
         crate::front::dispatch::log_failure(&worker, &config, peer, start, why);
     };
     let Some(version) = config.proxy_protocol else { return };
-    if !config.proxy_protocol_from.iter().any(|c| c.contains(peer.ip())) {
-        crate::telemetry::metrics::refused(
-            &config.counters,
-            crate::telemetry::metrics::Refused::Rule,
-        );
-        refuse("not an address allowed to send a PROXY protocol header (proxy_protocol_from)");
-        return;
-    }
     let mut stream = match TcpStream::from_std(stream) {
         Ok(s) => s,
         Err(e) => return refuse(&format!("cannot register: {e}")),
     };
     let read = read_proxy_header(&mut stream, version.accept());
-    let client = match tokio::time::timeout(worker.cfg().timeouts.handshake, read).await {
+    let deadline = accepted + worker.cfg().timeouts.handshake;
+    let client = match tokio::time::timeout_at(deadline, read).await {
         Ok(Ok(header)) => header.addresses.source().unwrap_or(peer),
         Ok(Err(why)) => return refuse(&why),
         Err(_) => return refuse("no complete PROXY protocol header within the handshake timeout"),
@@ -179,8 +201,8 @@ async fn proxied(
     // The connection goes on in this task: a second `spawn_local` site for each front
     // end's future would cost every accepted connection its inlining (and a copy of the
     // future), and this task is no larger than the front end's own.
-    let (guard, open, over_client) = worker.admit(client.ip(), &config);
-    let overloaded = open > worker.cfg().limits.max_connections || over_client;
+    // Counted since the accept (`open`); the client's own limit from now on.
+    let overloaded = !worker.move_client(&mut guard, client.ip());
     let l = config.clone();
     if overloaded {
         match config.kind {
@@ -195,17 +217,24 @@ async fn proxied(
                     &config.counters,
                     crate::telemetry::metrics::Refused::Limit,
                 );
-                tracing::warn!("{client} (via {peer}): refused, {open} connections open");
+                tracing::warn!("{client} (via {peer}): refused, over its connection limit");
                 crate::front::dispatch::log_failure(
                     &worker,
                     &l,
                     client,
                     start,
-                    "too many connections",
+                    "too many connections for this client address",
                 );
             }
         }
         return;
+    }
+    // The TLS handshake has what is left of the header's deadline: the front end takes
+    // it before its first wait (and only these two start a handshake at once).
+    if config.kind == ListenerKind::Https
+        || (config.kind == ListenerKind::Relay && config.tls.is_some())
+    {
+        worker.handshake_from(accepted);
     }
     match config.kind {
         ListenerKind::Http => {
@@ -267,6 +296,30 @@ async fn read_proxy_header(
     };
     stream.read_exact(&mut buf[..len]).await.map_err(failed)?;
     Ok(header)
+}
+
+/// Connections of one listener (of a worker) refused at accept: one line a second at
+/// most, with the count of those not logged.
+#[derive(Default)]
+struct Refusals {
+    unlogged: u64,
+    logged: Option<Instant>,
+}
+
+impl Refusals {
+    fn refused(&mut self, listen: SocketAddr, why: &dyn std::fmt::Display) {
+        let now = Instant::now();
+        if self.logged.is_some_and(|t| now.duration_since(t) < ACCEPT_FAILURE_LOG_EVERY) {
+            self.unlogged += 1;
+            return;
+        }
+        match self.unlogged {
+            0 => tracing::warn!("refused on {listen}: {why}"),
+            n => tracing::warn!("refused on {listen}: {why} ({n} more not logged)"),
+        }
+        self.logged = Some(now);
+        self.unlogged = 0;
+    }
 }
 
 /// Least time between two log lines about failed accepts on one listener (of a worker).

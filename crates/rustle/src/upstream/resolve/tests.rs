@@ -469,3 +469,89 @@ async fn the_files_as_the_policy_read_them() {
 fn ip_port() -> SocketAddr {
     SocketAddr::from(([127, 0, 0, 1], 9))
 }
+
+#[tokio::test]
+async fn names_dns_cannot_carry_are_refused_before_the_cache() {
+    let stub = Stub::start(&[], 60).await;
+    let r = resolver(dns(&[stub.addr]));
+    let long = format!("{}.test", vec!["a".repeat(60); 5].join("."));
+    assert!(long.len() > 253);
+    let e = r.resolve(&long).await.expect_err("too long");
+    assert_eq!(&*e, "name longer than 253 bytes");
+    let e = r.resolve(&format!("{}.test", "b".repeat(64))).await.expect_err("label");
+    assert_eq!(&*e, "label longer than 63 bytes");
+    assert_eq!(&*r.resolve("a..test").await.expect_err("empty"), "empty label");
+    assert_eq!(r.cached(), 0);
+    assert!(stub.asked.lock().expect("counts").is_empty(), "no question asked");
+    // The longest names DNS allows are asked.
+    let longest = format!("{}.{}", vec!["c".repeat(63); 3].join("."), "d".repeat(61));
+    assert_eq!(longest.len(), 253);
+    assert_eq!(&*r.resolve(&format!("{longest}.")).await.expect_err("asked"), "no such name");
+}
+
+#[tokio::test]
+async fn the_cache_never_holds_more_than_its_bound() {
+    let stub = Stub::start(&[], 60).await;
+    let cfg =
+        Dns { prefer: Prefer::Ipv4, negative_ttl: Duration::from_secs(60), ..dns(&[stub.addr]) };
+    let r = resolver(cfg).with_max_names(32);
+    for i in 0..100 {
+        r.resolve(&format!("n{i}.test")).await.expect_err("no such name");
+        assert!(r.cached() <= 32, "{} names after {i}", r.cached());
+    }
+    // The latest answers are the ones kept.
+    r.resolve("n99.test").await.expect_err("cached");
+    assert_eq!(stub.asked("n99.test", RecordType::A), 1);
+}
+
+#[tokio::test]
+async fn lookups_in_flight_count_against_the_bound() {
+    // A server that never answers.
+    let silent = tokio::net::UdpSocket::bind("127.0.0.1:0").await.expect("bind");
+    let addr = silent.local_addr().expect("addr");
+    let r = resolver(Dns { prefer: Prefer::Ipv4, ..dns(&[addr]) }).with_max_names(4);
+    let names: Vec<String> = (0..10).map(|i| format!("p{i}.test")).collect();
+    let mut waiting: Vec<_> = names.iter().map(|n| Box::pin(r.resolve(n))).collect();
+    for w in &mut waiting {
+        assert!(futures_util::poll!(w.as_mut()).is_pending());
+    }
+    assert_eq!(r.cached(), 4, "four kept; the others run without a place in the cache");
+    drop(waiting);
+    r.sweep(std::time::Instant::now());
+    assert_eq!(r.cached(), 0, "lookups nobody waits on are swept");
+}
+
+#[tokio::test]
+async fn expired_answers_are_swept_on_the_tick() {
+    let stub = Stub::start(&[], 60).await;
+    let cfg =
+        Dns { prefer: Prefer::Ipv4, negative_ttl: Duration::from_millis(200), ..dns(&[stub.addr]) };
+    let r = resolver(cfg);
+    for i in 0..5 {
+        r.resolve(&format!("n{i}.test")).await.expect_err("no such name");
+    }
+    assert_eq!(r.cached(), 5);
+    r.sweep(std::time::Instant::now());
+    assert_eq!(r.cached(), 5, "not expired yet");
+    tokio::time::sleep(Duration::from_millis(250)).await;
+    r.sweep(std::time::Instant::now());
+    assert_eq!(r.cached(), 0);
+}
+
+#[tokio::test]
+async fn a_huge_answer_keeps_32_distinct_addresses_in_order() {
+    let mut ips: Vec<IpAddr> = (1..=24).map(|i| ip(&format!("192.0.2.{i}"))).collect();
+    ips.extend((1..=16).map(|i| ip(&format!("2001:db8::{i}"))));
+    let mut dups = vec![ip("192.0.2.7"), ip("192.0.2.7"), ip("192.0.2.8"), ip("192.0.2.7")];
+    dups.push(ip("192.0.2.8"));
+    let stub = Stub::start(&[("many.test", &ips), ("dup.test", &dups)], 60).await;
+    let r = resolver(Dns { prefer: Prefer::Ipv4, ..dns(&[stub.addr]) });
+    let v4 = r.resolve("many.test").await.expect("found");
+    assert_eq!(&*v4, &ips[..24], "fewer than the bound: all, in order");
+    let r = resolver(dns(&[stub.addr]));
+    let both = r.resolve("many.test").await.expect("found");
+    assert_eq!(both.len(), 32);
+    let distinct: std::collections::HashSet<_> = both.iter().collect();
+    assert_eq!(distinct.len(), 32);
+    assert_eq!(&*r.resolve("dup.test").await.expect("found"), &[ip("192.0.2.7"), ip("192.0.2.8")]);
+}
