@@ -355,31 +355,32 @@ impl Upstreams {
         &self,
         policy: &Policy,
         want: &Want<'_>,
-        plan: Plan<'_>,
+        mut plan: Plan<'_>,
         timeouts: &crate::config::Timeouts,
     ) -> Result<Connected, Error> {
-        let (way, from, seed) = match plan.way {
-            Way::Undecided => {
-                let (way, egress, seed) = self.decide(policy, want).await?;
-                // Decided by the target's addresses, after the caller's pool key was
-                // given up: never pooled.
-                let want = &Want { seed, ..*want };
-                (way, egress.map(|e| leaving(e, want, b"")), seed)
-            }
-            way => (way, plan.from, plan.seed),
-        };
+        // The plan is updated in place: new bindings of its parts would sit in this
+        // future beside it (it is boxed per new connection: kept small, it stays in the
+        // allocator's per-thread cache).
+        if let Way::Undecided = plan.way {
+            let (way, egress, seed) = self.decide(policy, want).await?;
+            // Decided by the target's addresses, after the caller's pool key was given
+            // up: never pooled.
+            let want = &Want { seed, ..*want };
+            plan.from = egress.map(|e| leaving(e, want, b""));
+            (plan.way, plan.seed) = (way, seed);
+        }
         // Through parents: boxed, so that a direct connection's future does not carry a
         // chain's handshakes, nor the request's copy with its seed (the direct path needs
         // no seed: its outgoing address is picked already).
+        let Plan { rules_too, way, from, seed } = plan;
         let (route, first) = match way {
             Way::Route { name, hops } => ((name, hops), None),
             Way::Chain { name, hops, chain } => ((name, hops), Some(chain)),
             Way::Direct | Way::Undecided => {
-                return self.direct(policy, want, plan.rules_too, timeouts, from.as_deref()).await
+                return self.direct(policy, want, rules_too, timeouts, from.as_deref()).await
             }
         };
         let seeded = Want { seed, ..*want };
-        let rules_too = plan.rules_too;
         Box::pin(async move {
             let first = (first, from.as_deref());
             self.through(policy, &seeded, rules_too, route, first, timeouts).await
@@ -453,8 +454,9 @@ impl Upstreams {
         timeouts: &crate::config::Timeouts,
         from: Option<&Leaving<'_>>,
     ) -> Result<Connected, Error> {
-        let access = want.access(policy);
-        let filter = |addr| access.check_addr(addr, rules_too);
+        // The access view is made per address checked (one, most often), not kept in this
+        // future while it connects.
+        let filter = |addr| want.access(policy).check_addr(addr, rules_too);
         let (host, port) = (want.host, want.port);
         let picked = from.map(|f| &f.picked);
         let (tcp, addr) = self.connect_tcp(host, port, timeouts.connect, &filter, picked).await?;
@@ -656,19 +658,23 @@ impl Upstreams {
     ) -> Result<(TcpStream, SocketAddr), ConnectError> {
         let fut = async {
             let ips = self.resolve(host).await?;
-            let mut allowed: Vec<IpAddr> = Vec::with_capacity(ips.len());
-            let mut denied = None;
-            for ip in ips.iter() {
-                match check(SocketAddr::new(*ip, port)) {
-                    None => allowed.push(*ip),
-                    Some(d) => denied = denied.or(Some(d)),
+            // In a block of its own: what only this step uses is not kept beside the
+            // connection attempts below.
+            let mut allowed = {
+                let mut allowed: Vec<IpAddr> = Vec::with_capacity(ips.len());
+                let mut denied = None;
+                for ip in ips.iter() {
+                    match check(SocketAddr::new(*ip, port)) {
+                        None => allowed.push(*ip),
+                        Some(d) => denied = denied.or(Some(d)),
+                    }
                 }
-            }
-            if allowed.is_empty() {
-                if let Some(d) = denied {
+                drop(ips);
+                if let (true, Some(d)) = (allowed.is_empty(), denied) {
                     return Err(ConnectError::Denied(d));
                 }
-            }
+                allowed
+            };
             if let Some(picked) = from {
                 allowed = egress::usable(allowed, picked, host)?;
             }
@@ -806,7 +812,8 @@ async fn connect_one(
 ) -> Result<(TcpStream, SocketAddr), ConnectError> {
     let stream = match from {
         None => TcpStream::connect(addr).await.map_err(|e| ConnectError::from_io(addr, e))?,
-        Some(picked) => egress::connect(addr, picked).await?,
+        // Boxed: a bound socket's connect future would enlarge every new connection's.
+        Some(picked) => Box::pin(egress::connect(addr, picked)).await?,
     };
     // Proxied exchanges are request/response: never let Nagle hold back a small write.
     stream.set_nodelay(true).map_err(|e| ConnectError::from_io(addr, e))?;
@@ -821,6 +828,16 @@ async fn happy_eyeballs(
     if let [ip] = ips {
         return connect_one(SocketAddr::new(*ip, port), from).await;
     }
+    // Boxed: its attempts, timer and order would otherwise enlarge every new connection's
+    // future, a single address's too.
+    Box::pin(happy_eyeballs_many(ips, port, from)).await
+}
+
+async fn happy_eyeballs_many(
+    ips: &[IpAddr],
+    port: u16,
+    from: Option<&Picked<'_>>,
+) -> Result<(TcpStream, SocketAddr), ConnectError> {
     let order = interleave(ips);
     let mut next = order.iter().map(|ip| SocketAddr::new(*ip, port));
     let mut attempts = FuturesUnordered::new();
