@@ -298,27 +298,38 @@ async fn read_proxy_header(
     Ok(header)
 }
 
-/// Connections of one listener (of a worker) refused at accept: one line a second at
-/// most, with the count of those not logged.
+/// One warning a second at most about one listener (of a worker), with the count of
+/// those held back since the last.
 #[derive(Default)]
-struct Refusals {
+struct Throttled {
     unlogged: u64,
     logged: Option<Instant>,
 }
 
-impl Refusals {
-    fn refused(&mut self, listen: SocketAddr, why: &dyn std::fmt::Display) {
+impl Throttled {
+    /// Whether a line is due now: Some(how many were held back since the last line).
+    fn due(&mut self) -> Option<u64> {
         let now = Instant::now();
         if self.logged.is_some_and(|t| now.duration_since(t) < ACCEPT_FAILURE_LOG_EVERY) {
             self.unlogged += 1;
-            return;
-        }
-        match self.unlogged {
-            0 => tracing::warn!("refused on {listen}: {why}"),
-            n => tracing::warn!("refused on {listen}: {why} ({n} more not logged)"),
+            return None;
         }
         self.logged = Some(now);
-        self.unlogged = 0;
+        Some(std::mem::take(&mut self.unlogged))
+    }
+}
+
+/// Connections of one listener (of a worker) refused at accept.
+#[derive(Default)]
+struct Refusals(Throttled);
+
+impl Refusals {
+    fn refused(&mut self, listen: SocketAddr, why: &dyn std::fmt::Display) {
+        match self.0.due() {
+            None => {}
+            Some(0) => tracing::warn!("refused on {listen}: {why}"),
+            Some(n) => tracing::warn!("refused on {listen}: {why} ({n} more not logged)"),
+        }
     }
 }
 
@@ -332,25 +343,19 @@ const ACCEPT_FAILURE_LOG_EVERY: Duration = Duration::from_secs(1);
 struct AcceptFailures {
     /// Failures since the last successful accept.
     in_a_row: u64,
-    /// Failures since the last line.
-    unlogged: u64,
-    logged: Option<Instant>,
+    lines: Throttled,
 }
 
 impl AcceptFailures {
     fn failed(&mut self, listen: SocketAddr, e: &dyn std::fmt::Display) {
         self.in_a_row += 1;
-        let now = Instant::now();
-        if self.logged.is_some_and(|t| now.duration_since(t) < ACCEPT_FAILURE_LOG_EVERY) {
-            self.unlogged += 1;
-            return;
+        match self.lines.due() {
+            None => {}
+            Some(0) => tracing::warn!("accept on {listen}: {e}; pausing"),
+            Some(n) => {
+                tracing::warn!("accept on {listen}: {e}; pausing ({n} more failures not logged)")
+            }
         }
-        match self.unlogged {
-            0 => tracing::warn!("accept on {listen}: {e}; pausing"),
-            n => tracing::warn!("accept on {listen}: {e}; pausing ({n} more failures not logged)"),
-        }
-        self.logged = Some(now);
-        self.unlogged = 0;
     }
 
     fn recovered(&mut self, listen: SocketAddr) {
