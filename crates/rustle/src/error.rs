@@ -211,6 +211,11 @@ pub(crate) enum Error {
     /// Per-client or per-user connection limit.
     #[error("too many connections {0}")]
     LimitReached(&'static str),
+    /// The user is using as many client addresses as it may (`max_client_addresses`):
+    /// the one line saying so (`user alice is already using 2 client addresses (limit
+    /// 2)`).
+    #[error("{0}")]
+    ClientAddresses(Box<str>),
     /// The proxy is at its connection limit.
     #[error("too many connections")]
     Overloaded,
@@ -264,6 +269,7 @@ impl Error {
             Error::AuthRateLimited => Some(429),
             Error::AuthBusy => Some(503),
             Error::LimitReached(_) => Some(503),
+            Error::ClientAddresses(_) => Some(403),
             Error::Socks5(_) | Error::Socks4(_) => Some(400),
         }
     }
@@ -313,7 +319,10 @@ impl Error {
             | Error::ShutdownDeadline
             | Error::LimitReached(_)
             | Error::AuthBusy => R::GeneralFailure,
-            Error::AuthRequired(_) | Error::AuthParams(_) | Error::AuthRateLimited => R::NotAllowed,
+            Error::AuthRequired(_)
+            | Error::AuthParams(_)
+            | Error::AuthRateLimited
+            | Error::ClientAddresses(_) => R::NotAllowed,
         }
     }
 }
@@ -341,7 +350,10 @@ impl Error {
             Error::AuthRequired(_) | Error::AuthParams(_) | Error::AuthRateLimited => {
                 Some(Refused::Auth)
             }
-            Error::LimitReached(_) | Error::Overloaded | Error::AuthBusy => Some(Refused::Limit),
+            Error::LimitReached(_)
+            | Error::Overloaded
+            | Error::AuthBusy
+            | Error::ClientAddresses(_) => Some(Refused::Limit),
             Error::Through { source, .. } => source.refusal(),
             Error::BadRequest(_)
             | Error::Unsupported(_)

@@ -1,12 +1,14 @@
 //! Limits: bandwidth (token buckets per user and per listener), concurrent connections per
-//! client address and per user, and per-user traffic counters.
+//! client address and per user, client addresses per user (`addrs`), and per-user traffic
+//! counters.
 //!
 //! Everything here is shared across workers (a user's limit applies to all of its
 //! connections on every worker), so unlike the rest of the per-worker state it is `Sync`.
 //! The costs are kept where they are cheap:
 //! - `Bucket`: one atomic compare-and-swap per read of a *limited* connection, nothing for
 //!   an unlimited one (`Throttle::is_unlimited`).
-//! - `ConnLimits`: a mutex once per connection or authentication, never per request.
+//! - `ConnLimits`: a mutex once per connection or authentication, never per request; so
+//!   is its table of client addresses per user (`addrs::Addrs`, one of a few shards).
 //! - `Traffic`: a mutex once per authenticated user to find its entry, then relaxed atomic
 //!   adds.
 //!
@@ -33,6 +35,8 @@ use std::time::{Duration, Instant};
 
 /// Rates are written in the configuration; the buckets here take them in bytes per second.
 pub(crate) use crate::config::parse_rate;
+
+pub(crate) mod addrs;
 
 const NANOS: u64 = 1_000_000_000;
 
@@ -362,6 +366,9 @@ pub(crate) struct ConnLimits {
     per_user: AtomicUsize,
     clients: Mutex<HashMap<IpAddr, usize>>,
     users: Mutex<HashMap<Box<str>, usize>>,
+    /// Client addresses per user (`max_client_addresses`); each user's limit comes from
+    /// the policy in force when it authenticates.
+    pub(crate) addrs: Arc<addrs::Addrs>,
 }
 
 /// `ConnLimits`' value for no limit.
@@ -400,6 +407,7 @@ impl ConnLimits {
             per_user: AtomicUsize::new(per_user.unwrap_or(NO_LIMIT)),
             clients: Mutex::new(HashMap::new()),
             users: Mutex::new(HashMap::new()),
+            addrs: addrs::Addrs::new(),
         })
     }
 

@@ -12,6 +12,7 @@ use std::sync::{Arc, Mutex};
 
 use crate::acl::{canonical, Builtins, Protocol, Request, RuleSet, Verdict};
 use crate::config::{Config, DefaultAction, ListenerKey};
+use crate::limits::addrs::Limit as AddressLimit;
 use crate::limits::{parse_rate, Bucket, Limit, Throttle};
 use crate::policy::auth::{User, Users};
 
@@ -96,6 +97,10 @@ pub struct Policy {
     default_user_rate: (Option<u64>, Option<u64>),
     /// Each limited user's buckets, made on first use and shared by its connections.
     user_buckets: Mutex<HashMap<String, UserBuckets>>,
+    /// Client addresses per user (`max_client_addresses`): of users whose own limit or
+    /// whose groups' differ from `[limits]`, and everyone else's.
+    address_limits: HashMap<String, Option<AddressLimit>>,
+    default_address_limit: Option<AddressLimit>,
     /// TLS accepted by the listeners that have it (by `Listener::key`, so that a reload
     /// reordering listeners gives each its own certificates), certificates loaded.
     tls_accept: Vec<(ListenerKey, Arc<crate::io::tls::Acceptor>)>,
@@ -253,6 +258,7 @@ impl Policy {
             dns::System::default()
         });
         let auth_without_users = auth_without_users(cfg, &users);
+        let (address_limits, default_address_limit) = address_limits(cfg, &users);
         if !problems.is_empty() {
             return Err(problems);
         }
@@ -276,6 +282,8 @@ impl Policy {
             tls_connect,
             https_origins,
             user_buckets: Mutex::new(HashMap::new()),
+            address_limits,
+            default_address_limit,
             config: Arc::new(cfg.clone()),
         })
     }
@@ -293,6 +301,15 @@ impl Policy {
             (make(up), make(down))
         });
         (Limit { user: bu.clone(), listener: None }, Limit { user: bd.clone(), listener: None })
+    }
+
+    /// How many client addresses `user` may use at once, and for how long a closed one
+    /// stays in use; None: no limit.
+    pub(crate) fn client_addresses(&self, user: &str) -> Option<AddressLimit> {
+        match self.address_limits.get(user) {
+            Some(limit) => *limit,
+            None => self.default_address_limit,
+        }
     }
 
     /// The throttle for a connection: the listener's buckets plus the user's.
@@ -347,6 +364,41 @@ fn users_of(cfg: &Config) -> (Users, UserRates, Vec<String>) {
     (users, user_rates, problems)
 }
 
+/// Client addresses per user: the limit of every user whose own (`[[auth.user]]`) or
+/// whose groups' (`[auth.group_limits]`) differ from `[limits]`'s, and `[limits]`'s. A
+/// user's own value wins, then the most generous of its groups', then `[limits]`'s; the
+/// count and the TTL are taken each on its own.
+type AddressLimits = (HashMap<String, Option<AddressLimit>>, Option<AddressLimit>);
+
+fn address_limits(cfg: &Config, users: &Users) -> AddressLimits {
+    let l = &cfg.limits;
+    let limit = |max: Option<usize>, ttl| max.map(|max| AddressLimit { max, ttl });
+    let default = limit(l.max_client_addresses, l.client_address_ttl);
+    let mut out = HashMap::new();
+    let groups = &cfg.auth.group_limits;
+    let own: HashMap<&str, _> = cfg.auth.users.iter().map(|u| (u.name.as_str(), u)).collect();
+    for name in users.names() {
+        let own = own.get(name);
+        let member_of: Vec<_> = match users.get(name) {
+            Some(u) => groups.iter().filter(|(g, _)| u.in_group(g)).map(|(_, l)| l).collect(),
+            None => Vec::new(),
+        };
+        let own_max = own.and_then(|u| u.max_client_addresses);
+        let own_ttl = own.and_then(|u| u.client_address_ttl);
+        if own_max.is_none() && own_ttl.is_none() && member_of.is_empty() {
+            continue;
+        }
+        let max = own_max
+            .or_else(|| member_of.iter().filter_map(|g| g.max_client_addresses).max())
+            .or(l.max_client_addresses);
+        let ttl = own_ttl
+            .or_else(|| member_of.iter().filter_map(|g| g.client_address_ttl).max())
+            .unwrap_or(l.client_address_ttl);
+        out.insert(name.to_string(), limit(max, ttl));
+    }
+    (out, default)
+}
+
 /// The configuration names a users file that cannot be read or parsed.
 fn users_file_unread(cfg: &Config) -> bool {
     cfg.auth.users_file.as_deref().is_some_and(|path| Users::load(path).is_err())
@@ -363,6 +415,9 @@ fn undefined_names(cfg: &Config, users: &Users) -> Vec<String> {
     let rules = || cfg.rules.iter().map(|r| &r.conditions);
     let routes = || cfg.routes.iter().map(|r| &r.conditions);
     let mut out = undefined_groups(rules(), "rule", defined);
+    for group in cfg.auth.group_limits.keys().filter(|g| !defined(g)) {
+        out.push(format!("auth.group_limits: no user is in the group `{group}`"));
+    }
     out.extend(undefined_groups(routes(), "route", defined));
     let users_from_elsewhere = cfg.effective_listeners().iter().any(|l| {
         let certs = l.tls.as_ref().is_some_and(|t| {

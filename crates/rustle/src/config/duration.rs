@@ -34,6 +34,13 @@ pub(super) fn duration<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::E
     d.deserialize_any(Visitor)
 }
 
+/// `duration` for a setting that may be left out (with `#[serde(default)]`).
+pub(super) fn optional_duration<'de, D: Deserializer<'de>>(
+    d: D,
+) -> Result<Option<Duration>, D::Error> {
+    duration(d).map(Some)
+}
+
 /// The longest duration a setting takes: deadlines are instants, and "forever" written as a
 /// huge number must be an error, not an overflow.
 pub(crate) const MAX_DURATION: Duration = Duration::from_secs(365 * 24 * 3600);

@@ -227,6 +227,32 @@ impl Config {
                 problems.push(Problem { line, message: format!("limits.{key}: {e}") });
             }
         }
+        let addresses = std::iter::once((
+            vec!["limits".to_string(), "max_client_addresses".into()],
+            "limits.max_client_addresses".to_string(),
+            config.limits.max_client_addresses,
+        ))
+        .chain(config.auth.users.iter().enumerate().map(|(i, u)| {
+            let segs =
+                vec!["auth".into(), "user".into(), i.to_string(), "max_client_addresses".into()];
+            (segs, format!("auth.user `{}`: max_client_addresses", u.name), u.max_client_addresses)
+        }))
+        .chain(config.auth.group_limits.iter().map(|(g, l)| {
+            let segs = vec![
+                "auth".into(),
+                "group_limits".into(),
+                g.clone(),
+                "max_client_addresses".into(),
+            ];
+            (segs, format!("auth.group_limits.{g}.max_client_addresses"), l.max_client_addresses)
+        }));
+        for (segs, what, value) in addresses {
+            if value == Some(0) {
+                let segs: Vec<&str> = segs.iter().map(String::as_str).collect();
+                let message = format!("{what} must be at least 1 (leave it out for no limit)");
+                problems.push(Problem { line: line_in(&segs), message });
+            }
+        }
         if config.limits.max_header_bytes < 1024 {
             problems.push(Problem {
                 line: None,

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Deserializer};
 
-use super::duration::duration;
+use super::duration::{duration, optional_duration};
 use super::Secret;
 
 #[derive(Debug, Clone, Deserialize)]
@@ -84,6 +84,13 @@ pub struct Limits {
     /// Of those, the most one user may hold, across routes (0: no bound but the table's):
     /// a user at its bound gets no new sticky session until one of its own expires.
     pub(crate) max_sticky_sessions_per_user: usize,
+    /// Distinct client addresses one user may use at once (squid's `max_user_ip`); a
+    /// group's or a user's own (`[auth.group_limits.NAME]`, `[[auth.user]]`) overrides it.
+    /// An address is in use while a connection from it is open and for
+    /// `client_address_ttl` after its last one closed.
+    pub(crate) max_client_addresses: Option<usize>,
+    #[serde(deserialize_with = "duration")]
+    pub(crate) client_address_ttl: Duration,
 }
 
 impl Default for Limits {
@@ -98,6 +105,8 @@ impl Default for Limits {
             user_rate_down: None,
             max_sticky_sessions: 100_000,
             max_sticky_sessions_per_user: 1_000,
+            max_client_addresses: None,
+            client_address_ttl: Duration::from_secs(60),
         }
     }
 }
@@ -375,6 +384,21 @@ pub struct UserConfig {
     pub(crate) rate_up: Option<String>,
     #[serde(default)]
     pub(crate) rate_down: Option<String>,
+    /// This user's `limits.max_client_addresses` and `limits.client_address_ttl`.
+    #[serde(default)]
+    pub(crate) max_client_addresses: Option<usize>,
+    #[serde(default, deserialize_with = "optional_duration")]
+    pub(crate) client_address_ttl: Option<Duration>,
+}
+
+/// `[auth.group_limits.NAME]`: limits of the members of a group, where a user has none of
+/// its own. A user in several groups gets the most generous of them.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default)]
+pub(crate) struct GroupLimits {
+    pub(crate) max_client_addresses: Option<usize>,
+    #[serde(deserialize_with = "optional_duration")]
+    pub(crate) client_address_ttl: Option<Duration>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -386,6 +410,8 @@ pub struct Auth {
     pub(crate) users: Vec<UserConfig>,
     /// Group name to member names.
     pub(crate) groups: std::collections::BTreeMap<String, Vec<String>>,
+    /// Group name to the limits of its members (groups from here or the users file).
+    pub(crate) group_limits: std::collections::BTreeMap<String, GroupLimits>,
     /// The realm in `Proxy-Authenticate`.
     pub(crate) realm: String,
     /// How long a verified user/password pair is remembered (hashing is slow on purpose).
@@ -445,6 +471,7 @@ impl Default for Auth {
             users_file: None,
             users: Vec::new(),
             groups: Default::default(),
+            group_limits: Default::default(),
             realm: "rustle".into(),
             cache_ttl: Duration::from_secs(300),
             failures_burst: 10,

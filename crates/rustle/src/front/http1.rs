@@ -174,9 +174,11 @@ async fn serve_with(
         cert_auth: false,
     };
     if let Some(user) = cert_user {
-        if !c.guard.hold_user(&user) {
+        // The client's address from `c`: a copy of `peer` kept here would enlarge every
+        // connection's future.
+        if let Err(e) = c.guard.hold_user(&user, c.peer.ip()) {
             let mut ex = Exchange::new(Instant::now());
-            c.fail(&mut ex, &Error::LimitReached("for this user")).await;
+            c.fail(&mut ex, &e).await;
             return;
         }
         c.traffic = Some(worker.traffic.entry(&user));
@@ -449,9 +451,7 @@ impl Client {
             // The connection is counted against its first user's limit.
             return Err(Error::AuthRequired("a connection cannot change users"));
         }
-        if !self.guard.hold_user(user) {
-            return Err(Error::LimitReached("for this user"));
-        }
+        self.guard.hold_user(user, self.peer.ip())?;
         if self.user.is_none() {
             self.traffic = Some(self.worker.traffic.entry(user));
         }

@@ -160,9 +160,9 @@ async fn serve_with<IO>(
         crate::front::exchange::end(&worker, None, r, None);
     };
     if let Some(user) = &cert_user {
-        if !guard.hold_user(user) {
-            tracing::warn!("{peer}: HTTP/2 connection refused: too many connections for {user}");
-            refused(&listener, &Error::LimitReached("for this user"), Some(user));
+        if let Err(e) = guard.hold_user(user, peer.ip()) {
+            tracing::warn!("{peer}: HTTP/2 connection refused: {e}");
+            refused(&listener, &e, Some(user));
             return;
         }
     }
@@ -558,9 +558,7 @@ async fn authenticate(
     if current.as_deref().is_some_and(|u| u != user) {
         return Err(Error::AuthRequired("a connection cannot change users"));
     }
-    if !shared.guard.borrow_mut().hold_user(user) {
-        return Err(Error::LimitReached("for this user"));
-    }
+    shared.guard.borrow_mut().hold_user(user, shared.peer.ip())?;
     let user: Rc<str> = current.unwrap_or_else(|| Rc::from(user));
     let params = params.map(Rc::new);
     *shared.auth.borrow_mut() = Some(Authenticated {

@@ -167,12 +167,14 @@ async fn socks5_credentials(s: &mut Session) -> Result<(), Error> {
     if s.listener.auth {
         let worker = s.worker.clone();
         let checked = worker.authenticate(s.peer.ip(), &user, &password).await;
-        let checked = checked.and_then(|(user, params)| {
-            if s.guard.hold_user(user) {
-                Ok((user.len(), params))
-            } else {
-                Err(Error::LimitReached("for this user"))
-            }
+        let peer = s.peer.ip();
+        let checked = checked.and_then(|(user, params)| match s.guard.hold_user(user, peer) {
+            Ok(()) => Ok((user.len(), params)),
+            // The password passed: a user out of client addresses is refused in the
+            // request's reply (not allowed, `user_admitted`), which can say why, where
+            // RFC 1929's failure status would read as a wrong password.
+            Err(Error::ClientAddresses(_)) => Ok((user.len(), params)),
+            Err(e) => Err(e),
         });
         let (len, params) = match checked {
             Ok(ok) => ok,
@@ -463,6 +465,15 @@ async fn socks5_session(s: &mut Session) -> Outcome {
         }
     };
     s.target = format!("socks5://{}", request.dst);
+    if let Err(e) = user_admitted(s) {
+        s.method = match request.command {
+            socks5::Command::Connect => "CONNECT",
+            socks5::Command::Bind => "BIND",
+            socks5::Command::UdpAssociate => "UDP",
+        };
+        reply5(s, e.socks5_reply(), None).await;
+        return Err(e);
+    }
     match request.command {
         socks5::Command::Connect => {
             s.method = "CONNECT";
@@ -504,6 +515,16 @@ async fn socks5_session(s: &mut Session) -> Outcome {
             // handshake's future.
             Box::pin(udp::associate(s, &request.dst)).await.map(|()| None)
         }
+    }
+}
+
+/// The authenticated user's connection counted against its limits, if it is not yet (a
+/// user out of client addresses passes the login and is refused here, in the request's
+/// reply); for a connection already counted, nothing to do.
+fn user_admitted(s: &mut Session) -> Result<(), Error> {
+    match s.user.as_deref() {
+        Some(user) if s.listener.auth => s.guard.hold_user(user, s.peer.ip()),
+        _ => Ok(()),
     }
 }
 
@@ -595,9 +616,7 @@ fn socks4_user(s: &mut Session, id: String) -> Result<(), Error> {
     if policy.users.get(&id).is_none() {
         return Err(Error::AuthRequired("unknown SOCKS4 user id"));
     }
-    if !s.guard.hold_user(&id) {
-        return Err(Error::LimitReached("for this user"));
-    }
+    s.guard.hold_user(&id, s.peer.ip())?;
     s.user = Some(id);
     Ok(())
 }

@@ -102,6 +102,8 @@ struct Slots {
     user: Option<Slot>,
     /// The user's open connections in the metrics.
     user_conn: Option<crate::telemetry::metrics::UserConn>,
+    /// The client address in use by the user (`limits.max_client_addresses`).
+    address: Option<crate::limits::addrs::Hold>,
 }
 
 impl Drop for ConnGuard {
@@ -272,6 +274,34 @@ impl Worker {
             slot._slots = Some(Box::new((client, user)));
         }
         Ok(slot)
+    }
+
+    /// `user`'s use of the client address `client` under `limit`
+    /// (`limits.max_client_addresses`), or the refusal, logged.
+    fn admit_address(
+        &self,
+        user: &str,
+        client: std::net::IpAddr,
+        limit: crate::limits::addrs::Limit,
+    ) -> Result<crate::limits::addrs::Hold, crate::error::Error> {
+        use crate::limits::addrs::Refused;
+        let now = crate::limits::now();
+        let refused = match self.conn_limits.addrs.admit(user, client, limit, now) {
+            Ok(hold) => return Ok(hold),
+            Err(refused) => refused,
+        };
+        let user = user.escape_debug();
+        let why = match refused {
+            Refused::InUse { in_use, max } => {
+                format!("user {user} is already using {in_use} client addresses (limit {max})")
+            }
+            Refused::Full => format!(
+                "user {user} refused: the table of client addresses is full ({} users)",
+                crate::limits::addrs::MAX_USERS
+            ),
+        };
+        tracing::warn!("{client}: {why}");
+        Err(crate::error::Error::ClientAddresses(why.into()))
     }
 
     /// Connections of this worker still open.
@@ -479,23 +509,32 @@ impl ConnGuard {
         &self.listener
     }
 
-    /// Counts this connection against `user`'s limit (once per connection); false when
-    /// the user is at its limit. The first call also counts the connection as the user's
-    /// in the metrics (the one allocation an authenticated connection adds: its slots).
-    pub(crate) fn hold_user(&mut self, user: &str) -> bool {
-        if self.slots.as_ref().is_some_and(|s| s.user.is_some() || s.user_conn.is_some()) {
-            return true;
+    /// Counts this connection from `client` against `user`'s limits (once per
+    /// connection): its client addresses and its connections. The first call also counts
+    /// the connection as the user's in the metrics (the one allocation an authenticated
+    /// connection adds: its slots).
+    pub(crate) fn hold_user(
+        &mut self,
+        user: &str,
+        client: std::net::IpAddr,
+    ) -> Result<(), crate::error::Error> {
+        use crate::error::Error;
+        let held = |s: &Slots| s.user.is_some() || s.user_conn.is_some() || s.address.is_some();
+        if self.slots.as_deref().is_some_and(held) {
+            return Ok(());
         }
-        match self.worker.conn_limits.acquire_user(user) {
-            Some(slot) => {
-                let slots = self.slots.get_or_insert_with(Box::default);
-                if slot.counts() {
-                    slots.user = Some(slot);
-                }
-                slots.user_conn = crate::telemetry::metrics::user_connection(user);
-                true
-            }
-            None => false,
+        let address = match self.worker.policy().client_addresses(user) {
+            Some(limit) => Some(self.worker.admit_address(user, client, limit)?),
+            None => None,
+        };
+        let slot = self.worker.conn_limits.acquire_user(user);
+        let slot = slot.ok_or(Error::LimitReached("for this user"))?;
+        let slots = self.slots.get_or_insert_with(Box::default);
+        if slot.counts() {
+            slots.user = Some(slot);
         }
+        slots.address = address;
+        slots.user_conn = crate::telemetry::metrics::user_connection(user);
+        Ok(())
     }
 }
