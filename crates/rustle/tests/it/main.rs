@@ -10,6 +10,7 @@
 mod util;
 
 mod accesslog;
+mod addrs;
 mod auth;
 mod connect;
 mod dns;
