@@ -119,6 +119,41 @@ fn a_second_client_address_is_refused_until_the_first_is_idle_for_the_ttl() {
     assert_eq!(r.status, 403, "{}", r.head_text());
 }
 
+#[tokio::test]
+async fn an_http2_stream_from_a_second_address_gets_403() {
+    let origin = Origin::start().unwrap();
+    let proxy = Proxy::from_toml(&CONFIG.replacen("auth = true\n", "auth = true\nh2c = true\n", 1));
+    let url = origin.url("/bytes/3");
+    let auth = proxy_auth("alice", "secret");
+    let mut held = Conn::open_from("127.0.0.1", proxy.addr());
+    held.send(&request("GET", &url, &[&auth], b""));
+    assert_eq!(held.read_response().status, 200);
+
+    let tcp = connect_from("127.0.0.2", proxy.addr());
+    tcp.set_nonblocking(true).expect("non-blocking");
+    let tcp = tokio::net::TcpStream::from_std(tcp).expect("a tokio stream");
+    let (send, conn) = h2::client::handshake(tcp).await.expect("h2 handshake");
+    tokio::spawn(async move {
+        let _ = conn.await;
+    });
+    let mut send = send.ready().await.expect("ready");
+    let value = format!("Basic {}", base64(b"alice:secret"));
+    let req = http::Request::get(&url).header("proxy-authorization", value).body(()).unwrap();
+    let (resp, _) = send.send_request(req, true).expect("send the request");
+    let resp = resp.await.expect("a response");
+    assert_eq!(resp.status(), 403);
+    let mut body = resp.into_body();
+    let mut text = Vec::new();
+    while let Some(chunk) = body.data().await {
+        let chunk = chunk.expect("body");
+        let _ = body.flow_control().release_capacity(chunk.len());
+        text.extend_from_slice(&chunk);
+    }
+    let text = String::from_utf8_lossy(&text);
+    assert_eq!(text.trim(), "user alice is already using 1 client addresses (limit 1)");
+    drop(held);
+}
+
 #[test]
 fn a_group_and_a_user_have_limits_of_their_own() {
     let origin = Origin::start().unwrap();
