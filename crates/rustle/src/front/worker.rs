@@ -65,6 +65,10 @@ pub(crate) struct Worker {
     /// protocol header came first: the header and the handshake share one deadline.
     /// Set just before the front end's first poll, taken by `handshake_deadline`.
     handshake_since: Cell<Option<tokio::time::Instant>>,
+    /// When this worker last warned of a user refused for its client addresses, and the
+    /// refusals since then that it did not warn of (one warning a second at most: a
+    /// shared account's clients retry; each refusal has its access-log line anyway).
+    addresses_warned: Cell<(Option<Instant>, u64)>,
 }
 
 /// An HTTP/2 stream's share of the connection limits while it may hold an upstream
@@ -179,6 +183,7 @@ impl Worker {
             traffic,
             open,
             handshake_since: Cell::new(None),
+            addresses_warned: Cell::new((None, 0)),
             cfg: RefCell::new(Rc::new(cfg)),
         }
     }
@@ -300,7 +305,19 @@ impl Worker {
                 crate::limits::addrs::MAX_USERS
             ),
         };
-        tracing::warn!("{client}: {why}");
+        let (last, held_back) = self.addresses_warned.get();
+        let now = Instant::now();
+        if last.is_some_and(|t| now.duration_since(t) < Duration::from_secs(1)) {
+            self.addresses_warned.set((last, held_back + 1));
+        } else {
+            self.addresses_warned.set((Some(now), 0));
+            match held_back {
+                0 => tracing::warn!("{client}: {why}"),
+                n => tracing::warn!(
+                    "{client}: {why} ({n} more such refusals since the last warning)"
+                ),
+            }
+        }
         Err(crate::error::Error::ClientAddresses(why.into()))
     }
 
