@@ -384,3 +384,20 @@ password = "plain:secret"
     assert!(took >= TTL / 2, "served {took:?} after the first address's last close");
     drop(rustle);
 }
+
+#[test]
+fn check_refuses_limits_for_a_group_nobody_is_in() {
+    let dir = TempDir::new("addrs-check");
+    let file = dir.file("groups.toml");
+    let text = "[[listener]]\nlisten = \"127.0.0.1:3129\"\nauth = true\n\
+                [[auth.user]]\nname = \"alice\"\npassword = \"plain:secret\"\n\
+                [auth.group_limits.staf]\nmax_client_addresses = 2\n";
+    std::fs::write(&file, text).expect("write the config");
+    let out = Command::new(rustle_bin())
+        .args(["check", "--no-bind", "--config", file.to_str().expect("utf-8")])
+        .output()
+        .expect("run rustle check");
+    assert!(!out.status.success(), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("auth.group_limits: no user is in the group `staf`"), "{err}");
+}
