@@ -117,3 +117,31 @@ async fn a_shorter_ttl_on_reload_applies_to_addresses_already_idle() {
     advance(Duration::from_secs(5)).await;
     let _b = t.admit("alice", ip("10.0.0.2"), short, now()).expect("idle for the new TTL");
 }
+
+#[test]
+fn workers_admitting_at_once_never_pass_the_limit() {
+    let t = Addrs::new();
+    let limit = Limit { max: 2, ttl: Duration::ZERO };
+    let threads: Vec<_> = (0..4u8)
+        .map(|w| {
+            let t = t.clone();
+            std::thread::spawn(move || {
+                let mut held = Vec::new();
+                for i in 0..2000u32 {
+                    let ip = IpAddr::from([10, 0, 0, ((i + u32::from(w)) % 5) as u8]);
+                    if let Ok(h) = t.admit("alice", ip, limit, now()) {
+                        held.push(h);
+                    }
+                    assert!(t.in_use("alice", now()) <= 2, "past the limit");
+                    if held.len() > 3 || i % 3 == 0 {
+                        held.clear();
+                    }
+                }
+            })
+        })
+        .collect();
+    for th in threads {
+        th.join().expect("no panic");
+    }
+    assert_eq!(t.tracked(), 0, "every hold released, nothing kept with a TTL of 0");
+}
