@@ -1,0 +1,680 @@
+//! The Redis backend: what a fleet of instances shares through one Redis (6 or 7) or Valkey
+//! server. Quota usage (`add_usage`: counters added to in batches, the fleet's totals
+//! back), sticky sessions (`sticky_get_or_set`: the first instance to set a session's value
+//! wins), per-user connection counts (`publish_conns`, `conn_counts`: each instance's count
+//! in a hash field, ignored once the instance's lease has expired) and client addresses
+//! (`touch_addrs`: a sorted set per user, checked and updated by one script).
+//!
+//! A `Fleet` is driven by the state keeper's thread on its own current-thread runtime: a
+//! call is a round trip, never made on a worker's request path. It connects lazily, on the
+//! first call, and again after a failure, not sooner than a backoff that doubles up to
+//! `BACKOFF_MAX`; while it waits, calls fail at once without I/O. A connection or a reply
+//! that takes too long fails the call (`CONNECT_TIMEOUT`, `RESPONSE_TIMEOUT`). Its health
+//! (up or down, since when) and what it sent (commands, bytes, round trips) are kept in
+//! `Status`, shared with whoever reports them (`/metrics`, `/readyz`, the benchmark);
+//! each change of health is logged once.
+//!
+//! Keys: `{key_prefix}usage:{quota}:{user}:{period start}`, `sticky:{key}`,
+//! `conns:{user}` (a hash: instance → count), `instance:{id}` (an instance's lease),
+//! `addrs:{user}` (a sorted set: address → last seen, in ms of the server's clock). Quota
+//! and user names are escaped (`%` and `:`) so that no two keys meet. Scripts touch keys
+//! they are not given (`conns` reads the leases), so Redis Cluster is not supported.
+
+use std::fmt::Write as _;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use redis::aio::MultiplexedConnection;
+use redis::{AsyncConnectionConfig, Client, Cmd, FromRedisValue, IntoConnectionInfo, Pipeline};
+use sha1::{Digest, Sha1};
+
+use crate::config::{OnStateLoss, StateRedis};
+
+/// A connection attempt gives up after this: the keeper goes on with its local counts
+/// rather than wait, and a server on the same network answers in well under it.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+/// A reply that takes longer fails the call and drops the connection (a stopped or
+/// overloaded server): the keeper's next flush tries again on a new one.
+const RESPONSE_TIMEOUT: Duration = Duration::from_secs(1);
+/// The first wait before connecting again after a failure.
+const BACKOFF_MIN: Duration = Duration::from_millis(100);
+/// The longest wait between connection attempts: a returning server is in use again
+/// within it, and an absent one costs one attempt per this.
+const BACKOFF_MAX: Duration = Duration::from_secs(2);
+
+/// Why a call failed.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum Error {
+    /// The settings cannot be used (a file that cannot be read, a URL Redis refuses).
+    #[error("[state] {0}")]
+    Config(String),
+    /// No connection: connecting failed or is waiting out its backoff, or the connection
+    /// broke or timed out during the call.
+    #[error("Redis at {addr} is unreachable: {reason}")]
+    Down { addr: Arc<str>, reason: String },
+    /// Redis answered with an error (the connection is fine).
+    #[error("Redis at {addr} refused a command: {reason}")]
+    Reply { addr: Arc<str>, reason: String },
+}
+
+/// A quota's counter: one user's usage of one quota in the period starting at `start`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub(crate) struct UsageKey<'a> {
+    pub(crate) quota: &'a str,
+    pub(crate) user: &'a str,
+    /// The period's start, in seconds since the Unix epoch.
+    pub(crate) start: u64,
+}
+
+/// An addition to a counter, and how long the counter is kept after it (the period's
+/// end plus a margin, from now).
+#[derive(Debug, Clone)]
+pub(crate) struct UsageAdd<'a> {
+    pub(crate) key: UsageKey<'a>,
+    pub(crate) delta: u64,
+    pub(crate) ttl: Duration,
+}
+
+/// Health and traffic of a `Fleet`, shared with the threads that report them.
+#[derive(Debug, Default)]
+pub(crate) struct Status {
+    up: AtomicBool,
+    /// When `up` last changed (or the fleet was made), in ms since the Unix epoch.
+    since_ms: AtomicU64,
+    commands: AtomicU64,
+    bytes: AtomicU64,
+    round_trips: AtomicU64,
+    failures: AtomicU64,
+}
+
+/// What a `Fleet` had sent at one moment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) struct Counts {
+    /// Commands sent (each command of a pipeline; a script call is one).
+    pub(crate) commands: u64,
+    /// Bytes of the commands, as encoded on the wire (before TLS).
+    pub(crate) bytes: u64,
+    /// Round trips: calls that reached the server.
+    pub(crate) round_trips: u64,
+    /// Calls that failed (no connection, timeout, an error reply).
+    pub(crate) failures: u64,
+}
+
+impl Counts {
+    /// Commands and bytes per second between `earlier` and this, `elapsed` apart.
+    pub(crate) fn per_second(&self, earlier: &Counts, elapsed: Duration) -> (f64, f64) {
+        let secs = elapsed.as_secs_f64().max(f64::MIN_POSITIVE);
+        (
+            self.commands.saturating_sub(earlier.commands) as f64 / secs,
+            self.bytes.saturating_sub(earlier.bytes) as f64 / secs,
+        )
+    }
+}
+
+impl Status {
+    /// Whether the last call reached Redis, and since when that has been so.
+    pub(crate) fn health(&self) -> (bool, SystemTime) {
+        let since = UNIX_EPOCH + Duration::from_millis(self.since_ms.load(Relaxed));
+        (self.up.load(Relaxed), since)
+    }
+
+    pub(crate) fn counts(&self) -> Counts {
+        Counts {
+            commands: self.commands.load(Relaxed),
+            bytes: self.bytes.load(Relaxed),
+            round_trips: self.round_trips.load(Relaxed),
+            failures: self.failures.load(Relaxed),
+        }
+    }
+
+    /// Records a change of health; true when it is one.
+    fn set(&self, up: bool) -> bool {
+        if self.up.swap(up, Relaxed) == up {
+            return false;
+        }
+        self.since_ms.store(unix_ms(), Relaxed);
+        true
+    }
+}
+
+fn unix_ms() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
+}
+
+/// The connection, or when the next attempt may be made.
+struct Link {
+    conn: Option<MultiplexedConnection>,
+    retry_at: Option<Instant>,
+    backoff: Duration,
+    /// Why the last attempt failed, for the calls that fail while waiting.
+    reason: String,
+}
+
+/// A Lua script and its SHA-1, called by `EVALSHA` (loaded by `EVAL` when Redis does not
+/// know it: after a restart, or the first time).
+struct Script {
+    body: &'static str,
+    sha: String,
+}
+
+impl Script {
+    fn new(body: &'static str) -> Script {
+        let mut sha = String::with_capacity(40);
+        for b in Sha1::digest(body.as_bytes()) {
+            // Writing to a String cannot fail.
+            let _ = write!(sha, "{b:02x}");
+        }
+        Script { body, sha }
+    }
+}
+
+/// The session's value if it has one, else `ARGV[1]`, set for `ARGV[2]` ms.
+const STICKY: &str = r"
+local v = redis.call('GET', KEYS[1])
+if v then return v end
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+return ARGV[1]
+";
+
+/// This instance's lease (KEYS[1]) renewed for `ARGV[2]` ms, and its connections per user
+/// (KEYS[2..], counts in ARGV[3..]) set in each user's hash (a count of 0 removes the
+/// field), whose expiry is moved later if the lease ends after it (never earlier: another
+/// instance's lease may be longer).
+const PUBLISH: &str = r"
+local ms = tonumber(ARGV[2])
+redis.call('SET', KEYS[1], 1, 'PX', ms)
+for k = 2, #KEYS do
+  local n = tonumber(ARGV[k + 1])
+  if n == 0 then
+    redis.call('HDEL', KEYS[k], ARGV[1])
+  else
+    redis.call('HSET', KEYS[k], ARGV[1], n)
+    if redis.call('PTTL', KEYS[k]) < ms then redis.call('PEXPIRE', KEYS[k], ms) end
+  end
+end
+return 0
+";
+
+/// Each user's (KEYS) connections summed over the instances whose lease (`ARGV[1]` and
+/// the instance) is alive; the fields of the others removed.
+const CONNS: &str = r"
+local out = {}
+for k = 1, #KEYS do
+  local f = redis.call('HGETALL', KEYS[k])
+  local total = 0
+  for i = 1, #f, 2 do
+    if redis.call('EXISTS', ARGV[1] .. f[i]) == 1 then
+      total = total + tonumber(f[i + 1])
+    else
+      redis.call('HDEL', KEYS[k], f[i])
+    end
+  end
+  out[k] = total
+end
+return out
+";
+
+/// A user's client addresses (KEYS[1], address → last seen): those idle for `ARGV[1]` ms
+/// dropped, then each address (ARGV[3..]) admitted if known or if fewer than `ARGV[2]`
+/// are, and marked seen now (the server's clock). 1 admitted, 0 refused.
+const ADDRS: &str = r"
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local ttl = tonumber(ARGV[1])
+local max = tonumber(ARGV[2])
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - ttl)
+local out = {}
+for i = 3, #ARGV do
+  if redis.call('ZSCORE', KEYS[1], ARGV[i]) or redis.call('ZCARD', KEYS[1]) < max then
+    redis.call('ZADD', KEYS[1], now, ARGV[i])
+    out[#out + 1] = 1
+  else
+    out[#out + 1] = 0
+  end
+end
+if redis.call('ZCARD', KEYS[1]) > 0 then redis.call('PEXPIRE', KEYS[1], ttl) end
+return out
+";
+
+/// The client of a fleet's shared state.
+pub(crate) struct Fleet {
+    client: Client,
+    /// host:port, for messages (never the URL: it may hold a password).
+    addr: Arc<str>,
+    prefix: String,
+    on_state_loss: OnStateLoss,
+    /// This instance's name in `conns` hashes and its lease key.
+    instance: String,
+    link: tokio::sync::Mutex<Link>,
+    status: Arc<Status>,
+    sticky: Script,
+    publish: Script,
+    conns: Script,
+    addrs: Script,
+}
+
+impl Fleet {
+    /// A fleet client for `cfg`: reads the password file and the CA file now (a problem
+    /// with them is an error), connects on the first call.
+    pub(crate) fn connect(cfg: &StateRedis) -> Result<Fleet, Error> {
+        let mut info = cfg
+            .url
+            .expose()
+            .into_connection_info()
+            .map_err(|e| Error::Config(format!("redis_url: {}", reason(&e))))?;
+        let addr: Arc<str> = info.addr().to_string().into();
+        let mut settings = info.redis_settings().clone().set_skip_set_lib_name();
+        if let Some(path) = &cfg.password_file {
+            settings = settings.set_password(password(path)?);
+        }
+        info = info.set_redis_settings(settings);
+        let client = match &cfg.ca {
+            None => Client::open(info),
+            Some(path) => {
+                let pem = std::fs::read(path).map_err(|e| {
+                    Error::Config(format!("redis_ca: cannot read {}: {e}", path.display()))
+                })?;
+                let certs = redis::TlsCertificates { client_tls: None, root_cert: Some(pem) };
+                Client::build_with_tls(info, certs)
+            }
+        }
+        .map_err(|e| Error::Config(format!("redis_url: {}", reason(&e))))?;
+        let status = Arc::new(Status::default());
+        status.since_ms.store(unix_ms(), Relaxed);
+        Ok(Fleet {
+            client,
+            addr,
+            prefix: cfg.key_prefix.clone(),
+            on_state_loss: cfg.on_state_loss,
+            instance: instance_id(),
+            link: tokio::sync::Mutex::new(Link {
+                conn: None,
+                retry_at: None,
+                backoff: BACKOFF_MIN,
+                reason: "not connected yet".into(),
+            }),
+            status,
+            sticky: Script::new(STICKY),
+            publish: Script::new(PUBLISH),
+            conns: Script::new(CONNS),
+            addrs: Script::new(ADDRS),
+        })
+    }
+
+    /// Health and traffic, for the threads that report them.
+    pub(crate) fn status(&self) -> Arc<Status> {
+        Arc::clone(&self.status)
+    }
+
+    pub(crate) fn on_state_loss(&self) -> OnStateLoss {
+        self.on_state_loss
+    }
+
+    /// This instance's name in the fleet (host name, process id and a random part).
+    pub(crate) fn instance(&self) -> &str {
+        &self.instance
+    }
+
+    /// A round trip (`PING`): whether Redis answers, connecting if need be.
+    pub(crate) async fn ping(&self) -> Result<(), Error> {
+        let _: String = self.run(&redis::cmd("PING")).await?;
+        Ok(())
+    }
+
+    /// Adds each delta to its counter (creating it), sets the counter's expiry, and returns
+    /// the counters' totals after, in the batch's order: what the whole fleet has used.
+    /// One round trip, one transaction (`MULTI`: `INCRBY` and `PEXPIRE` per counter).
+    pub(crate) async fn add_usage(&self, batch: &[UsageAdd<'_>]) -> Result<Vec<u64>, Error> {
+        if batch.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut pipe = redis::pipe();
+        pipe.atomic();
+        for add in batch {
+            let key = self.usage_key(&add.key);
+            let delta = i64::try_from(add.delta).unwrap_or(i64::MAX);
+            pipe.cmd("INCRBY").arg(&key).arg(delta);
+            pipe.cmd("PEXPIRE").arg(&key).arg(millis(add.ttl)).ignore();
+        }
+        let totals: Vec<i64> = self.run_pipe(&pipe).await?;
+        Ok(totals.into_iter().map(|t| t.max(0) as u64).collect())
+    }
+
+    /// The counters' values (0 for one that does not exist), in the order given.
+    pub(crate) async fn usage(&self, keys: &[UsageKey<'_>]) -> Result<Vec<u64>, Error> {
+        if keys.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut cmd = redis::cmd("MGET");
+        for key in keys {
+            cmd.arg(self.usage_key(key));
+        }
+        let values: Vec<Option<i64>> = self.run(&cmd).await?;
+        Ok(values.into_iter().map(|v| v.unwrap_or(0).max(0) as u64).collect())
+    }
+
+    /// Sets a counter (a top-up sets a lower value), kept for `ttl`.
+    pub(crate) async fn set_usage(
+        &self,
+        key: &UsageKey<'_>,
+        value: u64,
+        ttl: Duration,
+    ) -> Result<(), Error> {
+        let mut cmd = redis::cmd("SET");
+        cmd.arg(self.usage_key(key)).arg(value).arg("PX").arg(millis(ttl));
+        let _: String = self.run(&cmd).await?;
+        Ok(())
+    }
+
+    /// Removes a counter (a reset); true when it existed.
+    pub(crate) async fn delete(&self, key: &UsageKey<'_>) -> Result<bool, Error> {
+        let removed: u64 = self.run(redis::cmd("DEL").arg(self.usage_key(key))).await?;
+        Ok(removed > 0)
+    }
+
+    /// The value of sticky session `key`: the one an instance set first and that has not
+    /// expired, else `value`, set now for `ttl` (from first use: a later call does not
+    /// extend it). Atomic, so every instance gets the same value for a session.
+    pub(crate) async fn sticky_get_or_set(
+        &self,
+        key: &str,
+        value: &str,
+        ttl: Duration,
+    ) -> Result<String, Error> {
+        let key = format!("{}sticky:{key}", self.prefix);
+        self.eval(&self.sticky, &[key], &[value.to_string(), millis(ttl).to_string()]).await
+    }
+
+    /// Publishes this instance's open connections per user (a count of 0 removes the
+    /// user's field) and renews its lease for `lease`: the fleet stops counting this
+    /// instance's connections once the lease expires without being renewed. One round
+    /// trip; with no user, only the lease.
+    pub(crate) async fn publish_conns(
+        &self,
+        counts: &[(&str, u64)],
+        lease: Duration,
+    ) -> Result<(), Error> {
+        let mut keys = Vec::with_capacity(counts.len() + 1);
+        keys.push(self.lease_key());
+        let mut args = Vec::with_capacity(counts.len() + 2);
+        args.push(self.instance.clone());
+        args.push(millis(lease).max(1).to_string());
+        for (user, count) in counts {
+            keys.push(format!("{}conns:{}", self.prefix, escape(user)));
+            args.push(count.to_string());
+        }
+        let _: u8 = self.eval(&self.publish, &keys, &args).await?;
+        Ok(())
+    }
+
+    /// Ends this instance's lease at once (a clean stop): its counts stop counting now.
+    pub(crate) async fn release(&self) -> Result<(), Error> {
+        let _: u64 = self.run(redis::cmd("DEL").arg(self.lease_key())).await?;
+        Ok(())
+    }
+
+    /// A user's open connections on every live instance of the fleet.
+    pub(crate) async fn conn_counts(&self, user: &str) -> Result<u64, Error> {
+        Ok(self.conn_counts_of(&[user]).await?.first().copied().unwrap_or(0))
+    }
+
+    /// `conn_counts` for several users in one round trip, in their order.
+    pub(crate) async fn conn_counts_of(&self, users: &[&str]) -> Result<Vec<u64>, Error> {
+        if users.is_empty() {
+            return Ok(Vec::new());
+        }
+        let keys: Vec<String> =
+            users.iter().map(|u| format!("{}conns:{}", self.prefix, escape(u))).collect();
+        let leases = format!("{}instance:", self.prefix);
+        self.eval(&self.conns, &keys, &[leases]).await
+    }
+
+    /// A user's client addresses `addrs` seen now: each one admitted (true) if it is one
+    /// of the user's addresses already, or if the user has fewer than `max` (addresses
+    /// idle for `ttl` forgotten first); refused (false) otherwise. One script: the check
+    /// and the update are one step for the whole fleet.
+    pub(crate) async fn touch_addrs(
+        &self,
+        user: &str,
+        addrs: &[&str],
+        ttl: Duration,
+        max: u32,
+    ) -> Result<Vec<bool>, Error> {
+        let key = format!("{}addrs:{}", self.prefix, escape(user));
+        let mut args = Vec::with_capacity(addrs.len() + 2);
+        args.push(millis(ttl).max(1).to_string());
+        args.push(max.to_string());
+        args.extend(addrs.iter().map(|a| a.to_string()));
+        let admitted: Vec<u8> = self.eval(&self.addrs, &[key], &args).await?;
+        Ok(admitted.into_iter().map(|a| a == 1).collect())
+    }
+
+    fn usage_key(&self, k: &UsageKey<'_>) -> String {
+        format!("{}usage:{}:{}:{}", self.prefix, escape(k.quota), escape(k.user), k.start)
+    }
+
+    fn lease_key(&self) -> String {
+        format!("{}instance:{}", self.prefix, self.instance)
+    }
+
+    /// A script by its SHA-1, sent whole when Redis does not have it.
+    async fn eval<T: FromRedisValue>(
+        &self,
+        script: &Script,
+        keys: &[String],
+        args: &[String],
+    ) -> Result<T, Error> {
+        let call = |verb: &str, body: &str| {
+            let mut cmd = redis::cmd(verb);
+            cmd.arg(body).arg(keys.len()).arg(keys).arg(args);
+            cmd
+        };
+        match self.query(Request::Cmd(&call("EVALSHA", &script.sha))).await {
+            Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
+                self.run(&call("EVAL", script.body)).await
+            }
+            other => self.settle(other),
+        }
+    }
+
+    async fn run<T: FromRedisValue>(&self, cmd: &Cmd) -> Result<T, Error> {
+        let result = self.query(Request::Cmd(cmd)).await;
+        self.settle(result)
+    }
+
+    async fn run_pipe<T: FromRedisValue>(&self, pipe: &Pipeline) -> Result<T, Error> {
+        let result = self.query(Request::Pipe(pipe)).await;
+        self.settle(result)
+    }
+
+    /// One round trip: the connection (made if need be), the request within
+    /// `RESPONSE_TIMEOUT`, counted. An error that leaves the connection in doubt drops it.
+    async fn query<T: FromRedisValue>(&self, req: Request<'_>) -> Result<T, redis::RedisError> {
+        let mut conn = match self.conn().await {
+            Ok(conn) => conn,
+            Err(reason) => return Err(down_error(reason)),
+        };
+        let (commands, bytes) = match req {
+            Request::Cmd(cmd) => (1, cmd.get_packed_command().len()),
+            // MULTI and EXEC around an atomic pipeline are not in its length; counted
+            // as the two commands they are.
+            Request::Pipe(pipe) => (pipe.len() + 2, pipe.get_packed_pipeline().len()),
+        };
+        self.status.commands.fetch_add(commands as u64, Relaxed);
+        self.status.bytes.fetch_add(bytes as u64, Relaxed);
+        self.status.round_trips.fetch_add(1, Relaxed);
+        let call = async {
+            match req {
+                Request::Cmd(cmd) => cmd.query_async(&mut conn).await,
+                Request::Pipe(pipe) => pipe.query_async(&mut conn).await,
+            }
+        };
+        let result = match tokio::time::timeout(RESPONSE_TIMEOUT, call).await {
+            Ok(result) => result,
+            Err(_) => Err(down_error(format!("no reply within {RESPONSE_TIMEOUT:?}"))),
+        };
+        if let Err(e) = &result {
+            if broken(e) {
+                self.lost(reason(e)).await;
+            }
+        }
+        result
+    }
+
+    /// A query's outcome as the caller sees it; a connection that answered is up.
+    fn settle<T>(&self, result: Result<T, redis::RedisError>) -> Result<T, Error> {
+        match result {
+            Ok(v) => {
+                self.mark(true, "");
+                Ok(v)
+            }
+            Err(e) => {
+                self.status.failures.fetch_add(1, Relaxed);
+                let reason = reason(&e);
+                if broken(&e) {
+                    Err(Error::Down { addr: Arc::clone(&self.addr), reason })
+                } else {
+                    self.mark(true, "");
+                    Err(Error::Reply { addr: Arc::clone(&self.addr), reason })
+                }
+            }
+        }
+    }
+
+    /// The connection, made now unless the last attempt failed less than the backoff ago.
+    async fn conn(&self) -> Result<MultiplexedConnection, String> {
+        let mut link = self.link.lock().await;
+        if let Some(conn) = &link.conn {
+            return Ok(conn.clone());
+        }
+        if link.retry_at.is_some_and(|at| Instant::now() < at) {
+            return Err(link.reason.clone());
+        }
+        let config = AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(CONNECT_TIMEOUT))
+            .set_response_timeout(Some(RESPONSE_TIMEOUT));
+        let attempt = self.client.get_multiplexed_async_connection_with_config(&config);
+        // redis-rs bounds the TCP connect; this bounds the handshake after it too (TLS,
+        // AUTH, SELECT).
+        let outcome = match tokio::time::timeout(CONNECT_TIMEOUT * 2, attempt).await {
+            Ok(Ok(conn)) => Ok(conn),
+            Ok(Err(e)) => Err(reason(&e)),
+            Err(_) => Err(format!("no connection within {:?}", CONNECT_TIMEOUT * 2)),
+        };
+        match outcome {
+            Ok(conn) => {
+                link.conn = Some(conn.clone());
+                link.retry_at = None;
+                link.backoff = BACKOFF_MIN;
+                Ok(conn)
+            }
+            Err(reason) => {
+                link.retry_at = Some(Instant::now() + link.backoff);
+                link.backoff = (link.backoff * 2).min(BACKOFF_MAX);
+                link.reason.clone_from(&reason);
+                drop(link);
+                self.mark(false, &reason);
+                Err(reason)
+            }
+        }
+    }
+
+    /// The connection broke: drop it (the next call connects again at once; if that
+    /// fails, the backoff starts).
+    async fn lost(&self, reason: String) {
+        let mut link = self.link.lock().await;
+        link.conn = None;
+        link.retry_at = None;
+        link.reason.clone_from(&reason);
+        drop(link);
+        self.mark(false, &reason);
+    }
+
+    /// Health as the last call found it, logged when it changes.
+    fn mark(&self, up: bool, reason: &str) {
+        if !self.status.set(up) {
+            return;
+        }
+        if up {
+            tracing::info!("state: Redis at {} is reachable: shared state in use", self.addr);
+        } else {
+            let serving = match self.on_state_loss {
+                OnStateLoss::Serve => "serving on local counts",
+                OnStateLoss::Deny => {
+                    "refusing what needs the shared state (on_state_loss = \"deny\")"
+                }
+            };
+            tracing::warn!("state: Redis at {} is unreachable ({reason}): {serving}", self.addr);
+        }
+    }
+}
+
+enum Request<'a> {
+    Cmd(&'a Cmd),
+    Pipe(&'a Pipeline),
+}
+
+/// Whether an error leaves the connection unusable or in doubt (as opposed to an error
+/// reply on a sound connection).
+/// A refused password or permission is one too: the shared state cannot be used until
+/// the server's or the instance's configuration changes.
+fn broken(e: &redis::RedisError) -> bool {
+    e.is_io_error()
+        || e.is_timeout()
+        || e.is_connection_dropped()
+        || e.is_unrecoverable_error()
+        || e.kind() == redis::ErrorKind::AuthenticationFailed
+        || matches!(e.code(), Some("NOAUTH" | "WRONGPASS" | "NOPERM"))
+}
+
+/// A failure without a connection, as redis-rs's error kind for I/O.
+fn down_error(reason: String) -> redis::RedisError {
+    redis::RedisError::from(std::io::Error::new(std::io::ErrorKind::NotConnected, reason))
+}
+
+/// A redis-rs error in one line, without the URL (which may hold a password).
+fn reason(e: &redis::RedisError) -> String {
+    e.to_string()
+}
+
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// The first line of a password file.
+fn password(path: &Path) -> Result<String, Error> {
+    let text = std::fs::read_to_string(path).map_err(|e| {
+        Error::Config(format!("redis_password_file: cannot read {}: {e}", path.display()))
+    })?;
+    let line = text.lines().next().unwrap_or("").trim_end();
+    if line.is_empty() {
+        return Err(Error::Config(format!("redis_password_file: {} is empty", path.display())));
+    }
+    Ok(line.to_string())
+}
+
+/// A name made key-safe: `%` and `:` escaped, so that the parts of a key never run into
+/// each other.
+fn escape(name: &str) -> std::borrow::Cow<'_, str> {
+    if !name.contains(['%', ':']) {
+        return name.into();
+    }
+    name.replace('%', "%25").replace(':', "%3A").into()
+}
+
+/// This instance's name: the host's name, the process id and a random part (a restarted
+/// process is a new instance: its predecessor's counts expire with its lease).
+fn instance_id() -> String {
+    use std::hash::{BuildHasher, Hasher};
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .unwrap_or_else(|_| "host".into());
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos()));
+    format!("{}-{}-{:08x}", escape(&host), std::process::id(), h.finish() as u32)
+}
+
+#[cfg(test)]
+mod tests;
