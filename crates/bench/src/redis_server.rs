@@ -23,6 +23,7 @@ const START_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// A running `redis-server`, killed on drop.
 pub struct RedisServer {
+    program: PathBuf,
     child: Option<Child>,
     port: u16,
     dir: PathBuf,
@@ -47,10 +48,10 @@ impl RedisServer {
 
     #[track_caller]
     fn begin(extra: &[&str], tls: bool) -> Option<RedisServer> {
-        if crate::tools::find(PROGRAM, &["/usr/bin/redis-server"]).is_none() {
+        let Some(program) = crate::tools::find(PROGRAM, &["/usr/bin/redis-server"]) else {
             crate::tools::missing(PROGRAM);
             return None;
-        }
+        };
         static SEQ: AtomicU64 = AtomicU64::new(0);
         let dir = std::env::temp_dir().join(format!(
             "rustle-redis-{}-{}",
@@ -63,6 +64,7 @@ impl RedisServer {
         }
         let port = free_port().expect("a free port");
         let mut server = RedisServer {
+            program,
             child: None,
             port,
             dir,
@@ -112,7 +114,7 @@ impl RedisServer {
         let log = self.dir.join("redis.log");
         let _ = std::fs::remove_file(&log);
         let port = self.port.to_string();
-        let mut cmd = Command::new(PROGRAM);
+        let mut cmd = Command::new(&self.program);
         cmd.args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
             .args(["--daemonize", "no", "--loglevel", "notice"])
             .arg("--dir")

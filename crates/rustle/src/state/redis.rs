@@ -1,6 +1,7 @@
 //! The Redis backend: what a fleet of instances shares through one Redis (6 or 7) or Valkey
 //! server. Quota usage (`add_usage`: counters added to in batches, the fleet's totals
-//! back), sticky sessions (`sticky_get_or_set`: the first instance to set a session's value
+//! back, a batch sent again not counted twice; `raise_usage`: what an instance knows given
+//! back to a Redis that lost it), sticky sessions (`sticky_get_or_set`: the first instance to set a session's value
 //! wins), per-user connection counts (`publish_conns`, `conn_counts`: each instance's count
 //! in a hash field, ignored once the instance's lease has expired) and client addresses
 //! (`touch_addrs`: a sorted set per user, checked and updated by one script).
@@ -16,7 +17,8 @@
 //!
 //! Keys: `{key_prefix}usage:{quota}:{user}:{period start}`, `sticky:{key}`,
 //! `conns:{user}` (a hash: instance → count), `instance:{id}` (an instance's lease),
-//! `addrs:{user}` (a sorted set: address → last seen, in ms of the server's clock). Quota
+//! `addrs:{user}` (a sorted set: address → last seen, in ms of the server's clock),
+//! `batch:{instance}:{n}` (a batch of additions counted). Quota
 //! and user names are escaped (`%` and `:`) so that no two keys meet. Scripts touch keys
 //! they are not given (`conns` reads the leases), so Redis Cluster is not supported.
 
@@ -27,7 +29,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use redis::aio::MultiplexedConnection;
-use redis::{AsyncConnectionConfig, Client, Cmd, FromRedisValue, IntoConnectionInfo, Pipeline};
+use redis::{AsyncConnectionConfig, Client, Cmd, FromRedisValue, IntoConnectionInfo};
 use sha1::{Digest, Sha1};
 
 use crate::config::{OnStateLoss, StateRedis};
@@ -38,6 +40,9 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 /// A reply that takes longer fails the call and drops the connection (a stopped or
 /// overloaded server): the keeper's next flush tries again on a new one.
 const RESPONSE_TIMEOUT: Duration = Duration::from_secs(1);
+/// How long a counted batch is remembered (so that sending it again counts nothing): far
+/// longer than a keeper retries one.
+const BATCH_MEMORY: Duration = Duration::from_secs(600);
 /// The first wait before connecting again after a failure.
 const BACKOFF_MIN: Duration = Duration::from_millis(100);
 /// The longest wait between connection attempts: a returning server is in use again
@@ -68,12 +73,12 @@ pub(crate) struct UsageKey<'a> {
     pub(crate) start: u64,
 }
 
-/// An addition to a counter, and how long the counter is kept after it (the period's
-/// end plus a margin, from now).
+/// An amount for a counter (added to it, or the least it is raised to), and how long the
+/// counter is kept after it (the period's end plus a margin, from now).
 #[derive(Debug, Clone)]
-pub(crate) struct UsageAdd<'a> {
+pub(crate) struct Usage<'a> {
     pub(crate) key: UsageKey<'a>,
-    pub(crate) delta: u64,
+    pub(crate) amount: u64,
     pub(crate) ttl: Duration,
 }
 
@@ -92,7 +97,7 @@ pub(crate) struct Status {
 /// What a `Fleet` had sent at one moment.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub(crate) struct Counts {
-    /// Commands sent (each command of a pipeline; a script call is one).
+    /// Commands sent (a script call is one).
     pub(crate) commands: u64,
     /// Bytes of the commands, as encoded on the wire (before TLS).
     pub(crate) bytes: u64,
@@ -169,6 +174,40 @@ impl Script {
         Script { body, sha }
     }
 }
+
+/// A batch of additions (KEYS[2..], amounts and TTLs in ARGV[2..] by pairs), unless the
+/// batch (KEYS[1]) was counted already; the batch remembered for `ARGV[1]` ms. The
+/// counters' values after, either way.
+const ADD: &str = r"
+local fresh = redis.call('SET', KEYS[1], 1, 'NX', 'PX', ARGV[1])
+local out = {}
+for k = 2, #KEYS do
+  local amount, ttl = ARGV[2 * k - 2], ARGV[2 * k - 1]
+  if fresh then
+    out[k - 1] = redis.call('INCRBY', KEYS[k], amount)
+    redis.call('PEXPIRE', KEYS[k], ttl)
+  else
+    out[k - 1] = tonumber(redis.call('GET', KEYS[k]) or '0')
+  end
+end
+return out
+";
+
+/// Each counter (KEYS) raised to at least its amount (ARGV by pairs with TTLs); the
+/// values after.
+const RAISE: &str = r"
+local out = {}
+for k = 1, #KEYS do
+  local amount, ttl = tonumber(ARGV[2 * k - 1]), ARGV[2 * k]
+  local now = tonumber(redis.call('GET', KEYS[k]) or '0')
+  if now < amount then
+    redis.call('SET', KEYS[k], ARGV[2 * k - 1], 'PX', ttl)
+    now = amount
+  end
+  out[k] = now
+end
+return out
+";
 
 /// The session's value if it has one, else `ARGV[1]`, set for `ARGV[2]` ms.
 const STICKY: &str = r"
@@ -249,6 +288,8 @@ pub(crate) struct Fleet {
     instance: String,
     link: tokio::sync::Mutex<Link>,
     status: Arc<Status>,
+    add: Script,
+    raise: Script,
     sticky: Script,
     publish: Script,
     conns: Script,
@@ -296,6 +337,8 @@ impl Fleet {
                 reason: "not connected yet".into(),
             }),
             status,
+            add: Script::new(ADD),
+            raise: Script::new(RAISE),
             sticky: Script::new(STICKY),
             publish: Script::new(PUBLISH),
             conns: Script::new(CONNS),
@@ -323,22 +366,49 @@ impl Fleet {
         Ok(())
     }
 
-    /// Adds each delta to its counter (creating it), sets the counter's expiry, and returns
-    /// the counters' totals after, in the batch's order: what the whole fleet has used.
-    /// One round trip, one transaction (`MULTI`: `INCRBY` and `PEXPIRE` per counter).
-    pub(crate) async fn add_usage(&self, batch: &[UsageAdd<'_>]) -> Result<Vec<u64>, Error> {
-        if batch.is_empty() {
+    /// Adds each amount to its counter (creating it), sets the counter's expiry, and
+    /// returns the counters' totals after, in the batch's order: what the whole fleet has
+    /// used. One round trip, one script (atomic). `batch` names the batch among this
+    /// instance's: sent again with the same number after a failure whose outcome is
+    /// unknown (a reply lost to a timeout), it is not counted twice, for
+    /// `BATCH_MEMORY`; its totals come back all the same.
+    pub(crate) async fn add_usage(
+        &self,
+        batch: u64,
+        adds: &[Usage<'_>],
+    ) -> Result<Vec<u64>, Error> {
+        self.usage_script(&self.add, Some(batch), adds).await
+    }
+
+    /// Raises each counter to at least its amount (a counter above it is left alone),
+    /// with its expiry, and returns the totals after: how an instance gives back what it
+    /// knows of the fleet's usage to a Redis that lost it (restarted without
+    /// persistence). One round trip, atomic.
+    pub(crate) async fn raise_usage(&self, raises: &[Usage<'_>]) -> Result<Vec<u64>, Error> {
+        self.usage_script(&self.raise, None, raises).await
+    }
+
+    async fn usage_script(
+        &self,
+        script: &Script,
+        batch: Option<u64>,
+        usages: &[Usage<'_>],
+    ) -> Result<Vec<u64>, Error> {
+        if usages.is_empty() {
             return Ok(Vec::new());
         }
-        let mut pipe = redis::pipe();
-        pipe.atomic();
-        for add in batch {
-            let key = self.usage_key(&add.key);
-            let delta = i64::try_from(add.delta).unwrap_or(i64::MAX);
-            pipe.cmd("INCRBY").arg(&key).arg(delta);
-            pipe.cmd("PEXPIRE").arg(&key).arg(millis(add.ttl)).ignore();
+        let mut keys = Vec::with_capacity(usages.len() + 1);
+        let mut args = Vec::with_capacity(usages.len() * 2 + 1);
+        if let Some(batch) = batch {
+            keys.push(format!("{}batch:{}:{batch}", self.prefix, self.instance));
+            args.push(millis(BATCH_MEMORY).to_string());
         }
-        let totals: Vec<i64> = self.run_pipe(&pipe).await?;
+        for u in usages {
+            keys.push(self.usage_key(&u.key));
+            args.push(u.amount.min(i64::MAX as u64).to_string());
+            args.push(millis(u.ttl).max(1).to_string());
+        }
+        let totals: Vec<i64> = self.eval(script, &keys, &args).await?;
         Ok(totals.into_iter().map(|t| t.max(0) as u64).collect())
     }
 
@@ -471,7 +541,7 @@ impl Fleet {
             cmd.arg(body).arg(keys.len()).arg(keys).arg(args);
             cmd
         };
-        match self.query(Request::Cmd(&call("EVALSHA", &script.sha))).await {
+        match self.query(&call("EVALSHA", &script.sha)).await {
             Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
                 self.run(&call("EVAL", script.body)).await
             }
@@ -480,38 +550,22 @@ impl Fleet {
     }
 
     async fn run<T: FromRedisValue>(&self, cmd: &Cmd) -> Result<T, Error> {
-        let result = self.query(Request::Cmd(cmd)).await;
-        self.settle(result)
-    }
-
-    async fn run_pipe<T: FromRedisValue>(&self, pipe: &Pipeline) -> Result<T, Error> {
-        let result = self.query(Request::Pipe(pipe)).await;
+        let result = self.query(cmd).await;
         self.settle(result)
     }
 
     /// One round trip: the connection (made if need be), the request within
     /// `RESPONSE_TIMEOUT`, counted. An error that leaves the connection in doubt drops it.
-    async fn query<T: FromRedisValue>(&self, req: Request<'_>) -> Result<T, redis::RedisError> {
+    async fn query<T: FromRedisValue>(&self, cmd: &Cmd) -> Result<T, redis::RedisError> {
         let mut conn = match self.conn().await {
             Ok(conn) => conn,
             Err(reason) => return Err(down_error(reason)),
         };
-        let (commands, bytes) = match req {
-            Request::Cmd(cmd) => (1, cmd.get_packed_command().len()),
-            // MULTI and EXEC around an atomic pipeline are not in its length; counted
-            // as the two commands they are.
-            Request::Pipe(pipe) => (pipe.len() + 2, pipe.get_packed_pipeline().len()),
-        };
-        self.status.commands.fetch_add(commands as u64, Relaxed);
-        self.status.bytes.fetch_add(bytes as u64, Relaxed);
+        self.status.commands.fetch_add(1, Relaxed);
+        self.status.bytes.fetch_add(cmd.get_packed_command().len() as u64, Relaxed);
         self.status.round_trips.fetch_add(1, Relaxed);
-        let call = async {
-            match req {
-                Request::Cmd(cmd) => cmd.query_async(&mut conn).await,
-                Request::Pipe(pipe) => pipe.query_async(&mut conn).await,
-            }
-        };
-        let result = match tokio::time::timeout(RESPONSE_TIMEOUT, call).await {
+        let result = match tokio::time::timeout(RESPONSE_TIMEOUT, cmd.query_async(&mut conn)).await
+        {
             Ok(result) => result,
             Err(_) => Err(down_error(format!("no reply within {RESPONSE_TIMEOUT:?}"))),
         };
@@ -609,11 +663,6 @@ impl Fleet {
             tracing::warn!("state: Redis at {} is unreachable ({reason}): {serving}", self.addr);
         }
     }
-}
-
-enum Request<'a> {
-    Cmd(&'a Cmd),
-    Pipe(&'a Pipeline),
 }
 
 /// Whether an error leaves the connection unusable or in doubt (as opposed to an error
