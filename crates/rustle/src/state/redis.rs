@@ -151,8 +151,10 @@ fn unix_ms() -> u64 {
 /// The connection, or when the next attempt may be made.
 struct Link {
     conn: Option<MultiplexedConnection>,
+    /// Counts the connections made, so that a call that saw one break does not drop a
+    /// newer one.
+    generation: u64,
     retry_at: Option<Instant>,
-    backoff: Duration,
     /// Why the last attempt failed, for the calls that fail while waiting.
     reason: String,
 }
@@ -287,6 +289,9 @@ pub(crate) struct Fleet {
     /// This instance's name in `conns` hashes and its lease key.
     instance: String,
     link: tokio::sync::Mutex<Link>,
+    /// The wait after the next failure, in ms: doubled by each failure up to
+    /// `BACKOFF_MAX`, back to `BACKOFF_MIN` once a call succeeds.
+    backoff_ms: AtomicU64,
     status: Arc<Status>,
     add: Script,
     raise: Script,
@@ -332,10 +337,11 @@ impl Fleet {
             instance: instance_id(),
             link: tokio::sync::Mutex::new(Link {
                 conn: None,
+                generation: 0,
                 retry_at: None,
-                backoff: BACKOFF_MIN,
                 reason: "not connected yet".into(),
             }),
+            backoff_ms: AtomicU64::new(millis(BACKOFF_MIN)),
             status,
             add: Script::new(ADD),
             raise: Script::new(RAISE),
@@ -557,7 +563,7 @@ impl Fleet {
     /// One round trip: the connection (made if need be), the request within
     /// `RESPONSE_TIMEOUT`, counted. An error that leaves the connection in doubt drops it.
     async fn query<T: FromRedisValue>(&self, cmd: &Cmd) -> Result<T, redis::RedisError> {
-        let mut conn = match self.conn().await {
+        let (mut conn, generation) = match self.conn().await {
             Ok(conn) => conn,
             Err(reason) => return Err(down_error(reason)),
         };
@@ -571,7 +577,7 @@ impl Fleet {
         };
         if let Err(e) = &result {
             if broken(e) {
-                self.lost(reason(e)).await;
+                self.lost(generation, reason(e)).await;
             }
         }
         result
@@ -581,6 +587,7 @@ impl Fleet {
     fn settle<T>(&self, result: Result<T, redis::RedisError>) -> Result<T, Error> {
         match result {
             Ok(v) => {
+                self.backoff_ms.store(millis(BACKOFF_MIN), Relaxed);
                 self.mark(true, "");
                 Ok(v)
             }
@@ -598,10 +605,10 @@ impl Fleet {
     }
 
     /// The connection, made now unless the last attempt failed less than the backoff ago.
-    async fn conn(&self) -> Result<MultiplexedConnection, String> {
+    async fn conn(&self) -> Result<(MultiplexedConnection, u64), String> {
         let mut link = self.link.lock().await;
         if let Some(conn) = &link.conn {
-            return Ok(conn.clone());
+            return Ok((conn.clone(), link.generation));
         }
         if link.retry_at.is_some_and(|at| Instant::now() < at) {
             return Err(link.reason.clone());
@@ -620,14 +627,12 @@ impl Fleet {
         match outcome {
             Ok(conn) => {
                 link.conn = Some(conn.clone());
+                link.generation += 1;
                 link.retry_at = None;
-                link.backoff = BACKOFF_MIN;
-                Ok(conn)
+                Ok((conn, link.generation))
             }
             Err(reason) => {
-                link.retry_at = Some(Instant::now() + link.backoff);
-                link.backoff = (link.backoff * 2).min(BACKOFF_MAX);
-                link.reason.clone_from(&reason);
+                self.back_off(&mut link, &reason);
                 drop(link);
                 self.mark(false, &reason);
                 Err(reason)
@@ -635,15 +640,22 @@ impl Fleet {
         }
     }
 
-    /// The connection broke: drop it (the next call connects again at once; if that
-    /// fails, the backoff starts).
-    async fn lost(&self, reason: String) {
+    /// Connection `generation` broke (or its server refused this instance): drop it,
+    /// and connect again after the backoff.
+    async fn lost(&self, generation: u64, reason: String) {
         let mut link = self.link.lock().await;
-        link.conn = None;
-        link.retry_at = None;
-        link.reason.clone_from(&reason);
+        if link.generation == generation && link.conn.take().is_some() {
+            self.back_off(&mut link, &reason);
+        }
         drop(link);
         self.mark(false, &reason);
+    }
+
+    fn back_off(&self, link: &mut Link, reason: &str) {
+        let wait = self.backoff_ms.load(Relaxed);
+        link.retry_at = Some(Instant::now() + Duration::from_millis(wait));
+        self.backoff_ms.store((wait * 2).min(millis(BACKOFF_MAX)), Relaxed);
+        reason.clone_into(&mut link.reason);
     }
 
     /// Health as the last call found it, logged when it changes.
@@ -666,8 +678,7 @@ impl Fleet {
 }
 
 /// Whether an error leaves the connection unusable or in doubt (as opposed to an error
-/// reply on a sound connection).
-/// A refused password or permission is one too: the shared state cannot be used until
+/// reply on a sound connection). A refused password or permission is one too: the shared state cannot be used until
 /// the server's or the instance's configuration changes.
 fn broken(e: &redis::RedisError) -> bool {
     e.is_io_error()
