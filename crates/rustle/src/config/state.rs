@@ -128,6 +128,15 @@ pub(super) fn redis_problems(s: &State) -> Vec<(&'static str, String)> {
             }
         }
     }
+    if url.contains('#') {
+        // redis-rs reads `#insecure` as "do not check the certificate".
+        out.push((
+            "redis_url",
+            "must not have a #fragment (the server's certificate is always checked: give its \
+             CA with redis_ca)"
+                .into(),
+        ));
+    }
     if s.redis_ca.is_some() && !tls {
         out.push(("redis_ca", "needs a rediss:// (TLS) redis_url".into()));
     }

@@ -119,7 +119,8 @@ impl Counts {
 }
 
 impl Status {
-    /// Whether the last call reached Redis, and since when that has been so.
+    /// Whether the last call reached Redis, and since when that has been so (down since
+    /// the fleet was made, until a first call reaches it).
     pub(crate) fn health(&self) -> (bool, SystemTime) {
         let since = UNIX_EPOCH + Duration::from_millis(self.since_ms.load(Relaxed));
         (self.up.load(Relaxed), since)

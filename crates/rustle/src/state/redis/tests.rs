@@ -265,6 +265,10 @@ fn state_section_is_checked() {
             "[state]\nbackend = \"redis\"\nredis_url = \"redis://:pw@h\"\nredis_password_file = \"/p\"\n",
             "line 4: state.redis_password_file: redis_url has a password already",
         ),
+        (
+            "[state]\nbackend = \"redis\"\nredis_url = \"rediss://h#insecure\"\n",
+            "line 3: state.redis_url: must not have a #fragment",
+        ),
         ("[state]\nredis_url = \"redis://h\"\n", "line 2: state.redis_url: is read only with backend"),
         ("[state]\nbackend = \"memcached\"\n", "line 2"),
         ("[state]\nredis_host = \"h\"\n", "unknown key `state.redis_host`"),
