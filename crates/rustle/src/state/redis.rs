@@ -1,26 +1,27 @@
 //! The Redis backend: what a fleet of instances shares through one Redis (6 or 7) or Valkey
 //! server. Quota usage (`add_usage`: counters added to in batches, the fleet's totals
 //! back, a batch sent again not counted twice; `raise_usage`: what an instance knows given
-//! back to a Redis that lost it), sticky sessions (`sticky_get_or_set`: the first instance to set a session's value
-//! wins), per-user connection counts (`publish_conns`, `conn_counts`: each instance's count
-//! in a hash field, ignored once the instance's lease has expired) and client addresses
-//! (`touch_addrs`: a sorted set per user, checked and updated by one script).
+//! back to a Redis that lost it), sticky sessions (`sticky_get_or_set`: the first instance
+//! to set a session's value wins), per-user connection counts (`publish_conns`,
+//! `conn_counts`: each instance's count in a hash field, ignored once the instance's lease
+//! has expired) and client addresses (`touch_addrs`: a sorted set per user, checked and
+//! updated by one script).
 //!
 //! A `Fleet` is driven by the state keeper's thread on its own current-thread runtime: a
 //! call is a round trip, never made on a worker's request path. It connects lazily, on the
 //! first call, and again after a failure, not sooner than a backoff that doubles up to
 //! `BACKOFF_MAX`; while it waits, calls fail at once without I/O. A connection or a reply
 //! that takes too long fails the call (`CONNECT_TIMEOUT`, `RESPONSE_TIMEOUT`). Its health
-//! (up or down, since when) and what it sent (commands, bytes) are kept in
-//! `Status`, shared with whoever reports them (`/metrics`, `/readyz`, the benchmark);
-//! each change of health is logged once.
+//! (up or down, since when) and what it sent (commands, bytes) are kept in `Status`,
+//! shared with whoever reports them (`/metrics`, `/readyz`, the benchmark); each change of
+//! health is logged once.
 //!
 //! Keys: `{key_prefix}usage:{quota}:{user}:{period start}`, `sticky:{key}`,
 //! `conns:{user}` (a hash: instance → count), `instance:{id}` (an instance's lease),
 //! `addrs:{user}` (a sorted set: address → last seen, in ms of the server's clock),
-//! `batch:{instance}:{n}` (a batch of additions counted). Quota
-//! and user names are escaped (`%` and `:`) so that no two keys meet. Scripts touch keys
-//! they are not given (`conns` reads the leases), so Redis Cluster is not supported.
+//! `batch:{instance}:{n}` (a batch of additions counted). Quota and user names are escaped
+//! (`%` and `:`) so that no two keys meet. Scripts touch keys they are not given (`conns`
+//! reads the leases), so Redis Cluster is not supported.
 
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
@@ -315,7 +316,8 @@ impl Fleet {
         ttl: Duration,
     ) -> Result<(), Error> {
         let mut cmd = redis::cmd("SET");
-        cmd.arg(self.usage_key(key)).arg(value).arg("PX").arg(millis(ttl));
+        let value = value.min(i64::MAX as u64);
+        cmd.arg(self.usage_key(key)).arg(value).arg("PX").arg(millis(ttl).max(1));
         let _: String = self.run(&cmd).await?;
         Ok(())
     }
