@@ -278,3 +278,25 @@ fn state_section_is_checked() {
         assert!(all.iter().any(|p| p.starts_with(expect) || p.contains(expect)), "{text}: {all:?}");
     }
 }
+
+#[tokio::test]
+async fn instances_racing_agree_on_one_session_value_and_one_address() {
+    let Some(server) = RedisServer::start(&[]) else { return };
+    let (a, b) = (fleet(&server), fleet(&server));
+    let values: Vec<String> = (0..16).map(|i| i.to_string()).collect();
+    let addrs: Vec<String> = (0..16).map(|i| format!("10.0.0.{i}")).collect();
+    let addrs: Vec<[&str; 1]> = addrs.iter().map(|a| [a.as_str()]).collect();
+    let sticky = futures_util::future::join_all(values.iter().enumerate().map(|(i, v)| {
+        let f = if i % 2 == 0 { &a } else { &b };
+        f.sticky_get_or_set("race", v, HOUR)
+    }));
+    let touched = futures_util::future::join_all(addrs.iter().enumerate().map(|(i, addr)| {
+        let f = if i % 2 == 0 { &a } else { &b };
+        f.touch_addrs("alice", addr, HOUR, 1)
+    }));
+    let (sticky, touched) = tokio::join!(sticky, touched);
+    let sticky: Vec<String> = sticky.into_iter().map(|r| r.expect("sticky")).collect();
+    assert!(sticky.iter().all(|v| *v == sticky[0]), "{sticky:?}");
+    let admitted = touched.into_iter().filter(|r| r.as_ref().expect("touch")[0]).count();
+    assert_eq!(admitted, 1);
+}
