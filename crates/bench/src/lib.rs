@@ -27,6 +27,8 @@
 //! - [`cost`]    — `rustle-bench cost`: the cost guard, instructions,
 //!   allocations and system calls per exchange of each family through a
 //!   running rustle, and its memory at rest, against `bench/cost-baseline.toml`.
+//! - [`redis_server`] — `RedisServer`: Debian's redis-server on a free loopback port
+//!   (plain or TLS), killed, restarted on its port or paused by the tests.
 //! - [`tools`]   — the external programs the tests drive: a missing one fails the test
 //!   with `RUSTLE_REQUIRE_TOOLS=1`, else skips it and the test binary ends with the count.
 //! - [`report`]  — `rustle-bench report`: medians, markdown tables, SVG
@@ -60,6 +62,7 @@ pub mod floor;
 pub mod load;
 pub mod origin;
 pub mod pattern;
+pub mod redis_server;
 pub mod report;
 pub mod tls;
 pub mod tools;

@@ -18,6 +18,7 @@ mod log;
 mod rate;
 mod routing;
 mod settings;
+mod state;
 #[cfg(test)]
 mod tests;
 
@@ -45,6 +46,7 @@ pub use settings::{
     UserConfig, UserParams, DEFAULT_MAX_USER_SERIES,
 };
 pub(crate) use settings::{NameServer, Transport};
+pub use state::{Backend as StateBackend, OnStateLoss, State, StateRedis, DEFAULT_KEY_PREFIX};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -111,6 +113,9 @@ pub struct Config {
     /// The metrics and health endpoint (`[admin]`), off unless `listen` is set.
     #[serde(default)]
     pub admin: Admin,
+    /// Where per-user state lives (`[state]`).
+    #[serde(default)]
+    pub state: State,
 }
 
 /// With no listener in the file or on the command line: HTTP and SOCKS detected on the

@@ -8,7 +8,7 @@ use super::checks::{
     dns_problems, http2_problems, loop_problem, open_proxy_problem, target_problem,
 };
 use super::{
-    collect, routing, Config, DefaultAction, Listener, ListenerKind, LogFormat, LogTarget,
+    collect, routing, state, Config, DefaultAction, Listener, ListenerKind, LogFormat, LogTarget,
 };
 
 /// One problem in a configuration file, with where it is.
@@ -289,6 +289,9 @@ impl Config {
         problems.extend(dns_problems(&config.dns).into_iter().map(|(key, message)| Problem {
             line: line_in(&["dns", key]),
             message: format!("dns.{key}: {message}"),
+        }));
+        problems.extend(state::redis_problems(&config.state).into_iter().map(|(key, message)| {
+            Problem { line: line_in(&["state", key]), message: format!("state.{key}: {message}") }
         }));
         // In the order of the file; problems of no one line last.
         problems.sort_by_key(|p| p.line.unwrap_or(usize::MAX));

@@ -212,6 +212,15 @@ fn unreadable_files(cfg: &Config, from_file: &FromFile<'_>) -> (Vec<Problem>, Ve
             files.push((at(&["parent", &i.to_string(), "ca"]), what, ca));
         }
     }
+    if cfg.state.redis().is_some() {
+        if let Some(file) = &cfg.state.redis_password_file {
+            let what = "the Redis password file".into();
+            files.push((at(&["state", "redis_password_file"]), what, file));
+        }
+        if let Some(ca) = &cfg.state.redis_ca {
+            files.push((at(&["state", "redis_ca"]), "the Redis CA file".into(), ca));
+        }
+    }
     let (mut problems, mut paths) = (Vec::new(), Vec::new());
     for (key, what, path) in files {
         let Err(e) = readable(path) else { continue };

@@ -347,6 +347,10 @@ fn check_and_start_report_every_problem_at_once_with_its_line() {
         ("action = \"allow\"".into(), ""),
         ("groups = [\"staf\"]".into(), "group `staf` is not defined"),
         ("users = [\"bob\"]".into(), "user `bob` is not defined"),
+        ("[state]".into(), ""),
+        ("backend = \"redis\"".into(), ""),
+        ("redis_url = \"rediss://127.0.0.1:1\"".into(), ""),
+        (format!("redis_ca = \"{}\"", missing("redis-ca.pem")), "the Redis CA file"),
     ];
     let text: String = file.iter().map(|(l, _)| format!("{l}\n")).collect();
     let path = dir.file("rustle.toml");

@@ -1,0 +1,147 @@
+//! `[state]`: where per-user state that outlives a process lives. The Redis part: a fleet
+//! of instances sharing quota usage, sticky sessions, per-user connection counts and client
+//! addresses through one Redis (or Valkey) server.
+
+use std::path::PathBuf;
+
+use serde::Deserialize;
+
+use super::Secret;
+
+/// `[state]`.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(default)]
+pub struct State {
+    /// Where the state lives: this machine, or a Redis shared by the fleet.
+    pub backend: Backend,
+    // The Redis backend's keys (`backend = "redis"`); `StateRedis` is their checked view.
+    /// `redis://[user:password@]host[:port][/db]` or `rediss://...` (TLS).
+    pub redis_url: Option<Secret>,
+    /// A file holding the password (one line), instead of one in the URL.
+    pub redis_password_file: Option<PathBuf>,
+    /// The CAs (PEM) a `rediss://` server is verified with, instead of the system's.
+    pub redis_ca: Option<PathBuf>,
+    /// Put before every key, so that several fleets (or other programs) share one Redis.
+    pub key_prefix: String,
+    /// What the instance does while Redis is unreachable.
+    pub on_state_loss: OnStateLoss,
+}
+
+/// The default `key_prefix`.
+pub const DEFAULT_KEY_PREFIX: &str = "rustle:";
+
+impl Default for State {
+    fn default() -> Self {
+        State {
+            backend: Backend::File,
+            redis_url: None,
+            redis_password_file: None,
+            redis_ca: None,
+            key_prefix: DEFAULT_KEY_PREFIX.into(),
+            on_state_loss: OnStateLoss::Serve,
+        }
+    }
+}
+
+/// `[state] backend`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Backend {
+    /// A file on this machine (`[state] path`).
+    #[default]
+    File,
+    /// A Redis shared by every instance pointing at it.
+    Redis,
+}
+
+/// `[state] on_state_loss`: while Redis is unreachable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OnStateLoss {
+    /// Go on serving on the instance's own counts, and reconcile when Redis returns.
+    #[default]
+    Serve,
+    /// Refuse what the shared state decides (quotas, client addresses) until it returns.
+    Deny,
+}
+
+/// The Redis backend's settings, checked: what `state::redis::Fleet::connect` takes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StateRedis {
+    pub url: Secret,
+    pub password_file: Option<PathBuf>,
+    pub ca: Option<PathBuf>,
+    pub key_prefix: String,
+    pub on_state_loss: OnStateLoss,
+}
+
+impl State {
+    /// The Redis settings when the backend is Redis (and its URL is set: the checks
+    /// refuse a Redis backend without one).
+    pub fn redis(&self) -> Option<StateRedis> {
+        if self.backend != Backend::Redis {
+            return None;
+        }
+        Some(StateRedis {
+            url: self.redis_url.clone()?,
+            password_file: self.redis_password_file.clone(),
+            ca: self.redis_ca.clone(),
+            key_prefix: self.key_prefix.clone(),
+            on_state_loss: self.on_state_loss,
+        })
+    }
+}
+
+/// The problems of `[state]`'s Redis keys, each with its key.
+pub(super) fn redis_problems(s: &State) -> Vec<(&'static str, String)> {
+    let mut out = Vec::new();
+    if s.backend != Backend::Redis {
+        for (key, set) in [
+            ("redis_url", s.redis_url.is_some()),
+            ("redis_password_file", s.redis_password_file.is_some()),
+            ("redis_ca", s.redis_ca.is_some()),
+        ] {
+            if set {
+                out.push((key, "is read only with backend = \"redis\"".into()));
+            }
+        }
+        return out;
+    }
+    let Some(url) = &s.redis_url else {
+        out.push(("backend", "\"redis\" needs redis_url = \"redis://HOST:PORT\"".into()));
+        return out;
+    };
+    let url = url.expose();
+    let tls = url.starts_with("rediss://");
+    if !tls && !url.starts_with("redis://") {
+        out.push(("redis_url", "must start with redis:// or rediss:// (TLS)".into()));
+        return out;
+    }
+    match redis::IntoConnectionInfo::into_connection_info(url) {
+        Err(e) => out.push(("redis_url", format!("not a Redis URL: {}", e.category()))),
+        Ok(info) => {
+            if info.redis_settings().password().is_some() && s.redis_password_file.is_some() {
+                out.push((
+                    "redis_password_file",
+                    "redis_url has a password already: give it in one place".into(),
+                ));
+            }
+        }
+    }
+    if url.contains('#') {
+        // redis-rs reads `#insecure` as "do not check the certificate".
+        out.push((
+            "redis_url",
+            "must not have a #fragment (the server's certificate is always checked: give its \
+             CA with redis_ca)"
+                .into(),
+        ));
+    }
+    if s.redis_ca.is_some() && !tls {
+        out.push(("redis_ca", "needs a rediss:// (TLS) redis_url".into()));
+    }
+    if s.key_prefix.contains(|c: char| c.is_whitespace() || c.is_control()) {
+        out.push(("key_prefix", "must not hold spaces or control characters".into()));
+    }
+    out
+}

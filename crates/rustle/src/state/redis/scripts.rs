@@ -1,0 +1,126 @@
+//! The Lua scripts of the Redis backend: each is one atomic step on the server (a check
+//! and an update no other instance can come between), called by its SHA-1.
+
+use std::fmt::Write as _;
+
+use sha1::{Digest, Sha1};
+
+/// A Lua script and its SHA-1, called by `EVALSHA` (loaded by `EVAL` when Redis does not
+/// know it: after a restart, or the first time).
+pub(super) struct Script {
+    pub(super) body: &'static str,
+    pub(super) sha: String,
+}
+
+impl Script {
+    pub(super) fn new(body: &'static str) -> Script {
+        let mut sha = String::with_capacity(40);
+        for b in Sha1::digest(body.as_bytes()) {
+            // Writing to a String cannot fail.
+            let _ = write!(sha, "{b:02x}");
+        }
+        Script { body, sha }
+    }
+}
+
+/// A batch of additions (KEYS[2..], amounts and TTLs in ARGV[2..] by pairs), unless the
+/// batch (KEYS[1]) was counted already; the batch remembered for `ARGV[1]` ms. The
+/// counters' values after, either way.
+pub(super) const ADD: &str = r"
+local fresh = redis.call('SET', KEYS[1], 1, 'NX', 'PX', ARGV[1])
+local out = {}
+for k = 2, #KEYS do
+  local amount, ttl = ARGV[2 * k - 2], ARGV[2 * k - 1]
+  if fresh then
+    out[k - 1] = redis.call('INCRBY', KEYS[k], amount)
+    redis.call('PEXPIRE', KEYS[k], ttl)
+  else
+    out[k - 1] = tonumber(redis.call('GET', KEYS[k]) or '0')
+  end
+end
+return out
+";
+
+/// Each counter (KEYS) raised to at least its amount (ARGV by pairs with TTLs); the
+/// values after.
+pub(super) const RAISE: &str = r"
+local out = {}
+for k = 1, #KEYS do
+  local amount, ttl = tonumber(ARGV[2 * k - 1]), ARGV[2 * k]
+  local now = tonumber(redis.call('GET', KEYS[k]) or '0')
+  if now < amount then
+    redis.call('SET', KEYS[k], ARGV[2 * k - 1], 'PX', ttl)
+    now = amount
+  end
+  out[k] = now
+end
+return out
+";
+
+/// The session's value if it has one, else `ARGV[1]`, set for `ARGV[2]` ms.
+pub(super) const STICKY: &str = r"
+local v = redis.call('GET', KEYS[1])
+if v then return v end
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+return ARGV[1]
+";
+
+/// This instance's lease (KEYS[1]) renewed for `ARGV[2]` ms, and its connections per user
+/// (KEYS[2..], counts in ARGV[3..]) set in each user's hash (a count of 0 removes the
+/// field), whose expiry is moved later if the lease ends after it (never earlier: another
+/// instance's lease may be longer).
+pub(super) const PUBLISH: &str = r"
+local ms = tonumber(ARGV[2])
+redis.call('SET', KEYS[1], 1, 'PX', ms)
+for k = 2, #KEYS do
+  local n = tonumber(ARGV[k + 1])
+  if n == 0 then
+    redis.call('HDEL', KEYS[k], ARGV[1])
+  else
+    redis.call('HSET', KEYS[k], ARGV[1], n)
+    if redis.call('PTTL', KEYS[k]) < ms then redis.call('PEXPIRE', KEYS[k], ms) end
+  end
+end
+return 0
+";
+
+/// Each user's (KEYS) connections summed over the instances whose lease (`ARGV[1]` and
+/// the instance) is alive; the fields of the others removed.
+pub(super) const CONNS: &str = r"
+local out = {}
+for k = 1, #KEYS do
+  local f = redis.call('HGETALL', KEYS[k])
+  local total = 0
+  for i = 1, #f, 2 do
+    if redis.call('EXISTS', ARGV[1] .. f[i]) == 1 then
+      total = total + tonumber(f[i + 1])
+    else
+      redis.call('HDEL', KEYS[k], f[i])
+    end
+  end
+  out[k] = total
+end
+return out
+";
+
+/// A user's client addresses (KEYS[1], address → last seen): those idle for `ARGV[1]` ms
+/// dropped, then each address (ARGV[3..]) admitted if known or if fewer than `ARGV[2]`
+/// are, and marked seen now (the server's clock). 1 admitted, 0 refused.
+pub(super) const ADDRS: &str = r"
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local ttl = tonumber(ARGV[1])
+local max = tonumber(ARGV[2])
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - ttl)
+local out = {}
+for i = 3, #ARGV do
+  if redis.call('ZSCORE', KEYS[1], ARGV[i]) or redis.call('ZCARD', KEYS[1]) < max then
+    redis.call('ZADD', KEYS[1], now, ARGV[i])
+    out[#out + 1] = 1
+  else
+    out[#out + 1] = 0
+  end
+end
+if redis.call('ZCARD', KEYS[1]) > 0 then redis.call('PEXPIRE', KEYS[1], ttl) end
+return out
+";
