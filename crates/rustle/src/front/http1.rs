@@ -174,7 +174,8 @@ async fn serve_with(
         cert_auth: false,
     };
     if let Some(user) = cert_user {
-        if !c.guard.hold_user(&user) {
+        let fd = c.stream.raw_fd();
+        if !c.guard.hold_user(&user, fd) {
             let mut ex = Exchange::new(Instant::now());
             c.fail(&mut ex, &Error::LimitReached("for this user")).await;
             return;
@@ -449,7 +450,8 @@ impl Client {
             // The connection is counted against its first user's limit.
             return Err(Error::AuthRequired("a connection cannot change users"));
         }
-        if !self.guard.hold_user(user) {
+        let fd = self.stream.raw_fd();
+        if !self.guard.hold_user(user, fd) {
             return Err(Error::LimitReached("for this user"));
         }
         if self.user.is_none() {

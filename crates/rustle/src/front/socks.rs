@@ -168,7 +168,8 @@ async fn socks5_credentials(s: &mut Session) -> Result<(), Error> {
         let worker = s.worker.clone();
         let checked = worker.authenticate(s.peer.ip(), &user, &password).await;
         let checked = checked.and_then(|(user, params)| {
-            if s.guard.hold_user(user) {
+            let fd = std::os::fd::AsRawFd::as_raw_fd(&s.stream);
+            if s.guard.hold_user(user, fd) {
                 Ok((user.len(), params))
             } else {
                 Err(Error::LimitReached("for this user"))
@@ -595,7 +596,8 @@ fn socks4_user(s: &mut Session, id: String) -> Result<(), Error> {
     if policy.users.get(&id).is_none() {
         return Err(Error::AuthRequired("unknown SOCKS4 user id"));
     }
-    if !s.guard.hold_user(&id) {
+    let fd = std::os::fd::AsRawFd::as_raw_fd(&s.stream);
+    if !s.guard.hold_user(&id, fd) {
         return Err(Error::LimitReached("for this user"));
     }
     s.user = Some(id);

@@ -19,6 +19,8 @@ use crate::policy::Policy;
 use crate::telemetry::accesslog::{AccessLog, Sink};
 use crate::upstream::Upstreams;
 
+mod cut;
+
 /// What every connection task of one worker shares.
 pub(crate) struct Worker {
     pub(crate) id: usize,
@@ -58,6 +60,8 @@ pub(crate) struct Worker {
     parked_untrimmed: Cell<usize>,
     /// Kept-alive connections waiting for their next request.
     pub(crate) waiters: crate::io::idle::Waiters,
+    /// Connections of authenticated users, for cutting those of a user cut (`cut`).
+    pub(crate) cuts: cut::Cuts,
     /// Open client connections across all workers, and HTTP/2 streams with an upstream
     /// (`StreamSlot`), for `limits.max_connections`.
     open: Arc<AtomicUsize>,
@@ -90,7 +94,8 @@ pub(crate) struct ConnGuard {
     /// The listener it was accepted on.
     listener: Arc<crate::policy::Listener>,
     /// The connection's slots under the per-client and per-user limits; boxed, and only
-    /// when a limit holds one, because every open connection and tunnel keeps its guard.
+    /// when a limit holds one or a user authenticated, because every open connection and
+    /// tunnel keeps its guard.
     slots: Option<Box<Slots>>,
 }
 
@@ -102,10 +107,15 @@ struct Slots {
     user: Option<Slot>,
     /// The user's open connections in the metrics.
     user_conn: Option<crate::telemetry::metrics::UserConn>,
+    /// The connection's slot in the worker's `cuts`.
+    cut: Option<usize>,
 }
 
 impl Drop for ConnGuard {
     fn drop(&mut self) {
+        if let Some(slot) = self.slots.as_ref().and_then(|s| s.cut) {
+            self.worker.cuts.release(slot);
+        }
         self.worker.active.set(self.worker.active.get() - 1);
         self.worker.open.fetch_sub(1, Ordering::Relaxed);
         crate::telemetry::metrics::closed(&self.listener.counters);
@@ -171,6 +181,7 @@ impl Worker {
                 Instant::now().checked_sub(RELEASE_EVERY).unwrap_or_else(Instant::now),
             ),
             waiters: Default::default(),
+            cuts: Default::default(),
             policy: RefCell::new(Rc::new(policy)),
             auth,
             conn_limits,
@@ -481,9 +492,15 @@ impl ConnGuard {
 
     /// Counts this connection against `user`'s limit (once per connection); false when
     /// the user is at its limit. The first call also counts the connection as the user's
-    /// in the metrics (the one allocation an authenticated connection adds: its slots).
-    pub(crate) fn hold_user(&mut self, user: &str) -> bool {
-        if self.slots.as_ref().is_some_and(|s| s.user.is_some() || s.user_conn.is_some()) {
+    /// in the metrics (the one allocation an authenticated connection adds: its slots),
+    /// and holds its client socket `fd` for cutting (`cut`; -1: none). The descriptor is
+    /// given here rather than kept in the guard, which every tunnel task holds.
+    pub(crate) fn hold_user(&mut self, user: &str, fd: std::os::fd::RawFd) -> bool {
+        if self
+            .slots
+            .as_ref()
+            .is_some_and(|s| s.user.is_some() || s.user_conn.is_some() || s.cut.is_some())
+        {
             return true;
         }
         match self.worker.conn_limits.acquire_user(user) {
@@ -493,6 +510,10 @@ impl ConnGuard {
                     slots.user = Some(slot);
                 }
                 slots.user_conn = crate::telemetry::metrics::user_connection(user);
+                if fd >= 0 {
+                    let entry = self.worker.traffic.entry(user);
+                    slots.cut = Some(self.worker.cuts.hold(entry, fd));
+                }
                 true
             }
             None => false,

@@ -1,0 +1,262 @@
+//! The users API (`/api/v1/users` on the admin listener) and cutting a user's connections:
+//! no token configured, a wrong token, a blocked address; a user added, used with curl,
+//! disabled (407 for new requests, its CONNECT tunnel closed within about a second),
+//! removed by the API and by a reload; a plain-HTTP download in flight cut; the overlay
+//! kept across a restart; `rustle user` end to end.
+
+use std::io::{Read as _, Write as _};
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use rustle_bench::{Origin, TcpEcho};
+
+use crate::util::*;
+
+const TOKEN: &str = "s3cret-admin-token";
+
+/// A request to the admin listener from `from`, with `token` and a JSON `body`.
+fn api_from(
+    from: &str,
+    admin: SocketAddr,
+    method: &str,
+    path: &str,
+    token: Option<&str>,
+    body: &str,
+) -> Resp {
+    let mut s = connect_from(from, admin);
+    let auth = token.map(|t| format!("Authorization: Bearer {t}\r\n")).unwrap_or_default();
+    let req = format!(
+        "{method} {path} HTTP/1.1\r\nHost: admin\r\n{auth}Content-Type: application/json\r\n\
+         Content-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    s.write_all(req.as_bytes()).unwrap();
+    let (bytes, _) = read_until_close(&mut s);
+    parse_response(&bytes)
+}
+
+fn api(admin: SocketAddr, method: &str, path: &str, body: &str) -> Resp {
+    api_from("127.0.0.1", admin, method, path, Some(TOKEN), body)
+}
+
+/// A proxy requiring authentication, alice in its users file, an admin listener with
+/// the token; `extra` is appended to the configuration.
+fn proxy_with(dir: &TempDir, extra: &str) -> Proxy {
+    let users = users_file(dir, &["alice:plain:secret"]);
+    Proxy::from_toml(&config_text(&users, extra))
+}
+
+fn config_text(users: &std::path::Path, extra: &str) -> String {
+    format!(
+        "[[listener]]\nlisten = \"127.0.0.1:0\"\nauth = true\n\
+         [auth]\nusers_file = {:?}\n\
+         [admin]\nlisten = \"127.0.0.1:0\"\ntoken = \"{TOKEN}\"\n{extra}",
+        users.to_str().unwrap()
+    )
+}
+
+/// A CONNECT tunnel to `target` through `proxy` as `user`, established.
+fn tunnel(proxy: &Proxy, target: SocketAddr, user: &str, password: &str) -> std::net::TcpStream {
+    let mut c = Conn::to_proxy(proxy);
+    c.send(
+        format!(
+            "CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n{}\r\n\r\n",
+            proxy_auth(user, password)
+        )
+        .as_bytes(),
+    );
+    let r = c.read_head();
+    assert_eq!(r.status, 200, "CONNECT as {user}: {}", r.head_text());
+    assert!(c.buf.is_empty(), "nothing after the CONNECT answer");
+    let mut s = c.s;
+    s.write_all(b"ping").unwrap();
+    let mut buf = [0u8; 4];
+    s.read_exact(&mut buf).unwrap();
+    assert_eq!(&buf, b"ping");
+    s
+}
+
+/// The status of a GET of `url` through `proxy` as `user`.
+fn status_as(proxy: &Proxy, url: &str, user: &str, password: &str) -> u16 {
+    let mut c = Conn::to_proxy(proxy);
+    c.send(&request("GET", url, &[&proxy_auth(user, password)], b""));
+    c.read_response().status
+}
+
+/// Asserts that `s` closes within `within` (reading and dropping whatever is still
+/// queued first).
+fn assert_ends_within(s: &mut std::net::TcpStream, within: Duration, what: &str) {
+    let start = Instant::now();
+    s.set_read_timeout(Some(Duration::from_millis(100))).unwrap();
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        match s.read(&mut buf) {
+            Ok(0) => return,
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => return,
+            Ok(_) | Err(_) => {}
+        }
+        assert!(start.elapsed() < within, "{what}: still open after {within:?}");
+    }
+}
+
+#[test]
+fn without_a_token_the_api_is_forbidden_even_on_loopback() {
+    let proxy = Proxy::from_toml("[admin]\nlisten = \"127.0.0.1:0\"\n");
+    let admin = proxy.admin_addr();
+    let r = api_from("127.0.0.1", admin, "GET", "/api/v1/users", None, "");
+    assert_eq!(r.status, 403, "{}", r.text());
+    assert!(r.text().contains("\"error\"") && r.text().contains("token"), "{}", r.text());
+    let r = api_from("127.0.0.1", admin, "GET", "/api/v1/users", Some("anything"), "");
+    assert_eq!(r.status, 403, "{}", r.text());
+    // The scrapes go on as before.
+    assert_eq!(api_from("127.0.0.1", admin, "GET", "/healthz", None, "").status, 200);
+}
+
+#[test]
+fn a_wrong_token_is_401_and_an_address_outside_allow_is_closed() {
+    let dir = TempDir::new("users-token");
+    let proxy = proxy_with(&dir, "allow = [\"127.0.0.1/32\"]\n");
+    let admin = proxy.admin_addr();
+    let r = api_from("127.0.0.1", admin, "GET", "/api/v1/users", Some("wrong"), "");
+    assert_eq!(r.status, 401, "{}", r.text());
+    assert!(r.header("www-authenticate").is_some_and(|v| v.starts_with("Bearer")));
+    assert!(r.text().contains("\"error\""), "{}", r.text());
+    let r = api_from("127.0.0.1", admin, "GET", "/api/v1/users", None, "");
+    assert_eq!(r.status, 401);
+    let r = api(admin, "GET", "/api/v1/users", "");
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert!(r.text().contains("\"alice\""), "{}", r.text());
+    assert_eq!(api(admin, "PATCH", "/api/v1/users", "").status, 405);
+    assert_eq!(api(admin, "GET", "/api/v1/users/nobody", "").status, 404);
+    assert_eq!(api(admin, "GET", "/api/v1/users/a%2Fb", "").status, 400);
+    let big = "x".repeat(17 * 1024);
+    assert_eq!(api(admin, "POST", "/api/v1/users", &big).status, 413);
+    assert_eq!(api(admin, "POST", "/api/v1/users", "{not json").status, 400);
+    // Blocked: closed without an answer.
+    let mut s = connect_from("127.0.0.2", admin);
+    let _ = s.write_all(b"GET /api/v1/users HTTP/1.1\r\n\r\n");
+    let (bytes, _) = read_until_close(&mut s);
+    assert!(bytes.is_empty(), "{}", String::from_utf8_lossy(&bytes));
+    // The token never reaches the log.
+    std::thread::sleep(Duration::from_millis(200));
+    assert!(!proxy.log_text().contains(TOKEN));
+}
+
+#[test]
+fn a_user_added_goes_through_and_disabling_it_cuts_its_tunnel() {
+    let dir = TempDir::new("users-add");
+    let proxy = proxy_with(&dir, "");
+    let admin = proxy.admin_addr();
+    let origin = Origin::start().unwrap();
+    let echo = TcpEcho::start().unwrap();
+    let url = origin.url("/bytes/5");
+    assert_eq!(status_as(&proxy, &url, "bob", "hunter2"), 407);
+    let body = r#"{"name": "bob", "password": "hunter2", "groups": ["staff"]}"#;
+    let r = api(admin, "POST", "/api/v1/users", body);
+    assert_eq!(r.status, 201, "{}", r.text());
+    assert_eq!(api(admin, "POST", "/api/v1/users", body).status, 409);
+    if let Some(out) = curl(&[
+        "-s",
+        "-o",
+        "/dev/null",
+        "-w",
+        "%{http_code}",
+        "-x",
+        &proxy_url_with(proxy.addr(), "bob", "hunter2"),
+        &url,
+    ]) {
+        assert_eq!(String::from_utf8_lossy(&out.stdout), "200", "curl as bob");
+    } else {
+        assert_eq!(status_as(&proxy, &url, "bob", "hunter2"), 200);
+    }
+    let mut t = tunnel(&proxy, echo.addr(), "bob", "hunter2");
+    let r = api(admin, "GET", "/api/v1/users/bob", "");
+    assert!(
+        r.text().contains("\"source\":\"api\"") && r.text().contains("\"connections\":1"),
+        "{}",
+        r.text()
+    );
+    assert!(r.text().contains("\"staff\""), "{}", r.text());
+    let r = api(admin, "POST", "/api/v1/users/bob/disable", "");
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_ends_within(&mut t, Duration::from_millis(1500), "bob's tunnel once disabled");
+    assert_eq!(status_as(&proxy, &url, "bob", "hunter2"), 407);
+    let r = api(admin, "GET", "/api/v1/users/bob", "");
+    assert!(r.text().contains("\"disabled\":true"), "{}", r.text());
+    proxy.log_line(|l| l.contains("connection cut: user disabled"));
+    // Enabled again: it goes through.
+    assert_eq!(api(admin, "POST", "/api/v1/users/bob/enable", "").status, 200);
+    assert_eq!(status_as(&proxy, &url, "bob", "hunter2"), 200);
+    let r = api(admin, "PUT", "/api/v1/users/bob/limits", r#"{"rate_down": "8mbit"}"#);
+    assert_eq!(r.status, 200, "{}", r.text());
+    let r = api(admin, "GET", "/api/v1/users/bob", "");
+    assert!(r.text().contains("\"rate_down_bytes\":1000000"), "{}", r.text());
+    assert_eq!(
+        api(admin, "PUT", "/api/v1/users/bob/limits", r#"{"rate_down": "fast"}"#).status,
+        400
+    );
+}
+
+#[test]
+fn removing_a_user_by_the_api_or_by_a_reload_cuts_its_tunnel() {
+    let dir = TempDir::new("users-remove");
+    let proxy = proxy_with(&dir, "");
+    let admin = proxy.admin_addr();
+    let echo = TcpEcho::start().unwrap();
+    let body = r#"{"name": "bob", "password": "hunter2"}"#;
+    assert_eq!(api(admin, "POST", "/api/v1/users", body).status, 201);
+    // By the API.
+    let mut t = tunnel(&proxy, echo.addr(), "bob", "hunter2");
+    assert_eq!(api(admin, "DELETE", "/api/v1/users/bob", "").status, 200);
+    assert_ends_within(&mut t, Duration::from_millis(1500), "bob's tunnel once removed");
+    assert_eq!(api(admin, "GET", "/api/v1/users/bob", "").status, 404);
+    // By a reload whose users file no longer has alice (carol instead).
+    let mut t = tunnel(&proxy, echo.addr(), "alice", "secret");
+    let users = users_file(&dir, &["carol:plain:pw"]);
+    proxy.reload_toml(&config_text(&users, ""));
+    assert_ends_within(&mut t, Duration::from_millis(1500), "alice's tunnel once reloaded away");
+    proxy.log_line(|l| l.contains("connection cut: user removed"));
+}
+
+#[test]
+fn a_plain_http_download_in_flight_is_cut() {
+    let dir = TempDir::new("users-download");
+    let proxy = proxy_with(&dir, "");
+    let admin = proxy.admin_addr();
+    let origin = Origin::start().unwrap();
+    let mut c = Conn::to_proxy(&proxy);
+    c.send(&request(
+        "GET",
+        &origin.url("/bytes/1073741824"),
+        &[&proxy_auth("alice", "secret")],
+        b"",
+    ));
+    let r = c.read_head();
+    assert_eq!(r.status, 200);
+    c.take(64 * 1024);
+    let mut s = c.s;
+    assert_eq!(api(admin, "POST", "/api/v1/users/alice/disable", "").status, 200);
+    assert_ends_within(&mut s, Duration::from_secs(3), "the download once alice is disabled");
+}
+
+#[test]
+fn the_overlay_survives_a_restart() {
+    let dir = TempDir::new("users-state");
+    let state = dir.file("users.json");
+    let extra = format!("users_state = {:?}\n", state.to_str().unwrap());
+    let users = users_file(&dir, &["alice:plain:secret"]);
+    let origin = Origin::start().unwrap();
+    let url = origin.url("/bytes/3");
+    {
+        let proxy = Proxy::from_toml(&config_text(&users, &extra));
+        let admin = proxy.admin_addr();
+        let body = r#"{"name": "bob", "password": "hunter2"}"#;
+        assert_eq!(api(admin, "POST", "/api/v1/users", body).status, 201);
+        assert_eq!(api(admin, "POST", "/api/v1/users/alice/disable", "").status, 200);
+    }
+    let text = std::fs::read_to_string(&state).unwrap();
+    assert!(text.contains("$argon2id$") && !text.contains("hunter2"), "{text}");
+    let proxy = Proxy::from_toml(&config_text(&users, &extra));
+    assert_eq!(status_as(&proxy, &url, "bob", "hunter2"), 200);
+    assert_eq!(status_as(&proxy, &url, "alice", "secret"), 407);
+}
