@@ -260,3 +260,69 @@ fn the_overlay_survives_a_restart() {
     assert_eq!(status_as(&proxy, &url, "bob", "hunter2"), 200);
     assert_eq!(status_as(&proxy, &url, "alice", "secret"), 407);
 }
+
+/// Runs `rustle user ARGS` (with `stdin`), returns its exit status and standard output.
+fn rustle_user(args: &[&str], env_token: Option<&str>, stdin: &str) -> (bool, String, String) {
+    use std::process::{Command, Stdio};
+    let mut cmd = Command::new(rustle_bin());
+    cmd.arg("user").args(args).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
+    cmd.env_remove("RUSTLE_ADMIN_TOKEN");
+    if let Some(t) = env_token {
+        cmd.env("RUSTLE_ADMIN_TOKEN", t);
+    }
+    let mut child = cmd.spawn().expect("run rustle user");
+    child.stdin.take().unwrap().write_all(stdin.as_bytes()).unwrap();
+    let out = child.wait_with_output().unwrap();
+    let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+    (out.status.success(), text(&out.stdout), text(&out.stderr))
+}
+
+#[test]
+fn the_user_command_drives_the_api() {
+    let dir = TempDir::new("users-cli");
+    let proxy = proxy_with(&dir, "");
+    let admin = proxy.admin_addr();
+    let origin = Origin::start().unwrap();
+    let url = origin.url("/bytes/3");
+    let token_file = dir.file("token");
+    std::fs::write(&token_file, format!("{TOKEN}\n")).unwrap();
+    use std::os::unix::fs::PermissionsExt as _;
+    std::fs::set_permissions(&token_file, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let cfg = dir.file("admin.toml");
+    std::fs::write(
+        &cfg,
+        format!("[admin]\nlisten = \"{admin}\"\ntoken_file = {:?}\n", token_file.to_str().unwrap()),
+    )
+    .unwrap();
+    let c = cfg.to_str().unwrap();
+    let (ok, _, err) = rustle_user(
+        &["-c", c, "add", "bob", "--password-stdin", "--group", "staff"],
+        None,
+        "hunter2\n",
+    );
+    assert!(ok, "add: {err}");
+    assert_eq!(status_as(&proxy, &url, "bob", "hunter2"), 200);
+    let (ok, out, err) = rustle_user(&["-c", c, "list"], None, "");
+    assert!(ok, "list: {err}");
+    assert!(out.starts_with("NAME") && out.contains("alice") && out.contains("staff"), "{out}");
+    // The address and the token from the flag and the environment instead.
+    let addr = admin.to_string();
+    let (ok, out, err) = rustle_user(&["--admin", &addr, "--json", "get", "bob"], Some(TOKEN), "");
+    assert!(ok, "get: {err}");
+    let v: serde_json::Value = serde_json::from_str(&out).expect("JSON");
+    assert_eq!(v["source"], "api", "{out}");
+    let (ok, _, err) = rustle_user(&["--admin", &addr, "get", "bob"], Some("wrong"), "");
+    assert!(!ok && err.contains("401"), "{err}");
+    let (ok, _, err) = rustle_user(&["-c", c, "set", "bob", "--limit", "rate_up=1mbit"], None, "");
+    assert!(ok, "set: {err}");
+    let (ok, _, err) = rustle_user(&["-c", c, "disable", "bob"], None, "");
+    assert!(ok, "disable: {err}");
+    assert_eq!(status_as(&proxy, &url, "bob", "hunter2"), 407);
+    let (ok, _, err) = rustle_user(&["-c", c, "enable", "bob"], None, "");
+    assert!(ok, "enable: {err}");
+    assert_eq!(status_as(&proxy, &url, "bob", "hunter2"), 200);
+    let (ok, _, err) = rustle_user(&["-c", c, "remove", "bob"], None, "");
+    assert!(ok, "remove: {err}");
+    let (ok, _, err) = rustle_user(&["-c", c, "get", "bob"], None, "");
+    assert!(!ok && err.contains("404"), "{err}");
+}
