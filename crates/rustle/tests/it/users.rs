@@ -326,3 +326,33 @@ fn the_user_command_drives_the_api() {
     let (ok, _, err) = rustle_user(&["-c", c, "get", "bob"], None, "");
     assert!(!ok && err.contains("404"), "{err}");
 }
+
+#[test]
+fn disabling_a_user_cuts_its_socks5_tunnel() {
+    use crate::util::socks::*;
+    let dir = TempDir::new("users-socks");
+    let users = users_file(&dir, &["alice:plain:secret"]);
+    let proxy = Proxy::from_toml(&format!(
+        "[[listener]]\nlisten = \"127.0.0.1:0\"\nkind = \"socks\"\nauth = true\n\
+         [auth]\nusers_file = {:?}\n\
+         [admin]\nlisten = \"127.0.0.1:0\"\ntoken = \"{TOKEN}\"\n",
+        users.to_str().unwrap()
+    ));
+    let echo = TcpEcho::start().unwrap();
+    let mut s = connect(proxy.addr());
+    assert_eq!(greet(&mut s, &[2]), 2, "user/password chosen");
+    s.write_all(b"\x01\x05alice\x06secret").unwrap();
+    let mut sub = [0u8; 2];
+    s.read_exact(&mut sub).unwrap();
+    assert_eq!(sub, [1, 0], "authenticated");
+    s.write_all(&request5(1, &Dst::Addr(echo.addr()))).unwrap();
+    let (rep, _) = read_reply5(&mut s);
+    assert_eq!(rep, 0);
+    s.write_all(b"ping").unwrap();
+    let mut buf = [0u8; 4];
+    s.read_exact(&mut buf).unwrap();
+    let r = api(proxy.admin_addr(), "POST", "/api/v1/users/alice/disable", "");
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_ends_within(&mut s, Duration::from_millis(1500), "alice's SOCKS5 tunnel");
+    proxy.log_line(|l| l.contains("connection cut: user disabled"));
+}

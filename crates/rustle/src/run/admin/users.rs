@@ -252,9 +252,21 @@ impl Limits {
     }
 }
 
+/// The body as `T`. The error names the place and the kind of the problem only: serde's
+/// own message may quote a value, and a body may hold a password.
 fn parse<T: for<'de> Deserialize<'de>>(body: &[u8]) -> Result<T, Reply> {
-    serde_json::from_slice(body)
-        .map_err(|e| Reply::error(400, &format!("malformed JSON body: {e}")))
+    serde_json::from_slice(body).map_err(|e| {
+        let kind = match e.classify() {
+            serde_json::error::Category::Io | serde_json::error::Category::Eof => "incomplete",
+            serde_json::error::Category::Syntax => "malformed",
+            serde_json::error::Category::Data => "unexpected fields or types in the",
+        };
+        let at = format!("line {} column {}", e.line(), e.column());
+        Reply::error(
+            400,
+            &format!("{kind} JSON body at {at} (expected name, password, groups, limits)"),
+        )
+    })
 }
 
 /// Runs `f` on the blocking pool (hashing, saving, building a policy).
