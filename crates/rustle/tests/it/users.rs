@@ -219,11 +219,15 @@ fn removing_a_user_by_the_api_or_by_a_reload_cuts_its_tunnel() {
 }
 
 #[test]
-fn a_plain_http_download_in_flight_is_cut() {
+fn a_plain_http_download_in_flight_and_a_kept_alive_connection_are_cut() {
     let dir = TempDir::new("users-download");
     let proxy = proxy_with(&dir, "");
     let admin = proxy.admin_addr();
     let origin = Origin::start().unwrap();
+    // A kept-alive connection between two requests, and a download in flight.
+    let mut idle = Conn::to_proxy(&proxy);
+    idle.send(&request("GET", &origin.url("/bytes/3"), &[&proxy_auth("alice", "secret")], b""));
+    assert_eq!(idle.read_response().status, 200);
     let mut c = Conn::to_proxy(&proxy);
     c.send(&request(
         "GET",
@@ -237,6 +241,7 @@ fn a_plain_http_download_in_flight_is_cut() {
     let mut s = c.s;
     assert_eq!(api(admin, "POST", "/api/v1/users/alice/disable", "").status, 200);
     assert_ends_within(&mut s, Duration::from_secs(3), "the download once alice is disabled");
+    assert_ends_within(&mut idle.s, Duration::from_millis(1500), "the kept-alive connection");
 }
 
 #[test]
