@@ -361,3 +361,44 @@ fn disabling_a_user_cuts_its_socks5_tunnel() {
     assert_ends_within(&mut s, Duration::from_millis(1500), "alice's SOCKS5 tunnel");
     proxy.log_line(|l| l.contains("connection cut: user disabled"));
 }
+
+#[tokio::test]
+async fn disabling_a_user_cuts_its_http2_connection() {
+    let dir = TempDir::new("users-h2");
+    let users = users_file(&dir, &["alice:plain:secret"]);
+    let text = config_text(&users, "").replace("auth = true\n", "auth = true\nh2c = true\n");
+    let proxy = Proxy::from_toml(&text);
+    let origin = Origin::start().unwrap();
+    let tcp = tokio::net::TcpStream::connect(proxy.addr()).await.unwrap();
+    let (mut send, conn) = h2::client::handshake(tcp).await.expect("h2 handshake");
+    tokio::spawn(async move {
+        let _ = conn.await;
+    });
+    let auth = format!("Basic {}", base64(b"alice:secret"));
+    let req = http::Request::builder()
+        .method(http::Method::GET)
+        .uri(origin.url("/bytes/1073741824"))
+        .header("proxy-authorization", &auth)
+        .body(())
+        .unwrap();
+    let (resp, _) = send.send_request(req, true).expect("send");
+    let resp = resp.await.expect("response");
+    assert_eq!(resp.status(), 200);
+    let mut body = resp.into_body();
+    let first = body.data().await.expect("some body").expect("data");
+    let _ = body.flow_control().release_capacity(first.len());
+    let admin = proxy.admin_addr();
+    let r = tokio::task::spawn_blocking(move || {
+        api(admin, "POST", "/api/v1/users/alice/disable", "").status
+    })
+    .await
+    .unwrap();
+    assert_eq!(r, 200);
+    let ended = tokio::time::timeout(Duration::from_millis(1500), async {
+        while let Some(Ok(chunk)) = body.data().await {
+            let _ = body.flow_control().release_capacity(chunk.len());
+        }
+    })
+    .await;
+    assert!(ended.is_ok(), "alice's HTTP/2 stream still open 1.5 s after she was disabled");
+}
