@@ -180,7 +180,7 @@ async fn serve_with(
             c.fail(&mut ex, &Error::LimitReached("for this user")).await;
             return;
         }
-        c.traffic = Some(worker.traffic.entry(&user));
+        c.traffic = Some(c.guard.user_entry().unwrap_or_else(|| worker.traffic.entry(&user)));
         c.user = Some(Rc::from(user));
         c.cert_auth = true;
     }
@@ -455,7 +455,8 @@ impl Client {
             return Err(Error::LimitReached("for this user"));
         }
         if self.user.is_none() {
-            self.traffic = Some(self.worker.traffic.entry(user));
+            let entry = self.guard.user_entry();
+            self.traffic = Some(entry.unwrap_or_else(|| self.worker.traffic.entry(user)));
         }
         self.user = Some(Rc::from(user));
         self.params = params.map(Rc::new);

@@ -490,6 +490,13 @@ impl ConnGuard {
         &self.listener
     }
 
+    /// The shared entry of the user `hold_user` held the connection for (no lock: the
+    /// worker's own table).
+    pub(crate) fn user_entry(&self) -> Option<Arc<crate::limits::UserTraffic>> {
+        let slot = self.slots.as_ref()?.cut?;
+        self.worker.cuts.entry(slot)
+    }
+
     /// Counts this connection against `user`'s limit (once per connection); false when
     /// the user is at its limit. The first call also counts the connection as the user's
     /// in the metrics (the one allocation an authenticated connection adds: its slots),

@@ -49,6 +49,11 @@ impl Cuts {
         }
     }
 
+    /// The user entry held in `slot`.
+    pub(crate) fn entry(&self, slot: usize) -> Option<Arc<UserTraffic>> {
+        self.slots.borrow().get(slot)?.as_ref().map(|h| h.user.clone())
+    }
+
     /// The connection in `slot` ended.
     pub(crate) fn release(&self, slot: usize) {
         let Some(held) = self.slots.borrow_mut().get_mut(slot).and_then(Option::take) else {
