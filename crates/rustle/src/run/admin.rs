@@ -144,6 +144,7 @@ pub(crate) fn start(
         start_time: SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default(),
         state,
     });
+    let api = server.token.is_some();
     let thread = std::thread::Builder::new().name("rustle-admin".into()).spawn(move || {
         let rt = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
             Ok(rt) => rt,
@@ -155,7 +156,15 @@ pub(crate) fn start(
         rt.block_on(serve(server, listener, stopped));
     })?;
     metrics::set_timed();
-    tracing::info!("admin endpoint on http://{addr}/metrics (also /healthz, /readyz)");
+    match api {
+        true => tracing::info!(
+            "admin endpoint on http://{addr}/metrics (also /healthz, /readyz, /api/v1/users)"
+        ),
+        false => tracing::info!(
+            "admin endpoint on http://{addr}/metrics (also /healthz, /readyz; the users API \
+             needs [admin] token_file)"
+        ),
+    }
     Ok(Handle { addr, configured: listen, socket, stop, thread })
 }
 
