@@ -176,7 +176,10 @@ impl Running {
     /// ready. Once only; later calls do nothing.
     pub(crate) fn serve(&self) {
         let first = std::mem::take(&mut *self.first.lock().unwrap_or_else(|p| p.into_inner()));
-        for (tx, update) in self.workers.iter().zip(first) {
+        // The policy in force now: the users API may have changed it since the start.
+        let policy = self.policy();
+        for (tx, mut update) in self.workers.iter().zip(first) {
+            update.policy = policy.clone();
             let _ = tx.send(update);
         }
         self.readiness.set_ready();
