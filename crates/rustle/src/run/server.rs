@@ -282,6 +282,10 @@ pub(crate) fn start_with(cfg: Config, mut inherited: Inherited) -> anyhow::Resul
     if let Some(problem) = cfg.admin.open_problem() {
         anyhow::bail!("{problem}");
     }
+    // Its token file is read before any thread starts (the admin thread reads it again).
+    if cfg.admin.listen.is_some() {
+        cfg.admin.read_token().map_err(anyhow::Error::msg)?;
+    }
     let overlay = crate::policy::overlay::Overlay::load(cfg.admin.users_state.as_deref())
         .map_err(anyhow::Error::msg)?;
     let policy = Policy::build_with(&cfg, &own, Some(&overlay.snapshot()))
