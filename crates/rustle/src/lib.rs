@@ -2,7 +2,8 @@
 //!
 //! The modules sit in folders named for their layers, from the top down; each imports only
 //! from those below it (ARCHITECTURE.md draws them module by module):
-//! - `run`: start-up, signals, reloads, takeovers, the worker threads, the admin endpoint.
+//! - `run`: start-up, signals, reloads, takeovers, the worker threads, the admin endpoint
+//!   and its users API, `rustle user`.
 //! - `front`: the front ends (HTTP/1.1, HTTP/2, SOCKS, TCP and UDP relays), the exchange
 //!   record's end and the connect step they share, tunnels, the per-worker context.
 //! - `upstream`: the one way upstream: access check, route, pool, connections directly or

@@ -506,16 +506,85 @@ impl Drop for Slot {
     }
 }
 
-/// Bytes one user moved, each way, across all its connections.
+/// Why a user's connections are cut (`cut`): what its tunnels' log lines name.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Cut {
+    /// The user is disabled (admin API).
+    Disabled,
+    /// The user is removed (admin API, or a reload whose users no longer have it).
+    Removed,
+    /// A quota of the user's ran out (its name).
+    // Made by the quota table, which reuses `cut` to close the tunnels of a user out of
+    // quota.
+    #[allow(dead_code)]
+    Quota(Box<str>),
+}
+
+impl std::fmt::Display for Cut {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Cut::Disabled => f.write_str("user disabled"),
+            Cut::Removed => f.write_str("user removed"),
+            Cut::Quota(name) => write!(f, "quota `{name}` used up"),
+        }
+    }
+}
+
+/// `UserTraffic::cut`'s value while the user's connections may go on.
+const NOT_CUT: u8 = 0;
+
+/// Bytes one user moved, each way, across all its connections, its connections open, and
+/// whether they are to be cut. Front ends hold it as an `Arc` while the user's
+/// connection is open; the worker's per-second sweep (`front::cut`) closes those of a cut
+/// user, so that the check costs a relaxed load per connection a second, nothing per read.
 #[derive(Debug, Default)]
 pub(crate) struct UserTraffic {
     /// From the client towards the upstream.
     pub(crate) up: AtomicU64,
     /// From the upstream towards the client.
     pub(crate) down: AtomicU64,
+    /// Connections of the user open now, across workers.
+    pub(crate) open: AtomicU64,
+    /// `NOT_CUT`, or the `Cut` in force (1 + its index; the quota's name in `reason`).
+    cut: std::sync::atomic::AtomicU8,
+    /// The reason in force, read only once `cut` says there is one.
+    reason: Mutex<Option<Cut>>,
+}
+
+/// Marks `entry`'s user as cut for `reason`: its new connections are for the caller to
+/// refuse (its policy no longer has the user, or the quota says so), and the workers'
+/// next sweep (within a second) ends those open, their log lines naming `reason`.
+pub(crate) fn cut(entry: &UserTraffic, reason: Cut) {
+    let code = match &reason {
+        Cut::Disabled => 1,
+        Cut::Removed => 2,
+        Cut::Quota(_) => 3,
+    };
+    *lock(&entry.reason) = Some(reason);
+    // Release: a sweep that sees the code sees the reason stored before it.
+    entry.cut.store(code, Ordering::Release);
 }
 
 impl UserTraffic {
+    /// Whether the user's connections are to be cut: one relaxed load (the sweep's).
+    pub(crate) fn is_cut(&self) -> bool {
+        self.cut.load(Ordering::Relaxed) != NOT_CUT
+    }
+
+    /// Why the user's connections are cut, if they are.
+    pub(crate) fn cut_reason(&self) -> Option<Cut> {
+        if self.cut.load(Ordering::Acquire) == NOT_CUT {
+            return None;
+        }
+        lock(&self.reason).clone()
+    }
+
+    /// The user may connect again (enabled, added back, quota topped up).
+    pub(crate) fn restore(&self) {
+        self.cut.store(NOT_CUT, Ordering::Release);
+        *lock(&self.reason) = None;
+    }
+
     pub(crate) fn add(&self, dir: Direction, n: u64) {
         let c = match dir {
             Direction::Up => &self.up,
@@ -566,6 +635,11 @@ impl Traffic {
         let t = Arc::new(UserTraffic::default());
         users.insert(user.into(), t.clone());
         t
+    }
+
+    /// The user's counters if it has some already (made by nothing but `entry`).
+    pub(crate) fn find(&self, user: &str) -> Option<Arc<UserTraffic>> {
+        lock(&self.users).get(user).cloned()
     }
 
     /// (user, up, down) for every user seen, sorted by user; those past

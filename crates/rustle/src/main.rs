@@ -26,6 +26,7 @@ const MORE: &[(&str, &[(&str, &str)])] = &[
                 "the file read in its place when --config is not given (empty: none)",
             ),
             ("RUST_LOG", "the diagnostics filter, over [log] level"),
+            ("RUSTLE_ADMIN_TOKEN", "the admin token rustle user sends, over the configuration's"),
         ],
     ),
     (
@@ -163,6 +164,24 @@ enum Command {
         #[arg(long, value_name = "DIR", default_value = ".")]
         out: PathBuf,
     },
+    /// Manage the users of the running rustle through its admin API (`[admin] listen`
+    /// and `token_file` from the configuration, or the flags and `RUSTLE_ADMIN_TOKEN`).
+    User {
+        /// The configuration naming the admin listener and its token.
+        #[arg(long, short, value_name = "FILE")]
+        config: Option<PathBuf>,
+        /// The admin listener's address, in place of the configuration's.
+        #[arg(long, value_name = "ADDR")]
+        admin: Option<std::net::SocketAddr>,
+        /// A file holding the admin token, in place of the configuration's.
+        #[arg(long, value_name = "FILE")]
+        token_file: Option<PathBuf>,
+        /// Print the API's JSON rather than a table.
+        #[arg(long)]
+        json: bool,
+        #[command(subcommand)]
+        action: UserAction,
+    },
     /// Print the manual page (roff): `rustle man | man -l -`.
     Man {
         /// Write rustle.1 and a page per subcommand (rustle-check.1, ...) into DIR instead.
@@ -173,6 +192,36 @@ enum Command {
     Completions {
         /// bash, zsh, fish, elvish or powershell.
         shell: clap_complete::Shell,
+    },
+}
+
+#[derive(Subcommand)]
+enum UserAction {
+    /// Every user: state, source, groups, traffic, open connections, bandwidth.
+    List,
+    /// One user.
+    Get { name: String },
+    /// Add a user; its password is asked for (or read from standard input).
+    Add {
+        name: String,
+        /// Read the password from standard input (its first line).
+        #[arg(long)]
+        password_stdin: bool,
+        /// A group of the user (repeat for more).
+        #[arg(long = "group", value_name = "G")]
+        groups: Vec<String>,
+    },
+    /// Refuse the user's new requests and end its open connections.
+    Disable { name: String },
+    /// Let a disabled user in again.
+    Enable { name: String },
+    /// Remove the user (a user of the users file too) and end its open connections.
+    Remove { name: String },
+    /// Set the user's bandwidth: `--limit rate_up=10mbit --limit rate_down=50mbit`.
+    Set {
+        name: String,
+        #[arg(long = "limit", value_name = "K=V", required = true)]
+        limits: Vec<String>,
     },
 }
 
@@ -191,6 +240,10 @@ fn main() -> ExitCode {
     }
     if let Some(Command::Cert { self_signed, out }) = &cli.command {
         return cert(self_signed, out);
+    }
+    if let Some(Command::User { config, admin, token_file, json, action }) = &cli.command {
+        let file = config.clone().or_else(|| cli.config.clone());
+        return user(file.as_deref(), *admin, token_file.as_deref(), *json, action);
     }
     if let Some(Command::Man { dir }) = &cli.command {
         return man(dir.as_deref());
@@ -437,6 +490,83 @@ fn main_page(page: clap_mangen::Man, out: &mut dyn std::io::Write) -> std::io::R
     page.render_subcommands_section(out)?;
     out.write_all(more_roff().as_bytes())?;
     page.render_version_section(out)
+}
+
+/// `rustle user ACTION`: one request to the users API, its answer printed.
+fn user(
+    config: Option<&std::path::Path>,
+    admin: Option<std::net::SocketAddr>,
+    token_file: Option<&std::path::Path>,
+    json: bool,
+    action: &UserAction,
+) -> ExitCode {
+    use rustle::run::users::{call, segment, table, target};
+    use serde_json::json;
+    let fail = |e: &str| {
+        eprintln!("rustle user: {e}");
+        ExitCode::from(2)
+    };
+    let t = match target(config, admin, token_file) {
+        Ok(t) => t,
+        Err(e) => return fail(&e),
+    };
+    let at = |name: &str, tail: &str| format!("/api/v1/users/{}{tail}", segment(name));
+    let (method, path, body) = match action {
+        UserAction::List => ("GET", "/api/v1/users".to_string(), None),
+        UserAction::Get { name } => ("GET", at(name, ""), None),
+        UserAction::Add { name, password_stdin, groups } => {
+            let password = match read_password(name, *password_stdin) {
+                Ok(p) => p,
+                Err(e) => return fail(&e),
+            };
+            let body = json!({ "name": name, "password": password, "groups": groups });
+            ("POST", "/api/v1/users".to_string(), Some(body))
+        }
+        UserAction::Disable { name } => ("POST", at(name, "/disable"), None),
+        UserAction::Enable { name } => ("POST", at(name, "/enable"), None),
+        UserAction::Remove { name } => ("DELETE", at(name, ""), None),
+        UserAction::Set { name, limits } => {
+            let mut body = serde_json::Map::new();
+            for l in limits {
+                let Some((k, v)) = l.split_once('=') else {
+                    return fail(&format!("--limit {l}: expected KEY=VALUE"));
+                };
+                body.insert(k.trim().to_string(), json!(v.trim()));
+            }
+            ("PUT", at(name, "/limits"), Some(serde_json::Value::Object(body)))
+        }
+    };
+    match call(&t, method, &path, body.as_ref()) {
+        Ok((status, value)) if status < 300 => {
+            match (json, action) {
+                (true, _) => println!("{value}"),
+                (false, UserAction::List | UserAction::Get { .. }) => print!("{}", table(&value)),
+                (false, _) => println!("ok"),
+            }
+            ExitCode::SUCCESS
+        }
+        Ok((status, value)) => {
+            let why = value.get("error").and_then(|e| e.as_str()).map(str::to_string);
+            fail(&format!("{status}: {}", why.unwrap_or_else(|| value.to_string())))
+        }
+        Err(e) => fail(&e),
+    }
+}
+
+/// A password from the terminal (without echo) or the first line of standard input.
+fn read_password(name: &str, from_stdin: bool) -> Result<String, String> {
+    use std::io::IsTerminal as _;
+    let password = if !from_stdin && std::io::stdin().is_terminal() {
+        rpassword::prompt_password(format!("password for {name}: ")).map_err(|e| e.to_string())?
+    } else {
+        let mut line = String::new();
+        std::io::stdin().read_line(&mut line).map_err(|e| e.to_string())?;
+        line.trim_end_matches(['\r', '\n']).to_string()
+    };
+    match password.is_empty() {
+        true => Err("empty password".into()),
+        false => Ok(password),
+    }
 }
 
 fn passwd(name: &str) -> ExitCode {

@@ -4,6 +4,7 @@
 
 pub mod auth;
 pub(crate) mod dns;
+pub mod overlay;
 pub(crate) mod route;
 
 use std::collections::HashMap;
@@ -89,6 +90,8 @@ type UserBuckets = (Option<Arc<Bucket>>, Option<Arc<Bucket>>);
 
 pub struct Policy {
     pub users: Users,
+    /// Users the admin API disabled: listed by it, never authenticated.
+    pub(crate) disabled: Users,
     pub(crate) rules: RuleSet,
     pub(crate) builtins: Builtins,
     pub(crate) realm: String,
@@ -154,7 +157,7 @@ impl Policy {
             // Which names are undefined is known only with the users file read.
             Err(problems) if users_file_unread(cfg) => problems,
             Err(mut problems) => {
-                let (users, _, _) = users_of(cfg);
+                let (users, _, _, _) = users_of(cfg, None);
                 let undefined = undefined_names(cfg, &users);
                 problems.extend(refused_at_start(undefined, auth_without_users(cfg, &users)));
                 problems
@@ -184,7 +187,16 @@ impl Policy {
 
     /// Builds the policy; `own` are the proxy's listening addresses (for loop refusal).
     pub fn build(cfg: &Config, own: &[SocketAddr]) -> Result<Policy, Vec<String>> {
-        let (users, user_rates, mut problems) = users_of(cfg);
+        Policy::build_with(cfg, own, None)
+    }
+
+    /// `build`, with the admin API's users (`overlay`) on top of the configuration's.
+    pub(crate) fn build_with(
+        cfg: &Config,
+        own: &[SocketAddr],
+        overlay: Option<&overlay::State>,
+    ) -> Result<Policy, Vec<String>> {
+        let (users, disabled, user_rates, mut problems) = users_of(cfg, overlay);
         let undefined_names = undefined_names(cfg, &users);
         let routes = crate::policy::route::Routes::build(cfg, own).unwrap_or_else(|errs| {
             problems.extend(errs);
@@ -270,6 +282,7 @@ impl Policy {
             undefined_names,
             auth_without_users,
             users,
+            disabled,
             rules,
             builtins: Builtins {
                 own_addresses: own.to_vec(),
@@ -286,6 +299,11 @@ impl Policy {
             default_address_limit,
             config: Arc::new(cfg.clone()),
         })
+    }
+
+    /// The rates (bytes per second, up and down) that limit `user`.
+    pub(crate) fn user_rate(&self, user: &str) -> (Option<u64>, Option<u64>) {
+        self.user_rates.get(user).copied().unwrap_or(self.default_user_rate)
     }
 
     /// The buckets limiting `user`, if any.
@@ -333,7 +351,10 @@ type UserRates = HashMap<String, (Option<u64>, Option<u64>)>;
 
 /// The users of a configuration (its users file, then `[auth]`'s users and groups), the
 /// bandwidth of those with their own, and the problems found on the way.
-fn users_of(cfg: &Config) -> (Users, UserRates, Vec<String>) {
+fn users_of(
+    cfg: &Config,
+    overlay: Option<&overlay::State>,
+) -> (Users, Users, UserRates, Vec<String>) {
     let mut problems = Vec::new();
     let mut users = match &cfg.auth.users_file {
         Some(path) => Users::load(path).unwrap_or_else(|e| {
@@ -343,6 +364,7 @@ fn users_of(cfg: &Config) -> (Users, UserRates, Vec<String>) {
         None => Users::default(),
     };
     let mut user_rates = HashMap::new();
+    let mut disabled = Users::default();
     for u in &cfg.auth.users {
         if let Err(e) = users.add(&u.name, &u.password, &u.groups) {
             problems.push(format!("auth.user `{}`: {e}", u.name));
@@ -355,13 +377,31 @@ fn users_of(cfg: &Config) -> (Users, UserRates, Vec<String>) {
             (Err(e), _) | (_, Err(e)) => problems.push(format!("auth.user `{}`: {e}", u.name)),
         }
     }
+    if let Some(state) = overlay {
+        problems.extend(overlay::apply(state, &mut users, &mut disabled));
+        for (name, e) in &state.users {
+            match (rate(&e.rate_up, "rate_up"), rate(&e.rate_down, "rate_down")) {
+                (Ok(None), Ok(None)) => {}
+                (Ok(up), Ok(down)) => {
+                    user_rates.insert(name.clone(), (up, down));
+                }
+                (Err(e), _) | (_, Err(e)) => {
+                    problems.push(format!("users state: user `{name}`: {e}"))
+                }
+            }
+        }
+    }
     for (group, members) in &cfg.auth.groups {
         users.add_group_members(group, members);
     }
     for (group, member) in users.undefined_members() {
+        // A member the admin API disabled or removed is no mistake of the file's.
+        if overlay.and_then(|o| o.users.get(&member)).is_some_and(overlay::Entry::refused) {
+            continue;
+        }
         problems.push(format!("auth.groups: `{member}` in group `{group}` is not a user"));
     }
-    (users, user_rates, problems)
+    (users, disabled, user_rates, problems)
 }
 
 /// Client addresses per user: the limit of every user whose own (`[[auth.user]]`) or

@@ -9,3 +9,4 @@ pub(crate) mod privileges;
 pub mod reload;
 pub mod server;
 pub(crate) mod takeover;
+pub mod users;

@@ -273,6 +273,10 @@ impl Config {
             let message = format!("admin.listen: {message}");
             problems.push(Problem { line: line_in(&["admin", "listen"]), message });
         }
+        if config.admin.token.is_some() && config.admin.token_file.is_some() {
+            let message = "admin.token_file: set `token` or `token_file`, not both".to_string();
+            problems.push(Problem { line: line_in(&["admin", "token_file"]), message });
+        }
         problems.extend(http2_problems(&config.http2).into_iter().map(|(key, message)| Problem {
             line: line_in(&["http2", key]),
             message: format!("http2.{key}: {message}"),

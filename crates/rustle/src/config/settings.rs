@@ -491,8 +491,14 @@ impl Default for Auth {
 pub struct Admin {
     /// Where the admin endpoint listens; None: no admin endpoint.
     pub listen: Option<SocketAddr>,
-    /// When set, every request needs `Authorization: Bearer TOKEN`.
+    /// When set, every request needs `Authorization: Bearer TOKEN`; the users API
+    /// (`/api/v1/users`) answers only when a token is set, here or in `token_file`.
     pub token: Option<Secret>,
+    /// A file holding the token (its first line), in place of `token`.
+    pub token_file: Option<PathBuf>,
+    /// Where the users API keeps its changes (a JSON file, written atomically); None:
+    /// they last until the process ends.
+    pub users_state: Option<PathBuf>,
     /// When not empty, only clients in these address blocks are answered.
     #[serde(deserialize_with = "cidrs")]
     pub allow: Vec<crate::acl::Cidr>,
@@ -510,6 +516,8 @@ impl Default for Admin {
         Admin {
             listen: None,
             token: None,
+            token_file: None,
+            users_state: None,
             allow: Vec::new(),
             max_user_series: DEFAULT_MAX_USER_SERIES,
         }
@@ -522,7 +530,8 @@ impl Admin {
     /// of the proxy listeners' open-proxy check).
     pub(crate) fn open_problem(&self) -> Option<String> {
         let listen = self.listen?;
-        if listen.ip().is_loopback() || self.token.is_some() || !self.allow.is_empty() {
+        let token = self.token.is_some() || self.token_file.is_some();
+        if listen.ip().is_loopback() || token || !self.allow.is_empty() {
             return None;
         }
         Some(format!(
@@ -530,6 +539,37 @@ impl Admin {
              anyone who can reach it: bind it to a loopback address, or set `token` or \
              `allow` in [admin]"
         ))
+    }
+}
+
+impl Admin {
+    /// The token in force: `token`, or the first line of `token_file` (which must not be
+    /// readable by others than its owner and group); None when neither is set.
+    pub(crate) fn read_token(&self) -> Result<Option<Secret>, String> {
+        let path = match (&self.token, &self.token_file) {
+            (Some(_), Some(_)) => {
+                return Err("[admin]: set `token` or `token_file`, not both".into());
+            }
+            (Some(t), None) => return Ok(Some(t.clone())),
+            (None, None) => return Ok(None),
+            (None, Some(path)) => path,
+        };
+        let file = path.display();
+        use std::os::unix::fs::PermissionsExt as _;
+        let meta =
+            std::fs::metadata(path).map_err(|e| format!("[admin] token_file {file}: {e}"))?;
+        if meta.permissions().mode() & 0o004 != 0 {
+            return Err(format!(
+                "[admin] token_file {file} is readable by every user: chmod o-r it"
+            ));
+        }
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| format!("[admin] token_file {file}: cannot read: {e}"))?;
+        let token = text.lines().next().unwrap_or_default().trim();
+        if token.is_empty() {
+            return Err(format!("[admin] token_file {file}: empty"));
+        }
+        Ok(Some(Secret::new(token)))
     }
 }
 

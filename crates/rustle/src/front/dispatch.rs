@@ -90,7 +90,8 @@ pub(crate) async fn serve_prefixed(
     if h2 {
         let local = crate::upstream::local_of(&worker.policy(), || stream.local_addr());
         let peer = (peer, local);
-        crate::front::http2::serve_tls(guard, listener, stream, peer, session, cert_user).await;
+        let fd = stream.raw_fd();
+        crate::front::http2::serve_tls(guard, listener, stream, fd, peer, session, cert_user).await;
         return;
     }
     crate::front::http1::serve_tls(guard, listener, stream, peer, session, cert_user).await;
@@ -220,10 +221,12 @@ pub(crate) fn serve_http(
 fn h2c(c: crate::front::http1::H2c) {
     let crate::front::http1::H2c { guard, listener, stream, peer, buf } = c;
     let local = crate::upstream::local_of(&guard.worker().policy(), || stream.local_addr());
+    let fd = stream.raw_fd();
     drop(tokio::task::spawn_local(crate::front::http2::serve_rewound(
         guard,
         listener,
         stream,
+        fd,
         (peer, local),
         buf,
     )));

@@ -238,15 +238,20 @@ pub(crate) fn end(
         }
         (None, None) => None,
     };
+    // A user cut (`limits::cut`): the sweep ended its connection, and its line says why.
+    let mut cut = None;
     if let Some(t) = traffic {
         t.add(Direction::Up, record.up);
         t.add(Direction::Down, record.down);
+        if t.is_cut() {
+            cut = t.cut_reason();
+        }
     }
     if crate::telemetry::metrics::timed() {
         count(&record, cause);
     }
     if worker.log.enabled() {
-        write_log(worker, record, cause);
+        write_log(worker, record, cause, cut);
     }
 }
 
@@ -281,15 +286,25 @@ fn count(r: &Record<'_>, cause: Option<&Error>) {
 }
 
 #[inline(never)]
-fn write_log(worker: &Worker, r: Record<'_>, cause: Option<&Error>) {
+fn write_log(
+    worker: &Worker,
+    r: Record<'_>,
+    cause: Option<&Error>,
+    cut: Option<crate::limits::Cut>,
+) {
     // A connection through parents that failed to be made: its route and parent.
     let failed = match r.via {
         None => cause.and_then(Via::failed),
         Some(_) => None,
     };
+    let cut = cut.map(|c| format!("connection cut: {c}"));
+    let error = match &cut {
+        Some(c) => Some(c as &dyn std::fmt::Display),
+        None => r.error.or(cause.map(|e| e as &dyn std::fmt::Display)),
+    };
     let record = Record {
         via: r.via.or(failed.as_ref()),
-        error: r.error.or(cause.map(|e| e as &dyn std::fmt::Display)),
+        error,
         refused: cause.and_then(Error::refusal),
         ..r
     };

@@ -176,12 +176,13 @@ async fn serve_with(
     if let Some(user) = cert_user {
         // The client's address from `c`: a copy of `peer` kept here would enlarge every
         // connection's future.
-        if let Err(e) = c.guard.hold_user(&user, c.peer.ip()) {
+        let fd = c.stream.raw_fd();
+        if let Err(e) = c.guard.hold_user(&user, c.peer.ip(), fd) {
             let mut ex = Exchange::new(Instant::now());
             c.fail(&mut ex, &e).await;
             return;
         }
-        c.traffic = Some(worker.traffic.entry(&user));
+        c.traffic = Some(c.guard.user_entry().unwrap_or_else(|| worker.traffic.entry(&user)));
         c.user = Some(Rc::from(user));
         c.cert_auth = true;
     }
@@ -451,9 +452,11 @@ impl Client {
             // The connection is counted against its first user's limit.
             return Err(Error::AuthRequired("a connection cannot change users"));
         }
-        self.guard.hold_user(user, self.peer.ip())?;
+        let fd = self.stream.raw_fd();
+        self.guard.hold_user(user, self.peer.ip(), fd)?;
         if self.user.is_none() {
-            self.traffic = Some(self.worker.traffic.entry(user));
+            let entry = self.guard.user_entry();
+            self.traffic = Some(entry.unwrap_or_else(|| self.worker.traffic.entry(user)));
         }
         self.user = Some(Rc::from(user));
         self.params = params.map(Rc::new);

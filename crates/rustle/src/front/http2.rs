@@ -48,6 +48,7 @@ pub(crate) async fn serve_rewound<IO>(
     guard: ConnGuard,
     listener: Arc<Listener>,
     io: IO,
+    fd: std::os::fd::RawFd,
     (peer, local): (SocketAddr, Option<std::net::IpAddr>),
     buf: Buf,
 ) where
@@ -55,7 +56,7 @@ pub(crate) async fn serve_rewound<IO>(
 {
     let prefix = buf.filled().to_vec();
     guard.worker().give_buf(buf);
-    serve_with(guard, listener, io, (peer, local), None, None, prefix).await
+    serve_with(guard, listener, (io, fd), (peer, local), None, None, prefix).await
 }
 
 /// What the streams of one connection share.
@@ -64,6 +65,8 @@ struct Shared {
     worker: Rc<Worker>,
     listener: Arc<Listener>,
     peer: SocketAddr,
+    /// The client socket, shut down when the connection's user is cut.
+    fd: std::os::fd::RawFd,
     /// The local address it came in on, when a route binds to `same`
     /// (`upstream::local_of`).
     local: Option<std::net::IpAddr>,
@@ -128,19 +131,20 @@ pub(crate) async fn serve_tls<IO>(
     guard: ConnGuard,
     listener: Arc<Listener>,
     io: IO,
+    fd: std::os::fd::RawFd,
     (peer, local): (SocketAddr, Option<std::net::IpAddr>),
     tls: Rc<crate::io::tls::Session>,
     cert_user: Option<String>,
 ) where
     IO: AsyncRead + AsyncWrite + Unpin + 'static,
 {
-    serve_with(guard, listener, io, (peer, local), Some(tls), cert_user, Vec::new()).await
+    serve_with(guard, listener, (io, fd), (peer, local), Some(tls), cert_user, Vec::new()).await
 }
 
 async fn serve_with<IO>(
     mut guard: ConnGuard,
     listener: Arc<Listener>,
-    io: IO,
+    (io, fd): (IO, std::os::fd::RawFd),
     (peer, local): (SocketAddr, Option<std::net::IpAddr>),
     tls: Option<Rc<crate::io::tls::Session>>,
     cert_user: Option<String>,
@@ -160,7 +164,7 @@ async fn serve_with<IO>(
         crate::front::exchange::end(&worker, None, r, None);
     };
     if let Some(user) = &cert_user {
-        if let Err(e) = guard.hold_user(user, peer.ip()) {
+        if let Err(e) = guard.hold_user(user, peer.ip(), fd) {
             tracing::warn!("{peer}: HTTP/2 connection refused: {e}");
             refused(&listener, &e, Some(user));
             return;
@@ -201,6 +205,7 @@ async fn serve_with<IO>(
         worker: worker.clone(),
         listener,
         peer,
+        fd,
         local,
         auth: RefCell::new(None),
         cert_user: cert_user.map(Rc::from),
@@ -558,7 +563,7 @@ async fn authenticate(
     if current.as_deref().is_some_and(|u| u != user) {
         return Err(Error::AuthRequired("a connection cannot change users"));
     }
-    shared.guard.borrow_mut().hold_user(user, shared.peer.ip())?;
+    shared.guard.borrow_mut().hold_user(user, shared.peer.ip(), shared.fd)?;
     let user: Rc<str> = current.unwrap_or_else(|| Rc::from(user));
     let params = params.map(Rc::new);
     *shared.auth.borrow_mut() = Some(Authenticated {

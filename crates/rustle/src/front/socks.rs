@@ -168,7 +168,8 @@ async fn socks5_credentials(s: &mut Session) -> Result<(), Error> {
         let worker = s.worker.clone();
         let checked = worker.authenticate(s.peer.ip(), &user, &password).await;
         let peer = s.peer.ip();
-        let checked = checked.and_then(|(user, params)| match s.guard.hold_user(user, peer) {
+        let fd = std::os::fd::AsRawFd::as_raw_fd(&s.stream);
+        let checked = checked.and_then(|(user, params)| match s.guard.hold_user(user, peer, fd) {
             Ok(()) => Ok((user.len(), params)),
             // The password passed: a user out of client addresses is refused in the
             // request's reply (not allowed, `user_admitted`), which can say why, where
@@ -523,7 +524,10 @@ async fn socks5_session(s: &mut Session) -> Outcome {
 /// reply); for a connection already counted, nothing to do.
 fn user_admitted(s: &mut Session) -> Result<(), Error> {
     match s.user.as_deref() {
-        Some(user) if s.listener.auth => s.guard.hold_user(user, s.peer.ip()),
+        Some(user) if s.listener.auth => {
+            let fd = std::os::fd::AsRawFd::as_raw_fd(&s.stream);
+            s.guard.hold_user(user, s.peer.ip(), fd)
+        }
         _ => Ok(()),
     }
 }
@@ -616,7 +620,8 @@ fn socks4_user(s: &mut Session, id: String) -> Result<(), Error> {
     if policy.users.get(&id).is_none() {
         return Err(Error::AuthRequired("unknown SOCKS4 user id"));
     }
-    s.guard.hold_user(&id, s.peer.ip())?;
+    let fd = std::os::fd::AsRawFd::as_raw_fd(&s.stream);
+    s.guard.hold_user(&id, s.peer.ip(), fd)?;
     s.user = Some(id);
     Ok(())
 }

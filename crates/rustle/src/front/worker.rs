@@ -19,6 +19,8 @@ use crate::policy::Policy;
 use crate::telemetry::accesslog::{AccessLog, Sink};
 use crate::upstream::Upstreams;
 
+mod cut;
+
 /// What every connection task of one worker shares.
 pub(crate) struct Worker {
     pub(crate) id: usize,
@@ -58,6 +60,8 @@ pub(crate) struct Worker {
     parked_untrimmed: Cell<usize>,
     /// Kept-alive connections waiting for their next request.
     pub(crate) waiters: crate::io::idle::Waiters,
+    /// Connections of authenticated users, for cutting those of a user cut (`cut`).
+    pub(crate) cuts: cut::Cuts,
     /// Open client connections across all workers, and HTTP/2 streams with an upstream
     /// (`StreamSlot`), for `limits.max_connections`.
     open: Arc<AtomicUsize>,
@@ -94,7 +98,8 @@ pub(crate) struct ConnGuard {
     /// The listener it was accepted on.
     listener: Arc<crate::policy::Listener>,
     /// The connection's slots under the per-client and per-user limits; boxed, and only
-    /// when a limit holds one, because every open connection and tunnel keeps its guard.
+    /// when a limit holds one or a user authenticated, because every open connection and
+    /// tunnel keeps its guard.
     slots: Option<Box<Slots>>,
 }
 
@@ -108,10 +113,15 @@ struct Slots {
     user_conn: Option<crate::telemetry::metrics::UserConn>,
     /// The client address in use by the user (`limits.max_client_addresses`).
     address: Option<crate::limits::addrs::Hold>,
+    /// The connection's slot in the worker's `cuts`.
+    cut: Option<usize>,
 }
 
 impl Drop for ConnGuard {
     fn drop(&mut self) {
+        if let Some(slot) = self.slots.as_ref().and_then(|s| s.cut) {
+            self.worker.cuts.release(slot);
+        }
         self.worker.active.set(self.worker.active.get() - 1);
         self.worker.open.fetch_sub(1, Ordering::Relaxed);
         crate::telemetry::metrics::closed(&self.listener.counters);
@@ -177,6 +187,7 @@ impl Worker {
                 Instant::now().checked_sub(RELEASE_EVERY).unwrap_or_else(Instant::now),
             ),
             waiters: Default::default(),
+            cuts: Default::default(),
             policy: RefCell::new(Rc::new(policy)),
             auth,
             conn_limits,
@@ -526,17 +537,29 @@ impl ConnGuard {
         &self.listener
     }
 
+    /// The shared entry of the user `hold_user` held the connection for (no lock: the
+    /// worker's own table).
+    pub(crate) fn user_entry(&self) -> Option<Arc<crate::limits::UserTraffic>> {
+        let slot = self.slots.as_ref()?.cut?;
+        self.worker.cuts.entry(slot)
+    }
+
     /// Counts this connection from `client` against `user`'s limits (once per
     /// connection): its client addresses and its connections. The first call also counts
     /// the connection as the user's in the metrics (the one allocation an authenticated
-    /// connection adds: its slots).
+    /// connection adds: its slots), and holds its client socket `fd` for cutting (`cut`;
+    /// -1: none). The descriptor is given here rather than kept in the guard, which every
+    /// tunnel task holds.
     pub(crate) fn hold_user(
         &mut self,
         user: &str,
         client: std::net::IpAddr,
+        fd: std::os::fd::RawFd,
     ) -> Result<(), crate::error::Error> {
         use crate::error::Error;
-        let held = |s: &Slots| s.user.is_some() || s.user_conn.is_some() || s.address.is_some();
+        let held = |s: &Slots| {
+            s.user.is_some() || s.user_conn.is_some() || s.address.is_some() || s.cut.is_some()
+        };
         if self.slots.as_deref().is_some_and(held) {
             return Ok(());
         }
@@ -552,6 +575,10 @@ impl ConnGuard {
         }
         slots.address = address;
         slots.user_conn = crate::telemetry::metrics::user_connection(user);
+        if fd >= 0 {
+            let entry = self.worker.traffic.entry(user);
+            slots.cut = Some(self.worker.cuts.hold(entry, fd));
+        }
         Ok(())
     }
 }

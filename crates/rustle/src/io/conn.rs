@@ -79,6 +79,17 @@ impl Stream {
         }
     }
 
+    /// The client socket's descriptor, whatever runs over it (-1 after a failed
+    /// registration): what cutting a user's connections shuts down.
+    pub(crate) fn raw_fd(&self) -> std::os::fd::RawFd {
+        use std::os::fd::AsRawFd as _;
+        match (self, self.socket()) {
+            (Stream::Fresh(Some(s)), _) => s.as_raw_fd(),
+            (_, Some(s)) => s.as_raw_fd(),
+            (_, None) => -1,
+        }
+    }
+
     pub(crate) fn local_addr(&self) -> io::Result<SocketAddr> {
         match (self, self.socket()) {
             (Stream::Fresh(Some(s)), _) => s.local_addr(),

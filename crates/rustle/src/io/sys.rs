@@ -75,6 +75,20 @@ pub(crate) fn defer_accept(listener: &impl AsRawFd, secs: u32) -> io::Result<()>
     set_int(listener, libc::IPPROTO_TCP, libc::TCP_DEFER_ACCEPT, secs)
 }
 
+/// Shuts a connected socket down both ways (shutdown(2), SHUT_RDWR) by its descriptor
+/// number: every read of it then ends and every write fails, so whatever task or parked
+/// tunnel holds it ends its exchange at its next wake-up, without being found. The caller
+/// holds the number only while the socket is open (a connection's guard, released when
+/// the connection ends). Errors are ignored: a socket already shut down or reset is
+/// closing anyway.
+pub(crate) fn shutdown_both(fd: std::os::fd::RawFd) {
+    // SAFETY: shutdown takes no pointers and does not close or free the descriptor; on a
+    // number that is not a socket it fails with ENOTSOCK.
+    unsafe {
+        libc::shutdown(fd, libc::SHUT_RDWR);
+    }
+}
+
 /// Sets a socket's receive low-water mark (SO_RCVLOWAT): epoll then reports the socket
 /// readable only once this many bytes are queued, or the stream ended or failed, or the
 /// receive window is nearly closed. A non-blocking read still returns whatever is there.

@@ -377,6 +377,36 @@ impl Users {
         Ok(())
     }
 
+    /// Takes `name` away, if it is a user (the admin API's overlay), and returns it.
+    pub(crate) fn take(&mut self, name: &str) -> Option<User> {
+        let user = self.by_name.remove(name)?;
+        if matches!(user.verifier, Verifier::Plain(_)) {
+            self.plain -= 1;
+        }
+        let (kind, cost) = user.verifier.cost_class();
+        let key = format!("{kind} {cost}");
+        if let Some(class) = self.costs.get_mut(&key) {
+            class.0 -= 1;
+            if class.0 == 0 {
+                self.costs.remove(&key);
+            } else if class.1.as_deref() == Some(name) {
+                class.1 = self
+                    .by_name
+                    .values()
+                    .find(|u| u.verifier.cost_class() == (kind, cost))
+                    .map(|u| u.name.clone());
+            }
+        }
+        self.generation = next_generation();
+        Some(user)
+    }
+
+    /// Puts a user taken from another set in (replacing one of the same name).
+    pub(crate) fn put(&mut self, user: User) {
+        self.take(&user.name);
+        self.insert(user);
+    }
+
     /// Puts `members` in `group` (`[auth.groups] name = [members]`). A member not added yet
     /// gets the group when it is; `undefined_members` lists those still missing.
     pub(crate) fn add_group_members(&mut self, group: &str, members: &[String]) {
@@ -516,7 +546,7 @@ fn parse_groups(field: &str) -> Result<Vec<String>, String> {
 
 /// A user or group name: 1..=64 bytes, no ':' or ',' (the file's separators), no
 /// whitespace or control characters, not starting with '#' (it would be a comment).
-fn check_name(what: &str, name: &str) -> Result<(), String> {
+pub(crate) fn check_name(what: &str, name: &str) -> Result<(), String> {
     if name.is_empty() {
         return Err(format!("empty {what} name"));
     }

@@ -3,7 +3,8 @@
 //! balancers and Kubernetes probes. It runs on a thread of its own with a small
 //! current-thread runtime, so that a scrape never runs on a worker; it answers one request
 //! per connection (HTTP/1.1, `Connection: close`), with a bounded head and a deadline.
-//! `server` starts it; nothing below `server` imports it.
+//! `server` starts it; nothing below `server` imports it. `/api/v1/users` (`users`)
+//! manages users while the proxy runs; it answers only with a token configured.
 //!
 //! Under abuse it stays available to the probes that matter: a client outside `allow` is
 //! closed at accept (no slot, no read); a client has `HEAD_TIMEOUT` from connecting to
@@ -29,8 +30,25 @@ use crate::telemetry::metrics::{
     self, ListenerLabel, ParentView, Readiness, RouteView, WorkerStats,
 };
 
+mod users;
+
+pub(crate) use users::UsersState;
+
 /// The largest request head taken; a scraper's is a few hundred bytes.
 const MAX_HEAD: usize = 8 * 1024;
+
+/// The largest request body taken (the users API's JSON): a user with its groups and
+/// limits is a few hundred bytes.
+const MAX_BODY: usize = 16 * 1024;
+
+/// Failed token checks one client address may make in `FAILURE_WINDOW` before it is
+/// answered 429 without a check.
+const MAX_FAILURES: u32 = 10;
+const FAILURE_WINDOW: Duration = Duration::from_secs(60);
+
+/// Client addresses whose failures are remembered at once (beyond, the oldest windows
+/// are forgotten first).
+const MAX_FAILING_CLIENTS: usize = 1024;
 
 /// How long a client has from connecting to the end of its request head. Scrapers and
 /// probes send theirs at once, in one packet; the bound is tight so that silent
@@ -53,6 +71,8 @@ pub(crate) struct State {
     pub(crate) view: watch::Receiver<Arc<View>>,
     /// True once a shutdown began: `/readyz` then says draining.
     pub(crate) shutdown: watch::Receiver<bool>,
+    /// What the users API changes.
+    pub(crate) users: UsersState,
 }
 
 /// What a scrape reports on that a reload changes.
@@ -114,14 +134,17 @@ pub(crate) fn start(
     let addr = listener.local_addr()?;
     let socket = listener.try_clone()?;
     let (stop, stopped) = watch::channel(false);
+    let token = cfg.read_token().map_err(anyhow::Error::msg)?;
     let server = Arc::new(Server {
-        token: cfg.token.as_ref().map(|t| t.expose().as_bytes().to_vec()),
+        token: token.map(|t| <sha2::Sha256 as sha2::Digest>::digest(t.expose()).into()),
+        failures: std::sync::Mutex::new(std::collections::HashMap::new()),
         allow: cfg.allow.clone(),
         max_user_series: cfg.max_user_series,
         started: Instant::now(),
         start_time: SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default(),
         state,
     });
+    let api = server.token.is_some();
     let thread = std::thread::Builder::new().name("rustle-admin".into()).spawn(move || {
         let rt = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
             Ok(rt) => rt,
@@ -133,12 +156,24 @@ pub(crate) fn start(
         rt.block_on(serve(server, listener, stopped));
     })?;
     metrics::set_timed();
-    tracing::info!("admin endpoint on http://{addr}/metrics (also /healthz, /readyz)");
+    match api {
+        true => tracing::info!(
+            "admin endpoint on http://{addr}/metrics (also /healthz, /readyz, /api/v1/users)"
+        ),
+        false => tracing::info!(
+            "admin endpoint on http://{addr}/metrics (also /healthz, /readyz; the users API \
+             needs [admin] token_file)"
+        ),
+    }
     Ok(Handle { addr, configured: listen, socket, stop, thread })
 }
 
 struct Server {
-    token: Option<Vec<u8>>,
+    /// The token's SHA-256: what a presented token's digest is compared with, in
+    /// constant time whatever the lengths.
+    token: Option<[u8; 32]>,
+    /// Failed token checks per client address: the start of its window and the count.
+    failures: std::sync::Mutex<std::collections::HashMap<IpAddr, (Instant, u32)>>,
     allow: Vec<crate::acl::Cidr>,
     max_user_series: usize,
     started: Instant,
@@ -268,6 +303,18 @@ struct Reply {
 }
 
 impl Reply {
+    /// A JSON answer.
+    fn json(status: u16, value: &serde_json::Value) -> Reply {
+        let mut body = value.to_string();
+        body.push('\n');
+        Reply { status, headers: "", content_type: "application/json", body }
+    }
+
+    /// A JSON error: `{"error": "..."}`.
+    fn error(status: u16, message: &str) -> Reply {
+        Reply::json(status, &serde_json::json!({ "error": message }))
+    }
+
     fn text(status: u16, body: &str) -> Reply {
         Reply {
             status,
@@ -281,13 +328,16 @@ impl Reply {
 /// Reads one request head within `HEAD_TIMEOUT` (`head_in` is called once it is in) and
 /// writes the answer within `REQUEST_TIMEOUT`.
 async fn answer(server: &Server, mut stream: TcpStream, peer: SocketAddr, head_in: impl FnOnce()) {
-    let Ok(read) = tokio::time::timeout(HEAD_TIMEOUT, read_request(server, &mut stream)).await
-    else {
+    let Ok(read) = tokio::time::timeout(HEAD_TIMEOUT, read_request(&mut stream)).await else {
         tracing::debug!("admin: {peer}: no whole request head within {HEAD_TIMEOUT:?}; closed");
         return;
     };
-    let Some((reply, head_only)) = read else { return };
+    let Some(read) = read else { return };
     head_in();
+    let (reply, head_only) = match read {
+        Ok(req) => (server.route(&req, peer).await, req.method == "HEAD"),
+        Err(reply) => (reply, false),
+    };
     if reply.status >= 400 {
         tracing::debug!("admin: {peer}: {} {}", reply.status, reply.body.trim_end());
     }
@@ -313,37 +363,89 @@ async fn answer(server: &Server, mut stream: TcpStream, peer: SocketAddr, head_i
     }
 }
 
-/// The answer to the request head read from `stream`, and whether it is for HEAD (no
-/// body); None when the client left first.
-async fn read_request(server: &Server, stream: &mut TcpStream) -> Option<(Reply, bool)> {
+/// A request read whole: what the routes look at.
+struct Request {
+    method: String,
+    /// The path, without the query.
+    path: String,
+    /// The `Authorization: Bearer` value, if any.
+    bearer: Option<Vec<u8>>,
+    body: Vec<u8>,
+}
+
+/// The request read from `stream` (its head, then a body of `Content-Length` bytes), or
+/// the answer to a request that cannot be served; None when the client left first.
+async fn read_request(stream: &mut TcpStream) -> Option<Result<Request, Reply>> {
     let mut buf = Vec::with_capacity(1024);
-    loop {
+    let (mut req, head_len, body_len) = loop {
         let mut chunk = [0u8; 1024];
         match stream.read(&mut chunk).await {
             Ok(0) | Err(_) => return None,
             Ok(n) => buf.extend_from_slice(&chunk[..n]),
         }
         let mut headers = [httparse::EMPTY_HEADER; 32];
-        let mut req = httparse::Request::new(&mut headers);
-        return Some(match req.parse(&buf) {
-            Ok(httparse::Status::Complete(_)) => (server.route(&req), req.method == Some("HEAD")),
+        let mut parsed = httparse::Request::new(&mut headers);
+        match parsed.parse(&buf) {
+            Ok(httparse::Status::Complete(n)) => match head_of(&parsed) {
+                Ok((req, body_len)) => break (req, n, body_len),
+                Err(reply) => return Some(Err(reply)),
+            },
             Ok(httparse::Status::Partial) if buf.len() < MAX_HEAD => continue,
             Ok(httparse::Status::Partial) => {
-                (Reply::text(431, "request head too large (at most 8 KiB)"), false)
+                return Some(Err(Reply::text(431, "request head too large (at most 8 KiB)")));
             }
-            Err(e) => (Reply::text(400, &format!("malformed request: {e}")), false),
-        });
+            Err(e) => return Some(Err(Reply::text(400, &format!("malformed request: {e}")))),
+        }
+    };
+    while buf.len() < head_len + body_len {
+        let mut chunk = [0u8; 4096];
+        match stream.read(&mut chunk).await {
+            Ok(0) | Err(_) => return None,
+            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+        }
     }
+    req.body = buf.get(head_len..head_len + body_len).unwrap_or_default().to_vec();
+    Some(Ok(req))
+}
+
+/// The parts of a parsed head the routes read, and the length of its body.
+fn head_of(parsed: &httparse::Request<'_, '_>) -> Result<(Request, usize), Reply> {
+    let header = |name: &str| {
+        parsed.headers.iter().find(|h| h.name.eq_ignore_ascii_case(name)).map(|h| h.value)
+    };
+    if header("transfer-encoding").is_some() {
+        return Err(Reply::error(411, "send the body with a Content-Length"));
+    }
+    let body_len = match header("content-length") {
+        None => 0,
+        Some(v) => match std::str::from_utf8(v).ok().and_then(|v| v.trim().parse().ok()) {
+            Some(n) if n <= MAX_BODY => n,
+            Some(_) => return Err(Reply::error(413, "request body too large (at most 16 KiB)")),
+            None => return Err(Reply::error(400, "malformed Content-Length")),
+        },
+    };
+    let path = parsed.path.unwrap_or("/");
+    let path = path.split_once('?').map_or(path, |(p, _)| p);
+    let bearer =
+        header("authorization").and_then(|v| v.strip_prefix(b"Bearer ")).map(<[u8]>::to_vec);
+    let method = parsed.method.unwrap_or_default().to_string();
+    Ok((Request { method, path: path.to_string(), bearer, body: Vec::new() }, body_len))
 }
 
 fn reason(status: u16) -> &'static str {
     match status {
         200 => "OK",
         400 => "Bad Request",
+        201 => "Created",
         401 => "Unauthorized",
         403 => "Forbidden",
         404 => "Not Found",
         405 => "Method Not Allowed",
+        409 => "Conflict",
+        411 => "Length Required",
+        413 => "Content Too Large",
+        429 => "Too Many Requests",
+        500 => "Internal Server Error",
         431 => "Request Header Fields Too Large",
         503 => "Service Unavailable",
         _ => "Error",
@@ -357,29 +459,48 @@ impl Server {
     }
 
     /// The answer to a request of an allowed client.
-    fn route(&self, req: &httparse::Request<'_, '_>) -> Reply {
+    async fn route(&self, req: &Request, peer: SocketAddr) -> Reply {
+        let api = req.path == "/api" || req.path.starts_with("/api/");
+        if api && self.token.is_none() {
+            return Reply::error(
+                403,
+                "the users API is off: set [admin] token_file (or token) and restart",
+            );
+        }
         if let Some(token) = &self.token {
-            let given = req
-                .headers
-                .iter()
-                .find(|h| h.name.eq_ignore_ascii_case("authorization"))
-                .and_then(|h| h.value.strip_prefix(b"Bearer "));
-            let ok = given.is_some_and(|g| subtle::ConstantTimeEq::ct_eq(g, &token[..]).into());
+            if self.throttled(peer.ip()) {
+                return Reply::error(429, "too many failed token checks: wait a minute");
+            }
+            let given: Option<[u8; 32]> =
+                req.bearer.as_deref().map(|g| <sha2::Sha256 as sha2::Digest>::digest(g).into());
+            let ok =
+                given.is_some_and(|g| subtle::ConstantTimeEq::ct_eq(&g[..], &token[..]).into());
             if !ok {
-                let mut r = Reply::text(401, "unauthorized: send Authorization: Bearer TOKEN");
+                self.failed(peer.ip());
+                let why = match req.bearer {
+                    Some(_) => "a wrong token",
+                    None => "no token",
+                };
+                tracing::warn!("admin: {peer}: {} {} with {why}: 401", req.method, req.path);
+                let mut r = match api {
+                    true => Reply::error(401, "unauthorized: send Authorization: Bearer TOKEN"),
+                    false => Reply::text(401, "unauthorized: send Authorization: Bearer TOKEN"),
+                };
                 r.headers = "WWW-Authenticate: Bearer realm=\"rustle admin\"\r\n";
                 return r;
             }
         }
-        let path = req.path.unwrap_or("/");
-        let path = path.split_once('?').map_or(path, |(p, _)| p);
+        if api {
+            return users::answer(&self.state.users, &self.state.view, req, peer).await;
+        }
+        let path = req.path.as_str();
         if !matches!(path, "/metrics" | "/healthz" | "/readyz") {
             return Reply::text(
                 404,
                 &format!("not found: {path} (try /metrics, /healthz, /readyz)"),
             );
         }
-        if !matches!(req.method, Some("GET" | "HEAD")) {
+        if !matches!(req.method.as_str(), "GET" | "HEAD") {
             let mut r = Reply::text(405, "method not allowed: use GET");
             r.headers = "Allow: GET, HEAD\r\n";
             return r;
@@ -402,6 +523,34 @@ impl Server {
                 body: self.metrics(),
             },
         }
+    }
+
+    /// Whether `client` failed the token check too often of late.
+    fn throttled(&self, client: IpAddr) -> bool {
+        let failures = self.failures.lock().unwrap_or_else(|p| p.into_inner());
+        failures
+            .get(&client)
+            .is_some_and(|(since, n)| *n >= MAX_FAILURES && since.elapsed() < FAILURE_WINDOW)
+    }
+
+    /// Counts a failed token check of `client`.
+    fn failed(&self, client: IpAddr) {
+        let mut failures = self.failures.lock().unwrap_or_else(|p| p.into_inner());
+        let now = Instant::now();
+        if failures.len() >= MAX_FAILING_CLIENTS && !failures.contains_key(&client) {
+            failures.retain(|_, (since, _)| now.duration_since(*since) < FAILURE_WINDOW);
+            if failures.len() >= MAX_FAILING_CLIENTS {
+                let oldest = failures.iter().min_by_key(|(_, (since, _))| *since).map(|(a, _)| *a);
+                if let Some(oldest) = oldest {
+                    failures.remove(&oldest);
+                }
+            }
+        }
+        let entry = failures.entry(client).or_insert((now, 0));
+        if now.duration_since(entry.0) >= FAILURE_WINDOW {
+            *entry = (now, 0);
+        }
+        entry.1 += 1;
     }
 
     fn metrics(&self) -> String {

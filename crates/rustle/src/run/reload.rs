@@ -100,15 +100,22 @@ fn apply_as(running: &Running, cfg: &Config, confirmed: bool) -> Result<Vec<Stri
     }
     // New listeners are bound first (the policy refuses the proxy's own addresses as
     // destinations); dropping `plan` on any failure below closes them again.
+    let publishing = running.publishing();
     let plan = running.prepare(cfg)?;
-    let mut policy = Policy::build(cfg, &plan.own()).map_err(|p| p.join("; "))?;
+    let overlay = running.overlay().snapshot();
+    let mut policy =
+        Policy::build_with(cfg, &plan.own(), Some(&overlay)).map_err(|p| p.join("; "))?;
     let old = running.policy();
     let mut warnings = vet(cfg, &plan.listeners(), &old, &policy)?;
     // (A listener requiring authentication left with no user: `vet` names it.)
     warnings.extend(policy.undefined_names.iter().cloned());
     warnings.extend(plan.warnings.iter().cloned());
     policy.routes.keep_health_of(&old.routes);
+    let traffic = running.user_traffic().clone();
+    let new_users = policy.users.clone();
     running.commit(plan, policy);
+    drop(publishing);
+    crate::policy::overlay::settle(&traffic, &old.users, &new_users);
     Ok(warnings)
 }
 

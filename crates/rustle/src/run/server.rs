@@ -51,8 +51,14 @@ pub struct Running {
     threads: Vec<std::thread::JoinHandle<()>>,
     stop: watch::Sender<bool>,
     workers: Vec<mpsc::UnboundedSender<Update>>,
-    state: Mutex<State>,
+    state: Arc<Mutex<State>>,
     traffic: Arc<Traffic>,
+    /// The users API's changes, put on top of the configuration's users by every policy
+    /// built (`policy::overlay`).
+    overlay: Arc<crate::policy::overlay::Overlay>,
+    /// Held while a policy is built and put in force (a reload, a change of the users
+    /// API), so that neither puts in force a policy built before the other's.
+    publishing: Arc<Mutex<()>>,
     conn_limits: Arc<ConnLimits>,
     in_force: Arc<InForce>,
     switches: Arc<crate::io::relay::Switches>,
@@ -62,7 +68,7 @@ pub struct Running {
     readiness: Arc<crate::telemetry::metrics::Readiness>,
     /// The admin endpoint, when `[admin] listen` is set, and what its scrapes read.
     admin: Option<crate::run::admin::Handle>,
-    admin_view: watch::Sender<Arc<crate::run::admin::View>>,
+    admin_view: Arc<watch::Sender<Arc<crate::run::admin::View>>>,
 }
 
 /// What a reload replaces.
@@ -126,6 +132,21 @@ impl Running {
         self.state().policy.clone()
     }
 
+    /// The users API's overlay (`policy::overlay`).
+    pub(crate) fn overlay(&self) -> &Arc<crate::policy::overlay::Overlay> {
+        &self.overlay
+    }
+
+    /// The per-user counters (and cut flags) of every worker.
+    pub(crate) fn user_traffic(&self) -> &Arc<Traffic> {
+        &self.traffic
+    }
+
+    /// Held while a policy is built and put in force.
+    pub(crate) fn publishing(&self) -> std::sync::MutexGuard<'_, ()> {
+        self.publishing.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
     /// The configuration in force, as derived (listeners as configured).
     pub fn config(&self) -> Arc<Config> {
         self.state().config.clone()
@@ -155,7 +176,10 @@ impl Running {
     /// ready. Once only; later calls do nothing.
     pub(crate) fn serve(&self) {
         let first = std::mem::take(&mut *self.first.lock().unwrap_or_else(|p| p.into_inner()));
-        for (tx, update) in self.workers.iter().zip(first) {
+        // The policy in force now: the users API may have changed it since the start.
+        let policy = self.policy();
+        for (tx, mut update) in self.workers.iter().zip(first) {
+            update.policy = policy.clone();
             let _ = tx.send(update);
         }
         self.readiness.set_ready();
@@ -258,7 +282,14 @@ pub(crate) fn start_with(cfg: Config, mut inherited: Inherited) -> anyhow::Resul
     if let Some(problem) = cfg.admin.open_problem() {
         anyhow::bail!("{problem}");
     }
-    let policy = Policy::build(&cfg, &own).map_err(|p| anyhow::anyhow!(p.join("\n")))?;
+    // Its token file is read before any thread starts (the admin thread reads it again).
+    if cfg.admin.listen.is_some() {
+        cfg.admin.read_token().map_err(anyhow::Error::msg)?;
+    }
+    let overlay = crate::policy::overlay::Overlay::load(cfg.admin.users_state.as_deref())
+        .map_err(anyhow::Error::msg)?;
+    let policy = Policy::build_with(&cfg, &own, Some(&overlay.snapshot()))
+        .map_err(|p| anyhow::anyhow!(p.join("\n")))?;
     let problems = policy.startup_problems();
     if !problems.is_empty() {
         anyhow::bail!("{}", problems.join("\n"));
@@ -293,20 +324,8 @@ pub(crate) fn start_with(cfg: Config, mut inherited: Inherited) -> anyhow::Resul
         (0..workers).map(|_| crate::telemetry::metrics::WorkerStats::new()).collect();
     let readiness = Arc::new(crate::telemetry::metrics::Readiness::default());
     let (admin_view, view) = watch::channel(admin_view(&bound, &policy));
-    let admin = match admin_listener {
-        Some((listen, listener)) => Some(crate::run::admin::start(
-            &cfg.admin,
-            listen,
-            listener,
-            crate::run::admin::State {
-                workers: stats.clone(),
-                readiness: readiness.clone(),
-                view,
-                shutdown: shutdown.clone(),
-            },
-        )?),
-        None => None,
-    };
+    let admin_view = Arc::new(admin_view);
+    let admin_stats = stats.clone();
     let in_force = InForce::new(workers);
     let switches = Arc::new(crate::io::relay::Switches::default());
     let mut threads = Vec::new();
@@ -360,8 +379,41 @@ pub(crate) fn start_with(cfg: Config, mut inherited: Inherited) -> anyhow::Resul
         })?;
         threads.push(t);
     }
-    let state = Mutex::new(State { bound, policy, config, sink });
+    let state = Arc::new(Mutex::new(State { bound, policy, config, sink }));
+    let publishing = Arc::new(Mutex::new(()));
+    let admin = match admin_listener {
+        Some((listen, listener)) => {
+            let publisher = Publisher {
+                state: state.clone(),
+                workers: senders.clone(),
+                traffic: traffic.clone(),
+                overlay: overlay.clone(),
+                admin_view: admin_view.clone(),
+                publishing: publishing.clone(),
+                in_force: in_force.clone(),
+            };
+            Some(crate::run::admin::start(
+                &cfg.admin,
+                listen,
+                listener,
+                crate::run::admin::State {
+                    workers: admin_stats,
+                    readiness: readiness.clone(),
+                    view,
+                    shutdown: shutdown.clone(),
+                    users: crate::run::admin::UsersState {
+                        traffic: traffic.clone(),
+                        overlay: overlay.clone(),
+                        republish: Arc::new(move || publisher.republish()),
+                    },
+                },
+            )?)
+        }
+        None => None,
+    };
     Ok(Running {
+        overlay,
+        publishing,
         first: Mutex::new(first),
         threads,
         stop,
@@ -375,6 +427,49 @@ pub(crate) fn start_with(cfg: Config, mut inherited: Inherited) -> anyhow::Resul
         admin,
         admin_view,
     })
+}
+
+/// What puts a policy with the users API's changes in force from the admin thread: the
+/// running proxy's state, its workers' channels and counters.
+struct Publisher {
+    state: Arc<Mutex<State>>,
+    workers: Vec<mpsc::UnboundedSender<Update>>,
+    traffic: Arc<Traffic>,
+    overlay: Arc<crate::policy::overlay::Overlay>,
+    admin_view: Arc<watch::Sender<Arc<crate::run::admin::View>>>,
+    publishing: Arc<Mutex<()>>,
+    in_force: Arc<InForce>,
+}
+
+impl Publisher {
+    /// Builds the policy of the configuration in force with the overlay as it is now and
+    /// puts it in force for new connections and requests (the listeners unchanged); the
+    /// connections of users it no longer has are cut.
+    fn republish(&self) -> Result<(), String> {
+        let _publishing = self.publishing.lock().unwrap_or_else(|p| p.into_inner());
+        let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let own = state.policy.builtins.own_addresses.clone();
+        let overlay = self.overlay.snapshot();
+        let mut policy =
+            Policy::build_with(&state.config, &own, Some(&overlay)).map_err(|p| p.join("; "))?;
+        policy.routes.keep_health_of(&state.policy.routes);
+        let policy = Arc::new(policy);
+        crate::policy::overlay::settle(&self.traffic, &state.policy.users, &policy.users);
+        for tx in &self.workers {
+            let listeners = state.bound.iter().map(|b| (b.listener.clone(), None)).collect();
+            let update = Update { policy: policy.clone(), sink: state.sink.clone(), listeners };
+            let _ = tx.send(update);
+        }
+        let _ = self.admin_view.send(admin_view(&state.bound, &policy));
+        state.policy = policy.clone();
+        drop(state);
+        // The answer says the change is in force: every worker has taken it.
+        let late = self.in_force.wait(&policy, plan::IN_FORCE_WITHIN);
+        if !late.is_empty() {
+            tracing::warn!("worker(s) {late:?} have not taken the users change yet");
+        }
+        Ok(())
+    }
 }
 
 /// What the admin endpoint's scrapes read of the listeners and the policy.

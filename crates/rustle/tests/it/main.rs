@@ -40,5 +40,6 @@ mod startup;
 mod tls;
 mod udp;
 mod upgrade;
+mod users;
 mod vetting;
 mod websocket;

@@ -22,7 +22,7 @@ fn stdout(out: &Output) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
-const SUBCOMMANDS: [&str; 6] = ["check", "reload", "passwd", "cert", "man", "completions"];
+const SUBCOMMANDS: [&str; 7] = ["check", "reload", "passwd", "user", "cert", "man", "completions"];
 
 #[test]
 fn the_manual_page_names_every_subcommand_and_renders() {

@@ -14,7 +14,7 @@ use crate::telemetry::accesslog::Sink;
 /// How long a reload waits for every worker to have the new policy in force before it says
 /// so anyway (a worker takes it at its next turn of its loop, within microseconds unless
 /// its thread is starved; the wait only bounds a stuck worker).
-const IN_FORCE_WITHIN: Duration = Duration::from_secs(5);
+pub(super) const IN_FORCE_WITHIN: Duration = Duration::from_secs(5);
 
 /// The policy each worker has in force (by identity), so that a reload returns, and says
 /// "reloaded", only once every worker has taken it.
@@ -41,7 +41,7 @@ impl InForce {
 
     /// Waits up to `within` for every worker to have `policy` in force; the workers that
     /// have not by then.
-    fn wait(&self, policy: &Arc<Policy>, within: Duration) -> Vec<usize> {
+    pub(super) fn wait(&self, policy: &Arc<Policy>, within: Duration) -> Vec<usize> {
         let late = |taken: &Vec<Option<Arc<Policy>>>| -> Vec<usize> {
             let has = |p: &Option<Arc<Policy>>| p.as_ref().is_some_and(|p| Arc::ptr_eq(p, policy));
             taken.iter().enumerate().filter(|(_, p)| !has(p)).map(|(id, _)| id).collect()

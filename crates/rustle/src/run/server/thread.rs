@@ -142,6 +142,7 @@ pub(super) async fn worker_main(
                     last_local = Instant::now();
                 }
                 if last_sweep.elapsed() >= SWEEP_EVERY {
+                    worker.cuts.sweep();
                     worker.upstreams.sweep();
                     worker.trim_bufs(crate::front::tunnel::park::sweep(now));
                     last_sweep = Instant::now();

@@ -1,0 +1,404 @@
+//! The users API (`/api/v1/users` on the admin listener) and cutting a user's connections:
+//! no token configured, a wrong token, a blocked address; a user added, used with curl,
+//! disabled (407 for new requests, its CONNECT tunnel closed within about a second),
+//! removed by the API and by a reload; a plain-HTTP download in flight cut; the overlay
+//! kept across a restart; `rustle user` end to end.
+
+use std::io::{Read as _, Write as _};
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use rustle_bench::{Origin, TcpEcho};
+
+use crate::util::*;
+
+const TOKEN: &str = "s3cret-admin-token";
+
+/// A request to the admin listener from `from`, with `token` and a JSON `body`.
+fn api_from(
+    from: &str,
+    admin: SocketAddr,
+    method: &str,
+    path: &str,
+    token: Option<&str>,
+    body: &str,
+) -> Resp {
+    let mut s = connect_from(from, admin);
+    let auth = token.map(|t| format!("Authorization: Bearer {t}\r\n")).unwrap_or_default();
+    let req = format!(
+        "{method} {path} HTTP/1.1\r\nHost: admin\r\n{auth}Content-Type: application/json\r\n\
+         Content-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    s.write_all(req.as_bytes()).unwrap();
+    let (bytes, _) = read_until_close(&mut s);
+    parse_response(&bytes)
+}
+
+fn api(admin: SocketAddr, method: &str, path: &str, body: &str) -> Resp {
+    api_from("127.0.0.1", admin, method, path, Some(TOKEN), body)
+}
+
+/// A proxy requiring authentication, alice in its users file, an admin listener with
+/// the token; `extra` is appended to the configuration.
+fn proxy_with(dir: &TempDir, extra: &str) -> Proxy {
+    let users = users_file(dir, &["alice:plain:secret"]);
+    Proxy::from_toml(&config_text(&users, extra))
+}
+
+fn config_text(users: &std::path::Path, extra: &str) -> String {
+    format!(
+        "[[listener]]\nlisten = \"127.0.0.1:0\"\nauth = true\n\
+         [auth]\nusers_file = {:?}\n\
+         [admin]\nlisten = \"127.0.0.1:0\"\ntoken = \"{TOKEN}\"\n{extra}",
+        users.to_str().unwrap()
+    )
+}
+
+/// A CONNECT tunnel to `target` through `proxy` as `user`, established.
+fn tunnel(proxy: &Proxy, target: SocketAddr, user: &str, password: &str) -> std::net::TcpStream {
+    let mut c = Conn::to_proxy(proxy);
+    c.send(
+        format!(
+            "CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n{}\r\n\r\n",
+            proxy_auth(user, password)
+        )
+        .as_bytes(),
+    );
+    let r = c.read_head();
+    assert_eq!(r.status, 200, "CONNECT as {user}: {}", r.head_text());
+    assert!(c.buf.is_empty(), "nothing after the CONNECT answer");
+    let mut s = c.s;
+    s.write_all(b"ping").unwrap();
+    let mut buf = [0u8; 4];
+    s.read_exact(&mut buf).unwrap();
+    assert_eq!(&buf, b"ping");
+    s
+}
+
+/// The status of a GET of `url` through `proxy` as `user`.
+fn status_as(proxy: &Proxy, url: &str, user: &str, password: &str) -> u16 {
+    let mut c = Conn::to_proxy(proxy);
+    c.send(&request("GET", url, &[&proxy_auth(user, password)], b""));
+    c.read_response().status
+}
+
+/// Asserts that `s` closes within `within` (reading and dropping whatever is still
+/// queued first).
+fn assert_ends_within(s: &mut std::net::TcpStream, within: Duration, what: &str) {
+    let start = Instant::now();
+    s.set_read_timeout(Some(Duration::from_millis(100))).unwrap();
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        match s.read(&mut buf) {
+            Ok(0) => return,
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => return,
+            Ok(_) | Err(_) => {}
+        }
+        assert!(start.elapsed() < within, "{what}: still open after {within:?}");
+    }
+}
+
+#[test]
+fn without_a_token_the_api_is_forbidden_even_on_loopback() {
+    let proxy = Proxy::from_toml("[admin]\nlisten = \"127.0.0.1:0\"\n");
+    let admin = proxy.admin_addr();
+    let r = api_from("127.0.0.1", admin, "GET", "/api/v1/users", None, "");
+    assert_eq!(r.status, 403, "{}", r.text());
+    assert!(r.text().contains("\"error\"") && r.text().contains("token"), "{}", r.text());
+    let r = api_from("127.0.0.1", admin, "GET", "/api/v1/users", Some("anything"), "");
+    assert_eq!(r.status, 403, "{}", r.text());
+    // The scrapes go on as before.
+    assert_eq!(api_from("127.0.0.1", admin, "GET", "/healthz", None, "").status, 200);
+}
+
+#[test]
+fn a_wrong_token_is_401_and_an_address_outside_allow_is_closed() {
+    let dir = TempDir::new("users-token");
+    let proxy = proxy_with(&dir, "allow = [\"127.0.0.1/32\"]\n");
+    let admin = proxy.admin_addr();
+    let r = api_from("127.0.0.1", admin, "GET", "/api/v1/users", Some("wrong"), "");
+    assert_eq!(r.status, 401, "{}", r.text());
+    assert!(r.header("www-authenticate").is_some_and(|v| v.starts_with("Bearer")));
+    assert!(r.text().contains("\"error\""), "{}", r.text());
+    let r = api_from("127.0.0.1", admin, "GET", "/api/v1/users", None, "");
+    assert_eq!(r.status, 401);
+    let r = api(admin, "GET", "/api/v1/users", "");
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert!(r.text().contains("\"alice\""), "{}", r.text());
+    assert_eq!(api(admin, "PATCH", "/api/v1/users", "").status, 405);
+    assert_eq!(api(admin, "GET", "/api/v1/users/nobody", "").status, 404);
+    assert_eq!(api(admin, "GET", "/api/v1/users/a%2Fb", "").status, 400);
+    let big = "x".repeat(17 * 1024);
+    assert_eq!(api(admin, "POST", "/api/v1/users", &big).status, 413);
+    assert_eq!(api(admin, "POST", "/api/v1/users", "{not json").status, 400);
+    // Blocked: closed without an answer.
+    let mut s = connect_from("127.0.0.2", admin);
+    let _ = s.write_all(b"GET /api/v1/users HTTP/1.1\r\n\r\n");
+    let (bytes, _) = read_until_close(&mut s);
+    assert!(bytes.is_empty(), "{}", String::from_utf8_lossy(&bytes));
+    // The token never reaches the log.
+    std::thread::sleep(Duration::from_millis(200));
+    assert!(!proxy.log_text().contains(TOKEN));
+}
+
+#[test]
+fn a_user_added_goes_through_and_disabling_it_cuts_its_tunnel() {
+    let dir = TempDir::new("users-add");
+    let proxy = proxy_with(&dir, "");
+    let admin = proxy.admin_addr();
+    let origin = Origin::start().unwrap();
+    let echo = TcpEcho::start().unwrap();
+    let url = origin.url("/bytes/5");
+    assert_eq!(status_as(&proxy, &url, "bob", "hunter2"), 407);
+    let body = r#"{"name": "bob", "password": "hunter2", "groups": ["staff"]}"#;
+    let r = api(admin, "POST", "/api/v1/users", body);
+    assert_eq!(r.status, 201, "{}", r.text());
+    assert_eq!(api(admin, "POST", "/api/v1/users", body).status, 409);
+    if let Some(out) = curl(&[
+        "-s",
+        "-o",
+        "/dev/null",
+        "-w",
+        "%{http_code}",
+        "-x",
+        &proxy_url_with(proxy.addr(), "bob", "hunter2"),
+        &url,
+    ]) {
+        assert_eq!(String::from_utf8_lossy(&out.stdout), "200", "curl as bob");
+    } else {
+        assert_eq!(status_as(&proxy, &url, "bob", "hunter2"), 200);
+    }
+    let mut t = tunnel(&proxy, echo.addr(), "bob", "hunter2");
+    let r = api(admin, "GET", "/api/v1/users/bob", "");
+    assert!(
+        r.text().contains("\"source\":\"api\"") && r.text().contains("\"connections\":1"),
+        "{}",
+        r.text()
+    );
+    assert!(r.text().contains("\"staff\""), "{}", r.text());
+    let r = api(admin, "POST", "/api/v1/users/bob/disable", "");
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_ends_within(&mut t, Duration::from_millis(1500), "bob's tunnel once disabled");
+    assert_eq!(status_as(&proxy, &url, "bob", "hunter2"), 407);
+    let r = api(admin, "GET", "/api/v1/users/bob", "");
+    assert!(r.text().contains("\"disabled\":true"), "{}", r.text());
+    proxy.log_line(|l| l.contains("connection cut: user disabled"));
+    // Enabled again: it goes through.
+    assert_eq!(api(admin, "POST", "/api/v1/users/bob/enable", "").status, 200);
+    assert_eq!(status_as(&proxy, &url, "bob", "hunter2"), 200);
+    let r = api(admin, "PUT", "/api/v1/users/bob/limits", r#"{"rate_down": "8mbit"}"#);
+    assert_eq!(r.status, 200, "{}", r.text());
+    let r = api(admin, "GET", "/api/v1/users/bob", "");
+    assert!(r.text().contains("\"rate_down_bytes\":1000000"), "{}", r.text());
+    assert_eq!(
+        api(admin, "PUT", "/api/v1/users/bob/limits", r#"{"rate_down": "fast"}"#).status,
+        400
+    );
+}
+
+#[test]
+fn removing_a_user_by_the_api_or_by_a_reload_cuts_its_tunnel() {
+    let dir = TempDir::new("users-remove");
+    let proxy = proxy_with(&dir, "");
+    let admin = proxy.admin_addr();
+    let echo = TcpEcho::start().unwrap();
+    let body = r#"{"name": "bob", "password": "hunter2"}"#;
+    assert_eq!(api(admin, "POST", "/api/v1/users", body).status, 201);
+    // By the API.
+    let mut t = tunnel(&proxy, echo.addr(), "bob", "hunter2");
+    assert_eq!(api(admin, "DELETE", "/api/v1/users/bob", "").status, 200);
+    assert_ends_within(&mut t, Duration::from_millis(1500), "bob's tunnel once removed");
+    assert_eq!(api(admin, "GET", "/api/v1/users/bob", "").status, 404);
+    // By a reload whose users file no longer has alice (carol instead).
+    let mut t = tunnel(&proxy, echo.addr(), "alice", "secret");
+    let users = users_file(&dir, &["carol:plain:pw"]);
+    proxy.reload_toml(&config_text(&users, ""));
+    assert_ends_within(&mut t, Duration::from_millis(1500), "alice's tunnel once reloaded away");
+    proxy.log_line(|l| l.contains("connection cut: user removed"));
+}
+
+#[test]
+fn a_plain_http_download_in_flight_and_a_kept_alive_connection_are_cut() {
+    let dir = TempDir::new("users-download");
+    let proxy = proxy_with(&dir, "");
+    let admin = proxy.admin_addr();
+    let origin = Origin::start().unwrap();
+    // A kept-alive connection between two requests, and a download in flight.
+    let mut idle = Conn::to_proxy(&proxy);
+    idle.send(&request("GET", &origin.url("/bytes/3"), &[&proxy_auth("alice", "secret")], b""));
+    assert_eq!(idle.read_response().status, 200);
+    let mut c = Conn::to_proxy(&proxy);
+    c.send(&request(
+        "GET",
+        &origin.url("/bytes/1073741824"),
+        &[&proxy_auth("alice", "secret")],
+        b"",
+    ));
+    let r = c.read_head();
+    assert_eq!(r.status, 200);
+    c.take(64 * 1024);
+    let mut s = c.s;
+    assert_eq!(api(admin, "POST", "/api/v1/users/alice/disable", "").status, 200);
+    assert_ends_within(&mut s, Duration::from_secs(3), "the download once alice is disabled");
+    assert_ends_within(&mut idle.s, Duration::from_millis(1500), "the kept-alive connection");
+}
+
+#[test]
+fn the_overlay_survives_a_restart() {
+    let dir = TempDir::new("users-state");
+    let state = dir.file("users.json");
+    let extra = format!("users_state = {:?}\n", state.to_str().unwrap());
+    let users = users_file(&dir, &["alice:plain:secret"]);
+    let origin = Origin::start().unwrap();
+    let url = origin.url("/bytes/3");
+    {
+        let proxy = Proxy::from_toml(&config_text(&users, &extra));
+        let admin = proxy.admin_addr();
+        let body = r#"{"name": "bob", "password": "hunter2"}"#;
+        assert_eq!(api(admin, "POST", "/api/v1/users", body).status, 201);
+        assert_eq!(api(admin, "POST", "/api/v1/users/alice/disable", "").status, 200);
+    }
+    let text = std::fs::read_to_string(&state).unwrap();
+    assert!(text.contains("$argon2id$") && !text.contains("hunter2"), "{text}");
+    let proxy = Proxy::from_toml(&config_text(&users, &extra));
+    assert_eq!(status_as(&proxy, &url, "bob", "hunter2"), 200);
+    assert_eq!(status_as(&proxy, &url, "alice", "secret"), 407);
+}
+
+/// Runs `rustle user ARGS` (with `stdin`), returns its exit status and standard output.
+fn rustle_user(args: &[&str], env_token: Option<&str>, stdin: &str) -> (bool, String, String) {
+    use std::process::{Command, Stdio};
+    let mut cmd = Command::new(rustle_bin());
+    cmd.arg("user").args(args).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
+    cmd.env_remove("RUSTLE_ADMIN_TOKEN");
+    if let Some(t) = env_token {
+        cmd.env("RUSTLE_ADMIN_TOKEN", t);
+    }
+    let mut child = cmd.spawn().expect("run rustle user");
+    child.stdin.take().unwrap().write_all(stdin.as_bytes()).unwrap();
+    let out = child.wait_with_output().unwrap();
+    let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+    (out.status.success(), text(&out.stdout), text(&out.stderr))
+}
+
+#[test]
+fn the_user_command_drives_the_api() {
+    let dir = TempDir::new("users-cli");
+    let proxy = proxy_with(&dir, "");
+    let admin = proxy.admin_addr();
+    let origin = Origin::start().unwrap();
+    let url = origin.url("/bytes/3");
+    let token_file = dir.file("token");
+    std::fs::write(&token_file, format!("{TOKEN}\n")).unwrap();
+    use std::os::unix::fs::PermissionsExt as _;
+    std::fs::set_permissions(&token_file, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let cfg = dir.file("admin.toml");
+    std::fs::write(
+        &cfg,
+        format!("[admin]\nlisten = \"{admin}\"\ntoken_file = {:?}\n", token_file.to_str().unwrap()),
+    )
+    .unwrap();
+    let c = cfg.to_str().unwrap();
+    let (ok, _, err) = rustle_user(
+        &["-c", c, "add", "bob", "--password-stdin", "--group", "staff"],
+        None,
+        "hunter2\n",
+    );
+    assert!(ok, "add: {err}");
+    assert_eq!(status_as(&proxy, &url, "bob", "hunter2"), 200);
+    let (ok, out, err) = rustle_user(&["-c", c, "list"], None, "");
+    assert!(ok, "list: {err}");
+    assert!(out.starts_with("NAME") && out.contains("alice") && out.contains("staff"), "{out}");
+    // The address and the token from the flag and the environment instead.
+    let addr = admin.to_string();
+    let (ok, out, err) = rustle_user(&["--admin", &addr, "--json", "get", "bob"], Some(TOKEN), "");
+    assert!(ok, "get: {err}");
+    let v: serde_json::Value = serde_json::from_str(&out).expect("JSON");
+    assert_eq!(v["source"], "api", "{out}");
+    let (ok, _, err) = rustle_user(&["--admin", &addr, "get", "bob"], Some("wrong"), "");
+    assert!(!ok && err.contains("401"), "{err}");
+    let (ok, _, err) = rustle_user(&["-c", c, "set", "bob", "--limit", "rate_up=1mbit"], None, "");
+    assert!(ok, "set: {err}");
+    let (ok, _, err) = rustle_user(&["-c", c, "disable", "bob"], None, "");
+    assert!(ok, "disable: {err}");
+    assert_eq!(status_as(&proxy, &url, "bob", "hunter2"), 407);
+    let (ok, _, err) = rustle_user(&["-c", c, "enable", "bob"], None, "");
+    assert!(ok, "enable: {err}");
+    assert_eq!(status_as(&proxy, &url, "bob", "hunter2"), 200);
+    let (ok, _, err) = rustle_user(&["-c", c, "remove", "bob"], None, "");
+    assert!(ok, "remove: {err}");
+    let (ok, _, err) = rustle_user(&["-c", c, "get", "bob"], None, "");
+    assert!(!ok && err.contains("404"), "{err}");
+}
+
+#[test]
+fn disabling_a_user_cuts_its_socks5_tunnel() {
+    use crate::util::socks::*;
+    let dir = TempDir::new("users-socks");
+    let users = users_file(&dir, &["alice:plain:secret"]);
+    let proxy = Proxy::from_toml(&format!(
+        "[[listener]]\nlisten = \"127.0.0.1:0\"\nkind = \"socks\"\nauth = true\n\
+         [auth]\nusers_file = {:?}\n\
+         [admin]\nlisten = \"127.0.0.1:0\"\ntoken = \"{TOKEN}\"\n",
+        users.to_str().unwrap()
+    ));
+    let echo = TcpEcho::start().unwrap();
+    let mut s = connect(proxy.addr());
+    assert_eq!(greet(&mut s, &[2]), 2, "user/password chosen");
+    s.write_all(b"\x01\x05alice\x06secret").unwrap();
+    let mut sub = [0u8; 2];
+    s.read_exact(&mut sub).unwrap();
+    assert_eq!(sub, [1, 0], "authenticated");
+    s.write_all(&request5(1, &Dst::Addr(echo.addr()))).unwrap();
+    let (rep, _) = read_reply5(&mut s);
+    assert_eq!(rep, 0);
+    s.write_all(b"ping").unwrap();
+    let mut buf = [0u8; 4];
+    s.read_exact(&mut buf).unwrap();
+    let r = api(proxy.admin_addr(), "POST", "/api/v1/users/alice/disable", "");
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_ends_within(&mut s, Duration::from_millis(1500), "alice's SOCKS5 tunnel");
+    proxy.log_line(|l| l.contains("connection cut: user disabled"));
+}
+
+#[tokio::test]
+async fn disabling_a_user_cuts_its_http2_connection() {
+    let dir = TempDir::new("users-h2");
+    let users = users_file(&dir, &["alice:plain:secret"]);
+    let text = config_text(&users, "").replace("auth = true\n", "auth = true\nh2c = true\n");
+    let proxy = Proxy::from_toml(&text);
+    let origin = Origin::start().unwrap();
+    let tcp = tokio::net::TcpStream::connect(proxy.addr()).await.unwrap();
+    let (mut send, conn) = h2::client::handshake(tcp).await.expect("h2 handshake");
+    tokio::spawn(async move {
+        let _ = conn.await;
+    });
+    let auth = format!("Basic {}", base64(b"alice:secret"));
+    let req = http::Request::builder()
+        .method(http::Method::GET)
+        .uri(origin.url("/bytes/1073741824"))
+        .header("proxy-authorization", &auth)
+        .body(())
+        .unwrap();
+    let (resp, _) = send.send_request(req, true).expect("send");
+    let resp = resp.await.expect("response");
+    assert_eq!(resp.status(), 200);
+    let mut body = resp.into_body();
+    let first = body.data().await.expect("some body").expect("data");
+    let _ = body.flow_control().release_capacity(first.len());
+    let admin = proxy.admin_addr();
+    let r = tokio::task::spawn_blocking(move || {
+        api(admin, "POST", "/api/v1/users/alice/disable", "").status
+    })
+    .await
+    .unwrap();
+    assert_eq!(r, 200);
+    let ended = tokio::time::timeout(Duration::from_millis(1500), async {
+        while let Some(Ok(chunk)) = body.data().await {
+            let _ = body.flow_control().release_capacity(chunk.len());
+        }
+    })
+    .await;
+    assert!(ended.is_ok(), "alice's HTTP/2 stream still open 1.5 s after she was disabled");
+}
