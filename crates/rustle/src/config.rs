@@ -15,6 +15,7 @@ mod egress;
 mod listener;
 mod load;
 mod log;
+mod quota;
 mod rate;
 mod routing;
 mod settings;
@@ -33,6 +34,8 @@ pub use log::{
     Diagnostics, Facility, Field, Log, LogFormat, LogTarget, Piece, SyslogAddr, SyslogFormat,
     Template,
 };
+pub(crate) use quota::problems as quota_problems;
+pub use quota::{OnExceeded, Period, QuotaConfig, QuotaDirection, State, ROLLING_BUCKETS};
 pub(crate) use rate::parse_rate;
 pub(crate) use routing::DEFAULT_STICKY_TTL;
 pub use routing::{
@@ -111,6 +114,12 @@ pub struct Config {
     /// The metrics and health endpoint (`[admin]`), off unless `listen` is set.
     #[serde(default)]
     pub admin: Admin,
+    /// Traffic quotas per user or group (`[[quota]]`).
+    #[serde(default, rename = "quota")]
+    pub quotas: Vec<QuotaConfig>,
+    /// Where quota usage is kept (`[state]`).
+    #[serde(default)]
+    pub state: State,
 }
 
 /// With no listener in the file or on the command line: HTTP and SOCKS detected on the

@@ -208,6 +208,9 @@ pub(crate) enum Error {
     /// The password-hashing threads' queue is full (of other clients' logins).
     #[error("too many logins being checked, try again shortly")]
     AuthBusy,
+    /// The user's traffic quota is used up: which quota, how much, and when it resets.
+    #[error("{0}")]
+    QuotaExceeded(std::sync::Arc<str>),
     /// Per-client or per-user connection limit.
     #[error("too many connections {0}")]
     LimitReached(&'static str),
@@ -264,6 +267,7 @@ impl Error {
             Error::AuthRateLimited => Some(429),
             Error::AuthBusy => Some(503),
             Error::LimitReached(_) => Some(503),
+            Error::QuotaExceeded(_) => Some(403),
             Error::Socks5(_) | Error::Socks4(_) => Some(400),
         }
     }
@@ -314,6 +318,7 @@ impl Error {
             | Error::LimitReached(_)
             | Error::AuthBusy => R::GeneralFailure,
             Error::AuthRequired(_) | Error::AuthParams(_) | Error::AuthRateLimited => R::NotAllowed,
+            Error::QuotaExceeded(_) => R::NotAllowed,
         }
     }
 }
@@ -342,6 +347,7 @@ impl Error {
                 Some(Refused::Auth)
             }
             Error::LimitReached(_) | Error::Overloaded | Error::AuthBusy => Some(Refused::Limit),
+            Error::QuotaExceeded(_) => Some(Refused::Limit),
             Error::Through { source, .. } => source.refusal(),
             Error::BadRequest(_)
             | Error::Unsupported(_)

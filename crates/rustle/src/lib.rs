@@ -11,6 +11,7 @@
 //!   allowed, which way.
 //! - `telemetry`: the access log and the metrics.
 //! - `io`: streams, buffers, body framing, the relay engine, TLS, the one `unsafe` module.
+//! - `state`: quotas and their usage, kept across restarts (the `rustle-quota` thread).
 //! - `limits`, `error`: bandwidth and connection limits, the error type; shared by every
 //!   layer above.
 //! - `config`: the TOML configuration, its loading and checks.
@@ -28,5 +29,6 @@ pub(crate) mod limits;
 pub mod policy;
 pub(crate) mod protocol;
 pub mod run;
+pub(crate) mod state;
 pub(crate) mod telemetry;
 pub mod upstream;

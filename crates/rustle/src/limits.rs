@@ -27,7 +27,7 @@
 
 use std::collections::HashMap;
 use std::net::IpAddr;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -498,28 +498,88 @@ impl Drop for Slot {
     }
 }
 
-/// Bytes one user moved, each way, across all its connections.
+/// Bytes one user moved, each way, across all its connections; and where it stands
+/// against its quotas (set by the quota keeper, `state`, read by the front ends).
 #[derive(Debug, Default)]
 pub(crate) struct UserTraffic {
     /// From the client towards the upstream.
     pub(crate) up: AtomicU64,
     /// From the upstream towards the client.
     pub(crate) down: AtomicU64,
+    /// `QUOTA_OK`, `QUOTA_EXCEEDED` or `QUOTA_CUT`.
+    quota: AtomicU8,
+    /// Why the user is refused while a quota is used up (read only when refusing).
+    refusal: Mutex<Option<Arc<str>>>,
 }
 
+/// Within every quota.
+const QUOTA_OK: u8 = 0;
+/// A quota is used up: new requests and connections are refused.
+const QUOTA_EXCEEDED: u8 = 1;
+/// Used up, and the quota says `on_exceeded = "close"`: open tunnels end too.
+const QUOTA_CUT: u8 = 2;
+
 impl UserTraffic {
+    #[inline]
     pub(crate) fn add(&self, dir: Direction, n: u64) {
         let c = match dir {
             Direction::Up => &self.up,
             Direction::Down => &self.down,
         };
-        // Relaxed: independent counters, read only for reporting.
+        // Relaxed: independent counters, read only for reporting and by the quota keeper
+        // once a second.
         c.fetch_add(n, Ordering::Relaxed);
     }
 
     /// (up, down) so far.
     pub(crate) fn get(&self) -> (u64, u64) {
         (self.up.load(Ordering::Relaxed), self.down.load(Ordering::Relaxed))
+    }
+
+    /// Why a new request or connection of this user is refused, when one of its quotas
+    /// is used up: one relaxed load when it is not.
+    #[inline]
+    pub(crate) fn over_quota(&self) -> Option<crate::error::Error> {
+        if self.quota.load(Ordering::Relaxed) == QUOTA_OK {
+            return None;
+        }
+        self.refused()
+    }
+
+    #[cold]
+    fn refused(&self) -> Option<crate::error::Error> {
+        let text = lock(&self.refusal).clone()?;
+        tracing::info!("refused: {text}");
+        Some(crate::error::Error::QuotaExceeded(text))
+    }
+
+    /// Whether the user's open tunnels are to end (a quota with `on_exceeded = "close"`
+    /// is used up).
+    #[inline]
+    pub(crate) fn cut(&self) -> bool {
+        self.quota.load(Ordering::Relaxed) == QUOTA_CUT
+    }
+
+    /// The keeper's verdict: None within every quota, else (whether open tunnels end,
+    /// the refusal's text).
+    pub(crate) fn set_quota(&self, state: Option<(bool, Arc<str>)>) {
+        let flag = match &state {
+            None => QUOTA_OK,
+            Some((false, _)) => QUOTA_EXCEEDED,
+            Some((true, _)) => QUOTA_CUT,
+        };
+        if flag == self.quota.load(Ordering::Relaxed) {
+            let same = match (&*lock(&self.refusal), &state) {
+                (Some(a), Some((_, b))) => a == b,
+                (None, None) => true,
+                _ => false,
+            };
+            if same {
+                return;
+            }
+        }
+        *lock(&self.refusal) = state.map(|(_, text)| text);
+        self.quota.store(flag, Ordering::Relaxed);
     }
 }
 
@@ -558,6 +618,11 @@ impl Traffic {
         let t = Arc::new(UserTraffic::default());
         users.insert(user.into(), t.clone());
         t
+    }
+
+    /// Every user with counters of its own, with them (for the quota keeper).
+    pub(crate) fn entries(&self) -> Vec<(Box<str>, Arc<UserTraffic>)> {
+        lock(&self.users).iter().map(|(u, t)| (u.clone(), t.clone())).collect()
     }
 
     /// (user, up, down) for every user seen, sorted by user; those past

@@ -5,13 +5,14 @@ use std::path::{Path, PathBuf};
 
 /// The layers from the top down, as ARCHITECTURE.md draws them: a folder (its modules
 /// may use each other) or a module of its own.
-const LAYERS: [&str; 11] = [
+const LAYERS: [&str; 12] = [
     "run",
     "front",
     "upstream",
     "policy",
     "telemetry",
     "io",
+    "state",
     "limits",
     "error",
     "config",
