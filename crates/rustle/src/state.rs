@@ -313,6 +313,8 @@ impl Table {
     }
 
     /// (quota, used, limit, resets at) of each quota of `user`.
+    // One of the operations the admin API's users endpoints call.
+    #[allow(dead_code)]
     pub(crate) fn usage(&self, user: &str, now: Timestamp) -> Vec<(String, u64, u64, String)> {
         let none = Vec::new();
         let groups = self.groups.get(user).unwrap_or(&none);
@@ -329,6 +331,8 @@ impl Table {
     }
 
     /// Forgets `user`'s usage of `quota` (of every quota: None) in the current period.
+    // One of the operations the admin API's users endpoints call.
+    #[allow(dead_code)]
     pub(crate) fn reset(&mut self, user: &str, quota: Option<&str>) -> bool {
         let mut found = false;
         for ((q, u), a) in self.accounts.iter_mut() {
@@ -343,6 +347,8 @@ impl Table {
     }
 
     /// Allows `user` `bytes` more of `quota` in the current period only.
+    // One of the operations the admin API's users endpoints call.
+    #[allow(dead_code)]
     pub(crate) fn top_up(&mut self, user: &str, quota: &str, bytes: u64, now: Timestamp) -> bool {
         let Some(q) = self.quotas.iter().find(|q| &*q.name == quota) else { return false };
         let (start, _) = bucket(q.period, &self.tz, now);
@@ -521,11 +527,15 @@ impl Keeper {
     }
 
     /// (quota, used, limit, resets at) of each of `user`'s quotas.
+    // One of the operations the admin API's users endpoints call.
+    #[allow(dead_code)]
     pub(crate) fn usage(&self, user: &str) -> Vec<(String, u64, u64, String)> {
         lock(&self.shared.table).usage(user, (self.shared.clock)())
     }
 
     /// Forgets `user`'s usage of `quota` (every quota: None); false when it had none.
+    // One of the operations the admin API's users endpoints call.
+    #[allow(dead_code)]
     pub(crate) fn reset(&self, user: &str, quota: Option<&str>) -> bool {
         let mut table = lock(&self.shared.table);
         let found = table.reset(user, quota);
@@ -535,6 +545,8 @@ impl Keeper {
 
     /// Allows `user` `bytes` more of `quota` for the current period; false for a quota
     /// that does not exist.
+    // One of the operations the admin API's users endpoints call.
+    #[allow(dead_code)]
     pub(crate) fn top_up(&self, user: &str, quota: &str, bytes: u64) -> bool {
         let mut table = lock(&self.shared.table);
         let done = table.top_up(user, quota, bytes, (self.shared.clock)());

@@ -239,8 +239,8 @@ pub(crate) fn end(
         (None, None) => None,
     };
     if let Some(t) = traffic {
-        t.add(Direction::Up, record.up);
-        t.add(Direction::Down, record.down);
+        t.add(Direction::Up, record.up.saturating_sub(record.counted.0));
+        t.add(Direction::Down, record.down.saturating_sub(record.counted.1));
     }
     if crate::telemetry::metrics::timed() {
         count(&record, cause);

@@ -71,6 +71,9 @@ struct Shared {
     auth: RefCell<Option<Authenticated>>,
     /// The user a verified client certificate names: no password is asked.
     cert_user: Option<Rc<str>>,
+    /// The connection's user's traffic counters, found at its first stream (a connection
+    /// cannot change users).
+    traffic: RefCell<Option<Arc<crate::limits::UserTraffic>>>,
     /// The TLS session under the connection (ALPN h2), for log lines.
     tls: Option<Rc<crate::io::tls::Session>>,
     /// Stream tasks alive (tunnels included), for closing idle connections.
@@ -84,6 +87,11 @@ struct Shared {
 }
 
 impl Shared {
+    /// The traffic counters of the connection's user.
+    fn traffic(&self, user: &str) -> Arc<crate::limits::UserTraffic> {
+        self.traffic.borrow_mut().get_or_insert_with(|| self.worker.traffic.entry(user)).clone()
+    }
+
     /// The bandwidth limits of one stream: its listener's and its user's, as for an
     /// HTTP/1.1 connection.
     fn throttle(&self, user: Option<&str>) -> crate::limits::Throttle {
@@ -204,6 +212,7 @@ async fn serve_with<IO>(
         local,
         auth: RefCell::new(None),
         cert_user: cert_user.map(Rc::from),
+        traffic: RefCell::new(None),
         tls,
         streams: Cell::new(0),
         driver: Cell::new(None),
@@ -397,7 +406,8 @@ impl Exchange {
         (record.status, record.up, record.down) = (self.status, self.up, self.down);
         (record.upstream, record.via) = (self.upstream, self.via.as_deref());
         (record.tunnel, record.tls) = (self.tunnel, shared.tls.as_deref());
-        crate::front::exchange::end(&shared.worker, None, record, error);
+        let traffic = shared.traffic.borrow().clone();
+        crate::front::exchange::end(&shared.worker, traffic.as_deref(), record, error);
     }
 }
 
@@ -442,6 +452,10 @@ async fn stream(live: Live, req: Request<RecvStream>, mut respond: SendResponse<
             (ex.user, ex.params) = authenticate(&shared, req.headers()).await?;
         } else {
             ex.user = shared.cert_user.clone();
+        }
+        // A user over quota: one relaxed load per stream.
+        if let Some(e) = ex.user.as_deref().and_then(|u| shared.traffic(u).over_quota()) {
+            return Err(e);
         }
         // Every kind of stream below may open an upstream connection: it counts against
         // the connection limits until it ends (a tunnel: until its relay ends).

@@ -37,7 +37,7 @@ use tokio::time::{sleep_until, Instant, Sleep};
 use crate::config::SpliceMode;
 use crate::error::{Error, Phase};
 use crate::io::sys::Pipe;
-use crate::limits::{Limit, Throttle};
+use crate::limits::{Direction, Limit, Throttle, UserTraffic};
 pub(crate) use end::End;
 
 /// Scratch buffer size, and the read size that counts as "full" for switching to splice.
@@ -225,7 +225,21 @@ impl std::fmt::Display for Stalled {
 
 impl std::error::Error for Stalled {}
 
+/// The error a tunnel cut by its user's quota ends with.
+#[cold]
+fn cut(t: &UserTraffic) -> Error {
+    t.over_quota().unwrap_or(Error::QuotaExceeded("quota used up".into()))
+}
+
 impl Side {
+    /// The direction of the bytes this side sends.
+    fn direction(self) -> Direction {
+        match self {
+            Side::Client => Direction::Up,
+            Side::Upstream => Direction::Down,
+        }
+    }
+
     fn other(self) -> Side {
         match self {
             Side::Client => Side::Upstream,
@@ -324,6 +338,7 @@ impl Dir {
         limit: Option<&Limit>,
         last: &mut Instant,
         last_out: bool,
+        user: Option<&UserTraffic>,
     ) -> Poll<Result<(), Error>> {
         let sockets = S::SOCKET && D::SOCKET;
         loop {
@@ -567,6 +582,14 @@ impl Dir {
                 continue;
             }
             self.moved += n as u64;
+            if let Some(t) = user {
+                // The user's quota counts bytes as they move (one relaxed add), and a
+                // quota that closes open tunnels ends this one at its next read.
+                t.add(self.src.direction(), n as u64);
+                if t.cut() {
+                    return Poll::Ready(Err(cut(t)));
+                }
+            }
             *last = Instant::now();
             if sockets {
                 self.count(n, opts);
@@ -641,6 +664,8 @@ pub(crate) struct Relay<C, U> {
     closes: bool,
     /// The relay says when it has been idle long enough to be parked (see `parking`).
     parks: bool,
+    /// The user's shared counters (`counting`): bytes are added as they move.
+    user: Option<Arc<UserTraffic>>,
 }
 
 /// A tunnel that has moved no byte for this long is parked (see `park`), unless its
@@ -662,6 +687,7 @@ pub(crate) struct Resume {
     moved: (u64, u64),
     done: (bool, bool),
     last: Instant,
+    user: Option<Arc<UserTraffic>>,
 }
 
 impl Resume {
@@ -677,6 +703,11 @@ impl Resume {
     /// Which directions (client to upstream, upstream to client) have ended.
     pub(crate) fn done(&self) -> (bool, bool) {
         self.done
+    }
+
+    /// The user's quota says to end its open tunnels (the park's sweep looks).
+    pub(crate) fn cut(&self) -> Option<Error> {
+        self.user.as_deref().filter(|t| t.cut()).map(cut)
     }
 }
 
@@ -713,6 +744,7 @@ where
         timer: IdleTimer::Unarmed,
         closes: false,
         parks: false,
+        user: None,
     }
 }
 
@@ -720,6 +752,17 @@ impl<C, U> Relay<C, U> {
     /// Applies bandwidth limits (nothing is kept for an unlimited throttle).
     pub(crate) fn throttled(mut self, throttle: &Throttle) -> Self {
         self.throttle = throttle.boxed();
+        self
+    }
+
+    /// Adds the bytes the relay moves (those handed to it included) to the user's
+    /// counters as they move: `exchange::end` then counts only the rest of the exchange.
+    pub(crate) fn counting(mut self, user: Option<Arc<UserTraffic>>) -> Self {
+        if let Some(t) = &user {
+            t.add(Direction::Up, self.up.moved);
+            t.add(Direction::Down, self.down.moved);
+        }
+        self.user = user;
         self
     }
 
@@ -743,6 +786,9 @@ impl<C, U> Relay<C, U> {
     /// with a response head): counted, and charged to the bandwidth limits.
     pub(crate) fn sent_down_before(&mut self, n: usize) {
         self.down.moved += n as u64;
+        if let Some(t) = &self.user {
+            t.add(Direction::Down, n as u64);
+        }
         if let Some(t) = &self.throttle {
             t.charge(crate::limits::Direction::Down, n, Instant::now().into_std());
         }
@@ -806,6 +852,7 @@ impl Relay<TcpStream, TcpStream> {
             moved: (self.up.moved, self.down.moved),
             done: (self.up.done, self.down.done),
             last: self.last,
+            user: self.user.take(),
         };
         let client = self.client.into_std().map_err(|e| (totals, Error::Client(e)))?;
         let upstream = self.upstream.into_std().map_err(|e| (totals, Error::Upstream(e)))?;
@@ -823,6 +870,7 @@ impl Relay<TcpStream, TcpStream> {
         relay.up.done = r.done.0;
         relay.down.done = r.done.1;
         relay.last = r.last;
+        relay.user = r.user;
         relay
     }
 }
@@ -859,12 +907,14 @@ where
         let (client, upstream) = (&mut this.client, &mut this.upstream);
         let (up, down, opts) = (&mut this.up, &mut this.down, &this.opts);
         let throttle = this.throttle.as_deref();
+        let user = this.user.as_deref();
         let closes = this.closes;
         let failed = POOLS.with(|pools| {
             if !up.done {
                 let limit = throttle.map(|t| &t.up);
                 let last_out = closes && down.done;
-                let r = up.poll_move(cx, pools, client, upstream, opts, limit, &mut last, last_out);
+                let r = up
+                    .poll_move(cx, pools, client, upstream, opts, limit, &mut last, last_out, user);
                 if let Poll::Ready(Err(e)) = r {
                     return Some(e);
                 }
@@ -872,8 +922,8 @@ where
             if !down.done {
                 let limit = throttle.map(|t| &t.down);
                 let last_out = closes && up.done;
-                let r =
-                    down.poll_move(cx, pools, upstream, client, opts, limit, &mut last, last_out);
+                let r = down
+                    .poll_move(cx, pools, upstream, client, opts, limit, &mut last, last_out, user);
                 if let Poll::Ready(Err(e)) = r {
                     return Some(e);
                 }

@@ -53,6 +53,8 @@ pub struct Running {
     workers: Vec<mpsc::UnboundedSender<Update>>,
     state: Mutex<State>,
     traffic: Arc<Traffic>,
+    /// The quotas and their usage (`state`), and the `rustle-quota` thread.
+    quotas: Arc<crate::state::Keeper>,
     conn_limits: Arc<ConnLimits>,
     in_force: Arc<InForce>,
     switches: Arc<crate::io::relay::Switches>,
@@ -91,6 +93,8 @@ impl Running {
         for t in self.threads {
             let _ = t.join();
         }
+        // The last usage written once no worker counts any more.
+        self.quotas.stop();
         // Answers (`/readyz`: draining) until the last worker is done.
         if let Some(admin) = self.admin {
             admin.stop();
@@ -115,6 +119,11 @@ impl Running {
     /// Bytes each way per authenticated user so far: (user, up, down), sorted by user.
     pub fn traffic(&self) -> Vec<(String, u64, u64)> {
         self.traffic.snapshot()
+    }
+
+    /// The quotas and their usage (the admin API's `usage`, `reset`, `top_up`).
+    pub(crate) fn quotas(&self) -> &Arc<crate::state::Keeper> {
+        &self.quotas
     }
 
     pub fn stopper(&self) -> watch::Sender<bool> {
@@ -273,6 +282,7 @@ pub(crate) fn start_with(cfg: Config, mut inherited: Inherited) -> anyhow::Resul
     let conn_limits =
         ConnLimits::new(cfg.limits.max_connections_per_client, cfg.limits.max_connections_per_user);
     let traffic = Traffic::new();
+    let quotas = Arc::new(crate::state::Keeper::start(&cfg, traffic.clone(), groups_of(&policy))?);
     let hasher = Arc::new(
         crate::policy::auth::Hasher::start(crate::policy::auth::HasherLimits::of(&cfg.auth))
             .context("cannot start the password hashing threads")?,
@@ -301,6 +311,7 @@ pub(crate) fn start_with(cfg: Config, mut inherited: Inherited) -> anyhow::Resul
             crate::run::admin::State {
                 workers: stats.clone(),
                 readiness: readiness.clone(),
+                quotas: quotas.clone(),
                 view,
                 shutdown: shutdown.clone(),
             },
@@ -368,6 +379,7 @@ pub(crate) fn start_with(cfg: Config, mut inherited: Inherited) -> anyhow::Resul
         workers: senders,
         state,
         traffic,
+        quotas,
         conn_limits,
         in_force,
         switches,
@@ -375,6 +387,12 @@ pub(crate) fn start_with(cfg: Config, mut inherited: Inherited) -> anyhow::Resul
         admin,
         admin_view,
     })
+}
+
+/// Each user's groups, as the quotas name them.
+pub(crate) fn groups_of(policy: &Policy) -> std::collections::HashMap<String, Vec<String>> {
+    let users = &policy.users;
+    users.names().filter_map(|n| users.get(n).map(|u| (n.to_string(), u.groups.clone()))).collect()
 }
 
 /// What the admin endpoint's scrapes read of the listeners and the policy.
