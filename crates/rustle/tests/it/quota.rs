@@ -1,0 +1,236 @@
+//! Quotas as clients see them: a user's traffic quota used up on HTTP, CONNECT, SOCKS5 and
+//! UDP, open tunnels cut or let finish, usage kept across a `kill -9`, a reload applied
+//! at once, and usage in `/metrics`.
+
+use std::io::Write;
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use rustle_bench::{Origin, UdpEcho};
+
+use crate::util::socks::*;
+use crate::util::*;
+
+/// The keeper looks every second: a quota used up is refused within about that.
+const FLAGGED_WITHIN: Duration = Duration::from_secs(3);
+
+/// A 1 MB daily quota for alice (`extra`: more of its keys).
+fn quota(extra: &str) -> String {
+    format!(
+        "[[quota]]\nname = \"daily\"\nusers = [\"alice\"]\nbytes = \"1MB\"\nperiod = \"day\"\n{extra}\n"
+    )
+}
+
+/// A GET of `url` as `user` on a new connection: (status, body).
+fn get_as(proxy: SocketAddr, url: &str, user: &str, password: &str) -> (u16, String) {
+    let mut c = Conn::open(proxy);
+    c.send(&request("GET", url, &[&proxy_auth(user, password)], b""));
+    let r = c.read_response();
+    (r.status, r.text())
+}
+
+/// A UDP ASSOCIATE as `user`: the reply code.
+fn associate_as(proxy: SocketAddr, user: &str, password: &str) -> u8 {
+    let mut s = connect(proxy);
+    assert_eq!(login5(&mut s, user, password), 0, "login of {user}");
+    s.write_all(&request5(UDP_ASSOCIATE, &Dst::Addr("0.0.0.0:0".parse().unwrap())))
+        .expect("write request");
+    read_reply5(&mut s).0
+}
+
+/// A SOCKS5 CONNECT as `user`: the reply code.
+fn connect5_reply(proxy: SocketAddr, user: &str, password: &str, dst: SocketAddr) -> u8 {
+    let mut s = connect(proxy);
+    assert_eq!(login5(&mut s, user, password), 0, "login of {user}");
+    s.write_all(&request5(CONNECT, &Dst::Addr(dst))).expect("write request");
+    read_reply5(&mut s).0
+}
+
+#[test]
+fn http_and_connect_are_refused_once_the_quota_is_used_up() {
+    let origin = Origin::start().unwrap();
+    let proxy = Proxy::from_toml(
+        &(auth_http_config("") + &quota("") + "[admin]\nlisten = \"127.0.0.1:0\"\n"),
+    );
+    let dir = TempDir::new("quota-http");
+    let file = dir.file("body");
+    let proxy_url = proxy_url_with(proxy.addr(), "alice", "secret");
+    let url = origin.url("/bytes/1100000");
+    let Some(out) = curl(&["-sS", "-x", &proxy_url, "-o", file.to_str().unwrap(), &url]) else {
+        return;
+    };
+    assert_success("curl through the proxy", &out);
+    assert_eq!(std::fs::metadata(&file).unwrap().len(), 1_100_000);
+    let small = origin.url("/bytes/10");
+    let (status, body) = wait_for(FLAGGED_WITHIN, "alice refused", || {
+        let (status, body) = get_as(proxy.addr(), &small, "alice", "secret");
+        (status == 403).then_some((status, body))
+    });
+    assert_eq!(status, 403);
+    assert!(body.starts_with("quota \"daily\" used up (1000000 bytes); resets "), "{body}");
+    // curl sees the same refusal.
+    let out = curl(&["-sS", "-x", &proxy_url, "-w", "%{http_code}", "-o", "/dev/null", &small])
+        .expect("curl");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "403");
+    // A tunnel too.
+    let (_, r) =
+        connect_with(proxy.addr(), &origin.addr().to_string(), &[&proxy_auth("alice", "secret")]);
+    assert_eq!(r.status, 403, "{}", r.head_text());
+    assert!(r.text().contains("quota \"daily\""), "{}", r.text());
+    // Bob has no quota.
+    assert_eq!(get_as(proxy.addr(), &small, "bob", "hunter2").0, 200);
+    // The refusal is in the access log, and the usage in the metrics.
+    let line = proxy.log_line(|l| l.contains(" 403 ") && l.contains("alice"));
+    assert!(line.contains("quota"), "{line}");
+    let metrics = String::from_utf8_lossy(&raw_to(
+        proxy.admin_addr(),
+        b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n",
+    ))
+    .to_string();
+    assert!(
+        metrics.contains("rustle_quota_limit_bytes{quota=\"daily\",user=\"alice\"} 1000000"),
+        "{metrics}"
+    );
+    assert!(metrics.contains("rustle_quota_exceeded{quota=\"daily\",user=\"alice\"} 1"));
+    let used = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("rustle_quota_used_bytes{quota=\"daily\",user=\"alice\"} "))
+        .and_then(|v| v.parse::<u64>().ok())
+        .expect("rustle_quota_used_bytes for alice");
+    assert!(used >= 1_100_000, "{used}");
+}
+
+#[test]
+fn socks5_and_udp_are_refused_once_the_quota_is_used_up() {
+    let origin = Origin::start().unwrap();
+    let echo = UdpEcho::start().unwrap();
+    let proxy = Proxy::from_toml(&(socks_config() + &quota("")));
+    // UDP counts as it goes: 20 datagrams of 30 KB there and back are 1.2 MB.
+    let (_control, relay) =
+        associate5(proxy.addr(), Some(("alice", "secret")), "0.0.0.0:0".parse().unwrap());
+    let sock = udp_client();
+    let payload = vec![7u8; 30_000];
+    for _ in 0..20 {
+        sock.send_to(&datagram(echo.addr(), &payload), relay).unwrap();
+        let (_, got) = recv_via(&sock, relay);
+        assert_eq!(got.len(), payload.len());
+    }
+    wait_for(FLAGGED_WITHIN, "alice refused a UDP association", || {
+        (associate_as(proxy.addr(), "alice", "secret") == 2).then_some(())
+    });
+    assert_eq!(connect5_reply(proxy.addr(), "alice", "secret", origin.addr()), 2);
+    assert_eq!(connect5_reply(proxy.addr(), "bob", "hunter2", origin.addr()), 0);
+}
+
+/// A SOCKS listener requiring alice/secret or bob/hunter2.
+fn socks_config() -> String {
+    r#"
+[[listener]]
+kind = "socks"
+listen = "127.0.0.1:0"
+auth = true
+[auth]
+[[auth.user]]
+name = "alice"
+password = "plain:secret"
+rate_down = "16mbit"
+[[auth.user]]
+name = "bob"
+password = "plain:hunter2"
+"#
+    .to_string()
+}
+
+#[test]
+fn a_socks5_download_is_counted_while_it_runs() {
+    let origin = Origin::start().unwrap();
+    let proxy = Proxy::from_toml(&(socks_config() + &quota("")));
+    // 1.5 MB at 2 MB/s: counted before the tunnel ends.
+    let mut s = connect5_as(proxy.addr(), "alice", "secret", &Dst::Addr(origin.addr()));
+    let (got, _) = timed_download(&mut s, origin.addr(), 1_500_000);
+    assert_eq!(got, 1_500_000);
+    wait_for(FLAGGED_WITHIN, "alice refused", || {
+        (connect5_reply(proxy.addr(), "alice", "secret", origin.addr()) == 2).then_some(())
+    });
+}
+
+/// A tunnel's download at alice's 16 Mbit/s (2 MB/s) of 6 MB: (bytes, how long).
+fn slow_download(proxy: &Proxy, origin: &Origin) -> (usize, Duration) {
+    let mut s = connect5_as(proxy.addr(), "alice", "secret", &Dst::Addr(origin.addr()));
+    let start = Instant::now();
+    let (got, _) = timed_download(&mut s, origin.addr(), 6_000_000);
+    (got, start.elapsed())
+}
+
+#[test]
+fn on_exceeded_close_cuts_an_open_download() {
+    let origin = Origin::start().unwrap();
+    let proxy = Proxy::from_toml(&(socks_config() + &quota("on_exceeded = \"close\"")));
+    let (got, took) = slow_download(&proxy, &origin);
+    // Used up after 0.5 s; the keeper sees it within a second.
+    assert!(got < 5_000_000, "{got} bytes in {took:?}: not cut");
+    assert!(took < Duration::from_millis(2500), "cut after {took:?}");
+    assert!(got >= 1_000_000, "{got}");
+    let line = proxy.log_line(|l| l.contains(" CONNECT ") && l.contains("alice"));
+    assert!(line.contains("quota"), "{line}");
+}
+
+#[test]
+fn on_exceeded_finish_lets_an_open_download_finish() {
+    let origin = Origin::start().unwrap();
+    let proxy = Proxy::from_toml(&(socks_config() + &quota("")));
+    let (got, _) = slow_download(&proxy, &origin);
+    assert_eq!(got, 6_000_000);
+    assert_eq!(connect5_reply(proxy.addr(), "alice", "secret", origin.addr()), 2);
+}
+
+#[test]
+fn a_reload_changing_the_quota_applies_at_once() {
+    let origin = Origin::start().unwrap();
+    let proxy = Proxy::from_toml(&(auth_http_config("") + &quota("")));
+    let (status, _) = get_as(proxy.addr(), &origin.url("/bytes/1100000"), "alice", "secret");
+    assert_eq!(status, 200);
+    let small = origin.url("/bytes/10");
+    wait_for(FLAGGED_WITHIN, "alice refused", || {
+        (get_as(proxy.addr(), &small, "alice", "secret").0 == 403).then_some(())
+    });
+    let warnings =
+        proxy.reload_toml(&(auth_http_config("") + &quota("").replace("\"1MB\"", "\"2MB\"")));
+    assert!(warnings.is_empty(), "{warnings:?}");
+    assert_eq!(get_as(proxy.addr(), &small, "alice", "secret").0, 200, "the raised quota");
+    // A quota removed drops its usage and its refusals.
+    let (status, _) = get_as(proxy.addr(), &origin.url("/bytes/1100000"), "alice", "secret");
+    assert_eq!(status, 200);
+    wait_for(FLAGGED_WITHIN, "alice refused at 2MB", || {
+        (get_as(proxy.addr(), &small, "alice", "secret").0 == 403).then_some(())
+    });
+    proxy.reload_toml(&auth_http_config(""));
+    assert_eq!(get_as(proxy.addr(), &small, "alice", "secret").0, 200, "no quota");
+}
+
+#[test]
+fn usage_is_kept_across_kill_9() {
+    let origin = Origin::start().unwrap();
+    let dir = TempDir::new("quota-kill");
+    let state = dir.file("usage.json");
+    let cfg = dir.file("rustle.toml");
+    let text = auth_http_config("")
+        + &quota("")
+        + &format!("[state]\npath = {:?}\nflush_interval = \"1s\"\n", state.to_str().unwrap());
+    std::fs::write(&cfg, &text).unwrap();
+    let args = ["--config", cfg.to_str().unwrap(), "--workers", "1"];
+    let mut bin = crate::lifecycle::Binary::start_with(&args, "http");
+    let (status, _) = get_as(bin.addr, &origin.url("/bytes/1100000"), "alice", "secret");
+    assert_eq!(status, 200);
+    // Within one flush interval (1 s) of the keeper's look, the usage is in the file.
+    wait_for(Duration::from_secs(4), "usage written", || {
+        let text = std::fs::read_to_string(&state).ok()?;
+        text.contains("1100").then_some(())
+    });
+    bin.kill_9();
+    drop(bin);
+    let bin = crate::lifecycle::Binary::start_with(&args, "http");
+    let (status, body) = get_as(bin.addr, &origin.url("/bytes/10"), "alice", "secret");
+    assert_eq!(status, 403, "{body}\n{}", bin.stderr());
+    assert!(body.contains("quota \"daily\""), "{body}");
+}
