@@ -309,12 +309,6 @@ impl Throttle {
         self.up.is_unlimited() && self.down.is_unlimited()
     }
 
-    /// What a relay keeps: nothing for an unlimited throttle (the common case costs one
-    /// pointer), a boxed copy otherwise.
-    pub(crate) fn boxed(&self) -> Option<Box<Throttle>> {
-        (!self.is_unlimited()).then(|| Box::new(self.clone()))
-    }
-
     pub(crate) fn dir(&self, dir: Direction) -> &Limit {
         match dir {
             Direction::Up => &self.up,

@@ -55,9 +55,9 @@ pub(crate) struct Session {
     pub(crate) via: Option<Rc<crate::telemetry::accesslog::Via>>,
     /// SOCKS4 or SOCKS5, once the first byte said which.
     pub(crate) protocol: Protocol,
-    /// Of `up` and `down`, the bytes already added to the user's counters (UDP counts
-    /// each datagram as it goes).
-    pub(crate) counted: (u64, u64),
+    /// `up` and `down` were added to the user's counters as they moved (a UDP
+    /// association counts each datagram).
+    pub(crate) counted: bool,
     /// The deadline for the whole handshake.
     deadline: tokio::time::Instant,
 }
@@ -92,7 +92,7 @@ pub(crate) async fn serve(
         upstream: None,
         via: None,
         protocol: Protocol::Unknown,
-        counted: (0, 0),
+        counted: false,
         deadline,
     };
     let result = match s.fill_until(|b| !b.is_empty()).await {
@@ -239,7 +239,9 @@ impl Session {
         (record.label, record.user) = (&parts, self.user.as_deref());
         (record.status, record.up, record.down) = (self.status, self.up, self.down);
         (record.upstream, record.via) = (self.upstream, self.via.as_deref());
-        record.counted = self.counted;
+        if self.counted {
+            record.counted = (self.up, self.down);
+        }
         crate::front::exchange::end(&self.worker, self.traffic.as_deref(), record, error);
     }
 

@@ -653,8 +653,9 @@ impl Dir {
 pub(crate) struct Relay<C, U> {
     client: C,
     upstream: U,
-    /// Bandwidth limits; None (no cost) for unlimited connections.
-    throttle: Option<Box<Throttle>>,
+    /// Bandwidth limits and the user's counters; None (no cost) for an unlimited
+    /// connection without a user.
+    extras: Option<Box<Extras>>,
     up: Dir,
     down: Dir,
     opts: Opts,
@@ -664,6 +665,14 @@ pub(crate) struct Relay<C, U> {
     closes: bool,
     /// The relay says when it has been idle long enough to be parked (see `parking`).
     parks: bool,
+}
+
+/// What only some relays have, boxed so that the others keep one word for it (an open
+/// tunnel's task stays within tokio's 640-byte size class).
+#[derive(Default)]
+struct Extras {
+    /// Bandwidth limits (`throttled`); None: unlimited.
+    throttle: Option<Throttle>,
     /// The user's shared counters (`counting`): bytes are added as they move.
     user: Option<Arc<UserTraffic>>,
 }
@@ -683,11 +692,10 @@ pub(crate) enum Ended {
 /// What a parked relay keeps to go on where it stopped.
 pub(crate) struct Resume {
     opts: Opts,
-    throttle: Option<Box<Throttle>>,
+    extras: Option<Box<Extras>>,
     moved: (u64, u64),
     done: (bool, bool),
     last: Instant,
-    user: Option<Arc<UserTraffic>>,
 }
 
 impl Resume {
@@ -707,7 +715,8 @@ impl Resume {
 
     /// The user's quota says to end its open tunnels (the park's sweep looks).
     pub(crate) fn cut(&self) -> Option<Error> {
-        self.user.as_deref().filter(|t| t.cut()).map(cut)
+        let user = self.extras.as_ref().and_then(|e| e.user.as_deref());
+        user.filter(|t| t.cut()).map(cut)
     }
 }
 
@@ -736,7 +745,7 @@ where
     Relay {
         client,
         upstream,
-        throttle: None,
+        extras: None,
         up,
         down,
         opts,
@@ -744,25 +753,26 @@ where
         timer: IdleTimer::Unarmed,
         closes: false,
         parks: false,
-        user: None,
     }
 }
 
 impl<C, U> Relay<C, U> {
     /// Applies bandwidth limits (nothing is kept for an unlimited throttle).
     pub(crate) fn throttled(mut self, throttle: &Throttle) -> Self {
-        self.throttle = throttle.boxed();
+        if !throttle.is_unlimited() {
+            self.extras.get_or_insert_with(Box::default).throttle = Some(throttle.clone());
+        }
         self
     }
 
     /// Adds the bytes the relay moves (those handed to it included) to the user's
     /// counters as they move: `exchange::end` then counts only the rest of the exchange.
     pub(crate) fn counting(mut self, user: Option<Arc<UserTraffic>>) -> Self {
-        if let Some(t) = &user {
+        if let Some(t) = user {
             t.add(Direction::Up, self.up.moved);
             t.add(Direction::Down, self.down.moved);
+            self.extras.get_or_insert_with(Box::default).user = Some(t);
         }
-        self.user = user;
         self
     }
 
@@ -786,10 +796,11 @@ impl<C, U> Relay<C, U> {
     /// with a response head): counted, and charged to the bandwidth limits.
     pub(crate) fn sent_down_before(&mut self, n: usize) {
         self.down.moved += n as u64;
-        if let Some(t) = &self.user {
+        let Some(e) = &self.extras else { return };
+        if let Some(t) = &e.user {
             t.add(Direction::Down, n as u64);
         }
-        if let Some(t) = &self.throttle {
+        if let Some(t) = &e.throttle {
             t.charge(crate::limits::Direction::Down, n, Instant::now().into_std());
         }
     }
@@ -848,11 +859,10 @@ impl Relay<TcpStream, TcpStream> {
         let totals = self.totals();
         let resume = Resume {
             opts: self.opts,
-            throttle: self.throttle.take(),
+            extras: self.extras.take(),
             moved: (self.up.moved, self.down.moved),
             done: (self.up.done, self.down.done),
             last: self.last,
-            user: self.user.take(),
         };
         let client = self.client.into_std().map_err(|e| (totals, Error::Client(e)))?;
         let upstream = self.upstream.into_std().map_err(|e| (totals, Error::Upstream(e)))?;
@@ -864,13 +874,12 @@ impl Relay<TcpStream, TcpStream> {
     pub(crate) fn resume(client: TcpStream, upstream: TcpStream, r: Resume, parks: bool) -> Self {
         let mut relay = run(client, upstream, b"", b"", r.opts).closing();
         relay.parks = parks;
-        relay.throttle = r.throttle;
+        relay.extras = r.extras;
         relay.up.moved = r.moved.0;
         relay.down.moved = r.moved.1;
         relay.up.done = r.done.0;
         relay.down.done = r.done.1;
         relay.last = r.last;
-        relay.user = r.user;
         relay
     }
 }
@@ -906,8 +915,9 @@ where
         let mut last = this.last;
         let (client, upstream) = (&mut this.client, &mut this.upstream);
         let (up, down, opts) = (&mut this.up, &mut this.down, &this.opts);
-        let throttle = this.throttle.as_deref();
-        let user = this.user.as_deref();
+        let extras = this.extras.as_deref();
+        let throttle = extras.and_then(|e| e.throttle.as_ref());
+        let user = extras.and_then(|e| e.user.as_deref());
         let closes = this.closes;
         let failed = POOLS.with(|pools| {
             if !up.done {

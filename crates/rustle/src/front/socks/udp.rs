@@ -84,9 +84,7 @@ impl Counts {
     /// have already.
     fn finish(&self, s: &mut Session) {
         (s.up, s.down) = (self.up, self.down);
-        if self.user.is_some() {
-            s.counted = (self.up, self.down);
-        }
+        s.counted = self.user.is_some();
     }
 }
 
