@@ -165,18 +165,23 @@ fn time_zone<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
 /// Problems of the quotas beyond their types: names missing or given twice, and quotas
 /// naming nobody.
 pub(crate) fn problems(quotas: &[QuotaConfig]) -> Vec<String> {
+    problems_at(quotas).into_iter().map(|(_, m)| m).collect()
+}
+
+/// `problems`, each with the index of its `[[quota]]` table.
+pub(super) fn problems_at(quotas: &[QuotaConfig]) -> Vec<(usize, String)> {
     let mut out = Vec::new();
     for (i, q) in quotas.iter().enumerate() {
         if q.name.is_empty() {
-            out.push(format!("quota #{}: empty name", i + 1));
+            out.push((i, format!("quota #{}: empty name", i + 1)));
         } else if quotas[..i].iter().any(|p| p.name == q.name) {
-            out.push(format!("quota {:?}: declared twice", q.name));
+            out.push((i, format!("quota {:?}: declared twice", q.name)));
         }
         if q.users.is_empty() && q.groups.is_empty() {
-            out.push(format!("quota {:?}: names no user and no group", q.name));
+            out.push((i, format!("quota {:?}: names no user and no group", q.name)));
         }
         if q.bytes == 0 {
-            out.push(format!("quota {:?}: bytes is 0", q.name));
+            out.push((i, format!("quota {:?}: bytes is 0", q.name)));
         }
     }
     out

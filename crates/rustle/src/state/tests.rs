@@ -241,8 +241,10 @@ fn the_keeper_keeps_usage_in_its_file() {
     std::fs::create_dir_all(&dir).expect("dir");
     let path = dir.join("usage.json");
     let _ = std::fs::remove_file(&path);
-    let mut cfg = crate::config::Config::default();
-    cfg.quotas = vec![quota("daily", 1000, Period::Day)];
+    let mut cfg = crate::config::Config {
+        quotas: vec![quota("daily", 1000, Period::Day)],
+        ..Default::default()
+    };
     cfg.state.path = Some(path.clone());
     let now = Arc::new(Mutex::new(ts("2026-12-03T10:00:00Z")));
     let clock: Clock = {

@@ -234,3 +234,36 @@ fn usage_is_kept_across_kill_9() {
     assert_eq!(status, 403, "{body}\n{}", bin.stderr());
     assert!(body.contains("quota \"daily\""), "{body}");
 }
+
+#[test]
+fn on_exceeded_close_cuts_an_open_connect_download() {
+    let origin = Origin::start().unwrap();
+    let users = auth_http_config("").replace(
+        "name = \"alice\"\npassword = \"plain:secret\"\n",
+        "name = \"alice\"\npassword = \"plain:secret\"\nrate_down = \"16mbit\"\n",
+    );
+    let proxy = Proxy::from_toml(&(users + &quota("on_exceeded = \"close\"")));
+    let alice = proxy_auth("alice", "secret");
+    let (mut t, r) = connect_with(proxy.addr(), &origin.addr().to_string(), &[&alice]);
+    assert_eq!(r.status, 200, "{}", r.head_text());
+    let start = Instant::now();
+    let (got, _) = timed_download(&mut t.s, origin.addr(), 6_000_000);
+    let took = start.elapsed();
+    assert!((1_000_000..5_000_000).contains(&got), "{got} bytes in {took:?}: not cut");
+    assert!(took < Duration::from_millis(2500), "cut after {took:?}");
+}
+
+#[test]
+fn bad_quotas_are_reported_with_their_lines() {
+    let text = "[[quota]]\nname = \"q\"\nusers = [\"a\"]\nbytes = \"1mb\"\nperiod = \"day\"\n\
+                [[quota]]\nname = \"r\"\nbytes = 5\nperiod = \"fortnight\"\n\
+                [state]\ntime_zone = \"Mars/Olympus\"\n";
+    let problems: Vec<String> = match rustle::config::Config::parse(text) {
+        Ok(_) => panic!("accepted"),
+        Err(p) => p.iter().map(|p| p.to_string()).collect(),
+    };
+    let all = problems.join("\n");
+    assert!(all.contains("line 4") && all.contains("unknown unit \"mb\""), "{all}");
+    assert!(all.contains("period \"fortnight\""), "{all}");
+    assert!(all.contains("Mars/Olympus"), "{all}");
+}
