@@ -87,6 +87,12 @@ struct Shared {
 }
 
 impl Shared {
+    /// The traffic counters of the stream's user, if any (a tunnel's relay counts into
+    /// them as bytes move).
+    fn traffic_of(&self, user: Option<&str>) -> Option<Arc<crate::limits::UserTraffic>> {
+        user.map(|u| self.traffic(u))
+    }
+
     /// The traffic counters of the connection's user.
     fn traffic(&self, user: &str) -> Arc<crate::limits::UserTraffic> {
         self.traffic.borrow_mut().get_or_insert_with(|| self.worker.traffic.entry(user)).clone()
@@ -394,6 +400,12 @@ impl Exchange {
 
     /// The stream's end (`exchange::end`): the user's traffic, the metrics, the log line.
     fn log(&self, shared: &Shared, error: Option<&Error>) {
+        self.log_counted(shared, error, (0, 0));
+    }
+
+    /// `log`, where `counted` of `up` and `down` were added to the user's counters as
+    /// they moved (a tunnel's relay).
+    fn log_counted(&self, shared: &Shared, error: Option<&Error>, counted: (u64, u64)) {
         let mut record = Record::new(
             shared.peer,
             &shared.listener,
@@ -406,6 +418,7 @@ impl Exchange {
         (record.status, record.up, record.down) = (self.status, self.up, self.down);
         (record.upstream, record.via) = (self.upstream, self.via.as_deref());
         (record.tunnel, record.tls) = (self.tunnel, shared.tls.as_deref());
+        record.counted = counted;
         let traffic = shared.traffic.borrow().clone();
         crate::front::exchange::end(&shared.worker, traffic.as_deref(), record, error);
     }

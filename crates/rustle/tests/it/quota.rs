@@ -267,3 +267,54 @@ fn bad_quotas_are_reported_with_their_lines() {
     assert!(all.contains("period \"fortnight\""), "{all}");
     assert!(all.contains("Mars/Olympus"), "{all}");
 }
+
+/// An HTTP/2 GET of `url` as alice on `c`: (status, body).
+async fn h2_get(c: &mut h2::client::SendRequest<bytes::Bytes>, url: &str) -> (u16, Vec<u8>) {
+    let req = http::Request::builder()
+        .uri(url)
+        .header("proxy-authorization", proxy_auth("alice", "secret").split_once(": ").unwrap().1)
+        .body(())
+        .unwrap();
+    let mut c = c.clone().ready().await.expect("ready");
+    let (resp, _) = c.send_request(req, true).expect("send request");
+    let resp = tokio::time::timeout(Duration::from_secs(10), resp).await.expect("in time");
+    let (parts, mut body) = resp.expect("response").into_parts();
+    let mut out = Vec::new();
+    while let Some(chunk) = body.data().await {
+        let chunk = chunk.expect("body");
+        let _ = body.flow_control().release_capacity(chunk.len());
+        out.extend_from_slice(&chunk);
+    }
+    (parts.status.as_u16(), out)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 1)]
+async fn http2_streams_are_refused_once_the_quota_is_used_up() {
+    let origin = Origin::start().unwrap();
+    let cfg =
+        auth_http_config("").replace("auth = true\n", "auth = true\nh2c = true\n") + &quota("");
+    let proxy = Proxy::from_toml(&cfg);
+    let tcp = tokio::net::TcpStream::connect(proxy.addr()).await.expect("connect");
+    let (mut c, conn) = h2::client::Builder::new()
+        .initial_window_size(4 << 20)
+        .handshake(tcp)
+        .await
+        .expect("h2 handshake");
+    tokio::spawn(async move {
+        let _ = conn.await;
+    });
+    let (status, body) = h2_get(&mut c, &origin.url("/bytes/1100000")).await;
+    assert_eq!((status, body.len()), (200, 1_100_000));
+    let small = origin.url("/bytes/10");
+    let start = Instant::now();
+    loop {
+        let (status, body) = h2_get(&mut c, &small).await;
+        if status == 403 {
+            let body = String::from_utf8_lossy(&body);
+            assert!(body.starts_with("quota \"daily\" used up"), "{body}");
+            break;
+        }
+        assert!(start.elapsed() < FLAGGED_WITHIN, "alice not refused on HTTP/2");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
