@@ -318,3 +318,24 @@ async fn http2_streams_are_refused_once_the_quota_is_used_up() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
+
+#[test]
+fn on_exceeded_close_ends_a_udp_association() {
+    let echo = UdpEcho::start().unwrap();
+    let proxy = Proxy::from_toml(&(socks_config() + &quota("on_exceeded = \"close\"")));
+    let (mut control, relay) =
+        associate5(proxy.addr(), Some(("alice", "secret")), "0.0.0.0:0".parse().unwrap());
+    let sock = udp_client();
+    let payload = vec![7u8; 30_000];
+    for _ in 0..20 {
+        sock.send_to(&datagram(echo.addr(), &payload), relay).unwrap();
+        recv_via(&sock, relay);
+    }
+    // Once the keeper has seen it, the next datagram ends the association.
+    wait_for(FLAGGED_WITHIN, "the association ended", || {
+        sock.send_to(&datagram(echo.addr(), b"more"), relay).unwrap();
+        closed_within(&mut control, Duration::from_millis(200)).then_some(())
+    });
+    let line = proxy.log_line(|l| l.contains(" UDP ") && l.contains("alice"));
+    assert!(line.contains("quota"), "{line}");
+}

@@ -80,6 +80,12 @@ impl Counts {
         }
     }
 
+    /// Why the association ends, when its user's quota ends open tunnels.
+    fn cut(&self) -> Option<Error> {
+        let t = self.user.as_deref().filter(|t| t.cut())?;
+        t.over_quota()
+    }
+
     /// The association's totals to the session, and which of them the user's counters
     /// have already.
     fn finish(&self, s: &mut Session) {
@@ -132,6 +138,10 @@ pub(super) async fn associate(s: &mut Session, hint: &Address) -> Result<(), Err
     let mut counts = Counts::new(s);
     let mut control = [0u8; 64];
     let result = loop {
+        // A quota with `on_exceeded = "close"` ends the association at its next datagram.
+        if let Some(e) = counts.cut() {
+            break Err(e);
+        }
         let timer = tokio::time::sleep(idle);
         tokio::select! {
             // The association lives as long as its TCP connection.
@@ -333,6 +343,10 @@ async fn associate_via(s: &mut Session, hint: &Address, mut via: UdpVia) -> Resu
     let mut control = [0u8; 64];
     let mut parent_control = [0u8; 64];
     let result = loop {
+        // A quota with `on_exceeded = "close"` ends the association at its next datagram.
+        if let Some(e) = counts.cut() {
+            break Err(e);
+        }
         let timer = tokio::time::sleep(idle);
         tokio::select! {
             r = s.stream.read(&mut control) => match r {
