@@ -543,7 +543,9 @@ impl UserTraffic {
     #[cold]
     fn refused(&self) -> Option<crate::error::Error> {
         let text = lock(&self.refusal).clone()?;
-        tracing::info!("refused: {text}");
+        // The keeper says it once when the quota is used up; each refusal is in the
+        // access log.
+        tracing::debug!("refused: {text}");
         Some(crate::error::Error::QuotaExceeded(text))
     }
 
@@ -555,25 +557,30 @@ impl UserTraffic {
     }
 
     /// The keeper's verdict: None within every quota, else (whether open tunnels end,
-    /// the refusal's text).
-    pub(crate) fn set_quota(&self, state: Option<(bool, Arc<str>)>) {
+    /// the refusal's text). Whether it changed.
+    pub(crate) fn set_quota(&self, state: Option<(bool, Arc<str>)>) -> bool {
         let flag = match &state {
             None => QUOTA_OK,
             Some((false, _)) => QUOTA_EXCEEDED,
             Some((true, _)) => QUOTA_CUT,
         };
-        if flag == self.quota.load(Ordering::Relaxed) {
+        let current = self.quota.load(Ordering::Relaxed);
+        if flag == QUOTA_OK && current == QUOTA_OK {
+            return false;
+        }
+        if flag == current {
             let same = match (&*lock(&self.refusal), &state) {
                 (Some(a), Some((_, b))) => a == b,
                 (None, None) => true,
                 _ => false,
             };
             if same {
-                return;
+                return false;
             }
         }
         *lock(&self.refusal) = state.map(|(_, text)| text);
         self.quota.store(flag, Ordering::Relaxed);
+        true
     }
 }
 

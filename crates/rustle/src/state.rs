@@ -308,7 +308,13 @@ impl Table {
                     verdict = Some((close, text));
                 }
             }
-            t.set_quota(verdict);
+            let text = verdict.as_ref().map(|v| v.1.clone());
+            if t.set_quota(verdict) {
+                match text {
+                    Some(text) => tracing::info!("user {user}: {text}; refused until then"),
+                    None => tracing::info!("user {user}: within its quotas"),
+                }
+            }
         }
     }
 

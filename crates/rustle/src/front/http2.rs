@@ -98,6 +98,13 @@ impl Shared {
         self.traffic.borrow_mut().get_or_insert_with(|| self.worker.traffic.entry(user)).clone()
     }
 
+    /// Why a stream of `user` is refused, when one of its quotas is used up: one relaxed
+    /// load once its counters are found.
+    fn over_quota(&self, user: &str) -> Option<Error> {
+        let mut traffic = self.traffic.borrow_mut();
+        traffic.get_or_insert_with(|| self.worker.traffic.entry(user)).over_quota()
+    }
+
     /// The bandwidth limits of one stream: its listener's and its user's, as for an
     /// HTTP/1.1 connection.
     fn throttle(&self, user: Option<&str>) -> crate::limits::Throttle {
@@ -419,7 +426,7 @@ impl Exchange {
         (record.upstream, record.via) = (self.upstream, self.via.as_deref());
         (record.tunnel, record.tls) = (self.tunnel, shared.tls.as_deref());
         record.counted = counted;
-        let traffic = shared.traffic.borrow().clone();
+        let traffic = shared.traffic.borrow();
         crate::front::exchange::end(&shared.worker, traffic.as_deref(), record, error);
     }
 }
@@ -467,7 +474,7 @@ async fn stream(live: Live, req: Request<RecvStream>, mut respond: SendResponse<
             ex.user = shared.cert_user.clone();
         }
         // A user over quota: one relaxed load per stream.
-        if let Some(e) = ex.user.as_deref().and_then(|u| shared.traffic(u).over_quota()) {
+        if let Some(e) = ex.user.as_deref().and_then(|u| shared.over_quota(u)) {
             return Err(e);
         }
         // Every kind of stream below may open an upstream connection: it counts against
