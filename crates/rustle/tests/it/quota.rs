@@ -339,3 +339,28 @@ fn on_exceeded_close_ends_a_udp_association() {
     let line = proxy.log_line(|l| l.contains(" UDP ") && l.contains("alice"));
     assert!(line.contains("quota"), "{line}");
 }
+
+#[test]
+fn usage_is_written_at_shutdown_and_read_at_start() {
+    let origin = Origin::start().unwrap();
+    let dir = TempDir::new("quota-stop");
+    let state = dir.file("usage.json");
+    // A flush interval longer than the test: only the shutdown writes.
+    let text = auth_http_config("")
+        + &quota("")
+        + &format!("[state]\npath = {:?}\nflush_interval = \"1h\"\n", state.to_str().unwrap());
+    let proxy = Proxy::from_toml(&text);
+    let (status, _) = get_as(proxy.addr(), &origin.url("/bytes/400000"), "alice", "secret");
+    assert_eq!(status, 200);
+    drop(proxy);
+    let saved = std::fs::read_to_string(&state).expect("usage written at shutdown");
+    assert!(saved.contains("\"alice\""), "{saved}");
+    // The next process starts from it: 400 kB used, 700 kB more use the quota up.
+    let proxy = Proxy::from_toml(&text);
+    let (status, _) = get_as(proxy.addr(), &origin.url("/bytes/700000"), "alice", "secret");
+    assert_eq!(status, 200);
+    let small = origin.url("/bytes/10");
+    wait_for(FLAGGED_WITHIN, "alice refused", || {
+        (get_as(proxy.addr(), &small, "alice", "secret").0 == 403).then_some(())
+    });
+}
