@@ -364,3 +364,20 @@ fn usage_is_written_at_shutdown_and_read_at_start() {
         (get_as(proxy.addr(), &small, "alice", "secret").0 == 403).then_some(())
     });
 }
+
+#[test]
+fn socks4_is_refused_with_0x5b_once_the_quota_is_used_up() {
+    let origin = Origin::start().unwrap();
+    let cfg = socks_config().replace("auth = true\n", "auth = true\nsocks4_users = true\n");
+    let proxy = Proxy::from_toml(&(cfg + &quota("")));
+    let mut s = connect5_as(proxy.addr(), "alice", "secret", &Dst::Addr(origin.addr()));
+    let (got, _) = timed_download(&mut s, origin.addr(), 1_100_000);
+    assert_eq!(got, 1_100_000);
+    let socks4 = |user: &str| {
+        let mut s = connect(proxy.addr());
+        s.write_all(&request4(1, v4(origin.addr()), user, None)).expect("write request");
+        read_reply4(&mut s).0
+    };
+    wait_for(FLAGGED_WITHIN, "alice refused on SOCKS4", || (socks4("alice") == 0x5B).then_some(()));
+    assert_eq!(socks4("bob"), 0x5A);
+}
