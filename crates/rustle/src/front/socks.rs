@@ -484,11 +484,7 @@ async fn socks5_session(s: &mut Session) -> Outcome {
         }
     };
     s.target = format!("socks5://{}", request.dst);
-    let refused = match user_admitted(s) {
-        Err(e) => Some(e),
-        Ok(()) => s.over_quota(),
-    };
-    if let Some(e) = refused {
+    if let Some(e) = user_admitted(s).err().or_else(|| s.over_quota()) {
         s.method = match request.command {
             socks5::Command::Connect => "CONNECT",
             socks5::Command::Bind => "BIND",
