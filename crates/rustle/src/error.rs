@@ -219,6 +219,9 @@ pub(crate) enum Error {
     /// The proxy is at its connection limit.
     #[error("too many connections")]
     Overloaded,
+    /// A fleet's shared state (Redis) is unreachable and `on_state_loss = "deny"`.
+    #[error("shared state unavailable")]
+    StateLost,
     /// Still open when the shutdown's grace period ended.
     #[error("closed at the shutdown deadline")]
     ShutdownDeadline,
@@ -262,6 +265,7 @@ impl Error {
                 Phase::ClientWrite | Phase::TunnelIdle => None,
             },
             Error::Overloaded => Some(503),
+            Error::StateLost => Some(503),
             Error::ShutdownDeadline => None,
             Error::Through { source, .. } => source.status(),
             Error::ParentRefused { .. } => Some(502),
@@ -316,6 +320,7 @@ impl Error {
             | Error::BadUpgrade
             | Error::Timeout(_)
             | Error::Overloaded
+            | Error::StateLost
             | Error::ShutdownDeadline
             | Error::LimitReached(_)
             | Error::AuthBusy => R::GeneralFailure,
@@ -352,6 +357,7 @@ impl Error {
             }
             Error::LimitReached(_)
             | Error::Overloaded
+            | Error::StateLost
             | Error::AuthBusy
             | Error::ClientAddresses(_) => Some(Refused::Limit),
             Error::Through { source, .. } => source.refusal(),

@@ -69,6 +69,8 @@ pub struct Running {
     /// The admin endpoint, when `[admin] listen` is set, and what its scrapes read.
     admin: Option<crate::run::admin::Handle>,
     admin_view: Arc<watch::Sender<Arc<crate::run::admin::View>>>,
+    /// The fleet thread, with `[state] backend = "redis"`.
+    fleet: Option<crate::state::fleet::Running>,
 }
 
 /// What a reload replaces.
@@ -96,6 +98,10 @@ impl Running {
         self.state().bound.clear();
         for t in self.threads {
             let _ = t.join();
+        }
+        // Once no connection is left: the fleet stops counting this instance's.
+        if let Some(fleet) = self.fleet {
+            fleet.stop();
         }
         // Answers (`/readyz`: draining) until the last worker is done.
         if let Some(admin) = self.admin {
@@ -150,6 +156,12 @@ impl Running {
     /// The configuration in force, as derived (listeners as configured).
     pub fn config(&self) -> Arc<Config> {
         self.state().config.clone()
+    }
+
+    /// The fleet's handle, with `[state] backend = "redis"`.
+    #[allow(dead_code)] // The quota keeper's way to the fleet.
+    pub(crate) fn fleet(&self) -> Option<&crate::state::fleet::FleetHandle> {
+        self.fleet.as_ref().map(|f| f.handle())
     }
 
     /// Every listener's kind and bound address, in configuration order.
@@ -303,6 +315,13 @@ pub(crate) fn start_with(cfg: Config, mut inherited: Inherited) -> anyhow::Resul
     let policy = Arc::new(policy);
     let conn_limits =
         ConnLimits::new(cfg.limits.max_connections_per_client, cfg.limits.max_connections_per_user);
+    let fleet = match cfg.state.redis() {
+        Some(redis) => Some(
+            crate::state::fleet::start(&redis, conn_limits.clone())
+                .map_err(|e| anyhow::anyhow!("{e}"))?,
+        ),
+        None => None,
+    };
     let traffic = Traffic::new();
     let hasher = Arc::new(
         crate::policy::auth::Hasher::start(crate::policy::auth::HasherLimits::of(&cfg.auth))
@@ -401,6 +420,7 @@ pub(crate) fn start_with(cfg: Config, mut inherited: Inherited) -> anyhow::Resul
                     readiness: readiness.clone(),
                     view,
                     shutdown: shutdown.clone(),
+                    fleet: fleet.as_ref().map(|f| f.handle().clone()),
                     users: crate::run::admin::UsersState {
                         traffic: traffic.clone(),
                         overlay: overlay.clone(),
@@ -426,6 +446,7 @@ pub(crate) fn start_with(cfg: Config, mut inherited: Inherited) -> anyhow::Resul
         readiness,
         admin,
         admin_view,
+        fleet,
     })
 }
 
