@@ -322,6 +322,9 @@ pub(crate) fn start_with(cfg: Config, mut inherited: Inherited) -> anyhow::Resul
         ),
         None => None,
     };
+    if let Some(fleet) = &fleet {
+        fleet.make_current();
+    }
     let traffic = Traffic::new();
     let hasher = Arc::new(
         crate::policy::auth::Hasher::start(crate::policy::auth::HasherLimits::of(&cfg.auth))

@@ -61,6 +61,8 @@ impl std::fmt::Debug for FleetHandle {
 }
 
 /// The fleet thread stopped: a job sent to it is not run.
+// `submit`'s error: the quota keeper's way to the fleet, on its branch.
+#[cfg_attr(not(test), allow(dead_code))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 #[error("the fleet thread is not running")]
 pub(crate) struct Gone;
@@ -69,6 +71,8 @@ impl FleetHandle {
     /// Runs `job` on the fleet's runtime; its result comes back through the receiver
     /// (an error if the thread stopped first). Awaiting the receiver never blocks the
     /// awaiting thread.
+    // The quota keeper's way to the fleet (its batches, the fleet's totals back).
+    #[cfg_attr(not(test), allow(dead_code))]
     pub(crate) fn submit<T, F, Fut>(&self, job: F) -> impl Future<Output = Result<T, Gone>>
     where
         T: Send + 'static,
@@ -90,6 +94,17 @@ impl FleetHandle {
         }
     }
 
+    /// Runs `job` on the fleet's runtime with no answer awaited (its effect is its
+    /// answer); false when the fleet thread stopped.
+    pub(crate) fn spawn<F, Fut>(&self, job: F) -> bool
+    where
+        F: FnOnce(Rc<Fleet>) -> Fut + Send + 'static,
+        Fut: Future<Output = ()> + 'static,
+    {
+        let job: Job = Box::new(move |fleet| Box::pin(job(fleet)));
+        self.jobs.send(job).is_ok()
+    }
+
     /// Health and traffic of the fleet's Redis.
     pub(crate) fn status(&self) -> &Arc<Status> {
         &self.status
@@ -105,6 +120,16 @@ impl FleetHandle {
     }
 }
 
+/// The fleet of the running proxy, for the layers that reach it from a request (sticky
+/// sessions): set while the fleet thread runs.
+static CURRENT: std::sync::Mutex<Option<FleetHandle>> = std::sync::Mutex::new(None);
+
+/// The running fleet's handle, if there is one. A lock and a clone: for a session's
+/// first use, not for every request.
+pub(crate) fn current() -> Option<FleetHandle> {
+    CURRENT.lock().unwrap_or_else(|p| p.into_inner()).clone()
+}
+
 /// The running fleet thread.
 pub(crate) struct Running {
     handle: FleetHandle,
@@ -117,6 +142,11 @@ impl Running {
         &self.handle
     }
 
+    /// Makes this the fleet `current` gives (the running proxy's).
+    pub(crate) fn make_current(&self) {
+        *CURRENT.lock().unwrap_or_else(|p| p.into_inner()) = Some(self.handle.clone());
+    }
+
     /// Stops the ticks, releases this instance's lease (its connection counts stop
     /// counting for the fleet at once) and waits for the thread.
     pub(crate) fn stop(mut self) {
@@ -124,6 +154,11 @@ impl Running {
     }
 
     fn stop_now(&mut self) {
+        let mut current = CURRENT.lock().unwrap_or_else(|p| p.into_inner());
+        if current.as_ref().is_some_and(|h| h.jobs.same_channel(&self.handle.jobs)) {
+            *current = None;
+        }
+        drop(current);
         let _ = self.stop.send(true);
         if let Some(t) = self.thread.take() {
             let _ = t.join();
@@ -168,11 +203,8 @@ pub(crate) fn start(cfg: &StateRedis, limits: Arc<ConnLimits>) -> Result<Running
             OnStateLoss::Deny => "\"deny\"",
         }
     );
-    Ok(Running {
-        handle: FleetHandle { jobs, status, on_state_loss, addr },
-        stop,
-        thread: Some(thread),
-    })
+    let handle = FleetHandle { jobs, status, on_state_loss, addr };
+    Ok(Running { handle, stop, thread: Some(thread) })
 }
 
 async fn run(
@@ -217,7 +249,10 @@ async fn run(
 
 /// One sync: counts published and the fleet's read; the state-loss switch set.
 async fn tick(fleet: &Fleet, limits: &ConnLimits, lease: Duration) {
-    let ok = sync_conns(fleet, limits, lease).await && sync_addrs(fleet, limits).await;
+    let conns = sync_conns(fleet, limits, lease).await;
+    // Tried even when the first failed: it drops the fleet's addresses then.
+    let addrs = sync_addrs(fleet, limits).await;
+    let ok = conns && addrs;
     let lost = !ok && fleet.on_state_loss() == OnStateLoss::Deny;
     limits.set_state_lost(lost);
 }
@@ -235,7 +270,7 @@ async fn sync_conns(fleet: &Fleet, limits: &ConnLimits, lease: Duration) -> bool
                 .filter_map(|(user, total)| {
                     let own = mine.get(user.as_str()).copied().unwrap_or(0);
                     let others = total.saturating_sub(own);
-                    (others > 0).then(|| (user, others as usize))
+                    (others > 0).then_some((user, others as usize))
                 })
                 .collect();
             limits.set_others(&others);
