@@ -364,3 +364,23 @@ fn a_reload_changing_the_state_settings_is_refused_and_keeps_the_running_ones() 
     cfg.state.sync_interval = Duration::from_secs(1);
     rustle::run::reload::apply(proxy.running(), &cfg).expect("reload");
 }
+
+#[test]
+fn sync_interval_is_checked() {
+    let text = |interval: &str| {
+        format!(
+            "[state]\nbackend = \"redis\"\nredis_url = \"redis://127.0.0.1:6379\"\n\
+             sync_interval = \"{interval}\"\n"
+        )
+    };
+    let problems = rustle::config::Config::parse(&text("5ms")).expect_err("too short");
+    let problems: Vec<String> = problems.iter().map(|p| p.to_string()).collect();
+    assert!(
+        problems.iter().any(|p| p.contains("state.sync_interval: must be between 10ms and 60s")),
+        "{problems:?}"
+    );
+    let cfg = rustle::config::Config::parse(&text("250ms")).expect("a good one");
+    assert_eq!(cfg.state.sync_interval, Duration::from_millis(250));
+    let cfg = rustle::config::Config::parse("").expect("empty");
+    assert_eq!(cfg.state.sync_interval, Duration::from_secs(1), "the default");
+}
