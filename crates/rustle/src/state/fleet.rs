@@ -11,8 +11,8 @@
 //!   `ConnLimits::set_others`, which the limit check adds to the local count. A user may
 //!   so exceed its limit by what other instances admitted within one tick.
 //! - client addresses per user (`max_client_addresses`): the addresses in use here
-//!   touched (`Fleet::touch_addrs`, one round trip per user with addresses here), then
-//!   every user's addresses over the fleet read (`Fleet::fleet_addrs`) into
+//!   touched (`Fleet::touch_addrs`, a script per user with addresses here, sent together),
+//!   then every user's addresses over the fleet read (`Fleet::fleet_addrs`) into
 //!   `Addrs::set_fleet`. Same bound: what other instances admitted within one tick.
 //! - health: with `on_state_loss = "deny"`, authenticated connections are refused while
 //!   Redis is unreachable (`ConnLimits::set_state_lost`); with `"serve"` the fleet's
@@ -288,15 +288,19 @@ async fn sync_conns(fleet: &Fleet, limits: &ConnLimits, lease: Duration) -> bool
 /// could not be reached (the fleet's addresses are then dropped).
 async fn sync_addrs(fleet: &Fleet, limits: &ConnLimits) -> bool {
     let local = limits.addrs.local(crate::limits::now());
-    let mut ok = true;
-    for (user, limit, ips) in &local {
+    // One script per user, sent together on the one (multiplexed) connection: a round
+    // trip in all, not one per user.
+    let touches = local.iter().map(|(user, limit, ips)| async move {
         let ips: Vec<String> = ips.iter().map(IpAddr::to_string).collect();
         let ips: Vec<&str> = ips.iter().map(String::as_str).collect();
         let max = u32::try_from(limit.max).unwrap_or(u32::MAX);
-        if let Err(e) = fleet.touch_addrs(user, &ips, limit.ttl, max).await {
+        fleet.touch_addrs(user, &ips, limit.ttl, max).await
+    });
+    let mut ok = true;
+    for result in futures_util::future::join_all(touches).await {
+        if let Err(e) = result {
             tracing::debug!("state: client addresses not synced: {e}");
             ok = false;
-            break;
         }
     }
     let all = match ok {
