@@ -15,6 +15,7 @@ mod egress;
 mod listener;
 mod load;
 mod log;
+mod quota;
 mod rate;
 mod routing;
 mod settings;
@@ -34,6 +35,8 @@ pub use log::{
     Diagnostics, Facility, Field, Log, LogFormat, LogTarget, Piece, SyslogAddr, SyslogFormat,
     Template,
 };
+pub(crate) use quota::problems as quota_problems;
+pub use quota::{OnExceeded, Period, QuotaConfig, QuotaDirection, ROLLING_BUCKETS};
 pub(crate) use rate::parse_rate;
 pub(crate) use routing::DEFAULT_STICKY_TTL;
 pub use routing::{
@@ -113,7 +116,10 @@ pub struct Config {
     /// The metrics and health endpoint (`[admin]`), off unless `listen` is set.
     #[serde(default)]
     pub admin: Admin,
-    /// Where per-user state lives (`[state]`).
+    /// Traffic quotas per user or group (`[[quota]]`).
+    #[serde(default, rename = "quota")]
+    pub quotas: Vec<QuotaConfig>,
+    /// Where per-user state lives (`[state]`): quota usage, and what a fleet shares.
     #[serde(default)]
     pub state: State,
 }

@@ -208,6 +208,9 @@ pub(crate) enum Error {
     /// The password-hashing threads' queue is full (of other clients' logins).
     #[error("too many logins being checked, try again shortly")]
     AuthBusy,
+    /// The user's traffic quota is used up: which quota, how much, and when it resets.
+    #[error("{0}")]
+    QuotaExceeded(std::sync::Arc<str>),
     /// Per-client or per-user connection limit.
     #[error("too many connections {0}")]
     LimitReached(&'static str),
@@ -274,6 +277,7 @@ impl Error {
             Error::AuthBusy => Some(503),
             Error::LimitReached(_) => Some(503),
             Error::ClientAddresses(_) => Some(403),
+            Error::QuotaExceeded(_) => Some(403),
             Error::Socks5(_) | Error::Socks4(_) => Some(400),
         }
     }
@@ -327,7 +331,8 @@ impl Error {
             Error::AuthRequired(_)
             | Error::AuthParams(_)
             | Error::AuthRateLimited
-            | Error::ClientAddresses(_) => R::NotAllowed,
+            | Error::ClientAddresses(_)
+            | Error::QuotaExceeded(_) => R::NotAllowed,
         }
     }
 }
@@ -359,7 +364,8 @@ impl Error {
             | Error::Overloaded
             | Error::StateLost
             | Error::AuthBusy
-            | Error::ClientAddresses(_) => Some(Refused::Limit),
+            | Error::ClientAddresses(_)
+            | Error::QuotaExceeded(_) => Some(Refused::Limit),
             Error::Through { source, .. } => source.refusal(),
             Error::BadRequest(_)
             | Error::Unsupported(_)

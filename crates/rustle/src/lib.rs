@@ -12,7 +12,8 @@
 //!   allowed, which way.
 //! - `telemetry`: the access log and the metrics.
 //! - `io`: streams, buffers, body framing, the relay engine, TLS, the one `unsafe` module.
-//! - `state`: per-user state kept across restarts or shared by a fleet (the Redis client).
+//! - `state`: quotas and their usage, kept across restarts (the `rustle-quota` thread),
+//!   and the Redis client a fleet shares state through.
 //! - `limits`, `error`: bandwidth and connection limits, the error type; shared by every
 //!   layer above.
 //! - `config`: the TOML configuration, its loading and checks.

@@ -29,7 +29,7 @@
 
 use std::collections::HashMap;
 use std::net::IpAddr;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -313,12 +313,6 @@ impl Throttle {
         self.up.is_unlimited() && self.down.is_unlimited()
     }
 
-    /// What a relay keeps: nothing for an unlimited throttle (the common case costs one
-    /// pointer), a boxed copy otherwise.
-    pub(crate) fn boxed(&self) -> Option<Box<Throttle>> {
-        (!self.is_unlimited()).then(|| Box::new(self.clone()))
-    }
-
     pub(crate) fn dir(&self, dir: Direction) -> &Limit {
         match dir {
             Direction::Up => &self.up,
@@ -596,6 +590,8 @@ const NOT_CUT: u8 = 0;
 /// whether they are to be cut. Front ends hold it as an `Arc` while the user's
 /// connection is open; the worker's per-second sweep (`front::cut`) closes those of a cut
 /// user, so that the check costs a relaxed load per connection a second, nothing per read.
+/// Also where the user stands against its quotas (set by the quota keeper, `state`, read
+/// by the front ends).
 #[derive(Debug, Default)]
 pub(crate) struct UserTraffic {
     /// From the client towards the upstream.
@@ -608,6 +604,10 @@ pub(crate) struct UserTraffic {
     cut: std::sync::atomic::AtomicU8,
     /// The reason in force, read only once `cut` says there is one.
     reason: Mutex<Option<Cut>>,
+    /// `QUOTA_OK`, `QUOTA_EXCEEDED` or `QUOTA_CUT`.
+    quota: AtomicU8,
+    /// Why the user is refused while a quota is used up (read only when refusing).
+    refusal: Mutex<Option<Arc<str>>>,
 }
 
 /// Marks `entry`'s user as cut for `reason`: its new connections are for the caller to
@@ -623,6 +623,13 @@ pub(crate) fn cut(entry: &UserTraffic, reason: Cut) {
     // Release: a sweep that sees the code sees the reason stored before it.
     entry.cut.store(code, Ordering::Release);
 }
+
+/// Within every quota.
+const QUOTA_OK: u8 = 0;
+/// A quota is used up: new requests and connections are refused.
+const QUOTA_EXCEEDED: u8 = 1;
+/// Used up, and the quota says `on_exceeded = "close"`: open tunnels end too.
+const QUOTA_CUT: u8 = 2;
 
 impl UserTraffic {
     /// Whether the user's connections are to be cut: one relaxed load (the sweep's).
@@ -644,18 +651,73 @@ impl UserTraffic {
         *lock(&self.reason) = None;
     }
 
+    #[inline]
     pub(crate) fn add(&self, dir: Direction, n: u64) {
         let c = match dir {
             Direction::Up => &self.up,
             Direction::Down => &self.down,
         };
-        // Relaxed: independent counters, read only for reporting.
+        // Relaxed: independent counters, read only for reporting and by the quota keeper
+        // once a second.
         c.fetch_add(n, Ordering::Relaxed);
     }
 
     /// (up, down) so far.
     pub(crate) fn get(&self) -> (u64, u64) {
         (self.up.load(Ordering::Relaxed), self.down.load(Ordering::Relaxed))
+    }
+
+    /// Why a new request or connection of this user is refused, when one of its quotas
+    /// is used up: one relaxed load when it is not.
+    #[inline]
+    pub(crate) fn over_quota(&self) -> Option<crate::error::Error> {
+        if self.quota.load(Ordering::Relaxed) == QUOTA_OK {
+            return None;
+        }
+        self.refused()
+    }
+
+    #[cold]
+    fn refused(&self) -> Option<crate::error::Error> {
+        let text = lock(&self.refusal).clone()?;
+        // The keeper says it once when the quota is used up; each refusal is in the
+        // access log.
+        tracing::debug!("refused: {text}");
+        Some(crate::error::Error::QuotaExceeded(text))
+    }
+
+    /// Whether the user's open tunnels are to end (a quota with `on_exceeded = "close"`
+    /// is used up).
+    #[inline]
+    pub(crate) fn cut(&self) -> bool {
+        self.quota.load(Ordering::Relaxed) == QUOTA_CUT
+    }
+
+    /// The keeper's verdict: None within every quota, else (whether open tunnels end,
+    /// the refusal's text). Whether it changed.
+    pub(crate) fn set_quota(&self, state: Option<(bool, Arc<str>)>) -> bool {
+        let flag = match &state {
+            None => QUOTA_OK,
+            Some((false, _)) => QUOTA_EXCEEDED,
+            Some((true, _)) => QUOTA_CUT,
+        };
+        let current = self.quota.load(Ordering::Relaxed);
+        if flag == QUOTA_OK && current == QUOTA_OK {
+            return false;
+        }
+        if flag == current {
+            let same = match (&*lock(&self.refusal), &state) {
+                (Some(a), Some((_, b))) => a == b,
+                (None, None) => true,
+                _ => false,
+            };
+            if same {
+                return false;
+            }
+        }
+        *lock(&self.refusal) = state.map(|(_, text)| text);
+        self.quota.store(flag, Ordering::Relaxed);
+        true
     }
 }
 
@@ -699,6 +761,11 @@ impl Traffic {
     /// The user's counters if it has some already (made by nothing but `entry`).
     pub(crate) fn find(&self, user: &str) -> Option<Arc<UserTraffic>> {
         lock(&self.users).get(user).cloned()
+    }
+
+    /// Every user with counters of its own, with them (for the quota keeper).
+    pub(crate) fn entries(&self) -> Vec<(Box<str>, Arc<UserTraffic>)> {
+        lock(&self.users).iter().map(|(u, t)| (u.clone(), t.clone())).collect()
     }
 
     /// (user, up, down) for every user seen, sorted by user; those past

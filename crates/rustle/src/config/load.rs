@@ -208,6 +208,12 @@ impl Config {
                 problems.push(Problem { line: lines.at(&segs), message });
             }
         }
+        for (i, message) in super::quota::problems_at(&config.quotas) {
+            let segs = ["quota".to_string(), i.to_string()];
+            if !lines.damaged_at(&segs) {
+                problems.push(Problem { line: lines.at(&segs), message });
+            }
+        }
         let default_allow = config.default_action == DefaultAction::Allow;
         if let Err(errs) = crate::acl::RuleSet::compile(&config.rules, default_allow) {
             for (i, e) in errs {

@@ -5,7 +5,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use serde::Deserialize;
+use serde::{Deserialize, Deserializer};
 
 use super::duration::duration;
 use super::Secret;
@@ -14,6 +14,15 @@ use super::Secret;
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(default)]
 pub struct State {
+    /// The quota usage file (JSON); none: usage lives in memory only and a restart
+    /// forgets it.
+    pub path: Option<PathBuf>,
+    /// How often usage is written: a crash loses at most this much of it.
+    #[serde(deserialize_with = "duration")]
+    pub flush_interval: Duration,
+    /// The zone calendar periods follow (an IANA name, or "UTC").
+    #[serde(deserialize_with = "time_zone")]
+    pub time_zone: String,
     /// Where the state lives: this machine, or a Redis shared by the fleet.
     pub backend: Backend,
     // The Redis backend's keys (`backend = "redis"`); `StateRedis` is their checked view.
@@ -35,12 +44,23 @@ pub struct State {
 /// The default `sync_interval`.
 const DEFAULT_SYNC_INTERVAL: Duration = Duration::from_secs(1);
 
+fn time_zone<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
+    let name = String::deserialize(d)?;
+    match jiff::tz::TimeZone::get(&name) {
+        Ok(_) => Ok(name),
+        Err(e) => Err(serde::de::Error::custom(format!("time zone {name:?}: {e}"))),
+    }
+}
+
 /// The default `key_prefix`.
 pub const DEFAULT_KEY_PREFIX: &str = "rustle:";
 
 impl Default for State {
     fn default() -> Self {
         State {
+            path: None,
+            flush_interval: Duration::from_secs(5),
+            time_zone: "UTC".into(),
             backend: Backend::File,
             redis_url: None,
             redis_password_file: None,

@@ -241,8 +241,8 @@ pub(crate) fn end(
     // A user cut (`limits::cut`): the sweep ended its connection, and its line says why.
     let mut cut = None;
     if let Some(t) = traffic {
-        t.add(Direction::Up, record.up);
-        t.add(Direction::Down, record.down);
+        t.add(Direction::Up, record.up.saturating_sub(record.counted.0));
+        t.add(Direction::Down, record.down.saturating_sub(record.counted.1));
         if t.is_cut() {
             cut = t.cut_reason();
         }

@@ -415,6 +415,10 @@ impl Client {
         if self.listener.auth && !self.cert_auth {
             self.authenticate().await?;
         }
+        // A user over quota: one relaxed load per request.
+        if let Some(e) = self.traffic.as_deref().and_then(crate::limits::UserTraffic::over_quota) {
+            return Err(e);
+        }
         let head = &self.head;
         if matches!(head.method, Method::Options | Method::Trace) && head.max_forwards == Some(0) {
             return self.answer_max_forwards(ex).await;
@@ -630,6 +634,7 @@ impl Client {
             tls: self.tls.as_deref(),
             error: None,
             refused: None,
+            counted: (0, 0),
         };
         crate::front::exchange::end(&self.worker, self.traffic.as_deref(), record, error);
     }

@@ -74,6 +74,9 @@ struct Shared {
     auth: RefCell<Option<Authenticated>>,
     /// The user a verified client certificate names: no password is asked.
     cert_user: Option<Rc<str>>,
+    /// The connection's user's traffic counters, found at its first stream (a connection
+    /// cannot change users).
+    traffic: RefCell<Option<Arc<crate::limits::UserTraffic>>>,
     /// The TLS session under the connection (ALPN h2), for log lines.
     tls: Option<Rc<crate::io::tls::Session>>,
     /// Stream tasks alive (tunnels included), for closing idle connections.
@@ -87,6 +90,24 @@ struct Shared {
 }
 
 impl Shared {
+    /// The traffic counters of the stream's user, if any (a tunnel's relay counts into
+    /// them as bytes move).
+    fn traffic_of(&self, user: Option<&str>) -> Option<Arc<crate::limits::UserTraffic>> {
+        user.map(|u| self.traffic(u))
+    }
+
+    /// The traffic counters of the connection's user.
+    fn traffic(&self, user: &str) -> Arc<crate::limits::UserTraffic> {
+        self.traffic.borrow_mut().get_or_insert_with(|| self.worker.traffic.entry(user)).clone()
+    }
+
+    /// Why a stream of `user` is refused, when one of its quotas is used up: one relaxed
+    /// load once its counters are found.
+    fn over_quota(&self, user: &str) -> Option<Error> {
+        let mut traffic = self.traffic.borrow_mut();
+        traffic.get_or_insert_with(|| self.worker.traffic.entry(user)).over_quota()
+    }
+
     /// The bandwidth limits of one stream: its listener's and its user's, as for an
     /// HTTP/1.1 connection.
     fn throttle(&self, user: Option<&str>) -> crate::limits::Throttle {
@@ -209,6 +230,7 @@ async fn serve_with<IO>(
         local,
         auth: RefCell::new(None),
         cert_user: cert_user.map(Rc::from),
+        traffic: RefCell::new(None),
         tls,
         streams: Cell::new(0),
         driver: Cell::new(None),
@@ -390,6 +412,12 @@ impl Exchange {
 
     /// The stream's end (`exchange::end`): the user's traffic, the metrics, the log line.
     fn log(&self, shared: &Shared, error: Option<&Error>) {
+        self.log_counted(shared, error, (0, 0));
+    }
+
+    /// `log`, where `counted` of `up` and `down` were added to the user's counters as
+    /// they moved (a tunnel's relay).
+    fn log_counted(&self, shared: &Shared, error: Option<&Error>, counted: (u64, u64)) {
         let mut record = Record::new(
             shared.peer,
             &shared.listener,
@@ -402,7 +430,9 @@ impl Exchange {
         (record.status, record.up, record.down) = (self.status, self.up, self.down);
         (record.upstream, record.via) = (self.upstream, self.via.as_deref());
         (record.tunnel, record.tls) = (self.tunnel, shared.tls.as_deref());
-        crate::front::exchange::end(&shared.worker, None, record, error);
+        record.counted = counted;
+        let traffic = shared.traffic.borrow();
+        crate::front::exchange::end(&shared.worker, traffic.as_deref(), record, error);
     }
 }
 
@@ -447,6 +477,10 @@ async fn stream(live: Live, req: Request<RecvStream>, mut respond: SendResponse<
             (ex.user, ex.params) = authenticate(&shared, req.headers()).await?;
         } else {
             ex.user = shared.cert_user.clone();
+        }
+        // A user over quota: one relaxed load per stream.
+        if let Some(e) = ex.user.as_deref().and_then(|u| shared.over_quota(u)) {
+            return Err(e);
         }
         // Every kind of stream below may open an upstream connection: it counts against
         // the connection limits until it ends (a tunnel: until its relay ends).

@@ -130,7 +130,13 @@ pub(crate) async fn serve(
         }
     }
     early_up.extend_from_slice(early.filled());
-    let handoff = Handoff { upstream, early_up, early_down, throttle: listener.throttle.clone() };
+    let handoff = Handoff {
+        upstream,
+        early_up,
+        early_down,
+        throttle: listener.throttle.clone(),
+        traffic: None,
+    };
     let opts = worker.relay_opts(listener.splice);
     crate::front::tunnel::spawn(guard, client, handoff, opts, record);
 }

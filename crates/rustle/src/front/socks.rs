@@ -30,6 +30,8 @@ pub(crate) struct Session {
     pub(crate) guard: ConnGuard,
     /// The authenticated user, if any.
     pub(crate) user: Option<String>,
+    /// Its traffic counters, found once it logged in (`over_quota`).
+    pub(crate) traffic: Option<Arc<crate::limits::UserTraffic>>,
     /// The parameters its user name carried (`[auth.params]`).
     pub(crate) params: Option<Box<crate::acl::Params>>,
     pub(crate) worker: Rc<Worker>,
@@ -53,6 +55,9 @@ pub(crate) struct Session {
     pub(crate) via: Option<Rc<crate::telemetry::accesslog::Via>>,
     /// SOCKS4 or SOCKS5, once the first byte said which.
     pub(crate) protocol: Protocol,
+    /// `up` and `down` were added to the user's counters as they moved (a UDP
+    /// association counts each datagram).
+    pub(crate) counted: bool,
     /// The deadline for the whole handshake.
     deadline: tokio::time::Instant,
 }
@@ -70,6 +75,7 @@ pub(crate) async fn serve(
     let mut s = Session {
         guard,
         user: None,
+        traffic: None,
         params: None,
         worker: worker.clone(),
         listener,
@@ -86,6 +92,7 @@ pub(crate) async fn serve(
         upstream: None,
         via: None,
         protocol: Protocol::Unknown,
+        counted: false,
         deadline,
     };
     let result = match s.fill_until(|b| !b.is_empty()).await {
@@ -236,7 +243,10 @@ impl Session {
         (record.label, record.user) = (&parts, self.user.as_deref());
         (record.status, record.up, record.down) = (self.status, self.up, self.down);
         (record.upstream, record.via) = (self.upstream, self.via.as_deref());
-        crate::front::exchange::end(&self.worker, None, record, error);
+        if self.counted {
+            record.counted = (self.up, self.down);
+        }
+        crate::front::exchange::end(&self.worker, self.traffic.as_deref(), record, error);
     }
 
     /// What the upstream layer is asked for a UDP datagram of this association to
@@ -301,11 +311,19 @@ impl Session {
         Ok((connected.stream, connected.early))
     }
 
+    /// Why the logged-in user is refused, when one of its quotas is used up (its
+    /// counters found once, kept for the tunnel and the log line).
+    fn over_quota(&mut self) -> Option<Error> {
+        let user = self.user.as_deref()?;
+        let t = self.traffic.get_or_insert_with(|| self.worker.traffic.entry(user));
+        t.over_quota()
+    }
+
     /// The tunnel to start, with any client bytes read beyond the handshake.
     fn handoff(&mut self, upstream: Stream, early_down: Vec<u8>) -> Handoff {
         let throttle = self.worker.throttle(&self.listener.throttle, self.user.as_deref());
         let early_up = self.buf.filled().to_vec();
-        Handoff { upstream, early_up, early_down, throttle }
+        Handoff { upstream, early_up, early_down, throttle, traffic: self.traffic.clone() }
     }
 
     /// The access rules on a BIND to `dst` (protocol `bind`), with `peer` as the address
@@ -467,7 +485,7 @@ async fn socks5_session(s: &mut Session) -> Outcome {
         }
     };
     s.target = format!("socks5://{}", request.dst);
-    if let Err(e) = user_admitted(s) {
+    if let Some(e) = user_admitted(s).err().or_else(|| s.over_quota()) {
         s.method = match request.command {
             socks5::Command::Connect => "CONNECT",
             socks5::Command::Bind => "BIND",
@@ -564,7 +582,9 @@ async fn socks4_session(s: &mut Session) -> Outcome {
     match request.command {
         socks4::Command::Connect => {
             s.method = "CONNECT";
-            if let Err(e) = socks4_user(s, user_id) {
+            if let Err(e) =
+                socks4_user(s, user_id).and_then(|()| s.over_quota().map_or(Ok(()), Err))
+            {
                 reply4(s, socks4::Reply::Rejected, None).await;
                 return Err(e);
             }
@@ -586,7 +606,9 @@ async fn socks4_session(s: &mut Session) -> Outcome {
         }
         socks4::Command::Bind => {
             s.method = "BIND";
-            if let Err(e) = socks4_user(s, user_id) {
+            if let Err(e) =
+                socks4_user(s, user_id).and_then(|()| s.over_quota().map_or(Ok(()), Err))
+            {
                 reply4(s, socks4::Reply::Rejected, None).await;
                 return Err(e);
             }

@@ -26,6 +26,8 @@ pub(crate) struct Handoff {
     pub(crate) early_down: Vec<u8>,
     /// Bandwidth limits of the listener and the user.
     pub(crate) throttle: Throttle,
+    /// The user's traffic counters: the relay counts into them as bytes move.
+    pub(crate) traffic: Option<std::sync::Arc<crate::limits::UserTraffic>>,
 }
 
 /// What an open tunnel keeps of its exchange for its record (`accesslog::Record`), ended
@@ -59,7 +61,13 @@ pub(crate) fn spawn(
     opts: Opts,
     record: Record,
 ) {
-    let Handoff { upstream, early_up, early_down, throttle } = handoff;
+    let Handoff { upstream, early_up, early_down, throttle, traffic } = handoff;
+    // Every tunnel of a user counts as it goes (`finish` counts only the rest).
+    let traffic = match (traffic, &record.user) {
+        (Some(t), _) => Some(t),
+        (None, Some(user)) => Some(guard.worker().traffic.entry(user)),
+        (None, None) => None,
+    };
     // A relay waits on both sockets: a client not yet registered is registered now.
     if let Err(e) = client.register() {
         tracing::warn!("{}: tunnel not started: {e}", record.peer);
@@ -69,14 +77,17 @@ pub(crate) fn spawn(
     // The relay keeps its own copy of early bytes (in a pooled buffer) until delivered.
     match (client, upstream) {
         (Stream::Tcp(client), Stream::Tcp(upstream)) => {
-            let mut relay = relay::run(client, upstream, &early_up, &early_down, opts).closing();
+            let mut relay = relay::run(client, upstream, &early_up, &early_down, opts)
+                .closing()
+                .counting(traffic);
             if park::here() {
                 relay = relay.parking();
             }
             tokio::task::spawn_local(socket_task(guard, relay.throttled(&throttle), record));
         }
         (client, upstream) => {
-            let relay = relay::run(client, upstream, &early_up, &early_down, opts);
+            let relay =
+                relay::run(client, upstream, &early_up, &early_down, opts).counting(traffic);
             tokio::task::spawn_local(task(guard, relay.throttled(&throttle), record));
         }
     }
@@ -146,6 +157,10 @@ pub(crate) fn finish(
     record.status = rec.status;
     record.up = rec.up + totals.up;
     record.down = rec.down + totals.down;
+    // A user's relay counted its bytes as they moved (`spawn`).
+    if rec.user.is_some() {
+        record.counted = (totals.up, totals.down);
+    }
     record.tunnel = true;
     record.tls = rec.tls.as_deref();
     crate::front::exchange::end(guard.worker(), None, record, result.as_ref().err());

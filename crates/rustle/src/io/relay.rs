@@ -37,7 +37,7 @@ use tokio::time::{sleep_until, Instant, Sleep};
 use crate::config::SpliceMode;
 use crate::error::{Error, Phase};
 use crate::io::sys::Pipe;
-use crate::limits::{Limit, Throttle};
+use crate::limits::{Direction, Limit, Throttle, UserTraffic};
 pub(crate) use end::End;
 
 /// Scratch buffer size, and the read size that counts as "full" for switching to splice.
@@ -225,7 +225,21 @@ impl std::fmt::Display for Stalled {
 
 impl std::error::Error for Stalled {}
 
+/// The error a tunnel cut by its user's quota ends with.
+#[cold]
+fn cut(t: &UserTraffic) -> Error {
+    t.over_quota().unwrap_or(Error::QuotaExceeded("quota used up".into()))
+}
+
 impl Side {
+    /// The direction of the bytes this side sends.
+    fn direction(self) -> Direction {
+        match self {
+            Side::Client => Direction::Up,
+            Side::Upstream => Direction::Down,
+        }
+    }
+
     fn other(self) -> Side {
         match self {
             Side::Client => Side::Upstream,
@@ -324,6 +338,7 @@ impl Dir {
         limit: Option<&Limit>,
         last: &mut Instant,
         last_out: bool,
+        user: Option<&UserTraffic>,
     ) -> Poll<Result<(), Error>> {
         let sockets = S::SOCKET && D::SOCKET;
         loop {
@@ -567,6 +582,14 @@ impl Dir {
                 continue;
             }
             self.moved += n as u64;
+            if let Some(t) = user {
+                // The user's quota counts bytes as they move (one relaxed add), and a
+                // quota that closes open tunnels ends this one at its next read.
+                t.add(self.src.direction(), n as u64);
+                if t.cut() {
+                    return Poll::Ready(Err(cut(t)));
+                }
+            }
             *last = Instant::now();
             if sockets {
                 self.count(n, opts);
@@ -630,8 +653,9 @@ impl Dir {
 pub(crate) struct Relay<C, U> {
     client: C,
     upstream: U,
-    /// Bandwidth limits; None (no cost) for unlimited connections.
-    throttle: Option<Box<Throttle>>,
+    /// Bandwidth limits and the user's counters; None (no cost) for an unlimited
+    /// connection without a user.
+    extras: Option<Box<Extras>>,
     up: Dir,
     down: Dir,
     opts: Opts,
@@ -641,6 +665,16 @@ pub(crate) struct Relay<C, U> {
     closes: bool,
     /// The relay says when it has been idle long enough to be parked (see `parking`).
     parks: bool,
+}
+
+/// What only some relays have, boxed so that the others keep one word for it (an open
+/// tunnel's task stays within tokio's 640-byte size class).
+#[derive(Default)]
+struct Extras {
+    /// Bandwidth limits (`throttled`); None: unlimited.
+    throttle: Option<Throttle>,
+    /// The user's shared counters (`counting`): bytes are added as they move.
+    user: Option<Arc<UserTraffic>>,
 }
 
 /// A tunnel that has moved no byte for this long is parked (see `park`), unless its
@@ -658,7 +692,7 @@ pub(crate) enum Ended {
 /// What a parked relay keeps to go on where it stopped.
 pub(crate) struct Resume {
     opts: Opts,
-    throttle: Option<Box<Throttle>>,
+    extras: Option<Box<Extras>>,
     moved: (u64, u64),
     done: (bool, bool),
     last: Instant,
@@ -677,6 +711,12 @@ impl Resume {
     /// Which directions (client to upstream, upstream to client) have ended.
     pub(crate) fn done(&self) -> (bool, bool) {
         self.done
+    }
+
+    /// The user's quota says to end its open tunnels (the park's sweep looks).
+    pub(crate) fn cut(&self) -> Option<Error> {
+        let user = self.extras.as_ref().and_then(|e| e.user.as_deref());
+        user.filter(|t| t.cut()).map(cut)
     }
 }
 
@@ -705,7 +745,7 @@ where
     Relay {
         client,
         upstream,
-        throttle: None,
+        extras: None,
         up,
         down,
         opts,
@@ -719,7 +759,20 @@ where
 impl<C, U> Relay<C, U> {
     /// Applies bandwidth limits (nothing is kept for an unlimited throttle).
     pub(crate) fn throttled(mut self, throttle: &Throttle) -> Self {
-        self.throttle = throttle.boxed();
+        if !throttle.is_unlimited() {
+            self.extras.get_or_insert_with(Box::default).throttle = Some(throttle.clone());
+        }
+        self
+    }
+
+    /// Adds the bytes the relay moves (those handed to it included) to the user's
+    /// counters as they move: `exchange::end` then counts only the rest of the exchange.
+    pub(crate) fn counting(mut self, user: Option<Arc<UserTraffic>>) -> Self {
+        if let Some(t) = user {
+            t.add(Direction::Up, self.up.moved);
+            t.add(Direction::Down, self.down.moved);
+            self.extras.get_or_insert_with(Box::default).user = Some(t);
+        }
         self
     }
 
@@ -743,7 +796,11 @@ impl<C, U> Relay<C, U> {
     /// with a response head): counted, and charged to the bandwidth limits.
     pub(crate) fn sent_down_before(&mut self, n: usize) {
         self.down.moved += n as u64;
-        if let Some(t) = &self.throttle {
+        let Some(e) = &self.extras else { return };
+        if let Some(t) = &e.user {
+            t.add(Direction::Down, n as u64);
+        }
+        if let Some(t) = &e.throttle {
             t.charge(crate::limits::Direction::Down, n, Instant::now().into_std());
         }
     }
@@ -802,7 +859,7 @@ impl Relay<TcpStream, TcpStream> {
         let totals = self.totals();
         let resume = Resume {
             opts: self.opts,
-            throttle: self.throttle.take(),
+            extras: self.extras.take(),
             moved: (self.up.moved, self.down.moved),
             done: (self.up.done, self.down.done),
             last: self.last,
@@ -817,7 +874,7 @@ impl Relay<TcpStream, TcpStream> {
     pub(crate) fn resume(client: TcpStream, upstream: TcpStream, r: Resume, parks: bool) -> Self {
         let mut relay = run(client, upstream, b"", b"", r.opts).closing();
         relay.parks = parks;
-        relay.throttle = r.throttle;
+        relay.extras = r.extras;
         relay.up.moved = r.moved.0;
         relay.down.moved = r.moved.1;
         relay.up.done = r.done.0;
@@ -858,13 +915,16 @@ where
         let mut last = this.last;
         let (client, upstream) = (&mut this.client, &mut this.upstream);
         let (up, down, opts) = (&mut this.up, &mut this.down, &this.opts);
-        let throttle = this.throttle.as_deref();
+        let extras = this.extras.as_deref();
+        let throttle = extras.and_then(|e| e.throttle.as_ref());
+        let user = extras.and_then(|e| e.user.as_deref());
         let closes = this.closes;
         let failed = POOLS.with(|pools| {
             if !up.done {
                 let limit = throttle.map(|t| &t.up);
                 let last_out = closes && down.done;
-                let r = up.poll_move(cx, pools, client, upstream, opts, limit, &mut last, last_out);
+                let r = up
+                    .poll_move(cx, pools, client, upstream, opts, limit, &mut last, last_out, user);
                 if let Poll::Ready(Err(e)) = r {
                     return Some(e);
                 }
@@ -872,8 +932,8 @@ where
             if !down.done {
                 let limit = throttle.map(|t| &t.down);
                 let last_out = closes && up.done;
-                let r =
-                    down.poll_move(cx, pools, upstream, client, opts, limit, &mut last, last_out);
+                let r = down
+                    .poll_move(cx, pools, upstream, client, opts, limit, &mut last, last_out, user);
                 if let Poll::Ready(Err(e)) = r {
                     return Some(e);
                 }

@@ -67,6 +67,8 @@ const MAX_CONNECTIONS: usize = 64;
 pub(crate) struct State {
     pub(crate) workers: Vec<Arc<WorkerStats>>,
     pub(crate) readiness: Arc<Readiness>,
+    /// The quotas, for their usage in `/metrics`.
+    pub(crate) quotas: Arc<crate::state::Keeper>,
     /// The listeners and the policy in force (a reload replaces them).
     pub(crate) view: watch::Receiver<Arc<View>>,
     /// True once a shutdown began: `/readyz` then says draining.
@@ -616,7 +618,9 @@ impl Server {
             uptime: self.started.elapsed(),
             workers: self.state.workers.len(),
         };
+        let quotas = self.state.quotas.metrics();
         let mut text = metrics::render(&metrics::Scrape {
+            quotas: &quotas,
             listeners: &view.listeners,
             workers: &self.state.workers,
             max_user_series: self.max_user_series,

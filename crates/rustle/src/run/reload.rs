@@ -118,9 +118,18 @@ fn apply_as(running: &Running, cfg: &Config, confirmed: bool) -> Result<Vec<Stri
     warnings.extend(policy.undefined_names.iter().cloned());
     warnings.extend(plan.warnings.iter().cloned());
     policy.routes.keep_health_of(&old.routes);
+    let problems = crate::config::quota_problems(&cfg.quotas);
+    if !problems.is_empty() {
+        return Err(problems.join("; "));
+    }
+    let groups = crate::run::server::groups_of(&policy);
     let traffic = running.user_traffic().clone();
     let new_users = policy.users.clone();
     running.commit(plan, policy);
+    // The quotas as changed, in force at once (usage of a quota removed is dropped).
+    if let Err(e) = running.quotas().configure(cfg, groups) {
+        warnings.push(e);
+    }
     drop(publishing);
     crate::policy::overlay::settle(&traffic, &old.users, &new_users);
     Ok(warnings)

@@ -59,6 +59,8 @@ pub struct Running {
     /// Held while a policy is built and put in force (a reload, a change of the users
     /// API), so that neither puts in force a policy built before the other's.
     publishing: Arc<Mutex<()>>,
+    /// The quotas and their usage (`state`), and the `rustle-quota` thread.
+    quotas: Arc<crate::state::Keeper>,
     conn_limits: Arc<ConnLimits>,
     in_force: Arc<InForce>,
     switches: Arc<crate::io::relay::Switches>,
@@ -99,7 +101,10 @@ impl Running {
         for t in self.threads {
             let _ = t.join();
         }
-        // Once no connection is left: the fleet stops counting this instance's.
+        // The last usage written once no worker counts any more.
+        self.quotas.stop();
+        // Once no connection is left (and the keeper's last flush is out): the fleet
+        // stops counting this instance's.
         if let Some(fleet) = self.fleet {
             fleet.stop();
         }
@@ -127,6 +132,11 @@ impl Running {
     /// Bytes each way per authenticated user so far: (user, up, down), sorted by user.
     pub fn traffic(&self) -> Vec<(String, u64, u64)> {
         self.traffic.snapshot()
+    }
+
+    /// The quotas and their usage (the admin API's `usage`, `reset`, `top_up`).
+    pub(crate) fn quotas(&self) -> &Arc<crate::state::Keeper> {
+        &self.quotas
     }
 
     pub fn stopper(&self) -> watch::Sender<bool> {
@@ -326,6 +336,7 @@ pub(crate) fn start_with(cfg: Config, mut inherited: Inherited) -> anyhow::Resul
         fleet.make_current();
     }
     let traffic = Traffic::new();
+    let quotas = Arc::new(crate::state::Keeper::start(&cfg, traffic.clone(), groups_of(&policy))?);
     let hasher = Arc::new(
         crate::policy::auth::Hasher::start(crate::policy::auth::HasherLimits::of(&cfg.auth))
             .context("cannot start the password hashing threads")?,
@@ -413,6 +424,7 @@ pub(crate) fn start_with(cfg: Config, mut inherited: Inherited) -> anyhow::Resul
                 admin_view: admin_view.clone(),
                 publishing: publishing.clone(),
                 in_force: in_force.clone(),
+                quotas: quotas.clone(),
             };
             Some(crate::run::admin::start(
                 &cfg.admin,
@@ -421,6 +433,7 @@ pub(crate) fn start_with(cfg: Config, mut inherited: Inherited) -> anyhow::Resul
                 crate::run::admin::State {
                     workers: admin_stats,
                     readiness: readiness.clone(),
+                    quotas: quotas.clone(),
                     view,
                     shutdown: shutdown.clone(),
                     fleet: fleet.as_ref().map(|f| f.handle().clone()),
@@ -443,6 +456,7 @@ pub(crate) fn start_with(cfg: Config, mut inherited: Inherited) -> anyhow::Resul
         workers: senders,
         state,
         traffic,
+        quotas,
         conn_limits,
         in_force,
         switches,
@@ -463,6 +477,7 @@ struct Publisher {
     admin_view: Arc<watch::Sender<Arc<crate::run::admin::View>>>,
     publishing: Arc<Mutex<()>>,
     in_force: Arc<InForce>,
+    quotas: Arc<crate::state::Keeper>,
 }
 
 impl Publisher {
@@ -479,6 +494,10 @@ impl Publisher {
         policy.routes.keep_health_of(&state.policy.routes);
         let policy = Arc::new(policy);
         crate::policy::overlay::settle(&self.traffic, &state.policy.users, &policy.users);
+        // The quotas follow the users' groups as changed.
+        if let Err(e) = self.quotas.configure(&state.config, groups_of(&policy)) {
+            tracing::warn!("quotas: {e}");
+        }
         for tx in &self.workers {
             let listeners = state.bound.iter().map(|b| (b.listener.clone(), None)).collect();
             let update = Update { policy: policy.clone(), sink: state.sink.clone(), listeners };
@@ -494,6 +513,12 @@ impl Publisher {
         }
         Ok(())
     }
+}
+
+/// Each user's groups, as the quotas name them.
+pub(crate) fn groups_of(policy: &Policy) -> std::collections::HashMap<String, Vec<String>> {
+    let users = &policy.users;
+    users.names().filter_map(|n| users.get(n).map(|u| (n.to_string(), u.groups.clone()))).collect()
 }
 
 /// What the admin endpoint's scrapes read of the listeners and the policy.

@@ -190,6 +190,9 @@ fn hand_over(
     let pid = peer_pid(&conn).map(|p| format!(" (pid {p})")).unwrap_or_default();
     tracing::info!("takeover: a new process{pid} asks for the listening sockets");
     (&conn).write_all(format!("rustle {}\n", std::process::id()).as_bytes())?;
+    // Quota usage written before the new process starts and reads it; from here the new
+    // process keeps it.
+    running.quotas().hand_over();
     running.with_sockets(|bound| -> anyhow::Result<()> {
         for b in bound {
             let l = &b.listener;

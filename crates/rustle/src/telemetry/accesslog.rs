@@ -67,6 +67,9 @@ pub(crate) struct Record<'a> {
     /// When the failure was a refusal, what refused it (squid's format shows a refusal
     /// for credentials as `TCP_DENIED/407` whatever the protocol).
     pub(crate) refused: Option<crate::error::Refused>,
+    /// Of `up` and `down`, the bytes already added to the user's traffic as they moved
+    /// (a relay with the user's counters): `exchange::end` adds only the rest.
+    pub(crate) counted: (u64, u64),
 }
 
 impl<'a> Record<'a> {
@@ -97,6 +100,7 @@ impl<'a> Record<'a> {
             tls: None,
             error: None,
             refused: None,
+            counted: (0, 0),
         }
     }
 

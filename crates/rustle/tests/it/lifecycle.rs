@@ -226,6 +226,12 @@ impl Binary {
         status
     }
 
+    /// Kills the process with SIGKILL (no shutdown path runs) and reaps it.
+    pub(crate) fn kill_9(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
     pub(crate) fn stderr(&self) -> String {
         self.stderr.lock().unwrap().clone()
     }

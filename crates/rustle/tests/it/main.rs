@@ -34,6 +34,7 @@ mod params;
 mod parents;
 mod pool;
 mod proxy_protocol;
+mod quota;
 mod relay;
 mod rules;
 mod socks;

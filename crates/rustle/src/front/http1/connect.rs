@@ -36,5 +36,11 @@ pub(super) async fn tunnel(c: &mut Client, ex: &mut Exchange) -> Result<Next, Er
     c.buf.clear();
     let throttle = c.throttle();
     ex.via = up.via;
-    Ok(Next::Tunnel(Handoff { upstream: up.stream, early_up, early_down: up.early, throttle }))
+    Ok(Next::Tunnel(Handoff {
+        upstream: up.stream,
+        early_up,
+        early_down: up.early,
+        throttle,
+        traffic: c.traffic.clone(),
+    }))
 }

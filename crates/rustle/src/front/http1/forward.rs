@@ -466,7 +466,13 @@ async fn switch_protocols(
     let early_up = c.buf.filled().to_vec();
     c.buf.clear();
     let throttle = c.throttle();
-    Ok(Next::Tunnel(Handoff { upstream: up, early_up, early_down, throttle }))
+    Ok(Next::Tunnel(Handoff {
+        upstream: up,
+        early_up,
+        early_down,
+        throttle,
+        traffic: c.traffic.clone(),
+    }))
 }
 
 /// `client_left` for an HTTP exchange, from now on or (`after_tick`, for an answer that

@@ -341,7 +341,8 @@ pub(super) async fn websocket(
             let send = respond.send_response(resp, false).map_err(client_error)?;
             ex.status = 200;
             let mut relay = Tunnel::new(body, send, up, io.tunnel_idle, io.io)
-                .throttled(&shared.throttle(user.as_deref()));
+                .throttled(&shared.throttle(user.as_deref()))
+                .counting(shared.traffic_of(user.as_deref()));
             relay.send_early(&early)?;
             Ok(Some(Task::new(relay, ex.take(), live)))
         }

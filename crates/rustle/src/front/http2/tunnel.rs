@@ -55,7 +55,8 @@ pub(super) async fn connect(
     ex.status = 200;
     let io = &shared.worker.cfg().timeouts;
     let mut relay = Tunnel::new(req.into_body(), send, up, io.tunnel_idle, io.io)
-        .throttled(&shared.throttle(user.as_deref()));
+        .throttled(&shared.throttle(user.as_deref()))
+        .counting(shared.traffic_of(user.as_deref()));
     // What the last parent passed on with its reply goes first.
     relay.send_early(&early)?;
     Ok(Some(Task { relay, ex: ex.take(), _live: live }))
@@ -103,7 +104,12 @@ impl Future for Task {
         let result = result.map_err(|e| {
             e.through(this.ex.via.as_deref().map(crate::telemetry::accesslog::Via::last_parent))
         });
-        this.ex.log(&this._live.0, result.as_ref().err());
+        // A user's relay counted its bytes as they moved (`counting`).
+        let counted = match this.ex.user {
+            Some(_) => (totals.up, totals.down),
+            None => (0, 0),
+        };
+        this.ex.log_counted(&this._live.0, result.as_ref().err(), counted);
         Poll::Ready(())
     }
 }

@@ -60,6 +60,38 @@ struct Counts {
     up: u64,
     down: u64,
     dropped: u64,
+    /// The user's traffic counters: each datagram counts as it goes.
+    user: Option<std::sync::Arc<crate::limits::UserTraffic>>,
+}
+
+impl Counts {
+    fn new(s: &Session) -> Counts {
+        Counts { user: s.traffic.clone(), ..Counts::default() }
+    }
+
+    fn add(&mut self, dir: crate::limits::Direction, n: usize) {
+        let n = n as u64;
+        match dir {
+            crate::limits::Direction::Up => self.up += n,
+            crate::limits::Direction::Down => self.down += n,
+        }
+        if let Some(t) = &self.user {
+            t.add(dir, n);
+        }
+    }
+
+    /// Why the association ends, when its user's quota ends open tunnels.
+    fn cut(&self) -> Option<Error> {
+        let t = self.user.as_deref().filter(|t| t.cut())?;
+        t.over_quota()
+    }
+
+    /// The association's totals to the session, and which of them the user's counters
+    /// have already.
+    fn finish(&self, s: &mut Session) {
+        (s.up, s.down) = (self.up, self.down);
+        s.counted = self.user.is_some();
+    }
 }
 
 /// UDP ASSOCIATE: a relay socket on the address the client reached us on; datagrams
@@ -103,9 +135,13 @@ pub(super) async fn associate(s: &mut Session, hint: &Address) -> Result<(), Err
     let mut from_peer4 = vec![0u8; MAX_DATAGRAM];
     let mut from_peer6 = vec![0u8; MAX_DATAGRAM];
     let mut back = Vec::with_capacity(MAX_DATAGRAM + socks5::MAX_UDP_HEADER);
-    let mut counts = Counts::default();
+    let mut counts = Counts::new(s);
     let mut control = [0u8; 64];
     let result = loop {
+        // A quota with `on_exceeded = "close"` ends the association at its next datagram.
+        if let Some(e) = counts.cut() {
+            break Err(e);
+        }
         let timer = tokio::time::sleep(idle);
         tokio::select! {
             // The association lives as long as its TCP connection.
@@ -167,7 +203,7 @@ pub(super) async fn associate(s: &mut Session, hint: &Address) -> Result<(), Err
                     }
                 };
                 if out.send_to(&from_client[offset..n], dst).await.is_ok() {
-                    counts.up += (n - offset) as u64;
+                    counts.add(crate::limits::Direction::Up, n - offset);
                     if peers.len() < MAX_PEERS {
                         peers.insert(dst);
                     }
@@ -183,8 +219,7 @@ pub(super) async fn associate(s: &mut Session, hint: &Address) -> Result<(), Err
             }
         }
     };
-    s.up = counts.up;
-    s.down = counts.down;
+    counts.finish(s);
     if counts.dropped > 0 {
         tracing::debug!("{}: UDP association dropped {} datagram(s)", s.peer, counts.dropped);
     }
@@ -229,7 +264,7 @@ async fn relay_back(
     socks5::write_udp_header(src, back);
     back.extend_from_slice(&data[..n]);
     if relay.send_to(back, client).await.is_ok() {
-        counts.down += n as u64;
+        counts.add(crate::limits::Direction::Down, n);
     } else {
         counts.dropped += 1;
     }
@@ -304,10 +339,14 @@ async fn associate_via(s: &mut Session, hint: &Address, mut via: UdpVia) -> Resu
     let mut allowed: HashSet<Address> = HashSet::new();
     let mut from_client = vec![0u8; MAX_DATAGRAM];
     let mut from_parent = vec![0u8; MAX_DATAGRAM];
-    let mut counts = Counts::default();
+    let mut counts = Counts::new(s);
     let mut control = [0u8; 64];
     let mut parent_control = [0u8; 64];
     let result = loop {
+        // A quota with `on_exceeded = "close"` ends the association at its next datagram.
+        if let Some(e) = counts.cut() {
+            break Err(e);
+        }
         let timer = tokio::time::sleep(idle);
         tokio::select! {
             r = s.stream.read(&mut control) => match r {
@@ -338,7 +377,7 @@ async fn associate_via(s: &mut Session, hint: &Address, mut via: UdpVia) -> Resu
                     }
                 }
                 if out.send(&from_client[..n]).await.is_ok() {
-                    counts.up += (n - offset) as u64;
+                    counts.add(crate::limits::Direction::Up, n - offset);
                 } else {
                     counts.dropped += 1;
                 }
@@ -352,15 +391,14 @@ async fn associate_via(s: &mut Session, hint: &Address, mut via: UdpVia) -> Resu
                     continue;
                 };
                 if relay.send_to(&from_parent[..n], client).await.is_ok() {
-                    counts.down += (n - offset) as u64;
+                    counts.add(crate::limits::Direction::Down, n - offset);
                 } else {
                     counts.dropped += 1;
                 }
             }
         }
     };
-    s.up = counts.up;
-    s.down = counts.down;
+    counts.finish(s);
     if counts.dropped > 0 {
         tracing::debug!("{}: UDP association dropped {} datagram(s)", s.peer, counts.dropped);
     }

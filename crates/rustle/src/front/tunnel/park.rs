@@ -268,8 +268,12 @@ pub(crate) fn sweep(now: impl Into<Instant>) -> usize {
         let Some(park) = park.as_mut() else { return (Vec::new(), 0) };
         let mut expired = Vec::new();
         for slot in 0..park.slots.len() {
-            if park.slots[slot].as_ref().is_some_and(|p| p.resume.deadline() <= now) {
-                expired.extend(park.remove(slot));
+            let Some(p) = park.slots[slot].as_ref() else { continue };
+            if p.resume.deadline() <= now {
+                expired.extend(park.remove(slot).map(|p| (p, Error::Timeout(Phase::TunnelIdle))));
+            } else if let Some(e) = p.resume.cut() {
+                // Its user's quota ends open tunnels.
+                expired.extend(park.remove(slot).map(|p| (p, e)));
             }
         }
         // Give back the table's tail once it is free (all of it when nothing is parked).
@@ -284,8 +288,8 @@ pub(crate) fn sweep(now: impl Into<Instant>) -> usize {
         }
         (expired, std::mem::take(&mut park.since_sweep))
     });
-    for p in expired {
-        end(p, Error::Timeout(Phase::TunnelIdle));
+    for (p, e) in expired {
+        end(p, e);
     }
     parked_since
 }

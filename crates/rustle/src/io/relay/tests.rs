@@ -477,8 +477,10 @@ const HTTP_BUDGET: usize = 3672;
 /// allocation per tunnel, and the handshake's future lives only until the tunnel's relay
 /// task takes over. Then 64 bytes more: the session's user-name parameters, and the
 /// upstream request's local address, parameters, sticky seed and PROXY protocol addresses
-/// while it connects.)
-const SOCKS_BUDGET: usize = 1944;
+/// while it connects. Then 16 bytes: the logged-in user's traffic counters, found once
+/// for the quota check and handed to the tunnel and the log line, and whether a UDP
+/// association counted its bytes as they moved.)
+const SOCKS_BUDGET: usize = 1960;
 /// (The relay grew a little with its TLS options; the handshakes themselves are boxed.
 /// Then 64 bytes more: the upstream request's local address, parameters, sticky seed and
 /// PROXY protocol addresses.)

@@ -32,6 +32,8 @@ pub(crate) struct Scrape<'a> {
     pub(crate) parents: &'a [ParentView],
     pub(crate) routes: &'a [RouteView],
     pub(crate) process: &'a Process,
+    /// Each (quota, user): used, limit, used up (`state::Keeper::metrics`).
+    pub(crate) quotas: &'a [(String, String, u64, u64, bool)],
 }
 
 /// A parent's state at a scrape.
@@ -307,6 +309,22 @@ pub(crate) fn render(s: &Scrape<'_>) -> String {
             t.sample(name, &[("user", user)], f(figures));
         }
     }
+    // Quotas: a series per (quota, user) with usage, at most `max_user_series` of them.
+    let quotas = &s.quotas[..s.quotas.len().min(s.max_user_series)];
+    type Q = (&'static str, &'static str, fn(&(String, String, u64, u64, bool)) -> u64);
+    let per_quota: [Q; 3] = [
+        ("rustle_quota_used_bytes", "Bytes the user used of the quota in its period.", |q| q.2),
+        ("rustle_quota_limit_bytes", "Bytes the quota allows the user (top-ups included).", |q| {
+            q.3
+        }),
+        ("rustle_quota_exceeded", "1 when the user's quota is used up.", |q| u64::from(q.4)),
+    ];
+    for (name, help, f) in per_quota {
+        t.family(name, "gauge", help);
+        for q in quotas {
+            t.sample(name, &[("quota", &q.0), ("user", &q.1)], f(q));
+        }
+    }
     t.family("rustle_parent_up", "gauge", "1 when the parent is up, 0 while marked down.");
     for p in s.parents {
         t.sample("rustle_parent_up", &[("parent", &p.name)], u8::from(p.up));
@@ -489,6 +507,7 @@ mod tests {
         .expect("the worker thread");
         let listeners = [ListenerLabel { name: "127.0.0.1:1".into(), kind: "http", counters }];
         let text = render(&Scrape {
+            quotas: &[],
             listeners: &listeners,
             workers: &[stats],
             max_user_series: 1,
@@ -521,6 +540,7 @@ mod tests {
     #[test]
     fn the_grafana_dashboard_names_only_metrics_that_exist() {
         let text = render(&Scrape {
+            quotas: &[],
             listeners: &[],
             workers: &[],
             max_user_series: 1,
