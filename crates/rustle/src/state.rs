@@ -17,10 +17,13 @@
 //! loses at most one interval.
 //!
 //! `redis`: the client of the Redis a fleet of instances shares state through, used from
-//! a keeper's thread, never from a worker's request path.
+//! the fleet's thread, never from a worker's request path. `fleet`: that thread
+//! (`rustle-fleet`), which owns the client and keeps this instance's connection counts,
+//! client addresses and sticky sessions in step with the fleet's.
 
 mod file;
-// Nothing calls the Redis client outside its tests until the keeper is wired to it.
+pub(crate) mod fleet;
+// The quota calls (usage) are not used until the keeper flushes through the fleet.
 #[cfg_attr(not(test), allow(dead_code))]
 pub(crate) mod redis;
 #[cfg(test)]
