@@ -145,9 +145,11 @@ impl Remote {
                 return;
             }
         };
-        apply(&mut lock(&shared.table), &items, &totals);
-        if totals.last().copied().unwrap_or(0) == 0 {
-            self.raise(shared);
+        // A Redis without the marker lost what it had: what this instance knows (the
+        // last totals plus its own traffic since, this batch's included) goes back first.
+        match totals.last().copied().unwrap_or(0) {
+            0 => self.raise(shared),
+            _ => apply(&mut lock(&shared.table), &items, &totals),
         }
         self.tick(shared);
     }
