@@ -223,4 +223,3 @@ fn the_user_command_resets_and_tops_up() {
     user(&["top-up", "alice", "--quota", "daily", "--bytes", "500000"]);
     assert_eq!(usage(&proxy).1, 2_500_000);
 }
-
