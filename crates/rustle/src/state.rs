@@ -235,6 +235,9 @@ pub(crate) struct Table {
     /// and every user of the policy has an account (refused from its first request here
     /// when the fleet used its quota up).
     remote: bool,
+    /// Redis is unreachable and `on_state_loss = "deny"`: every user with a quota is
+    /// refused with this text until it returns.
+    lost: Option<Arc<str>>,
 }
 
 impl Table {
@@ -247,6 +250,7 @@ impl Table {
             groups: HashMap::new(),
             users: HashMap::new(),
             remote: false,
+            lost: None,
         }
     }
 
@@ -325,10 +329,12 @@ impl Table {
             let (du, dd) = (up.saturating_sub(pu), down.saturating_sub(pd));
             let groups = self.groups.get(&**user).unwrap_or(&none);
             let mut verdict: Option<(bool, Arc<str>)> = None;
+            let mut any = false;
             for q in &self.quotas {
                 if !q.applies(user, groups) {
                     continue;
                 }
+                any = true;
                 let (start, next) = bucket(q.period, &self.tz, now);
                 let key = (q.name.clone(), user.clone());
                 let a = self.accounts.entry(key).or_default();
@@ -344,6 +350,9 @@ impl Table {
                     });
                     verdict = Some((close, text));
                 }
+            }
+            if let (None, true, Some(lost)) = (&verdict, any, &self.lost) {
+                verdict = Some((false, lost.clone()));
             }
             let text = verdict.as_ref().map(|v| v.1.clone());
             if t.set_quota(verdict) {

@@ -22,7 +22,7 @@ use jiff::Timestamp;
 
 use super::redis::{Fleet, Usage, UsageKey};
 use super::{bucket, bucket_size, lock, Shared, Table};
-use crate::config::{Period, ROLLING_BUCKETS};
+use crate::config::{OnStateLoss, Period, ROLLING_BUCKETS};
 
 /// How long the marker lasts without a sync setting it again.
 const MARKER_TTL: Duration = Duration::from_secs(400 * 86_400);
@@ -108,7 +108,7 @@ impl Remote {
         if let Some((n, items)) = &self.pending {
             let parts = parts(items);
             if self.rt.block_on(self.fleet.add_usage(*n, &usages(items, &parts))).is_err() {
-                self.tick(shared);
+                self.failed(shared);
                 return;
             }
             self.pending = None;
@@ -121,7 +121,7 @@ impl Remote {
                 let key =
                     UsageKey { quota, user: &user, start: u64::try_from(item.start).unwrap_or(0) };
                 if self.rt.block_on(self.fleet.delete(&key)).is_err() {
-                    self.tick(shared);
+                    self.failed(shared);
                     return;
                 }
             }
@@ -141,15 +141,27 @@ impl Remote {
             Ok(t) => t,
             Err(_) => {
                 self.pending = Some((n, items));
-                self.tick(shared);
+                self.failed(shared);
                 return;
             }
         };
         // A Redis without the marker lost what it had: what this instance knows (the
         // last totals plus its own traffic since, this batch's included) goes back first.
+        lock(&shared.table).lost = None;
         match totals.last().copied().unwrap_or(0) {
             0 => self.raise(shared),
             _ => apply(&mut lock(&shared.table), &items, &totals),
+        }
+        self.tick(shared);
+    }
+
+    /// A sync that did not reach Redis: the local counts stay in force, or with
+    /// `on_state_loss = "deny"` the users with a quota are refused until it returns.
+    fn failed(&self, shared: &Shared) {
+        if self.fleet.on_state_loss() == OnStateLoss::Deny {
+            lock(&shared.table).lost.get_or_insert_with(|| {
+                "quota usage unavailable: the shared state (Redis) is unreachable".into()
+            });
         }
         self.tick(shared);
     }

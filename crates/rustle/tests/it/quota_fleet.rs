@@ -1,8 +1,8 @@
 //! Quotas shared by two instances through one Redis (`[state] backend = "redis"`): usage
 //! on one refuses on the other, the overshoot within a second's traffic per instance,
 //! Redis killed (both keep serving on their own counts) and restarted empty (usage given
-//! back), reset and top-up through the users API lifting a refusal on both, and
-//! `rustle user reset` / `top-up`.
+//! back), `on_state_loss = "deny"` refusing meanwhile, reset and top-up through the users
+//! API lifting a refusal on both, and `rustle user reset` / `top-up`.
 
 use std::io::Write as _;
 use std::net::SocketAddr;
@@ -222,4 +222,27 @@ fn the_user_command_resets_and_tops_up() {
     assert_eq!(usage(&proxy).1, 2_000_000);
     user(&["top-up", "alice", "--quota", "daily", "--bytes", "500000"]);
     assert_eq!(usage(&proxy).1, 2_500_000);
+}
+
+#[test]
+fn on_state_loss_deny_refuses_users_with_a_quota_while_redis_is_away() {
+    let Some(mut redis) = RedisServer::start(&[]) else { return };
+    let origin = Origin::start().unwrap();
+    let proxy = Proxy::from_toml(&(config(Some(&redis), "") + "on_state_loss = \"deny\"\n"));
+    let small = origin.url("/bytes/10");
+    admitted_within(&proxy, &small, "alice let in with Redis up");
+    redis.kill();
+    let body = wait_for(WITHIN, "alice refused without Redis", || {
+        let mut c = Conn::open(proxy.addr());
+        c.send(&request("GET", &small, &[&proxy_auth("alice", "secret")], b""));
+        let r = c.read_response();
+        (r.status == 403).then(|| r.text())
+    });
+    assert!(body.contains("Redis"), "{body}");
+    // bob has no quota: served.
+    let mut c = Conn::open(proxy.addr());
+    c.send(&request("GET", &small, &[&proxy_auth("bob", "hunter2")], b""));
+    assert_eq!(c.read_response().status, 200);
+    redis.restart().expect("restart redis-server");
+    admitted_within(&proxy, &small, "alice let in once Redis is back");
 }
