@@ -190,6 +190,9 @@ fn reset_and_top_up_through_the_api_lift_a_refusal_on_both_instances() {
     let body = r#"{"quota": "daily", "bytes": "lots"}"#;
     assert_eq!(api(a.admin_addr(), "POST", "/api/v1/users/alice/top-up", body).0, 400);
     assert_eq!(api(a.admin_addr(), "POST", "/api/v1/users/nobody/reset", "").0, 404);
+    let body = r#"{"quota": "daily", "bytes": 5}"#;
+    let (status, v) = api(a.admin_addr(), "POST", "/api/v1/users/bob/top-up", body);
+    assert_eq!(status, 404, "bob has no quota: {v}");
 }
 
 #[test]

@@ -267,11 +267,14 @@ struct TopUpBody {
     bytes: Value,
 }
 
-/// The quota a reset or top-up names, checked: configured.
-fn known_quota(users: &UsersState, quota: &str) -> Result<(), Reply> {
-    match users.quotas.has_quota(quota) {
+/// The quota a reset or top-up names, checked: configured, and one of the user's.
+fn known_quota(users: &UsersState, name: &str, quota: &str) -> Result<(), Reply> {
+    if !users.quotas.has_quota(quota) {
+        return Err(Reply::error(404, &format!("no quota `{quota}`")));
+    }
+    match users.quotas.usage(name).iter().any(|(q, ..)| q == quota) {
         true => Ok(()),
-        false => Err(Reply::error(404, &format!("no quota `{quota}`"))),
+        false => Err(Reply::error(404, &format!("quota `{quota}` is not one of `{name}`'s"))),
     }
 }
 
@@ -296,7 +299,7 @@ fn reset(users: &UsersState, policy: &Policy, name: String, body: &[u8]) -> Resu
         false => parse(body, "quota")?,
     };
     if let Some(q) = &body.quota {
-        known_quota(users, q)?;
+        known_quota(users, &name, q)?;
     }
     users.quotas.reset(&name, body.quota.as_deref());
     Ok(quota_reply(users, &name))
@@ -318,7 +321,7 @@ fn top_up(users: &UsersState, policy: &Policy, name: String, body: &[u8]) -> Res
     if bytes == 0 {
         return Err(Reply::error(400, "bytes: 0"));
     }
-    known_quota(users, &body.quota)?;
+    known_quota(users, &name, &body.quota)?;
     users.quotas.top_up(&name, &body.quota, bytes);
     Ok(quota_reply(users, &name))
 }
