@@ -320,3 +320,88 @@ fn apply(table: &mut Table, items: &[Item], totals: &[u64]) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{OnExceeded, QuotaConfig, QuotaDirection};
+    use crate::limits::Traffic;
+    use jiff::tz::TimeZone;
+
+    fn table(period: Period) -> Table {
+        let q = QuotaConfig {
+            name: "daily".into(),
+            users: vec!["ann".into()],
+            groups: Vec::new(),
+            bytes: 1000,
+            direction: QuotaDirection::Both,
+            period,
+            on_exceeded: OnExceeded::Finish,
+        };
+        let mut t = Table::new(&[q], TimeZone::UTC);
+        t.remote = true;
+        t
+    }
+
+    fn now() -> Timestamp {
+        "2026-12-03T12:00:00Z".parse().expect("timestamp")
+    }
+
+    #[test]
+    fn a_batch_takes_the_deltas_and_the_totals_come_back_with_what_moved_since() {
+        let traffic = Traffic::new();
+        let mut t = table(Period::Day);
+        traffic.entry("ann").add(crate::limits::Direction::Down, 300);
+        t.tick(now(), &traffic);
+        let items = batch(&mut t, now());
+        // The day's usage and top-up counters, this instance's 300 bytes in the first.
+        assert_eq!(items.len(), 2);
+        assert_eq!((items[0].amount, items[0].extra, items[1].extra), (300, false, true));
+        assert_eq!(items[1].key_user(), "daily:ann");
+        // 200 more move during the round trip; the fleet's total is 900 (another
+        // instance's 600): usage is 1100, over the quota.
+        traffic.entry("ann").add(crate::limits::Direction::Down, 200);
+        t.tick(now(), &traffic);
+        apply(&mut t, &items, &[900, 0]);
+        assert_eq!(t.usage("ann", now())[0].1, 1100);
+        assert!(traffic.entry("ann").over_quota().is_none(), "flags are set at the tick");
+        t.tick(now(), &traffic);
+        assert!(traffic.entry("ann").over_quota().is_some());
+        // The next batch sends the 200.
+        assert_eq!(batch(&mut t, now())[0].amount, 200);
+    }
+
+    #[test]
+    fn totals_asked_for_before_a_reset_are_not_applied_after_it() {
+        let traffic = Traffic::new();
+        let mut t = table(Period::Day);
+        traffic.entry("ann").add(crate::limits::Direction::Up, 5000);
+        t.tick(now(), &traffic);
+        let items = batch(&mut t, now());
+        assert!(t.reset("ann", None));
+        apply(&mut t, &items, &[5000, 0]);
+        assert_eq!(t.usage("ann", now())[0].1, 0);
+    }
+
+    #[test]
+    fn a_rolling_window_sends_every_bucket_and_top_ups_add_up() {
+        let mut t = table(Period::Rolling(Duration::from_secs(24 * 3600)));
+        assert!(t.top_up("ann", "daily", 500, now()));
+        let items = batch(&mut t, now());
+        assert_eq!(items.len(), 48, "24 buckets, usage and top-up each");
+        let hour = now().as_second() / 3600 * 3600;
+        let last = items.iter().filter(|i| i.extra).max_by_key(|i| i.start).expect("items");
+        assert_eq!((last.start, last.amount), (hour, 500));
+        // Another instance topped up 300 in an earlier hour: the limit is 1000 + 800.
+        let totals: Vec<u64> = items
+            .iter()
+            .map(|i| match (i.extra, i.start == hour, i.start == hour - 7200) {
+                (true, true, _) => 500,
+                (true, _, true) => 300,
+                _ => 0,
+            })
+            .collect();
+        apply(&mut t, &items, &totals);
+        assert_eq!(t.usage("ann", now())[0].2, 1800);
+    }
+}
