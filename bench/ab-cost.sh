@@ -9,12 +9,13 @@
 #   exchanges answered by each, errors of each.
 #   Both sides may be the same build with different settings: BCONF/ACONF name files whose
 #   lines go at the end of each side's configuration, BTARGET/ATARGET each side's target
-#   (default 127.0.0.1:18090, the origin). DNS=1 starts bench/dns-stub.py on
+#   (default 127.0.0.1:18090, the origin). LEXTRA: lines for both listeners' tables (for
+#   example `auth = true`, with EXTRA="--proxy-user alice:secret"). DNS=1 starts bench/dns-stub.py on
 #   127.0.0.1:5353 (every name is 127.0.0.1) for a side whose target is a name.
 set -euo pipefail
 D=$(mktemp -d); BEFORE=$1; AFTER=$2; BENCH=${BENCH:-target/release/rustle-bench}
 REPS=${REPS:-5}; DUR=${DUR:-8}; RATE=${RATE:-5000}; MODE=${MODE:-http-proxy}; EXTRA=${EXTRA:-}
-mk() { printf 'workers = 1\n[[listener]]\nkind = "%s"\nlisten = "127.0.0.1:%s"\n[log]\naccess = "off"\n' $2 $1; }
+mk() { printf 'workers = 1\n[[listener]]\nkind = "%s"\nlisten = "127.0.0.1:%s"\n%b\n[log]\naccess = "off"\n' $2 $1 "${LEXTRA:-}"; }
 KIND=http; [ "$MODE" = socks5 ] && KIND=socks
 mk 13128 $KIND > $D/b.toml; mk 13129 $KIND > $D/a.toml
 [ -n "${BCONF:-}" ] && cat "$BCONF" >> $D/b.toml

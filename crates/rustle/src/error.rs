@@ -222,6 +222,9 @@ pub(crate) enum Error {
     /// The proxy is at its connection limit.
     #[error("too many connections")]
     Overloaded,
+    /// A fleet's shared state (Redis) is unreachable and `on_state_loss = "deny"`.
+    #[error("shared state unavailable")]
+    StateLost,
     /// Still open when the shutdown's grace period ended.
     #[error("closed at the shutdown deadline")]
     ShutdownDeadline,
@@ -265,6 +268,7 @@ impl Error {
                 Phase::ClientWrite | Phase::TunnelIdle => None,
             },
             Error::Overloaded => Some(503),
+            Error::StateLost => Some(503),
             Error::ShutdownDeadline => None,
             Error::Through { source, .. } => source.status(),
             Error::ParentRefused { .. } => Some(502),
@@ -320,6 +324,7 @@ impl Error {
             | Error::BadUpgrade
             | Error::Timeout(_)
             | Error::Overloaded
+            | Error::StateLost
             | Error::ShutdownDeadline
             | Error::LimitReached(_)
             | Error::AuthBusy => R::GeneralFailure,
@@ -357,6 +362,7 @@ impl Error {
             }
             Error::LimitReached(_)
             | Error::Overloaded
+            | Error::StateLost
             | Error::AuthBusy
             | Error::ClientAddresses(_)
             | Error::QuotaExceeded(_) => Some(Refused::Limit),

@@ -29,7 +29,7 @@
 
 use std::collections::HashMap;
 use std::net::IpAddr;
-use std::sync::atomic::{AtomicU64, AtomicU8, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -359,10 +359,21 @@ pub(crate) struct ConnLimits {
     per_client: AtomicUsize,
     per_user: AtomicUsize,
     clients: Mutex<HashMap<IpAddr, usize>>,
-    users: Mutex<HashMap<Box<str>, usize>>,
+    users: Mutex<HashMap<Box<str>, UserConns>>,
+    /// True while a fleet's shared state is unreachable and `on_state_loss = "deny"`:
+    /// authenticated connections are refused (the fleet thread sets it each tick).
+    state_lost: AtomicBool,
     /// Client addresses per user (`max_client_addresses`); each user's limit comes from
     /// the policy in force when it authenticates.
     pub(crate) addrs: Arc<addrs::Addrs>,
+}
+
+/// A user's connections: open here, and open on the fleet's other instances (as of the
+/// fleet thread's last tick; 0 outside a fleet).
+#[derive(Debug, Default, Clone, Copy)]
+struct UserConns {
+    open: usize,
+    others: usize,
 }
 
 /// `ConnLimits`' value for no limit.
@@ -401,6 +412,7 @@ impl ConnLimits {
             per_user: AtomicUsize::new(per_user.unwrap_or(NO_LIMIT)),
             clients: Mutex::new(HashMap::new()),
             users: Mutex::new(HashMap::new()),
+            state_lost: AtomicBool::new(false),
             addrs: addrs::Addrs::new(),
         })
     }
@@ -433,11 +445,16 @@ impl ConnLimits {
             return Some(self.unlimited());
         }
         let mut users = lock(&self.users);
-        let n = users.get(user).copied().unwrap_or(0);
-        if n >= max {
+        let n = users.get(user).copied().unwrap_or_default();
+        if n.open + n.others >= max {
             return None;
         }
-        users.insert(user.into(), n + 1);
+        match users.get_mut(user) {
+            Some(n) => n.open += 1,
+            None => {
+                users.insert(user.into(), UserConns { open: 1, others: 0 });
+            }
+        }
         drop(users);
         Some(Slot { limits: self.clone(), key: Key::User(user.into()) })
     }
@@ -451,13 +468,47 @@ impl ConnLimits {
     #[cfg(test)]
     /// Open connections counted for `user` (0 when not limited).
     pub(crate) fn user_count(&self, user: &str) -> usize {
-        lock(&self.users).get(user).copied().unwrap_or(0)
+        lock(&self.users).get(user).map_or(0, |n| n.open)
+    }
+
+    /// Each user's connections open here (users with a limit only), for the fleet thread
+    /// to publish.
+    pub(crate) fn user_counts(&self) -> Vec<(Box<str>, usize)> {
+        let users = lock(&self.users);
+        users.iter().filter(|(_, n)| n.open > 0).map(|(u, n)| (u.clone(), n.open)).collect()
+    }
+
+    /// The connections each user has open on the fleet's other instances, in place of the
+    /// last tick's (empty: none known, as when the shared state is unreachable).
+    pub(crate) fn set_others(&self, others: &HashMap<String, usize>) {
+        let mut users = lock(&self.users);
+        for n in users.values_mut() {
+            n.others = 0;
+        }
+        for (user, &count) in others {
+            if let Some(n) = users.get_mut(user.as_str()) {
+                n.others = count;
+            } else if users.len() < addrs::MAX_USERS && count > 0 {
+                users.insert(user.as_str().into(), UserConns { open: 0, others: count });
+            }
+        }
+        users.retain(|_, n| n.open > 0 || n.others > 0);
+    }
+
+    /// Sets whether authenticated connections are refused for want of the shared state.
+    pub(crate) fn set_state_lost(&self, lost: bool) {
+        self.state_lost.store(lost, Ordering::Relaxed);
+    }
+
+    /// Whether authenticated connections are refused for want of the shared state.
+    pub(crate) fn state_lost(&self) -> bool {
+        self.state_lost.load(Ordering::Relaxed)
     }
 
     #[cfg(test)]
     /// Entries in the maps (addresses and users with an open connection).
     pub(crate) fn tracked(&self) -> (usize, usize) {
-        (lock(&self.clients).len(), lock(&self.users).len())
+        (lock(&self.clients).len(), lock(&self.users).values().filter(|n| n.open > 0).count())
     }
 
     fn unlimited(self: &Arc<Self>) -> Slot {
@@ -495,7 +546,15 @@ impl Drop for Slot {
         match &self.key {
             Key::None => {}
             Key::Client(ip) => release(&mut lock(&self.limits.clients), ip),
-            Key::User(user) => release(&mut lock(&self.limits.users), &**user),
+            Key::User(user) => {
+                let mut users = lock(&self.limits.users);
+                if let Some(n) = users.get_mut(&**user) {
+                    n.open = n.open.saturating_sub(1);
+                    if n.open == 0 && n.others == 0 {
+                        users.remove(&**user);
+                    }
+                }
+            }
         }
     }
 }

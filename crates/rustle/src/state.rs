@@ -17,17 +17,21 @@
 //! loses at most one interval.
 //!
 //! `redis`: the client of the Redis a fleet of instances shares state through, used from
-//! a keeper's thread, never from a worker's request path. With `[state] backend =
-//! "redis"`, the keeper's thread syncs usage with it every second (`remote`): what this
-//! instance moved is added to the fleet's counters and the fleet's totals come back as
-//! the usage enforced, so a quota is overshot by at most a second's traffic of each
-//! instance. While Redis is unreachable the keeper enforces the last totals plus its own
-//! traffic since, and sends what it kept back when Redis returns. `[state] path`, when
-//! set beside Redis, keeps a copy of the usage as last known (written every
-//! `flush_interval`), read at start and given back to a Redis that lost its data.
+//! the fleet's thread or the quota keeper's, never from a worker's request path. `fleet`:
+//! the fleet's thread (`rustle-fleet`), which owns a client and keeps this instance's
+//! connection counts, client addresses and sticky sessions in step with the fleet's.
+//! `remote`: with `[state] backend = "redis"`, the quota keeper's thread syncs usage with
+//! Redis every second through a client of its own: what this instance moved is added to
+//! the fleet's counters and the fleet's totals come back as the usage enforced, so a quota
+//! is overshot by at most a second's traffic of each instance. While Redis is unreachable
+//! the keeper enforces the last totals plus its own traffic since, and sends what it kept
+//! back when Redis returns. `[state] path`, when set beside Redis, keeps a copy of the
+//! usage as last known (written every `flush_interval`), read at start and given back to a
+//! Redis that lost its data.
 
 mod file;
-// The keeper uses the quota part of the Redis client; the rest is the fleet thread's.
+pub(crate) mod fleet;
+// The keeper uses the quota part of the Redis client, the fleet thread the rest.
 #[cfg_attr(not(test), allow(dead_code))]
 pub(crate) mod redis;
 mod remote;

@@ -36,7 +36,13 @@ pub struct State {
     pub key_prefix: String,
     /// What the instance does while Redis is unreachable.
     pub on_state_loss: OnStateLoss,
+    /// How often the fleet thread publishes this instance's counts and reads the fleet's.
+    #[serde(deserialize_with = "duration")]
+    pub sync_interval: Duration,
 }
+
+/// The default `sync_interval`.
+const DEFAULT_SYNC_INTERVAL: Duration = Duration::from_secs(1);
 
 fn time_zone<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
     let name = String::deserialize(d)?;
@@ -61,6 +67,7 @@ impl Default for State {
             redis_ca: None,
             key_prefix: DEFAULT_KEY_PREFIX.into(),
             on_state_loss: OnStateLoss::Serve,
+            sync_interval: DEFAULT_SYNC_INTERVAL,
         }
     }
 }
@@ -95,6 +102,7 @@ pub struct StateRedis {
     pub ca: Option<PathBuf>,
     pub key_prefix: String,
     pub on_state_loss: OnStateLoss,
+    pub sync_interval: Duration,
 }
 
 impl State {
@@ -110,6 +118,7 @@ impl State {
             ca: self.redis_ca.clone(),
             key_prefix: self.key_prefix.clone(),
             on_state_loss: self.on_state_loss,
+            sync_interval: self.sync_interval,
         })
     }
 }
@@ -161,6 +170,9 @@ pub(super) fn redis_problems(s: &State) -> Vec<(&'static str, String)> {
     }
     if s.redis_ca.is_some() && !tls {
         out.push(("redis_ca", "needs a rediss:// (TLS) redis_url".into()));
+    }
+    if s.sync_interval < Duration::from_millis(10) || s.sync_interval > Duration::from_secs(60) {
+        out.push(("sync_interval", "must be between 10ms and 60s".into()));
     }
     if s.key_prefix.contains(|c: char| c.is_whitespace() || c.is_control()) {
         out.push(("key_prefix", "must not hold spaces or control characters".into()));

@@ -178,10 +178,11 @@ async fn socks5_credentials(s: &mut Session) -> Result<(), Error> {
         let fd = std::os::fd::AsRawFd::as_raw_fd(&s.stream);
         let checked = checked.and_then(|(user, params)| match s.guard.hold_user(user, peer, fd) {
             Ok(()) => Ok((user.len(), params)),
-            // The password passed: a user out of client addresses is refused in the
-            // request's reply (not allowed, `user_admitted`), which can say why, where
+            // The password passed: a user out of client addresses, or refused for want
+            // of the fleet's shared state, is refused in the request's reply (not
+            // allowed; general failure: `user_admitted`), which can say why, where
             // RFC 1929's failure status would read as a wrong password.
-            Err(Error::ClientAddresses(_)) => Ok((user.len(), params)),
+            Err(Error::ClientAddresses(_) | Error::StateLost) => Ok((user.len(), params)),
             Err(e) => Err(e),
         });
         let (len, params) = match checked {
@@ -538,8 +539,9 @@ async fn socks5_session(s: &mut Session) -> Outcome {
 }
 
 /// The authenticated user's connection counted against its limits, if it is not yet (a
-/// user out of client addresses passes the login and is refused here, in the request's
-/// reply); for a connection already counted, nothing to do.
+/// user out of client addresses, or refused for want of the fleet's shared state, passes
+/// the login and is refused here, in the request's reply); for a connection already
+/// counted, nothing to do.
 fn user_admitted(s: &mut Session) -> Result<(), Error> {
     match s.user.as_deref() {
         Some(user) if s.listener.auth => {

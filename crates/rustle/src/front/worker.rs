@@ -563,6 +563,10 @@ impl ConnGuard {
         if self.slots.as_deref().is_some_and(held) {
             return Ok(());
         }
+        // The fleet thread logs the loss once; each refusal has its access-log line.
+        if self.worker.conn_limits.state_lost() {
+            return Err(Error::StateLost);
+        }
         let address = match self.worker.policy().client_addresses(user) {
             Some(limit) => Some(self.worker.admit_address(user, client, limit)?),
             None => None,

@@ -10,6 +10,12 @@
 //! holds the `Hold` until it ends. A table shared by several instances (a store such as
 //! Redis) would implement those two steps.
 //!
+//! In a fleet (`[state] backend = "redis"`), the fleet thread tells the table each tick
+//! which addresses the other instances have for each user (`set_fleet`), and reads the
+//! addresses in use here (`local`) to publish them: `admit` counts both, with no round
+//! trip of its own. The other instances' addresses are as of the last tick, so a user may
+//! use up to what other instances admitted within one tick beyond its limit.
+//!
 //! The table is sharded by user name (`SHARDS` mutexes), so that logins of different
 //! users on different workers seldom meet on one lock. Memory is bounded: at most
 //! `MAX_USERS` users are tracked at once (each entry holds the name and its addresses,
@@ -62,11 +68,20 @@ struct Entry {
     last: Instant,
 }
 
-/// A user's addresses, and the TTL its last admission was given.
+/// A user's addresses, the limit its last admission was given, and the addresses the
+/// rest of the fleet has for it (as of the last tick; none outside a fleet).
 #[derive(Debug)]
 struct UserAddrs {
     ttl: Duration,
+    max: usize,
     addrs: Vec<Entry>,
+    others: Vec<IpAddr>,
+}
+
+impl UserAddrs {
+    fn is_empty(&self) -> bool {
+        self.addrs.is_empty() && self.others.is_empty()
+    }
 }
 
 impl UserAddrs {
@@ -142,17 +157,24 @@ impl Addrs {
                 return Err(Refused::Full);
             }
         }
-        let u = shard
-            .entry(user.into())
-            .or_insert_with(|| UserAddrs { ttl: limit.ttl, addrs: Vec::new() });
+        let u = shard.entry(user.into()).or_insert_with(|| UserAddrs {
+            ttl: limit.ttl,
+            max: limit.max,
+            addrs: Vec::new(),
+            others: Vec::new(),
+        });
         u.ttl = limit.ttl;
+        u.max = limit.max;
         u.expire(now);
+        let others = |u: &UserAddrs| {
+            u.others.iter().filter(|o| !u.addrs.iter().any(|e| e.ip == **o)).count()
+        };
         if let Some(e) = u.addrs.iter_mut().find(|e| e.ip == ip) {
             e.open += 1;
             e.last = now;
-        } else if u.addrs.len() >= limit.max {
-            let in_use = u.addrs.len();
-            if in_use == 0 {
+        } else if !u.others.contains(&ip) && u.addrs.len() + others(u) >= limit.max {
+            let in_use = u.addrs.len() + others(u);
+            if u.is_empty() {
                 shard.remove(user);
             }
             return Err(Refused::InUse { in_use, max: limit.max });
@@ -172,8 +194,54 @@ impl Addrs {
             e.last = now;
         }
         u.expire(now);
-        if u.addrs.is_empty() {
+        if u.is_empty() {
             shard.remove(user);
+        }
+    }
+
+    /// The addresses in use here (open, or idle for less than their TTL) of each user,
+    /// with its limit: what the fleet thread publishes each tick.
+    pub(crate) fn local(&self, now: Instant) -> Vec<(Box<str>, Limit, Vec<IpAddr>)> {
+        let mut out = Vec::new();
+        for shard in self.shards.iter() {
+            let mut shard = super::lock(shard);
+            for (user, u) in shard.iter_mut() {
+                u.expire(now);
+                if !u.addrs.is_empty() {
+                    let ips = u.addrs.iter().map(|e| e.ip).collect();
+                    out.push((user.clone(), Limit { max: u.max, ttl: u.ttl }, ips));
+                }
+            }
+            shard.retain(|_, u| !u.is_empty());
+        }
+        out
+    }
+
+    /// The addresses the fleet has for each user (this instance's included, or not: those
+    /// in use here count once), in place of the last tick's; empty when the fleet's state
+    /// is unknown (Redis down). A user the table does not hold gets an entry while its
+    /// shard has room.
+    pub(crate) fn set_fleet(&self, fleet: &std::collections::HashMap<String, Vec<IpAddr>>) {
+        for shard in self.shards.iter() {
+            let mut shard = super::lock(shard);
+            for u in shard.values_mut() {
+                u.others.clear();
+            }
+            shard.retain(|_, u| !u.is_empty());
+        }
+        for (user, ips) in fleet {
+            let mut shard = self.shard(user);
+            if let Some(u) = shard.get_mut(user.as_str()) {
+                u.others.clone_from(ips);
+            } else if shard.len() < self.per_shard && !ips.is_empty() {
+                let u = UserAddrs {
+                    ttl: Duration::ZERO,
+                    max: 0,
+                    addrs: Vec::new(),
+                    others: ips.clone(),
+                };
+                shard.insert(user.as_str().into(), u);
+            }
         }
     }
 
@@ -201,7 +269,7 @@ impl Addrs {
 fn sweep(shard: &mut Shard, now: Instant) {
     shard.retain(|_, u| {
         u.expire(now);
-        !u.addrs.is_empty()
+        !u.is_empty()
     });
 }
 

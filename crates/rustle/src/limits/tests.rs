@@ -603,3 +603,25 @@ async fn a_bucket_refills_only_as_paused_time_advances() {
     tokio::time::advance(Duration::from_secs(10)).await;
     assert_eq!(b.available(now()), 1_000, "never more than the burst");
 }
+
+#[test]
+fn the_fleets_other_connections_count_against_a_users_limit() {
+    let l = ConnLimits::new(None, Some(2));
+    let others = |n: usize| HashMap::from([("alice".to_string(), n)]);
+    l.set_others(&others(1));
+    let one = l.acquire_user("alice").expect("1 here + 1 elsewhere");
+    assert!(l.acquire_user("alice").is_none(), "the fleet is at 2");
+    assert!(l.acquire_user("bob").is_some(), "another user");
+    assert_eq!(l.user_counts(), vec![("alice".into(), 1)]);
+    // The fleet's counts gone (Redis down, serving alone): only the local one counts.
+    l.set_others(&HashMap::new());
+    let two = l.acquire_user("alice").expect("alone: 2 here");
+    drop((one, two));
+    assert_eq!(l.tracked(), (0, 0));
+    assert!(l.user_counts().is_empty());
+    // A user known only from the fleet, at its limit there, is refused here.
+    l.set_others(&others(2));
+    assert!(l.acquire_user("alice").is_none());
+    l.set_others(&HashMap::new());
+    assert_eq!(lock(&l.users).len(), 0, "entries of the fleet's users leave with them");
+}

@@ -477,7 +477,11 @@ impl Routes {
             StickyBy::Session => params?.session.as_deref()?,
         };
         let ttl = params.and_then(|p| p.ttl).unwrap_or(sticky.ttl);
-        table.seed(&r.name, user, session, ttl, now)
+        let (seed, fresh) = table.seed_fresh(&r.name, user, session, ttl, now)?;
+        if fresh {
+            sticky::share(table, &r.name, user, session, seed, ttl);
+        }
+        Some(seed)
     }
 
     /// No routes: every request goes direct, and the direct path needs nothing else.

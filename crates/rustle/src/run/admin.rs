@@ -73,6 +73,8 @@ pub(crate) struct State {
     pub(crate) view: watch::Receiver<Arc<View>>,
     /// True once a shutdown began: `/readyz` then says draining.
     pub(crate) shutdown: watch::Receiver<bool>,
+    /// The fleet's shared state, with `[state] backend = "redis"`.
+    pub(crate) fleet: Option<crate::state::fleet::FleetHandle>,
     /// What the users API changes.
     pub(crate) users: UsersState,
 }
@@ -514,7 +516,7 @@ impl Server {
                     self.state.readiness.set_draining();
                 }
                 match self.state.readiness.check() {
-                    Ok(()) => Reply::text(200, "ready"),
+                    Ok(()) => self.fleet_readiness(),
                     Err(why) => Reply::text(503, why),
                 }
             }
@@ -524,6 +526,35 @@ impl Server {
                 content_type: "text/plain; version=0.0.4; charset=utf-8",
                 body: self.metrics(),
             },
+        }
+    }
+
+    /// `/readyz` of a ready process in a fleet: while its Redis is unreachable, 503 when
+    /// it refuses authenticated connections (`on_state_loss = "deny"`, so a balancer
+    /// sends them elsewhere), else 200 saying it serves degraded.
+    fn fleet_readiness(&self) -> Reply {
+        let Some(fleet) = &self.state.fleet else { return Reply::text(200, "ready") };
+        let (up, since) = fleet.status().health();
+        if up {
+            return Reply::text(200, "ready");
+        }
+        let since = since.elapsed().map_or(0, |d| d.as_secs());
+        let addr = fleet.addr();
+        match fleet.on_state_loss() {
+            crate::config::OnStateLoss::Deny => Reply::text(
+                503,
+                &format!(
+                    "state store unavailable: Redis at {addr} unreachable for {since} s; \
+                     refusing authenticated connections (on_state_loss = \"deny\")"
+                ),
+            ),
+            crate::config::OnStateLoss::Serve => Reply::text(
+                200,
+                &format!(
+                    "ready, degraded: state store Redis at {addr} unreachable for {since} s; \
+                     serving on local counts (on_state_loss = \"serve\")"
+                ),
+            ),
         }
     }
 
@@ -588,7 +619,7 @@ impl Server {
             workers: self.state.workers.len(),
         };
         let quotas = self.state.quotas.metrics();
-        metrics::render(&metrics::Scrape {
+        let mut text = metrics::render(&metrics::Scrape {
             quotas: &quotas,
             listeners: &view.listeners,
             workers: &self.state.workers,
@@ -596,7 +627,47 @@ impl Server {
             parents: &parents,
             routes: &routes,
             process: &process,
-        })
+        });
+        if let Some(fleet) = &self.state.fleet {
+            state_metrics(&mut text, fleet);
+        }
+        text
+    }
+}
+
+/// The fleet's shared state: whether Redis answers, what was sent to it.
+fn state_metrics(out: &mut String, fleet: &crate::state::fleet::FleetHandle) {
+    use std::fmt::Write as _;
+    let status = fleet.status();
+    let (up, _) = status.health();
+    let counts = status.counts();
+    for (name, kind, help, value) in [
+        (
+            "rustle_state_up",
+            "gauge",
+            "Whether the fleet's Redis answered the last call.",
+            u64::from(up),
+        ),
+        (
+            "rustle_state_commands_total",
+            "counter",
+            "Commands sent to the fleet's Redis.",
+            counts.commands,
+        ),
+        (
+            "rustle_state_bytes_sent_total",
+            "counter",
+            "Bytes of the commands sent to the fleet's Redis (before TLS).",
+            counts.bytes,
+        ),
+        (
+            "rustle_state_failures_total",
+            "counter",
+            "Calls to the fleet's Redis that failed (unreachable, timed out, refused).",
+            counts.failures,
+        ),
+    ] {
+        let _ = write!(out, "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {value}\n");
     }
 }
 

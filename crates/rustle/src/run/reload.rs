@@ -94,6 +94,13 @@ fn apply_as(running: &Running, cfg: &Config, confirmed: bool) -> Result<Vec<Stri
     let running_now: Vec<(ListenerKey, Protection)> =
         running.listeners().iter().map(|l| (l.key, Protection::of(l))).collect();
     let new: Vec<Listener> = cfg.effective_listeners();
+    let state_now = running.config().state.redis();
+    if cfg.state.redis() != state_now {
+        return Err("the [state] settings (backend, Redis, sync_interval) changed: they take \
+                    effect at a restart or a takeover; this reload is refused and the running \
+                    configuration kept"
+            .into());
+    }
     let lost = less_protected(&running_now, &new, confirmed);
     if !lost.is_empty() {
         return Err(lost.join("; "));

@@ -71,6 +71,8 @@ pub struct Running {
     /// The admin endpoint, when `[admin] listen` is set, and what its scrapes read.
     admin: Option<crate::run::admin::Handle>,
     admin_view: Arc<watch::Sender<Arc<crate::run::admin::View>>>,
+    /// The fleet thread, with `[state] backend = "redis"`.
+    fleet: Option<crate::state::fleet::Running>,
 }
 
 /// What a reload replaces.
@@ -101,6 +103,11 @@ impl Running {
         }
         // The last usage written once no worker counts any more.
         self.quotas.stop();
+        // Once no connection is left (and the keeper's last flush is out): the fleet
+        // stops counting this instance's.
+        if let Some(fleet) = self.fleet {
+            fleet.stop();
+        }
         // Answers (`/readyz`: draining) until the last worker is done.
         if let Some(admin) = self.admin {
             admin.stop();
@@ -159,6 +166,12 @@ impl Running {
     /// The configuration in force, as derived (listeners as configured).
     pub fn config(&self) -> Arc<Config> {
         self.state().config.clone()
+    }
+
+    /// The fleet's handle, with `[state] backend = "redis"`.
+    #[allow(dead_code)] // The quota keeper's way to the fleet.
+    pub(crate) fn fleet(&self) -> Option<&crate::state::fleet::FleetHandle> {
+        self.fleet.as_ref().map(|f| f.handle())
     }
 
     /// Every listener's kind and bound address, in configuration order.
@@ -312,6 +325,16 @@ pub(crate) fn start_with(cfg: Config, mut inherited: Inherited) -> anyhow::Resul
     let policy = Arc::new(policy);
     let conn_limits =
         ConnLimits::new(cfg.limits.max_connections_per_client, cfg.limits.max_connections_per_user);
+    let fleet = match cfg.state.redis() {
+        Some(redis) => Some(
+            crate::state::fleet::start(&redis, conn_limits.clone())
+                .map_err(|e| anyhow::anyhow!("{e}"))?,
+        ),
+        None => None,
+    };
+    if let Some(fleet) = &fleet {
+        fleet.make_current();
+    }
     let traffic = Traffic::new();
     let quotas = Arc::new(crate::state::Keeper::start(&cfg, traffic.clone(), groups_of(&policy))?);
     let hasher = Arc::new(
@@ -413,6 +436,7 @@ pub(crate) fn start_with(cfg: Config, mut inherited: Inherited) -> anyhow::Resul
                     quotas: quotas.clone(),
                     view,
                     shutdown: shutdown.clone(),
+                    fleet: fleet.as_ref().map(|f| f.handle().clone()),
                     users: crate::run::admin::UsersState {
                         traffic: traffic.clone(),
                         overlay: overlay.clone(),
@@ -440,6 +464,7 @@ pub(crate) fn start_with(cfg: Config, mut inherited: Inherited) -> anyhow::Resul
         readiness,
         admin,
         admin_view,
+        fleet,
     })
 }
 

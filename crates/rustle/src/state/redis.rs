@@ -32,7 +32,7 @@ use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, Client, Cmd, FromRedisValue, IntoConnectionInfo};
 
 use crate::config::{OnStateLoss, StateRedis};
-use scripts::{Script, ADD, ADDRS, CONNS, PUBLISH, RAISE, STICKY};
+use scripts::{Script, ADD, ADDRS, CONNS, FLEET_ADDRS, PUBLISH, RAISE, STICKY, SYNC_CONNS};
 
 /// A connection attempt gives up after this: the keeper goes on with its local counts
 /// rather than wait, and a server on the same network answers in well under it.
@@ -176,6 +176,8 @@ pub(crate) struct Fleet {
     publish: Script,
     conns: Script,
     addrs: Script,
+    sync_conns: Script,
+    fleet_addrs: Script,
 }
 
 impl Fleet {
@@ -226,12 +228,19 @@ impl Fleet {
             publish: Script::new(PUBLISH),
             conns: Script::new(CONNS),
             addrs: Script::new(ADDRS),
+            sync_conns: Script::new(SYNC_CONNS),
+            fleet_addrs: Script::new(FLEET_ADDRS),
         })
     }
 
     /// Health and traffic, for the threads that report them.
     pub(crate) fn status(&self) -> Arc<Status> {
         Arc::clone(&self.status)
+    }
+
+    /// host:port of the server (never the URL: it may hold a password).
+    pub(crate) fn addr(&self) -> &str {
+        &self.addr
     }
 
     pub(crate) fn on_state_loss(&self) -> OnStateLoss {
@@ -396,13 +405,61 @@ impl Fleet {
         ttl: Duration,
         max: u32,
     ) -> Result<Vec<bool>, Error> {
-        let key = format!("{}addrs:{}", self.prefix, escape(user));
-        let mut args = Vec::with_capacity(addrs.len() + 2);
+        let name = escape(user);
+        let keys = [
+            format!("{}addrs:{name}", self.prefix),
+            format!("{}addrs-users", self.prefix),
+            format!("{}addrs-ttl", self.prefix),
+        ];
+        let mut args = Vec::with_capacity(addrs.len() + 3);
         args.push(millis(ttl).max(1).to_string());
         args.push(max.to_string());
+        args.push(name.into_owned());
         args.extend(addrs.iter().map(|a| a.to_string()));
-        let admitted: Vec<u8> = self.eval(&self.addrs, &[key], &args).await?;
+        let admitted: Vec<u8> = self.eval(&self.addrs, &keys, &args).await?;
         Ok(admitted.into_iter().map(|a| a == 1).collect())
+    }
+
+    /// A whole tick of connection counts in one round trip: this instance's open
+    /// connections per user published (a user not given has none here) with its lease
+    /// renewed for `lease`, then every user's total over the fleet's live instances
+    /// (users with none left out), this instance's included.
+    pub(crate) async fn sync_conns(
+        &self,
+        counts: &[(&str, u64)],
+        lease: Duration,
+    ) -> Result<Vec<(String, u64)>, Error> {
+        let keys = [self.lease_key(), format!("{}conns-users", self.prefix)];
+        let mut args = Vec::with_capacity(counts.len() * 2 + 4);
+        args.push(self.instance.clone());
+        args.push(millis(lease).max(1).to_string());
+        args.push(format!("{}instance:", self.prefix));
+        args.push(format!("{}conns:", self.prefix));
+        for (user, count) in counts {
+            args.push(escape(user).into_owned());
+            args.push(count.to_string());
+        }
+        let flat: Vec<String> = self.eval(&self.sync_conns, &keys, &args).await?;
+        let mut out = Vec::with_capacity(flat.len() / 2);
+        for pair in flat.chunks_exact(2) {
+            out.push((unescape(&pair[0]), pair[1].parse().unwrap_or(0)));
+        }
+        Ok(out)
+    }
+
+    /// Every user's client addresses seen by the fleet (`touch_addrs`) within the user's
+    /// TTL, one round trip.
+    pub(crate) async fn fleet_addrs(&self) -> Result<Vec<(String, Vec<String>)>, Error> {
+        let keys = [format!("{}addrs-users", self.prefix), format!("{}addrs-ttl", self.prefix)];
+        let args = [format!("{}addrs:", self.prefix)];
+        let flat: Vec<String> = self.eval(&self.fleet_addrs, &keys, &args).await?;
+        let mut out = Vec::new();
+        let mut it = flat.into_iter();
+        while let (Some(user), Some(n)) = (it.next(), it.next()) {
+            let n: usize = n.parse().unwrap_or(0);
+            out.push((unescape(&user), it.by_ref().take(n).collect()));
+        }
+        Ok(out)
     }
 
     fn usage_key(&self, k: &UsageKey<'_>) -> String {
@@ -599,6 +656,14 @@ fn escape(name: &str) -> std::borrow::Cow<'_, str> {
         return name.into();
     }
     name.replace('%', "%25").replace(':', "%3A").into()
+}
+
+/// `escape` undone.
+fn unescape(name: &str) -> String {
+    if !name.contains('%') {
+        return name.into();
+    }
+    name.replace("%3A", ":").replace("%25", "%")
 }
 
 /// This instance's name: the host's name, the process id and a random part (a restarted

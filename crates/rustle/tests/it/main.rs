@@ -19,6 +19,7 @@ mod engine;
 mod errors;
 mod faults;
 mod faulty;
+mod fleet;
 mod forwarding;
 mod hop;
 mod http;

@@ -145,3 +145,30 @@ fn workers_admitting_at_once_never_pass_the_limit() {
     }
     assert_eq!(t.tracked(), 0, "every hold released, nothing kept with a TTL of 0");
 }
+
+#[tokio::test(start_paused = true)]
+async fn the_fleets_addresses_count_against_a_users_limit() {
+    let t = Addrs::new();
+    let fleet = |ips: &[&str]| {
+        std::collections::HashMap::from([(
+            "alice".to_string(),
+            ips.iter().map(|s| ip(s)).collect(),
+        )])
+    };
+    t.set_fleet(&fleet(&["10.0.0.1"]));
+    let _b = t.admit("alice", ip("10.0.0.2"), TWO, now()).expect("1 elsewhere + 1 here");
+    assert_eq!(
+        t.admit("alice", ip("10.0.0.3"), TWO, now()).map(|_| ()),
+        Err(Refused::InUse { in_use: 2, max: 2 })
+    );
+    // The fleet's address itself is admitted here.
+    let _a = t.admit("alice", ip("10.0.0.1"), TWO, now()).expect("the fleet's address");
+    // What is in use here, for the fleet.
+    let local = t.local(now());
+    assert_eq!(local.len(), 1);
+    assert_eq!(local[0].2.len(), 2);
+    assert_eq!(local[0].1, TWO);
+    // Redis down: the fleet's addresses forgotten, only those here count.
+    t.set_fleet(&std::collections::HashMap::new());
+    assert_eq!(t.in_use("alice", now()), 2);
+}

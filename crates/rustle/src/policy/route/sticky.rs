@@ -21,6 +21,14 @@
 //! - A sweep for expired sessions walks the shard under its lock; it runs only when the
 //!   earliest expiry recorded (for the shard, for the user) has passed, so a table full
 //!   of live sessions answers a new one without a walk.
+//! - In a fleet (`[state] backend = "redis"`), a session's first use on this instance
+//!   (or its first after it expired) asks the fleet for the session's seed without
+//!   waiting for it (`share`): the fleet thread sets the session's key in Redis to this
+//!   instance's seed unless another instance set it first, and puts the fleet's seed in
+//!   this table in place of its own. No request waits on Redis: the request that started
+//!   the session here (and any within the round trip, a millisecond on a LAN) picks with
+//!   the local seed; every later one picks what every instance picks. With Redis down,
+//!   the local seed stays (the fleet thread logs the loss once).
 //! - Memory: a session is one entry of 88 bytes (a table growing by doubling may leave as
 //!   many free), with its route name and session id (at most 64 bytes) on the heap;
 //!   with a per-user bound, a user's name is held once, shared by its sessions.
@@ -193,6 +201,7 @@ impl Table {
     /// when first used, until `ttl` after that; a new one after. None when the user is at
     /// its bound, or the shard full, with live sessions (the caller picks as if not
     /// sticky).
+    #[cfg(test)]
     pub(crate) fn seed(
         &self,
         route: &str,
@@ -201,6 +210,19 @@ impl Table {
         ttl: Duration,
         now: Instant,
     ) -> Option<u64> {
+        self.seed_fresh(route, user, session, ttl, now).map(|(seed, _)| seed)
+    }
+
+    /// `seed`, and whether the seed was made by this call (a session's first use here, or
+    /// its first since it expired): only then does the fleet hear of it (`share`).
+    pub(crate) fn seed_fresh(
+        &self,
+        route: &str,
+        user: &str,
+        session: &str,
+        ttl: Duration,
+        now: Instant,
+    ) -> Option<(u64, bool)> {
         let hash = self.hasher.hash_one((route, user, session));
         // Without a per-user bound, the whole key spreads the sessions over the shards.
         let bounded = self.per_user > 0;
@@ -212,13 +234,14 @@ impl Table {
             e.hash == hash && *e.route == *route && *e.user == *user && *e.session == *session
         };
         if let Some(e) = s.sessions.find_mut(hash, same) {
-            if now >= e.expires {
+            let fresh = now >= e.expires;
+            if fresh {
                 // Replaced in its place: the counts stand, and the earliest expiries
                 // stay bounds from below.
                 e.seed = self.fresh();
                 e.expires = now + ttl;
             }
-            return Some(e.seed);
+            return Some((e.seed, fresh));
         }
         if bounded {
             if let Some(c) = s.users.find(user_hash, |c| *c.user == *user) {
@@ -286,7 +309,24 @@ impl Table {
             expires,
         };
         s.sessions.insert_unique(hash, entry, |e| e.hash);
-        Some(seed)
+        Some((seed, true))
+    }
+
+    /// Puts `fleet`, the seed the fleet has for the session, in place of `local`, the one
+    /// this table made for it, unless the session started again since.
+    fn adopt(&self, route: &str, user: &str, session: &str, local: u64, fleet: u64) {
+        let hash = self.hasher.hash_one((route, user, session));
+        let user_hash = if self.per_user > 0 { self.hasher.hash_one(user) } else { hash };
+        let shard = &self.shards[(user_hash % self.shards.len() as u64) as usize];
+        let mut s = shard.lock().unwrap_or_else(|p| p.into_inner());
+        let same = |e: &Entry| {
+            e.hash == hash && *e.route == *route && *e.user == *user && *e.session == *session
+        };
+        if let Some(e) = s.sessions.find_mut(hash, same) {
+            if e.seed == local {
+                e.seed = fleet;
+            }
+        }
     }
 
     /// A seed no one can guess from the ones before (splitmix64 of a keyed counter).
@@ -379,6 +419,39 @@ impl Table {
         }
         found
     }
+}
+
+/// Tells the fleet, when there is one, of a session this instance started with `seed`
+/// (`Table::seed_fresh`), and takes the fleet's seed for it when another instance started
+/// it first. Never waits: the fleet thread runs the round trip.
+pub(crate) fn share(
+    table: &Arc<Table>,
+    route: &str,
+    user: &str,
+    session: &str,
+    seed: u64,
+    ttl: Duration,
+) {
+    let Some(fleet) = crate::state::fleet::current() else { return };
+    let table = table.clone();
+    let (route, user, session) = (route.to_string(), user.to_string(), session.to_string());
+    // The answer comes back through the table; a stopped fleet leaves the local seed.
+    fleet.spawn(move |f| async move {
+        // Each part escaped, so that no two sessions meet on one key.
+        let key = format!("{}:{}:{}", esc(&route), esc(&user), esc(&session));
+        match f.sticky_get_or_set(&key, &seed.to_string(), ttl).await {
+            Ok(value) => match value.parse::<u64>() {
+                Ok(theirs) if theirs != seed => table.adopt(&route, &user, &session, seed, theirs),
+                Ok(_) => {}
+                Err(_) => tracing::debug!("state: sticky session {key}: not a seed in Redis"),
+            },
+            Err(e) => tracing::debug!("state: sticky session {key} kept local: {e}"),
+        }
+    });
+}
+
+fn esc(s: &str) -> String {
+    s.replace('%', "%25").replace(':', "%3A")
 }
 
 #[cfg(test)]

@@ -104,8 +104,10 @@ return out
 ";
 
 /// A user's client addresses (KEYS[1], address → last seen): those idle for `ARGV[1]` ms
-/// dropped, then each address (ARGV[3..]) admitted if known or if fewer than `ARGV[2]`
-/// are, and marked seen now (the server's clock). 1 admitted, 0 refused.
+/// dropped, then each address (ARGV[4..]) admitted if known or if fewer than `ARGV[2]`
+/// are, and marked seen now (the server's clock). 1 admitted, 0 refused. The user (its
+/// escaped name `ARGV[3]`) goes in the index of users with addresses (KEYS[2]), its TTL
+/// in the index's hash of TTLs (KEYS[3]), for `FLEET_ADDRS`.
 pub(super) const ADDRS: &str = r"
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -113,7 +115,7 @@ local ttl = tonumber(ARGV[1])
 local max = tonumber(ARGV[2])
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - ttl)
 local out = {}
-for i = 3, #ARGV do
+for i = 4, #ARGV do
   if redis.call('ZSCORE', KEYS[1], ARGV[i]) or redis.call('ZCARD', KEYS[1]) < max then
     redis.call('ZADD', KEYS[1], now, ARGV[i])
     out[#out + 1] = 1
@@ -121,6 +123,79 @@ for i = 3, #ARGV do
     out[#out + 1] = 0
   end
 end
-if redis.call('ZCARD', KEYS[1]) > 0 then redis.call('PEXPIRE', KEYS[1], ttl) end
+if redis.call('ZCARD', KEYS[1]) > 0 then
+  redis.call('PEXPIRE', KEYS[1], ttl)
+  redis.call('SADD', KEYS[2], ARGV[3])
+  redis.call('HSET', KEYS[3], ARGV[3], ttl)
+  for k = 2, 3 do
+    if redis.call('PTTL', KEYS[k]) < ttl then redis.call('PEXPIRE', KEYS[k], ttl) end
+  end
+end
+return out
+";
+
+/// A whole tick of connection counts: this instance's lease (KEYS[1]) renewed for
+/// `ARGV[2]` ms, its count for each user given (ARGV[5..]: escaped name, count) set in the
+/// user's hash (`ARGV[4]` and the name) and the user put in the index of users with
+/// connections (KEYS[2]); its field removed from the hashes of the index's other users.
+/// Then every indexed user's total over the live leases (`ARGV[3]` and the instance), the
+/// dead fields and the users left with none removed. Returns name, total, name, total...
+pub(super) const SYNC_CONNS: &str = r"
+local me = ARGV[1]
+local ms = tonumber(ARGV[2])
+redis.call('SET', KEYS[1], 1, 'PX', ms)
+local mine = {}
+for i = 5, #ARGV, 2 do
+  local key = ARGV[4] .. ARGV[i]
+  redis.call('HSET', key, me, ARGV[i + 1])
+  if redis.call('PTTL', key) < ms then redis.call('PEXPIRE', key, ms) end
+  redis.call('SADD', KEYS[2], ARGV[i])
+  mine[ARGV[i]] = true
+end
+if redis.call('PTTL', KEYS[2]) < ms then redis.call('PEXPIRE', KEYS[2], ms) end
+local out = {}
+for _, u in ipairs(redis.call('SMEMBERS', KEYS[2])) do
+  local key = ARGV[4] .. u
+  if not mine[u] then redis.call('HDEL', key, me) end
+  local f = redis.call('HGETALL', key)
+  local total = 0
+  for i = 1, #f, 2 do
+    if redis.call('EXISTS', ARGV[3] .. f[i]) == 1 then
+      total = total + tonumber(f[i + 1])
+    else
+      redis.call('HDEL', key, f[i])
+    end
+  end
+  if total == 0 then
+    redis.call('SREM', KEYS[2], u)
+  else
+    out[#out + 1] = u
+    out[#out + 1] = tostring(total)
+  end
+end
+return out
+";
+
+/// Every indexed user's (KEYS[1]: escaped names) client addresses (`ARGV[1]` and the
+/// name: address -> last seen) seen within the user's TTL (its hash field `ARGV[2]`
+/// .. name, in ms); users with none left removed. Returns name, address count, the
+/// addresses, name, ...
+pub(super) const FLEET_ADDRS: &str = r"
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local out = {}
+for _, u in ipairs(redis.call('SMEMBERS', KEYS[1])) do
+  local key = ARGV[1] .. u
+  local ttl = tonumber(redis.call('HGET', KEYS[2], u) or '0')
+  local a = redis.call('ZRANGEBYSCORE', key, now - ttl, '+inf')
+  if #a == 0 then
+    redis.call('SREM', KEYS[1], u)
+    redis.call('HDEL', KEYS[2], u)
+  else
+    out[#out + 1] = u
+    out[#out + 1] = tostring(#a)
+    for i = 1, #a do out[#out + 1] = a[i] end
+  end
+end
 return out
 ";

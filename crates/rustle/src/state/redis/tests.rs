@@ -15,6 +15,7 @@ fn settings(url: &str) -> StateRedis {
         ca: None,
         key_prefix: "t:".into(),
         on_state_loss: OnStateLoss::Serve,
+        sync_interval: Duration::from_secs(1),
     }
 }
 
@@ -299,4 +300,38 @@ async fn instances_racing_agree_on_one_session_value_and_one_address() {
     assert!(sticky.iter().all(|v| *v == sticky[0]), "{sticky:?}");
     let admitted = touched.into_iter().filter(|r| r.as_ref().expect("touch")[0]).count();
     assert_eq!(admitted, 1);
+}
+
+#[tokio::test]
+async fn sync_conns_publishes_and_reads_every_users_total() {
+    let Some(server) = RedisServer::start(&[]) else { return };
+    let (a, b) = (fleet(&server), fleet(&server));
+    let got = a.sync_conns(&[("alice", 2), ("b:o%b", 1)], HOUR).await.expect("a");
+    assert_eq!(sorted(got), vec![("alice".to_string(), 2), ("b:o%b".to_string(), 1)]);
+    let got = b.sync_conns(&[("alice", 1)], HOUR).await.expect("b");
+    assert_eq!(sorted(got), vec![("alice".to_string(), 3), ("b:o%b".to_string(), 1)]);
+    // A user no longer given is no longer this instance's.
+    let got = a.sync_conns(&[("alice", 2)], HOUR).await.expect("a again");
+    assert_eq!(sorted(got), vec![("alice".to_string(), 3)]);
+    // A released instance's counts stop counting.
+    a.release().await.expect("release");
+    let got = b.sync_conns(&[], HOUR).await.expect("b alone");
+    assert!(got.is_empty(), "{got:?}");
+}
+
+#[tokio::test]
+async fn fleet_addrs_reads_every_users_addresses_within_their_ttl() {
+    let Some(server) = RedisServer::start(&[]) else { return };
+    let (a, b) = (fleet(&server), fleet(&server));
+    let ttl = Duration::from_millis(300);
+    assert_eq!(a.touch_addrs("alice", &["10.0.0.1"], ttl, 2).await.expect("a"), vec![true]);
+    assert_eq!(b.touch_addrs("alice", &["10.0.0.2"], HOUR, 2).await.expect("b"), vec![true]);
+    let mut got = b.fleet_addrs().await.expect("read");
+    got.iter_mut().for_each(|(_, a)| a.sort());
+    assert_eq!(got, vec![("alice".to_string(), vec!["10.0.0.1".to_string(), "10.0.0.2".into()])]);
+}
+
+fn sorted(mut v: Vec<(String, u64)>) -> Vec<(String, u64)> {
+    v.sort();
+    v
 }

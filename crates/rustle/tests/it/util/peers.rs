@@ -442,6 +442,20 @@ impl Haproxy {
     /// Starts `haproxy -db -f haproxy.cfg` and waits until it listens; `None` when haproxy
     /// is not installed.
     pub(crate) fn start(backend: SocketAddr, send: &str) -> Option<Haproxy> {
+        Haproxy::start_lines(&format!("    server r1 {backend} {send}\n"))
+    }
+
+    /// haproxy balancing connections over `backends` in turn (`balance roundrobin`), as
+    /// an L4 balancer in front of a fleet.
+    pub(crate) fn balance(backends: &[SocketAddr]) -> Option<Haproxy> {
+        let mut lines = String::from("    balance roundrobin\n");
+        for (i, b) in backends.iter().enumerate() {
+            lines += &format!("    server r{i} {b}\n");
+        }
+        Haproxy::start_lines(&lines)
+    }
+
+    fn start_lines(backend: &str) -> Option<Haproxy> {
         let program = find_program("haproxy", "/usr/sbin/haproxy")?;
         let dir = TempDir::new("haproxy");
         let mut last_failure = String::new();
@@ -451,7 +465,7 @@ impl Haproxy {
             let text = format!(
                 "defaults\n    mode tcp\n    timeout connect 5s\n    timeout client 30s\n    \
                  timeout server 30s\nfrontend front\n    bind 127.0.0.1:{port}\n    \
-                 default_backend rustle\nbackend rustle\n    server r1 {backend} {send}\n"
+                 default_backend rustle\nbackend rustle\n{backend}"
             );
             std::fs::write(&conf, text).expect("write haproxy.cfg");
             let mut cmd = Command::new(&program);
