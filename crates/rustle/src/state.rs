@@ -491,8 +491,6 @@ struct Shared {
     fleet: Mutex<Option<redis::Fleet>>,
     /// Whether usage is shared through Redis.
     remote: bool,
-    /// The Redis settings in use (a reload does not change them).
-    redis: Option<crate::config::StateRedis>,
     /// Resets not yet made in Redis: (user, one quota or all).
     resets: Mutex<Vec<(String, Option<String>)>>,
     wake: Condvar,
@@ -551,7 +549,6 @@ impl Keeper {
                 flush_interval: Mutex::new(cfg.state.flush_interval),
                 stop: Mutex::new((false, false, false)),
                 remote: fleet.is_some(),
-                redis: cfg.state.redis(),
                 fleet: Mutex::new(fleet),
                 resets: Mutex::new(Vec::new()),
                 wake: Condvar::new(),
@@ -593,12 +590,6 @@ impl Keeper {
             table.tick((self.shared.clock)(), &self.shared.traffic);
         }
         *lock(&self.shared.flush_interval) = cfg.state.flush_interval;
-        if cfg.state.redis() != self.shared.redis {
-            tracing::warn!(
-                "quotas: [state] backend and redis_* changed: they apply at the next start \
-                 (usage stays where it is kept now)"
-            );
-        }
         if !cfg.quotas.is_empty() {
             if let Err(e) = self.spawn() {
                 return Err(format!("cannot start the quota thread: {e}"));
