@@ -35,6 +35,7 @@ pub use log::{
     Diagnostics, Facility, Field, Log, LogFormat, LogTarget, Piece, SyslogAddr, SyslogFormat,
     Template,
 };
+pub(crate) use quota::parse_size;
 pub(crate) use quota::problems as quota_problems;
 pub use quota::{OnExceeded, Period, QuotaConfig, QuotaDirection, ROLLING_BUCKETS};
 pub(crate) use rate::parse_rate;

@@ -566,10 +566,8 @@ pub(crate) enum Cut {
     Disabled,
     /// The user is removed (admin API, or a reload whose users no longer have it).
     Removed,
-    /// A quota of the user's ran out (its name).
-    // Made by the quota table, which reuses `cut` to close the tunnels of a user out of
-    // quota.
-    #[allow(dead_code)]
+    /// A quota of the user's with `on_exceeded = "close"` ran out (its name): the sweep
+    /// ends the user's connections (`UserTraffic::quota_cut`).
     Quota(Box<str>),
 }
 
@@ -684,6 +682,17 @@ impl UserTraffic {
         // access log.
         tracing::debug!("refused: {text}");
         Some(crate::error::Error::QuotaExceeded(text))
+    }
+
+    /// Why the user's connections end, when a quota with `on_exceeded = "close"` is used
+    /// up: its name, from the refusal's text.
+    pub(crate) fn quota_cut(&self) -> Option<Cut> {
+        if !self.cut() {
+            return None;
+        }
+        let text = lock(&self.refusal).clone()?;
+        let name = text.split('"').nth(1).unwrap_or(&text);
+        Some(Cut::Quota(name.into()))
     }
 
     /// Whether the user's open tunnels are to end (a quota with `on_exceeded = "close"`

@@ -223,6 +223,24 @@ enum UserAction {
         #[arg(long = "limit", value_name = "K=V", required = true)]
         limits: Vec<String>,
     },
+    /// Forget the user's usage of a quota (of every quota without `--quota`) in the
+    /// current period; a user refused for it is let in at once.
+    Reset {
+        name: String,
+        /// The quota (its `[[quota]] name`).
+        #[arg(long, value_name = "Q")]
+        quota: Option<String>,
+    },
+    /// Allow the user more bytes of a quota in the current period.
+    TopUp {
+        name: String,
+        /// The quota (its `[[quota]] name`).
+        #[arg(long, value_name = "Q")]
+        quota: String,
+        /// Bytes: a number or a size (`1MB`, `5GiB`).
+        #[arg(long, value_name = "N")]
+        bytes: String,
+    },
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -534,6 +552,17 @@ fn user(
                 body.insert(k.trim().to_string(), json!(v.trim()));
             }
             ("PUT", at(name, "/limits"), Some(serde_json::Value::Object(body)))
+        }
+        UserAction::Reset { name, quota } => {
+            let body = quota.as_ref().map(|q| json!({ "quota": q }));
+            ("POST", at(name, "/reset"), body)
+        }
+        UserAction::TopUp { name, quota, bytes } => {
+            let bytes = match bytes.parse::<u64>() {
+                Ok(n) => json!(n),
+                Err(_) => json!(bytes),
+            };
+            ("POST", at(name, "/top-up"), Some(json!({ "quota": quota, "bytes": bytes })))
         }
     };
     match call(&t, method, &path, body.as_ref()) {

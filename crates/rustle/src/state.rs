@@ -17,15 +17,24 @@
 //! loses at most one interval.
 //!
 //! `redis`: the client of the Redis a fleet of instances shares state through, used from
-//! the fleet's thread, never from a worker's request path. `fleet`: that thread
-//! (`rustle-fleet`), which owns the client and keeps this instance's connection counts,
-//! client addresses and sticky sessions in step with the fleet's.
+//! the fleet's thread or the quota keeper's, never from a worker's request path. `fleet`:
+//! the fleet's thread (`rustle-fleet`), which owns a client and keeps this instance's
+//! connection counts, client addresses and sticky sessions in step with the fleet's.
+//! `remote`: with `[state] backend = "redis"`, the quota keeper's thread syncs usage with
+//! Redis every second through a client of its own: what this instance moved is added to
+//! the fleet's counters and the fleet's totals come back as the usage enforced, so a quota
+//! is overshot by at most a second's traffic of each instance. While Redis is unreachable
+//! the keeper enforces the last totals plus its own traffic since, and sends what it kept
+//! back when Redis returns. `[state] path`, when set beside Redis, keeps a copy of the
+//! usage as last known (written every `flush_interval`), read at start and given back to a
+//! Redis that lost its data.
 
 mod file;
 pub(crate) mod fleet;
-// The quota calls (usage) are not used until the keeper flushes through the fleet.
+// The keeper uses the quota part of the Redis client, the fleet thread the rest.
 #[cfg_attr(not(test), allow(dead_code))]
 pub(crate) mod redis;
+mod remote;
 #[cfg(test)]
 mod tests;
 
@@ -163,6 +172,10 @@ struct Account {
     extra: u64,
     extra_start: i64,
     delta: u64,
+    /// Top-up bytes not yet sent to Redis (`remote`).
+    extra_delta: u64,
+    /// Counts the resets, so that fleet totals asked for before one are not applied after.
+    epoch: u32,
     /// Changed since the last flush.
     dirty: bool,
 }
@@ -222,6 +235,13 @@ pub(crate) struct Table {
     groups: HashMap<String, Vec<String>>,
     /// The users' shared counters, as found.
     users: HashMap<Box<str>, Arc<UserTraffic>>,
+    /// Usage is shared through Redis (`remote`): the deltas are the Redis sync's to take,
+    /// and every user of the policy has an account (refused from its first request here
+    /// when the fleet used its quota up).
+    remote: bool,
+    /// Redis is unreachable and `on_state_loss = "deny"`: every user with a quota is
+    /// refused with this text until it returns.
+    lost: Option<Arc<str>>,
 }
 
 impl Table {
@@ -233,6 +253,8 @@ impl Table {
             seen: HashMap::new(),
             groups: HashMap::new(),
             users: HashMap::new(),
+            remote: false,
+            lost: None,
         }
     }
 
@@ -261,8 +283,7 @@ impl Table {
                 buckets: u.buckets,
                 extra: u.extra,
                 extra_start: u.extra_start,
-                delta: 0,
-                dirty: false,
+                ..Account::default()
             };
             self.accounts.insert((u.quota.into(), u.user.into()), a);
         }
@@ -273,6 +294,21 @@ impl Table {
     fn refresh_users(&mut self, traffic: &Traffic) {
         for (user, t) in traffic.entries() {
             self.users.entry(user).or_insert(t);
+        }
+        if self.remote {
+            let wanted: Vec<Box<str>> = self
+                .groups
+                .iter()
+                .filter(|(u, g)| {
+                    !self.users.contains_key(u.as_str())
+                        && self.quotas.iter().any(|q| q.applies(u, g))
+                })
+                .map(|(u, _)| u.as_str().into())
+                .collect();
+            for user in wanted {
+                let t = traffic.entry(&user);
+                self.users.insert(user, t);
+            }
         }
         let missing: Vec<Box<str>> = self
             .accounts
@@ -297,10 +333,12 @@ impl Table {
             let (du, dd) = (up.saturating_sub(pu), down.saturating_sub(pd));
             let groups = self.groups.get(&**user).unwrap_or(&none);
             let mut verdict: Option<(bool, Arc<str>)> = None;
+            let mut any = false;
             for q in &self.quotas {
                 if !q.applies(user, groups) {
                     continue;
                 }
+                any = true;
                 let (start, next) = bucket(q.period, &self.tz, now);
                 let key = (q.name.clone(), user.clone());
                 let a = self.accounts.entry(key).or_default();
@@ -317,6 +355,9 @@ impl Table {
                     verdict = Some((close, text));
                 }
             }
+            if let (None, true, Some(lost)) = (&verdict, any, &self.lost) {
+                verdict = Some((false, lost.clone()));
+            }
             let text = verdict.as_ref().map(|v| v.1.clone());
             if t.set_quota(verdict) {
                 match text {
@@ -328,8 +369,6 @@ impl Table {
     }
 
     /// (quota, used, limit, resets at) of each quota of `user`.
-    // One of the operations the admin API's users endpoints call.
-    #[allow(dead_code)]
     pub(crate) fn usage(&self, user: &str, now: Timestamp) -> Vec<(String, u64, u64, String)> {
         let none = Vec::new();
         let groups = self.groups.get(user).unwrap_or(&none);
@@ -346,14 +385,15 @@ impl Table {
     }
 
     /// Forgets `user`'s usage of `quota` (of every quota: None) in the current period.
-    // One of the operations the admin API's users endpoints call.
-    #[allow(dead_code)]
     pub(crate) fn reset(&mut self, user: &str, quota: Option<&str>) -> bool {
         let mut found = false;
         for ((q, u), a) in self.accounts.iter_mut() {
             if &**u == user && quota.is_none_or(|name| name == &**q) {
                 a.buckets.clear();
                 a.extra = 0;
+                a.delta = 0;
+                a.extra_delta = 0;
+                a.epoch = a.epoch.wrapping_add(1);
                 a.dirty = true;
                 found = true;
             }
@@ -362,8 +402,6 @@ impl Table {
     }
 
     /// Allows `user` `bytes` more of `quota` in the current period only.
-    // One of the operations the admin API's users endpoints call.
-    #[allow(dead_code)]
     pub(crate) fn top_up(&mut self, user: &str, quota: &str, bytes: u64, now: Timestamp) -> bool {
         let Some(q) = self.quotas.iter().find(|q| &*q.name == quota) else { return false };
         let (start, _) = bucket(q.period, &self.tz, now);
@@ -373,6 +411,7 @@ impl Table {
             a.extra = 0;
         }
         a.extra = a.extra.saturating_add(bytes);
+        a.extra_delta = a.extra_delta.saturating_add(bytes);
         a.extra_start = start;
         a.dirty = true;
         true
@@ -406,7 +445,10 @@ impl Table {
                 delta: a.delta,
             });
             a.dirty = false;
-            a.delta = 0;
+            if !self.remote {
+                a.delta = 0;
+                a.extra_delta = 0;
+            }
         }
         out.sort_by(|a, b| (&a.quota, &a.user).cmp(&(&b.quota, &b.user)));
         out
@@ -442,8 +484,15 @@ struct Shared {
     backend: Option<Backend>,
     clock: Clock,
     flush_interval: Mutex<Duration>,
-    /// (stop asked, handed over: a takeover's new process writes the store from now).
-    stop: Mutex<(bool, bool)>,
+    /// (stop asked, handed over: a takeover's new process writes the store from now,
+    /// poked: a reset or top-up for Redis to sync now).
+    stop: Mutex<(bool, bool, bool)>,
+    /// The Redis client, until the keeper's thread takes it.
+    fleet: Mutex<Option<redis::Fleet>>,
+    /// Whether usage is shared through Redis.
+    remote: bool,
+    /// Resets not yet made in Redis: (user, one quota or all).
+    resets: Mutex<Vec<(String, Option<String>)>>,
     wake: Condvar,
 }
 
@@ -480,6 +529,11 @@ impl Keeper {
         let tz = zone(&cfg.state.time_zone)?;
         let mut table = Table::new(&cfg.quotas, tz);
         table.groups = groups;
+        let fleet = match cfg.state.redis() {
+            Some(r) => Some(redis::Fleet::connect(&r).map_err(|e| anyhow::anyhow!("{e}"))?),
+            None => None,
+        };
+        table.remote = fleet.is_some();
         let backend = cfg.state.path.as_ref().map(|p| Backend::File(file::File::new(p.clone())));
         if let Some(b) = &backend {
             let usage = b.load().map_err(|e| anyhow::anyhow!("[state] path: {e}"))?;
@@ -493,7 +547,10 @@ impl Keeper {
                 backend,
                 clock,
                 flush_interval: Mutex::new(cfg.state.flush_interval),
-                stop: Mutex::new((false, false)),
+                stop: Mutex::new((false, false, false)),
+                remote: fleet.is_some(),
+                fleet: Mutex::new(fleet),
+                resets: Mutex::new(Vec::new()),
                 wake: Condvar::new(),
             }),
             thread: Mutex::new(None),
@@ -542,30 +599,49 @@ impl Keeper {
     }
 
     /// (quota, used, limit, resets at) of each of `user`'s quotas.
-    // One of the operations the admin API's users endpoints call.
-    #[allow(dead_code)]
     pub(crate) fn usage(&self, user: &str) -> Vec<(String, u64, u64, String)> {
         lock(&self.shared.table).usage(user, (self.shared.clock)())
     }
 
     /// Forgets `user`'s usage of `quota` (every quota: None); false when it had none.
-    // One of the operations the admin API's users endpoints call.
-    #[allow(dead_code)]
     pub(crate) fn reset(&self, user: &str, quota: Option<&str>) -> bool {
         let mut table = lock(&self.shared.table);
         let found = table.reset(user, quota);
         table.tick((self.shared.clock)(), &self.shared.traffic);
+        drop(table);
+        if self.shared.remote {
+            lock(&self.shared.resets).push((user.to_string(), quota.map(str::to_string)));
+            self.poke();
+        }
         found
+    }
+
+    /// Wakes the thread to sync with Redis now.
+    fn poke(&self) {
+        lock(&self.shared.stop).2 = true;
+        self.shared.wake.notify_all();
+    }
+
+    /// Whether usage is shared through Redis.
+    pub(crate) fn shared(&self) -> bool {
+        self.shared.remote
+    }
+
+    /// Whether a quota named `name` is configured.
+    pub(crate) fn has_quota(&self, name: &str) -> bool {
+        lock(&self.shared.table).quotas.iter().any(|q| &*q.name == name)
     }
 
     /// Allows `user` `bytes` more of `quota` for the current period; false for a quota
     /// that does not exist.
-    // One of the operations the admin API's users endpoints call.
-    #[allow(dead_code)]
     pub(crate) fn top_up(&self, user: &str, quota: &str, bytes: u64) -> bool {
         let mut table = lock(&self.shared.table);
         let done = table.top_up(user, quota, bytes, (self.shared.clock)());
         table.tick((self.shared.clock)(), &self.shared.traffic);
+        drop(table);
+        if done && self.shared.remote {
+            self.poke();
+        }
         done
     }
 
@@ -620,27 +696,48 @@ fn flush(shared: &Shared, last: bool) {
     }
 }
 
-/// The keeper thread: a look every second, a flush every `flush_interval`, a last one at
-/// the stop.
+/// The keeper thread: a look every second (with Redis, a sync with it), a flush every
+/// `flush_interval`, a last one at the stop; a reset or top-up wakes it to sync at once.
 fn run(shared: &Shared) {
+    let fleet = lock(&shared.fleet).take();
+    let mut remote = fleet.and_then(|fleet| match remote::Remote::new(fleet) {
+        Ok(r) => Some(r),
+        Err(e) => {
+            tracing::error!("quotas: no runtime for Redis ({e}): usage is this instance's only");
+            None
+        }
+    });
+    if let Some(r) = remote.as_mut() {
+        r.sync(shared);
+    }
     let mut since_flush = Duration::ZERO;
     loop {
-        let stop = lock(&shared.stop);
-        let (stop, _) = shared
+        let flags = lock(&shared.stop);
+        let (mut flags, _) = shared
             .wake
-            .wait_timeout_while(stop, TICK, |s| !s.0)
+            .wait_timeout_while(flags, TICK, |s| !s.0 && !s.2)
             .unwrap_or_else(PoisonError::into_inner);
-        if stop.0 {
-            drop(stop);
+        if flags.0 {
+            drop(flags);
+            if let Some(r) = remote.as_mut() {
+                r.sync(shared);
+            }
             flush(shared, true);
             return;
         }
-        drop(stop);
+        let poked = std::mem::take(&mut flags.2);
+        drop(flags);
+        if let Some(r) = remote.as_mut() {
+            r.sync(shared);
+            if poked {
+                continue;
+            }
+        }
         since_flush += TICK;
         if since_flush >= *lock(&shared.flush_interval) {
             since_flush = Duration::ZERO;
             flush(shared, false);
-        } else {
+        } else if remote.is_none() {
             lock(&shared.table).tick((shared.clock)(), &shared.traffic);
         }
     }

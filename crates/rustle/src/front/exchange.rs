@@ -245,6 +245,10 @@ pub(crate) fn end(
         t.add(Direction::Down, record.down.saturating_sub(record.counted.1));
         if t.is_cut() {
             cut = t.cut_reason();
+        } else if !matches!(cause, Some(Error::QuotaExceeded(_))) {
+            // Out of a quota that closes connections: the sweep ends them (a refusal
+            // says so itself).
+            cut = t.quota_cut();
         }
     }
     if crate::telemetry::metrics::timed() {

@@ -85,8 +85,9 @@ pub(crate) struct Client {
 pub(crate) struct Exchange {
     pub(crate) start: Instant,
     pub(crate) status: u16,
-    pub(crate) up: u64,
-    pub(crate) down: u64,
+    /// Body bytes up and down (`body::Tally`): on the user's counters as they move,
+    /// when the connection has a user.
+    pub(crate) moved: [std::cell::Cell<u64>; 2],
     pub(crate) upstream: Option<SocketAddr>,
     /// The route and parents taken, if any.
     pub(crate) via: Option<Rc<crate::telemetry::accesslog::Via>>,
@@ -102,8 +103,7 @@ impl Exchange {
         Exchange {
             start,
             status: 0,
-            up: 0,
-            down: 0,
+            moved: Default::default(),
             upstream: None,
             via: None,
             responded: false,
@@ -227,8 +227,8 @@ async fn serve_with(
                     start: ex.start,
                     upstream: ex.upstream,
                     via: ex.via.take(),
-                    up: ex.up,
-                    down: ex.down,
+                    up: ex.moved[0].get(),
+                    down: ex.moved[1].get(),
                 };
                 let opts = worker.relay_opts(listener.splice);
                 crate::front::tunnel::spawn(guard, stream, handoff, opts, record);
@@ -627,14 +627,18 @@ impl Client {
             upstream: ex.upstream,
             via: ex.via.as_deref(),
             status: ex.status,
-            up: ex.up,
-            down: ex.down,
+            up: ex.moved[0].get(),
+            down: ex.moved[1].get(),
             start: ex.start,
             tunnel: false,
             tls: self.tls.as_deref(),
             error: None,
             refused: None,
-            counted: (0, 0),
+            // The bodies went on the user's counters as they moved.
+            counted: match self.traffic {
+                Some(_) => (ex.moved[0].get(), ex.moved[1].get()),
+                None => (0, 0),
+            },
         };
         crate::front::exchange::end(&self.worker, self.traffic.as_deref(), record, error);
     }

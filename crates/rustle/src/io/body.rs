@@ -17,7 +17,34 @@ use crate::error::{Error, Phase};
 use crate::io::buf::Buf;
 use crate::io::conn::Splice;
 use crate::io::relay::{splice_body, SpliceFailure};
-use crate::limits::Limit;
+use crate::limits::{Limit, UserTraffic};
+
+/// Where an exchange counts its body bytes as they move: its own (up, down), kept when a
+/// copy ends early, for the access log; and with a user, the user's shared counters too
+/// (one relaxed add per write), so that a long body counts towards its quota while it
+/// moves (`exchange::end` then leaves them out).
+pub(crate) struct Tally<'a> {
+    pub(crate) moved: &'a [std::cell::Cell<u64>; 2],
+    pub(crate) user: Option<&'a UserTraffic>,
+}
+
+impl Tally<'_> {
+    #[inline]
+    pub(crate) fn add(&self, dir: Dir, n: u64) {
+        if n == 0 {
+            return;
+        }
+        let moved = &self.moved[dir as usize];
+        moved.set(moved.get() + n);
+        if let Some(user) = self.user {
+            let dir = match dir {
+                Dir::Up => crate::limits::Direction::Up,
+                Dir::Down => crate::limits::Direction::Down,
+            };
+            user.add(dir, n);
+        }
+    }
+}
 
 /// A body of known length is spliced while at least this much of it remains: below it,
 /// the copy through the read buffer costs less than the pipe round trip.
@@ -162,8 +189,8 @@ pub(crate) fn coalesce(
     Ok(total)
 }
 
-/// Copies the rest of a body: first what is in `buf`, then from `r`. Returns the bytes
-/// written. On return the body is complete; bytes after it stay in `buf`.
+/// Copies the rest of a body: first what is in `buf`, then from `r`, counting each write
+/// on `tally`. On success the body is complete; bytes after it stay in `buf`.
 ///
 /// With `splice` set, a body of known length moves kernel-side through a pipe while at
 /// least `SPLICE_MIN` bytes of it remain and none are buffered.
@@ -179,12 +206,12 @@ pub(crate) async fn copy<R, W>(
     idle: Duration,
     splice: bool,
     limit: Option<&Limit>,
-) -> Result<u64, Error>
+    tally: &Tally<'_>,
+) -> Result<(), Error>
 where
     R: AsyncRead + Splice + Unpin,
     W: AsyncWrite + Splice + Unpin,
 {
-    let mut total = 0u64;
     // A limited body is copied (not spliced), so that every byte is counted.
     let splice = splice && limit.is_none();
     if splice && matches!(state, State::Remaining(n) if *n >= SPLICE_MIN) {
@@ -192,7 +219,7 @@ where
     }
     loop {
         if state.is_done() {
-            return Ok(total);
+            return Ok(());
         }
         if let (true, State::Remaining(n), Some(src), Some(dst)) =
             (splice, &mut *state, r.tcp(), w.tcp())
@@ -207,7 +234,7 @@ where
                     Ok(Some(0)) => return Err(dir.truncated()),
                     Ok(Some(k)) => {
                         *n -= k as u64;
-                        total += k as u64;
+                        tally.add(dir, k as u64);
                         if *n == 0 {
                             *state = State::Done;
                         }
@@ -227,7 +254,7 @@ where
                         Err(None) => return Err(dir.write_timeout()),
                         Err(Some(e)) => return Err(dir.write_error(e)),
                     }
-                    total += n as u64;
+                    tally.add(dir, n as u64);
                     if let Some(limit) = limit {
                         // Count what moved, then wait off any debt before reading more.
                         let now = std::time::Instant::now();
@@ -242,7 +269,7 @@ where
                 continue;
             }
             if state.is_done() {
-                return Ok(total);
+                return Ok(());
             }
         }
         let n = match timed(buf.read_from(r, crate::io::buf::READ_SIZE), idle).await {
@@ -253,7 +280,7 @@ where
         if n == 0 {
             if matches!(state, State::UntilClose) {
                 *state = State::Done;
-                return Ok(total);
+                return Ok(());
             }
             return Err(dir.truncated());
         }

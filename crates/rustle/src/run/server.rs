@@ -441,6 +441,7 @@ pub(crate) fn start_with(cfg: Config, mut inherited: Inherited) -> anyhow::Resul
                         traffic: traffic.clone(),
                         overlay: overlay.clone(),
                         republish: Arc::new(move || publisher.republish()),
+                        quotas: quotas.clone(),
                     },
                 },
             )?)

@@ -117,6 +117,7 @@ pub fn table(value: &Value) -> String {
         "DOWN".into(),
         "CONNS".into(),
         "RATE UP/DOWN".into(),
+        "QUOTAS USED/LIMIT".into(),
     ]];
     for u in users {
         let s = |v: &Value| match v {
@@ -139,9 +140,10 @@ pub fn table(value: &Value) -> String {
             s(&u["traffic"]["down"]),
             s(&u["connections"]),
             format!("{}/{}", s(&u["limits"]["rate_up"]), s(&u["limits"]["rate_down"])),
+            quotas(&u["quotas"]),
         ]);
     }
-    let mut widths = [0usize; 8];
+    let mut widths = [0usize; 9];
     for r in &rows {
         for (w, c) in widths.iter_mut().zip(r) {
             *w = (*w).max(c.chars().count());
@@ -154,6 +156,26 @@ pub fn table(value: &Value) -> String {
         out.push('\n');
     }
     out
+}
+
+/// A user's quotas in a cell: `NAME:USED/LIMIT` each (`!` after one used up), or `-`.
+fn quotas(list: &Value) -> String {
+    let cells: Vec<String> = list
+        .as_array()
+        .map(|l| {
+            l.iter()
+                .map(|q| {
+                    let mark = if q["exceeded"].as_bool() == Some(true) { "!" } else { "" };
+                    let quota = q["quota"].as_str().unwrap_or("?");
+                    format!("{quota}:{}/{}{mark}", q["used"], q["limit"])
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    if cells.is_empty() {
+        return "-".into();
+    }
+    cells.join(",")
 }
 
 #[cfg(test)]
@@ -171,10 +193,12 @@ mod tests {
         let v = serde_json::json!({"users": [
             {"name": "alice", "groups": ["staff"], "disabled": false, "source": "file",
              "traffic": {"up": 1, "down": 2}, "connections": 0,
-             "limits": {"rate_up": null, "rate_down": "8mbit"}},
+             "limits": {"rate_up": null, "rate_down": "8mbit"},
+             "quotas": [{"quota": "daily", "used": 10, "limit": 5, "exceeded": true}]},
         ]});
         let t = table(&v);
         assert_eq!(t.lines().count(), 2, "{t}");
         assert!(t.contains("alice") && t.contains("staff") && t.contains("-/8mbit"), "{t}");
+        assert!(t.contains("daily:10/5!"), "{t}");
     }
 }

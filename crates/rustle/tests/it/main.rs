@@ -35,6 +35,7 @@ mod parents;
 mod pool;
 mod proxy_protocol;
 mod quota;
+mod quota_fleet;
 mod relay;
 mod rules;
 mod socks;

@@ -381,3 +381,46 @@ fn socks4_is_refused_with_0x5b_once_the_quota_is_used_up() {
     wait_for(FLAGGED_WITHIN, "alice refused on SOCKS4", || (socks4("alice") == 0x5B).then_some(()));
     assert_eq!(socks4("bob"), 0x5A);
 }
+
+/// alice at 16 Mbit/s (2 MB/s) down on an HTTP listener, with a 1 MB quota (`extra`).
+fn slow_http(extra: &str) -> Proxy {
+    let users = auth_http_config("").replace(
+        "name = \"alice\"\npassword = \"plain:secret\"\n",
+        "name = \"alice\"\npassword = \"plain:secret\"\nrate_down = \"16mbit\"\n",
+    );
+    Proxy::from_toml(&(users + &quota(extra)))
+}
+
+#[test]
+fn on_exceeded_close_cuts_a_plain_http_download_in_flight() {
+    let origin = Origin::start().unwrap();
+    let proxy = slow_http("on_exceeded = \"close\"");
+    let mut s = connect(proxy.addr());
+    let url = origin.url("/bytes/6000000");
+    s.write_all(&request("GET", &url, &[&proxy_auth("alice", "secret")], b"")).unwrap();
+    let start = Instant::now();
+    let (got, _) = read_until_close(&mut s);
+    let took = start.elapsed();
+    // Counted per write: used up after 0.5 s, seen within a second, cut at the sweep.
+    assert!((1_000_000..5_000_000).contains(&got.len()), "{} bytes in {took:?}", got.len());
+    assert!(took < Duration::from_millis(2500), "cut after {took:?}");
+    let line = proxy.log_line(|l| l.contains(" GET ") && l.contains("alice"));
+    assert!(line.contains("quota"), "{line}");
+}
+
+#[test]
+fn a_plain_http_download_counts_when_its_client_leaves_at_the_end() {
+    let origin = Origin::start().unwrap();
+    let proxy = slow_http("");
+    // The client leaves as soon as it has the body, while the proxy may still be pacing.
+    let mut c = Conn::open(proxy.addr());
+    c.send(&request("GET", &origin.url("/bytes/1100000"), &[&proxy_auth("alice", "secret")], b""));
+    assert_eq!(c.read_response().body.len(), 1_100_000);
+    drop(c);
+    let small = origin.url("/bytes/10");
+    wait_for(FLAGGED_WITHIN, "alice refused", || {
+        (get_as(proxy.addr(), &small, "alice", "secret").0 == 403).then_some(())
+    });
+    let line = proxy.log_line(|l| l.contains("/bytes/1100000"));
+    assert!(line.contains(" 1100000 "), "{line}");
+}

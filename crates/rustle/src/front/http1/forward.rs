@@ -202,7 +202,8 @@ pub(super) async fn forward(c: &mut Client, ex: &mut Exchange) -> Result<Next, E
         let mut req_body = State::new(head.body);
         c.buf.consume(head.len);
         if !expect_continue {
-            ex.up += body::coalesce(&mut c.buf, &mut req_body, &mut c.out, COALESCE, Dir::Up)?;
+            let n = body::coalesce(&mut c.buf, &mut req_body, &mut c.out, COALESCE, Dir::Up)?;
+            body::Tally { moved: &ex.moved, user: c.traffic.as_deref() }.add(Dir::Up, n);
         }
         let connected = match start {
             Start::Ready(ready) => ready,
@@ -259,6 +260,7 @@ pub(super) async fn forward(c: &mut Client, ex: &mut Exchange) -> Result<Next, E
         // still to come from the origin needs the read side too, to watch the client.
         let in_hand = whole && answer_in_hand(&rhead, &ubuf);
         let (mut cr, mut cw) = c.stream.halves(!in_hand);
+        let tally = body::Tally { moved: &ex.moved, user: c.traffic.as_deref() };
         let (mut ur, mut uw) = up.split();
         // Stream the request body (if any is left) while watching for the response head.
         // The client's read side comes back with the result: once the body is done, it is
@@ -266,10 +268,11 @@ pub(super) async fn forward(c: &mut Client, ex: &mut Exchange) -> Result<Next, E
         let body_fut = async {
             let cr = &mut cr;
             if req_body.is_done() {
-                return (Ok(0), cr, cbuf);
+                return (Ok(()), cr, cbuf);
             }
             let r =
-                body::copy(cr, cbuf, &mut uw, &mut req_body, Dir::Up, io, splice, limit_up).await;
+                body::copy(cr, cbuf, &mut uw, &mut req_body, Dir::Up, io, splice, limit_up, &tally)
+                    .await;
             (r, cr, cbuf)
         };
         tokio::pin!(body_fut);
@@ -291,7 +294,7 @@ pub(super) async fn forward(c: &mut Client, ex: &mut Exchange) -> Result<Next, E
             }
             tokio::select! {
                 (r, cr, cbuf) = &mut body_fut, if !body_done => {
-                    ex.up += r?;
+                    r?;
                     body_done = true;
                     // Boxed, on this path only (a body that did not come with its head), so
                     // that every HTTP connection's state does not grow by it.
@@ -348,7 +351,8 @@ pub(super) async fn forward(c: &mut Client, ex: &mut Exchange) -> Result<Next, E
             out.clear();
             write_response(&rhead, ubuf.filled(), &rrw, out);
             ubuf.consume(rhead.len);
-            ex.down += body::coalesce(&mut ubuf, &mut resp_body, out, COALESCE, Dir::Down)?;
+            let n = body::coalesce(&mut ubuf, &mut resp_body, out, COALESCE, Dir::Down)?;
+            tally.add(Dir::Down, n);
             ex.status = rhead.status;
             ex.responded = true;
             ex.unframed = rhead.body == BodyKind::CloseDelimited || dechunk;
@@ -363,6 +367,7 @@ pub(super) async fn forward(c: &mut Client, ex: &mut Exchange) -> Result<Next, E
                     io,
                     splice,
                     limit_down,
+                    &tally,
                 )
                 .await
             };
@@ -381,7 +386,7 @@ pub(super) async fn forward(c: &mut Client, ex: &mut Exchange) -> Result<Next, E
                     // read side to hand to the watch.
                     (r, cr, cbuf) = &mut body_fut, if !body_done || !armed => {
                         if !body_done {
-                            ex.up += r?;
+                            r?;
                             body_done = true;
                         }
                         if !armed {
@@ -394,7 +399,7 @@ pub(super) async fn forward(c: &mut Client, ex: &mut Exchange) -> Result<Next, E
                     e = poll_some(left.as_mut().as_pin_mut()) => break Err(e),
                 }
             };
-            ex.down += resp_result?;
+            resp_result?;
             Outcome::Done { body_done, client_close }
         }
     };

@@ -70,7 +70,9 @@ impl Cuts {
         let slots = self.slots.borrow();
         let mut n = 0;
         for held in slots.iter().flatten() {
-            if held.user.is_cut() {
+            // Cut, or out of a quota that closes connections (`on_exceeded = "close"`):
+            // a plain-HTTP body in flight ends too, not only tunnels at their next read.
+            if held.user.is_cut() || held.user.cut() {
                 crate::io::sys::shutdown_both(held.fd);
                 n += 1;
             }

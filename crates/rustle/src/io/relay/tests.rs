@@ -470,8 +470,10 @@ const RELAY_BUDGET: usize = 352;
 /// request to the upstream layer carries the local address the client came in on (for
 /// routes that bind to `same`), the user-name parameters, a sticky seed and the addresses a
 /// PROXY protocol header to a parent names, and the request holds its connection's
-/// parameters while it connects, as it holds its user.)
-const HTTP_BUDGET: usize = 3672;
+/// parameters while it connects, as it holds its user. Then by 16 bytes: the bodies' tally,
+/// the exchange's byte counts and its user's counters, so that a body counts towards its
+/// user's quota as it moves and a body cut short still counts what it moved.)
+const HTTP_BUDGET: usize = 3688;
 /// (SOCKS: a handshake's state, with UDP ASSOCIATE's boxed, and the watch on the client
 /// while the upstream connection is made, about 140 bytes: boxing it too would cost an
 /// allocation per tunnel, and the handshake's future lives only until the tunnel's relay

@@ -30,6 +30,8 @@ pub(crate) struct UsersState {
     pub(crate) traffic: Arc<Traffic>,
     pub(crate) overlay: Arc<Overlay>,
     pub(crate) republish: Republish,
+    /// The quotas and their usage (reset, top-up).
+    pub(crate) quotas: Arc<crate::state::Keeper>,
 }
 
 /// What a route does.
@@ -42,6 +44,8 @@ enum Action {
     Disable,
     Enable,
     SetLimits,
+    Reset,
+    TopUp,
 }
 
 /// A path segment of a route: a literal, or the user's name.
@@ -60,6 +64,8 @@ const ROUTES: &[(&str, &[Seg], Action)] = &[
     ("POST", &[Seg::Lit("users"), Seg::Name, Seg::Lit("disable")], Action::Disable),
     ("POST", &[Seg::Lit("users"), Seg::Name, Seg::Lit("enable")], Action::Enable),
     ("PUT", &[Seg::Lit("users"), Seg::Name, Seg::Lit("limits")], Action::SetLimits),
+    ("POST", &[Seg::Lit("users"), Seg::Name, Seg::Lit("reset")], Action::Reset),
+    ("POST", &[Seg::Lit("users"), Seg::Name, Seg::Lit("top-up")], Action::TopUp),
 ];
 
 /// Whether `segs` fit `pattern`.
@@ -136,9 +142,17 @@ pub(super) async fn answer(
             change(users, &policy, name, None, |e| e.disabled = false).await
         }
         (Action::SetLimits, Some(name)) => set_limits(users, &policy, name, &req.body).await,
+        (Action::Reset, Some(name)) => reset(users, &policy, name, &req.body),
+        (Action::TopUp, Some(name)) => top_up(users, &policy, name, &req.body),
         // Every route of these actions has a name segment.
         (
-            Action::Get | Action::Remove | Action::Disable | Action::Enable | Action::SetLimits,
+            Action::Get
+            | Action::Remove
+            | Action::Disable
+            | Action::Enable
+            | Action::SetLimits
+            | Action::Reset
+            | Action::TopUp,
             None,
         ) => Err(Reply::error(404, "no user named")),
     };
@@ -217,7 +231,99 @@ fn describe(
         },
         "traffic": { "up": sent, "down": received },
         "connections": open,
+        "quotas": quotas(users, name),
     })
+}
+
+/// Each quota of the user: used, limit (with top-ups), when it resets, used up.
+fn quotas(users: &UsersState, name: &str) -> Vec<Value> {
+    let usage = users.quotas.usage(name);
+    usage
+        .into_iter()
+        .map(|(quota, used, limit, resets_at)| {
+            json!({
+                "quota": quota,
+                "used": used,
+                "limit": limit,
+                "resets_at": resets_at,
+                "exceeded": used >= limit,
+            })
+        })
+        .collect()
+}
+
+/// `POST .../reset`'s body (optional: every quota).
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct ResetBody {
+    quota: Option<String>,
+}
+
+/// `POST .../top-up`'s body: bytes as a number or a size ("1MB", "5 GiB").
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TopUpBody {
+    quota: String,
+    bytes: Value,
+}
+
+/// The quota a reset or top-up names, checked: configured, and one of the user's.
+fn known_quota(users: &UsersState, name: &str, quota: &str) -> Result<(), Reply> {
+    if !users.quotas.has_quota(quota) {
+        return Err(Reply::error(404, &format!("no quota `{quota}`")));
+    }
+    match users.quotas.usage(name).iter().any(|(q, ..)| q == quota) {
+        true => Ok(()),
+        false => Err(Reply::error(404, &format!("quota `{quota}` is not one of `{name}`'s"))),
+    }
+}
+
+/// What a reset or a top-up answers: the user's quotas as they are now, and whether the
+/// change goes to the fleet's Redis too (made by the quota thread at once, or as soon as
+/// Redis answers).
+fn quota_reply(users: &UsersState, name: &str) -> Reply {
+    Reply::json(
+        200,
+        &json!({ "name": name, "quotas": quotas(users, name), "fleet": users.quotas.shared() }),
+    )
+}
+
+/// Forgets the user's usage of one quota or all in the current period; a user back
+/// within its quotas is let in at once.
+fn reset(users: &UsersState, policy: &Policy, name: String, body: &[u8]) -> Result<Reply, Reply> {
+    if !exists(policy, &name) {
+        return Err(not_found(&name));
+    }
+    let body: ResetBody = match body.iter().all(u8::is_ascii_whitespace) {
+        true => ResetBody::default(),
+        false => parse(body, "quota")?,
+    };
+    if let Some(q) = &body.quota {
+        known_quota(users, &name, q)?;
+    }
+    users.quotas.reset(&name, body.quota.as_deref());
+    Ok(quota_reply(users, &name))
+}
+
+/// Allows the user more bytes of one quota in the current period; a user back within its
+/// quotas is let in at once.
+fn top_up(users: &UsersState, policy: &Policy, name: String, body: &[u8]) -> Result<Reply, Reply> {
+    if !exists(policy, &name) {
+        return Err(not_found(&name));
+    }
+    let body: TopUpBody = parse(body, "quota, bytes")?;
+    let bytes = match &body.bytes {
+        Value::Number(n) => n.as_u64().ok_or("a whole number of bytes".to_string()),
+        Value::String(s) => crate::config::parse_size(s),
+        _ => Err("a number or a size such as \"1MB\"".to_string()),
+    }
+    .map_err(|e| Reply::error(400, &format!("bytes: {e}")))?;
+    if bytes == 0 {
+        return Err(Reply::error(400, "bytes: 0"));
+    }
+    known_quota(users, &name, &body.quota)?;
+    users.quotas.top_up(&name, &body.quota, bytes);
+    Ok(quota_reply(users, &name))
 }
 
 /// `POST /api/v1/users`'s body.
@@ -254,7 +360,7 @@ impl Limits {
 
 /// The body as `T`. The error names the place and the kind of the problem only: serde's
 /// own message may quote a value, and a body may hold a password.
-fn parse<T: for<'de> Deserialize<'de>>(body: &[u8]) -> Result<T, Reply> {
+fn parse<T: for<'de> Deserialize<'de>>(body: &[u8], expected: &str) -> Result<T, Reply> {
     serde_json::from_slice(body).map_err(|e| {
         let kind = match e.classify() {
             serde_json::error::Category::Io | serde_json::error::Category::Eof => "incomplete",
@@ -262,10 +368,7 @@ fn parse<T: for<'de> Deserialize<'de>>(body: &[u8]) -> Result<T, Reply> {
             serde_json::error::Category::Data => "unexpected fields or types in the",
         };
         let at = format!("line {} column {}", e.line(), e.column());
-        Reply::error(
-            400,
-            &format!("{kind} JSON body at {at} (expected name, password, groups, limits)"),
-        )
+        Reply::error(400, &format!("{kind} JSON body at {at} (expected {expected})"))
     })
 }
 
@@ -297,7 +400,7 @@ async fn commit(
 }
 
 async fn add(users: &UsersState, policy: &Policy, body: &[u8]) -> Result<Reply, Reply> {
-    let new: NewUser = parse(body)?;
+    let new: NewUser = parse(body, "name, password, groups, limits")?;
     crate::policy::auth::check_name("user", &new.name).map_err(|e| Reply::error(400, &e))?;
     for g in &new.groups {
         crate::policy::auth::check_name("group", g).map_err(|e| Reply::error(400, &e))?;
@@ -357,7 +460,7 @@ async fn set_limits(
     name: String,
     body: &[u8],
 ) -> Result<Reply, Reply> {
-    let limits: Limits = parse(body)?;
+    let limits: Limits = parse(body, "rate_up, rate_down")?;
     limits.check().map_err(|e| Reply::error(400, &e))?;
     change(users, policy, name, None, move |e| {
         e.rate_up = limits.rate_up;
