@@ -46,7 +46,8 @@ pub(crate) struct Record {
     pub(crate) tls: Option<std::rc::Rc<crate::io::tls::Session>>,
     /// The route and parents taken, if any.
     pub(crate) via: Option<std::rc::Rc<crate::telemetry::accesslog::Via>>,
-    /// Bytes already counted by the handshake (a 101 response's body bytes, say).
+    /// Bytes the handshake moved (a request body ahead of a 101, say), already on the
+    /// user's counters when there is a user.
     pub(crate) up: u64,
     pub(crate) down: u64,
 }
@@ -157,9 +158,10 @@ pub(crate) fn finish(
     record.status = rec.status;
     record.up = rec.up + totals.up;
     record.down = rec.down + totals.down;
-    // A user's relay counted its bytes as they moved (`spawn`).
+    // A user's relay counted its bytes as they moved (`spawn`), and so did the handshake
+    // before it (an HTTP/1 request body ahead of a 101: `body::Tally`).
     if rec.user.is_some() {
-        record.counted = (totals.up, totals.down);
+        record.counted = (rec.up + totals.up, rec.down + totals.down);
     }
     record.tunnel = true;
     record.tls = rec.tls.as_deref();
