@@ -141,6 +141,11 @@ fn rate(r: &Option<String>, what: &str) -> Result<Option<u64>, String> {
 }
 
 impl Policy {
+    /// Whether the admin API disabled `user` (refused on every path, a certificate's too).
+    pub(crate) fn is_disabled(&self, user: &str) -> bool {
+        self.disabled.get(user).is_some()
+    }
+
     /// What `rustle check` and start-up refuse and a reload only warns of. Each makes the
     /// proxy refuse more, not less, and refusing a reload for it would keep what the new
     /// files removed (a revoked user, the last member of a group) in force.

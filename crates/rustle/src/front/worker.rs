@@ -567,6 +567,15 @@ impl ConnGuard {
         if self.worker.conn_limits.state_lost() {
             return Err(Error::StateLost);
         }
+        // Read before the flag (see `limits::cut`): a cut after this read ends it.
+        let entry = self.worker.traffic.entry(user);
+        let generation = entry.generation();
+        if entry.is_cut() {
+            return Err(refused_cut(&entry));
+        }
+        if self.worker.policy().is_disabled(user) {
+            return Err(Error::UserCut("user disabled".into()));
+        }
         let address = match self.worker.policy().client_addresses(user) {
             Some(limit) => Some(self.worker.admit_address(user, client, limit)?),
             None => None,
@@ -580,9 +589,15 @@ impl ConnGuard {
         slots.address = address;
         slots.user_conn = crate::telemetry::metrics::user_connection(user);
         if fd >= 0 {
-            let entry = self.worker.traffic.entry(user);
-            slots.cut = Some(self.worker.cuts.hold(entry, fd));
+            slots.cut = Some(self.worker.cuts.hold(entry, fd, generation));
         }
         Ok(())
     }
+}
+
+/// The refusal of a new connection of a cut user: why it is cut.
+#[cold]
+fn refused_cut(entry: &crate::limits::UserTraffic) -> crate::error::Error {
+    let why = entry.cut_reason().map_or_else(|| "user disabled".into(), |c| c.to_string());
+    crate::error::Error::UserCut(why.into())
 }

@@ -12,7 +12,7 @@ use rustle_bench::{Origin, TcpEcho};
 
 use crate::util::*;
 
-const TOKEN: &str = "s3cret-admin-token";
+const TOKEN: &str = "s3cret-admin-token-0123456789abcdef";
 
 /// A request to the admin listener from `from`, with `token` and a JSON `body`.
 fn api_from(
@@ -50,7 +50,7 @@ fn config_text(users: &std::path::Path, extra: &str) -> String {
     format!(
         "[[listener]]\nlisten = \"127.0.0.1:0\"\nauth = true\n\
          [auth]\nusers_file = {:?}\n\
-         [admin]\nlisten = \"127.0.0.1:0\"\ntoken = \"{TOKEN}\"\n{extra}",
+         [admin]\nlisten = \"127.0.0.1:0\"\napi_token = \"{TOKEN}\"\n{extra}",
         users.to_str().unwrap()
     )
 }
@@ -110,6 +110,50 @@ fn without_a_token_the_api_is_forbidden_even_on_loopback() {
     assert_eq!(r.status, 403, "{}", r.text());
     // The scrapes go on as before.
     assert_eq!(api_from("127.0.0.1", admin, "GET", "/healthz", None, "").status, 200);
+}
+
+#[test]
+fn the_metrics_token_does_not_open_the_api_and_a_short_api_token_is_refused() {
+    let metrics = "scrape-token";
+    let proxy =
+        Proxy::from_toml(&format!("[admin]\nlisten = \"127.0.0.1:0\"\ntoken = \"{metrics}\"\n"));
+    let admin = proxy.admin_addr();
+    let r = api_from("127.0.0.1", admin, "GET", "/api/v1/users", Some(metrics), "");
+    assert_eq!(r.status, 403, "{}", r.text());
+    assert!(r.text().contains("api_token_file"), "{}", r.text());
+    assert_eq!(api_from("127.0.0.1", admin, "GET", "/metrics", Some(metrics), "").status, 200);
+    // Both set: each opens only its own part.
+    let both = Proxy::from_toml(&format!(
+        "[admin]\nlisten = \"127.0.0.1:0\"\ntoken = \"{metrics}\"\napi_token = \"{TOKEN}\"\n"
+    ));
+    let admin = both.admin_addr();
+    assert_eq!(api_from("127.0.0.1", admin, "GET", "/api/v1/users", Some(metrics), "").status, 401);
+    assert_eq!(api_from("127.0.0.1", admin, "GET", "/api/v1/users", Some(TOKEN), "").status, 200);
+    assert_eq!(api_from("127.0.0.1", admin, "GET", "/metrics", Some(TOKEN), "").status, 401);
+    let problems = rustle::config::Config::parse_all(
+        "[admin]\nlisten = \"127.0.0.1:0\"\napi_token = \"short\"\n",
+    )
+    .problems;
+    assert!(problems.iter().any(|p| p.to_string().contains("api_token")), "{problems:?}");
+}
+
+#[test]
+fn failed_tokens_never_lock_out_the_right_one_nor_the_probes() {
+    let metrics = "scrape-token";
+    let proxy = Proxy::from_toml(&format!(
+        "[admin]\nlisten = \"127.0.0.1:0\"\ntoken = \"{metrics}\"\napi_token = \"{TOKEN}\"\n"
+    ));
+    let admin = proxy.admin_addr();
+    for _ in 0..12 {
+        api_from("127.0.0.1", admin, "GET", "/api/v1/users", Some("guess"), "");
+    }
+    let r = api_from("127.0.0.1", admin, "GET", "/api/v1/users", Some("guess"), "");
+    assert_eq!(r.status, 429, "{}", r.text());
+    assert_eq!(api_from("127.0.0.1", admin, "GET", "/api/v1/users", Some(TOKEN), "").status, 200);
+    assert_eq!(api_from("127.0.0.1", admin, "GET", "/metrics", Some(metrics), "").status, 200);
+    // The probes answer 401 to a wrong token, never 429.
+    assert_eq!(api_from("127.0.0.1", admin, "GET", "/healthz", Some("guess"), "").status, 401);
+    assert_eq!(api_from("127.0.0.1", admin, "GET", "/readyz", Some(metrics), "").status, 200);
 }
 
 #[test]
@@ -296,7 +340,10 @@ fn the_user_command_drives_the_api() {
     let cfg = dir.file("admin.toml");
     std::fs::write(
         &cfg,
-        format!("[admin]\nlisten = \"{admin}\"\ntoken_file = {:?}\n", token_file.to_str().unwrap()),
+        format!(
+            "[admin]\nlisten = \"{admin}\"\napi_token_file = {:?}\n",
+            token_file.to_str().unwrap()
+        ),
     )
     .unwrap();
     let c = cfg.to_str().unwrap();
@@ -340,7 +387,7 @@ fn disabling_a_user_cuts_its_socks5_tunnel() {
     let proxy = Proxy::from_toml(&format!(
         "[[listener]]\nlisten = \"127.0.0.1:0\"\nkind = \"socks\"\nauth = true\n\
          [auth]\nusers_file = {:?}\n\
-         [admin]\nlisten = \"127.0.0.1:0\"\ntoken = \"{TOKEN}\"\n",
+         [admin]\nlisten = \"127.0.0.1:0\"\napi_token = \"{TOKEN}\"\n",
         users.to_str().unwrap()
     ));
     let echo = TcpEcho::start().unwrap();
