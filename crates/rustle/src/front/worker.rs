@@ -544,6 +544,15 @@ impl ConnGuard {
         self.worker.cuts.entry(slot)
     }
 
+    /// The connection's socket is about to close while parts of it may live on (HTTP/2
+    /// streams): its slot in the worker's `cuts` is released, so that no sweep shuts
+    /// down the descriptor number once the kernel gives it to another connection.
+    pub(crate) fn release_cut(&mut self) {
+        if let Some(slot) = self.slots.as_mut().and_then(|s| s.cut.take()) {
+            self.worker.cuts.release(slot);
+        }
+    }
+
     /// Counts this connection from `client` against `user`'s limits (once per
     /// connection): its client addresses and its connections. The first call also counts
     /// the connection as the user's in the metrics (the one allocation an authenticated
