@@ -263,6 +263,47 @@ fn removing_a_user_by_the_api_or_by_a_reload_cuts_its_tunnel() {
 }
 
 #[test]
+fn removing_and_adding_a_user_back_at_once_still_ends_its_old_tunnel() {
+    let dir = TempDir::new("users-readd");
+    let proxy = proxy_with(&dir, "");
+    let admin = proxy.admin_addr();
+    let echo = TcpEcho::start().unwrap();
+    let body = r#"{"name": "bob", "password": "hunter2"}"#;
+    assert_eq!(api(admin, "POST", "/api/v1/users", body).status, 201);
+    let mut old = tunnel(&proxy, echo.addr(), "bob", "hunter2");
+    // A password rotation: removed and added again well within a sweep period.
+    assert_eq!(api(admin, "DELETE", "/api/v1/users/bob", "").status, 200);
+    let body = r#"{"name": "bob", "password": "rotated"}"#;
+    assert_eq!(api(admin, "POST", "/api/v1/users", body).status, 201);
+    let mut new = tunnel(&proxy, echo.addr(), "bob", "rotated");
+    assert_ends_within(&mut old, Duration::from_millis(1500), "the tunnel of the old password");
+    new.write_all(b"pong").unwrap();
+    let mut buf = [0u8; 4];
+    new.read_exact(&mut buf).unwrap();
+    assert_eq!(&buf, b"pong", "the tunnel opened after the re-add goes on");
+}
+
+#[test]
+fn a_change_that_cannot_be_saved_cuts_nothing() {
+    let dir = TempDir::new("users-unsaved");
+    // Its directory does not exist: every save fails.
+    let state = dir.file("missing/users.json");
+    let proxy = proxy_with(&dir, &format!("users_state = {:?}\n", state.to_str().unwrap()));
+    let admin = proxy.admin_addr();
+    let echo = TcpEcho::start().unwrap();
+    let mut t = tunnel(&proxy, echo.addr(), "alice", "secret");
+    let r = api(admin, "POST", "/api/v1/users/alice/disable", "");
+    assert_eq!(r.status, 500, "{}", r.text());
+    std::thread::sleep(Duration::from_millis(1200));
+    t.write_all(b"ping").unwrap();
+    let mut buf = [0u8; 4];
+    t.read_exact(&mut buf).unwrap();
+    assert_eq!(&buf, b"ping", "alice's tunnel goes on: she is not disabled");
+    let origin = Origin::start().unwrap();
+    assert_eq!(status_as(&proxy, &origin.url("/bytes/3"), "alice", "secret"), 200);
+}
+
+#[test]
 fn a_plain_http_download_in_flight_and_a_kept_alive_connection_are_cut() {
     let dir = TempDir::new("users-download");
     let proxy = proxy_with(&dir, "");
