@@ -29,7 +29,7 @@
 //! usage as last known (written every `flush_interval`), read at start and given back to a
 //! Redis that lost its data.
 
-mod file;
+pub(crate) mod file;
 pub(crate) mod fleet;
 // The keeper uses the quota part of the Redis client, the fleet thread the rest.
 #[cfg_attr(not(test), allow(dead_code))]
