@@ -306,14 +306,16 @@ impl Policy {
         })
     }
 
-    /// The rates (bytes per second, up and down) that limit `user`.
+    /// The rates (bytes per second, up and down) that limit `user`: its own, each
+    /// direction it does not set falling back to `limits.user_rate_*`.
     pub(crate) fn user_rate(&self, user: &str) -> (Option<u64>, Option<u64>) {
-        self.user_rates.get(user).copied().unwrap_or(self.default_user_rate)
+        let (up, down) = self.user_rates.get(user).copied().unwrap_or_default();
+        (up.or(self.default_user_rate.0), down.or(self.default_user_rate.1))
     }
 
     /// The buckets limiting `user`, if any.
     pub(crate) fn user_limits(&self, user: &str) -> (Limit, Limit) {
-        let (up, down) = self.user_rates.get(user).copied().unwrap_or(self.default_user_rate);
+        let (up, down) = self.user_rate(user);
         if up.is_none() && down.is_none() {
             return (Limit::default(), Limit::default());
         }
@@ -387,8 +389,10 @@ fn users_of(
         for (name, e) in &state.users {
             match (rate(&e.rate_up, "rate_up"), rate(&e.rate_down, "rate_down")) {
                 (Ok(None), Ok(None)) => {}
+                // A direction the API leaves unset keeps the `[[auth.user]]` one.
                 (Ok(up), Ok(down)) => {
-                    user_rates.insert(name.clone(), (up, down));
+                    let (was_up, was_down) = user_rates.get(name).copied().unwrap_or_default();
+                    user_rates.insert(name.clone(), (up.or(was_up), down.or(was_down)));
                 }
                 (Err(e), _) | (_, Err(e)) => {
                     problems.push(format!("users state: user `{name}`: {e}"))

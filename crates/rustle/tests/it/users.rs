@@ -173,6 +173,10 @@ fn a_wrong_token_is_401_and_an_address_outside_allow_is_closed() {
     assert_eq!(api(admin, "PATCH", "/api/v1/users", "").status, 405);
     assert_eq!(api(admin, "GET", "/api/v1/users/nobody", "").status, 404);
     assert_eq!(api(admin, "GET", "/api/v1/users/a%2Fb", "").status, 400);
+    // A name the per-user routes could not manage is not added either.
+    let r = api(admin, "POST", "/api/v1/users", r#"{"name": "a/b", "password": "pw"}"#);
+    assert_eq!(r.status, 400, "{}", r.text());
+    assert!(r.text().contains("'/'"), "{}", r.text());
     let big = "x".repeat(17 * 1024);
     assert_eq!(api(admin, "POST", "/api/v1/users", &big).status, 413);
     assert_eq!(api(admin, "POST", "/api/v1/users", "{not json").status, 400);
@@ -301,6 +305,20 @@ fn a_change_that_cannot_be_saved_cuts_nothing() {
     assert_eq!(&buf, b"ping", "alice's tunnel goes on: she is not disabled");
     let origin = Origin::start().unwrap();
     assert_eq!(status_as(&proxy, &origin.url("/bytes/3"), "alice", "secret"), 200);
+}
+
+#[test]
+fn a_rate_set_one_way_keeps_the_default_of_the_other() {
+    let dir = TempDir::new("users-rates");
+    let proxy =
+        proxy_with(&dir, "[limits]\nuser_rate_up = \"8mbit\"\nuser_rate_down = \"16mbit\"\n");
+    let admin = proxy.admin_addr();
+    let r = api(admin, "PUT", "/api/v1/users/alice/limits", r#"{"rate_up": "1mbit"}"#);
+    assert_eq!(r.status, 200, "{}", r.text());
+    let r = api(admin, "GET", "/api/v1/users/alice", "");
+    let v: serde_json::Value = serde_json::from_str(&r.text()).expect("JSON");
+    assert_eq!(v["limits"]["rate_up_bytes"], 125_000, "{v}");
+    assert_eq!(v["limits"]["rate_down_bytes"], 2_000_000, "the default down: {v}");
 }
 
 #[test]

@@ -183,11 +183,17 @@ fn user_name(seg: &str) -> Result<String, String> {
         }
     }
     let name = String::from_utf8(out).map_err(|_| "the user name is not UTF-8".to_string())?;
+    check_user_name(&name)?;
+    Ok(name)
+}
+
+/// A user name the API takes (added, or in a path): a users-file name without '/', so
+/// that every user added can be managed by the per-user routes.
+fn check_user_name(name: &str) -> Result<(), String> {
     if name.contains('/') {
         return Err("user name contains '/'".into());
     }
-    crate::policy::auth::check_name("user", &name)?;
-    Ok(name)
+    crate::policy::auth::check_name("user", name)
 }
 
 fn not_found(name: &str) -> Reply {
@@ -413,7 +419,7 @@ async fn commit_then(
 
 async fn add(users: &UsersState, policy: &Policy, body: &[u8]) -> Result<Reply, Reply> {
     let new: NewUser = parse(body, "name, password, groups, limits")?;
-    crate::policy::auth::check_name("user", &new.name).map_err(|e| Reply::error(400, &e))?;
+    check_user_name(&new.name).map_err(|e| Reply::error(400, &e))?;
     for g in &new.groups {
         crate::policy::auth::check_name("group", g).map_err(|e| Reply::error(400, &e))?;
     }
