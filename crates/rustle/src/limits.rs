@@ -786,6 +786,14 @@ impl Traffic {
         t
     }
 
+    /// The user's own counters, made if needed; None past `MAX_TRAFFIC_USERS` (where
+    /// `entry` gives the shared `others`): what a quota or a cut acts on, never another
+    /// user's.
+    pub(crate) fn own(&self, user: &str) -> Option<Arc<UserTraffic>> {
+        let t = self.entry(user);
+        (!Arc::ptr_eq(&t, &self.others)).then_some(t)
+    }
+
     /// The user's counters if it has some already (made by nothing but `entry`).
     pub(crate) fn find(&self, user: &str) -> Option<Arc<UserTraffic>> {
         lock(&self.users).get(user).cloned()

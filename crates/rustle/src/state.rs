@@ -305,8 +305,10 @@ impl Table {
                 })
                 .map(|(u, _)| u.as_str().into())
                 .collect();
+            // Past `MAX_TRAFFIC_USERS` a user has no counters of its own: no quota acts
+            // on the shared ones.
             for user in wanted {
-                let t = traffic.entry(&user);
+                let Some(t) = traffic.own(&user) else { continue };
                 self.users.insert(user, t);
             }
         }
@@ -317,7 +319,7 @@ impl Table {
             .map(|(_, u)| u.clone())
             .collect();
         for user in missing {
-            let t = traffic.entry(&user);
+            let Some(t) = traffic.own(&user) else { continue };
             self.users.insert(user, t);
         }
     }
