@@ -92,6 +92,9 @@ pub struct Policy {
     pub users: Users,
     /// Users the admin API disabled: listed by it, never authenticated.
     pub(crate) disabled: Users,
+    /// Names the admin API disabled or removed: refused however they authenticate (a
+    /// client certificate naming one too).
+    refused_names: std::collections::HashSet<Box<str>>,
     pub(crate) rules: RuleSet,
     pub(crate) builtins: Builtins,
     pub(crate) realm: String,
@@ -141,9 +144,10 @@ fn rate(r: &Option<String>, what: &str) -> Result<Option<u64>, String> {
 }
 
 impl Policy {
-    /// Whether the admin API disabled `user` (refused on every path, a certificate's too).
+    /// Whether the admin API disabled or removed `user` (refused on every path, a
+    /// certificate's too).
     pub(crate) fn is_disabled(&self, user: &str) -> bool {
-        self.disabled.get(user).is_some()
+        !self.refused_names.is_empty() && self.refused_names.contains(user)
     }
 
     /// What `rustle check` and start-up refuse and a reload only warns of. Each makes the
@@ -296,6 +300,15 @@ impl Policy {
             realm: cfg.auth.realm.clone(),
             user_rates,
             default_user_rate,
+            refused_names: overlay
+                .map(|o| {
+                    o.users
+                        .iter()
+                        .filter(|(_, e)| e.refused())
+                        .map(|(n, _)| n.as_str().into())
+                        .collect()
+                })
+                .unwrap_or_default(),
             tls_accept,
             tls_connect,
             https_origins,
