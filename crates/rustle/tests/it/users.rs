@@ -138,6 +138,23 @@ fn the_metrics_token_does_not_open_the_api_and_a_short_api_token_is_refused() {
 }
 
 #[test]
+fn the_api_on_a_non_loopback_listener_is_warned_about() {
+    let dir = TempDir::new("users-cleartext");
+    let cfg = dir.file("rustle.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "[[listener]]\nlisten = \"127.0.0.1:0\"\n\
+             [admin]\nlisten = \"0.0.0.0:0\"\nallow = [\"127.0.0.1/32\"]\napi_token = \"{TOKEN}\"\n"
+        ),
+    )
+    .unwrap();
+    let (bin, _) = RustleProcess::start(&["-c", cfg.to_str().unwrap()]);
+    assert!(bin.wait_for_stderr("cleartext", Duration::from_secs(5)), "{}", bin.stderr());
+    assert!(bin.stderr().contains("users API listens on 0.0.0.0"), "{}", bin.stderr());
+}
+
+#[test]
 fn failed_tokens_never_lock_out_the_right_one_nor_the_probes() {
     let metrics = "scrape-token";
     let proxy = Proxy::from_toml(&format!(
