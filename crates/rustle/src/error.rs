@@ -211,6 +211,9 @@ pub(crate) enum Error {
     /// The user's traffic quota is used up: which quota, how much, and when it resets.
     #[error("{0}")]
     QuotaExceeded(std::sync::Arc<str>),
+    /// The user is disabled, removed or cut by its quota (`limits::cut`): why.
+    #[error("{0}")]
+    UserCut(Box<str>),
     /// Per-client or per-user connection limit.
     #[error("too many connections {0}")]
     LimitReached(&'static str),
@@ -277,7 +280,7 @@ impl Error {
             Error::AuthBusy => Some(503),
             Error::LimitReached(_) => Some(503),
             Error::ClientAddresses(_) => Some(403),
-            Error::QuotaExceeded(_) => Some(403),
+            Error::QuotaExceeded(_) | Error::UserCut(_) => Some(403),
             Error::Socks5(_) | Error::Socks4(_) => Some(400),
         }
     }
@@ -332,6 +335,7 @@ impl Error {
             | Error::AuthParams(_)
             | Error::AuthRateLimited
             | Error::ClientAddresses(_)
+            | Error::UserCut(_)
             | Error::QuotaExceeded(_) => R::NotAllowed,
         }
     }
@@ -357,9 +361,10 @@ impl Error {
                 | ConnectError::NoEgress(_)
                 | ConnectError::Bind { .. },
             ) => None,
-            Error::AuthRequired(_) | Error::AuthParams(_) | Error::AuthRateLimited => {
-                Some(Refused::Auth)
-            }
+            Error::AuthRequired(_)
+            | Error::AuthParams(_)
+            | Error::AuthRateLimited
+            | Error::UserCut(_) => Some(Refused::Auth),
             Error::LimitReached(_)
             | Error::Overloaded
             | Error::StateLost

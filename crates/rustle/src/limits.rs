@@ -600,6 +600,10 @@ pub(crate) struct UserTraffic {
     pub(crate) open: AtomicU64,
     /// `NOT_CUT`, or the `Cut` in force (1 + its index; the quota's name in `reason`).
     cut: std::sync::atomic::AtomicU8,
+    /// How many times the user was cut: a connection records it when held (`front::cut`)
+    /// and the sweep ends those that recorded an older one, so that a cut holds for the
+    /// connections open before it even when the user is restored before the sweep.
+    generation: std::sync::atomic::AtomicU32,
     /// The reason in force, read only once `cut` says there is one.
     reason: Mutex<Option<Cut>>,
     /// `QUOTA_OK`, `QUOTA_EXCEEDED` or `QUOTA_CUT`.
@@ -620,6 +624,9 @@ pub(crate) fn cut(entry: &UserTraffic, reason: Cut) {
     *lock(&entry.reason) = Some(reason);
     // Release: a sweep that sees the code sees the reason stored before it.
     entry.cut.store(code, Ordering::Release);
+    // After the flag (AcqRel): a connection held that reads the new generation sees the
+    // flag and is refused; one that reads the older one is ended by the sweep.
+    entry.generation.fetch_add(1, Ordering::AcqRel);
 }
 
 /// Within every quota.
@@ -635,6 +642,17 @@ impl UserTraffic {
         self.cut.load(Ordering::Relaxed) != NOT_CUT
     }
 
+    /// The cut generation (`cut` counts them): what a connection records when held, read
+    /// before `is_cut` is checked.
+    pub(crate) fn generation(&self) -> u32 {
+        self.generation.load(Ordering::Acquire)
+    }
+
+    /// Whether a cut came after generation `held` (a connection held then is to end).
+    pub(crate) fn cut_since(&self, held: u32) -> bool {
+        self.generation.load(Ordering::Relaxed) != held
+    }
+
     /// Why the user's connections are cut, if they are.
     pub(crate) fn cut_reason(&self) -> Option<Cut> {
         if self.cut.load(Ordering::Acquire) == NOT_CUT {
@@ -643,7 +661,8 @@ impl UserTraffic {
         lock(&self.reason).clone()
     }
 
-    /// The user may connect again (enabled, added back, quota topped up).
+    /// The user may connect again (enabled, added back, quota topped up); its connections
+    /// open before the cut still end at the next sweep.
     pub(crate) fn restore(&self) {
         self.cut.store(NOT_CUT, Ordering::Release);
         *lock(&self.reason) = None;
@@ -765,6 +784,14 @@ impl Traffic {
         let t = Arc::new(UserTraffic::default());
         users.insert(user.into(), t.clone());
         t
+    }
+
+    /// The user's own counters, made if needed; None past `MAX_TRAFFIC_USERS` (where
+    /// `entry` gives the shared `others`): what a quota or a cut acts on, never another
+    /// user's.
+    pub(crate) fn own(&self, user: &str) -> Option<Arc<UserTraffic>> {
+        let t = self.entry(user);
+        (!Arc::ptr_eq(&t, &self.others)).then_some(t)
     }
 
     /// The user's counters if it has some already (made by nothing but `entry`).

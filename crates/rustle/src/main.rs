@@ -165,7 +165,7 @@ enum Command {
         out: PathBuf,
     },
     /// Manage the users of the running rustle through its admin API (`[admin] listen`
-    /// and `token_file` from the configuration, or the flags and `RUSTLE_ADMIN_TOKEN`).
+    /// and `api_token_file` from the configuration, or the flags and `RUSTLE_ADMIN_TOKEN`).
     User {
         /// The configuration naming the admin listener and its token.
         #[arg(long, short, value_name = "FILE")]
@@ -173,7 +173,7 @@ enum Command {
         /// The admin listener's address, in place of the configuration's.
         #[arg(long, value_name = "ADDR")]
         admin: Option<std::net::SocketAddr>,
-        /// A file holding the admin token, in place of the configuration's.
+        /// A file holding the users API token, in place of the configuration's.
         #[arg(long, value_name = "FILE")]
         token_file: Option<PathBuf>,
         /// Print the API's JSON rather than a table.

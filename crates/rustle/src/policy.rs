@@ -92,6 +92,9 @@ pub struct Policy {
     pub users: Users,
     /// Users the admin API disabled: listed by it, never authenticated.
     pub(crate) disabled: Users,
+    /// Names the admin API disabled or removed: refused however they authenticate (a
+    /// client certificate naming one too).
+    refused_names: std::collections::HashSet<Box<str>>,
     pub(crate) rules: RuleSet,
     pub(crate) builtins: Builtins,
     pub(crate) realm: String,
@@ -141,6 +144,12 @@ fn rate(r: &Option<String>, what: &str) -> Result<Option<u64>, String> {
 }
 
 impl Policy {
+    /// Whether the admin API disabled or removed `user` (refused on every path, a
+    /// certificate's too).
+    pub(crate) fn is_disabled(&self, user: &str) -> bool {
+        !self.refused_names.is_empty() && self.refused_names.contains(user)
+    }
+
     /// What `rustle check` and start-up refuse and a reload only warns of. Each makes the
     /// proxy refuse more, not less, and refusing a reload for it would keep what the new
     /// files removed (a revoked user, the last member of a group) in force.
@@ -291,6 +300,15 @@ impl Policy {
             realm: cfg.auth.realm.clone(),
             user_rates,
             default_user_rate,
+            refused_names: overlay
+                .map(|o| {
+                    o.users
+                        .iter()
+                        .filter(|(_, e)| e.refused())
+                        .map(|(n, _)| n.as_str().into())
+                        .collect()
+                })
+                .unwrap_or_default(),
             tls_accept,
             tls_connect,
             https_origins,
@@ -301,14 +319,16 @@ impl Policy {
         })
     }
 
-    /// The rates (bytes per second, up and down) that limit `user`.
+    /// The rates (bytes per second, up and down) that limit `user`: its own, each
+    /// direction it does not set falling back to `limits.user_rate_*`.
     pub(crate) fn user_rate(&self, user: &str) -> (Option<u64>, Option<u64>) {
-        self.user_rates.get(user).copied().unwrap_or(self.default_user_rate)
+        let (up, down) = self.user_rates.get(user).copied().unwrap_or_default();
+        (up.or(self.default_user_rate.0), down.or(self.default_user_rate.1))
     }
 
     /// The buckets limiting `user`, if any.
     pub(crate) fn user_limits(&self, user: &str) -> (Limit, Limit) {
-        let (up, down) = self.user_rates.get(user).copied().unwrap_or(self.default_user_rate);
+        let (up, down) = self.user_rate(user);
         if up.is_none() && down.is_none() {
             return (Limit::default(), Limit::default());
         }
@@ -382,8 +402,10 @@ fn users_of(
         for (name, e) in &state.users {
             match (rate(&e.rate_up, "rate_up"), rate(&e.rate_down, "rate_down")) {
                 (Ok(None), Ok(None)) => {}
+                // A direction the API leaves unset keeps the `[[auth.user]]` one.
                 (Ok(up), Ok(down)) => {
-                    user_rates.insert(name.clone(), (up, down));
+                    let (was_up, was_down) = user_rates.get(name).copied().unwrap_or_default();
+                    user_rates.insert(name.clone(), (up.or(was_up), down.or(was_down)));
                 }
                 (Err(e), _) | (_, Err(e)) => {
                     problems.push(format!("users state: user `{name}`: {e}"))

@@ -29,7 +29,7 @@
 //! usage as last known (written every `flush_interval`), read at start and given back to a
 //! Redis that lost its data.
 
-mod file;
+pub(crate) mod file;
 pub(crate) mod fleet;
 // The keeper uses the quota part of the Redis client, the fleet thread the rest.
 #[cfg_attr(not(test), allow(dead_code))]
@@ -305,8 +305,10 @@ impl Table {
                 })
                 .map(|(u, _)| u.as_str().into())
                 .collect();
+            // Past `MAX_TRAFFIC_USERS` a user has no counters of its own: no quota acts
+            // on the shared ones.
             for user in wanted {
-                let t = traffic.entry(&user);
+                let Some(t) = traffic.own(&user) else { continue };
                 self.users.insert(user, t);
             }
         }
@@ -317,7 +319,7 @@ impl Table {
             .map(|(_, u)| u.clone())
             .collect();
         for user in missing {
-            let t = traffic.entry(&user);
+            let Some(t) = traffic.own(&user) else { continue };
             self.users.insert(user, t);
         }
     }

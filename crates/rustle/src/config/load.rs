@@ -283,6 +283,21 @@ impl Config {
             let message = "admin.token_file: set `token` or `token_file`, not both".to_string();
             problems.push(Problem { line: line_in(&["admin", "token_file"]), message });
         }
+        if config.admin.api_token.is_some() && config.admin.api_token_file.is_some() {
+            let message =
+                "admin.api_token_file: set `api_token` or `api_token_file`, not both".to_string();
+            problems.push(Problem { line: line_in(&["admin", "api_token_file"]), message });
+        }
+        if let Some(t) = &config.admin.api_token {
+            if t.expose().len() < super::settings::MIN_API_TOKEN {
+                let message = format!(
+                    "admin.api_token: shorter than {} bytes: use a random token such as \
+                     `openssl rand -hex 16`",
+                    super::settings::MIN_API_TOKEN
+                );
+                problems.push(Problem { line: line_in(&["admin", "api_token"]), message });
+            }
+        }
         problems.extend(http2_problems(&config.http2).into_iter().map(|(key, message)| Problem {
             line: line_in(&["http2", key]),
             message: format!("http2.{key}: {message}"),

@@ -491,11 +491,16 @@ impl Default for Auth {
 pub struct Admin {
     /// Where the admin endpoint listens; None: no admin endpoint.
     pub listen: Option<SocketAddr>,
-    /// When set, every request needs `Authorization: Bearer TOKEN`; the users API
-    /// (`/api/v1/users`) answers only when a token is set, here or in `token_file`.
+    /// When set, every request but the users API's needs `Authorization: Bearer TOKEN`
+    /// (the token a Prometheus scraper holds).
     pub token: Option<Secret>,
     /// A file holding the token (its first line), in place of `token`.
     pub token_file: Option<PathBuf>,
+    /// The users API's token (at least 32 bytes), separate from `token`: the users API
+    /// (`/api/v1/users`) answers only when it is set, here or in `api_token_file`.
+    pub api_token: Option<Secret>,
+    /// A file holding the users API's token (its first line), in place of `api_token`.
+    pub api_token_file: Option<PathBuf>,
     /// Where the users API keeps its changes (a JSON file, written atomically); None:
     /// they last until the process ends.
     pub users_state: Option<PathBuf>,
@@ -517,6 +522,8 @@ impl Default for Admin {
             listen: None,
             token: None,
             token_file: None,
+            api_token: None,
+            api_token_file: None,
             users_state: None,
             allow: Vec::new(),
             max_user_series: DEFAULT_MAX_USER_SERIES,
@@ -542,35 +549,69 @@ impl Admin {
     }
 }
 
+/// The shortest users-API token accepted: 32 bytes, as from `openssl rand -hex 16`.
+pub(crate) const MIN_API_TOKEN: usize = 32;
+
 impl Admin {
-    /// The token in force: `token`, or the first line of `token_file` (which must not be
-    /// readable by others than its owner and group); None when neither is set.
+    /// The metrics token in force: `token`, or the first line of `token_file` (which must
+    /// not be readable by others than its owner and group); None when neither is set.
     pub(crate) fn read_token(&self) -> Result<Option<Secret>, String> {
-        let path = match (&self.token, &self.token_file) {
-            (Some(_), Some(_)) => {
-                return Err("[admin]: set `token` or `token_file`, not both".into());
-            }
-            (Some(t), None) => return Ok(Some(t.clone())),
-            (None, None) => return Ok(None),
-            (None, Some(path)) => path,
-        };
-        let file = path.display();
-        use std::os::unix::fs::PermissionsExt as _;
-        let meta =
-            std::fs::metadata(path).map_err(|e| format!("[admin] token_file {file}: {e}"))?;
-        if meta.permissions().mode() & 0o004 != 0 {
-            return Err(format!(
-                "[admin] token_file {file} is readable by every user: chmod o-r it"
-            ));
-        }
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| format!("[admin] token_file {file}: cannot read: {e}"))?;
-        let token = text.lines().next().unwrap_or_default().trim();
-        if token.is_empty() {
-            return Err(format!("[admin] token_file {file}: empty"));
-        }
-        Ok(Some(Secret::new(token)))
+        read_secret(("token", "token_file"), &self.token, self.token_file.as_deref())
     }
+
+    /// The users API's token in force: `api_token`, or the first line of `api_token_file`;
+    /// None when neither is set (the API is off). Shorter than [`MIN_API_TOKEN`]: refused.
+    pub(crate) fn read_api_token(&self) -> Result<Option<Secret>, String> {
+        let keys = ("api_token", "api_token_file");
+        let token = read_secret(keys, &self.api_token, self.api_token_file.as_deref())?;
+        if let Some(t) = &token {
+            if t.expose().len() < MIN_API_TOKEN {
+                return Err(format!(
+                    "[admin] api_token: {} bytes, shorter than {MIN_API_TOKEN}: use a random \
+                     token such as `openssl rand -hex 16`",
+                    t.expose().len()
+                ));
+            }
+        }
+        Ok(token)
+    }
+
+    /// Whether the users API sends its token in cleartext beyond this host: it is on and
+    /// `listen` is not a loopback address.
+    pub(crate) fn api_cleartext(&self) -> Option<SocketAddr> {
+        let on = self.api_token.is_some() || self.api_token_file.is_some();
+        self.listen.filter(|l| on && !l.ip().is_loopback())
+    }
+}
+
+/// `value`, or the first line of `path` (which must not be readable by every user); the
+/// keys name them in messages.
+fn read_secret(
+    (key, file_key): (&str, &str),
+    value: &Option<Secret>,
+    path: Option<&std::path::Path>,
+) -> Result<Option<Secret>, String> {
+    let path = match (value, path) {
+        (Some(_), Some(_)) => {
+            return Err(format!("[admin]: set `{key}` or `{file_key}`, not both"));
+        }
+        (Some(t), None) => return Ok(Some(t.clone())),
+        (None, None) => return Ok(None),
+        (None, Some(path)) => path,
+    };
+    let file = path.display();
+    use std::os::unix::fs::PermissionsExt as _;
+    let meta = std::fs::metadata(path).map_err(|e| format!("[admin] {file_key} {file}: {e}"))?;
+    if meta.permissions().mode() & 0o004 != 0 {
+        return Err(format!("[admin] {file_key} {file} is readable by every user: chmod o-r it"));
+    }
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| format!("[admin] {file_key} {file}: cannot read: {e}"))?;
+    let token = text.lines().next().unwrap_or_default().trim();
+    if token.is_empty() {
+        return Err(format!("[admin] {file_key} {file}: empty"));
+    }
+    Ok(Some(Secret::new(token)))
 }
 
 pub(super) fn cidrs<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<crate::acl::Cidr>, D::Error> {

@@ -65,8 +65,9 @@ struct Shared {
     worker: Rc<Worker>,
     listener: Arc<Listener>,
     peer: SocketAddr,
-    /// The client socket, shut down when the connection's user is cut.
-    fd: std::os::fd::RawFd,
+    /// The client socket, shut down when the connection's user is cut; -1 once
+    /// `serve_with` ended (the socket closes then).
+    fd: Cell<std::os::fd::RawFd>,
     /// The local address it came in on, when a route binds to `same`
     /// (`upstream::local_of`).
     local: Option<std::net::IpAddr>,
@@ -226,7 +227,7 @@ async fn serve_with<IO>(
         worker: worker.clone(),
         listener,
         peer,
-        fd,
+        fd: Cell::new(fd),
         local,
         auth: RefCell::new(None),
         cert_user: cert_user.map(Rc::from),
@@ -236,6 +237,8 @@ async fn serve_with<IO>(
         driver: Cell::new(None),
         pins: RefCell::default(),
     });
+    // Dropped before `conn` and `out` (declared after them), so before the socket closes.
+    let _ending = Ending(&shared);
     let mut shutdown = worker.shutdown.clone();
     let keepalive = worker.cfg().timeouts.keepalive;
     // Armed while no stream is open: an idle connection is closed like an idle HTTP/1.1
@@ -355,6 +358,17 @@ async fn serve_with<IO>(
     // What the last poll gathered (a GOAWAY after an error), given a moment to go out.
     let send = std::future::poll_fn(|cx| out.borrow_mut().poll_send(cx));
     let _ = tokio::time::timeout(CLOSE_GRACE, send).await;
+}
+
+/// Ends a connection's hold on its socket descriptor when `serve_with` returns, before
+/// the socket closes: the stream tasks keep `Shared` (and its guard) alive after it.
+struct Ending<'a>(&'a Shared);
+
+impl Drop for Ending<'_> {
+    fn drop(&mut self) {
+        self.0.fd.set(-1);
+        self.0.guard.borrow_mut().release_cut();
+    }
 }
 
 /// A connection that ended with an error: abuse the h2 crate detected is worth a warning,
@@ -597,7 +611,13 @@ async fn authenticate(
     if current.as_deref().is_some_and(|u| u != user) {
         return Err(Error::AuthRequired("a connection cannot change users"));
     }
-    shared.guard.borrow_mut().hold_user(user, shared.peer.ip(), shared.fd)?;
+    // The connection's socket closed (`Ending`): no stream may hold a descriptor number
+    // the kernel may have given to another connection.
+    let fd = shared.fd.get();
+    if fd < 0 {
+        return Err(Error::Client(std::io::ErrorKind::NotConnected.into()));
+    }
+    shared.guard.borrow_mut().hold_user(user, shared.peer.ip(), fd)?;
     let user: Rc<str> = current.unwrap_or_else(|| Rc::from(user));
     let params = params.map(Rc::new);
     *shared.auth.borrow_mut() = Some(Authenticated {

@@ -544,6 +544,15 @@ impl ConnGuard {
         self.worker.cuts.entry(slot)
     }
 
+    /// The connection's socket is about to close while parts of it may live on (HTTP/2
+    /// streams): its slot in the worker's `cuts` is released, so that no sweep shuts
+    /// down the descriptor number once the kernel gives it to another connection.
+    pub(crate) fn release_cut(&mut self) {
+        if let Some(slot) = self.slots.as_mut().and_then(|s| s.cut.take()) {
+            self.worker.cuts.release(slot);
+        }
+    }
+
     /// Counts this connection from `client` against `user`'s limits (once per
     /// connection): its client addresses and its connections. The first call also counts
     /// the connection as the user's in the metrics (the one allocation an authenticated
@@ -567,6 +576,15 @@ impl ConnGuard {
         if self.worker.conn_limits.state_lost() {
             return Err(Error::StateLost);
         }
+        // Read before the flag (see `limits::cut`): a cut after this read ends it.
+        let entry = self.worker.traffic.entry(user);
+        let generation = entry.generation();
+        if entry.is_cut() {
+            return Err(refused_cut(&entry));
+        }
+        if self.worker.policy().is_disabled(user) {
+            return Err(Error::UserCut("user disabled".into()));
+        }
         let address = match self.worker.policy().client_addresses(user) {
             Some(limit) => Some(self.worker.admit_address(user, client, limit)?),
             None => None,
@@ -580,9 +598,15 @@ impl ConnGuard {
         slots.address = address;
         slots.user_conn = crate::telemetry::metrics::user_connection(user);
         if fd >= 0 {
-            let entry = self.worker.traffic.entry(user);
-            slots.cut = Some(self.worker.cuts.hold(entry, fd));
+            slots.cut = Some(self.worker.cuts.hold(entry, fd, generation));
         }
         Ok(())
     }
+}
+
+/// The refusal of a new connection of a cut user: why it is cut.
+#[cold]
+fn refused_cut(entry: &crate::limits::UserTraffic) -> crate::error::Error {
+    let why = entry.cut_reason().map_or_else(|| "user disabled".into(), |c| c.to_string());
+    crate::error::Error::UserCut(why.into())
 }

@@ -550,6 +550,9 @@ fn traffic_keeps_at_most_max_users_and_counts_the_rest_together() {
     assert_eq!(snap.last(), Some(&(OTHER_USERS.to_string(), 0, 11)));
     // A user with counters keeps them.
     assert_eq!(t.entry("u7").get(), (1, 0));
+    // Quotas and cuts act on a user's own counters only, never the shared ones.
+    assert!(t.own("another").is_none());
+    assert!(t.own("u7").is_some_and(|u| u.get() == (1, 0)));
 }
 
 /// The relay's loop on tokio's paused clock: five seconds of a 10 Mbit/s limit pass as

@@ -223,9 +223,36 @@ pub(crate) struct User {
     pub(crate) name: String,
     pub(crate) groups: Vec<String>,
     verifier: Verifier,
+    /// A digest of the name and the verifier (set by `Users::insert`): what a cached
+    /// check of this user is valid for, so that a change to one user (or a reload)
+    /// keeps the other users' cached checks.
+    version: u64,
 }
 
 impl User {
+    /// See the `version` field.
+    pub(crate) fn version(&self) -> u64 {
+        self.version
+    }
+
+    fn digest(&self) -> u64 {
+        use sha2::Digest as _;
+        let mut h = sha2::Sha256::new();
+        h.update(self.name.as_bytes());
+        h.update([0]);
+        h.update(self.verifier.kind().as_bytes());
+        h.update([0]);
+        match &self.verifier {
+            Verifier::Bcrypt(t) | Verifier::Argon2(t) => h.update(t.as_bytes()),
+            Verifier::Plain(d) => h.update(d),
+        }
+        let d = h.finalize();
+        let mut first = [0u8; 8];
+        first.copy_from_slice(&d[..8]);
+        // Never 0: the version of no user.
+        u64::from_le_bytes(first) | 1
+    }
+
     pub(crate) fn in_group(&self, group: &str) -> bool {
         self.groups.iter().any(|g| g == group)
     }
@@ -335,7 +362,7 @@ impl Users {
                         continue;
                     }
                     first_line.insert(name, number);
-                    users.insert(User { name: name.to_owned(), groups, verifier });
+                    users.insert(User { name: name.to_owned(), groups, verifier, version: 0 });
                 }
             }
         }
@@ -373,7 +400,7 @@ impl Users {
                 list.push(group.clone());
             }
         }
-        self.insert(User { name: name.to_owned(), groups: list, verifier });
+        self.insert(User { name: name.to_owned(), groups: list, verifier, version: 0 });
         Ok(())
     }
 
@@ -468,13 +495,15 @@ impl Users {
     }
 
     /// A number that changes whenever this set changes and differs between sets built
-    /// separately (it comes from a process-wide counter), so passing it to
-    /// `CredentialCache::lookup` makes a reload invalidate every cached check. Clones share it.
+    /// separately (it comes from a process-wide counter): what a connection compares to
+    /// skip checking the same credentials again. Clones share it. The credential cache
+    /// goes by each user's `User::version` instead.
     pub(crate) fn generation(&self) -> u64 {
         self.generation
     }
 
     fn insert(&mut self, mut user: User) {
+        user.version = user.digest();
         if let Some(groups) = self.pending.remove(&user.name) {
             for group in groups {
                 if !user.in_group(&group) {
@@ -503,7 +532,12 @@ impl Users {
             .iter()
             .max_by(|(ka, (na, _)), (kb, (nb, _))| na.cmp(nb).then_with(|| kb.cmp(ka)))?;
         let user = self.by_name.get(name.as_deref()?)?;
-        Some(User { name: "decoy".into(), groups: Vec::new(), verifier: user.verifier.clone() })
+        Some(User {
+            name: "decoy".into(),
+            groups: Vec::new(),
+            verifier: user.verifier.clone(),
+            version: 0,
+        })
     }
 }
 

@@ -127,33 +127,13 @@ impl Overlay {
     }
 }
 
-/// Writes `state` to `path` atomically: a temporary file beside it (mode 0600: it holds
-/// password hashes), fsync, rename, then fsync of the directory.
+/// Writes `state` to `path` atomically, mode 0600 (it holds password hashes): see
+/// `state::file::write_private`. Called with the overlay's lock held: one writer at once.
 fn save(path: &Path, state: &State) -> Result<(), String> {
-    use std::io::Write as _;
-    use std::os::unix::fs::OpenOptionsExt as _;
-    let what = |e: std::io::Error| format!("{}: cannot write: {e}", path.display());
     let mut text = serde_json::to_vec_pretty(state).map_err(|e| e.to_string())?;
     text.push(b'\n');
-    let mut tmp = path.as_os_str().to_owned();
-    tmp.push(".tmp");
-    let tmp = PathBuf::from(tmp);
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(&tmp)
-        .map_err(what)?;
-    f.write_all(&text).map_err(what)?;
-    f.sync_all().map_err(what)?;
-    drop(f);
-    std::fs::rename(&tmp, path).map_err(what)?;
-    let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    if let Ok(d) = std::fs::File::open(dir) {
-        let _ = d.sync_all();
-    }
-    Ok(())
+    crate::state::file::write_private(path, &text)
+        .map_err(|e| format!("{}: cannot write: {e}", path.display()))
 }
 
 /// Puts the overlay on top of `users` (the file's and the configuration's): users added

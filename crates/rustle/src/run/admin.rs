@@ -138,9 +138,13 @@ pub(crate) fn start(
     let addr = listener.local_addr()?;
     let socket = listener.try_clone()?;
     let (stop, stopped) = watch::channel(false);
+    let digest =
+        |t: crate::config::Secret| <sha2::Sha256 as sha2::Digest>::digest(t.expose()).into();
     let token = cfg.read_token().map_err(anyhow::Error::msg)?;
+    let api_token = cfg.read_api_token().map_err(anyhow::Error::msg)?;
     let server = Arc::new(Server {
-        token: token.map(|t| <sha2::Sha256 as sha2::Digest>::digest(t.expose()).into()),
+        token: token.map(digest),
+        api_token: api_token.map(digest),
         failures: std::sync::Mutex::new(std::collections::HashMap::new()),
         allow: cfg.allow.clone(),
         max_user_series: cfg.max_user_series,
@@ -148,7 +152,7 @@ pub(crate) fn start(
         start_time: SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default(),
         state,
     });
-    let api = server.token.is_some();
+    let api = server.api_token.is_some();
     let thread = std::thread::Builder::new().name("rustle-admin".into()).spawn(move || {
         let rt = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
             Ok(rt) => rt,
@@ -166,7 +170,7 @@ pub(crate) fn start(
         ),
         false => tracing::info!(
             "admin endpoint on http://{addr}/metrics (also /healthz, /readyz; the users API \
-             needs [admin] token_file)"
+             needs [admin] api_token_file)"
         ),
     }
     Ok(Handle { addr, configured: listen, socket, stop, thread })
@@ -176,6 +180,8 @@ struct Server {
     /// The token's SHA-256: what a presented token's digest is compared with, in
     /// constant time whatever the lengths.
     token: Option<[u8; 32]>,
+    /// The users API's token's SHA-256 (`[admin] api_token`); None: the API is off.
+    api_token: Option<[u8; 32]>,
     /// Failed token checks per client address: the start of its window and the count.
     failures: std::sync::Mutex<std::collections::HashMap<IpAddr, (Instant, u32)>>,
     allow: Vec<crate::acl::Cidr>,
@@ -465,22 +471,33 @@ impl Server {
     /// The answer to a request of an allowed client.
     async fn route(&self, req: &Request, peer: SocketAddr) -> Reply {
         let api = req.path == "/api" || req.path.starts_with("/api/");
-        if api && self.token.is_none() {
-            return Reply::error(
-                403,
-                "the users API is off: set [admin] token_file (or token) and restart",
-            );
-        }
-        if let Some(token) = &self.token {
-            if self.throttled(peer.ip()) {
-                return Reply::error(429, "too many failed token checks: wait a minute");
-            }
+        let token = match api {
+            true => match &self.api_token {
+                Some(t) => Some(t),
+                None => {
+                    return Reply::error(
+                        403,
+                        "the users API is off: set [admin] api_token_file and restart",
+                    )
+                }
+            },
+            false => self.token.as_ref(),
+        };
+        if let Some(token) = token {
             let given: Option<[u8; 32]> =
                 req.bearer.as_deref().map(|g| <sha2::Sha256 as sha2::Digest>::digest(g).into());
             let ok =
                 given.is_some_and(|g| subtle::ConstantTimeEq::ct_eq(&g[..], &token[..]).into());
             if !ok {
-                self.failed(peer.ip());
+                // Only wrong tokens are guesses: they count, and past the budget they get
+                // 429; the probes (`/healthz`, `/readyz`) are never throttled.
+                let probe = matches!(req.path.as_str(), "/healthz" | "/readyz");
+                if req.bearer.is_some() && !probe {
+                    if self.throttled(peer.ip()) {
+                        return Reply::error(429, "too many failed token checks: wait a minute");
+                    }
+                    self.failed(peer.ip());
+                }
                 let why = match req.bearer {
                     Some(_) => "a wrong token",
                     None => "no token",

@@ -130,8 +130,10 @@ fn apply_as(running: &Running, cfg: &Config, confirmed: bool) -> Result<Vec<Stri
     if let Err(e) = running.quotas().configure(cfg, groups) {
         warnings.push(e);
     }
-    drop(publishing);
+    // Under the publishing lock: a users-API change published after this one is settled
+    // after it, never undone by it.
     crate::policy::overlay::settle(&traffic, &old.users, &new_users);
+    drop(publishing);
     Ok(warnings)
 }
 

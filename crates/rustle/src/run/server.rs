@@ -307,6 +307,13 @@ pub(crate) fn start_with(cfg: Config, mut inherited: Inherited) -> anyhow::Resul
     // Its token file is read before any thread starts (the admin thread reads it again).
     if cfg.admin.listen.is_some() {
         cfg.admin.read_token().map_err(anyhow::Error::msg)?;
+        cfg.admin.read_api_token().map_err(anyhow::Error::msg)?;
+        if let Some(listen) = cfg.admin.api_cleartext() {
+            tracing::warn!(
+                "admin: the users API listens on {listen}, not a loopback address: its token \
+                 and the passwords it is sent cross the network in cleartext"
+            );
+        }
     }
     let overlay = crate::policy::overlay::Overlay::load(cfg.admin.users_state.as_deref())
         .map_err(anyhow::Error::msg)?;

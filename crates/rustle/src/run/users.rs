@@ -1,6 +1,6 @@
 //! `rustle user ...`: a client of the users API (`/api/v1/users` on the admin listener).
 //! It finds the admin address and token in the configuration file (`[admin] listen`,
-//! `token` or `token_file`), unless flags or `RUSTLE_ADMIN_TOKEN` give them, sends one
+//! `api_token_file` or `api_token`), unless flags or `RUSTLE_ADMIN_TOKEN` give them, sends one
 //! request per command and prints the answer as a table or as JSON.
 
 use std::io::{Read as _, Write as _};
@@ -34,7 +34,7 @@ pub fn target(
     };
     let mut cfg = crate::config::Config::parse_all(&text).config.admin;
     if let Some(file) = token_file {
-        (cfg.token, cfg.token_file) = (None, Some(file.to_path_buf()));
+        (cfg.api_token, cfg.api_token_file) = (None, Some(file.to_path_buf()));
     }
     let addr = admin.or(cfg.listen).ok_or_else(|| {
         "no admin address: set [admin] listen in the configuration (-c FILE) or give --admin"
@@ -42,10 +42,10 @@ pub fn target(
     })?;
     let token = match std::env::var("RUSTLE_ADMIN_TOKEN") {
         Ok(t) if !t.is_empty() => t,
-        _ => match cfg.read_token()? {
+        _ => match cfg.read_api_token()? {
             Some(t) => t.expose().to_string(),
             None => {
-                return Err("no admin token: set [admin] token_file, --token-file or \
+                return Err("no users API token: set [admin] api_token_file, --token-file or \
                             RUSTLE_ADMIN_TOKEN"
                     .into())
             }

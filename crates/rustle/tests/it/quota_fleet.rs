@@ -13,7 +13,7 @@ use rustle_bench::Origin;
 
 use crate::util::*;
 
-const TOKEN: &str = "fleet-admin-token";
+const TOKEN: &str = "fleet-admin-token-0123456789abcdef";
 
 /// A sync with Redis every second, then a request: refused or let in within this.
 const WITHIN: Duration = Duration::from_secs(4);
@@ -28,7 +28,7 @@ fn config(redis: Option<&RedisServer>, extra: &str) -> String {
     };
     format!(
         "{users}[[quota]]\nname = \"daily\"\nusers = [\"alice\"]\nbytes = \"1MB\"\nperiod = \"day\"\n\
-         {extra}\n[admin]\nlisten = \"127.0.0.1:0\"\ntoken = \"{TOKEN}\"\n{state}"
+         {extra}\n[admin]\nlisten = \"127.0.0.1:0\"\napi_token = \"{TOKEN}\"\n{state}"
     )
 }
 

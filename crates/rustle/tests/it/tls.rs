@@ -313,6 +313,37 @@ fn client_certificates_are_verified_and_name_the_user_for_rules() {
 }
 
 #[test]
+fn a_user_disabled_by_the_api_is_refused_with_its_certificate_too() {
+    let dir = TempDir::new("https-mtls-disabled");
+    let files = certs(&dir, "localhost");
+    let (client_ca, cert, key) = client_identity(&dir, "alice");
+    let token = "api-token-0123456789abcdef0123456789";
+    let toml = format!(
+        "{}client_ca = \"{}\"\nclient_certs = \"required\"\n\
+         [[auth.user]]\nname = \"alice\"\npassword = \"plain:unused\"\n\
+         [admin]\nlisten = \"127.0.0.1:0\"\napi_token = \"{token}\"\n",
+        https_toml(&files, "auth = true"),
+        client_ca.display()
+    );
+    let proxy = Proxy::from_toml(&toml);
+    let mut s = connect(proxy.admin_addr());
+    let req = format!(
+        "POST /api/v1/users/alice/disable HTTP/1.1\r\nHost: a\r\nAuthorization: Bearer {token}\r\n\
+         Content-Length: 0\r\n\r\n"
+    );
+    s.write_all(req.as_bytes()).unwrap();
+    let (bytes, _) = read_until_close(&mut s);
+    assert_eq!(parse_response(&bytes).status, 200, "{}", String::from_utf8_lossy(&bytes));
+    let origin = Origin::start().unwrap();
+    let with_cert = client_config(&files.ca, Some((&cert, &key)));
+    let mut tls = tls_connect(proxy.addr(), "localhost", &with_cert).unwrap();
+    let req = format!("GET {} HTTP/1.1\r\nHost: x\r\n\r\n", origin.url("/bytes/7"));
+    let resp = exchange(&mut tls, req.as_bytes());
+    assert_eq!(resp.status, 403, "{}", resp.text());
+    assert!(resp.text().contains("user disabled"), "{}", resp.text());
+}
+
+#[test]
 fn certificates_are_chosen_by_sni_and_unknown_names_can_be_refused() {
     let dir = TempDir::new("https-sni");
     let a = certs(&dir, "a.test");

@@ -12,7 +12,7 @@ use rustle_bench::{Origin, TcpEcho};
 
 use crate::util::*;
 
-const TOKEN: &str = "s3cret-admin-token";
+const TOKEN: &str = "s3cret-admin-token-0123456789abcdef";
 
 /// A request to the admin listener from `from`, with `token` and a JSON `body`.
 fn api_from(
@@ -50,7 +50,7 @@ fn config_text(users: &std::path::Path, extra: &str) -> String {
     format!(
         "[[listener]]\nlisten = \"127.0.0.1:0\"\nauth = true\n\
          [auth]\nusers_file = {:?}\n\
-         [admin]\nlisten = \"127.0.0.1:0\"\ntoken = \"{TOKEN}\"\n{extra}",
+         [admin]\nlisten = \"127.0.0.1:0\"\napi_token = \"{TOKEN}\"\n{extra}",
         users.to_str().unwrap()
     )
 }
@@ -113,6 +113,67 @@ fn without_a_token_the_api_is_forbidden_even_on_loopback() {
 }
 
 #[test]
+fn the_metrics_token_does_not_open_the_api_and_a_short_api_token_is_refused() {
+    let metrics = "scrape-token";
+    let proxy =
+        Proxy::from_toml(&format!("[admin]\nlisten = \"127.0.0.1:0\"\ntoken = \"{metrics}\"\n"));
+    let admin = proxy.admin_addr();
+    let r = api_from("127.0.0.1", admin, "GET", "/api/v1/users", Some(metrics), "");
+    assert_eq!(r.status, 403, "{}", r.text());
+    assert!(r.text().contains("api_token_file"), "{}", r.text());
+    assert_eq!(api_from("127.0.0.1", admin, "GET", "/metrics", Some(metrics), "").status, 200);
+    // Both set: each opens only its own part.
+    let both = Proxy::from_toml(&format!(
+        "[admin]\nlisten = \"127.0.0.1:0\"\ntoken = \"{metrics}\"\napi_token = \"{TOKEN}\"\n"
+    ));
+    let admin = both.admin_addr();
+    assert_eq!(api_from("127.0.0.1", admin, "GET", "/api/v1/users", Some(metrics), "").status, 401);
+    assert_eq!(api_from("127.0.0.1", admin, "GET", "/api/v1/users", Some(TOKEN), "").status, 200);
+    assert_eq!(api_from("127.0.0.1", admin, "GET", "/metrics", Some(TOKEN), "").status, 401);
+    let problems = rustle::config::Config::parse_all(
+        "[admin]\nlisten = \"127.0.0.1:0\"\napi_token = \"short\"\n",
+    )
+    .problems;
+    assert!(problems.iter().any(|p| p.to_string().contains("api_token")), "{problems:?}");
+}
+
+#[test]
+fn the_api_on_a_non_loopback_listener_is_warned_about() {
+    let dir = TempDir::new("users-cleartext");
+    let cfg = dir.file("rustle.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "[[listener]]\nlisten = \"127.0.0.1:0\"\n\
+             [admin]\nlisten = \"0.0.0.0:0\"\nallow = [\"127.0.0.1/32\"]\napi_token = \"{TOKEN}\"\n"
+        ),
+    )
+    .unwrap();
+    let (bin, _) = RustleProcess::start(&["-c", cfg.to_str().unwrap()]);
+    assert!(bin.wait_for_stderr("cleartext", Duration::from_secs(5)), "{}", bin.stderr());
+    assert!(bin.stderr().contains("users API listens on 0.0.0.0"), "{}", bin.stderr());
+}
+
+#[test]
+fn failed_tokens_never_lock_out_the_right_one_nor_the_probes() {
+    let metrics = "scrape-token";
+    let proxy = Proxy::from_toml(&format!(
+        "[admin]\nlisten = \"127.0.0.1:0\"\ntoken = \"{metrics}\"\napi_token = \"{TOKEN}\"\n"
+    ));
+    let admin = proxy.admin_addr();
+    for _ in 0..12 {
+        api_from("127.0.0.1", admin, "GET", "/api/v1/users", Some("guess"), "");
+    }
+    let r = api_from("127.0.0.1", admin, "GET", "/api/v1/users", Some("guess"), "");
+    assert_eq!(r.status, 429, "{}", r.text());
+    assert_eq!(api_from("127.0.0.1", admin, "GET", "/api/v1/users", Some(TOKEN), "").status, 200);
+    assert_eq!(api_from("127.0.0.1", admin, "GET", "/metrics", Some(metrics), "").status, 200);
+    // The probes answer 401 to a wrong token, never 429.
+    assert_eq!(api_from("127.0.0.1", admin, "GET", "/healthz", Some("guess"), "").status, 401);
+    assert_eq!(api_from("127.0.0.1", admin, "GET", "/readyz", Some(metrics), "").status, 200);
+}
+
+#[test]
 fn a_wrong_token_is_401_and_an_address_outside_allow_is_closed() {
     let dir = TempDir::new("users-token");
     let proxy = proxy_with(&dir, "allow = [\"127.0.0.1/32\"]\n");
@@ -129,6 +190,10 @@ fn a_wrong_token_is_401_and_an_address_outside_allow_is_closed() {
     assert_eq!(api(admin, "PATCH", "/api/v1/users", "").status, 405);
     assert_eq!(api(admin, "GET", "/api/v1/users/nobody", "").status, 404);
     assert_eq!(api(admin, "GET", "/api/v1/users/a%2Fb", "").status, 400);
+    // A name the per-user routes could not manage is not added either.
+    let r = api(admin, "POST", "/api/v1/users", r#"{"name": "a/b", "password": "pw"}"#);
+    assert_eq!(r.status, 400, "{}", r.text());
+    assert!(r.text().contains("'/'"), "{}", r.text());
     let big = "x".repeat(17 * 1024);
     assert_eq!(api(admin, "POST", "/api/v1/users", &big).status, 413);
     assert_eq!(api(admin, "POST", "/api/v1/users", "{not json").status, 400);
@@ -219,6 +284,61 @@ fn removing_a_user_by_the_api_or_by_a_reload_cuts_its_tunnel() {
 }
 
 #[test]
+fn removing_and_adding_a_user_back_at_once_still_ends_its_old_tunnel() {
+    let dir = TempDir::new("users-readd");
+    let proxy = proxy_with(&dir, "");
+    let admin = proxy.admin_addr();
+    let echo = TcpEcho::start().unwrap();
+    let body = r#"{"name": "bob", "password": "hunter2"}"#;
+    assert_eq!(api(admin, "POST", "/api/v1/users", body).status, 201);
+    let mut old = tunnel(&proxy, echo.addr(), "bob", "hunter2");
+    // A password rotation: removed and added again well within a sweep period.
+    assert_eq!(api(admin, "DELETE", "/api/v1/users/bob", "").status, 200);
+    let body = r#"{"name": "bob", "password": "rotated"}"#;
+    assert_eq!(api(admin, "POST", "/api/v1/users", body).status, 201);
+    let mut new = tunnel(&proxy, echo.addr(), "bob", "rotated");
+    assert_ends_within(&mut old, Duration::from_millis(1500), "the tunnel of the old password");
+    new.write_all(b"pong").unwrap();
+    let mut buf = [0u8; 4];
+    new.read_exact(&mut buf).unwrap();
+    assert_eq!(&buf, b"pong", "the tunnel opened after the re-add goes on");
+}
+
+#[test]
+fn a_change_that_cannot_be_saved_cuts_nothing() {
+    let dir = TempDir::new("users-unsaved");
+    // Its directory does not exist: every save fails.
+    let state = dir.file("missing/users.json");
+    let proxy = proxy_with(&dir, &format!("users_state = {:?}\n", state.to_str().unwrap()));
+    let admin = proxy.admin_addr();
+    let echo = TcpEcho::start().unwrap();
+    let mut t = tunnel(&proxy, echo.addr(), "alice", "secret");
+    let r = api(admin, "POST", "/api/v1/users/alice/disable", "");
+    assert_eq!(r.status, 500, "{}", r.text());
+    std::thread::sleep(Duration::from_millis(1200));
+    t.write_all(b"ping").unwrap();
+    let mut buf = [0u8; 4];
+    t.read_exact(&mut buf).unwrap();
+    assert_eq!(&buf, b"ping", "alice's tunnel goes on: she is not disabled");
+    let origin = Origin::start().unwrap();
+    assert_eq!(status_as(&proxy, &origin.url("/bytes/3"), "alice", "secret"), 200);
+}
+
+#[test]
+fn a_rate_set_one_way_keeps_the_default_of_the_other() {
+    let dir = TempDir::new("users-rates");
+    let proxy =
+        proxy_with(&dir, "[limits]\nuser_rate_up = \"8mbit\"\nuser_rate_down = \"16mbit\"\n");
+    let admin = proxy.admin_addr();
+    let r = api(admin, "PUT", "/api/v1/users/alice/limits", r#"{"rate_up": "1mbit"}"#);
+    assert_eq!(r.status, 200, "{}", r.text());
+    let r = api(admin, "GET", "/api/v1/users/alice", "");
+    let v: serde_json::Value = serde_json::from_str(&r.text()).expect("JSON");
+    assert_eq!(v["limits"]["rate_up_bytes"], 125_000, "{v}");
+    assert_eq!(v["limits"]["rate_down_bytes"], 2_000_000, "the default down: {v}");
+}
+
+#[test]
 fn a_plain_http_download_in_flight_and_a_kept_alive_connection_are_cut() {
     let dir = TempDir::new("users-download");
     let proxy = proxy_with(&dir, "");
@@ -296,7 +416,10 @@ fn the_user_command_drives_the_api() {
     let cfg = dir.file("admin.toml");
     std::fs::write(
         &cfg,
-        format!("[admin]\nlisten = \"{admin}\"\ntoken_file = {:?}\n", token_file.to_str().unwrap()),
+        format!(
+            "[admin]\nlisten = \"{admin}\"\napi_token_file = {:?}\n",
+            token_file.to_str().unwrap()
+        ),
     )
     .unwrap();
     let c = cfg.to_str().unwrap();
@@ -340,7 +463,7 @@ fn disabling_a_user_cuts_its_socks5_tunnel() {
     let proxy = Proxy::from_toml(&format!(
         "[[listener]]\nlisten = \"127.0.0.1:0\"\nkind = \"socks\"\nauth = true\n\
          [auth]\nusers_file = {:?}\n\
-         [admin]\nlisten = \"127.0.0.1:0\"\ntoken = \"{TOKEN}\"\n",
+         [admin]\nlisten = \"127.0.0.1:0\"\napi_token = \"{TOKEN}\"\n",
         users.to_str().unwrap()
     ));
     let echo = TcpEcho::start().unwrap();

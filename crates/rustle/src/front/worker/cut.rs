@@ -19,8 +19,11 @@ use crate::limits::UserTraffic;
 struct Held {
     user: Arc<UserTraffic>,
     /// The client socket, open while the slot is held (the guard holding the slot is
-    /// dropped with the connection).
+    /// dropped with the connection, or releases it first).
     fd: RawFd,
+    /// The user's cut generation when the connection was held: a later cut ends it,
+    /// even if the user is restored before the sweep.
+    generation: u32,
 }
 
 /// A worker's connections of authenticated users.
@@ -32,10 +35,11 @@ pub(crate) struct Cuts {
 
 impl Cuts {
     /// Holds `user`'s connection on socket `fd` until `release`; counts it open.
-    pub(crate) fn hold(&self, user: Arc<UserTraffic>, fd: RawFd) -> usize {
+    /// `generation`: the user's cut generation read before its cut flag was checked.
+    pub(crate) fn hold(&self, user: Arc<UserTraffic>, fd: RawFd, generation: u32) -> usize {
         // Relaxed: a count read for reporting only.
         user.open.fetch_add(1, Ordering::Relaxed);
-        let held = Some(Held { user, fd });
+        let held = Some(Held { user, fd, generation });
         let mut slots = self.slots.borrow_mut();
         match self.free.borrow_mut().pop() {
             Some(i) => {
@@ -72,7 +76,7 @@ impl Cuts {
         for held in slots.iter().flatten() {
             // Cut, or out of a quota that closes connections (`on_exceeded = "close"`):
             // a plain-HTTP body in flight ends too, not only tunnels at their next read.
-            if held.user.is_cut() || held.user.cut() {
+            if held.user.cut_since(held.generation) || held.user.cut() {
                 crate::io::sys::shutdown_both(held.fd);
                 n += 1;
             }
@@ -98,8 +102,8 @@ mod tests {
         use std::os::fd::AsRawFd as _;
         let (alice, bob) = (Arc::new(UserTraffic::default()), Arc::new(UserTraffic::default()));
         let cuts = Cuts::default();
-        let sa = cuts.hold(alice.clone(), a_server.as_raw_fd());
-        let _sb = cuts.hold(bob.clone(), b_server.as_raw_fd());
+        let sa = cuts.hold(alice.clone(), a_server.as_raw_fd(), alice.generation());
+        let _sb = cuts.hold(bob.clone(), b_server.as_raw_fd(), bob.generation());
         assert_eq!(alice.open.load(Ordering::Relaxed), 1);
         assert_eq!(cuts.sweep(), 0);
         cut(&alice, Cut::Disabled);
@@ -114,5 +118,29 @@ mod tests {
         assert_eq!(cuts.sweep(), 0);
         alice.restore();
         assert_eq!(alice.cut_reason(), None);
+    }
+
+    #[test]
+    fn a_cut_holds_for_older_connections_when_the_user_is_restored_before_the_sweep() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let mut old = std::net::TcpStream::connect(addr).expect("connect");
+        let (old_server, _) = listener.accept().expect("accept");
+        let mut new = std::net::TcpStream::connect(addr).expect("connect");
+        let (new_server, _) = listener.accept().expect("accept");
+        use std::os::fd::AsRawFd as _;
+        let alice = Arc::new(UserTraffic::default());
+        let cuts = Cuts::default();
+        let _so = cuts.hold(alice.clone(), old_server.as_raw_fd(), alice.generation());
+        // Removed then added back (a password rotation) within one sweep period.
+        cut(&alice, Cut::Removed);
+        alice.restore();
+        assert!(!alice.is_cut());
+        let _sn = cuts.hold(alice.clone(), new_server.as_raw_fd(), alice.generation());
+        assert_eq!(cuts.sweep(), 1, "only the connection from before the cut");
+        let mut buf = [0u8; 8];
+        assert_eq!(old.read(&mut buf).expect("eof"), 0, "the old connection ended");
+        new.set_nonblocking(true).expect("nonblocking");
+        assert!(new.read(&mut buf).is_err(), "the new one goes on");
     }
 }

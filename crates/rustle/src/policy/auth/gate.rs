@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::params::ParamError;
-use super::{decoy_user, Busy, CredentialCache, FailureLimiter, Hasher, Users};
+use super::{decoy_user, Busy, CredentialCache, FailureLimiter, Hasher, User, Users};
 use crate::acl::Params;
 
 /// Verified credentials a worker remembers.
@@ -106,11 +106,14 @@ impl Gate {
         if !self.failures.borrow_mut().allowed(client, now) {
             return Err(Refusal::RateLimited);
         }
-        let generation = users.generation();
-        if self.creds.borrow_mut().lookup(user, password, generation) {
+        // Per user: a change to another user (the admin API, a reload) keeps this one's
+        // cached check; one to this user drops it.
+        let known_user = users.get(user);
+        let generation = known_user.map_or(0, User::version);
+        if known_user.is_some() && self.creds.borrow_mut().lookup(user, password, generation) {
             return Ok(());
         }
-        let (u, known) = match users.get(user) {
+        let (u, known) = match known_user {
             Some(u) => (Some(u.clone()), true),
             None => (users.decoy().or_else(decoy_user), false),
         };

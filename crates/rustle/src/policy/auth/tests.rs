@@ -396,3 +396,23 @@ fn parameters_change_neither_the_answer_nor_the_time_of_a_wrong_password() {
         }
     });
 }
+
+#[test]
+fn a_users_cached_checks_outlive_changes_to_other_users_only() {
+    let mut users = parse(&format!("{ALICE_2Y}:staff\n"));
+    assert!(users.add("ivan", "plain:one", &[]).is_ok());
+    let (alice, ivan) = (user(&users, "alice").version(), user(&users, "ivan").version());
+    // Another set built from the same lines (a reload, an admin-API republish) with a
+    // user added: the others keep their versions.
+    let mut rebuilt = parse(&format!("{ALICE_2Y}:staff\n"));
+    assert!(rebuilt.add("ivan", "plain:one", &[]).is_ok());
+    assert!(rebuilt.add("judy", "plain:x", &[]).is_ok());
+    assert_ne!(rebuilt.generation(), users.generation());
+    assert_eq!(user(&rebuilt, "alice").version(), alice);
+    assert_eq!(user(&rebuilt, "ivan").version(), ivan);
+    // A new password is a new version: its cached checks are dropped.
+    rebuilt.take("ivan");
+    assert!(rebuilt.add("ivan", "plain:two", &[]).is_ok());
+    assert_ne!(user(&rebuilt, "ivan").version(), ivan);
+    assert_ne!(alice, ivan);
+}

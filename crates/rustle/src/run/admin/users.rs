@@ -183,11 +183,17 @@ fn user_name(seg: &str) -> Result<String, String> {
         }
     }
     let name = String::from_utf8(out).map_err(|_| "the user name is not UTF-8".to_string())?;
+    check_user_name(&name)?;
+    Ok(name)
+}
+
+/// A user name the API takes (added, or in a path): a users-file name without '/', so
+/// that every user added can be managed by the per-user routes.
+fn check_user_name(name: &str) -> Result<(), String> {
     if name.contains('/') {
         return Err("user name contains '/'".into());
     }
-    crate::policy::auth::check_name("user", &name)?;
-    Ok(name)
+    crate::policy::auth::check_name("user", name)
 }
 
 fn not_found(name: &str) -> Reply {
@@ -384,13 +390,25 @@ async fn commit(
     users: &UsersState,
     f: impl FnOnce(&mut crate::policy::overlay::State) + Send + 'static,
 ) -> Result<(), Reply> {
+    commit_then(users, f, || {}).await
+}
+
+/// `commit`, running `saved` once the change is saved and before the policy with it is
+/// built: a change that is not saved has no effect, one saved is in force even if the
+/// policy fails to build now (it is the one the next reload builds).
+async fn commit_then(
+    users: &UsersState,
+    f: impl FnOnce(&mut crate::policy::overlay::State) + Send + 'static,
+    saved: impl FnOnce() + Send + 'static,
+) -> Result<(), Reply> {
     let (overlay, republish) = (users.overlay.clone(), users.republish.clone());
     blocking(move || {
         overlay.update(|s| {
             f(s);
             Ok::<_, String>(())
         })?;
-        republish()
+        saved();
+        republish().map_err(|e| format!("{e} (the change is saved: a reload puts it in force)"))
     })
     .await?
     .map_err(|e| {
@@ -401,7 +419,7 @@ async fn commit(
 
 async fn add(users: &UsersState, policy: &Policy, body: &[u8]) -> Result<Reply, Reply> {
     let new: NewUser = parse(body, "name, password, groups, limits")?;
-    crate::policy::auth::check_name("user", &new.name).map_err(|e| Reply::error(400, &e))?;
+    check_user_name(&new.name).map_err(|e| Reply::error(400, &e))?;
     for g in &new.groups {
         crate::policy::auth::check_name("group", g).map_err(|e| Reply::error(400, &e))?;
     }
@@ -432,8 +450,7 @@ async fn add(users: &UsersState, policy: &Policy, body: &[u8]) -> Result<Reply, 
 }
 
 /// Changes an existing user's overlay entry with `f`; with `reason`, its open connections
-/// are cut first (so that the new policy, which no longer has the user, does not call
-/// them removed).
+/// are cut once the change is saved.
 async fn change(
     users: &UsersState,
     policy: &Policy,
@@ -444,13 +461,18 @@ async fn change(
     if !exists(policy, &name) {
         return Err(not_found(&name));
     }
-    if let Some(reason) = reason {
-        if let Some(t) = users.traffic.find(&name) {
-            cut(&t, reason);
-        }
-    }
     let key = name.clone();
-    commit(users, move |s| f(s.users.entry(key).or_default())).await?;
+    // Cut once saved, before the policy without the user is built (so that it is not
+    // called removed); a change not saved cuts nothing.
+    let (traffic, cut_name) = (users.traffic.clone(), name.clone());
+    let saved = move || {
+        if let Some(reason) = reason {
+            if let Some(t) = traffic.find(&cut_name) {
+                cut(&t, reason);
+            }
+        }
+    };
+    commit_then(users, move |s| f(s.users.entry(key).or_default()), saved).await?;
     Ok(Reply::json(200, &json!({ "name": name })))
 }
 
