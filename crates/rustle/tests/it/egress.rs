@@ -391,7 +391,10 @@ fn each_listener_and_user_leaves_from_its_route_address() {
     let kept = ns.client(&["keepalive", "198.18.0.1", "3132", "http://origin.test/", "20"]);
     let distinct: HashSet<&String> = kept.iter().collect();
     assert!(kept.iter().all(|ip| ip.starts_with("198.18.1.")), "{kept:?}");
-    assert!(distinct.len() >= 18, "{kept:?}");
+    // 20 draws from the /24's 256 addresses: about 0.75 repeats are expected, and 3 or
+    // more happen about one time in 35; 6 or more (fewer than 15 distinct) about one in
+    // 200,000.
+    assert!(distinct.len() >= 15, "{kept:?}");
     drop(s);
 }
 
