@@ -92,9 +92,10 @@ pub struct Policy {
     pub users: Users,
     /// Users the admin API disabled: listed by it, never authenticated.
     pub(crate) disabled: Users,
-    /// Names the admin API disabled or removed: refused however they authenticate (a
-    /// client certificate naming one too).
-    refused_names: std::collections::HashSet<Box<str>>,
+    /// Names the admin API disabled or removed, with why (`Cut::Disabled` or
+    /// `Cut::Removed`): refused however they authenticate (a client certificate naming
+    /// one too).
+    refused_names: HashMap<Box<str>, crate::limits::Cut>,
     pub(crate) rules: RuleSet,
     pub(crate) builtins: Builtins,
     pub(crate) realm: String,
@@ -144,10 +145,13 @@ fn rate(r: &Option<String>, what: &str) -> Result<Option<u64>, String> {
 }
 
 impl Policy {
-    /// Whether the admin API disabled or removed `user` (refused on every path, a
-    /// certificate's too).
-    pub(crate) fn is_disabled(&self, user: &str) -> bool {
-        !self.refused_names.is_empty() && self.refused_names.contains(user)
+    /// Why `user` is refused on every path (a certificate's too), when the admin API
+    /// disabled or removed it: `Cut::Disabled` or `Cut::Removed`.
+    pub(crate) fn refused_as(&self, user: &str) -> Option<&crate::limits::Cut> {
+        if self.refused_names.is_empty() {
+            return None;
+        }
+        self.refused_names.get(user)
     }
 
     /// What `rustle check` and start-up refuse and a reload only warns of. Each makes the
@@ -305,7 +309,14 @@ impl Policy {
                     o.users
                         .iter()
                         .filter(|(_, e)| e.refused())
-                        .map(|(n, _)| n.as_str().into())
+                        .map(|(n, e)| {
+                            let why = if e.removed {
+                                crate::limits::Cut::Removed
+                            } else {
+                                crate::limits::Cut::Disabled
+                            };
+                            (n.as_str().into(), why)
+                        })
                         .collect()
                 })
                 .unwrap_or_default(),

@@ -582,8 +582,8 @@ impl ConnGuard {
         if entry.is_cut() {
             return Err(refused_cut(&entry));
         }
-        if self.worker.policy().is_disabled(user) {
-            return Err(Error::UserCut("user disabled".into()));
+        if let Some(why) = self.worker.policy().refused_as(user) {
+            return Err(Error::UserCut(why.to_string().into()));
         }
         let address = match self.worker.policy().client_addresses(user) {
             Some(limit) => Some(self.worker.admit_address(user, client, limit)?),

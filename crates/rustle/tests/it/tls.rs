@@ -313,7 +313,7 @@ fn client_certificates_are_verified_and_name_the_user_for_rules() {
 }
 
 #[test]
-fn a_user_disabled_by_the_api_is_refused_with_its_certificate_too() {
+fn a_user_disabled_or_removed_by_the_api_is_refused_with_its_certificate_too() {
     let dir = TempDir::new("https-mtls-disabled");
     let files = certs(&dir, "localhost");
     let (client_ca, cert, key) = client_identity(&dir, "alice");
@@ -341,6 +341,20 @@ fn a_user_disabled_by_the_api_is_refused_with_its_certificate_too() {
     let resp = exchange(&mut tls, req.as_bytes());
     assert_eq!(resp.status, 403, "{}", resp.text());
     assert!(resp.text().contains("user disabled"), "{}", resp.text());
+    // Removed, the refusal says so.
+    let mut s = connect(proxy.admin_addr());
+    let req = format!(
+        "DELETE /api/v1/users/alice HTTP/1.1\r\nHost: a\r\nAuthorization: Bearer {token}\r\n\
+         Content-Length: 0\r\n\r\n"
+    );
+    s.write_all(req.as_bytes()).unwrap();
+    let (bytes, _) = read_until_close(&mut s);
+    assert_eq!(parse_response(&bytes).status, 200, "{}", String::from_utf8_lossy(&bytes));
+    let mut tls = tls_connect(proxy.addr(), "localhost", &with_cert).unwrap();
+    let req = format!("GET {} HTTP/1.1\r\nHost: x\r\n\r\n", origin.url("/bytes/7"));
+    let resp = exchange(&mut tls, req.as_bytes());
+    assert_eq!(resp.status, 403, "{}", resp.text());
+    assert!(resp.text().contains("user removed"), "{}", resp.text());
 }
 
 #[test]
