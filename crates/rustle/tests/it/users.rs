@@ -57,7 +57,17 @@ fn config_text(users: &std::path::Path, extra: &str) -> String {
 
 /// A CONNECT tunnel to `target` through `proxy` as `user`, established.
 fn tunnel(proxy: &Proxy, target: SocketAddr, user: &str, password: &str) -> std::net::TcpStream {
-    let mut c = Conn::to_proxy(proxy);
+    tunnel_via(proxy.addr(), target, user, password)
+}
+
+/// A CONNECT tunnel to `target` through the proxy at `addr` as `user`, established.
+fn tunnel_via(
+    addr: SocketAddr,
+    target: SocketAddr,
+    user: &str,
+    password: &str,
+) -> std::net::TcpStream {
+    let mut c = Conn::open(addr);
     c.send(
         format!(
             "CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n{}\r\n\r\n",
@@ -524,4 +534,46 @@ async fn disabling_a_user_cuts_its_http2_connection() {
     })
     .await;
     assert!(ended.is_ok(), "alice's HTTP/2 stream still open 1.5 s after she was disabled");
+}
+
+/// The real binary and a real SIGHUP: a users file rewritten without bob ends bob's
+/// tunnel within the sweep, refuses bob's next request (407), keeps alice, and bob's
+/// tunnel's access-log line names the cut.
+#[test]
+fn a_sighup_whose_users_file_drops_a_user_cuts_its_tunnel() {
+    let dir = TempDir::new("users-sighup");
+    let origin = Origin::start().unwrap();
+    let echo = TcpEcho::start().unwrap();
+    let users = users_file(&dir, &["alice:plain:secret", "bob:plain:hunter2"]);
+    let file = dir.file("rustle.toml");
+    let text = format!(
+        "workers = 1\n[log]\naccess = \"stderr\"\n\
+         [[listener]]\nlisten = \"127.0.0.1:0\"\nauth = true\n\
+         [auth]\nusers_file = {:?}\n",
+        users.to_str().unwrap()
+    );
+    std::fs::write(&file, text).unwrap();
+    let mut bin = RustleProcess::spawn(&["--config", file.to_str().unwrap()]);
+    let addr = bin.next_listener();
+    let mut t = tunnel_via(addr, echo.addr(), "bob", "hunter2");
+    users_file(&dir, &["alice:plain:secret"]);
+    bin.signal("HUP");
+    assert!(bin.wait_for_stderr("SIGHUP: reloaded", Duration::from_secs(5)), "{}", bin.stderr());
+    assert_ends_within(&mut t, Duration::from_millis(1500), "bob's tunnel once reloaded away");
+    let url = origin.url("/bytes/3");
+    let status = |user: &str, password: &str| {
+        let mut c = Conn::open(addr);
+        c.send(&request("GET", &url, &[&proxy_auth(user, password)], b""));
+        c.read_response().status
+    };
+    assert_eq!(status("bob", "hunter2"), 407, "{}", bin.stderr());
+    assert_eq!(status("alice", "secret"), 200, "{}", bin.stderr());
+    assert!(
+        bin.wait_for_stderr("connection cut: user removed", Duration::from_secs(2)),
+        "{}",
+        bin.stderr()
+    );
+    let err = bin.stderr();
+    let line = err.lines().find(|l| l.contains("connection cut: user removed")).unwrap();
+    assert!(line.contains("bob"), "{line}");
 }
