@@ -50,6 +50,11 @@ const FAILURE_WINDOW: Duration = Duration::from_secs(60);
 /// are forgotten first).
 const MAX_FAILING_CLIENTS: usize = 1024;
 
+/// Failed token checks from all addresses together in `FAILURE_WINDOW` before every
+/// wrong token is answered 429 without a check (guessers rotating addresses, IPv6
+/// sources, share it); the right token and the probes are never refused for it.
+const MAX_ALL_FAILURES: u32 = 100;
+
 /// How long a client has from connecting to the end of its request head. Scrapers and
 /// probes send theirs at once, in one packet; the bound is tight so that silent
 /// connections give their slots back soon even when nothing evicts them.
@@ -146,6 +151,7 @@ pub(crate) fn start(
         token: token.map(digest),
         api_token: api_token.map(digest),
         failures: std::sync::Mutex::new(std::collections::HashMap::new()),
+        all_failures: std::sync::Mutex::new(None),
         allow: cfg.allow.clone(),
         max_user_series: cfg.max_user_series,
         started: Instant::now(),
@@ -184,6 +190,9 @@ struct Server {
     api_token: Option<[u8; 32]>,
     /// Failed token checks per client address: the start of its window and the count.
     failures: std::sync::Mutex<std::collections::HashMap<IpAddr, (Instant, u32)>>,
+    /// Failed token checks from all addresses: the start of the window and the count
+    /// (`MAX_ALL_FAILURES`).
+    all_failures: std::sync::Mutex<Option<(Instant, u32)>>,
     allow: Vec<crate::acl::Cidr>,
     max_user_series: usize,
     started: Instant,
@@ -577,6 +586,10 @@ impl Server {
 
     /// Whether `client` failed the token check too often of late.
     fn throttled(&self, client: IpAddr) -> bool {
+        let all = *self.all_failures.lock().unwrap_or_else(|p| p.into_inner());
+        if all.is_some_and(|(since, n)| n >= MAX_ALL_FAILURES && since.elapsed() < FAILURE_WINDOW) {
+            return true;
+        }
         let failures = self.failures.lock().unwrap_or_else(|p| p.into_inner());
         failures
             .get(&client)
@@ -585,8 +598,16 @@ impl Server {
 
     /// Counts a failed token check of `client`.
     fn failed(&self, client: IpAddr) {
-        let mut failures = self.failures.lock().unwrap_or_else(|p| p.into_inner());
         let now = Instant::now();
+        {
+            let mut all = self.all_failures.lock().unwrap_or_else(|p| p.into_inner());
+            let (since, n) = all.get_or_insert((now, 0));
+            if now.duration_since(*since) >= FAILURE_WINDOW {
+                (*since, *n) = (now, 0);
+            }
+            *n += 1;
+        }
+        let mut failures = self.failures.lock().unwrap_or_else(|p| p.into_inner());
         if failures.len() >= MAX_FAILING_CLIENTS && !failures.contains_key(&client) {
             failures.retain(|_, (since, _)| now.duration_since(*since) < FAILURE_WINDOW);
             if failures.len() >= MAX_FAILING_CLIENTS {

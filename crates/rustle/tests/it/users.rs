@@ -183,6 +183,32 @@ fn failed_tokens_never_lock_out_the_right_one_nor_the_probes() {
     assert_eq!(api_from("127.0.0.1", admin, "GET", "/readyz", Some(metrics), "").status, 200);
 }
 
+/// Guesses spread over many addresses share one budget (100 a minute): past it a wrong
+/// token from a fresh address is 429, the right token and the probes still answer.
+#[test]
+fn failed_tokens_from_many_addresses_share_a_global_budget() {
+    let metrics = "scrape-token";
+    let proxy = Proxy::from_toml(&format!(
+        "[admin]\nlisten = \"0.0.0.0:0\"\nallow = [\"127.0.0.0/8\"]\ntoken = \"{metrics}\"\n\
+         api_token = \"{TOKEN}\"\n"
+    ));
+    let admin = SocketAddr::from(([127, 0, 0, 1], proxy.admin_addr().port()));
+    // 10 addresses, 10 guesses each: none over its own budget, all of them at the global one.
+    for host in 2..12 {
+        let from = format!("127.0.0.{host}");
+        for _ in 0..10 {
+            let r = api_from(&from, admin, "GET", "/api/v1/users", Some("guess"), "");
+            assert_eq!(r.status, 401, "{from}: {}", r.text());
+        }
+    }
+    let r = api_from("127.0.0.20", admin, "GET", "/api/v1/users", Some("guess"), "");
+    assert_eq!(r.status, 429, "{}", r.text());
+    assert_eq!(api_from("127.0.0.20", admin, "GET", "/api/v1/users", Some(TOKEN), "").status, 200);
+    assert_eq!(api_from("127.0.0.20", admin, "GET", "/metrics", Some(metrics), "").status, 200);
+    assert_eq!(api_from("127.0.0.20", admin, "GET", "/healthz", Some("guess"), "").status, 401);
+    assert_eq!(api_from("127.0.0.20", admin, "GET", "/readyz", Some(metrics), "").status, 200);
+}
+
 #[test]
 fn a_wrong_token_is_401_and_an_address_outside_allow_is_closed() {
     let dir = TempDir::new("users-token");
