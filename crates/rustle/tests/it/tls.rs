@@ -357,6 +357,48 @@ fn a_user_disabled_or_removed_by_the_api_is_refused_with_its_certificate_too() {
     assert!(resp.text().contains("user removed"), "{}", resp.text());
 }
 
+/// A name only a client certificate gives (no user of the file has it) is disabled
+/// through the API: refused with its certificate, and served again once enabled.
+#[test]
+fn a_certificate_only_user_can_be_disabled_by_the_api() {
+    let dir = TempDir::new("https-mtls-cert-only");
+    let files = certs(&dir, "localhost");
+    let (client_ca, cert, key) = client_identity(&dir, "carol");
+    let token = "api-token-0123456789abcdef0123456789";
+    let toml = format!(
+        "{}client_ca = \"{}\"\nclient_certs = \"required\"\n\
+         [[auth.user]]\nname = \"alice\"\npassword = \"plain:unused\"\n\
+         [admin]\nlisten = \"127.0.0.1:0\"\napi_token = \"{token}\"\n",
+        https_toml(&files, "auth = true"),
+        client_ca.display()
+    );
+    let proxy = Proxy::from_toml(&toml);
+    let admin = |what: &str| {
+        let mut s = connect(proxy.admin_addr());
+        let req = format!(
+            "POST /api/v1/users/carol/{what} HTTP/1.1\r\nHost: a\r\n\
+             Authorization: Bearer {token}\r\nContent-Length: 0\r\n\r\n"
+        );
+        s.write_all(req.as_bytes()).unwrap();
+        let (bytes, _) = read_until_close(&mut s);
+        assert_eq!(parse_response(&bytes).status, 200, "{}", String::from_utf8_lossy(&bytes));
+    };
+    let origin = Origin::start().unwrap();
+    let with_cert = client_config(&files.ca, Some((&cert, &key)));
+    let get = || {
+        let mut tls = tls_connect(proxy.addr(), "localhost", &with_cert).unwrap();
+        let req = format!("GET {} HTTP/1.1\r\nHost: x\r\n\r\n", origin.url("/bytes/7"));
+        exchange(&mut tls, req.as_bytes())
+    };
+    assert_eq!(get().status, 200);
+    admin("disable");
+    let resp = get();
+    assert_eq!(resp.status, 403, "{}", resp.text());
+    assert!(resp.text().contains("user disabled"), "{}", resp.text());
+    admin("enable");
+    assert_eq!(get().status, 200);
+}
+
 #[test]
 fn certificates_are_chosen_by_sni_and_unknown_names_can_be_refused() {
     let dir = TempDir::new("https-sni");

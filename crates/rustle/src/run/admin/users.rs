@@ -135,8 +135,21 @@ pub(super) async fn answer(
             })
             .await
         }
+        // Any name may be disabled: a certificate's user need not be in the users file.
         (Action::Disable, Some(name)) => {
-            change(users, &policy, name, Some(Cut::Disabled), |e| e.disabled = true).await
+            change_name(users, name, Some(Cut::Disabled), |e| e.disabled = true).await
+        }
+        // A certificate's name disabled: no users file brings it back (`overlay::settle`),
+        // so its cut ends here.
+        (Action::Enable, Some(name)) if policy.refused_as(&name).is_some() => {
+            let traffic = users.traffic.find(&name);
+            let reply = change_name(users, name, None, |e| e.disabled = false).await;
+            if let (Ok(_), Some(t)) = (&reply, traffic) {
+                if matches!(t.cut_reason(), Some(Cut::Disabled)) {
+                    t.restore();
+                }
+            }
+            reply
         }
         (Action::Enable, Some(name)) => {
             change(users, &policy, name, None, |e| e.disabled = false).await
@@ -461,6 +474,16 @@ async fn change(
     if !exists(policy, &name) {
         return Err(not_found(&name));
     }
+    change_name(users, name, reason, f).await
+}
+
+/// `change` of a name whether a user has it or not (one a client certificate names).
+async fn change_name(
+    users: &UsersState,
+    name: String,
+    reason: Option<Cut>,
+    f: impl FnOnce(&mut Entry) + Send + 'static,
+) -> Result<Reply, Reply> {
     let key = name.clone();
     // Cut once saved, before the policy without the user is built (so that it is not
     // called removed); a change not saved cuts nothing.
