@@ -57,8 +57,10 @@ fn a_gigabyte_through_connect_socks5_and_the_relay_is_intact() {
     // This proxy's own relays: other tests' proxies count in their own.
     let after = proxy.mode_switches();
     assert!(after.0 >= before.0 + 3, "the tunnels switched to splice: {before:?} -> {after:?}");
-    let lines = proxy.log_lines();
-    for what in [" CONNECT ", "socks5://", "relay://"] {
+    // A tunnel's line is written as it closes, perhaps after the client has finished.
+    let whats = [" CONNECT ", "socks5://", "relay://"];
+    let lines = proxy.log_lines_matching(3, |l| whats.iter().any(|w| l.contains(w)));
+    for what in whats {
         let line = lines.iter().find(|l| l.contains(what)).expect("a log line per tunnel");
         // The tunnel carried the HTTP exchange: the body plus a response head.
         let down = LogLine::parse(line).down;
