@@ -8,6 +8,7 @@ use std::path::PathBuf;
 
 use serde::Deserialize;
 
+mod backend;
 mod checks;
 mod collect;
 mod duration;
@@ -24,6 +25,10 @@ mod state;
 mod tests;
 
 pub(crate) use crate::acl::{Conditions, RuleConfig};
+pub use backend::{
+    BackendConfig, Common as BackendCommon, FileBackend, HttpBackend, Kerberos, LdapBackend,
+    RadiusBackend,
+};
 pub(crate) use duration::{parse_duration, MAX_DURATION};
 pub use egress::{BindEntry, BindPick, EgressConfig};
 pub use listener::{

@@ -428,6 +428,12 @@ pub struct Auth {
     pub(crate) max_hashes_per_client: usize,
     /// User-name parameters (`alice-session-x7k2`), off unless `[auth.params]` is given.
     pub(crate) params: Option<UserParams>,
+    /// `[[auth.backend]]`: where names and passwords are checked, in order (the users
+    /// file first when it is not listed).
+    #[serde(rename = "backend")]
+    pub(crate) backends: Vec<super::BackendConfig>,
+    /// `[auth.kerberos]`: Negotiate beside Basic on the HTTP and HTTPS proxy ports.
+    pub(crate) kerberos: Option<super::Kerberos>,
 }
 
 /// `[auth.params]`: what a client may add to its user name after a separator
@@ -480,6 +486,8 @@ impl Default for Auth {
             max_pending_hashes: 64,
             max_hashes_per_client: 2,
             params: None,
+            backends: Vec::new(),
+            kerberos: None,
         }
     }
 }

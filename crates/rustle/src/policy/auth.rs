@@ -29,11 +29,13 @@ use argon2::{Argon2, Params};
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
+pub(crate) mod backend;
 mod basic;
 mod cache;
 mod gate;
 mod hasher;
 mod limiter;
+pub(crate) mod negotiate;
 pub(crate) mod params;
 
 pub(crate) use basic::parse_basic;
