@@ -1,0 +1,1 @@
+//! Tests of the http backend against a callback server started by each test.
