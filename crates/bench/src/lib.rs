@@ -29,6 +29,9 @@
 //!   running rustle, and its memory at rest, against `bench/cost-baseline.toml`.
 //! - [`redis_server`] — `RedisServer`: Debian's redis-server on a free loopback port
 //!   (plain or TLS), killed, restarted on its port or paused by the tests.
+//! - [`callback`] — `AuthCallback`: the callback of rustle's `kind = "http"` auth backend
+//!   (HTTP, or HTTPS requiring a client certificate), answering as the test says, counting
+//!   calls and connections.
 //! - [`tools`]   — the external programs the tests drive: a missing one fails the test
 //!   with `RUSTLE_REQUIRE_TOOLS=1`, else skips it and the test binary ends with the count.
 //! - [`report`]  — `rustle-bench report`: medians, markdown tables, SVG
@@ -54,6 +57,7 @@
 //! - `/ws` — WebSocket echo with `Upgrade: websocket`, else 426.
 //! - anything else — 404.
 
+pub mod callback;
 pub mod campaign;
 pub mod cost;
 pub mod echo;
@@ -75,6 +79,7 @@ mod fixture;
 mod http;
 mod routes;
 
+pub use callback::{AuthCallback, CallbackTls, Reply};
 pub use echo::{TcpEcho, TcpServe};
 pub use faulty::{Fault, FaultyClient, FaultyOrigin, Speak};
 pub use origin::Origin;

@@ -231,8 +231,10 @@ fn verdict(body: &[u8]) -> Result<Verdict, Failure> {
 /// A failed call as a `Failure`, with its causes and without the URL (it may carry
 /// credentials).
 fn failure(e: reqwest::Error) -> Failure {
+    // A connection or TLS handshake that failed: the callback was not reached.
+    let unreachable = e.is_connect();
     let text = chain(&e.without_url());
-    if text.contains("connect") {
+    if unreachable {
         Failure::Unreachable(text)
     } else {
         Failure::Protocol(text)
