@@ -176,21 +176,30 @@ async fn a_closed_port_is_unreachable() {
 }
 
 #[tokio::test]
-async fn calls_beyond_max_in_flight_wait_then_fail() {
+async fn calls_beyond_max_in_flight_wait_for_a_slot() {
     let cb =
         AuthCallback::start(|_| Reply::ok(r#"{"allow": true}"#).after(Duration::from_millis(600)))
             .expect("callback");
     let (one, two) = (ask("alice", "1"), ask("alice", "2"));
     // One slot: a second call waits for the first within its own timeout.
     let http = backend(&cb.url(), "max_in_flight = 1\ntimeout = \"2s\"");
+    let start = Instant::now();
     let (a, b) = tokio::join!(http.check(&one), http.check(&two));
     assert!(matches!(a, Ok(Verdict::Allow(_))), "{a:?}");
     assert!(matches!(b, Ok(Verdict::Allow(_))), "{b:?}");
-    // A timeout shorter than the first call: the second never gets the slot.
-    let http = backend(&cb.url(), "max_in_flight = 1\ntimeout = \"300ms\"");
-    let (a, b) = tokio::join!(http.check(&one), http.check(&two));
-    assert_eq!(a, Err(Failure::Timeout));
-    assert_eq!(b, Err(Failure::Unreachable("too many calls in flight".into())));
+    // One after the other, not together.
+    assert!(start.elapsed() >= Duration::from_millis(1150), "{:?}", start.elapsed());
+    assert_eq!(cb.calls(), 2);
+    // A slot held longer than a call's timeout: that call fails without reaching the
+    // callback.
+    let http = backend(&cb.url(), "max_in_flight = 1\ntimeout = \"200ms\"");
+    let held = http.slots.acquire().await.expect("a slot");
+    assert_eq!(
+        http.check(&one).await,
+        Err(Failure::Unreachable("too many calls in flight".into()))
+    );
+    drop(held);
+    assert_eq!(cb.calls(), 2);
 }
 
 #[tokio::test]
@@ -257,4 +266,24 @@ fn settings_problems_are_named() {
     assert!(missing.is_some_and(|e| e.starts_with("token_file /nonexistent/t")));
     // An unknown key is refused.
     assert!(toml::from_str::<HttpBackend>("url = \"http://x/\"\nurls = 1").is_err());
+}
+
+/// The commented-out `kind = "http"` table of rustle.example.toml, uncommented, is valid.
+#[test]
+fn the_example_documents_every_key() {
+    let text = include_str!("../../../../../../../rustle.example.toml");
+    let start =
+        text.find("# [[auth.backend]]\n# kind = \"http\"").expect("an http backend example");
+    let table: String = text[start..]
+        .lines()
+        .skip(2)
+        .take_while(|l| !l.is_empty())
+        .filter_map(|l| l.strip_prefix("# "))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    let cfg: HttpBackend = toml::from_str(&table).unwrap_or_else(|e| panic!("{e}\n{table}"));
+    assert_eq!(cfg.problems(), Vec::<String>::new());
+    let keys = toml::from_str::<toml::Table>(&table).map(|t| t.len()).unwrap_or(0);
+    assert_eq!(keys, 12, "every key but kind:\n{table}");
+    assert_eq!(cfg.common().timeout, Duration::from_secs(5));
 }
