@@ -210,7 +210,7 @@ impl<'a> Want<'a> {
         // are none.
         let user = match policy.rules.is_empty() && policy.routes.is_empty() {
             true => None,
-            false => self.user.and_then(|u| policy.users.get(u)),
+            false => self.user.and_then(|u| crate::policy::UserView::of(policy, u)),
         };
         Access {
             policy,

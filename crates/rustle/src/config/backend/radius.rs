@@ -5,7 +5,9 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use super::super::duration::duration;
-use super::{default_cache_ttl, default_max_in_flight, default_negative_ttl, default_timeout, Common};
+use super::{
+    default_cache_ttl, default_max_in_flight, default_negative_ttl, default_timeout, Common,
+};
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -33,5 +35,12 @@ impl RadiusBackend {
             cache_ttl: self.cache_ttl,
             negative_ttl: self.negative_ttl,
         }
+    }
+}
+
+impl RadiusBackend {
+    /// How often an open session's Interim-Update goes out; None: no accounting.
+    pub fn accounting_interval(&self) -> Option<Duration> {
+        None
     }
 }
