@@ -40,7 +40,7 @@ pub struct HttpBackend {
     #[serde(default)]
     pub send_target: bool,
     /// A file whose content (trimmed) is sent as `Authorization: Bearer <content>`, read
-    /// at start and at each reload.
+    /// when the backend is built and again by a call that finds it read over a minute ago.
     #[serde(default)]
     pub token_file: Option<PathBuf>,
     /// Extra request fields, name to value.

@@ -8,7 +8,8 @@
 //! within that same time and fail as "too many calls in flight" when none frees.
 
 use std::net::IpAddr;
-use std::sync::Arc;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue, AUTHORIZATION};
@@ -37,7 +38,21 @@ pub(crate) struct Http {
     send_target: bool,
     timeout: Duration,
     slots: Semaphore,
+    token: Option<Token>,
+    /// How long a token read from `token_file` is used before the file is read again.
+    token_refresh: Duration,
 }
+
+/// `token_file`'s `Authorization` value and when it was read.
+struct Token {
+    path: PathBuf,
+    value: Mutex<(HeaderValue, Instant)>,
+}
+
+/// How long a token is used before `token_file` is read again: a token rotated in the
+/// file is in use within this time, without a reload (a reload that leaves the backend's
+/// settings as they were keeps the backend, and so its token, as it was).
+const TOKEN_REFRESH: Duration = Duration::from_secs(60);
 
 /// The request body.
 #[derive(Serialize)]
@@ -98,19 +113,13 @@ impl Http {
             value.set_sensitive(true);
             headers.insert(name, value);
         }
-        if let Some(path) = &cfg.token_file {
-            let text = std::fs::read_to_string(path)
-                .map_err(|e| format!("token_file {}: {e}", path.display()))?;
-            let token = text.trim();
-            if token.is_empty() {
-                return Err(format!("token_file {}: empty", path.display()));
-            }
-            let mut value = HeaderValue::from_str(&format!("Bearer {token}")).map_err(|_| {
-                format!("token_file {}: not usable in a header (one line of text)", path.display())
-            })?;
-            value.set_sensitive(true);
-            headers.insert(AUTHORIZATION, value);
-        }
+        let token = match &cfg.token_file {
+            Some(path) => Some(Token {
+                value: Mutex::new((read_token(path)?, Instant::now())),
+                path: path.clone(),
+            }),
+            None => None,
+        };
         let client = reqwest::Client::builder()
             .use_preconfigured_tls(tls(cfg, url.scheme() == "https")?)
             .default_headers(headers)
@@ -132,6 +141,8 @@ impl Http {
             send_target: cfg.send_target,
             timeout: cfg.timeout,
             slots: Semaphore::new(cfg.max_in_flight),
+            token,
+            token_refresh: TOKEN_REFRESH,
         })
     }
 
@@ -158,9 +169,12 @@ impl Http {
             protocol: ask.protocol,
             target: ask.target.as_deref().filter(|_| self.send_target),
         };
+        let mut request = self.client.post(self.url.clone()).json(&body);
+        if let Some(token) = &self.token {
+            request = request.header(AUTHORIZATION, self.token_value(token));
+        }
         let call = async {
-            let mut response =
-                self.client.post(self.url.clone()).json(&body).send().await.map_err(failure)?;
+            let mut response = request.send().await.map_err(failure)?;
             let status = response.status();
             match status {
                 StatusCode::OK => {}
@@ -182,6 +196,39 @@ impl Http {
         };
         timeout_at(deadline, call).await.unwrap_or(Err(Failure::Timeout))
     }
+}
+
+impl Http {
+    /// The token's `Authorization` value, read again from its file once it is older than
+    /// `token_refresh` (a file that cannot be read then keeps the token in use).
+    fn token_value(&self, token: &Token) -> HeaderValue {
+        let mut value = token.value.lock().unwrap_or_else(PoisonError::into_inner);
+        if value.1.elapsed() >= self.token_refresh {
+            match read_token(&token.path) {
+                Ok(fresh) => value.0 = fresh,
+                // Never the content: only the file and why.
+                Err(e) => tracing::warn!("auth backend: {e}; the token read before stays in use"),
+            }
+            value.1 = Instant::now();
+        }
+        value.0.clone()
+    }
+}
+
+/// `Bearer <the file's content, trimmed>`, marked sensitive.
+fn read_token(path: &Path) -> Result<HeaderValue, String> {
+    let text =
+        std::fs::read_to_string(path).map_err(|e| format!("token_file {}: {e}", path.display()))?;
+    let token = text.trim();
+    if token.is_empty() {
+        return Err(format!("token_file {}: empty", path.display()));
+    }
+    let mut value = HeaderValue::from_str(&format!("Bearer {token}")).map_err(|_| {
+        format!("token_file {}: not usable in a header (one line of text)", path.display())
+    })?;
+    // Kept out of reqwest's Debug output: it is a secret.
+    value.set_sensitive(true);
+    Ok(value)
 }
 
 fn too_long() -> Failure {

@@ -82,6 +82,28 @@ async fn allow_carries_groups_egress_and_limits() {
 }
 
 #[tokio::test]
+async fn a_rotated_token_is_read_again() {
+    let cb = AuthCallback::start(directory).expect("callback");
+    let file = std::env::temp_dir().join(format!("rustle-http-rotate-{}", std::process::id()));
+    std::fs::write(&file, "first").expect("token file");
+    let mut http = backend(&cb.url(), &format!("token_file = {file:?}"));
+    let bearer = || cb.last().and_then(|(_, auth)| auth);
+    http.check(&ask("alice", "right")).await.expect("an answer");
+    assert_eq!(bearer().as_deref(), Some("Bearer first"));
+    // Within the refresh time the file is not read again.
+    std::fs::write(&file, "second").expect("token file");
+    http.check(&ask("alice", "right")).await.expect("an answer");
+    assert_eq!(bearer().as_deref(), Some("Bearer first"));
+    http.token_refresh = Duration::ZERO;
+    http.check(&ask("alice", "right")).await.expect("an answer");
+    assert_eq!(bearer().as_deref(), Some("Bearer second"));
+    // A file that cannot be read keeps the token in use.
+    std::fs::remove_file(&file).expect("remove");
+    http.check(&ask("alice", "right")).await.expect("an answer");
+    assert_eq!(bearer().as_deref(), Some("Bearer second"));
+}
+
+#[tokio::test]
 async fn deny_unknown_and_the_target_left_out() {
     let cb = AuthCallback::start(directory).expect("callback");
     let http = backend(&cb.url(), "");
