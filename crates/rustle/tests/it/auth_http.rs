@@ -1,8 +1,9 @@
 //! The HTTP callback backend (`[[auth.backend]] kind = "http"`) through the real proxy:
 //! right and wrong passwords over HTTP, CONNECT, SOCKS5 and the HTTPS port, a group the
-//! callback grants reaching a rule, remembered answers (no second call), and a callback
-//! stopped mid-run (503, then served again once it is back). The callback is
-//! `rustle_bench::AuthCallback`, counting its calls.
+//! callback grants reaching a rule, a granted connection limit, remembered answers (no
+//! second call), an HTTPS callback requiring a client certificate, a slow callback (503
+//! after `timeout`) and a callback stopped mid-run (503, then served again once it is
+//! back). The callback is `rustle_bench::AuthCallback`, counting its calls.
 
 use std::time::Duration;
 
@@ -19,6 +20,8 @@ fn directory(body: &Value) -> Reply {
     match user {
         "alice" | "carol" if right => Reply::ok(r#"{"allow": true, "groups": ["staff"]}"#),
         "dave" if right => Reply::ok(r#"{"allow": true, "groups": ["blocked"]}"#),
+        "erin" if right => Reply::ok(r#"{"allow": true, "max_connections": 1}"#),
+        "slow" => Reply::ok(r#"{"allow": true}"#).after(Duration::from_secs(3)),
         "alice" | "carol" | "dave" => Reply::ok(r#"{"allow": false}"#),
         _ => Reply::status(404),
     }
@@ -33,6 +36,11 @@ struct Setup {
 /// An HTTP listener, an HTTPS one and a SOCKS one, all with auth, the callback at `url`,
 /// and a rule refusing the group `blocked`.
 fn proxy(url: &str) -> Setup {
+    proxy_with(url, "")
+}
+
+/// `proxy`, with `extra` settings of the backend.
+fn proxy_with(url: &str, extra: &str) -> Setup {
     let dir = TempDir::new("auth-http");
     let files = rustle::io::tls::write_self_signed("localhost", &dir.path().join("localhost"))
         .expect("self-signed set");
@@ -60,6 +68,7 @@ kind = "http"
 name = "callback"
 url = "{url}"
 timeout = "1s"
+{extra}
 [[rule]]
 name = "no-blocked"
 action = "deny"
@@ -197,4 +206,60 @@ fn a_stopped_callback_refuses_then_recovers() {
         "not served again once the callback is back"
     );
     assert_eq!(cb.calls(), 1);
+}
+
+#[test]
+fn an_https_callback_with_a_client_certificate() {
+    let cb = AuthCallback::start_tls(directory).expect("callback");
+    let tls = cb.tls().expect("tls files").clone();
+    let s = proxy_with(
+        &cb.url(),
+        &format!(
+            "ca = {:?}\nclient_cert = {:?}\nclient_key = {:?}",
+            tls.ca, tls.client_cert, tls.client_key
+        ),
+    );
+    let origin = Origin::start().unwrap();
+    let url = origin.url("/bytes/10");
+    let http = |user: &str| status(&["-x", &s.proxy.url(), "--proxy-user", user], &url);
+    let Some(code) = http("alice:right") else { return };
+    assert_eq!(code, "200");
+    assert_eq!(http("alice:xyzzy").unwrap(), "407");
+    assert_eq!((cb.calls(), cb.connections()), (2, 1));
+}
+
+#[test]
+fn a_granted_connection_limit_holds() {
+    let cb = AuthCallback::start(directory).expect("callback");
+    let s = proxy(&cb.url());
+    let echo = rustle_bench::TcpEcho::start().unwrap();
+    let target = echo.addr().to_string();
+    let auth = proxy_auth("erin", "right");
+    let (mut first, r) = connect_with(s.proxy.addr(), &target, &[&auth]);
+    assert_eq!(r.status, 200, "{}", r.head_text());
+    let (_, r) = connect_with(s.proxy.addr(), &target, &[&auth]);
+    assert_eq!(r.status, 503, "{}", r.head_text());
+    first.shutdown_write();
+    drop(first);
+    assert!(
+        wait_until(Duration::from_secs(3), || {
+            connect_with(s.proxy.addr(), &target, &[&auth]).1.status == 200
+        }),
+        "the place was not given back"
+    );
+}
+
+#[test]
+fn a_slow_callback_fails_within_its_timeout() {
+    let cb = AuthCallback::start(directory).expect("callback");
+    let s = proxy(&cb.url());
+    let origin = Origin::start().unwrap();
+    let url = origin.url("/bytes/10");
+    let start = std::time::Instant::now();
+    let Some(code) = status(&["-x", &s.proxy.url(), "--proxy-user", "slow:x"], &url) else {
+        return;
+    };
+    assert_eq!(code, "503");
+    let took = start.elapsed();
+    assert!(took >= Duration::from_millis(900) && took < Duration::from_millis(2500), "{took:?}");
 }
