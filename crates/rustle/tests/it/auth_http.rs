@@ -235,7 +235,7 @@ fn a_granted_connection_limit_holds() {
     let echo = rustle_bench::TcpEcho::start().unwrap();
     let target = echo.addr().to_string();
     let auth = proxy_auth("erin", "right");
-    let (mut first, r) = connect_with(s.proxy.addr(), &target, &[&auth]);
+    let (first, r) = connect_with(s.proxy.addr(), &target, &[&auth]);
     assert_eq!(r.status, 200, "{}", r.head_text());
     let (_, r) = connect_with(s.proxy.addr(), &target, &[&auth]);
     assert_eq!(r.status, 503, "{}", r.head_text());

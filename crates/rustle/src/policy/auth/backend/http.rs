@@ -38,7 +38,8 @@ pub(crate) struct Http {
     send_target: bool,
     timeout: Duration,
     slots: Semaphore,
-    token: Option<Token>,
+    /// Boxed: most backends have none, and `Backend`'s variants stay alike in size.
+    token: Option<Box<Token>>,
     /// How long a token read from `token_file` is used before the file is read again.
     token_refresh: Duration,
 }
@@ -114,10 +115,10 @@ impl Http {
             headers.insert(name, value);
         }
         let token = match &cfg.token_file {
-            Some(path) => Some(Token {
+            Some(path) => Some(Box::new(Token {
                 value: Mutex::new((read_token(path)?, Instant::now())),
                 path: path.clone(),
-            }),
+            })),
             None => None,
         };
         let client = reqwest::Client::builder()
