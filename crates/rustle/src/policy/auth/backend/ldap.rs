@@ -56,7 +56,10 @@ enum Find {
     Search { base: String, filter: String },
 }
 
-pub(crate) struct Ldap {
+/// Boxed: `Backend`'s variants stay small.
+pub(crate) struct Ldap(Box<State>);
+
+struct State {
     name: String,
     url: String,
     starttls: bool,
@@ -79,6 +82,16 @@ pub(crate) struct Ldap {
 
 impl Ldap {
     pub(crate) fn new(cfg: &LdapBackend) -> Result<Ldap, String> {
+        State::new(cfg).map(|s| Ldap(Box::new(s)))
+    }
+
+    pub(crate) async fn check(&self, ask: &Ask) -> Result<Verdict, Failure> {
+        self.0.check(ask).await
+    }
+}
+
+impl State {
+    fn new(cfg: &LdapBackend) -> Result<State, String> {
         if let Some(problem) = cfg.problems().into_iter().next() {
             return Err(problem);
         }
@@ -115,7 +128,7 @@ impl Ldap {
             // problems() has refused every other shape.
             _ => return Err(format!("auth.backend {name:?} (ldap): no way to find users")),
         };
-        Ok(Ldap {
+        Ok(State {
             name,
             url: cfg.url.clone(),
             starttls: cfg.starttls,
@@ -136,7 +149,7 @@ impl Ldap {
         })
     }
 
-    pub(crate) async fn check(&self, ask: &Ask) -> Result<Verdict, Failure> {
+    async fn check(&self, ask: &Ask) -> Result<Verdict, Failure> {
         let Ok(_permit) = self.in_flight.try_acquire() else {
             return Err(Failure::Unreachable("too many calls in flight".into()));
         };
