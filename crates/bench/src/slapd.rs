@@ -29,6 +29,65 @@ pub const SUFFIX: &str = "dc=example,dc=org";
 pub const ROOT_DN: &str = "cn=admin,dc=example,dc=org";
 pub const ROOT_PASSWORD: &str = "rootsecret";
 
+/// Example people for the tests: alice (password `wonderland`; groups admins and staff),
+/// bob (`builder`; staff), carol (`carol-pw`; `employeeType: disabled`) under
+/// `ou=people`, groups (groupOfNames) under `ou=groups`, and a service account
+/// `cn=svc,dc=example,dc=org` (`svc-secret`).
+pub const PEOPLE: &str = "\
+dn: dc=example,dc=org
+objectClass: dcObject
+objectClass: organization
+o: Example
+dc: example
+
+dn: ou=people,dc=example,dc=org
+objectClass: organizationalUnit
+ou: people
+
+dn: ou=groups,dc=example,dc=org
+objectClass: organizationalUnit
+ou: groups
+
+dn: cn=svc,dc=example,dc=org
+objectClass: organizationalRole
+objectClass: simpleSecurityObject
+cn: svc
+userPassword: svc-secret
+
+dn: uid=alice,ou=people,dc=example,dc=org
+objectClass: inetOrgPerson
+uid: alice
+cn: Alice
+sn: A
+userPassword: wonderland
+
+dn: uid=bob,ou=people,dc=example,dc=org
+objectClass: inetOrgPerson
+uid: bob
+cn: Bob
+sn: B
+userPassword: builder
+
+dn: uid=carol,ou=people,dc=example,dc=org
+objectClass: inetOrgPerson
+uid: carol
+cn: Carol
+sn: C
+employeeType: disabled
+userPassword: carol-pw
+
+dn: cn=admins,ou=groups,dc=example,dc=org
+objectClass: groupOfNames
+cn: admins
+member: uid=alice,ou=people,dc=example,dc=org
+
+dn: cn=staff,ou=groups,dc=example,dc=org
+objectClass: groupOfNames
+cn: staff
+member: uid=alice,ou=people,dc=example,dc=org
+member: uid=bob,ou=people,dc=example,dc=org
+";
+
 /// slapd on a small database starts in some tens of milliseconds; this only bounds a
 /// broken start.
 const START_TIMEOUT: Duration = Duration::from_secs(10);

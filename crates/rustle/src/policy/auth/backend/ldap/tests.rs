@@ -1,69 +1,14 @@
-//! The ldap backend against a real slapd (`rustle_bench::slapd`), loaded with the entries
-//! below: alice (admins, staff), bob (staff), carol (disabled), a service account.
+//! The ldap backend against a real slapd (`rustle_bench::slapd`), loaded with its example
+//! people: alice (admins, staff), bob (staff), carol (disabled), a service account.
 
 use std::net::{IpAddr, Ipv4Addr};
 use std::time::{Duration, Instant};
 
-use rustle_bench::slapd::Slapd;
+use rustle_bench::slapd::{Slapd, PEOPLE as LDIF};
 
 use super::super::{Ask, Failure, Grant, Verdict};
 use super::{fill, group_name, Ldap};
 use crate::config::LdapBackend;
-
-const LDIF: &str = "\
-dn: dc=example,dc=org
-objectClass: dcObject
-objectClass: organization
-o: Example
-dc: example
-
-dn: ou=people,dc=example,dc=org
-objectClass: organizationalUnit
-ou: people
-
-dn: ou=groups,dc=example,dc=org
-objectClass: organizationalUnit
-ou: groups
-
-dn: cn=svc,dc=example,dc=org
-objectClass: organizationalRole
-objectClass: simpleSecurityObject
-cn: svc
-userPassword: svc-secret
-
-dn: uid=alice,ou=people,dc=example,dc=org
-objectClass: inetOrgPerson
-uid: alice
-cn: Alice
-sn: A
-userPassword: wonderland
-
-dn: uid=bob,ou=people,dc=example,dc=org
-objectClass: inetOrgPerson
-uid: bob
-cn: Bob
-sn: B
-userPassword: builder
-
-dn: uid=carol,ou=people,dc=example,dc=org
-objectClass: inetOrgPerson
-uid: carol
-cn: Carol
-sn: C
-employeeType: disabled
-userPassword: carol-pw
-
-dn: cn=admins,ou=groups,dc=example,dc=org
-objectClass: groupOfNames
-cn: admins
-member: uid=alice,ou=people,dc=example,dc=org
-
-dn: cn=staff,ou=groups,dc=example,dc=org
-objectClass: groupOfNames
-cn: staff
-member: uid=alice,ou=people,dc=example,dc=org
-member: uid=bob,ou=people,dc=example,dc=org
-";
 
 const ALICE: &str = "uid=alice,ou=people,dc=example,dc=org";
 
