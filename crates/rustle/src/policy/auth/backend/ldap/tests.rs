@@ -228,3 +228,22 @@ fn fill_replaces_keys_once() {
     assert_eq!(fill("(&(a={user})(b={user}))", &[("{user}", "x")]), "(&(a=x)(b=x))");
     assert_eq!(fill("é{user}é", &[("{user}", "x")]), "éxé");
 }
+
+/// The `[[auth.backend]]` block of rustle.example.toml, uncommented, names only real keys.
+#[test]
+fn the_example_block_names_real_keys() {
+    let text = include_str!("../../../../../../../rustle.example.toml");
+    let start = text.find("# [[auth.backend]]\n# kind = \"ldap\"").expect("an ldap example");
+    let block: String = text[start..]
+        .lines()
+        .take_while(|l| !l.is_empty())
+        .filter_map(|l| l.strip_prefix("# "))
+        .filter(|l| !l.starts_with("[["))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    let parsed: crate::config::BackendConfig =
+        toml::from_str(&block).unwrap_or_else(|e| panic!("{e}\n{block}"));
+    let crate::config::BackendConfig::Ldap(cfg) = parsed else { panic!("not ldap: {block}") };
+    assert_eq!(cfg.group_attribute.as_deref(), Some("memberOf"));
+    assert!(cfg.disabled_filter.is_some() && cfg.bind_password_file.is_some());
+}
