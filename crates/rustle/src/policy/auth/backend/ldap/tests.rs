@@ -95,6 +95,38 @@ async fn a_template_bind_allows_refuses_and_passes_on() {
 }
 
 #[tokio::test]
+async fn a_template_with_group_search_as_the_user_or_the_service_account() {
+    let Some(slapd) = Slapd::start(LDIF) else { return };
+    let groups = "group_base_dn = \"ou=groups,dc=example,dc=org\"\n\
+                  group_filter = \"(&(objectClass=groupOfNames)(member={dn}))\"\n";
+    // Groups from the search only (no memberOf).
+    let only_search = |more: &str| {
+        let cfg = settings(&format!(
+            "url = {:?}\nbind_dn_template = \"uid={{user}},ou=people,dc=example,dc=org\"\n\
+             {groups}{more}",
+            slapd.url()
+        ));
+        Ldap::new(&cfg).expect("backend")
+    };
+    // No service account: the groups are searched as the user just bound.
+    let as_user = only_search("");
+    assert_eq!(
+        sorted(as_user.check(&ask("alice", "wonderland")).await),
+        allowed(&["admins", "staff"])
+    );
+    // With one: the same, and an unknown name is told apart from a wrong password by it.
+    let password = slapd.dir().join("svc.password");
+    std::fs::write(&password, "svc-secret").expect("write the service password");
+    let b = only_search(&format!(
+        "bind_dn = \"cn=svc,dc=example,dc=org\"\nbind_password_file = {:?}\n",
+        password.display().to_string()
+    ));
+    assert_eq!(sorted(b.check(&ask("bob", "builder")).await), allowed(&["staff"]));
+    assert_eq!(b.check(&ask("alice", "nope")).await, Ok(Verdict::Deny));
+    assert_eq!(b.check(&ask("zed", "nope")).await, Ok(Verdict::Unknown));
+}
+
+#[tokio::test]
 async fn an_empty_password_is_refused_without_a_bind() {
     let Some(slapd) = Slapd::start(LDIF) else { return };
     for b in [template(&slapd.url(), ""), search_bind(&slapd, "")] {
