@@ -111,11 +111,11 @@ impl LdapBackend {
         }
     }
 
-    /// What is wrong with these settings, one line each (empty when nothing).
+    /// What is wrong with these settings, one line each (empty when nothing); the caller
+    /// names the backend.
     pub fn problems(&self) -> Vec<String> {
         let mut out = Vec::new();
-        let name = self.common().name;
-        let mut say = |s: String| out.push(format!("auth.backend {name:?} (ldap): {s}"));
+        let mut say = |s: String| out.push(s);
         let scheme = self.url.split_once("://").map(|(s, _)| s.to_ascii_lowercase());
         match scheme.as_deref() {
             Some("ldap") => {}

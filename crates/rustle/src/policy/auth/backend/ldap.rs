@@ -92,29 +92,23 @@ impl Ldap {
 
 impl State {
     fn new(cfg: &LdapBackend) -> Result<State, String> {
-        if let Some(problem) = cfg.problems().into_iter().next() {
-            return Err(problem);
+        let problems = cfg.problems();
+        if !problems.is_empty() {
+            return Err(problems.join("; "));
         }
         let name = cfg.common().name;
         let tls = if cfg.starttls || cfg.url.to_ascii_lowercase().starts_with("ldaps://") {
-            Some(client_config(cfg).map_err(|e| format!("auth.backend {name:?} (ldap): {e}"))?)
+            Some(client_config(cfg)?)
         } else {
             None
         };
         let service = match (&cfg.bind_dn, &cfg.bind_password_file) {
             (Some(dn), Some(file)) => {
-                let text = std::fs::read_to_string(file).map_err(|e| {
-                    format!(
-                        "auth.backend {name:?} (ldap): bind_password_file {}: {e}",
-                        file.display()
-                    )
-                })?;
+                let text = std::fs::read_to_string(file)
+                    .map_err(|e| format!("bind_password_file {}: {e}", file.display()))?;
                 let password = text.lines().next().unwrap_or_default().to_string();
                 if password.is_empty() {
-                    return Err(format!(
-                        "auth.backend {name:?} (ldap): bind_password_file {} is empty",
-                        file.display()
-                    ));
+                    return Err(format!("bind_password_file {} is empty", file.display()));
                 }
                 Some((dn.clone(), password))
             }
@@ -126,7 +120,7 @@ impl State {
                 Find::Search { base: base.clone(), filter: LdapBackend::parenthesized(filter) }
             }
             // problems() has refused every other shape.
-            _ => return Err(format!("auth.backend {name:?} (ldap): no way to find users")),
+            _ => return Err("no way to find users".into()),
         };
         Ok(State {
             name,
