@@ -157,3 +157,26 @@ fn a_remembered_answer_makes_no_bind_and_a_stopped_directory_refuses_until_it_re
     assert!(ok, "bob is still refused after the directory came back");
     assert!(slapd.binds(BOB) >= 1);
 }
+
+#[test]
+fn rustle_check_names_every_problem_of_the_ldap_settings() {
+    let dir = TempDir::new("auth-ldap-check");
+    let file = dir.file("rustle.toml");
+    let text = "[[listener]]\nlisten = \"127.0.0.1:0\"\nauth = true\n[[auth.backend]]\n\
+                kind = \"ldap\"\nurl = \"http://dir\"\nbind_dn_template = \"uid=x\"\npool_size = 0\n";
+    std::fs::write(&file, text).unwrap();
+    let out = clean_command(rustle_bin())
+        .args(["-c", file.to_str().unwrap(), "check", "--no-bind"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success(), "{out:?}");
+    let said =
+        format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    for part in [
+        "auth.backend `ldap`: url \"http://dir\": expected ldap://host[:port] or ldaps://host[:port]",
+        "bind_dn_template must contain {user}",
+        "pool_size must be 1 to 64",
+    ] {
+        assert!(said.contains(part), "{part:?} not in {said}");
+    }
+}
