@@ -341,8 +341,17 @@ impl Policy {
 
     /// The rates (bytes per second, up and down) that limit `user`: its own, each
     /// direction it does not set falling back to `limits.user_rate_*`.
+    /// A user an external backend accepted with a bandwidth has it each way.
     pub(crate) fn user_rate(&self, user: &str) -> (Option<u64>, Option<u64>) {
-        let (up, down) = self.user_rates.get(user).copied().unwrap_or_default();
+        let (up, down) = match self.user_rates.get(user) {
+            Some(r) => *r,
+            None if !self.backends.is_empty() && self.users.get(user).is_none() => {
+                let granted = crate::policy::auth::identity::get(user);
+                let rate = granted.and_then(|i| i.grant.bandwidth);
+                (rate, rate)
+            }
+            None => (None, None),
+        };
         (up.or(self.default_user_rate.0), down.or(self.default_user_rate.1))
     }
 
@@ -372,7 +381,9 @@ impl Policy {
 
     /// The throttle for a connection: the listener's buckets plus the user's.
     pub(crate) fn throttle(&self, listener: &Throttle, user: Option<&str>) -> Throttle {
-        let user_limits = !self.user_rates.is_empty() || self.default_user_rate != (None, None);
+        let user_limits = !self.user_rates.is_empty()
+            || self.default_user_rate != (None, None)
+            || !self.backends.is_empty();
         if !user_limits && listener.is_unlimited() {
             return Throttle::default();
         }
