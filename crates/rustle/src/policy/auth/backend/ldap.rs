@@ -36,6 +36,7 @@ mod rc {
     pub(super) const SIZE_LIMIT_EXCEEDED: u32 = 4;
     pub(super) const CONSTRAINT_VIOLATION: u32 = 19;
     pub(super) const NO_SUCH_OBJECT: u32 = 32;
+    pub(super) const INVALID_DN_SYNTAX: u32 = 34;
     pub(super) const INAPPROPRIATE_AUTHENTICATION: u32 = 48;
     pub(super) const INVALID_CREDENTIALS: u32 = 49;
     pub(super) const INSUFFICIENT_ACCESS_RIGHTS: u32 = 50;
@@ -216,6 +217,8 @@ impl State {
                 }
                 return Ok(Verdict::Deny);
             }
+            // A name that makes no DN (AD's `{user}@domain` template aside) names nobody.
+            rc::INVALID_DN_SYNTAX => return Ok(Verdict::Unknown),
             rc::BUSY | rc::UNAVAILABLE => {
                 return Err(Failure::Unreachable(format!(
                     "the directory is not answering binds (result {}: {})",
