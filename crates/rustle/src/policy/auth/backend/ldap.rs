@@ -232,6 +232,20 @@ impl State {
                 )))
             }
         }
+        // AD's `{user}@domain` template binds with a name that is not a DN: the entry is
+        // then the one of that userPrincipalName, when anything is to be read from it.
+        let entry_dn;
+        let dn = if dn.contains('=') {
+            dn
+        } else if self.group_attribute.is_none()
+            && self.group_search.is_none()
+            && self.disabled_filter.is_none()
+        {
+            return Ok(Verdict::Allow(Grant::default()));
+        } else {
+            entry_dn = self.principal_entry(own, dn).await?;
+            entry_dn.as_str()
+        };
         let mut attrs = vec![LOCKED_ATTRIBUTE];
         if let Some(a) = &self.group_attribute {
             attrs.push(a);
@@ -266,6 +280,32 @@ impl State {
         let mut seen = std::collections::HashSet::new();
         groups.retain(|g| seen.insert(g.clone()));
         Ok(Verdict::Allow(Grant { groups, ..Grant::default() }))
+    }
+
+    /// The DN of the entry whose userPrincipalName is `principal`, under the directory's
+    /// default naming context (Active Directory's root DSE names it).
+    async fn principal_entry(
+        &self,
+        own: &mut ldap3::Ldap,
+        principal: &str,
+    ) -> Result<String, Failure> {
+        let attr = "defaultNamingContext";
+        let root = self.read(own, "", Scope::Base, "(objectClass=*)", &[attr]).await?;
+        let root = root.unwrap_or_default();
+        let Some(base) = root.first().and_then(|e| values(e, attr).first()).cloned() else {
+            return Err(Failure::Protocol(
+                "the directory names no defaultNamingContext to find a principal's entry".into(),
+            ));
+        };
+        let filter = format!("(userPrincipalName={})", ldap_escape(principal));
+        let found = self.read(own, &base, Scope::Subtree, &filter, &["1.1"]).await?;
+        match present(found, &base)?.as_slice() {
+            [one] => Ok(one.dn.clone()),
+            other => Err(Failure::Protocol(format!(
+                "{} entries under {base} have userPrincipalName {principal}",
+                other.len()
+            ))),
+        }
     }
 
     /// A search after the user's bind: as the service account when there is one, else as
