@@ -29,6 +29,8 @@
 //!   running rustle, and its memory at rest, against `bench/cost-baseline.toml`.
 //! - [`redis_server`] — `RedisServer`: Debian's redis-server on a free loopback port
 //!   (plain or TLS), killed, restarted on its port or paused by the tests.
+//! - [`slapd`]   — `Slapd`: Debian's OpenLDAP server on free loopback ports (LDAP and
+//!   LDAPS), loaded with a test's LDIF, stopped and started again by the tests.
 //! - [`tools`]   — the external programs the tests drive: a missing one fails the test
 //!   with `RUSTLE_REQUIRE_TOOLS=1`, else skips it and the test binary ends with the count.
 //! - [`report`]  — `rustle-bench report`: medians, markdown tables, SVG
@@ -64,6 +66,7 @@ pub mod origin;
 pub mod pattern;
 pub mod redis_server;
 pub mod report;
+pub mod slapd;
 pub mod tls;
 pub mod tools;
 pub mod udp;

@@ -11,8 +11,8 @@ mod setup;
 pub(crate) use accept::{accept, Accepted};
 
 pub(crate) use setup::{
-    acceptor, cert_user, connect_over, connector, ktls, remembering_connector, server_name,
-    set_ktls, Acceptor, Refusals, Session,
+    acceptor, cert_user, connect_over, connector, ktls, remembering_connector, roots_from,
+    server_name, set_ktls, system_roots, Acceptor, Refusals, Session,
 };
 
 use std::collections::HashMap;

@@ -257,7 +257,7 @@ pub(crate) fn server_name(t: &ConnectTls, host: &str) -> Result<ServerName<'stat
     ServerName::try_from(name.to_string()).map_err(|_| format!("`{name}` is not a server name"))
 }
 
-fn roots_from(path: &Path) -> Result<RootCertStore, String> {
+pub(crate) fn roots_from(path: &Path) -> Result<RootCertStore, String> {
     let mut roots = RootCertStore::empty();
     let certs = CertificateDer::pem_file_iter(path)
         .map_err(|e| format!("{}: {e}", path.display()))?
@@ -272,7 +272,7 @@ fn roots_from(path: &Path) -> Result<RootCertStore, String> {
     Ok(roots)
 }
 
-fn system_roots() -> Result<RootCertStore, String> {
+pub(crate) fn system_roots() -> Result<RootCertStore, String> {
     let found = rustls_native_certs::load_native_certs();
     let mut roots = RootCertStore::empty();
     let (added, _ignored) = roots.add_parsable_certificates(found.certs);
