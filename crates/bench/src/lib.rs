@@ -32,6 +32,8 @@
 //! - [`callback`] — `AuthCallback`: the callback of rustle's `kind = "http"` auth backend
 //!   (HTTP, or HTTPS requiring a client certificate), answering as the test says, counting
 //!   calls and connections.
+//! - [`slapd`]   — `Slapd`: Debian's OpenLDAP server on free loopback ports (LDAP and
+//!   LDAPS), loaded with a test's LDIF, stopped and started again by the tests.
 //! - [`tools`]   — the external programs the tests drive: a missing one fails the test
 //!   with `RUSTLE_REQUIRE_TOOLS=1`, else skips it and the test binary ends with the count.
 //! - [`report`]  — `rustle-bench report`: medians, markdown tables, SVG
@@ -68,6 +70,7 @@ pub mod origin;
 pub mod pattern;
 pub mod redis_server;
 pub mod report;
+pub mod slapd;
 pub mod tls;
 pub mod tools;
 pub mod udp;

@@ -185,8 +185,9 @@ fn free_port() -> io::Result<u16> {
     Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
 }
 
-/// ca.pem, and server.pem and server.key for localhost and 127.0.0.1 signed by it.
-fn write_certificates(dir: &Path) -> Result<(), Box<dyn std::error::Error>> {
+/// ca.pem, and server.pem and server.key for localhost and 127.0.0.1 signed by it (the
+/// slapd fixture's too).
+pub(crate) fn write_certificates(dir: &Path) -> Result<(), Box<dyn std::error::Error>> {
     let mut ca_params = CertificateParams::new(Vec::<String>::new())?;
     ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
     ca_params.distinguished_name.push(DnType::CommonName, "rustle-bench redis test CA");

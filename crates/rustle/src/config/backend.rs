@@ -24,7 +24,8 @@ pub enum BackendConfig {
     /// The users file and `[[auth.user]]`.
     File(FileBackend),
     Http(HttpBackend),
-    Ldap(LdapBackend),
+    /// Boxed: its settings are many times the size of the others'.
+    Ldap(Box<LdapBackend>),
     Radius(RadiusBackend),
 }
 

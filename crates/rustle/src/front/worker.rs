@@ -402,15 +402,12 @@ impl Worker {
     ) -> Result<(&'u str, Option<crate::acl::Params>), crate::error::Error> {
         use crate::error::Error;
         let policy = self.policy();
-        let checked = self.auth.authenticate(
-            &policy.users,
-            policy.params.as_ref(),
-            &policy.backends,
-            origin,
-            client,
-            name,
-            password,
-        );
+        let by = crate::policy::auth::Sources {
+            users: &policy.users,
+            declared: policy.params.as_ref(),
+            chain: &policy.backends,
+        };
+        let checked = self.auth.authenticate(by, origin, client, name, password);
         match checked.await {
             Ok((user, Ok(params))) => Ok((user, params)),
             Ok((_, Err(e))) => Err(Error::AuthParams(e.to_string().into())),

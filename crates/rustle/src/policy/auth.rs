@@ -41,7 +41,7 @@ pub(crate) mod params;
 
 pub(crate) use basic::parse_basic;
 pub(crate) use cache::CredentialCache;
-pub(crate) use gate::{Gate, Origin, Refusal};
+pub(crate) use gate::{Gate, Origin, Refusal, Sources};
 pub(crate) use hasher::{Busy, Hasher, HasherLimits};
 pub(crate) use limiter::FailureLimiter;
 

@@ -13,6 +13,7 @@ mod accesslog;
 mod addrs;
 mod auth;
 mod auth_http;
+mod auth_ldap;
 mod connect;
 mod dns;
 mod egress;

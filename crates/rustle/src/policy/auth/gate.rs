@@ -35,6 +35,15 @@ pub(crate) enum Refusal {
     Unavailable,
 }
 
+/// What names and passwords are checked against: the users file (and `[[auth.user]]`),
+/// `[auth.params]`, and the external backends in order.
+#[derive(Clone, Copy)]
+pub(crate) struct Sources<'a> {
+    pub(crate) users: &'a Users,
+    pub(crate) declared: Option<&'a super::params::Declared>,
+    pub(crate) chain: &'a Chain,
+}
+
 /// Where credentials came from, for the external backends' calls.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Origin<'a> {
@@ -96,14 +105,13 @@ impl Gate {
     /// are for those) is asked of them in order (`verify_chain`).
     pub(crate) async fn authenticate<'u>(
         &self,
-        users: &Users,
-        declared: Option<&super::params::Declared>,
-        chain: &Chain,
+        by: Sources<'_>,
         origin: Origin<'_>,
         client: IpAddr,
         name: &'u str,
         password: &[u8],
     ) -> Result<(&'u str, Result<Option<Params>, ParamError>), Refusal> {
+        let Sources { users, declared, chain } = by;
         let (user, params) = match declared {
             None => (name, Ok(None)),
             Some(d) => d.split(name, |u| users.get(u).is_some()),

@@ -375,7 +375,8 @@ fn parameters_change_neither_the_answer_nor_the_time_of_a_wrong_password() {
             protocol: "http",
         };
         let check = |name: &'static str, password: &'static [u8]| {
-            gate.authenticate(&users, Some(&declared), &chain, origin, ip, name, password)
+            let by = super::Sources { users: &users, declared: Some(&declared), chain: &chain };
+            gate.authenticate(by, origin, ip, name, password)
         };
         for name in names {
             assert_eq!(check(name, b"wrong").await, Err(Refusal::Wrong), "{name}");
