@@ -451,7 +451,15 @@ impl Client {
         let mut scratch = Vec::new();
         let (user, password) = crate::policy::auth::parse_basic(&value, &mut scratch)
             .map_err(|_| Error::AuthRequired("malformed Proxy-Authorization"))?;
-        let (user, params) = self.worker.authenticate(self.peer.ip(), user, password).await?;
+        let protocol = match self.head.target {
+            Target::Authority { .. } => "connect",
+            _ => "http",
+        };
+        let l = &self.listener;
+        let origin =
+            crate::policy::auth::Origin { listener: l.name.as_deref(), addr: l.listen, protocol };
+        let (user, params) =
+            self.worker.authenticate(origin, self.peer.ip(), user, password).await?;
         if self.user.as_deref().is_some_and(|u| u != user) {
             // The connection is counted against its first user's limit.
             return Err(Error::AuthRequired("a connection cannot change users"));

@@ -264,3 +264,10 @@ mod tests {
         .is_err());
     }
 }
+
+impl RadiusBackend {
+    /// How often an open session's Interim-Update goes out; None: no accounting.
+    pub fn accounting_interval(&self) -> Option<Duration> {
+        None
+    }
+}
