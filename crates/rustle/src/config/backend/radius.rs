@@ -130,6 +130,11 @@ impl RadiusBackend {
         }
     }
 
+    /// How often an open session's Interim-Update goes out; None: no accounting.
+    pub fn accounting_interval(&self) -> Option<Duration> {
+        self.accounting.then_some(self.interim_interval)
+    }
+
     /// The accounting servers: as given, or each authentication host on port 1813.
     pub fn accounting_servers(&self) -> Vec<String> {
         match &self.accounting_servers {
@@ -172,8 +177,8 @@ impl RadiusBackend {
         if self.retries > 10 {
             out.push("`retries` is at most 10".to_string());
         }
-        if self.accounting && self.interim_interval < Duration::from_secs(10) {
-            out.push("`interim_interval` must be at least 10s".to_string());
+        if self.accounting && self.interim_interval < Duration::from_secs(1) {
+            out.push("`interim_interval` must be at least 1s".to_string());
         }
         if let Err(e) = Attribute::parse(&self.group_attribute) {
             out.push(format!("`group_attribute`: {e}"));
@@ -233,6 +238,24 @@ mod tests {
     }
 
     #[test]
+    fn the_example_block_reads_without_problems() {
+        let text = include_str!("../../../../../rustle.example.toml");
+        let block = text.split("# kind = \"radius\"").nth(1).expect("the radius example");
+        let keys: Vec<&str> = block
+            .lines()
+            .skip(1)
+            .take_while(|l| l.starts_with('#'))
+            .filter_map(|l| l.strip_prefix("# "))
+            .filter(|l| l.split_once(" = ").is_some_and(|(k, _)| !k.contains(' ')))
+            .map(|l| l.split(" #").next().unwrap_or(l))
+            .collect();
+        assert!(keys.len() >= 15, "{keys:?}");
+        let cfg: RadiusBackend = toml::from_str(&keys.join("\n")).expect("the example parses");
+        assert!(cfg.problems().is_empty(), "{:?}", cfg.problems());
+        assert_eq!(cfg.bandwidth_attribute.as_deref(), Some("14122:8"));
+    }
+
+    #[test]
     fn settings_read_with_defaults_and_problems_named() {
         let cfg: RadiusBackend = toml::from_str(
             r#"servers = ["127.0.0.1:1812", "[::1]:1812", "radius.example:11812"]
@@ -252,7 +275,7 @@ mod tests {
                secret_file = "s"
                method = "chap"
                group_attribute = "26"
-               interim_interval = "1s""#,
+               interim_interval = "500ms""#,
         )
         .expect("parse");
         let p = bad.problems();
@@ -262,12 +285,5 @@ mod tests {
             "servers = []\nsecret_file = \"s\"\nsecret = \"x\""
         )
         .is_err());
-    }
-}
-
-impl RadiusBackend {
-    /// How often an open session's Interim-Update goes out; None: no accounting.
-    pub fn accounting_interval(&self) -> Option<Duration> {
-        None
     }
 }

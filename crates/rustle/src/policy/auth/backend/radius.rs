@@ -48,7 +48,6 @@ pub(crate) struct Inner {
     retries: u32,
     timeout: Duration,
     accounting: bool,
-    interim: Duration,
     group: RadiusAttribute,
     bandwidth: Option<RadiusAttribute>,
     /// `max_in_flight`: a check over it is refused at once; accounting waits its turn.
@@ -100,7 +99,6 @@ impl Radius {
             retries: cfg.retries,
             timeout: cfg.timeout,
             accounting: cfg.accounting,
-            interim: cfg.interim_interval,
             group,
             bandwidth,
             slots: Semaphore::new(cfg.max_in_flight),
@@ -108,11 +106,6 @@ impl Radius {
             epoch: Instant::now(),
             name,
         })))
-    }
-
-    /// How often a session's Interim-Update is sent; none when accounting is off.
-    pub(crate) fn interim_interval(&self) -> Option<Duration> {
-        self.accounting.then_some(self.interim)
     }
 
     /// Asks the servers about `ask`'s name and password: Access-Accept is `Allow`,

@@ -195,8 +195,9 @@ async fn accounting_start_interim_stop_reach_the_detail_file() {
         "accounting_servers = [{dead:?}, \"127.0.0.1:{}\"]\nnas_ip_address = \"127.0.0.1\"",
         server.acct_port()
     );
-    let r = Radius::new(&settings(&[on(&server)], &server, &extra)).expect("backend");
-    assert_eq!(r.interim_interval(), Some(Duration::from_secs(300)));
+    let cfg = settings(&[on(&server)], &server, &extra);
+    assert_eq!(cfg.accounting_interval(), Some(Duration::from_secs(300)));
+    let r = Radius::new(&cfg).expect("backend");
     let mut rec = AcctRecord {
         kind: AcctKind::Start,
         session_id: "rustle-s1".into(),
@@ -250,8 +251,9 @@ async fn accounting_start_interim_stop_reach_the_detail_file() {
 #[tokio::test]
 async fn accounting_off_sends_nothing() {
     let Some(server) = Radiusd::start(USERS) else { return };
-    let r = Radius::new(&settings(&[on(&server)], &server, "accounting = false")).expect("backend");
-    assert_eq!(r.interim_interval(), None);
+    let cfg = settings(&[on(&server)], &server, "accounting = false");
+    assert_eq!(cfg.accounting_interval(), None);
+    let r = Radius::new(&cfg).expect("backend");
     let rec = AcctRecord {
         kind: AcctKind::Start,
         session_id: "s".into(),
