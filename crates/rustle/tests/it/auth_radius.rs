@@ -239,3 +239,29 @@ fn a_download_is_accounted_start_interim_stop() {
         d.lines().filter(|l| l.contains("Acct-Session-Id")).map(str::trim).collect();
     assert_eq!(ids.len(), 1, "{d}");
 }
+
+#[test]
+fn a_reload_whose_secret_cannot_be_read_is_refused_and_the_backend_kept() {
+    let Some(server) = Radiusd::start(USERS) else { return };
+    let listener = "[[listener]]\nlisten = \"127.0.0.1:0\"\nauth = true\n";
+    let text = radius_toml(&server, listener, "", "");
+    let proxy = Proxy::from_toml(&text);
+    let secret = server.secret_file().display().to_string();
+    // Another timeout: other settings, so the backend is built again and reads its secret.
+    let bad = text.replace(&secret, "/nonexistent/radius.secret").replace("\"1s\"", "\"2s\"");
+    let refused = match rustle::config::Config::parse(&bad) {
+        Err(p) => p.iter().map(|p| p.to_string()).collect::<Vec<_>>().join("\n"),
+        Ok(mut cfg) => {
+            let old = proxy.running().config();
+            cfg.listeners.clone_from(&old.listeners);
+            cfg.workers = old.workers;
+            cfg.log.access = old.log.access.clone();
+            rustle::run::reload::apply(proxy.running(), &cfg).expect_err("the reload is refused")
+        }
+    };
+    assert!(refused.contains("/nonexistent/radius.secret"), "{refused}");
+    assert!(!refused.contains(server.secret()), "the secret in a message: {refused}");
+    let origin = Origin::start().unwrap();
+    let r = get_as(proxy.addr(), &origin.url("/bytes/10"), "alice", "wonderland");
+    assert_eq!(r.status, 200, "{}{}", r.head_text(), r.text());
+}

@@ -73,13 +73,13 @@ struct Server {
 
 impl Radius {
     pub(crate) fn new(cfg: &RadiusBackend) -> Result<Radius, String> {
+        // The chain names the backend in front of these messages.
         let name = cfg.common().name;
         let problems = cfg.problems();
         if !problems.is_empty() {
-            return Err(format!("radius backend `{name}`: {}", problems.join("; ")));
+            return Err(problems.join("; "));
         }
-        let secret =
-            read_secret(&cfg.secret_file).map_err(|e| format!("radius backend `{name}`: {e}"))?;
+        let secret = read_secret(&cfg.secret_file)?;
         let servers = |list: &[String]| -> Box<[Server]> {
             list.iter().map(|a| Server { addr: a.clone(), down_until: AtomicU64::new(0) }).collect()
         };
