@@ -116,9 +116,10 @@ impl Radius {
             .slots
             .try_acquire()
             .map_err(|_| Failure::Unreachable("too many calls in flight".into()))?;
-        if ask.user.is_empty() || ask.user.len() > 253 || ask.password.len() > 128 {
+        let pap = self.method == RadiusMethod::Pap;
+        if ask.user.is_empty() || ask.user.len() > 253 || (pap && ask.password.len() > 128) {
             tracing::info!(
-                "auth: radius `{}`: {:?} refused without a call: a user name of 1 to 253 bytes and a password of at most 128 are all RADIUS carries",
+                "auth: radius `{}`: {:?} refused without a call: a user name of 1 to 253 bytes and a PAP password of at most 128 are all RADIUS carries",
                 self.name,
                 ask.user
             );
@@ -323,16 +324,25 @@ impl Radius {
             let request = build(self.next_id.fetch_add(1, Ordering::Relaxed))?;
             match self.ask_one(server, &request, wait).await {
                 Ok(reply) => {
-                    server.down_until.store(0, Ordering::Relaxed);
+                    if server.down_until.swap(0, Ordering::Relaxed) != 0 {
+                        tracing::info!(
+                            "auth: radius `{}`: server {} answers again",
+                            self.name,
+                            server.addr
+                        );
+                    }
                     return Ok((reply, request));
                 }
                 Err(e) => {
-                    tracing::warn!(
-                        "auth: radius `{}`: server {} gives no answer ({e}); asked last for {}s",
-                        self.name,
-                        server.addr,
-                        DEAD_TIME.as_secs()
-                    );
+                    // Once when it stops answering, not at every call while it is down.
+                    if server.down_until.load(Ordering::Relaxed) == 0 {
+                        tracing::warn!(
+                            "auth: radius `{}`: server {} gives no answer ({e}); asked last for {}s",
+                            self.name,
+                            server.addr,
+                            DEAD_TIME.as_secs()
+                        );
+                    }
                     let until = self.millis() + DEAD_TIME.as_millis() as u64;
                     server.down_until.store(until, Ordering::Relaxed);
                     last = format!("{}: {e}", server.addr);

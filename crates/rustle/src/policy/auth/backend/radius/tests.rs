@@ -76,6 +76,8 @@ async fn pap_accepts_with_the_reply_mapped_and_refuses_wrong_passwords() {
     assert_eq!(r.check(&ask("alice", "wrong")).await, Ok(Verdict::Deny));
     assert_eq!(r.check(&ask("nobody", "x")).await, Ok(Verdict::Deny));
     assert_eq!(r.check(&ask("mallory", "m")).await, Ok(Verdict::Deny));
+    // Nothing User-Password can carry: refused without a call.
+    assert_eq!(r.check(&ask("alice", &"x".repeat(129))).await, Ok(Verdict::Deny));
     assert_eq!(server.auth_requests(), 4, "{}", server.log());
 }
 
