@@ -87,6 +87,8 @@ impl Radius {
         let group = RadiusAttribute::parse(&cfg.group_attribute)?;
         let bandwidth =
             cfg.bandwidth_attribute.as_deref().map(RadiusAttribute::parse).transpose()?;
+        // A random first identifier, so that a restarted proxy does not repeat its last
+        // requests' identifiers to a server that may still hold them; 0 without randomness.
         let mut first_id = [0u8; 1];
         let _ = OsRng.try_fill_bytes(&mut first_id);
         Ok(Radius(Box::new(Inner {
