@@ -27,6 +27,8 @@
 //! - [`cost`]    — `rustle-bench cost`: the cost guard, instructions,
 //!   allocations and system calls per exchange of each family through a
 //!   running rustle, and its memory at rest, against `bench/cost-baseline.toml`.
+//! - [`radiusd`] — `Radiusd`: Debian's FreeRADIUS on free loopback ports, its own configuration,
+//!   users and accounting detail file (the RADIUS backend's tests)
 //! - [`redis_server`] — `RedisServer`: Debian's redis-server on a free loopback port
 //!   (plain or TLS), killed, restarted on its port or paused by the tests.
 //! - [`slapd`]   — `Slapd`: Debian's OpenLDAP server on free loopback ports (LDAP and
@@ -64,6 +66,7 @@ pub mod floor;
 pub mod load;
 pub mod origin;
 pub mod pattern;
+pub mod radiusd;
 pub mod redis_server;
 pub mod report;
 pub mod slapd;

@@ -13,6 +13,7 @@ mod accesslog;
 mod addrs;
 mod auth;
 mod auth_ldap;
+mod auth_radius;
 mod connect;
 mod dns;
 mod egress;
