@@ -5,7 +5,9 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use super::super::duration::duration;
-use super::{default_cache_ttl, default_max_in_flight, default_negative_ttl, default_timeout, Common};
+use super::{
+    default_cache_ttl, default_max_in_flight, default_negative_ttl, default_timeout, Common,
+};
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]

@@ -1,0 +1,1 @@
+//! Tests of the Negotiate acceptor against a real KDC (`rustle_bench::kdc`).
