@@ -27,6 +27,7 @@
 //! - [`cost`]    — `rustle-bench cost`: the cost guard, instructions,
 //!   allocations and system calls per exchange of each family through a
 //!   running rustle, and its memory at rest, against `bench/cost-baseline.toml`.
+//! - [`kdc`] — `Kdc`: Debian's MIT krb5kdc for a throwaway realm, its keytab and `kinit`
 //! - [`redis_server`] — `RedisServer`: Debian's redis-server on a free loopback port
 //!   (plain or TLS), killed, restarted on its port or paused by the tests.
 //! - [`tools`]   — the external programs the tests drive: a missing one fails the test
@@ -59,6 +60,7 @@ pub mod cost;
 pub mod echo;
 pub mod faulty;
 pub mod floor;
+pub mod kdc;
 pub mod load;
 pub mod origin;
 pub mod pattern;

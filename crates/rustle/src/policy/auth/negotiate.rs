@@ -21,7 +21,7 @@ use picky_krb::data_types::{
     Authenticator, EncApRepPart, EncApRepPartInner, EncTicketPart, EncryptedData, KerberosTime,
     PrincipalName,
 };
-use picky_krb::gss_api::{ApplicationTag0, GssApiNegInit, KrbMessage, NegTokenTarg, NegTokenTarg1};
+use picky_krb::gss_api::{ApplicationTag0, KrbMessage, NegTokenInit, NegTokenTarg, NegTokenTarg1};
 use picky_krb::messages::{ApRep, ApRepInner, ApReq};
 use sha2::{Digest, Sha256};
 
@@ -121,8 +121,12 @@ impl Acceptor {
 
     /// Accepts the token of a `Proxy-Authorization: Negotiate <base64>` field (decoded).
     /// CPU only (the keytab is read by `new`): no network.
+    /// A panic inside the DER and cipher code (a malformed token meeting a crate's
+    /// `unwrap`) is caught and answered as a refusal: a token is the client's input.
     pub(crate) fn accept(&self, token: &[u8]) -> Result<Accepted, String> {
-        self.accept_at(token, unix_now())
+        let now = unix_now();
+        let run = std::panic::AssertUnwindSafe(|| self.accept_at(token, now));
+        std::panic::catch_unwind(run).unwrap_or_else(|_| Err("a malformed token".into()))
     }
 
     fn accept_at(&self, token: &[u8], now: i64) -> Result<Accepted, String> {
@@ -205,13 +209,16 @@ impl Acceptor {
 }
 
 /// The AP-REQ a token carries, and the SPNEGO mechanism it was offered under (None: a bare
-/// Kerberos token).
+/// Kerberos token). The GSS-API framing (RFC 2743 3.1: `[APPLICATION 0]`, an OID, the
+/// mechanism's token) is read here: picky-krb's reader of it panics on some malformed
+/// input.
 fn ap_req_of(token: &[u8]) -> Result<(ApReq, Option<Asn1RawDer>), String> {
-    if let Ok(init) = picky_asn1_der::from_bytes::<ApplicationTag0<GssApiNegInit>>(token) {
-        if der(&init.0.oid)? != SPNEGO_OID {
-            return Err("a token of another mechanism than SPNEGO".into());
-        }
-        let init = init.0.neg_token_init.0;
+    const NOT: &str = "not a SPNEGO or Kerberos token";
+    let (oid, rest) = gss_frame(token).ok_or(NOT)?;
+    if oid == SPNEGO_OID {
+        let init: ExplicitContextTag0<NegTokenInit> =
+            picky_asn1_der::from_bytes(rest).map_err(|_| "a malformed SPNEGO token")?;
+        let init = init.0;
         let mech = init
             .mech_types
             .0
@@ -224,18 +231,58 @@ fn ap_req_of(token: &[u8]) -> Result<(ApReq, Option<Asn1RawDer>), String> {
         let inner = init.mech_token.0.ok_or("a SPNEGO token without a Kerberos ticket")?;
         return Ok((krb_ap_req(&inner.0 .0)?, Some(mech)));
     }
-    Ok((krb_ap_req(token)?, None))
+    if oid == KRB5_OID || oid == MS_KRB5_OID {
+        return Ok((krb_ap_req(token)?, None));
+    }
+    Err("a token of another mechanism than SPNEGO or Kerberos".into())
 }
 
+/// A Kerberos GSS-API token (RFC 4121 4.1): the framing, `01 00`, the AP-REQ.
 fn krb_ap_req(token: &[u8]) -> Result<ApReq, String> {
-    let msg = KrbMessage::<ApReq>::decode_application_krb_message(token)
-        .map_err(|_| "not a SPNEGO or Kerberos token")?
-        .0;
-    let oid = der(&msg.krb5_oid)?;
-    if (oid != KRB5_OID && oid != MS_KRB5_OID) || msg.krb5_token_id != AP_REQ_TOKEN {
-        return Err("a Kerberos token that is not an AP-REQ".into());
+    let (oid, rest) = gss_frame(token).ok_or("a malformed Kerberos token")?;
+    if oid != KRB5_OID && oid != MS_KRB5_OID {
+        return Err("a SPNEGO token carrying another mechanism's token".into());
     }
-    Ok(msg.krb_msg)
+    match rest.split_first_chunk::<2>() {
+        Some((id, ap_req)) if *id == AP_REQ_TOKEN => {
+            picky_asn1_der::from_bytes(ap_req).map_err(|_| "a malformed Kerberos AP-REQ".into())
+        }
+        _ => Err("a Kerberos token that is not an AP-REQ".into()),
+    }
+}
+
+/// `[APPLICATION 0]` with a definite length covering the whole token: its OID (as DER,
+/// tag and length included) and what follows it.
+fn gss_frame(token: &[u8]) -> Option<(&[u8], &[u8])> {
+    let (&tag, rest) = token.split_first()?;
+    if tag != 0x60 {
+        return None;
+    }
+    let (len, body) = der_len(rest)?;
+    if body.len() != len {
+        return None;
+    }
+    let (&oid_tag, after) = body.split_first()?;
+    if oid_tag != 0x06 {
+        return None;
+    }
+    let (oid_len, oid_body) = der_len(after)?;
+    let oid_end = body.len() - oid_body.len() + oid_len;
+    Some((body.get(..oid_end)?, body.get(oid_end..)?))
+}
+
+/// A DER length and what follows it.
+fn der_len(b: &[u8]) -> Option<(usize, &[u8])> {
+    let (&first, rest) = b.split_first()?;
+    if first < 0x80 {
+        return Some((usize::from(first), rest));
+    }
+    let n = usize::from(first & 0x7f);
+    if n == 0 || n > 4 || rest.len() < n {
+        return None;
+    }
+    let len = rest[..n].iter().fold(0usize, |l, &d| (l << 8) | usize::from(d));
+    Some((len, &rest[n..]))
 }
 
 fn der<T: serde::Serialize>(v: &T) -> Result<Vec<u8>, String> {
