@@ -129,6 +129,8 @@ pub struct Policy {
     /// TLS towards each `https` parent (by parent index), verified with its `ca` or the
     /// system's roots.
     parent_tls: Vec<Option<Arc<rustls::ClientConfig>>>,
+    /// `[auth.kerberos]`: Negotiate tokens accepted with the keytab read at this build.
+    pub(crate) negotiate: Option<Arc<crate::policy::auth::negotiate::Acceptor>>,
     /// What the resolver reads besides `[dns]` (hosts, resolv.conf, its TLS roots).
     pub(crate) dns: Arc<dns::System>,
     /// The whole configuration this policy was built from: workers read its timeouts,
@@ -282,6 +284,17 @@ impl Policy {
             problems.push(e);
             dns::System::default()
         });
+        let negotiate = cfg.auth.kerberos.as_ref().and_then(|k| {
+            let wrong = k.problems();
+            if !wrong.is_empty() {
+                problems.extend(wrong);
+                return None;
+            }
+            crate::policy::auth::negotiate::Acceptor::new(k)
+                .map(Arc::new)
+                .map_err(|e| problems.push(e))
+                .ok()
+        });
         let auth_without_users = auth_without_users(cfg, &users);
         let (address_limits, default_address_limit) = address_limits(cfg, &users);
         if !problems.is_empty() {
@@ -291,6 +304,7 @@ impl Policy {
             routes,
             params: cfg.auth.params.as_ref().map(crate::policy::auth::params::Declared::new),
             parent_tls,
+            negotiate,
             dns: Arc::new(dns),
             undefined_names,
             auth_without_users,
@@ -532,7 +546,10 @@ fn users_with_parameters(cfg: &Config, users: &Users) -> Vec<String> {
 
 /// A listener requires authentication and no user is defined: everyone is refused.
 fn auth_without_users(cfg: &Config, users: &Users) -> bool {
-    cfg.effective_listeners().iter().any(|l| l.auth) && users.is_empty()
+    // Negotiate users need not be in the users file.
+    cfg.effective_listeners().iter().any(|l| l.auth)
+        && users.is_empty()
+        && cfg.auth.kerberos.is_none()
 }
 
 /// What start-up refuses and a reload only warns of (`Policy::startup_problems`).

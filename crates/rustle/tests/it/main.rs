@@ -12,6 +12,7 @@ mod util;
 mod accesslog;
 mod addrs;
 mod auth;
+mod auth_kerberos;
 mod connect;
 mod dns;
 mod egress;
