@@ -211,6 +211,10 @@ pub(crate) enum Error {
     /// The password-hashing threads' queue is full (of other clients' logins).
     #[error("too many logins being checked, try again shortly")]
     AuthBusy,
+    /// An external authentication backend gave no answer (down, timed out): the user is
+    /// refused, whoever it is.
+    #[error("the authentication backend is unavailable, try again later")]
+    AuthUnavailable,
     /// The user's traffic quota is used up: which quota, how much, and when it resets.
     #[error("{0}")]
     QuotaExceeded(std::sync::Arc<str>),
@@ -280,7 +284,7 @@ impl Error {
             Error::ParentRefused { .. } => Some(502),
             Error::AuthRequired(_) | Error::AuthParams(_) | Error::AuthNegotiate(_) => Some(407),
             Error::AuthRateLimited => Some(429),
-            Error::AuthBusy => Some(503),
+            Error::AuthBusy | Error::AuthUnavailable => Some(503),
             Error::LimitReached(_) => Some(503),
             Error::ClientAddresses(_) => Some(403),
             Error::QuotaExceeded(_) | Error::UserCut(_) => Some(403),
@@ -333,7 +337,8 @@ impl Error {
             | Error::StateLost
             | Error::ShutdownDeadline
             | Error::LimitReached(_)
-            | Error::AuthBusy => R::GeneralFailure,
+            | Error::AuthBusy
+            | Error::AuthUnavailable => R::GeneralFailure,
             Error::AuthRequired(_)
             | Error::AuthParams(_)
             | Error::AuthNegotiate(_)
@@ -374,6 +379,7 @@ impl Error {
             | Error::Overloaded
             | Error::StateLost
             | Error::AuthBusy
+            | Error::AuthUnavailable
             | Error::ClientAddresses(_)
             | Error::QuotaExceeded(_) => Some(Refused::Limit),
             Error::Through { source, .. } => source.refusal(),

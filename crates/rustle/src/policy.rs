@@ -126,6 +126,8 @@ pub struct Policy {
     pub(crate) routes: crate::policy::route::Routes,
     /// The user-name parameters `[auth.params]` declares; None: names are taken whole.
     pub(crate) params: Option<crate::policy::auth::params::Declared>,
+    /// `[[auth.backend]]` in order; empty: the users file alone.
+    pub(crate) backends: crate::policy::auth::backend::Chain,
     /// TLS towards each `https` parent (by parent index), verified with its `ca` or the
     /// system's roots.
     parent_tls: Vec<Option<Arc<rustls::ClientConfig>>>,
@@ -295,12 +297,19 @@ impl Policy {
                 .map_err(|e| problems.push(e))
                 .ok()
         });
+        let backends =
+            crate::policy::auth::backend::Chain::build(&cfg.auth.backends, cfg.auth.refusal_delay)
+                .unwrap_or_else(|errs| {
+                    problems.extend(errs);
+                    Default::default()
+                });
         let auth_without_users = auth_without_users(cfg, &users);
         let (address_limits, default_address_limit) = address_limits(cfg, &users);
         if !problems.is_empty() {
             return Err(problems);
         }
         Ok(Policy {
+            backends,
             routes,
             params: cfg.auth.params.as_ref().map(crate::policy::auth::params::Declared::new),
             parent_tls,
@@ -346,8 +355,17 @@ impl Policy {
 
     /// The rates (bytes per second, up and down) that limit `user`: its own, each
     /// direction it does not set falling back to `limits.user_rate_*`.
+    /// A user an external backend accepted with a bandwidth has it each way.
     pub(crate) fn user_rate(&self, user: &str) -> (Option<u64>, Option<u64>) {
-        let (up, down) = self.user_rates.get(user).copied().unwrap_or_default();
+        let (up, down) = match self.user_rates.get(user) {
+            Some(r) => *r,
+            None if !self.backends.is_empty() && self.users.get(user).is_none() => {
+                let granted = crate::policy::auth::identity::get(user);
+                let rate = granted.and_then(|i| i.grant.bandwidth);
+                (rate, rate)
+            }
+            None => (None, None),
+        };
         (up.or(self.default_user_rate.0), down.or(self.default_user_rate.1))
     }
 
@@ -377,7 +395,9 @@ impl Policy {
 
     /// The throttle for a connection: the listener's buckets plus the user's.
     pub(crate) fn throttle(&self, listener: &Throttle, user: Option<&str>) -> Throttle {
-        let user_limits = !self.user_rates.is_empty() || self.default_user_rate != (None, None);
+        let user_limits = !self.user_rates.is_empty()
+            || self.default_user_rate != (None, None)
+            || !self.backends.is_empty();
         if !user_limits && listener.is_unlimited() {
             return Throttle::default();
         }
@@ -498,6 +518,11 @@ fn users_file_unread(cfg: &Config) -> bool {
 fn undefined_names(cfg: &Config, users: &Users) -> Vec<String> {
     use crate::acl::{undefined_groups, undefined_users};
     use crate::config::{CertUser, ClientCerts};
+    // Users and groups an external backend names are known only when they log in.
+    let external = cfg.auth.backends.iter().any(|b| b.common().is_some());
+    if external {
+        return users_with_parameters(cfg, users);
+    }
     let defined = |g: &str| users.has_group(g) || cfg.auth.groups.contains_key(g);
     let rules = || cfg.rules.iter().map(|r| &r.conditions);
     let routes = || cfg.routes.iter().map(|r| &r.conditions);
@@ -510,7 +535,7 @@ fn undefined_names(cfg: &Config, users: &Users) -> Vec<String> {
         let certs = l.tls.as_ref().is_some_and(|t| {
             t.client_certs != ClientCerts::None && t.client_user != CertUser::None
         });
-        certs || l.accept_any_credentials
+        certs || l.accept_any_credentials || cfg.auth.kerberos.is_some()
     });
     if !users_from_elsewhere {
         let known = |u: &str| users.get(u).is_some();
@@ -546,10 +571,9 @@ fn users_with_parameters(cfg: &Config, users: &Users) -> Vec<String> {
 
 /// A listener requires authentication and no user is defined: everyone is refused.
 fn auth_without_users(cfg: &Config, users: &Users) -> bool {
-    // Negotiate users need not be in the users file.
-    cfg.effective_listeners().iter().any(|l| l.auth)
-        && users.is_empty()
-        && cfg.auth.kerberos.is_none()
+    let elsewhere =
+        cfg.auth.backends.iter().any(|b| b.common().is_some()) || cfg.auth.kerberos.is_some();
+    cfg.effective_listeners().iter().any(|l| l.auth) && users.is_empty() && !elsewhere
 }
 
 /// What start-up refuses and a reload only warns of (`Policy::startup_problems`).
@@ -566,7 +590,7 @@ pub(crate) struct Access<'a> {
     pub(crate) policy: &'a Policy,
     pub(crate) listener: Option<&'a str>,
     pub(crate) client: IpAddr,
-    pub(crate) user: Option<&'a User>,
+    pub(crate) user: Option<UserView<'a>>,
     pub(crate) host: &'a str,
     pub(crate) port: u16,
     pub(crate) protocol: Protocol,
@@ -574,13 +598,46 @@ pub(crate) struct Access<'a> {
     pub(crate) params: Option<&'a crate::acl::Params>,
 }
 
+/// The user an access decision sees: one of the users file, or one an external backend
+/// accepted (its name and the groups the backend gave, `auth::identity`).
+pub(crate) enum UserView<'a> {
+    File(&'a User),
+    External(&'a str, std::rc::Rc<[String]>),
+}
+
+impl<'a> UserView<'a> {
+    /// The view of the user `name`: the users file's, else, with external backends, what
+    /// one granted it on this worker (no groups when none did).
+    pub(crate) fn of(policy: &'a Policy, name: &'a str) -> Option<UserView<'a>> {
+        match policy.users.get(name) {
+            Some(u) => Some(UserView::File(u)),
+            None if policy.backends.is_empty() => None,
+            None => Some(UserView::External(name, crate::policy::auth::identity::groups(name))),
+        }
+    }
+
+    pub(crate) fn name(&self) -> &str {
+        match self {
+            UserView::File(u) => &u.name,
+            UserView::External(n, _) => n,
+        }
+    }
+
+    pub(crate) fn groups(&self) -> &[String] {
+        match self {
+            UserView::File(u) => &u.groups,
+            UserView::External(_, g) => g,
+        }
+    }
+}
+
 impl Access<'_> {
     pub(crate) fn request(&self, dest: Option<IpAddr>) -> Request<'_> {
         Request {
             listener: self.listener,
             client: self.client,
-            user: self.user.map(|u| u.name.as_str()),
-            groups: self.user.map(|u| u.groups.as_slice()).unwrap_or(&[]),
+            user: self.user.as_ref().map(UserView::name),
+            groups: self.user.as_ref().map_or(&[], UserView::groups),
             host: self.host,
             port: self.port,
             protocol: self.protocol,

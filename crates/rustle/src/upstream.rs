@@ -210,7 +210,7 @@ impl<'a> Want<'a> {
         // are none.
         let user = match policy.rules.is_empty() && policy.routes.is_empty() {
             true => None,
-            false => self.user.and_then(|u| policy.users.get(u)),
+            false => self.user.and_then(|u| crate::policy::UserView::of(policy, u)),
         };
         Access {
             policy,
@@ -223,6 +223,29 @@ impl<'a> Want<'a> {
             params: self.params,
         }
     }
+}
+
+/// The outgoing address a backend granted `want`'s user, pooled under `key` and it; None
+/// without backends, for a users-file user, or with no grant of one.
+fn granted_egress<'p>(
+    policy: &Policy,
+    want: &Want<'_>,
+    key: Option<Key<'_>>,
+) -> Option<Box<Leaving<'p>>> {
+    if policy.backends.is_empty() {
+        return None;
+    }
+    let user = want.user.filter(|u| policy.users.get(u).is_none())?;
+    let ip = crate::policy::auth::identity::get(user)?.grant.egress?;
+    let local = Some(crate::policy::route::egress::Local { ip, freebind: false });
+    let (v4, v6) = match ip {
+        IpAddr::V4(_) => (local, None),
+        IpAddr::V6(_) => (None, local),
+    };
+    let picked =
+        crate::policy::route::egress::Picked { v4, v6, only: true, interface: None, route: "" };
+    let base = key.map(|k| k.bytes).unwrap_or_default();
+    Some(Box::new(Leaving { pool_key: egress::pool_key(base, &picked, false), picked }))
 }
 
 /// The outgoing addresses route `e` picks for `want`, pooled under `base` and them.
@@ -266,6 +289,29 @@ fn denied(d: Denial) -> Error {
 }
 
 impl Upstreams {
+    /// A connection from a chosen address: pooled under a key naming it, or not at all
+    /// when the address changes per connection.
+    fn start_from<'p>(
+        &self,
+        access: &Access<'_>,
+        key: Option<Key<'_>>,
+        from: Box<Leaving<'p>>,
+        rules_too: bool,
+        seed: Option<u64>,
+    ) -> Start<'p> {
+        if let (Some(_), false) = (key, from.pool_key.is_empty()) {
+            while let Some((mut stream, addr)) = self.take(self.key(&from.pool_key)) {
+                if access.check_addr(addr, rules_too).is_none() {
+                    let mut c = Connected::direct(stream, addr, true);
+                    c.pool_key = Some(from.pool_key);
+                    return Start::Ready(c);
+                }
+                stream.close_now();
+            }
+        }
+        Start::Connect(Plan { rules_too, way: Way::Direct, from: Some(from), seed })
+    }
+
     /// The first step: the access rules on the host, then a pooled connection under `key`
     /// whose address the rules allow, if there is one.
     pub(crate) fn start<'p>(
@@ -299,25 +345,13 @@ impl Upstreams {
                 return Ok(Start::Connect(Plan { rules_too, way, from, seed }));
             }
             if let Some(from) = from {
-                // A connection from a chosen address: pooled under a key naming it, or not
-                // at all when the address changes per connection.
-                if let (Some(_), false) = (key, from.pool_key.is_empty()) {
-                    while let Some((mut stream, addr)) = self.take(self.key(&from.pool_key)) {
-                        if access.check_addr(addr, rules_too).is_none() {
-                            let mut c = Connected::direct(stream, addr, true);
-                            c.pool_key = Some(from.pool_key);
-                            return Ok(Start::Ready(c));
-                        }
-                        stream.close_now();
-                    }
-                }
-                return Ok(Start::Connect(Plan {
-                    rules_too,
-                    way: Way::Direct,
-                    from: Some(from),
-                    seed,
-                }));
+                return Ok(self.start_from(&access, key, from, rules_too, seed));
             }
+        }
+        // The outgoing address an external backend granted the user (RADIUS
+        // Framed-IP-Address, the callback's `egress`), when no route chose one.
+        if let Some(from) = granted_egress(policy, want, key) {
+            return Ok(self.start_from(&access, key, from, rules_too, seed));
         }
         if let Some(key) = key {
             while let Some((mut stream, addr)) = self.take(key) {

@@ -258,6 +258,10 @@ pub(super) fn dns_problems(d: &Dns) -> Vec<(&'static str, String)> {
 pub(super) fn params_problems(config: &Config) -> Vec<(Vec<String>, String)> {
     let mut out = Vec::new();
     let key = |k: &[&str]| k.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    if config.auth.refusal_delay > std::time::Duration::from_secs(10) {
+        let message = "auth.refusal_delay: at most 10s (longer holds every refused client)";
+        out.push((key(&["auth", "refusal_delay"]), message.to_string()));
+    }
     let declared = config.auth.params.as_ref();
     if let Some(p) = declared {
         let sep = p.separator.as_str();

@@ -434,6 +434,11 @@ pub struct Auth {
     pub(crate) backends: Vec<super::BackendConfig>,
     /// `[auth.kerberos]`: Negotiate beside Basic on the HTTP and HTTPS proxy ports.
     pub(crate) kerberos: Option<super::Kerberos>,
+    /// With external backends: no refusal is answered sooner than this after the
+    /// credentials arrived, so that its timing does not tell whether the user exists
+    /// (a backend answering an unknown name faster than a wrong password).
+    #[serde(deserialize_with = "duration")]
+    pub(crate) refusal_delay: Duration,
 }
 
 /// `[auth.params]`: what a client may add to its user name after a separator
@@ -488,6 +493,7 @@ impl Default for Auth {
             params: None,
             backends: Vec::new(),
             kerberos: None,
+            refusal_delay: Duration::from_millis(500),
         }
     }
 }

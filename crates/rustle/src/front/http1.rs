@@ -452,7 +452,17 @@ impl Client {
         let negotiated;
         let (user, params) = match crate::policy::auth::parse_basic(&value, &mut scratch) {
             Ok((user, password)) => {
-                self.worker.authenticate(self.peer.ip(), user, password).await?
+                let protocol = match self.head.target {
+                    Target::Authority { .. } => "connect",
+                    _ => "http",
+                };
+                let l = &self.listener;
+                let origin = crate::policy::auth::Origin {
+                    listener: l.name.as_deref(),
+                    addr: l.listen,
+                    protocol,
+                };
+                self.worker.authenticate(origin, self.peer.ip(), user, password).await?
             }
             // Not Basic: Negotiate, where `[auth.kerberos]` accepts it.
             Err(_) => {

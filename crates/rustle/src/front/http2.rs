@@ -606,7 +606,14 @@ async fn authenticate(
     let mut scratch = Vec::new();
     let (user, password) = crate::policy::auth::parse_basic(value, &mut scratch)
         .map_err(|_| Error::AuthRequired("malformed Proxy-Authorization"))?;
-    let (user, params) = shared.worker.authenticate(shared.peer.ip(), user, password).await?;
+    let l = &shared.listener;
+    let origin = crate::policy::auth::Origin {
+        listener: l.name.as_deref(),
+        addr: l.listen,
+        protocol: "http2",
+    };
+    let (user, params) =
+        shared.worker.authenticate(origin, shared.peer.ip(), user, password).await?;
     let current = shared.auth.borrow().as_ref().map(|a| a.user.clone());
     if current.as_deref().is_some_and(|u| u != user) {
         return Err(Error::AuthRequired("a connection cannot change users"));

@@ -173,7 +173,13 @@ async fn socks5_credentials(s: &mut Session) -> Result<(), Error> {
     };
     if s.listener.auth {
         let worker = s.worker.clone();
-        let checked = worker.authenticate(s.peer.ip(), &user, &password).await;
+        let l = &s.listener;
+        let origin = crate::policy::auth::Origin {
+            listener: l.name.as_deref(),
+            addr: l.listen,
+            protocol: "socks5",
+        };
+        let checked = worker.authenticate(origin, s.peer.ip(), &user, &password).await;
         let peer = s.peer.ip();
         let fd = std::os::fd::AsRawFd::as_raw_fd(&s.stream);
         let checked = checked.and_then(|(user, params)| match s.guard.hold_user(user, peer, fd) {
@@ -335,7 +341,7 @@ impl Session {
             Host::Ip(ip) => ip.to_string(),
             Host::Domain(d) => d.as_str().to_string(),
         };
-        let user = self.user.as_deref().and_then(|u| policy.users.get(u));
+        let user = self.user.as_deref().and_then(|u| crate::policy::UserView::of(&policy, u));
         let access = crate::policy::Access {
             policy: &policy,
             listener: self.listener.name.as_deref(),

@@ -115,6 +115,8 @@ struct Slots {
     address: Option<crate::limits::addrs::Hold>,
     /// The connection's slot in the worker's `cuts`.
     cut: Option<usize>,
+    /// The user's RADIUS accounting session, joined (a user of a backend that accounts).
+    _acct: Option<crate::policy::auth::backend::AcctHold>,
 }
 
 impl Drop for ConnGuard {
@@ -393,20 +395,29 @@ impl Worker {
     /// Gives the user (a prefix of `name`) and its parameters.
     pub(crate) async fn authenticate<'u>(
         &self,
+        origin: crate::policy::auth::Origin<'_>,
         client: std::net::IpAddr,
         name: &'u str,
         password: &[u8],
     ) -> Result<(&'u str, Option<crate::acl::Params>), crate::error::Error> {
         use crate::error::Error;
         let policy = self.policy();
-        let checked =
-            self.auth.authenticate(&policy.users, policy.params.as_ref(), client, name, password);
+        let checked = self.auth.authenticate(
+            &policy.users,
+            policy.params.as_ref(),
+            &policy.backends,
+            origin,
+            client,
+            name,
+            password,
+        );
         match checked.await {
             Ok((user, Ok(params))) => Ok((user, params)),
             Ok((_, Err(e))) => Err(Error::AuthParams(e.to_string().into())),
             Err(Refusal::RateLimited) => Err(Error::AuthRateLimited),
             Err(Refusal::Wrong) => Err(Error::AuthRequired("unknown user or wrong password")),
             Err(Refusal::Busy) => Err(Error::AuthBusy),
+            Err(Refusal::Unavailable) => Err(Error::AuthUnavailable),
         }
     }
 
@@ -621,9 +632,26 @@ impl ConnGuard {
             Some(limit) => Some(self.worker.admit_address(user, client, limit)?),
             None => None,
         };
+        // A user an external backend accepted: the limit it granted, and its accounting.
+        let backend = match self.worker.policy().backends.is_empty() {
+            true => None,
+            false => crate::policy::auth::identity::get(user)
+                .filter(|_| self.worker.policy().users.get(user).is_none()),
+        };
+        if let Some(max) = backend.as_ref().and_then(|i| i.grant.max_connections) {
+            // Relaxed: the count across workers, as the metrics read it.
+            if entry.open.load(Ordering::Relaxed) >= u64::from(max) {
+                return Err(Error::LimitReached("for this user"));
+            }
+        }
         let slot = self.worker.conn_limits.acquire_user(user);
         let slot = slot.ok_or(Error::LimitReached("for this user"))?;
         let slots = self.slots.get_or_insert_with(Box::default);
+        if let Some(i) = backend.filter(|i| i.slot.interim.is_some()) {
+            use crate::policy::auth::backend::{AcctHold, Session};
+            let class = i.grant.class.clone();
+            slots._acct = AcctHold::open(Session::new(i.slot, user, client, class, entry.clone()));
+        }
         if slot.counts() {
             slots.user = Some(slot);
         }

@@ -34,13 +34,14 @@ mod basic;
 mod cache;
 mod gate;
 mod hasher;
+pub(crate) mod identity;
 mod limiter;
 pub(crate) mod negotiate;
 pub(crate) mod params;
 
 pub(crate) use basic::parse_basic;
 pub(crate) use cache::CredentialCache;
-pub(crate) use gate::{Gate, Refusal};
+pub(crate) use gate::{Gate, Origin, Refusal};
 pub(crate) use hasher::{Busy, Hasher, HasherLimits};
 pub(crate) use limiter::FailureLimiter;
 

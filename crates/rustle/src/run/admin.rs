@@ -669,7 +669,61 @@ impl Server {
         if let Some(fleet) = &self.state.fleet {
             state_metrics(&mut text, fleet);
         }
+        auth_backend_metrics(&mut text, &view.policy.backends);
         text
+    }
+}
+
+/// The external authentication backends: whether each answers, and its answers.
+fn auth_backend_metrics(out: &mut String, chain: &crate::policy::auth::backend::Chain) {
+    use std::fmt::Write as _;
+    use std::sync::atomic::Ordering::Relaxed;
+    if chain.is_empty() {
+        return;
+    }
+    let help = "# HELP rustle_auth_backend_up Whether the backend answered its last call.\n\
+                # TYPE rustle_auth_backend_up gauge\n";
+    out.push_str(help);
+    for s in chain.slots() {
+        let _ = writeln!(
+            out,
+            "rustle_auth_backend_up{{backend=\"{}\"}} {}",
+            s.common.name,
+            u8::from(s.is_up())
+        );
+    }
+    let name = "rustle_auth_backend_answers_total";
+    let _ = write!(
+        out,
+        "# HELP {name} Answers of the backend (called, or remembered by a worker: cached).\n\
+         # TYPE {name} counter\n"
+    );
+    for s in chain.slots() {
+        let st = &s.stats;
+        for (answer, n) in [
+            ("allowed", &st.allowed),
+            ("denied", &st.denied),
+            ("unknown", &st.unknown),
+            ("failed", &st.failed),
+            ("cached", &st.cached),
+        ] {
+            let b = &s.common.name;
+            let _ =
+                writeln!(out, "{name}{{backend=\"{b}\",answer=\"{answer}\"}} {}", n.load(Relaxed));
+        }
+    }
+    let name = "rustle_auth_accounting_records_total";
+    let _ = write!(
+        out,
+        "# HELP {name} RADIUS accounting records sent, and those that got no response.\n\
+         # TYPE {name} counter\n"
+    );
+    for s in chain.slots().filter(|s| s.interim.is_some()) {
+        let b = &s.common.name;
+        let sent = s.stats.acct_sent.load(Relaxed);
+        let lost = s.stats.acct_failed.load(Relaxed);
+        let _ = writeln!(out, "{name}{{backend=\"{b}\",outcome=\"sent\"}} {sent}");
+        let _ = writeln!(out, "{name}{{backend=\"{b}\",outcome=\"lost\"}} {lost}");
     }
 }
 

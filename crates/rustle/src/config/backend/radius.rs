@@ -37,3 +37,10 @@ impl RadiusBackend {
         }
     }
 }
+
+impl RadiusBackend {
+    /// How often an open session's Interim-Update goes out; None: no accounting.
+    pub fn accounting_interval(&self) -> Option<Duration> {
+        None
+    }
+}

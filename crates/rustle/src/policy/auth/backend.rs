@@ -4,8 +4,14 @@
 //! worker's loop; a worker asks through `Backends::check` and its credential cache fronts
 //! every backend.
 
+use std::cell::RefCell;
 use std::net::IpAddr;
-use std::time::Duration;
+use std::rc::Rc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use tokio::sync::{mpsc, oneshot};
 
 use crate::config::BackendConfig;
 
@@ -127,6 +133,413 @@ impl Backend {
             Backend::Http(b) => b.check(ask).await,
             Backend::Ldap(b) => b.check(ask).await,
             Backend::Radius(b) => b.check(ask).await,
+        }
+    }
+}
+
+/// One configured external backend, shared by every policy whose settings for it are the
+/// same (`Chain::build` reuses it: its pool, its state, its cached answers' validity).
+pub(crate) struct Slot {
+    pub(crate) common: crate::config::BackendCommon,
+    pub(crate) backend: Backend,
+    /// What the workers' cached answers of this backend are valid for: a backend built
+    /// again (its settings changed) has another, so that a reload drops only its answers.
+    pub(crate) generation: u64,
+    /// RADIUS: the Interim-Update cadence; None: no accounting.
+    pub(crate) interim: Option<Duration>,
+    /// The backend answered its last call (false: failing; logged once per change).
+    up: AtomicBool,
+    pub(crate) stats: SlotStats,
+}
+
+/// A backend's counters (relaxed atomics, for `/metrics`).
+#[derive(Debug, Default)]
+pub(crate) struct SlotStats {
+    pub(crate) allowed: AtomicU64,
+    pub(crate) denied: AtomicU64,
+    pub(crate) unknown: AtomicU64,
+    pub(crate) failed: AtomicU64,
+    /// Answers the workers gave from their caches, not calling.
+    pub(crate) cached: AtomicU64,
+    /// Accounting records sent and those that got no response.
+    pub(crate) acct_sent: AtomicU64,
+    pub(crate) acct_failed: AtomicU64,
+}
+
+impl Slot {
+    /// Whether the backend answered its last call.
+    pub(crate) fn is_up(&self) -> bool {
+        self.up.load(Ordering::Relaxed)
+    }
+
+    /// Counts `result` and logs a change between answering and failing, once per change.
+    fn note(&self, result: &Result<Verdict, Failure>) {
+        let counter = match result {
+            Ok(Verdict::Allow(_)) => &self.stats.allowed,
+            Ok(Verdict::Deny) => &self.stats.denied,
+            Ok(Verdict::Unknown) => &self.stats.unknown,
+            Err(_) => &self.stats.failed,
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+        let up = result.is_ok();
+        if self.up.swap(up, Ordering::Relaxed) != up {
+            match result {
+                Err(e) => tracing::warn!(
+                    backend = %self.common.name,
+                    "auth backend failing: {e}; its users are refused until it answers"
+                ),
+                Ok(_) => tracing::info!(backend = %self.common.name, "auth backend answers again"),
+            }
+        }
+    }
+}
+
+/// One place in the order of `[[auth.backend]]`.
+#[derive(Clone)]
+pub(crate) enum Link {
+    /// The users file and `[[auth.user]]`.
+    File,
+    External(Arc<Slot>),
+}
+
+/// The backends in order. Empty when only the users file is used (no `[[auth.backend]]`
+/// other than `file`): the path of a users-file user is then what it always was.
+#[derive(Clone, Default)]
+pub(crate) struct Chain {
+    links: Vec<Link>,
+    /// `[auth] refusal_delay`.
+    pub(crate) refusal_delay: Duration,
+}
+
+/// The backends built so far, by their settings: a policy built again (a reload, an API
+/// change) reuses those whose settings did not change.
+static BUILT: Mutex<Vec<(BackendConfig, Arc<Slot>)>> = Mutex::new(Vec::new());
+static NEXT_GENERATION: AtomicU64 = AtomicU64::new(1);
+
+impl Chain {
+    /// The chain `[[auth.backend]]` describes (the users file first when not listed).
+    /// Backends whose settings match one built before are reused.
+    pub(crate) fn build(
+        cfgs: &[BackendConfig],
+        refusal_delay: Duration,
+    ) -> Result<Chain, Vec<String>> {
+        if cfgs.iter().all(|c| matches!(c, BackendConfig::File(_))) {
+            return Ok(Chain::default());
+        }
+        let mut problems = Vec::new();
+        let mut links = Vec::new();
+        if !cfgs.iter().any(|c| matches!(c, BackendConfig::File(_))) {
+            links.push(Link::File);
+        }
+        let mut built = BUILT.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut kept = Vec::new();
+        let mut names = std::collections::HashSet::new();
+        for cfg in cfgs {
+            let Some(common) = cfg.common() else {
+                links.push(Link::File);
+                continue;
+            };
+            let fine = |c: char| c.is_ascii_alphanumeric() || "-_.".contains(c);
+            if common.name.is_empty() || common.name.len() > 64 || !common.name.chars().all(fine) {
+                problems.push(format!(
+                    "auth.backend `{}`: a name is 1 to 64 letters, digits, `-`, `_` or `.`",
+                    common.name
+                ));
+                continue;
+            }
+            if !names.insert(common.name.clone()) {
+                problems.push(format!(
+                    "auth.backend `{}`: two backends have this name (set `name`)",
+                    common.name
+                ));
+                continue;
+            }
+            let slot = match built.iter().find(|(c, _)| c == cfg) {
+                Some((_, slot)) => slot.clone(),
+                None => match Backend::build(cfg) {
+                    Ok(Some(backend)) => Arc::new(Slot {
+                        interim: interim_of(cfg),
+                        common,
+                        backend,
+                        generation: NEXT_GENERATION.fetch_add(1, Ordering::Relaxed),
+                        up: AtomicBool::new(true),
+                        stats: SlotStats::default(),
+                    }),
+                    Ok(None) => continue,
+                    Err(e) => {
+                        problems.push(format!("auth.backend `{}`: {e}", common.name));
+                        continue;
+                    }
+                },
+            };
+            kept.push((cfg.clone(), slot.clone()));
+            links.push(Link::External(slot));
+        }
+        if !problems.is_empty() {
+            return Err(problems);
+        }
+        // The running policy's backends stay built with their answers until it is
+        // replaced; those of older policies go.
+        let running: Vec<_> = std::mem::take(&mut *built);
+        built.extend(kept);
+        for (cfg, slot) in running {
+            if !built.iter().any(|(c, _)| *c == cfg) && built.len() < 64 {
+                built.push((cfg, slot));
+            }
+        }
+        Ok(Chain { links, refusal_delay })
+    }
+
+    /// Whether any external backend is configured.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.links.is_empty()
+    }
+
+    pub(crate) fn links(&self) -> &[Link] {
+        &self.links
+    }
+
+    /// The external backends.
+    pub(crate) fn slots(&self) -> impl Iterator<Item = &Arc<Slot>> {
+        self.links.iter().filter_map(|l| match l {
+            Link::External(s) => Some(s),
+            Link::File => None,
+        })
+    }
+
+    /// The backend whose answers carry `generation`, if it is in this chain.
+    pub(crate) fn slot_of(&self, generation: u64) -> Option<&Arc<Slot>> {
+        self.slots().find(|s| s.generation == generation)
+    }
+}
+
+fn interim_of(cfg: &BackendConfig) -> Option<Duration> {
+    match cfg {
+        BackendConfig::Radius(r) => r.accounting_interval(),
+        _ => None,
+    }
+}
+
+/// Work for the `rustle-auth` thread.
+enum Job {
+    Check { slot: Arc<Slot>, ask: Ask, reply: oneshot::Sender<Result<Verdict, Failure>> },
+    Open(Box<Session>),
+    Close { user: String },
+}
+
+/// Calls waiting for the `rustle-auth` thread, across workers: beyond them a call fails at
+/// once (each backend bounds its own calls in flight below this).
+const QUEUE: usize = 4096;
+
+static THREAD: OnceLock<Result<mpsc::Sender<Job>, String>> = OnceLock::new();
+
+fn thread() -> Result<&'static mpsc::Sender<Job>, Failure> {
+    let started = THREAD.get_or_init(|| {
+        let (tx, rx) = mpsc::channel(QUEUE);
+        std::thread::Builder::new()
+            .name("rustle-auth".into())
+            .spawn(move || run(rx))
+            .map(|_| tx)
+            .map_err(|e| format!("cannot start the rustle-auth thread: {e}"))
+    });
+    started.as_ref().map_err(|e| Failure::Unreachable(e.clone()))
+}
+
+/// Asks `slot`'s backend on the `rustle-auth` thread, within its timeout.
+pub(crate) async fn call(slot: &Arc<Slot>, ask: Ask) -> Result<Verdict, Failure> {
+    let (reply, answer) = oneshot::channel();
+    let job = Job::Check { slot: slot.clone(), ask, reply };
+    if thread()?.try_send(job).is_err() {
+        let failure = Failure::Unreachable("too many authentication calls waiting".into());
+        slot.note(&Err(failure.clone()));
+        return Err(failure);
+    }
+    answer.await.unwrap_or_else(|_| Err(Failure::Unreachable("rustle-auth thread gone".into())))
+}
+
+fn run(mut rx: mpsc::Receiver<Job>) {
+    let rt = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            tracing::error!("rustle-auth: no runtime: {e}; external authentication refuses all");
+            return;
+        }
+    };
+    let local = tokio::task::LocalSet::new();
+    local.block_on(&rt, async move {
+        let sessions = Rc::new(RefCell::new(Sessions::default()));
+        tokio::task::spawn_local(interims(sessions.clone()));
+        while let Some(job) = rx.recv().await {
+            match job {
+                Job::Check { slot, ask, reply } => {
+                    tokio::task::spawn_local(async move {
+                        let timeout = slot.common.timeout;
+                        let result = tokio::time::timeout(timeout, slot.backend.check(&ask))
+                            .await
+                            .unwrap_or(Err(Failure::Timeout));
+                        slot.note(&result);
+                        let _ = reply.send(result);
+                    });
+                }
+                Job::Open(session) => sessions.borrow_mut().open(*session),
+                Job::Close { user } => {
+                    if let Some(s) = sessions.borrow_mut().close(&user) {
+                        tokio::task::spawn_local(account(s, AcctKind::Stop));
+                    }
+                }
+            }
+        }
+    });
+}
+
+/// A RADIUS-accounted user's session: from its first open connection in this process to
+/// the end of its last.
+pub(crate) struct Session {
+    pub(crate) slot: Arc<Slot>,
+    pub(crate) user: String,
+    pub(crate) client: IpAddr,
+    pub(crate) class: Option<Vec<u8>>,
+    /// The user's counters: the session's bytes are what they gained since it began.
+    pub(crate) traffic: Arc<crate::limits::UserTraffic>,
+    id: String,
+    began: Instant,
+    base: (u64, u64),
+    last_interim: Instant,
+    /// Connections open in the session.
+    open: u32,
+}
+
+impl Session {
+    pub(crate) fn new(
+        slot: Arc<Slot>,
+        user: &str,
+        client: IpAddr,
+        class: Option<Vec<u8>>,
+        traffic: Arc<crate::limits::UserTraffic>,
+    ) -> Session {
+        static NEXT: AtomicU64 = AtomicU64::new(0);
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let stamp = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        let base = (traffic.up.load(Ordering::Relaxed), traffic.down.load(Ordering::Relaxed));
+        let now = Instant::now();
+        Session {
+            slot,
+            user: user.to_string(),
+            client,
+            class,
+            traffic,
+            id: format!("{:08x}{:04x}{:06x}", stamp, std::process::id() & 0xffff, n & 0xff_ffff),
+            began: now,
+            base,
+            last_interim: now,
+            open: 1,
+        }
+    }
+
+    fn record(&self, kind: AcctKind) -> AcctRecord {
+        let up = self.traffic.up.load(Ordering::Relaxed).saturating_sub(self.base.0);
+        let down = self.traffic.down.load(Ordering::Relaxed).saturating_sub(self.base.1);
+        AcctRecord {
+            kind,
+            session_id: self.id.clone(),
+            user: self.user.clone(),
+            client: self.client,
+            bytes_in: up,
+            bytes_out: down,
+            secs: u32::try_from(self.began.elapsed().as_secs()).unwrap_or(u32::MAX),
+            class: self.class.clone(),
+        }
+    }
+}
+
+#[derive(Default)]
+struct Sessions {
+    by_user: std::collections::HashMap<String, Session>,
+}
+
+impl Sessions {
+    fn open(&mut self, s: Session) {
+        match self.by_user.get_mut(&s.user) {
+            Some(open) => open.open += 1,
+            None => {
+                let start = s.record(AcctKind::Start);
+                let slot = s.slot.clone();
+                tokio::task::spawn_local(async move { send(&slot, &start).await });
+                self.by_user.insert(s.user.clone(), s);
+            }
+        }
+    }
+
+    fn close(&mut self, user: &str) -> Option<Session> {
+        let s = self.by_user.get_mut(user)?;
+        s.open = s.open.saturating_sub(1);
+        match s.open {
+            0 => self.by_user.remove(user),
+            _ => None,
+        }
+    }
+}
+
+async fn account(s: Session, kind: AcctKind) {
+    send(&s.slot, &s.record(kind)).await
+}
+
+async fn send(slot: &Slot, rec: &AcctRecord) {
+    let Backend::Radius(r) = &slot.backend else { return };
+    slot.stats.acct_sent.fetch_add(1, Ordering::Relaxed);
+    if let Err(e) = r.account(rec).await {
+        slot.stats.acct_failed.fetch_add(1, Ordering::Relaxed);
+        tracing::warn!(backend = %slot.common.name, user = %rec.user, "accounting record lost: {e}");
+    }
+}
+
+/// Interim-Update of each session whose interval has passed, checked every second.
+async fn interims(sessions: Rc<RefCell<Sessions>>) {
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    loop {
+        tick.tick().await;
+        let now = Instant::now();
+        let mut due = Vec::new();
+        for s in sessions.borrow_mut().by_user.values_mut() {
+            if let Some(every) = s.slot.interim {
+                if now.duration_since(s.last_interim) >= every {
+                    s.last_interim = now;
+                    due.push((s.slot.clone(), s.record(AcctKind::Interim)));
+                }
+            }
+        }
+        for (slot, rec) in due {
+            tokio::task::spawn_local(async move { send(&slot, &rec).await });
+        }
+    }
+}
+
+/// Held by a connection of a RADIUS-accounted user: the session's Start goes with the
+/// first, its Stop with the drop of the last.
+pub(crate) struct AcctHold {
+    user: String,
+}
+
+impl AcctHold {
+    /// Opens (or joins) `session`'s user's session; None when the thread is not there.
+    pub(crate) fn open(session: Session) -> Option<AcctHold> {
+        let user = session.user.clone();
+        thread().ok()?.try_send(Job::Open(Box::new(session))).ok()?;
+        Some(AcctHold { user })
+    }
+}
+
+impl Drop for AcctHold {
+    fn drop(&mut self) {
+        if let Ok(tx) = thread() {
+            let user = std::mem::take(&mut self.user);
+            if tx.try_send(Job::Close { user }).is_err() {
+                tracing::warn!(
+                    "accounting: the rustle-auth queue is full; a session's Stop is lost"
+                );
+            }
         }
     }
 }

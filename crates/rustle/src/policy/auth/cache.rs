@@ -3,11 +3,14 @@
 use std::collections::HashMap;
 use std::fmt;
 use std::hash::{BuildHasher, Hasher, RandomState};
+use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 use argon2::password_hash::rand_core::{OsRng, RngCore};
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
+
+use super::backend::Grant;
 
 /// HMAC-SHA256 of the presented credentials under the cache's own key.
 type Tag = [u8; 32];
@@ -44,10 +47,7 @@ impl fmt::Debug for CredentialCache {
 impl CredentialCache {
     /// A `ttl` of zero or a `max` of zero turns caching off.
     pub(crate) fn new(ttl: Duration, max: usize) -> Self {
-        let key = random_key();
-        // A 64-byte key is HMAC-SHA256's block size: used as it is, never hashed first.
-        let mac = <Hmac<Sha256> as hmac::digest::KeyInit>::new(&key.into());
-        CredentialCache { mac, ttl, max, entries: HashMap::new() }
+        CredentialCache { mac: keyed_mac(), ttl, max, entries: HashMap::new() }
     }
 
     /// Whether `user` with `password` was verified within `ttl` against users of this
@@ -115,13 +115,104 @@ impl CredentialCache {
         live(entry, self.ttl, generation, now)
     }
 
-    /// The user's length first, so that no two (user, password) pairs share an input.
     fn tag(&self, user: &str, password: &[u8]) -> Tag {
-        let mut mac = self.mac.clone();
-        mac.update(&(user.len() as u64).to_le_bytes());
-        mac.update(user.as_bytes());
-        mac.update(password);
-        mac.finalize().into_bytes().into()
+        tag(&self.mac, user, password)
+    }
+}
+
+/// The user's length first, so that no two (user, password) pairs share an input.
+fn tag(mac: &Hmac<Sha256>, user: &str, password: &[u8]) -> Tag {
+    let mut mac = mac.clone();
+    mac.update(&(user.len() as u64).to_le_bytes());
+    mac.update(user.as_bytes());
+    mac.update(password);
+    mac.finalize().into_bytes().into()
+}
+
+fn keyed_mac() -> Hmac<Sha256> {
+    // A 64-byte key is HMAC-SHA256's block size: used as it is, never hashed first.
+    <Hmac<Sha256> as hmac::digest::KeyInit>::new(&random_key().into())
+}
+
+/// An external backend's answer a worker remembers: which backend (its generation), until
+/// when, and what it granted (None: refused).
+struct Answer {
+    generation: u64,
+    until: Instant,
+    grant: Option<Rc<Grant>>,
+}
+
+/// The external backends' answers a worker remembers, accepted and refused, each for its
+/// backend's lifetime of that kind; keyed as `CredentialCache` is (HMAC-SHA256 of the user
+/// and password under a key of its own), never holding a password. At most `max` entries.
+pub(crate) struct Answers {
+    mac: Hmac<Sha256>,
+    max: usize,
+    entries: HashMap<Tag, Answer>,
+}
+
+impl fmt::Debug for Answers {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Answers").field("entries", &self.entries.len()).finish_non_exhaustive()
+    }
+}
+
+impl Answers {
+    pub(crate) fn new(max: usize) -> Answers {
+        Answers { mac: keyed_mac(), max, entries: HashMap::new() }
+    }
+
+    /// The answer remembered for `user` and `password` from a backend `valid` accepts
+    /// (those of the chain in force), if it has not expired: its generation and grant
+    /// (None: refused). A stale entry is dropped.
+    pub(crate) fn lookup(
+        &mut self,
+        user: &str,
+        password: &[u8],
+        valid: impl Fn(u64) -> bool,
+        now: Instant,
+    ) -> Option<(u64, Option<Rc<Grant>>)> {
+        if self.entries.is_empty() {
+            return None;
+        }
+        let tag = tag(&self.mac, user, password);
+        let entry = self.entries.get(&tag)?;
+        if now < entry.until && valid(entry.generation) {
+            return Some((entry.generation, entry.grant.clone()));
+        }
+        self.entries.remove(&tag);
+        None
+    }
+
+    /// Remembers `generation`'s answer for `user` and `password` for `ttl`.
+    pub(crate) fn insert(
+        &mut self,
+        user: &str,
+        password: &[u8],
+        generation: u64,
+        ttl: Duration,
+        grant: Option<Rc<Grant>>,
+        now: Instant,
+    ) {
+        if self.max == 0 || ttl.is_zero() {
+            return;
+        }
+        let tag = tag(&self.mac, user, password);
+        if !self.entries.contains_key(&tag) && self.entries.len() >= self.max {
+            self.entries.retain(|_, e| now < e.until);
+            if self.entries.len() >= self.max {
+                let first = self.entries.iter().min_by_key(|(_, e)| e.until).map(|(t, _)| *t);
+                if let Some(first) = first {
+                    self.entries.remove(&first);
+                }
+            }
+        }
+        self.entries.insert(tag, Answer { generation, until: now + ttl, grant });
+    }
+
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
+        self.entries.len()
     }
 }
 
@@ -235,6 +326,28 @@ mod tests {
         let mut zero = CredentialCache::new(Duration::ZERO, 8);
         zero.insert_at("alice", b"secret", 1, t0);
         assert!(!zero.lookup_at("alice", b"secret", 1, t0));
+    }
+
+    #[test]
+    fn answers_expire_and_follow_their_backend() {
+        let t0 = Instant::now();
+        let mut a = Answers::new(2);
+        let grant = Rc::new(Grant { groups: vec!["staff".into()], ..Grant::default() });
+        a.insert("alice", b"pw", 7, TTL, Some(grant.clone()), t0);
+        a.insert("bob", b"bad", 7, Duration::from_secs(5), None, t0);
+        let any = |_| true;
+        assert_eq!(a.lookup("alice", b"pw", any, t0), Some((7, Some(grant.clone()))));
+        assert_eq!(a.lookup("alice", b"other", any, t0), None);
+        assert_eq!(a.lookup("bob", b"bad", any, t0 + Duration::from_secs(4)), Some((7, None)));
+        assert_eq!(a.lookup("bob", b"bad", any, t0 + Duration::from_secs(5)), None, "expired");
+        assert_eq!(a.lookup("alice", b"pw", |g| g == 8, t0), None, "its backend was rebuilt");
+        assert_eq!(a.len(), 0);
+        for (i, u) in ["a", "b", "c"].iter().enumerate() {
+            a.insert(u, b"pw", 1, TTL + Duration::from_secs(i as u64), None, t0);
+            assert!(a.len() <= 2);
+        }
+        assert_eq!(a.lookup("a", b"pw", any, t0), None, "the first to expire went");
+        assert!(a.lookup("c", b"pw", any, t0).is_some());
     }
 
     #[test]

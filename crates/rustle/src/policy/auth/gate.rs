@@ -5,9 +5,13 @@
 
 use std::cell::RefCell;
 use std::net::IpAddr;
+use std::rc::Rc;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use super::backend::{Ask, Chain, Link, Verdict};
+use super::cache::Answers;
 use super::params::ParamError;
 use super::{decoy_user, Busy, CredentialCache, FailureLimiter, Hasher, User, Users};
 use crate::acl::Params;
@@ -27,10 +31,23 @@ pub(crate) enum Refusal {
     Wrong,
     /// The hashing threads' queue is full of other clients' checks: not checked.
     Busy,
+    /// An external backend gave no answer: refused (fail closed).
+    Unavailable,
+}
+
+/// Where credentials came from, for the external backends' calls.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Origin<'a> {
+    /// The listener's name, if it has one, and its address.
+    pub(crate) listener: Option<&'a str>,
+    pub(crate) addr: std::net::SocketAddr,
+    pub(crate) protocol: &'static str,
 }
 
 pub(crate) struct Gate {
     creds: RefCell<CredentialCache>,
+    /// The external backends' answers (accepted and refused).
+    answers: RefCell<Answers>,
     failures: RefCell<FailureLimiter>,
     /// The `ttl`, `burst` and `per_minute` in force.
     settings: std::cell::Cell<(Duration, u32, u32)>,
@@ -45,6 +62,7 @@ impl Gate {
         Gate {
             hasher,
             creds: RefCell::new(CredentialCache::new(ttl, CRED_CACHE_MAX)),
+            answers: RefCell::new(Answers::new(CRED_CACHE_MAX)),
             failures: RefCell::new(FailureLimiter::new(burst, per_minute, FAILURE_TRACK_MAX)),
             settings: std::cell::Cell::new((ttl, burst, per_minute)),
         }
@@ -74,10 +92,14 @@ impl Gate {
     /// gets the same answer, after the same work, with or without them; a name with no
     /// user before its parameters is an unknown user. Gives the user (a prefix of `name`)
     /// and what its parameters say.
+    /// With external backends (`chain`), a name that is no users-file user (parameters
+    /// are for those) is asked of them in order (`verify_chain`).
     pub(crate) async fn authenticate<'u>(
         &self,
         users: &Users,
         declared: Option<&super::params::Declared>,
+        chain: &Chain,
+        origin: Origin<'_>,
         client: IpAddr,
         name: &'u str,
         password: &[u8],
@@ -86,8 +108,99 @@ impl Gate {
             None => (name, Ok(None)),
             Some(d) => d.split(name, |u| users.get(u).is_some()),
         };
-        self.verify(users, client, user, password).await?;
+        match chain.is_empty() {
+            true => self.verify(users, client, user, password).await?,
+            false => self.verify_chain(users, chain, origin, client, user, password).await?,
+        }
         Ok((user, params))
+    }
+
+    /// Checks `user` and `password` against the backends of `chain` in order: the users
+    /// file settles the names it has (`verify`); an external backend's remembered answer
+    /// comes next (no call), then the backends are called in turn until one knows the
+    /// user. An attempt is counted as failed before the call and given back when it
+    /// succeeds, as for a hash. A refusal (a wrong password, a name nobody knows, a
+    /// backend that gave no answer) is not answered sooner than `refusal_delay` after
+    /// the start, so that backends answering an unknown name faster than a wrong
+    /// password do not tell which names exist.
+    async fn verify_chain(
+        &self,
+        users: &Users,
+        chain: &Chain,
+        origin: Origin<'_>,
+        client: IpAddr,
+        user: &str,
+        password: &[u8],
+    ) -> Result<(), Refusal> {
+        let start = tokio::time::Instant::now();
+        let refused = |why: Refusal| async move {
+            tokio::time::sleep_until(start + chain.refusal_delay).await;
+            Err(why)
+        };
+        let now = Instant::now();
+        // A name of the users file is that file's to settle, wherever it stands.
+        if users.get(user).is_some() && chain.links().iter().any(|l| matches!(l, Link::File)) {
+            return match self.verify(users, client, user, password).await {
+                Err(Refusal::Wrong) => refused(Refusal::Wrong).await,
+                other => other,
+            };
+        }
+        let remembered =
+            self.answers.borrow_mut().lookup(user, password, |g| chain.slot_of(g).is_some(), now);
+        if let Some((generation, grant)) = remembered {
+            let Some(slot) = chain.slot_of(generation) else { return Err(Refusal::Wrong) };
+            slot.stats.cached.fetch_add(1, Ordering::Relaxed);
+            return match grant {
+                Some(grant) => {
+                    super::identity::set(user, &grant, slot);
+                    Ok(())
+                }
+                None => refused(Refusal::Wrong).await,
+            };
+        }
+        if !self.failures.borrow_mut().allowed(client, now) {
+            return Err(Refusal::RateLimited);
+        }
+        self.failures.borrow_mut().reserve(client, now);
+        for link in chain.links() {
+            let Link::External(slot) = link else { continue };
+            let ask = Ask {
+                user: user.to_string(),
+                password: password.to_vec(),
+                client,
+                listener: origin.listener.map_or_else(|| origin.addr.to_string(), str::to_string),
+                protocol: origin.protocol,
+                target: None,
+            };
+            let verdict = super::backend::call(slot, ask).await;
+            let now = Instant::now();
+            let common = &slot.common;
+            match verdict {
+                Ok(Verdict::Allow(grant)) => {
+                    self.failures.borrow_mut().give_back(client, now);
+                    let ttl = grant.ttl.map_or(common.cache_ttl, |t| t.min(common.cache_ttl));
+                    let grant = Rc::new(grant);
+                    let answer = Some(grant.clone());
+                    let generation = slot.generation;
+                    self.answers.borrow_mut().insert(user, password, generation, ttl, answer, now);
+                    super::identity::set(user, &grant, slot);
+                    return Ok(());
+                }
+                Ok(Verdict::Deny) => {
+                    let (generation, ttl) = (slot.generation, common.negative_ttl);
+                    self.answers.borrow_mut().insert(user, password, generation, ttl, None, now);
+                    return refused(Refusal::Wrong).await;
+                }
+                Ok(Verdict::Unknown) => continue,
+                Err(e) => {
+                    // Not the client's failure: its attempt is given back.
+                    self.failures.borrow_mut().give_back(client, now);
+                    tracing::debug!(backend = %common.name, "no answer for a login: {e}");
+                    return refused(Refusal::Unavailable).await;
+                }
+            }
+        }
+        refused(Refusal::Wrong).await
     }
 
     /// Checks `user` and `password` against `users`. An unknown name costs the same hash

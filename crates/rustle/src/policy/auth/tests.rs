@@ -368,8 +368,14 @@ fn parameters_change_neither_the_answer_nor_the_time_of_a_wrong_password() {
         Err(e) => panic!("{e}"),
     };
     rt.block_on(async {
+        let chain = super::backend::Chain::default();
+        let origin = super::Origin {
+            listener: None,
+            addr: std::net::SocketAddr::from(([127, 0, 0, 1], 3128)),
+            protocol: "http",
+        };
         let check = |name: &'static str, password: &'static [u8]| {
-            gate.authenticate(&users, Some(&declared), ip, name, password)
+            gate.authenticate(&users, Some(&declared), &chain, origin, ip, name, password)
         };
         for name in names {
             assert_eq!(check(name, b"wrong").await, Err(Refusal::Wrong), "{name}");
