@@ -187,3 +187,38 @@ fn a_group_from_the_users_file_reaches_a_rule_and_no_kdc_is_needed_to_check_a_ti
     let (code, out) = curl_as(&kdc, "alice", &negotiate).unwrap();
     assert_eq!(code, 200, "{out}");
 }
+
+/// `text` as a reload of `proxy` (its listeners and test settings kept, as `reload_toml`
+/// does), refused or not.
+fn reload(proxy: &Proxy, text: &str) -> Result<Vec<String>, String> {
+    let mut cfg = rustle::config::Config::parse(text).expect("parses");
+    let old = proxy.running().config();
+    cfg.listeners.clone_from(&old.listeners);
+    cfg.workers = old.workers;
+    cfg.log.access = old.log.access.clone();
+    cfg.timeouts.shutdown = old.timeouts.shutdown;
+    rustle::run::reload::apply(proxy.running(), &cfg)
+}
+
+#[test]
+fn a_reload_with_an_unreadable_keytab_is_refused_and_another_realm_list_is_put_in_force() {
+    let Some(kdc) = start(&[("alice", "alice-pw")]) else { return };
+    let origin = Origin::start().unwrap();
+    let text = config(&kdc, HTTP_LISTENER, "");
+    let proxy = Proxy::from_toml(&text);
+    let via = format!("http://localhost:{}", proxy.addr().port());
+    let url = origin.url("/bytes/10");
+    let negotiate = ["--proxy-negotiate", "-U", ":", "-x", &via, &url];
+    let keytab = kdc.keytab().display().to_string();
+    let missing = text.replace(&keytab, "/nonexistent/http.keytab");
+    let err = reload(&proxy, &missing).expect_err("refused");
+    assert!(err.contains("auth.kerberos.keytab /nonexistent/http.keytab"), "{err}");
+    let Some((code, out)) = curl_as(&kdc, "alice", &negotiate) else { return };
+    assert_eq!(code, 200, "the running keytab is kept: {out}");
+    // Another realm list goes through and is in force for the next login.
+    reload(&proxy, &text.replace("realms = [\"RUSTLE.TEST\"]", "realms = [\"OTHER.TEST\"]"))
+        .expect("reload");
+    let (code, out) = curl_as(&kdc, "alice", &negotiate).unwrap();
+    assert_eq!(code, 407, "{out}");
+    proxy.log_line(|l| l.contains("realm RUSTLE.TEST is not accepted"));
+}

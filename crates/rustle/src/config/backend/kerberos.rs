@@ -48,3 +48,39 @@ impl Kerberos {
         problems
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::Kerberos;
+
+    fn parse(text: &str) -> Result<Kerberos, String> {
+        toml::from_str(text).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn defaults_and_unknown_keys() {
+        let k = parse("keytab = \"/etc/rustle/http.keytab\"").expect("valid");
+        assert!(k.strip_realm && k.realms.is_empty() && k.service_principal.is_none());
+        assert!(k.problems().is_empty());
+        let e = parse("keytab = \"k\"\nrealm = \"X\"").expect_err("unknown key");
+        assert!(e.contains("unknown field `realm`"), "{e}");
+        assert!(parse("service_principal = \"HTTP/x\"").is_err(), "the keytab is required");
+    }
+
+    #[test]
+    fn problems_name_the_setting() {
+        for (text, why) in [
+            ("service_principal = \"HTTP//x\"", "auth.kerberos.service_principal: `HTTP//x`"),
+            ("service_principal = \"a@B@C\"", "is not a principal"),
+            ("service_principal = \"@REALM\"", "is not a principal"),
+            ("realms = [\"\"]", "auth.kerberos.realms: `` is not a realm"),
+            ("realms = [\"alice@X\"]", "`alice@X` is not a realm"),
+        ] {
+            let k = parse(&format!("keytab = \"k\"\n{text}")).expect("parses");
+            let problems = k.problems().join("\n");
+            assert!(problems.contains(why), "{text}: {problems}");
+        }
+        let k = parse("keytab = \"k\"\nservice_principal = \"HTTP/proxy.example.org@EXAMPLE.ORG\"");
+        assert!(k.expect("parses").problems().is_empty());
+    }
+}
