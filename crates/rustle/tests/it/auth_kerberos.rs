@@ -1,8 +1,9 @@
 //! Negotiate (`[auth.kerberos]`) as clients see it: curl's GSS-API (`--proxy-negotiate`)
 //! with a ticket from a real MIT KDC (`rustle_bench::kdc::Kdc`) on the HTTP and HTTPS
-//! proxy ports, forward and CONNECT; the 407 offering Negotiate beside Basic; Basic still
-//! accepted; a bad token refused with its reason; a group from the users file reaching a
-//! rule; and the proxy needing no KDC to check a ticket.
+//! proxy ports, forward and CONNECT, and HTTP/2 streams (a python3-gssapi token); the 407
+//! offering Negotiate beside Basic; Basic still accepted; a bad token refused with its
+//! reason; a group from the users file reaching a rule; the proxy needing no KDC to check
+//! a ticket; reloads of the keytab and realms.
 
 use rustle_bench::kdc::{Kdc, REALM};
 use rustle_bench::Origin;
@@ -221,4 +222,59 @@ fn a_reload_with_an_unreadable_keytab_is_refused_and_another_realm_list_is_put_i
     let (code, out) = curl_as(&kdc, "alice", &negotiate).unwrap();
     assert_eq!(code, 407, "{out}");
     proxy.log_line(|l| l.contains("realm RUSTLE.TEST is not accepted"));
+}
+
+/// A SPNEGO token for `HTTP@localhost` from `user`'s credential cache, made by MIT's
+/// GSS-API through Debian's python3-gssapi (base64, as `Negotiate` carries it).
+fn gss_token(kdc: &Kdc, user: &str) -> Option<String> {
+    const MAKE: &str = "import base64, gssapi\n\
+        n = gssapi.Name('HTTP@localhost', gssapi.NameType.hostbased_service)\n\
+        m = gssapi.OID.from_int_seq('1.3.6.1.5.5.2')\n\
+        c = gssapi.SecurityContext(name=n, mech=m, usage='initiate')\n\
+        print(base64.b64encode(c.step()).decode())\n";
+    let out = std::process::Command::new("/usr/bin/python3")
+        .args(["-c", MAKE])
+        .envs(kdc.env(user))
+        .output();
+    match out {
+        Ok(o) if o.status.success() => Some(String::from_utf8_lossy(&o.stdout).trim().into()),
+        _ => {
+            rustle_bench::tools::missing("python3-gssapi");
+            None
+        }
+    }
+}
+
+#[tokio::test]
+async fn http2_streams_take_negotiate_too() {
+    let Some(kdc) = start(&[("alice", "alice-pw")]) else { return };
+    let Some(token) = gss_token(&kdc, "alice") else { return };
+    let origin = Origin::start().unwrap();
+    let listener = HTTP_LISTENER.replace("auth = true\n", "auth = true\nh2c = true\n");
+    let proxy = Proxy::from_toml(&config(&kdc, &listener, ""));
+    let tcp = tokio::net::TcpStream::connect(proxy.addr()).await.expect("connect");
+    let (send, conn) = h2::client::handshake(tcp).await.expect("h2 handshake");
+    tokio::spawn(async move {
+        let _ = conn.await;
+    });
+    let url = origin.url("/bytes/10");
+    let get = |auth: Option<&str>| {
+        let mut r = http::Request::builder().method(http::Method::GET).uri(&url);
+        if let Some(a) = auth {
+            r = r.header("proxy-authorization", a);
+        }
+        r.body(()).unwrap()
+    };
+    let mut c = send.ready().await.expect("ready");
+    let (resp, _) = c.send_request(get(None), true).expect("send");
+    let resp = resp.await.expect("response");
+    assert_eq!(resp.status(), 407);
+    let offers: Vec<_> = resp.headers().get_all("proxy-authenticate").iter().collect();
+    assert_eq!(offers, ["Negotiate", "Basic realm=\"rustle\""]);
+    let mut c = c.ready().await.expect("ready");
+    let auth = format!("Negotiate {token}");
+    let (resp, _) = c.send_request(get(Some(&auth)), true).expect("send");
+    let resp = resp.await.expect("response");
+    assert_eq!(resp.status(), 200);
+    proxy.log_line(|l| l.contains(" 200 ") && l.contains(" user=alice"));
 }
