@@ -194,6 +194,10 @@ impl Acceptor {
             true => cname.join("/"),
             false => principal.clone(),
         };
+        // The name goes into logs, rules and per-user tables as a Basic user's does.
+        if user.is_empty() || user.len() > super::MAX_NAME_LEN || user.contains(char::is_control) {
+            return Err(format!("{principal}: not a usable user name"));
+        }
         let reply = if ap.ap_options.0 .0.is_set(MUTUAL_REQUIRED) {
             let seq = a.seq_number.0.as_ref().map(|s| s.0.clone());
             let ap_rep = ap_rep(session_type, session_key, a.ctime.0.clone(), &a.cusec.0, seq)?;

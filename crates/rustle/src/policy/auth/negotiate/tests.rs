@@ -125,8 +125,10 @@ fn a_bare_kerberos_token_is_accepted_and_a_replay_refused() {
 #[test]
 fn refusals_say_why() {
     let Some(python) = python() else { return };
-    let Some(kdc) = Kdc::start(&[("carol", "carol-pw")]) else { return };
+    let long = "l".repeat(65);
+    let Some(kdc) = Kdc::start(&[("carol", "carol-pw"), (&long, "long-pw")]) else { return };
     kdc.kinit("carol", "carol-pw").expect("kinit");
+    kdc.kinit(&long, "long-pw").expect("kinit");
     let acceptor = Acceptor::new(&kerberos(&kdc)).expect("acceptor");
     let garbage = acceptor.accept(b"\x60\x03\x06\x01\x00").expect_err("garbage");
     assert!(garbage.contains("token"), "{garbage}");
@@ -148,6 +150,14 @@ fn refusals_say_why() {
     // An hour later, the authenticator is too old.
     let e = acceptor.accept_at(&token, unix_now() + 3600).expect_err("too old");
     assert!(e.contains("clock"), "{e}");
+    // A name longer than any user name may be.
+    let mut long_token = Vec::new();
+    exchange(&kdc, python, &long, SPNEGO, false, |t| {
+        long_token = t.to_vec();
+        None
+    });
+    let e = acceptor.accept(&long_token).expect_err("too long");
+    assert!(e.contains("not a usable user name"), "{e}");
     // With the key of another service, the ticket cannot be opened.
     let mut wrong = kerberos(&kdc);
     wrong.service_principal = Some("HTTP/elsewhere".into());
