@@ -65,7 +65,8 @@ impl Kdc {
         Some(kdc)
     }
 
-    /// The port it listens on (UDP and TCP).
+    /// The port it listens on (TCP only: the port was found free for TCP, and clients
+    /// are told `udp_preference_limit = 1`).
     pub fn port(&self) -> u16 {
         self.port
     }
@@ -169,7 +170,8 @@ impl Kdc {
             self.krb5_conf(),
             format!(
                 "[libdefaults]\n  default_realm = {REALM}\n  dns_lookup_kdc = false\n  \
-                 dns_lookup_realm = false\n  rdns = false\n  dns_canonicalize_hostname = false\n\
+                 dns_lookup_realm = false\n  rdns = false\n  dns_canonicalize_hostname = false\n  \
+                 udp_preference_limit = 1\n\
                  [realms]\n  {REALM} = {{\n    kdc = 127.0.0.1:{p}\n  }}\n\
                  [domain_realm]\n  localhost = {REALM}\n"
             ),
@@ -177,7 +179,7 @@ impl Kdc {
         std::fs::write(
             self.dir.join("kdc.conf"),
             format!(
-                "[kdcdefaults]\n  kdc_listen = 127.0.0.1:{p}\n  kdc_tcp_listen = 127.0.0.1:{p}\n\
+                "[kdcdefaults]\n  kdc_listen = \"\"\n  kdc_tcp_listen = 127.0.0.1:{p}\n\
                  [realms]\n  {REALM} = {{\n    database_name = {d}/principal\n    \
                  key_stash_file = {d}/stash\n    acl_file = {d}/kadm5.acl\n    \
                  supported_enctypes = aes256-cts-hmac-sha1-96:normal aes128-cts-hmac-sha1-96:normal\n  }}\n\
