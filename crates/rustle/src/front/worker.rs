@@ -423,7 +423,8 @@ impl Worker {
 
     /// Checks a `Proxy-Authorization: Negotiate <base64>` value with `[auth.kerberos]`'s
     /// acceptor: gives the user the ticket names (realm stripped if so configured). A
-    /// refusal is logged with its reason (never the token) and answered 407 naming it.
+    /// refusal is logged with its reason (never the token), answered 407 naming it, and
+    /// counted against the client's failed attempts (429 beyond them, as for passwords).
     /// CPU only (two AES decryptions): no thread, no network.
     pub(crate) fn negotiate(
         &self,
@@ -439,6 +440,9 @@ impl Worker {
             Some(a) if scheme.eq_ignore_ascii_case(b"Negotiate") => a,
             _ => return Err(Error::AuthRequired("malformed Proxy-Authorization")),
         };
+        if !self.auth.may_try(client) {
+            return Err(Error::AuthRateLimited);
+        }
         use base64::Engine;
         let accepted = base64::engine::general_purpose::STANDARD
             .decode(token.trim_ascii())
@@ -447,6 +451,7 @@ impl Worker {
         match accepted {
             Ok(a) => Ok(a.user),
             Err(why) => {
+                self.auth.failed(client);
                 tracing::info!(%client, "Negotiate refused: {why}");
                 Err(Error::AuthNegotiate(why.into()))
             }

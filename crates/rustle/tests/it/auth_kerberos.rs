@@ -278,3 +278,21 @@ async fn http2_streams_take_negotiate_too() {
     assert_eq!(resp.status(), 200);
     proxy.log_line(|l| l.contains(" 200 ") && l.contains(" user=alice"));
 }
+
+#[test]
+fn bad_tokens_count_against_the_clients_failed_attempts() {
+    let Some(kdc) = start(&[]) else { return };
+    let origin = Origin::start().unwrap();
+    let text =
+        config(&kdc, HTTP_LISTENER, "").replace("failures_burst = 1000", "failures_burst = 2");
+    let proxy = Proxy::from_toml(&text);
+    let url = origin.url("/bytes/10");
+    let statuses: Vec<u16> = (0..3)
+        .map(|_| {
+            let mut c = Conn::to_proxy(&proxy);
+            c.send(&request("GET", &url, &["Proxy-Authorization: Negotiate YWJjZGVm"], b""));
+            c.read_response().status
+        })
+        .collect();
+    assert_eq!(statuses, [407, 407, 429]);
+}
