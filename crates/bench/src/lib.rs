@@ -29,6 +29,7 @@
 //!   running rustle, and its memory at rest, against `bench/cost-baseline.toml`.
 //! - [`radiusd`] — `Radiusd`: Debian's FreeRADIUS on free loopback ports, its own configuration,
 //!   users and accounting detail file (the RADIUS backend's tests)
+//! - [`kdc`] — `Kdc`: Debian's MIT krb5kdc for a throwaway realm, its keytab and `kinit`
 //! - [`redis_server`] — `RedisServer`: Debian's redis-server on a free loopback port
 //!   (plain or TLS), killed, restarted on its port or paused by the tests.
 //! - [`slapd`]   — `Slapd`: Debian's OpenLDAP server on free loopback ports (LDAP and
@@ -63,6 +64,7 @@ pub mod cost;
 pub mod echo;
 pub mod faulty;
 pub mod floor;
+pub mod kdc;
 pub mod load;
 pub mod origin;
 pub mod pattern;

@@ -12,6 +12,7 @@ mod util;
 mod accesslog;
 mod addrs;
 mod auth;
+mod auth_kerberos;
 mod auth_ldap;
 mod auth_radius;
 mod connect;

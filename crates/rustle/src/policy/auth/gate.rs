@@ -89,6 +89,18 @@ impl Gate {
         }
     }
 
+    /// Whether `client` may try a login that needs no hash (a Negotiate token): not when
+    /// it has failed too often lately, as for passwords.
+    pub(crate) fn may_try(&self, client: IpAddr) -> bool {
+        self.failures.borrow_mut().allowed(client, Instant::now())
+    }
+
+    /// A login that needed no hash failed (a refused Negotiate token): counted against
+    /// `client` as a wrong password is.
+    pub(crate) fn failed(&self, client: IpAddr) {
+        self.failures.borrow_mut().record_failure(client, Instant::now());
+    }
+
     /// The hashing threads this gate uses (to change their queue's limits on a reload).
     pub(crate) fn hasher(&self) -> &Hasher {
         &self.hasher
