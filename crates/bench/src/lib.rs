@@ -27,6 +27,9 @@
 //! - [`cost`]    — `rustle-bench cost`: the cost guard, instructions,
 //!   allocations and system calls per exchange of each family through a
 //!   running rustle, and its memory at rest, against `bench/cost-baseline.toml`.
+//! - [`radiusd`] — `Radiusd`: Debian's FreeRADIUS on free loopback ports, its own configuration,
+//!   users and accounting detail file (the RADIUS backend's tests)
+//! - [`kdc`] — `Kdc`: Debian's MIT krb5kdc for a throwaway realm, its keytab and `kinit`
 //! - [`redis_server`] — `RedisServer`: Debian's redis-server on a free loopback port
 //!   (plain or TLS), killed, restarted on its port or paused by the tests.
 //! - [`callback`] — `AuthCallback`: the callback of rustle's `kind = "http"` auth backend
@@ -65,9 +68,11 @@ pub mod cost;
 pub mod echo;
 pub mod faulty;
 pub mod floor;
+pub mod kdc;
 pub mod load;
 pub mod origin;
 pub mod pattern;
+pub mod radiusd;
 pub mod redis_server;
 pub mod report;
 pub mod slapd;

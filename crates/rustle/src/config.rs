@@ -29,6 +29,7 @@ pub use backend::{
     BackendConfig, Common as BackendCommon, FileBackend, HttpBackend, Kerberos, LdapBackend,
     RadiusBackend,
 };
+pub use backend::{RadiusAttribute, RadiusMethod};
 pub(crate) use duration::{parse_duration, MAX_DURATION};
 pub use egress::{BindEntry, BindPick, EgressConfig};
 pub use listener::{

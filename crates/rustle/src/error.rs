@@ -202,6 +202,9 @@ pub(crate) enum Error {
     /// not: what was wrong with them.
     #[error("proxy authentication required: {0}")]
     AuthParams(Box<str>),
+    /// A `Proxy-Authorization: Negotiate` token was refused: why (never the token).
+    #[error("proxy authentication required: Negotiate: {0}")]
+    AuthNegotiate(Box<str>),
     /// Too many failed attempts from this client address.
     #[error("too many failed authentication attempts")]
     AuthRateLimited,
@@ -279,7 +282,7 @@ impl Error {
             Error::ShutdownDeadline => None,
             Error::Through { source, .. } => source.status(),
             Error::ParentRefused { .. } => Some(502),
-            Error::AuthRequired(_) | Error::AuthParams(_) => Some(407),
+            Error::AuthRequired(_) | Error::AuthParams(_) | Error::AuthNegotiate(_) => Some(407),
             Error::AuthRateLimited => Some(429),
             Error::AuthBusy | Error::AuthUnavailable => Some(503),
             Error::LimitReached(_) => Some(503),
@@ -338,6 +341,7 @@ impl Error {
             | Error::AuthUnavailable => R::GeneralFailure,
             Error::AuthRequired(_)
             | Error::AuthParams(_)
+            | Error::AuthNegotiate(_)
             | Error::AuthRateLimited
             | Error::ClientAddresses(_)
             | Error::UserCut(_)
@@ -368,6 +372,7 @@ impl Error {
             ) => None,
             Error::AuthRequired(_)
             | Error::AuthParams(_)
+            | Error::AuthNegotiate(_)
             | Error::AuthRateLimited
             | Error::UserCut(_) => Some(Refused::Auth),
             Error::LimitReached(_)

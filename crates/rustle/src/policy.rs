@@ -131,6 +131,8 @@ pub struct Policy {
     /// TLS towards each `https` parent (by parent index), verified with its `ca` or the
     /// system's roots.
     parent_tls: Vec<Option<Arc<rustls::ClientConfig>>>,
+    /// `[auth.kerberos]`: Negotiate tokens accepted with the keytab read at this build.
+    pub(crate) negotiate: Option<Arc<crate::policy::auth::negotiate::Acceptor>>,
     /// What the resolver reads besides `[dns]` (hosts, resolv.conf, its TLS roots).
     pub(crate) dns: Arc<dns::System>,
     /// The whole configuration this policy was built from: workers read its timeouts,
@@ -284,6 +286,17 @@ impl Policy {
             problems.push(e);
             dns::System::default()
         });
+        let negotiate = cfg.auth.kerberos.as_ref().and_then(|k| {
+            let wrong = k.problems();
+            if !wrong.is_empty() {
+                problems.extend(wrong);
+                return None;
+            }
+            crate::policy::auth::negotiate::Acceptor::new(k)
+                .map(Arc::new)
+                .map_err(|e| problems.push(e))
+                .ok()
+        });
         let backends =
             crate::policy::auth::backend::Chain::build(&cfg.auth.backends, cfg.auth.refusal_delay)
                 .unwrap_or_else(|errs| {
@@ -300,6 +313,7 @@ impl Policy {
             routes,
             params: cfg.auth.params.as_ref().map(crate::policy::auth::params::Declared::new),
             parent_tls,
+            negotiate,
             dns: Arc::new(dns),
             undefined_names,
             auth_without_users,

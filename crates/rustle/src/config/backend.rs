@@ -16,6 +16,7 @@ pub use http::HttpBackend;
 pub use kerberos::Kerberos;
 pub use ldap::LdapBackend;
 pub use radius::RadiusBackend;
+pub use radius::{Attribute as RadiusAttribute, Method as RadiusMethod};
 
 /// One `[[auth.backend]]` table.
 #[derive(Debug, Clone, PartialEq, Deserialize)]

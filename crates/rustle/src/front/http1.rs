@@ -449,17 +449,27 @@ impl Client {
         }
         let value = value.to_vec();
         let mut scratch = Vec::new();
-        let (user, password) = crate::policy::auth::parse_basic(&value, &mut scratch)
-            .map_err(|_| Error::AuthRequired("malformed Proxy-Authorization"))?;
-        let protocol = match self.head.target {
-            Target::Authority { .. } => "connect",
-            _ => "http",
+        let negotiated;
+        let (user, params) = match crate::policy::auth::parse_basic(&value, &mut scratch) {
+            Ok((user, password)) => {
+                let protocol = match self.head.target {
+                    Target::Authority { .. } => "connect",
+                    _ => "http",
+                };
+                let l = &self.listener;
+                let origin = crate::policy::auth::Origin {
+                    listener: l.name.as_deref(),
+                    addr: l.listen,
+                    protocol,
+                };
+                self.worker.authenticate(origin, self.peer.ip(), user, password).await?
+            }
+            // Not Basic: Negotiate, where `[auth.kerberos]` accepts it.
+            Err(_) => {
+                negotiated = self.worker.negotiate(self.peer.ip(), &value)?;
+                (negotiated.as_str(), None)
+            }
         };
-        let l = &self.listener;
-        let origin =
-            crate::policy::auth::Origin { listener: l.name.as_deref(), addr: l.listen, protocol };
-        let (user, params) =
-            self.worker.authenticate(origin, self.peer.ip(), user, password).await?;
         if self.user.as_deref().is_some_and(|u| u != user) {
             // The connection is counted against its first user's limit.
             return Err(Error::AuthRequired("a connection cannot change users"));
@@ -597,7 +607,11 @@ impl Client {
             let body = e.to_string();
             let _ = write!(self.out, "HTTP/1.1 {status} {}\r\n", reason(status));
             if status == 407 {
-                let realm = self.worker.policy().realm.replace(['"', '\\'], "");
+                let policy = self.worker.policy();
+                let realm = policy.realm.replace(['"', '\\'], "");
+                if policy.negotiate.is_some() {
+                    self.out.extend_from_slice(b"Proxy-Authenticate: Negotiate\r\n");
+                }
                 let _ = write!(self.out, "Proxy-Authenticate: Basic realm=\"{realm}\"\r\n");
             }
             let _ = write!(

@@ -567,9 +567,13 @@ fn answer_error(shared: &Shared, respond: &mut SendResponse<Bytes>, e: &Error) -
     let h = resp.headers_mut();
     h.insert(http::header::CONTENT_TYPE, HeaderValue::from_static("text/plain; charset=utf-8"));
     if status == 407 {
-        let realm = shared.worker.policy().realm.replace(['"', '\\'], "");
+        let policy = shared.worker.policy();
+        if policy.negotiate.is_some() {
+            h.append(http::header::PROXY_AUTHENTICATE, HeaderValue::from_static("Negotiate"));
+        }
+        let realm = policy.realm.replace(['"', '\\'], "");
         if let Ok(v) = HeaderValue::from_str(&format!("Basic realm=\"{realm}\"")) {
-            h.insert(http::header::PROXY_AUTHENTICATE, v);
+            h.append(http::header::PROXY_AUTHENTICATE, v);
         }
     }
     let body = Bytes::from(format!("{e}\n"));
@@ -604,16 +608,23 @@ async fn authenticate(
         }
     }
     let mut scratch = Vec::new();
-    let (user, password) = crate::policy::auth::parse_basic(value, &mut scratch)
-        .map_err(|_| Error::AuthRequired("malformed Proxy-Authorization"))?;
-    let l = &shared.listener;
-    let origin = crate::policy::auth::Origin {
-        listener: l.name.as_deref(),
-        addr: l.listen,
-        protocol: "http2",
+    let negotiated;
+    let (user, params) = match crate::policy::auth::parse_basic(value, &mut scratch) {
+        Ok((user, password)) => {
+            let l = &shared.listener;
+            let origin = crate::policy::auth::Origin {
+                listener: l.name.as_deref(),
+                addr: l.listen,
+                protocol: "http2",
+            };
+            shared.worker.authenticate(origin, shared.peer.ip(), user, password).await?
+        }
+        // Not Basic: Negotiate, where `[auth.kerberos]` accepts it.
+        Err(_) => {
+            negotiated = shared.worker.negotiate(shared.peer.ip(), value)?;
+            (negotiated.as_str(), None)
+        }
     };
-    let (user, params) =
-        shared.worker.authenticate(origin, shared.peer.ip(), user, password).await?;
     let current = shared.auth.borrow().as_ref().map(|a| a.user.clone());
     if current.as_deref().is_some_and(|u| u != user) {
         return Err(Error::AuthRequired("a connection cannot change users"));

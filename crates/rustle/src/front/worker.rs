@@ -418,6 +418,43 @@ impl Worker {
         }
     }
 
+    /// Checks a `Proxy-Authorization: Negotiate <base64>` value with `[auth.kerberos]`'s
+    /// acceptor: gives the user the ticket names (realm stripped if so configured). A
+    /// refusal is logged with its reason (never the token), answered 407 naming it, and
+    /// counted against the client's failed attempts (429 beyond them, as for passwords).
+    /// CPU only (two AES decryptions): no thread, no network.
+    pub(crate) fn negotiate(
+        &self,
+        client: std::net::IpAddr,
+        value: &[u8],
+    ) -> Result<String, crate::error::Error> {
+        use crate::error::Error;
+        let policy = self.policy();
+        let value = value.trim_ascii();
+        let (scheme, token) =
+            value.split_at(value.iter().position(|&b| b == b' ').unwrap_or(value.len()));
+        let acceptor = match &policy.negotiate {
+            Some(a) if scheme.eq_ignore_ascii_case(b"Negotiate") => a,
+            _ => return Err(Error::AuthRequired("malformed Proxy-Authorization")),
+        };
+        if !self.auth.may_try(client) {
+            return Err(Error::AuthRateLimited);
+        }
+        use base64::Engine;
+        let accepted = base64::engine::general_purpose::STANDARD
+            .decode(token.trim_ascii())
+            .map_err(|_| "the token is not base64".to_string())
+            .and_then(|token| acceptor.accept(&token));
+        match accepted {
+            Ok(a) => Ok(a.user),
+            Err(why) => {
+                self.auth.failed(client);
+                tracing::info!(%client, "Negotiate refused: {why}");
+                Err(Error::AuthNegotiate(why.into()))
+            }
+        }
+    }
+
     /// Completes the TLS handshake of a client of `listener` whose first bytes are in
     /// `buf` (`tls::accept`, with the listener's certificates in force).
     pub(crate) async fn accept_tls(

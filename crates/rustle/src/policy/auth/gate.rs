@@ -89,6 +89,18 @@ impl Gate {
         }
     }
 
+    /// Whether `client` may try a login that needs no hash (a Negotiate token): not when
+    /// it has failed too often lately, as for passwords.
+    pub(crate) fn may_try(&self, client: IpAddr) -> bool {
+        self.failures.borrow_mut().allowed(client, Instant::now())
+    }
+
+    /// A login that needed no hash failed (a refused Negotiate token): counted against
+    /// `client` as a wrong password is.
+    pub(crate) fn failed(&self, client: IpAddr) {
+        self.failures.borrow_mut().record_failure(client, Instant::now());
+    }
+
     /// The hashing threads this gate uses (to change their queue's limits on a reload).
     pub(crate) fn hasher(&self) -> &Hasher {
         &self.hasher
@@ -118,9 +130,48 @@ impl Gate {
         };
         match chain.is_empty() {
             true => self.verify(users, client, user, password).await?,
-            false => self.verify_chain(users, chain, origin, client, user, password).await?,
+            // A remembered acceptance: nothing awaited, nothing boxed.
+            false if self.remembered(users, chain, client, user, password) => {}
+            // The rest (a hash, calls, a refusal's delay) in a box of its own, so that its
+            // state stays out of every connection's future.
+            false => {
+                let slow = self.verify_chain(users, chain, origin, client, user, password);
+                Box::pin(slow).await?
+            }
         }
         Ok((user, params))
+    }
+
+    /// Whether `user` and `password` were accepted lately, by the users file (the
+    /// credential cache) or by an external backend of `chain` (its remembered answer),
+    /// and the client is not over its failed attempts: what a login costs most of the
+    /// time, the same for both.
+    fn remembered(
+        &self,
+        users: &Users,
+        chain: &Chain,
+        client: IpAddr,
+        user: &str,
+        password: &[u8],
+    ) -> bool {
+        let now = Instant::now();
+        if !self.failures.borrow_mut().allowed(client, now) {
+            return false;
+        }
+        if let Some(u) = users.get(user) {
+            return chain.links().iter().any(|l| matches!(l, Link::File))
+                && self.creds.borrow_mut().lookup(user, password, u.version());
+        }
+        let valid = |g| chain.slot_of(g).is_some();
+        let Some((generation, Some(grant))) =
+            self.answers.borrow_mut().lookup(user, password, valid, now)
+        else {
+            return false;
+        };
+        let Some(slot) = chain.slot_of(generation) else { return false };
+        slot.stats.cached.fetch_add(1, Ordering::Relaxed);
+        super::identity::set(user, &grant, slot);
+        true
     }
 
     /// Checks `user` and `password` against the backends of `chain` in order: the users
