@@ -3,7 +3,8 @@
 //! callback grants reaching a rule, a granted connection limit, remembered answers (no
 //! second call), an HTTPS callback requiring a client certificate, a slow callback (503
 //! after `timeout`) and a callback stopped mid-run (503, then served again once it is
-//! back). The callback is `rustle_bench::AuthCallback`, counting its calls.
+//! back); `rustle check` naming the problems of the settings. The callback is
+//! `rustle_bench::AuthCallback`, counting its calls.
 
 use std::time::Duration;
 
@@ -262,4 +263,28 @@ fn a_slow_callback_fails_within_its_timeout() {
     assert_eq!(code, "503");
     let took = start.elapsed();
     assert!(took >= Duration::from_millis(900) && took < Duration::from_millis(2500), "{took:?}");
+}
+
+#[test]
+fn rustle_check_names_every_problem_of_the_http_settings() {
+    let dir = TempDir::new("auth-http-check");
+    let file = dir.file("rustle.toml");
+    let text = "[[listener]]\nlisten = \"127.0.0.1:0\"\nauth = true\n[[auth.backend]]\n\
+                kind = \"http\"\nurl = \"ftp://auth\"\nclient_cert = \"/c.pem\"\n\
+                headers = { Host = \"x\" }\n";
+    std::fs::write(&file, text).unwrap();
+    let out = clean_command(rustle_bin())
+        .args(["-c", file.to_str().unwrap(), "check", "--no-bind"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success(), "{out:?}");
+    let said =
+        format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    for part in [
+        "auth.backend `http`: url \"ftp://auth\" is neither http:// nor https://",
+        "client_cert without client_key",
+        "headers: \"Host\" is written by the client itself",
+    ] {
+        assert!(said.contains(part), "{part:?} not in {said}");
+    }
 }
