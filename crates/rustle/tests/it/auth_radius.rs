@@ -4,7 +4,7 @@
 //! stopped and started mid-run, remembered answers (no second call), and the accounting
 //! of a real download read back from the server's detail file.
 
-use std::net::{SocketAddr, TcpListener};
+use std::net::TcpListener;
 use std::time::Duration;
 
 use rustle::io::tls::write_self_signed;
@@ -60,12 +60,6 @@ kind = "socks"
 listen = "127.0.0.1:0"
 auth = true
 "#;
-
-fn get_as(proxy: SocketAddr, url: &str, user: &str, password: &str) -> Resp {
-    let mut c = Conn::open(proxy);
-    c.send(&request("GET", url, &[&proxy_auth(user, password)], b""));
-    c.read_response()
-}
 
 #[test]
 fn right_and_wrong_passwords_over_http_connect_and_socks5() {

@@ -12,6 +12,7 @@ mod util;
 mod accesslog;
 mod addrs;
 mod auth;
+mod auth_chain;
 mod auth_http;
 mod auth_kerberos;
 mod auth_ldap;

@@ -33,13 +33,6 @@ fn proxy(extra: &str) -> Proxy {
     ))
 }
 
-/// A GET of `url` through `proxy` with Basic credentials, on a new connection.
-fn get_as(proxy: SocketAddr, url: &str, user: &str, password: &str) -> Resp {
-    let mut c = Conn::open(proxy);
-    c.send(&request("GET", url, &[&proxy_auth(user, password)], b""));
-    c.read_response()
-}
-
 /// `key=VALUE` of an access-log line.
 fn field<'a>(line: &'a str, key: &str) -> Option<&'a str> {
     line.split_whitespace().find_map(|w| w.strip_prefix(key)?.strip_prefix('='))

@@ -721,6 +721,13 @@ pub(crate) fn proxy_auth(user: &str, password: &str) -> String {
 }
 
 /// `http://user:password@127.0.0.1:PORT`, for `curl -x`.
+/// A GET of `url` through `proxy` with Basic credentials, on a connection of its own.
+pub(crate) fn get_as(proxy: SocketAddr, url: &str, user: &str, password: &str) -> Resp {
+    let mut c = Conn::open(proxy);
+    c.send(&request("GET", url, &[&proxy_auth(user, password)], b""));
+    c.read_response()
+}
+
 pub(crate) fn proxy_url_with(proxy: SocketAddr, user: &str, password: &str) -> String {
     format!("http://{user}:{password}@{proxy}")
 }

@@ -159,7 +159,8 @@ impl Gate {
             return false;
         }
         if let Some(u) = users.get(user) {
-            return chain.links().iter().any(|l| matches!(l, Link::File))
+            // Remembered for the users file only when it is asked first.
+            return matches!(chain.links().first(), Some(Link::File))
                 && self.creds.borrow_mut().lookup(user, password, u.version());
         }
         let valid = |g| chain.slot_of(g).is_some();
@@ -174,10 +175,9 @@ impl Gate {
         true
     }
 
-    /// Checks `user` and `password` against the backends of `chain` in order: the users
-    /// file settles the names it has (`verify`); an external backend's remembered answer
-    /// comes next (no call), then the backends are called in turn until one knows the
-    /// user. An attempt is counted as failed before the call and given back when it
+    /// Checks `user` and `password` against the backends of `chain`: an external backend's
+    /// remembered answer first (no call), then the backends in order until one knows the
+    /// user; the users file, at its place, settles the names it has (`verify`). An attempt is counted as failed before the call and given back when it
     /// succeeds, as for a hash. A refusal (a wrong password, a name nobody knows, a
     /// backend that gave no answer) is not answered sooner than `refusal_delay` after
     /// the start, so that backends answering an unknown name faster than a wrong
@@ -197,12 +197,8 @@ impl Gate {
             Err(why)
         };
         let now = Instant::now();
-        // A name of the users file is that file's to settle, wherever it stands.
-        if users.get(user).is_some() && chain.links().iter().any(|l| matches!(l, Link::File)) {
-            return match self.verify(users, client, user, password).await {
-                Err(Refusal::Wrong) => refused(Refusal::Wrong).await,
-                other => other,
-            };
+        if !self.failures.borrow_mut().allowed(client, now) {
+            return Err(Refusal::RateLimited);
         }
         let remembered =
             self.answers.borrow_mut().lookup(user, password, |g| chain.slot_of(g).is_some(), now);
@@ -217,12 +213,28 @@ impl Gate {
                 None => refused(Refusal::Wrong).await,
             };
         }
-        if !self.failures.borrow_mut().allowed(client, now) {
-            return Err(Refusal::RateLimited);
-        }
-        self.failures.borrow_mut().reserve(client, now);
+        // Counted as failed from before the first call (given back on success).
+        let mut reserved = false;
         for link in chain.links() {
-            let Link::External(slot) = link else { continue };
+            let slot = match link {
+                // The users file settles the names it has, at its place in the order.
+                Link::File if users.get(user).is_some() => {
+                    if reserved {
+                        // `verify` counts the attempt itself.
+                        self.failures.borrow_mut().give_back(client, Instant::now());
+                    }
+                    return match self.verify(users, client, user, password).await {
+                        Err(Refusal::Wrong) => refused(Refusal::Wrong).await,
+                        other => other,
+                    };
+                }
+                Link::File => continue,
+                Link::External(slot) => slot,
+            };
+            if !reserved {
+                self.failures.borrow_mut().reserve(client, now);
+                reserved = true;
+            }
             let ask = Ask {
                 user: user.to_string(),
                 password: password.to_vec(),
