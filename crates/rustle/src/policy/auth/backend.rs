@@ -324,7 +324,7 @@ fn interim_of(cfg: &BackendConfig) -> Option<Duration> {
 enum Job {
     Check { slot: Arc<Slot>, ask: Ask, reply: oneshot::Sender<Result<Verdict, Failure>> },
     Open(Box<Session>),
-    Close { user: String },
+    Close { generation: u64, user: String },
 }
 
 /// Calls waiting for the `rustle-auth` thread, across workers: beyond them a call fails at
@@ -382,8 +382,8 @@ fn run(mut rx: mpsc::Receiver<Job>) {
                     });
                 }
                 Job::Open(session) => sessions.borrow_mut().open(*session),
-                Job::Close { user } => {
-                    if let Some(s) = sessions.borrow_mut().close(&user) {
+                Job::Close { generation, user } => {
+                    if let Some(s) = sessions.borrow_mut().close(generation, user) {
                         tokio::task::spawn_local(account(s, AcctKind::Stop));
                     }
                 }
@@ -454,29 +454,33 @@ impl Session {
     }
 }
 
+/// Open sessions by backend (its generation: a backend built again after a reload has
+/// sessions of its own) and user.
 #[derive(Default)]
 struct Sessions {
-    by_user: std::collections::HashMap<String, Session>,
+    by_user: std::collections::HashMap<(u64, String), Session>,
 }
 
 impl Sessions {
     fn open(&mut self, s: Session) {
-        match self.by_user.get_mut(&s.user) {
+        let key = (s.slot.generation, s.user.clone());
+        match self.by_user.get_mut(&key) {
             Some(open) => open.open += 1,
             None => {
                 let start = s.record(AcctKind::Start);
                 let slot = s.slot.clone();
                 tokio::task::spawn_local(async move { send(&slot, &start).await });
-                self.by_user.insert(s.user.clone(), s);
+                self.by_user.insert(key, s);
             }
         }
     }
 
-    fn close(&mut self, user: &str) -> Option<Session> {
-        let s = self.by_user.get_mut(user)?;
+    fn close(&mut self, generation: u64, user: String) -> Option<Session> {
+        let key = (generation, user);
+        let s = self.by_user.get_mut(&key)?;
         s.open = s.open.saturating_sub(1);
         match s.open {
-            0 => self.by_user.remove(user),
+            0 => self.by_user.remove(&key),
             _ => None,
         }
     }
@@ -519,15 +523,16 @@ async fn interims(sessions: Rc<RefCell<Sessions>>) {
 /// Held by a connection of a RADIUS-accounted user: the session's Start goes with the
 /// first, its Stop with the drop of the last.
 pub(crate) struct AcctHold {
+    generation: u64,
     user: String,
 }
 
 impl AcctHold {
     /// Opens (or joins) `session`'s user's session; None when the thread is not there.
     pub(crate) fn open(session: Session) -> Option<AcctHold> {
-        let user = session.user.clone();
+        let (generation, user) = (session.slot.generation, session.user.clone());
         thread().ok()?.try_send(Job::Open(Box::new(session))).ok()?;
-        Some(AcctHold { user })
+        Some(AcctHold { generation, user })
     }
 }
 
@@ -535,7 +540,7 @@ impl Drop for AcctHold {
     fn drop(&mut self) {
         if let Ok(tx) = thread() {
             let user = std::mem::take(&mut self.user);
-            if tx.try_send(Job::Close { user }).is_err() {
+            if tx.try_send(Job::Close { generation: self.generation, user }).is_err() {
                 tracing::warn!(
                     "accounting: the rustle-auth queue is full; a session's Stop is lost"
                 );
