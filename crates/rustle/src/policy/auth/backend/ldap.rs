@@ -146,7 +146,7 @@ impl State {
 
     async fn check(&self, ask: &Ask) -> Result<Verdict, Failure> {
         let Ok(_permit) = self.in_flight.try_acquire() else {
-            return Err(Failure::Unreachable("too many calls in flight".into()));
+            return Err(Failure::Overloaded);
         };
         // An empty password makes a simple bind unauthenticated (RFC 4513 5.1.2), which
         // many directories accept: never sent.
