@@ -339,7 +339,13 @@ struct Check {
 /// its session open for ever), bounded by the connections that send it.
 enum SessionJob {
     Open(Box<Session>),
-    Close { generation: u64, user: String },
+    Close {
+        generation: u64,
+        user: String,
+    },
+    /// Every open session's Stop, and the answer once all accounting sent is answered
+    /// (the process is ending).
+    StopAll(std::sync::mpsc::Sender<()>),
 }
 
 /// Checks queued or running on the `rustle-auth` thread, across workers: beyond them a
@@ -411,6 +417,19 @@ fn run(mut rx: mpsc::Receiver<Check>, mut sessions_rx: mpsc::UnboundedReceiver<S
                         if let Some(s) = sessions.borrow_mut().close(generation, user) {
                             tokio::task::spawn_local(account(s, AcctKind::Stop));
                         }
+                    }
+                    Some(SessionJob::StopAll(done)) => {
+                        let open: Vec<Session> =
+                            sessions.borrow_mut().by_user.drain().map(|(_, s)| s).collect();
+                        for s in open {
+                            tokio::task::spawn_local(account(s, AcctKind::Stop));
+                        }
+                        tokio::task::spawn_local(async move {
+                            while PENDING.with(|p| p.get()) > 0 {
+                                tokio::time::sleep(Duration::from_millis(10)).await;
+                            }
+                            let _ = done.send(());
+                        });
                     }
                     None => break,
                 },
@@ -517,10 +536,28 @@ async fn account(s: Session, kind: AcctKind) {
     send(&s.slot, &s.record(kind)).await
 }
 
+thread_local! {
+    /// Accounting records being sent on the rustle-auth thread.
+    static PENDING: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+/// Sends the Stop of every open accounting session and waits, at most `limit`, for the
+/// records sent to be answered. Called at the end of the process, once the workers ended.
+pub(crate) fn stop_sessions(limit: Duration) {
+    let Some(Ok((_, tx))) = THREAD.get() else { return };
+    let (done, wait) = std::sync::mpsc::channel();
+    if tx.send(SessionJob::StopAll(done)).is_ok() {
+        let _ = wait.recv_timeout(limit);
+    }
+}
+
 async fn send(slot: &Slot, rec: &AcctRecord) {
     let Backend::Radius(r) = &slot.backend else { return };
     slot.stats.acct_sent.fetch_add(1, Ordering::Relaxed);
-    if let Err(e) = r.account(rec).await {
+    PENDING.with(|p| p.set(p.get() + 1));
+    let sent = r.account(rec).await;
+    PENDING.with(|p| p.set(p.get() - 1));
+    if let Err(e) = sent {
         slot.stats.acct_failed.fetch_add(1, Ordering::Relaxed);
         tracing::warn!(backend = %slot.common.name, user = %rec.user, "accounting record lost: {e}");
     }
