@@ -10,9 +10,13 @@
 #              its answers remembered; after, the same with `cache_ttl = "0s"` (every
 #              connection calls it). The difference of CPU µs per exchange is the cost of a
 #              cache miss to the proxy; the backend's own CPU per call is printed beside.
-#   thr        one proxy (workers = 1, cache off) under an unthrottled --close load for DUR:
-#              logins completed a second, and the CPU share of the proxy, the backend and
-#              the load generator (which one was the limit).
+#   swap       ka with the sides swapped (the backend's user on the first proxy): how much
+#              the side itself weighs.
+#   thr        one proxy (workers = 1) under an unthrottled --close load for DUR, cache off
+#              (every login a call) and on, and the users file: logins completed a second, and the CPU share
+#              of the proxy, the backend, and CPU 1 (load generator, origin, backend), to
+#              tell which one was the limit.
+# PARTS [ka swap close miss thr] picks the parts run.
 # Runs with the release build: cargo build --release -p rustle -p rustle-bench.
 #   REPS [5], DUR [8] s, RATE_KA [5000], RATE_CLOSE [3000], MISS_RATE [1000] requests/s
 #   each side; OUT [a new directory]: every run's output. Prints a summary at the end.
@@ -40,6 +44,8 @@ server_cpu() {
   echo $t
 }
 TCK=$(getconf CLK_TCK)
+PARTS=${PARTS:-ka swap close miss thr}
+has() { case " $PARTS " in *" $1 "*) return 0 ;; *) return 1 ;; esac; }
 # CPU 1's busy and idle ticks (idle + iowait), "busy,idle".
 cpu1() { awk '$1 == "cpu1" {print $2+$3+$4+$7+$8+$9 "," $5+$6}' /proc/stat; }
 taskset -c 1 $BENCH origin --listen 127.0.0.1:18091 >/dev/null 2>&1 & ORIGIN=$!
@@ -86,29 +92,43 @@ for b in $BACKENDS; do
     [ "$no" = 407 ] && [ "$yes" = 200 ] || { echo "check failed ($OUT/$b.$c.log)" >&2; exit 1; }
   done
 
-  LEXTRA='auth = true' BCONF="$OUT/$b.file.toml" ACONF="$OUT/$b.cached.toml" MODE=http-proxy \
-    RATE=$RATE_KA EXTRA="--proxy-user alice:$PW" \
-    bench/ab-cost.sh $RUSTLE $RUSTLE | tee "$OUT/$b.ka.txt"
-  LEXTRA='auth = true' BCONF="$OUT/$b.file.toml" ACONF="$OUT/$b.cached.toml" MODE=http-proxy \
-    RATE=$RATE_CLOSE EXTRA="--close --proxy-user alice:$PW" \
-    bench/ab-cost.sh $RUSTLE $RUSTLE | tee "$OUT/$b.close.txt"
-  s0=$(server_cpu)
-  LEXTRA='auth = true' BCONF="$OUT/$b.cached.toml" ACONF="$OUT/$b.miss.toml" MODE=http-proxy \
-    RATE=$MISS_RATE EXTRA="--close --proxy-user alice:$PW" \
-    bench/ab-cost.sh $RUSTLE $RUSTLE | tee "$OUT/$b.miss.txt"
-  s1=$(server_cpu)
-  echo "backend ticks $s0 $s1" >> "$OUT/$b.miss.txt"
+  if has ka; then
+    LEXTRA='auth = true' BCONF="$OUT/$b.file.toml" ACONF="$OUT/$b.cached.toml" MODE=http-proxy \
+      RATE=$RATE_KA EXTRA="--proxy-user alice:$PW" \
+      bench/ab-cost.sh $RUSTLE $RUSTLE | tee "$OUT/$b.ka.txt"
+  fi
+  if has swap; then # the same with the sides swapped: what the side itself weighs
+    LEXTRA='auth = true' BCONF="$OUT/$b.cached.toml" ACONF="$OUT/$b.file.toml" MODE=http-proxy \
+      RATE=$RATE_KA EXTRA="--proxy-user alice:$PW" \
+      bench/ab-cost.sh $RUSTLE $RUSTLE | tee "$OUT/$b.swap.txt"
+  fi
+  if has close; then
+    LEXTRA='auth = true' BCONF="$OUT/$b.file.toml" ACONF="$OUT/$b.cached.toml" MODE=http-proxy \
+      RATE=$RATE_CLOSE EXTRA="--close --proxy-user alice:$PW" \
+      bench/ab-cost.sh $RUSTLE $RUSTLE | tee "$OUT/$b.close.txt"
+  fi
+  if has miss; then
+    s0=$(server_cpu)
+    LEXTRA='auth = true' BCONF="$OUT/$b.cached.toml" ACONF="$OUT/$b.miss.toml" MODE=http-proxy \
+      RATE=$MISS_RATE EXTRA="--close --proxy-user alice:$PW" \
+      bench/ab-cost.sh $RUSTLE $RUSTLE | tee "$OUT/$b.miss.txt"
+    s1=$(server_cpu)
+    echo "backend ticks $s0 $s1" >> "$OUT/$b.miss.txt"
+  fi
 
-  # Calls a second one worker sustains: unthrottled, cache off.
-  taskset -c 0 $RUSTLE --config "$OUT/$b.miss.full.toml" 2>>"$OUT/$b.thr.log" & PX=$!
-  sleep 0.5
-  p0=$(cpu $PX); s0=$(server_cpu); t0=$(date +%s.%N); c0=$(cpu1)
-  taskset -c 1 $BENCH load --mode http-proxy --proxy 127.0.0.1:13130 --target 127.0.0.1:18091 \
-    --path /bytes/1024 --close --proxy-user "alice:$PW" --connections 64 \
-    --duration ${DUR}s --warmup 0s --json > "$OUT/$b.thr.json"
-  p1=$(cpu $PX); s1=$(server_cpu); t1=$(date +%s.%N); c1=$(cpu1)
-  kill $PX; wait $PX 2>/dev/null || true; PX=
-  python3 - "$b" "$OUT/$b.thr.json" $p0 $p1 $s0 $s1 $t0 $t1 $TCK "$c0" "$c1" <<'P' | tee "$OUT/$b.thr.txt"
+  # Calls a second one worker sustains: unthrottled, cache off ("miss"); the same with
+  # the cache on ("cached": no call after the first) and with the users file ("file")
+  # show what the rest of the machine allows.
+  for c in $(has thr && echo file cached miss); do
+    taskset -c 0 $RUSTLE --config "$OUT/$b.$c.full.toml" 2>>"$OUT/$b.thr.log" & PX=$!
+    sleep 0.5
+    p0=$(cpu $PX); s0=$(server_cpu); t0=$(date +%s.%N); c0=$(cpu1)
+    taskset -c 1 $BENCH load --mode http-proxy --proxy 127.0.0.1:13130 --target 127.0.0.1:18091 \
+      --path /bytes/1024 --close --proxy-user "alice:$PW" --connections 64 \
+      --duration ${DUR}s --warmup 0s --json > "$OUT/$b.thr.$c.json"
+    p1=$(cpu $PX); s1=$(server_cpu); t1=$(date +%s.%N); c1=$(cpu1)
+    kill $PX; wait $PX 2>/dev/null || true; PX=
+    python3 - "$b $c" "$OUT/$b.thr.$c.json" $p0 $p1 $s0 $s1 $t0 $t1 $TCK "$c0" "$c1" <<'P' | tee "$OUT/$b.thr.$c.txt"
 import json, sys
 b, f = sys.argv[1:3]; p0, p1, s0, s1 = map(int, sys.argv[3:7]); t0, t1 = map(float, sys.argv[7:9])
 tck = int(sys.argv[9]); j = json.load(open(f)); wall = t1 - t0
@@ -118,6 +138,7 @@ print(f"{b} thr: {j['rate_per_s']:.0f} logins/s, errors {j['errors'].get('total'
       f"CPU 1 (load, origin, backend) busy {(b1 - b0) / ((b1 - b0) + (i1 - i0)) * 100:.0f}% "
       f"(over {wall:.1f} s)")
 P
+  done
   exec 3>&-
   kill $SP 2>/dev/null || true; wait $SP 2>/dev/null || true; SP=
   rm -f "$OUT/$b.in"
@@ -135,12 +156,21 @@ def rows(f):
             r.append(x)
     return r
 for b in backends:
-    for kind in ("ka", "close"):
+    for kind in ("ka", "swap", "close"):
+        if not os.path.exists(f"{out}/{b}.{kind}.txt"):
+            continue
         r = rows(f"{out}/{b}.{kind}.txt"); q = [float(x[3]) for x in r]
+        if kind == "swap":  # the backend on the first side: inverted
+            q = [1 / v for v in q]; r = [[x[0], x[2], x[1]] + x[3:] for x in r]
         bu = [float(x[1]) for x in r]; au = [float(x[2]) for x in r]
         errs = sum(int(x[6]) + int(x[7]) for x in r)
         print(f"{b} {kind}: users file {s.median(bu):.2f} us, cached backend {s.median(au):.2f} us per request; "
               f"ratio median {s.median(q):.4f} range {min(q):.4f}-{max(q):.4f}; errors {errs}")
+    for c in ("file", "cached", "miss"):
+        if os.path.exists(f"{out}/{b}.thr.{c}.txt"):
+            print(open(f"{out}/{b}.thr.{c}.txt").read().strip())
+    if not os.path.exists(f"{out}/{b}.miss.txt"):
+        continue
     r = rows(f"{out}/{b}.miss.txt")
     d = [float(x[2]) - float(x[1]) for x in r]; calls = sum(int(x[5]) for x in r)
     t = open(f"{out}/{b}.miss.txt").read().split("backend ticks")[1].split()
@@ -149,6 +179,5 @@ for b in backends:
     print(f"{b} miss: cached {s.median(float(x[1]) for x in r):.2f} us, miss {s.median(float(x[2]) for x in r):.2f} us "
           f"per connection; miss cost median {s.median(d):.2f} us range {min(d):.2f}-{max(d):.2f}; "
           f"backend {per_call:.1f} us CPU per call; errors {errs}")
-    print(open(f"{out}/{b}.thr.txt").read().strip())
 P
 echo "results in $OUT"
