@@ -16,7 +16,10 @@
 #              (every login a call) and on, and the users file: logins completed a second, and the CPU share
 #              of the proxy, the backend, and CPU 1 (load generator, origin, backend), to
 #              tell which one was the limit.
-# PARTS [ka swap close miss thr] picks the parts run.
+#   icount     instructions per kept-alive request (valgrind's callgrind, user space only),
+#              users file against remembered: the difference between 1,000 and 3,000
+#              requests on one connection.
+# PARTS [ka swap close miss thr icount] picks the parts run.
 # Runs with the release build: cargo build --release -p rustle -p rustle-bench.
 #   REPS [5], DUR [8] s, RATE_KA [5000], RATE_CLOSE [3000], MISS_RATE [1000] requests/s
 #   each side; OUT [a new directory]: every run's output. Prints a summary at the end.
@@ -44,7 +47,7 @@ server_cpu() {
   echo $t
 }
 TCK=$(getconf CLK_TCK)
-PARTS=${PARTS:-ka swap close miss thr}
+PARTS=${PARTS:-ka swap close miss thr icount}
 has() { case " $PARTS " in *" $1 "*) return 0 ;; *) return 1 ;; esac; }
 # CPU 1's busy and idle ticks (idle + iowait), "busy,idle".
 cpu1() { awk '$1 == "cpu1" {print $2+$3+$4+$7+$8+$9 "," $5+$6}' /proc/stat; }
@@ -139,6 +142,35 @@ print(f"{b} thr: {j['rate_per_s']:.0f} logins/s, errors {j['errors'].get('total'
       f"(over {wall:.1f} s)")
 P
   done
+  # Instructions per kept-alive request (callgrind, user space): the difference between
+  # 1,000 and 3,000 requests on one connection, users file against remembered.
+  for c in $(has icount && echo file cached); do
+    for n in 1000 3000; do
+      valgrind --tool=callgrind --callgrind-out-file="$OUT/$b.cg.$c.$n" \
+        $RUSTLE --config "$OUT/$b.$c.full.toml" 2>/dev/null & PX=$!
+      for _ in $(seq 100); do curl -s -o /dev/null http://127.0.0.1:13130/ && break; sleep 0.2; done
+      $BENCH load --mode http-proxy --proxy 127.0.0.1:13130 --target 127.0.0.1:18091 \
+        --path /bytes/1024 --proxy-user "alice:$PW" --connections 1 --count $n --json \
+        > "$OUT/$b.cg.$c.$n.json"
+      kill $PX; wait $PX 2>/dev/null || true; PX=
+    done
+  done
+  if has icount; then
+    python3 - "$OUT" "$b" <<'P' | tee "$OUT/$b.icount.txt"
+import json, sys
+out, b = sys.argv[1:]
+per = {}
+for c in ("file", "cached"):
+    tot = {}
+    for n in (1000, 3000):
+        j = json.load(open(f"{out}/{b}.cg.{c}.{n}.json"))
+        assert j["completed"] == n and j["errors"]["total"] == 0, (c, n, j["errors"])
+        tot[n] = next(int(l.split()[1]) for l in open(f"{out}/{b}.cg.{c}.{n}") if l.startswith("summary:"))
+    per[c] = (tot[3000] - tot[1000]) / 2000
+print(f"{b} icount: users file {per['file']:.0f}, remembered {per['cached']:.0f} instructions "
+      f"per kept-alive request (user space): {per['cached'] / per['file']:.4f}")
+P
+  fi
   exec 3>&-
   kill $SP 2>/dev/null || true; wait $SP 2>/dev/null || true; SP=
   rm -f "$OUT/$b.in"
@@ -166,6 +198,8 @@ for b in backends:
         errs = sum(int(x[6]) + int(x[7]) for x in r)
         print(f"{b} {kind}: users file {s.median(bu):.2f} us, cached backend {s.median(au):.2f} us per request; "
               f"ratio median {s.median(q):.4f} range {min(q):.4f}-{max(q):.4f}; errors {errs}")
+    if os.path.exists(f"{out}/{b}.icount.txt"):
+        print(open(f"{out}/{b}.icount.txt").read().strip())
     for c in ("file", "cached", "miss"):
         if os.path.exists(f"{out}/{b}.thr.{c}.txt"):
             print(open(f"{out}/{b}.thr.{c}.txt").read().strip())
