@@ -12,10 +12,10 @@
 #              cache miss to the proxy; the backend's own CPU per call is printed beside.
 #   swap       ka with the sides swapped (the backend's user on the first proxy): how much
 #              the side itself weighs.
-#   thr        one proxy (workers = 1) under an unthrottled --close load for DUR, cache off
-#              (every login a call) and on, and the users file: logins completed a second, and the CPU share
-#              of the proxy, the backend, and CPU 1 (load generator, origin, backend), to
-#              tell which one was the limit.
+#   thr        one proxy (workers = 1) under an unthrottled --close load for DUR, with the
+#              cache off (every login a call), on, and with the users file: logins
+#              completed a second, and the CPU share of the proxy, the backend, and CPU 1
+#              (load generator, origin, backend), to tell which one was the limit.
 #   icount     instructions per kept-alive request (valgrind's callgrind, user space only),
 #              users file against remembered: the difference between 1,000 and 3,000
 #              requests on one connection.
