@@ -366,6 +366,9 @@ fn max_forwards_zero_is_answered_by_the_proxy() {
 async fn reqwest_client_through_the_proxy() {
     let origin = Origin::start().unwrap();
     let proxy = Proxy::start();
+    // reqwest as the proxy builds it (rustls with no provider of its own): the process's
+    // default provider, aws-lc-rs, as the proxy's.
+    let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
     let client = reqwest::Client::builder()
         .proxy(reqwest::Proxy::http(proxy.url()).unwrap())
         .build()

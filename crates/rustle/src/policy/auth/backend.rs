@@ -351,9 +351,9 @@ enum SessionJob {
         generation: u64,
         user: String,
     },
-    /// Every open session's Stop, and the answer once all accounting sent is answered
-    /// (the process is ending).
-    StopAll(std::sync::mpsc::Sender<()>),
+    /// The answer once every accounting record sent so far is answered (the process is
+    /// ending: the Stops of its connections' sessions, queued before, go out first).
+    Flush(std::sync::mpsc::Sender<()>),
 }
 
 /// Checks queued or running on the `rustle-auth` thread, across workers: beyond them a
@@ -426,12 +426,7 @@ fn run(mut rx: mpsc::Receiver<Check>, mut sessions_rx: mpsc::UnboundedReceiver<S
                             tokio::task::spawn_local(account(s, AcctKind::Stop));
                         }
                     }
-                    Some(SessionJob::StopAll(done)) => {
-                        let open: Vec<Session> =
-                            sessions.borrow_mut().by_user.drain().map(|(_, s)| s).collect();
-                        for s in open {
-                            tokio::task::spawn_local(account(s, AcctKind::Stop));
-                        }
+                    Some(SessionJob::Flush(done)) => {
                         tokio::task::spawn_local(async move {
                             while PENDING.with(|p| p.get()) > 0 {
                                 tokio::time::sleep(Duration::from_millis(10)).await;
@@ -549,12 +544,13 @@ thread_local! {
     static PENDING: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
 }
 
-/// Sends the Stop of every open accounting session and waits, at most `limit`, for the
-/// records sent to be answered. Called at the end of the process, once the workers ended.
-pub(crate) fn stop_sessions(limit: Duration) {
+/// Waits, at most `limit`, for the accounting records sent so far to be answered. Called
+/// once the workers ended: their connections' guards have sent every Close, so the Stop
+/// of each session they held is among those records.
+pub(crate) fn flush_accounting(limit: Duration) {
     let Some(Ok((_, tx))) = THREAD.get() else { return };
     let (done, wait) = std::sync::mpsc::channel();
-    if tx.send(SessionJob::StopAll(done)).is_ok() {
+    if tx.send(SessionJob::Flush(done)).is_ok() {
         let _ = wait.recv_timeout(limit);
     }
 }
