@@ -1,9 +1,9 @@
 //! The radius backend: Access-Request to the `servers` in order (PAP or CHAP, signed with a
-//! Message-Authenticator), Access-Accept read into a `Grant`, and the accounting of the
-//! sessions it accepted (Accounting-Request Start, Interim-Update, Stop). Each call has
-//! its own UDP socket per server, so responses are matched by the socket, then by
-//! identifier and authenticator; a server that gives no answer is passed over for
-//! `DEAD_TIME` (asked last, not never).
+//! Message-Authenticator, and replies required to carry one), Access-Accept read into a
+//! `Grant`, and the accounting of the sessions it accepted (Accounting-Request Start,
+//! Interim-Update, Stop). Each call has its own UDP socket per server, so responses are
+//! matched by the socket, then by identifier and authenticator; a server that gives no
+//! answer is passed over for `DEAD_TIME` (asked last, not never).
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::path::Path;
@@ -50,6 +50,8 @@ pub(crate) struct Inner {
     accounting: bool,
     group: RadiusAttribute,
     bandwidth: Option<RadiusAttribute>,
+    /// Access-Accept, -Reject and -Challenge without a Message-Authenticator are dropped.
+    require_signature: bool,
     /// `max_in_flight`: a check over it is refused at once; accounting waits its turn.
     slots: Semaphore,
     next_id: AtomicU8,
@@ -103,6 +105,7 @@ impl Radius {
             accounting: cfg.accounting,
             group,
             bandwidth,
+            require_signature: cfg.require_message_authenticator,
             slots: Semaphore::new(cfg.max_in_flight),
             next_id: AtomicU8::new(first_id[0]),
             epoch: Instant::now(),
@@ -383,6 +386,13 @@ impl Radius {
                     // Connection refused: nothing listens there.
                     Ok(Err(e)) => return Err(e.to_string()),
                     Ok(Ok(n)) => match packet::check_response(&buf[..n], request, &self.secret) {
+                        Ok(r) if self.require_signature && !r.signed && is_access_reply(r.code) => {
+                            tracing::warn!(
+                                "auth: radius `{}`: a reply from {} dropped: it has no Message-Authenticator (require_message_authenticator; BlastRADIUS)",
+                                self.name,
+                                server.addr
+                            )
+                        }
                         Ok(_) => {
                             buf.truncate(n);
                             return Ok(buf);
@@ -426,6 +436,11 @@ fn flatten(k: u8, v: &[u8]) -> Vec<(RadiusAttribute, &[u8])> {
     } else {
         vec![(RadiusAttribute::Standard(k), v)]
     }
+}
+
+/// Access-Accept, -Reject, -Challenge: the replies a forger gains by (BlastRADIUS).
+fn is_access_reply(code: u8) -> bool {
+    matches!(code, packet::ACCESS_ACCEPT | packet::ACCESS_REJECT | packet::ACCESS_CHALLENGE)
 }
 
 fn be_u32(v: &[u8]) -> Option<u32> {
