@@ -52,8 +52,11 @@ pub(crate) struct Inner {
     bandwidth: Option<RadiusAttribute>,
     /// Access-Accept, -Reject and -Challenge without a Message-Authenticator are dropped.
     require_signature: bool,
-    /// `max_in_flight`: a check over it is refused at once; accounting waits its turn.
+    /// `max_in_flight` checks: one over it is refused at once.
     slots: Semaphore,
+    /// `max_in_flight` accounting records, apart from the checks' so that accounting
+    /// servers that do not answer never hold a login back: a record waits its turn.
+    acct_slots: Semaphore,
     next_id: AtomicU8,
     /// The origin of the servers' `down_until`.
     epoch: Instant,
@@ -107,6 +110,7 @@ impl Radius {
             bandwidth,
             require_signature: cfg.require_message_authenticator,
             slots: Semaphore::new(cfg.max_in_flight),
+            acct_slots: Semaphore::new(cfg.max_in_flight),
             next_id: AtomicU8::new(first_id[0]),
             epoch: Instant::now(),
             name,
@@ -242,14 +246,15 @@ impl Radius {
     }
 
     /// Sends one accounting record (Accounting-Request) and waits for its response, to the
-    /// accounting servers in order. Waits up to `timeout` for a slot of `max_in_flight`.
+    /// accounting servers in order. Waits, within `timeout`, for one of its own
+    /// `max_in_flight` slots (not the checks').
     pub(crate) async fn account(&self, rec: &AcctRecord) -> Result<(), Failure> {
         if !self.accounting {
             return Ok(());
         }
         let call = async {
             let _permit = self
-                .slots
+                .acct_slots
                 .acquire()
                 .await
                 .map_err(|_| Failure::Unreachable("the backend is closed".into()))?;

@@ -388,3 +388,43 @@ async fn replies_without_message_authenticator_are_dropped_unless_allowed() {
     assert!(matches!(r.check(&ask("alice", "any")).await, Ok(Verdict::Allow(_))));
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[tokio::test]
+async fn logins_never_wait_for_accounting_servers_that_do_not_answer() {
+    let Some(server) = Radiusd::start(USERS) else { return };
+    let silent = UdpSocket::bind("127.0.0.1:0").expect("bind");
+    let silent_addr = format!("127.0.0.1:{}", silent.local_addr().expect("addr").port());
+    let extra = format!("accounting_servers = [{silent_addr:?}]\nmax_in_flight = 1\nretries = 0");
+    let r = Radius::new(&settings(&[on(&server)], &server, &extra)).expect("backend");
+    let rec = |id: &str| AcctRecord {
+        kind: AcctKind::Start,
+        session_id: id.into(),
+        user: "alice".into(),
+        client: IpAddr::V4(Ipv4Addr::LOCALHOST),
+        bytes_in: 0,
+        bytes_out: 0,
+        secs: 0,
+        class: None,
+    };
+    let (a, b) = (rec("s1"), rec("s2"));
+    // Two records hold and wait for the one accounting slot for the whole timeout (2 s)
+    // while logins come and go on theirs.
+    let logins = async {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let t = Instant::now();
+        for _ in 0..3 {
+            assert!(matches!(r.check(&ask("alice", "wonderland")).await, Ok(Verdict::Allow(_))));
+        }
+        assert_eq!(r.check(&ask("alice", "wrong")).await, Ok(Verdict::Deny));
+        t.elapsed()
+    };
+    let (ra, rb, took) = tokio::join!(r.account(&a), r.account(&b), logins);
+    assert!(took < Duration::from_millis(1000), "logins waited {took:?}");
+    assert!(matches!(ra, Err(Failure::Timeout | Failure::Unreachable(_))), "{ra:?}");
+    assert!(matches!(rb, Err(Failure::Timeout | Failure::Unreachable(_))), "{rb:?}");
+    let mut buf = [0u8; 4096];
+    silent.set_nonblocking(true).expect("nonblocking");
+    let n = silent.recv(&mut buf).expect("the silent server got a record");
+    assert_eq!((buf[0], n > 20), (packet::ACCOUNTING_REQUEST, true));
+    assert_eq!(server.auth_requests(), 4, "{}", server.log());
+}
