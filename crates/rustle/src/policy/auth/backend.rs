@@ -86,6 +86,14 @@ pub(crate) enum Failure {
     Protocol(String),
 }
 
+/// Whether a backend's group name is one rules and routes can name: 1 to 255 bytes, no
+/// control character, whitespace or comma.
+pub(crate) fn valid_group(g: &str) -> bool {
+    !g.is_empty()
+        && g.len() <= 255
+        && !g.chars().any(|c| c.is_control() || c.is_whitespace() || c == ',')
+}
+
 /// One RADIUS accounting record of a session (a client connection of a RADIUS user).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct AcctRecord {

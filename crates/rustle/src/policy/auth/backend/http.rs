@@ -244,10 +244,7 @@ fn verdict(body: &[u8]) -> Result<Verdict, Failure> {
         return Ok(Verdict::Deny);
     }
     for g in &answer.groups {
-        if g.is_empty()
-            || g.len() > 255
-            || g.chars().any(|c| c.is_control() || c.is_whitespace() || c == ',')
-        {
+        if !super::valid_group(g) {
             return Err(Failure::Protocol(format!(
                 "callback answer: group {g:?} is not a group name"
             )));
