@@ -14,7 +14,7 @@ use argon2::password_hash::rand_core::{OsRng, RngCore};
 use tokio::net::UdpSocket;
 use tokio::sync::Semaphore;
 
-use super::{AcctKind, AcctRecord, Ask, Failure, Grant, Verdict};
+use super::{valid_group, AcctKind, AcctRecord, Ask, Failure, Grant, Verdict};
 use crate::config::{RadiusAttribute, RadiusBackend, RadiusMethod};
 
 mod packet;
@@ -145,7 +145,23 @@ impl Radius {
         let reply = packet::check_response(&reply, &request, &self.secret)
             .map_err(|e| Failure::Protocol(e.to_string()))?;
         match reply.code {
-            packet::ACCESS_ACCEPT => Ok(Verdict::Allow(self.grant(&reply))),
+            packet::ACCESS_ACCEPT => {
+                // The account known under another spelling (case, a realm): limits kept
+                // per user name would not hold it, so the name as presented is refused.
+                let other = reply
+                    .attributes()
+                    .find(|(k, v)| *k == kind::USER_NAME && *v != ask.user.as_bytes());
+                if let Some((_, name)) = other {
+                    tracing::info!(
+                        "auth: radius `{}`: {:?} refused: the server accepts it as {:?}, and only the name as the server knows it is let in",
+                        self.name,
+                        ask.user,
+                        String::from_utf8_lossy(name)
+                    );
+                    return Ok(Verdict::Deny);
+                }
+                Ok(Verdict::Allow(self.grant(&reply)?))
+            }
             packet::ACCESS_REJECT => Ok(Verdict::Deny),
             packet::ACCESS_CHALLENGE => {
                 tracing::info!(
@@ -206,8 +222,9 @@ impl Radius {
         b.add(kind::CALLING_STATION_ID, client.to_string().as_bytes())
     }
 
-    /// An Access-Accept's attributes, as far as rustle has a use for them.
-    fn grant(&self, reply: &packet::Response<'_>) -> Grant {
+    /// An Access-Accept's attributes, as far as rustle has a use for them; a group that is
+    /// no group name (see `valid_group`) is a failure, as the callback's.
+    fn grant(&self, reply: &packet::Response<'_>) -> Result<Grant, Failure> {
         let mut grant = Grant::default();
         for (k, v) in reply.attributes() {
             match k {
@@ -230,9 +247,16 @@ impl Radius {
             }
             for (attribute, value) in flatten(k, v) {
                 if attribute == self.group {
-                    let g = String::from_utf8_lossy(value).trim().to_string();
-                    if !g.is_empty() && !grant.groups.contains(&g) {
-                        grant.groups.push(g);
+                    let g = std::str::from_utf8(value).ok().filter(|g| valid_group(g)).ok_or_else(
+                        || {
+                            Failure::Protocol(format!(
+                                "radius reply: group {:?} is not a group name",
+                                String::from_utf8_lossy(value)
+                            ))
+                        },
+                    )?;
+                    if !grant.groups.iter().any(|have| have == g) {
+                        grant.groups.push(g.to_string());
                     }
                 }
                 if Some(attribute) == self.bandwidth {
@@ -242,7 +266,7 @@ impl Radius {
                 }
             }
         }
-        grant
+        Ok(grant)
     }
 
     /// Sends one accounting record (Accounting-Request) and waits for its response, to the

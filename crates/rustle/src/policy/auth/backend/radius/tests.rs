@@ -428,3 +428,56 @@ async fn logins_never_wait_for_accounting_servers_that_do_not_answer() {
     assert_eq!((buf[0], n > 20), (packet::ACCOUNTING_REQUEST, true));
     assert_eq!(server.auth_requests(), 4, "{}", server.log());
 }
+
+/// bob is accepted under another spelling (a server matching names without case, or
+/// adding a realm, says which in User-Name); dave's name comes back as given; erin's group
+/// is no group name.
+const SPELLINGS: &str = r#"
+bob	Cleartext-Password := "b0b"
+	User-Name := "Bob",
+	Filter-Id = "staff"
+
+dave	Cleartext-Password := "d4ve"
+	User-Name := "dave",
+	Filter-Id = "staff"
+
+erin	Cleartext-Password := "3rin"
+	Filter-Id = "staff, admin"
+"#;
+
+#[tokio::test]
+async fn an_accept_under_another_user_name_is_refused_and_groups_are_checked() {
+    let Some(server) = Radiusd::start(SPELLINGS) else { return };
+    let r = Radius::new(&settings(&[on(&server)], &server, "")).expect("backend");
+    assert_eq!(r.check(&ask("bob", "b0b")).await, Ok(Verdict::Deny), "{}", server.log());
+    assert!(server.log().contains("Login OK: [bob]"), "the server accepted: {}", server.log());
+    let Ok(Verdict::Allow(grant)) = r.check(&ask("dave", "d4ve")).await else {
+        panic!("dave refused: {}", server.log());
+    };
+    assert_eq!(grant.groups, ["staff"]);
+    let got = r.check(&ask("erin", "3rin")).await;
+    assert!(
+        matches!(&got, Err(Failure::Protocol(e)) if e.contains("\"staff, admin\" is not a group name")),
+        "{got:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_user_name_differing_byte_for_byte_is_refused() {
+    let dir = fake_dir("spelling");
+    for (presented, answered, allowed) in
+        [("ALICE", "alice", false), ("alice", "alice@realm", false), ("alice", "alice", true)]
+    {
+        let (addr, _) = fake_server(true, vec![(kind::USER_NAME, answered.as_bytes().to_vec())]);
+        let r = Radius::new(&fake_settings(&addr, &dir, "")).expect("backend");
+        let got = r.check(&ask(presented, "any")).await;
+        assert_eq!(matches!(got, Ok(Verdict::Allow(_))), allowed, "{presented} as {answered}");
+        if !allowed {
+            assert_eq!(got, Ok(Verdict::Deny));
+        }
+    }
+    let (addr, _) = fake_server(true, vec![(FILTER_ID, vec![b's', 0xff])]);
+    let r = Radius::new(&fake_settings(&addr, &dir, "")).expect("backend");
+    assert!(matches!(r.check(&ask("alice", "any")).await, Err(Failure::Protocol(_))));
+    let _ = std::fs::remove_dir_all(&dir);
+}
