@@ -1,7 +1,8 @@
 //! `Slapd`: Debian's OpenLDAP server on a free loopback port, for the tests of the LDAP
 //! backend. It runs from a `slapd.conf` in a scratch directory (mdb database, suffix
 //! `dc=example,dc=org`, root `cn=admin,dc=example,dc=org` with password [`ROOT_PASSWORD`],
-//! the memberof overlay so that users carry `memberOf`), is loaded with the test's LDIF
+//! the memberof overlay so that users carry `memberOf`, ACLs that hide parts of two
+//! entries as [`PEOPLE`] says, all else readable by all), is loaded with the test's LDIF
 //! through `ldapadd` once it listens, and also listens with LDAPS on a second port, with a
 //! certificate for 127.0.0.1 and localhost from a throwaway CA (`ca_file`). It logs its
 //! operations (`loglevel stats`), so that a test counts the binds it served (`binds`). It
@@ -32,7 +33,13 @@ pub const ROOT_PASSWORD: &str = "rootsecret";
 /// Example people for the tests: alice (password `wonderland`; groups admins and staff),
 /// bob (`builder`; staff), carol (`carol-pw`; `employeeType: disabled`) under
 /// `ou=people`, groups (groupOfNames) under `ou=groups`, and a service account
-/// `cn=svc,dc=example,dc=org` (`svc-secret`).
+/// `cn=svc,dc=example,dc=org` (`svc-secret`). Entries for the hardening tests, under the
+/// ACLs of the server's configuration: dave (`dave-pw`; groups `Domain Users` under
+/// `ou=groups` and `admins` under `ou=elsewhere`); erin (`erin-pw`), whose entry
+/// only the service account reads (she binds, and reads nothing of it); frank
+/// (`frank-pw`; disabled), whose `employeeType` only the service account reads; grace
+/// (`grace-pw`), a name with two entries, one under `ou=people` and one under
+/// `ou=elsewhere`.
 pub const PEOPLE: &str = "\
 dn: dc=example,dc=org
 objectClass: dcObject
@@ -86,6 +93,56 @@ objectClass: groupOfNames
 cn: staff
 member: uid=alice,ou=people,dc=example,dc=org
 member: uid=bob,ou=people,dc=example,dc=org
+
+dn: ou=elsewhere,dc=example,dc=org
+objectClass: organizationalUnit
+ou: elsewhere
+
+dn: uid=dave,ou=people,dc=example,dc=org
+objectClass: inetOrgPerson
+uid: dave
+cn: Dave
+sn: D
+userPassword: dave-pw
+
+dn: uid=erin,ou=people,dc=example,dc=org
+objectClass: inetOrgPerson
+uid: erin
+cn: Erin
+sn: E
+userPassword: erin-pw
+
+dn: uid=frank,ou=people,dc=example,dc=org
+objectClass: inetOrgPerson
+uid: frank
+cn: Frank
+sn: F
+employeeType: disabled
+userPassword: frank-pw
+
+dn: uid=grace,ou=people,dc=example,dc=org
+objectClass: inetOrgPerson
+uid: grace
+cn: Grace
+sn: G
+userPassword: grace-pw
+
+dn: uid=grace,ou=elsewhere,dc=example,dc=org
+objectClass: inetOrgPerson
+uid: grace
+cn: Grace
+sn: G
+userPassword: grace-pw
+
+dn: cn=admins,ou=elsewhere,dc=example,dc=org
+objectClass: groupOfNames
+cn: admins
+member: uid=dave,ou=people,dc=example,dc=org
+
+dn: cn=Domain Users,ou=groups,dc=example,dc=org
+objectClass: groupOfNames
+cn: Domain Users
+member: uid=dave,ou=people,dc=example,dc=org
 ";
 
 /// slapd on a small database starts in some tens of milliseconds; this only bounds a
@@ -276,6 +333,14 @@ rootdn \"{ROOT_DN}\"
 rootpw {ROOT_PASSWORD}
 directory {d}/db
 overlay memberof
+access to dn.exact=\"uid=erin,ou=people,{SUFFIX}\"
+  by anonymous auth
+  by dn.exact=\"cn=svc,{SUFFIX}\" read
+  by * none
+access to dn.exact=\"uid=frank,ou=people,{SUFFIX}\" attrs=employeeType
+  by dn.exact=\"cn=svc,{SUFFIX}\" read
+  by * none
+access to * by * read
 "
     )
 }

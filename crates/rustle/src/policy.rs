@@ -360,7 +360,7 @@ impl Policy {
         let (up, down) = match self.user_rates.get(user) {
             Some(r) => *r,
             None if !self.backends.is_empty() && self.users.get(user).is_none() => {
-                let granted = crate::policy::auth::identity::get(user);
+                let granted = crate::policy::auth::identity::get(user, &self.backends);
                 let rate = granted.and_then(|i| i.grant.bandwidth);
                 (rate, rate)
             }
@@ -612,7 +612,10 @@ impl<'a> UserView<'a> {
         match policy.users.get(name) {
             Some(u) => Some(UserView::File(u)),
             None if policy.backends.is_empty() => None,
-            None => Some(UserView::External(name, crate::policy::auth::identity::groups(name))),
+            None => Some(UserView::External(
+                name,
+                crate::policy::auth::identity::groups(name, &policy.backends),
+            )),
         }
     }
 

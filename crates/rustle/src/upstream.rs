@@ -236,7 +236,7 @@ fn granted_egress<'p>(
         return None;
     }
     let user = want.user.filter(|u| policy.users.get(u).is_none())?;
-    let ip = crate::policy::auth::identity::get(user)?.grant.egress?;
+    let ip = crate::policy::auth::identity::get(user, &policy.backends)?.grant.egress?;
     let local = Some(crate::policy::route::egress::Local { ip, freebind: false });
     let (v4, v6) = match ip {
         IpAddr::V4(_) => (local, None),

@@ -158,7 +158,12 @@ async fn socks5_credentials(s: &mut Session) -> Result<(), Error> {
                 // A name that is not UTF-8 is no user's: checked as an unknown user (a
                 // NUL no user name holds), never as the name with its bytes replaced
                 // (`bob\xff` must not pass as a user `bob\u{fffd}`).
-                let user = std::str::from_utf8(c.user).unwrap_or("\0").to_owned();
+                // A control character likewise (as Basic refuses one).
+                let user = std::str::from_utf8(c.user)
+                    .ok()
+                    .filter(|u| !u.chars().any(char::is_control))
+                    .unwrap_or("\0")
+                    .to_owned();
                 let pair = (user, c.password.to_vec());
                 s.buf.consume(n);
                 break pair;

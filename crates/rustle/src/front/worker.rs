@@ -402,6 +402,7 @@ impl Worker {
     ) -> Result<(&'u str, Option<crate::acl::Params>), crate::error::Error> {
         use crate::error::Error;
         let policy = self.policy();
+        crate::policy::auth::identity::clear_login();
         let by = crate::policy::auth::Sources {
             users: &policy.users,
             declared: policy.params.as_ref(),
@@ -635,10 +636,10 @@ impl ConnGuard {
             None => None,
         };
         // A user an external backend accepted: the limit it granted, and its accounting.
+        // This connection's own login (taken right after it, no await between).
         let backend = match self.worker.policy().backends.is_empty() {
             true => None,
-            false => crate::policy::auth::identity::get(user)
-                .filter(|_| self.worker.policy().users.get(user).is_none()),
+            false => crate::policy::auth::identity::take_login(user),
         };
         if let Some(max) = backend.as_ref().and_then(|i| i.grant.max_connections) {
             // Relaxed: the count across workers, as the metrics read it.

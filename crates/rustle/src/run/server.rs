@@ -101,6 +101,9 @@ impl Running {
         for t in self.threads {
             let _ = t.join();
         }
+        // RADIUS accounting: the Stop of every session still open (their connections all
+        // ended), sent before the process goes.
+        crate::policy::auth::backend::stop_sessions(std::time::Duration::from_secs(3));
         // The last usage written once no worker counts any more.
         self.quotas.stop();
         // Once no connection is left (and the keeper's last flush is out): the fleet

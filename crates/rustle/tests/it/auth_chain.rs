@@ -190,3 +190,44 @@ fn metrics_say_whether_each_backend_answers() {
     let failed = "rustle_auth_backend_answers_total{backend=\"cb\",answer=\"failed\"} 1";
     assert!(text.lines().any(|l| l == failed), "no `{failed}` in:\n{text}");
 }
+
+#[test]
+fn the_binary_sends_the_stop_of_a_session_open_when_it_is_told_to_end() {
+    let Some(server) =
+        rustle_bench::radiusd::Radiusd::start("erin\tCleartext-Password := \"pw-e\"\n")
+    else {
+        return;
+    };
+    let dir = TempDir::new("auth-chain-stop");
+    let config = dir.file("rustle.toml");
+    let text = format!(
+        "[[listener]]\nlisten = \"127.0.0.1:0\"\nauth = true\n\
+         [auth]\nrefusal_delay = \"0s\"\n\
+         [[auth.backend]]\nkind = \"radius\"\nservers = [\"127.0.0.1:{}\"]\n\
+         accounting_servers = [\"127.0.0.1:{}\"]\nsecret_file = {:?}\ntimeout = \"1s\"\n\
+         [timeouts]\nshutdown = \"5s\"\n",
+        server.auth_port(),
+        server.acct_port(),
+        server.secret_file().display().to_string(),
+    );
+    std::fs::write(&config, text).unwrap();
+    let mut bin = RustleProcess::spawn(&["--config", config.to_str().unwrap()]);
+    let http = bin.next_listener();
+    let origin = Origin::start().unwrap();
+    let (mut c, r) = connect_with(http, &origin.addr().to_string(), &[&proxy_auth("erin", "pw-e")]);
+    assert_eq!(r.status, 200, "{}", r.head_text());
+    c.send(b"GET /bytes/5000 HTTP/1.1\r\nHost: o\r\n\r\n");
+    assert_eq!(c.read_response().status, 200);
+    wait_for(Duration::from_secs(5), "a Start", || {
+        server.detail().contains("Acct-Status-Type = Start").then_some(())
+    });
+    // Told to end with the tunnel open: the drain ends it, and the Stop goes out before
+    // the process does.
+    bin.signal("TERM");
+    drop(c);
+    assert!(bin.wait(Duration::from_secs(10)).is_some(), "{}", bin.stderr());
+    let d = server.detail();
+    let stop = d.split("\n\n").find(|b| b.contains("Acct-Status-Type = Stop"));
+    let stop = stop.unwrap_or_else(|| panic!("no Stop once the process ended:\n{d}"));
+    assert!(stop.contains("User-Name = \"erin\""), "{stop}");
+}

@@ -89,6 +89,8 @@ fn directory_users_pass_every_front_end_and_groups_reach_rules() {
     assert_eq!(status(&[], &proxy_url_with(http, "alice", "wrong"), &url).unwrap(), "407");
     assert_eq!(status(&[], &proxy_url_with(http, "zed", "wonderland"), &url).unwrap(), "407");
     assert_eq!(status(&[], &proxy_url_with(http, "carol", "carol-pw"), &url).unwrap(), "407");
+    // Another spelling of alice's name, with her password: not a second user.
+    assert_eq!(status(&[], &proxy_url_with(http, "ALICE", "wonderland"), &url).unwrap(), "407");
 
     // CONNECT.
     let target = echo.addr().to_string();

@@ -54,11 +54,19 @@ pub struct LdapBackend {
     /// `(&(objectClass=inetOrgPerson)(uid={user}))`, `(sAMAccountName={user})` for AD.
     #[serde(default)]
     pub user_filter: Option<String>,
-    /// An attribute of the user's entry naming groups (`memberOf`): the CN of each DN, or
-    /// the value itself when it is not a DN.
+    /// The attribute of the user's entry that holds the name (`uid`; AD: `sAMAccountName`):
+    /// after the bind, a name that is not its one value byte for byte (`ALICE`, `alice `,
+    /// which the directory matches as `alice`) is refused, so that one account is one
+    /// rustle user.
+    #[serde(default = "default_user_attribute")]
+    pub user_attribute: String,
+    /// An attribute of the user's entry naming groups (`memberOf`): the first RDN's value
+    /// of each DN (only of DNs under `group_base_dn` when it is set), or the value itself
+    /// when it is not a DN (none when `group_base_dn` is set).
     #[serde(default)]
     pub group_attribute: Option<String>,
-    /// Where groups are searched (subtree), with `group_filter`.
+    /// Where groups are searched (subtree), with `group_filter`; with `group_attribute`,
+    /// the only place its DNs count.
     #[serde(default)]
     pub group_base_dn: Option<String>,
     /// The filter of the user's groups, `{dn}` replaced by the user's DN and `{user}` by
@@ -75,6 +83,10 @@ pub struct LdapBackend {
     /// Connections kept open to the directory for searches.
     #[serde(default = "default_pool_size")]
     pub pool_size: usize,
+}
+
+fn default_user_attribute() -> String {
+    "uid".into()
 }
 
 fn default_group_name_attribute() -> String {
@@ -159,8 +171,14 @@ impl LdapBackend {
         if self.bind_dn.is_some() != self.bind_password_file.is_some() {
             say("bind_dn and bind_password_file go together".into());
         }
-        if self.group_base_dn.is_some() != self.group_filter.is_some() {
-            say("group_base_dn and group_filter go together".into());
+        if self.group_filter.is_some() && self.group_base_dn.is_none() {
+            say("group_filter needs group_base_dn (where groups are searched)".into());
+        }
+        if self.group_base_dn.is_some()
+            && self.group_filter.is_none()
+            && self.group_attribute.is_none()
+        {
+            say("group_base_dn needs group_filter or group_attribute".into());
         }
         if let Some(f) = &self.group_filter {
             if !f.contains("{dn}") && !f.contains("{user}") {
@@ -170,6 +188,9 @@ impl LdapBackend {
         }
         if let Some(f) = &self.disabled_filter {
             filter_problem(&mut say, "disabled_filter", f);
+        }
+        if !attribute_ok(&self.user_attribute) {
+            say(format!("user_attribute {:?} is not an attribute name", self.user_attribute));
         }
         if self.group_name_attribute.is_empty() {
             say("group_name_attribute is empty".into());
@@ -196,4 +217,15 @@ fn filter_problem(say: &mut impl FnMut(String), key: &str, filter: &str) {
     if ldap3::parse_filter(&filled).is_err() {
         say(format!("{key} {filter:?} is not an LDAP filter (RFC 4515: parenthesized)"));
     }
+}
+
+/// An attribute description as RFC 4512 writes one: a letter, then letters, digits and
+/// hyphens (options after `;`), or an OID.
+fn attribute_ok(a: &str) -> bool {
+    let name = a.split(';').next().unwrap_or_default();
+    let descr = name.starts_with(|c: char| c.is_ascii_alphabetic())
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-');
+    let oid = !name.is_empty()
+        && name.split('.').all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()));
+    descr || oid
 }

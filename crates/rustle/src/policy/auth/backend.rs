@@ -84,6 +84,10 @@ pub(crate) enum Failure {
     Timeout,
     #[error("{0}")]
     Protocol(String),
+    /// Too many calls at once here (the backend's `max_in_flight`, the rustle-auth
+    /// thread's queue): the backend itself may be fine.
+    #[error("too many calls in flight")]
+    Overloaded,
 }
 
 /// Whether a backend's group name is one rules and routes can name: 1 to 255 bytes, no
@@ -189,6 +193,10 @@ impl Slot {
             Err(_) => &self.stats.failed,
         };
         counter.fetch_add(1, Ordering::Relaxed);
+        // Overload here says nothing of the backend.
+        if matches!(result, Err(Failure::Overloaded)) {
+            return;
+        }
         let up = result.is_ok();
         if self.up.swap(up, Ordering::Relaxed) != up {
             match result {
@@ -328,26 +336,44 @@ fn interim_of(cfg: &BackendConfig) -> Option<Duration> {
     }
 }
 
-/// Work for the `rustle-auth` thread.
-enum Job {
-    Check { slot: Arc<Slot>, ask: Ask, reply: oneshot::Sender<Result<Verdict, Failure>> },
-    Open(Box<Session>),
-    Close { generation: u64, user: String },
+/// A check for the `rustle-auth` thread.
+struct Check {
+    slot: Arc<Slot>,
+    ask: Ask,
+    reply: oneshot::Sender<Result<Verdict, Failure>>,
 }
 
-/// Calls waiting for the `rustle-auth` thread, across workers: beyond them a call fails at
-/// once (each backend bounds its own calls in flight below this).
+/// Accounting work for the `rustle-auth` thread: never refused (a lost Close would leave
+/// its session open for ever), bounded by the connections that send it.
+enum SessionJob {
+    Open(Box<Session>),
+    Close {
+        generation: u64,
+        user: String,
+    },
+    /// Every open session's Stop, and the answer once all accounting sent is answered
+    /// (the process is ending).
+    StopAll(std::sync::mpsc::Sender<()>),
+}
+
+/// Checks queued or running on the `rustle-auth` thread, across workers: beyond them a
+/// call fails at once (each backend bounds its own calls in flight below this).
 const QUEUE: usize = 4096;
 
-static THREAD: OnceLock<Result<mpsc::Sender<Job>, String>> = OnceLock::new();
+/// Checks sent and not yet answered.
+static LIVE: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 
-fn thread() -> Result<&'static mpsc::Sender<Job>, Failure> {
+type Senders = (mpsc::Sender<Check>, mpsc::UnboundedSender<SessionJob>);
+static THREAD: OnceLock<Result<Senders, String>> = OnceLock::new();
+
+fn thread() -> Result<&'static Senders, Failure> {
     let started = THREAD.get_or_init(|| {
         let (tx, rx) = mpsc::channel(QUEUE);
+        let (stx, srx) = mpsc::unbounded_channel();
         std::thread::Builder::new()
             .name("rustle-auth".into())
-            .spawn(move || run(rx))
-            .map(|_| tx)
+            .spawn(move || run(rx, srx))
+            .map(|_| (tx, stx))
             .map_err(|e| format!("cannot start the rustle-auth thread: {e}"))
     });
     started.as_ref().map_err(|e| Failure::Unreachable(e.clone()))
@@ -356,16 +382,18 @@ fn thread() -> Result<&'static mpsc::Sender<Job>, Failure> {
 /// Asks `slot`'s backend on the `rustle-auth` thread, within its timeout.
 pub(crate) async fn call(slot: &Arc<Slot>, ask: Ask) -> Result<Verdict, Failure> {
     let (reply, answer) = oneshot::channel();
-    let job = Job::Check { slot: slot.clone(), ask, reply };
-    if thread()?.try_send(job).is_err() {
-        let failure = Failure::Unreachable("too many authentication calls waiting".into());
-        slot.note(&Err(failure.clone()));
-        return Err(failure);
+    let tx = &thread()?.0;
+    if LIVE.fetch_add(1, Ordering::Relaxed) >= QUEUE
+        || tx.try_send(Check { slot: slot.clone(), ask, reply }).is_err()
+    {
+        LIVE.fetch_sub(1, Ordering::Relaxed);
+        slot.note(&Err(Failure::Overloaded));
+        return Err(Failure::Overloaded);
     }
     answer.await.unwrap_or_else(|_| Err(Failure::Unreachable("rustle-auth thread gone".into())))
 }
 
-fn run(mut rx: mpsc::Receiver<Job>) {
+fn run(mut rx: mpsc::Receiver<Check>, mut sessions_rx: mpsc::UnboundedReceiver<SessionJob>) {
     let rt = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
@@ -377,24 +405,42 @@ fn run(mut rx: mpsc::Receiver<Job>) {
     local.block_on(&rt, async move {
         let sessions = Rc::new(RefCell::new(Sessions::default()));
         tokio::task::spawn_local(interims(sessions.clone()));
-        while let Some(job) = rx.recv().await {
-            match job {
-                Job::Check { slot, ask, reply } => {
+        loop {
+            tokio::select! {
+                check = rx.recv() => {
+                    let Some(Check { slot, ask, reply }) = check else { break };
                     tokio::task::spawn_local(async move {
                         let timeout = slot.common.timeout;
                         let result = tokio::time::timeout(timeout, slot.backend.check(&ask))
                             .await
                             .unwrap_or(Err(Failure::Timeout));
                         slot.note(&result);
+                        LIVE.fetch_sub(1, Ordering::Relaxed);
                         let _ = reply.send(result);
                     });
                 }
-                Job::Open(session) => sessions.borrow_mut().open(*session),
-                Job::Close { generation, user } => {
-                    if let Some(s) = sessions.borrow_mut().close(generation, user) {
-                        tokio::task::spawn_local(account(s, AcctKind::Stop));
+                job = sessions_rx.recv() => match job {
+                    Some(SessionJob::Open(session)) => sessions.borrow_mut().open(*session),
+                    Some(SessionJob::Close { generation, user }) => {
+                        if let Some(s) = sessions.borrow_mut().close(generation, user) {
+                            tokio::task::spawn_local(account(s, AcctKind::Stop));
+                        }
                     }
-                }
+                    Some(SessionJob::StopAll(done)) => {
+                        let open: Vec<Session> =
+                            sessions.borrow_mut().by_user.drain().map(|(_, s)| s).collect();
+                        for s in open {
+                            tokio::task::spawn_local(account(s, AcctKind::Stop));
+                        }
+                        tokio::task::spawn_local(async move {
+                            while PENDING.with(|p| p.get()) > 0 {
+                                tokio::time::sleep(Duration::from_millis(10)).await;
+                            }
+                            let _ = done.send(());
+                        });
+                    }
+                    None => break,
+                },
             }
         }
     });
@@ -498,10 +544,28 @@ async fn account(s: Session, kind: AcctKind) {
     send(&s.slot, &s.record(kind)).await
 }
 
+thread_local! {
+    /// Accounting records being sent on the rustle-auth thread.
+    static PENDING: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+/// Sends the Stop of every open accounting session and waits, at most `limit`, for the
+/// records sent to be answered. Called at the end of the process, once the workers ended.
+pub(crate) fn stop_sessions(limit: Duration) {
+    let Some(Ok((_, tx))) = THREAD.get() else { return };
+    let (done, wait) = std::sync::mpsc::channel();
+    if tx.send(SessionJob::StopAll(done)).is_ok() {
+        let _ = wait.recv_timeout(limit);
+    }
+}
+
 async fn send(slot: &Slot, rec: &AcctRecord) {
     let Backend::Radius(r) = &slot.backend else { return };
     slot.stats.acct_sent.fetch_add(1, Ordering::Relaxed);
-    if let Err(e) = r.account(rec).await {
+    PENDING.with(|p| p.set(p.get() + 1));
+    let sent = r.account(rec).await;
+    PENDING.with(|p| p.set(p.get() - 1));
+    if let Err(e) = sent {
         slot.stats.acct_failed.fetch_add(1, Ordering::Relaxed);
         tracing::warn!(backend = %slot.common.name, user = %rec.user, "accounting record lost: {e}");
     }
@@ -539,20 +603,17 @@ impl AcctHold {
     /// Opens (or joins) `session`'s user's session; None when the thread is not there.
     pub(crate) fn open(session: Session) -> Option<AcctHold> {
         let (generation, user) = (session.slot.generation, session.user.clone());
-        thread().ok()?.try_send(Job::Open(Box::new(session))).ok()?;
+        thread().ok()?.1.send(SessionJob::Open(Box::new(session))).ok()?;
         Some(AcctHold { generation, user })
     }
 }
 
 impl Drop for AcctHold {
     fn drop(&mut self) {
-        if let Ok(tx) = thread() {
+        if let Ok((_, tx)) = thread() {
             let user = std::mem::take(&mut self.user);
-            if tx.try_send(Job::Close { generation: self.generation, user }).is_err() {
-                tracing::warn!(
-                    "accounting: the rustle-auth queue is full; a session's Stop is lost"
-                );
-            }
+            // Fails only with the thread gone (and its sessions with it).
+            let _ = tx.send(SessionJob::Close { generation: self.generation, user });
         }
     }
 }

@@ -122,11 +122,40 @@ impl CredentialCache {
 
 /// The user's length first, so that no two (user, password) pairs share an input.
 fn tag(mac: &Hmac<Sha256>, user: &str, password: &[u8]) -> Tag {
+    tag_in(mac, &[], user, password)
+}
+
+/// `tag`, after `context` (fixed-size, or led by its length: no two inputs alike).
+fn tag_in(mac: &Hmac<Sha256>, context: &[u8], user: &str, password: &[u8]) -> Tag {
     let mut mac = mac.clone();
+    mac.update(context);
     mac.update(&(user.len() as u64).to_le_bytes());
     mac.update(user.as_bytes());
     mac.update(password);
     mac.finalize().into_bytes().into()
+}
+
+/// What an external backend's answer was given for besides the name and password: the
+/// client's address and the listener (a backend may answer each differently), as the
+/// fixed-size context of its key.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Context {
+    bytes: [u8; 40],
+}
+
+impl Context {
+    /// `listener`: the listener's name, else its address, digested to fixed size.
+    pub(crate) fn new(client: std::net::IpAddr, listener: &[u8]) -> Context {
+        use sha2::Digest as _;
+        let mut bytes = [0u8; 40];
+        let ip = match client {
+            std::net::IpAddr::V4(v4) => v4.to_ipv6_mapped().octets(),
+            std::net::IpAddr::V6(v6) => v6.octets(),
+        };
+        bytes[..16].copy_from_slice(&ip);
+        bytes[16..].copy_from_slice(&Sha256::digest(listener)[..24]);
+        Context { bytes }
+    }
 }
 
 fn keyed_mac() -> Hmac<Sha256> {
@@ -163,30 +192,33 @@ impl Answers {
     }
 
     /// The answer remembered for `user` and `password` from a backend `valid` accepts
-    /// (those of the chain in force), if it has not expired: its generation and grant
-    /// (None: refused). A stale entry is dropped.
+    /// (those of the chain in force), if it has not expired: its generation, its grant
+    /// (None: refused) and when it expires. A stale entry is dropped.
     pub(crate) fn lookup(
         &mut self,
+        context: &Context,
         user: &str,
         password: &[u8],
         valid: impl Fn(u64) -> bool,
         now: Instant,
-    ) -> Option<(u64, Option<Rc<Grant>>)> {
+    ) -> Option<(u64, Option<Rc<Grant>>, Instant)> {
         if self.entries.is_empty() {
             return None;
         }
-        let tag = tag(&self.mac, user, password);
+        let tag = tag_in(&self.mac, &context.bytes, user, password);
         let entry = self.entries.get(&tag)?;
         if now < entry.until && valid(entry.generation) {
-            return Some((entry.generation, entry.grant.clone()));
+            return Some((entry.generation, entry.grant.clone(), entry.until));
         }
         self.entries.remove(&tag);
         None
     }
 
     /// Remembers `generation`'s answer for `user` and `password` for `ttl`.
+    #[allow(clippy::too_many_arguments)] // the key's three parts, the answer's four
     pub(crate) fn insert(
         &mut self,
+        context: &Context,
         user: &str,
         password: &[u8],
         generation: u64,
@@ -197,7 +229,7 @@ impl Answers {
         if self.max == 0 || ttl.is_zero() {
             return;
         }
-        let tag = tag(&self.mac, user, password);
+        let tag = tag_in(&self.mac, &context.bytes, user, password);
         if !self.entries.contains_key(&tag) && self.entries.len() >= self.max {
             self.entries.retain(|_, e| now < e.until);
             if self.entries.len() >= self.max {
@@ -333,21 +365,29 @@ mod tests {
         let t0 = Instant::now();
         let mut a = Answers::new(2);
         let grant = Rc::new(Grant { groups: vec!["staff".into()], ..Grant::default() });
-        a.insert("alice", b"pw", 7, TTL, Some(grant.clone()), t0);
-        a.insert("bob", b"bad", 7, Duration::from_secs(5), None, t0);
+        let c = &Context::new([10, 0, 0, 1].into(), b"in");
+        a.insert(c, "alice", b"pw", 7, TTL, Some(grant.clone()), t0);
+        a.insert(c, "bob", b"bad", 7, Duration::from_secs(5), None, t0);
         let any = |_| true;
-        assert_eq!(a.lookup("alice", b"pw", any, t0), Some((7, Some(grant.clone()))));
-        assert_eq!(a.lookup("alice", b"other", any, t0), None);
-        assert_eq!(a.lookup("bob", b"bad", any, t0 + Duration::from_secs(4)), Some((7, None)));
-        assert_eq!(a.lookup("bob", b"bad", any, t0 + Duration::from_secs(5)), None, "expired");
-        assert_eq!(a.lookup("alice", b"pw", |g| g == 8, t0), None, "its backend was rebuilt");
+        assert_eq!(a.lookup(c, "alice", b"pw", any, t0), Some((7, Some(grant.clone()), t0 + TTL)));
+        assert_eq!(a.lookup(c, "alice", b"other", any, t0), None);
+        let (other_client, other_listener) =
+            (Context::new([10, 0, 0, 2].into(), b"in"), Context::new([10, 0, 0, 1].into(), b"out"));
+        assert_eq!(a.lookup(&other_client, "alice", b"pw", any, t0), None, "another client");
+        assert_eq!(a.lookup(&other_listener, "alice", b"pw", any, t0), None, "another listener");
+        let later = t0 + Duration::from_secs(4);
+        let bob = Some((7, None, t0 + Duration::from_secs(5)));
+        assert_eq!(a.lookup(c, "bob", b"bad", any, later), bob);
+        let expired = t0 + Duration::from_secs(5);
+        assert_eq!(a.lookup(c, "bob", b"bad", any, expired), None, "expired");
+        assert_eq!(a.lookup(c, "alice", b"pw", |g| g == 8, t0), None, "its backend was rebuilt");
         assert_eq!(a.len(), 0);
         for (i, u) in ["a", "b", "c"].iter().enumerate() {
-            a.insert(u, b"pw", 1, TTL + Duration::from_secs(i as u64), None, t0);
+            a.insert(c, u, b"pw", 1, TTL + Duration::from_secs(i as u64), None, t0);
             assert!(a.len() <= 2);
         }
-        assert_eq!(a.lookup("a", b"pw", any, t0), None, "the first to expire went");
-        assert!(a.lookup("c", b"pw", any, t0).is_some());
+        assert_eq!(a.lookup(c, "a", b"pw", any, t0), None, "the first to expire went");
+        assert!(a.lookup(c, "c", b"pw", any, t0).is_some());
     }
 
     #[test]

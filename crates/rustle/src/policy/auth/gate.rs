@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::backend::{Ask, Chain, Link, Verdict};
-use super::cache::Answers;
+use super::cache::{Answers, Context};
 use super::params::ParamError;
 use super::{decoy_user, Busy, CredentialCache, FailureLimiter, Hasher, User, Users};
 use crate::acl::Params;
@@ -131,7 +131,7 @@ impl Gate {
         match chain.is_empty() {
             true => self.verify(users, client, user, password).await?,
             // A remembered acceptance: nothing awaited, nothing boxed.
-            false if self.remembered(users, chain, client, user, password) => {}
+            false if self.remembered(users, chain, origin, client, user, password) => {}
             // The rest (a hash, calls, a refusal's delay) in a box of its own, so that its
             // state stays out of every connection's future.
             false => {
@@ -150,6 +150,7 @@ impl Gate {
         &self,
         users: &Users,
         chain: &Chain,
+        origin: Origin<'_>,
         client: IpAddr,
         user: &str,
         password: &[u8],
@@ -164,14 +165,15 @@ impl Gate {
                 && self.creds.borrow_mut().lookup(user, password, u.version());
         }
         let valid = |g| chain.slot_of(g).is_some();
-        let Some((generation, Some(grant))) =
-            self.answers.borrow_mut().lookup(user, password, valid, now)
+        let context = context(client, origin);
+        let Some((generation, Some(grant), until)) =
+            self.answers.borrow_mut().lookup(&context, user, password, valid, now)
         else {
             return false;
         };
         let Some(slot) = chain.slot_of(generation) else { return false };
         slot.stats.cached.fetch_add(1, Ordering::Relaxed);
-        super::identity::set(user, &grant, slot);
+        super::identity::set(user, &grant, slot, until);
         true
     }
 
@@ -200,14 +202,27 @@ impl Gate {
         if !self.failures.borrow_mut().allowed(client, now) {
             return Err(Refusal::RateLimited);
         }
-        let remembered =
-            self.answers.borrow_mut().lookup(user, password, |g| chain.slot_of(g).is_some(), now);
-        if let Some((generation, grant)) = remembered {
+        // A name no backend could take (a control character: see `parse_basic`) is asked
+        // of none.
+        if user.is_empty() || user.chars().any(char::is_control) {
+            return refused(Refusal::Wrong).await;
+        }
+        let context = context(client, origin);
+        // A users-file name is the file's to settle, never a remembered backend answer's
+        // (the name may have joined the file since).
+        let remembered = match users.get(user) {
+            Some(_) => None,
+            None => {
+                let valid = |g| chain.slot_of(g).is_some();
+                self.answers.borrow_mut().lookup(&context, user, password, valid, now)
+            }
+        };
+        if let Some((generation, grant, until)) = remembered {
             let Some(slot) = chain.slot_of(generation) else { return Err(Refusal::Wrong) };
             slot.stats.cached.fetch_add(1, Ordering::Relaxed);
             return match grant {
                 Some(grant) => {
-                    super::identity::set(user, &grant, slot);
+                    super::identity::set(user, &grant, slot, until);
                     Ok(())
                 }
                 None => refused(Refusal::Wrong).await,
@@ -253,13 +268,17 @@ impl Gate {
                     let grant = Rc::new(grant);
                     let answer = Some(grant.clone());
                     let generation = slot.generation;
-                    self.answers.borrow_mut().insert(user, password, generation, ttl, answer, now);
-                    super::identity::set(user, &grant, slot);
+                    let mut answers = self.answers.borrow_mut();
+                    answers.insert(&context, user, password, generation, ttl, answer, now);
+                    super::identity::set(user, &grant, slot, now + ttl);
                     return Ok(());
                 }
                 Ok(Verdict::Deny) => {
                     let (generation, ttl) = (slot.generation, common.negative_ttl);
-                    self.answers.borrow_mut().insert(user, password, generation, ttl, None, now);
+                    {
+                        let mut answers = self.answers.borrow_mut();
+                        answers.insert(&context, user, password, generation, ttl, None, now);
+                    }
                     return refused(Refusal::Wrong).await;
                 }
                 Ok(Verdict::Unknown) => continue,
@@ -334,6 +353,24 @@ impl Gate {
             Ok(())
         } else {
             Err(Refusal::Wrong)
+        }
+    }
+}
+
+/// The context a backend's answer is remembered in: the client's address and the
+/// listener (its name, else its address).
+fn context(client: IpAddr, origin: Origin<'_>) -> Context {
+    match origin.listener {
+        Some(name) => Context::new(client, name.as_bytes()),
+        None => {
+            let mut addr = [0u8; 18];
+            let ip = match origin.addr.ip() {
+                IpAddr::V4(v4) => v4.to_ipv6_mapped().octets(),
+                IpAddr::V6(v6) => v6.octets(),
+            };
+            addr[..16].copy_from_slice(&ip);
+            addr[16..].copy_from_slice(&origin.addr.port().to_be_bytes());
+            Context::new(client, &addr)
         }
     }
 }

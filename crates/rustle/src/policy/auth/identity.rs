@@ -1,54 +1,94 @@
 //! The users an external backend accepted, as this worker knows them: what the backend
-//! granted (groups for rules and routes, RADIUS accounting). One table per worker thread
-//! (a worker is a thread with its own runtime), filled by the worker's `Gate` when it
-//! accepts a user through a backend (called or cached), read where a users-file user's
-//! `User` is read; a user of the users file never comes here.
+//! granted (groups for rules and routes, an outgoing address, a bandwidth). One table per
+//! worker thread (a worker is a thread with its own runtime), filled by the worker's `Gate`
+//! when it accepts a user through a backend (called or remembered), read where a
+//! users-file user's `User` is read; a user of the users file never comes here. An entry
+//! holds as long as the answer it came from and only while its backend is in force.
+//!
+//! The login itself (`login`) is handed to the connection that made it: the connection's
+//! guard takes it (`take_login`) right after the login, with no await between, so that a
+//! connection's limit and accounting come from its own login, never from another's.
 
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::rc::Rc;
 use std::sync::Arc;
+use std::time::Instant;
 
-use super::backend::{Grant, Slot};
+use super::backend::{Chain, Grant, Slot};
 
 /// Users a worker keeps the grants of, at most (as many as its credential cache).
 const MAX: usize = 10_000;
 
-/// What a backend granted a user, and which backend.
+/// What a backend granted a user, which backend, and until when.
 #[derive(Clone)]
 pub(crate) struct Identity {
+    pub(crate) user: Rc<str>,
     pub(crate) grant: Rc<Grant>,
     pub(crate) slot: Arc<Slot>,
+    until: Instant,
+}
+
+impl Identity {
+    fn live(&self, chain: &Chain, now: Instant) -> bool {
+        now < self.until && chain.slot_of(self.slot.generation).is_some()
+    }
 }
 
 thread_local! {
-    static TABLE: RefCell<HashMap<Box<str>, Identity>> = RefCell::new(HashMap::new());
+    static TABLE: RefCell<HashMap<Rc<str>, Identity>> = RefCell::new(HashMap::new());
+    static LOGIN: RefCell<Option<Identity>> = const { RefCell::new(None) };
 }
 
-/// Records that `slot` granted `grant` to `user` (the latest answer wins).
-pub(crate) fn set(user: &str, grant: &Rc<Grant>, slot: &Arc<Slot>) {
-    TABLE.with_borrow_mut(|t| {
-        if let Some(i) = t.get(user) {
-            if Rc::ptr_eq(&i.grant, grant) {
-                return;
+/// Records that `slot` granted `grant` to `user` until `until` (the latest answer wins),
+/// and makes it the login the next `take_login` gives.
+pub(crate) fn set(user: &str, grant: &Rc<Grant>, slot: &Arc<Slot>, until: Instant) {
+    let identity = TABLE.with_borrow_mut(|t| {
+        if let Some(i) = t.get_mut(user) {
+            if Rc::ptr_eq(&i.grant, grant) && Arc::ptr_eq(&i.slot, slot) {
+                i.until = i.until.max(until);
+                return i.clone();
             }
         } else if t.len() >= MAX {
-            // Bounded: the oldest answers are in the caches' hands anyway; start afresh.
-            t.clear();
+            let now = Instant::now();
+            t.retain(|_, i| now < i.until);
+            if t.len() >= MAX {
+                // Every entry live: the one closest to its end goes.
+                let first = t.iter().min_by_key(|(_, i)| i.until).map(|(u, _)| u.clone());
+                if let Some(first) = first {
+                    t.remove(&first);
+                }
+            }
         }
-        t.insert(user.into(), Identity { grant: grant.clone(), slot: slot.clone() });
-    })
+        let user: Rc<str> = Rc::from(user);
+        let identity =
+            Identity { user: user.clone(), grant: grant.clone(), slot: slot.clone(), until };
+        t.insert(user, identity.clone());
+        identity
+    });
+    LOGIN.with_borrow_mut(|l| *l = Some(identity));
 }
 
-/// What a backend granted `user` on this worker, if one did.
-pub(crate) fn get(user: &str) -> Option<Identity> {
-    TABLE.with_borrow(|t| t.get(user).cloned())
+/// Forgets the login not taken (a login about to be checked).
+pub(crate) fn clear_login() {
+    LOGIN.with_borrow_mut(|l| *l = None);
 }
 
-/// The groups a backend gave `user`, empty when none did.
-pub(crate) fn groups(user: &str) -> Rc<[String]> {
-    TABLE.with_borrow(|t| match t.get(user) {
+/// The login just made through a backend, if it was `user`'s.
+pub(crate) fn take_login(user: &str) -> Option<Identity> {
+    LOGIN.with_borrow_mut(|l| l.take()).filter(|i| &*i.user == user)
+}
+
+/// What a backend of `chain` granted `user` on this worker, if one did and it holds.
+pub(crate) fn get(user: &str, chain: &Chain) -> Option<Identity> {
+    let now = Instant::now();
+    TABLE.with_borrow(|t| t.get(user).filter(|i| i.live(chain, now)).cloned())
+}
+
+/// The groups a backend of `chain` gave `user`, empty when none did or it no longer holds.
+pub(crate) fn groups(user: &str, chain: &Chain) -> Rc<[String]> {
+    match get(user, chain) {
         Some(i) => i.grant.groups.as_slice().into(),
         None => Rc::from(Vec::new()),
-    })
+    }
 }

@@ -158,9 +158,7 @@ impl Http {
         let _slot = match timeout_at(deadline, self.slots.acquire()).await {
             Ok(Ok(slot)) => slot,
             // The semaphore is never closed.
-            Ok(Err(_)) | Err(_) => {
-                return Err(Failure::Unreachable("too many calls in flight".into()))
-            }
+            Ok(Err(_)) | Err(_) => return Err(Failure::Overloaded),
         };
         let body = Request {
             user: &ask.user,

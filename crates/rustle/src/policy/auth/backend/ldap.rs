@@ -4,12 +4,19 @@
 //! on one of `pool_size` connections kept open (bound as the service account, or
 //! anonymous). The bind as the user runs on a connection of its own, opened for the call
 //! and closed after it, so that no pooled connection ever carries a user's identity. Then
-//! the entry is read (a lock attribute, `disabled_filter`, `group_attribute`) and the
-//! groups searched, as the service account when there is one, else as the user.
+//! the entry is read (`user_attribute`, a lock attribute, `disabled_filter`,
+//! `group_attribute`) and the groups searched, as the service account when there is one,
+//! else as the user. An entry that this reader cannot see, or whose `disabled_filter`
+//! attributes it cannot read, is a `Failure`, never an account taken as enabled.
 //!
-//! Verdicts: no entry for the name is `Unknown` (the next backend is asked); a refused
-//! bind, a disabled or locked account and an empty password are `Deny`; a directory that
-//! cannot be reached or answers late is a `Failure`. User names are escaped wherever they
+//! Verdicts: no entry for the name is `Unknown` (the next backend is asked): with a
+//! template, only when the service account finds no entry at the DN (without one, a
+//! refused bind is `Deny`: an entry hidden from an anonymous search looks absent). A
+//! refused bind, a disabled or locked account, a name that is not the entry's
+//! `user_attribute` byte for byte, a name that `user_filter` finds several entries for
+//! and an empty password are `Deny`; a directory that cannot be reached or answers late
+//! is a `Failure`. Group names are the ones rules can name (`valid_group`); others are
+//! left out. User names are escaped wherever they
 //! go: RFC 4515 in filters, RFC 4514 in DNs. More than `max_in_flight` calls at once are
 //! refused at once (`Failure::Unreachable`), not queued: the caller's timeout would pass
 //! in the queue anyway.
@@ -26,7 +33,7 @@ use ldap3::{
 use rustls::ClientConfig;
 use tokio::sync::Semaphore;
 
-use super::{Ask, Failure, Grant, Verdict};
+use super::{valid_group, Ask, Failure, Grant, Verdict};
 use crate::config::LdapBackend;
 use crate::io::tls::{provider, roots_from, system_roots};
 
@@ -70,7 +77,10 @@ struct State {
     find: Find,
     /// The service account's DN and password.
     service: Option<(String, String)>,
+    user_attribute: String,
     group_attribute: Option<String>,
+    /// The RDNs of `group_base_dn` (see `rdns`): `group_attribute`'s DNs count only under it.
+    group_base: Option<Vec<String>>,
     /// `group_base_dn`, `group_filter`.
     group_search: Option<(String, String)>,
     group_name_attribute: String,
@@ -131,7 +141,9 @@ impl State {
             timeout: cfg.timeout,
             find,
             service,
+            user_attribute: cfg.user_attribute.clone(),
             group_attribute: cfg.group_attribute.clone(),
+            group_base: cfg.group_base_dn.as_deref().map(rdns),
             group_search: cfg
                 .group_base_dn
                 .clone()
@@ -146,7 +158,7 @@ impl State {
 
     async fn check(&self, ask: &Ask) -> Result<Verdict, Failure> {
         let Ok(_permit) = self.in_flight.try_acquire() else {
-            return Err(Failure::Unreachable("too many calls in flight".into()));
+            return Err(Failure::Overloaded);
         };
         // An empty password makes a simple bind unauthenticated (RFC 4513 5.1.2), which
         // many directories accept: never sent.
@@ -180,10 +192,15 @@ impl State {
                     [] => return Ok(Verdict::Unknown),
                     [one] => one.dn.clone(),
                     more => {
-                        return Err(Failure::Protocol(format!(
-                            "user_filter matches {} entries for one name",
-                            more.len()
-                        )))
+                        // Which of them the password is for is not the directory's to
+                        // choose by bind order: refused.
+                        tracing::warn!(
+                            backend = %self.name,
+                            user,
+                            entries = more.len(),
+                            "ldap: user_filter finds several entries for the name: refused"
+                        );
+                        return Ok(Verdict::Deny);
                     }
                 }
             }
@@ -211,8 +228,9 @@ impl State {
             | rc::UNWILLING_TO_PERFORM
             | rc::CONSTRAINT_VIOLATION => {
                 // A template names DNs that may not exist; a directory answers
-                // invalidCredentials for both. An entry that is not there is Unknown.
-                if matches!(self.find, Find::Template(_)) && !self.exists(own, dn).await? {
+                // invalidCredentials for both. An entry the service account finds absent
+                // is Unknown; without one nothing proves it absent.
+                if matches!(self.find, Find::Template(_)) && !self.exists(dn).await? {
                     return Ok(Verdict::Unknown);
                 }
                 return Ok(Verdict::Deny);
@@ -233,38 +251,67 @@ impl State {
             }
         }
         // AD's `{user}@domain` template binds with a name that is not a DN: the entry is
-        // then the one of that userPrincipalName, when anything is to be read from it.
+        // then the one of that userPrincipalName.
         let entry_dn;
         let dn = if dn.contains('=') {
             dn
-        } else if self.group_attribute.is_none()
-            && self.group_search.is_none()
-            && self.disabled_filter.is_none()
-        {
-            return Ok(Verdict::Allow(Grant::default()));
         } else {
             entry_dn = self.principal_entry(own, dn).await?;
             entry_dn.as_str()
         };
-        let mut attrs = vec![LOCKED_ATTRIBUTE];
+        let mut attrs = vec![LOCKED_ATTRIBUTE, self.user_attribute.as_str()];
         if let Some(a) = &self.group_attribute {
             attrs.push(a);
         }
         let entry = self.read(own, dn, Scope::Base, "(objectClass=*)", &attrs).await?;
-        let entry = entry.unwrap_or_default().into_iter().next();
-        if entry.as_ref().is_some_and(|e| !values(e, LOCKED_ATTRIBUTE).is_empty()) {
+        let Some(entry) = entry.unwrap_or_default().into_iter().next() else {
+            return Err(Failure::Protocol(format!("cannot read the user's entry {dn}")));
+        };
+        match values(&entry, &self.user_attribute) {
+            [name] if name == user => {}
+            [] => {
+                return Err(Failure::Protocol(format!(
+                    "the user's entry {dn} shows no {} (user_attribute)",
+                    self.user_attribute
+                )))
+            }
+            other => {
+                tracing::debug!(
+                    backend = %self.name,
+                    user,
+                    found = ?other,
+                    "ldap: the name is not the entry's {}: refused",
+                    self.user_attribute
+                );
+                return Ok(Verdict::Deny);
+            }
+        }
+        if !values(&entry, LOCKED_ATTRIBUTE).is_empty() {
             tracing::debug!(backend = %self.name, user, "ldap: the account is locked");
             return Ok(Verdict::Deny);
         }
         if let Some(f) = &self.disabled_filter {
-            if !self.read(own, dn, Scope::Base, f, &["1.1"]).await?.unwrap_or_default().is_empty() {
-                tracing::debug!(backend = %self.name, user, "ldap: the account is disabled");
-                return Ok(Verdict::Deny);
+            // The entry is read above; one that matches neither the filter nor its negation
+            // has attributes this reader cannot see (the filter is Undefined).
+            let enabled = format!("(!{f})");
+            let found = |r: Option<Vec<SearchEntry>>| r.is_some_and(|e| !e.is_empty());
+            if !found(self.read(own, dn, Scope::Base, &enabled, &["1.1"]).await?) {
+                if found(self.read(own, dn, Scope::Base, f, &["1.1"]).await?) {
+                    tracing::debug!(backend = %self.name, user, "ldap: the account is disabled");
+                    return Ok(Verdict::Deny);
+                }
+                return Err(Failure::Protocol(format!(
+                    "cannot read the attributes of disabled_filter in the user's entry {dn}"
+                )));
             }
         }
         let mut groups = Vec::new();
-        if let (Some(a), Some(e)) = (&self.group_attribute, &entry) {
-            groups.extend(values(e, a).iter().map(|v| group_name(v)));
+        if let Some(a) = &self.group_attribute {
+            let counts = |v: &&String| match &self.group_base {
+                Some(base) => v.contains('=') && under(v, base),
+                None => true,
+            };
+            groups.extend(values(&entry, a).iter().filter(counts).map(|v| group_name(v)));
         }
         if let Some((base, filter)) = &self.group_search {
             let filter =
@@ -276,7 +323,18 @@ impl State {
                 groups.push(name.unwrap_or_else(|| group_name(&g.dn)));
             }
         }
-        groups.retain(|g| !g.is_empty());
+        groups.retain(|g| {
+            let ok = valid_group(g);
+            if !ok {
+                tracing::debug!(
+                    backend = %self.name,
+                    user,
+                    group = %g,
+                    "ldap: a group name rules cannot name is left out"
+                );
+            }
+            ok
+        });
         let mut seen = std::collections::HashSet::new();
         groups.retain(|g| seen.insert(g.clone()));
         Ok(Verdict::Allow(Grant { groups, ..Grant::default() }))
@@ -325,15 +383,14 @@ impl State {
         }
     }
 
-    /// Whether the entry `dn` exists, after a refused bind (`own` is anonymous again).
-    /// Anything but a clear "no such object" counts as existing: the user is refused.
-    async fn exists(&self, own: &mut ldap3::Ldap, dn: &str) -> Result<bool, Failure> {
-        let found = if self.service.is_some() {
-            self.search_pooled(dn, Scope::Base, "(objectClass=*)", &["1.1"]).await
-        } else {
-            search(own, dn, Scope::Base, "(objectClass=*)", &["1.1"]).await
-        };
-        match found {
+    /// Whether the entry `dn` exists, after a refused bind. Only the service account's
+    /// "no such object" proves it absent (an anonymous search is told the same of an entry
+    /// hidden from it); anything else counts as existing: the user is refused.
+    async fn exists(&self, dn: &str) -> Result<bool, Failure> {
+        if self.service.is_none() {
+            return Ok(true);
+        }
+        match self.search_pooled(dn, Scope::Base, "(objectClass=*)", &["1.1"]).await {
             Ok(None) => Ok(false),
             Ok(Some(_)) | Err(Failure::Protocol(_)) => Ok(true),
             Err(e) => Err(e),
@@ -521,6 +578,39 @@ fn group_name(value: &str) -> String {
         }
     }
     String::from_utf8_lossy(&out).trim().to_string()
+}
+
+/// The RDNs of a DN, each trimmed, spaces around `=` dropped, in ASCII lower case, escapes
+/// kept as written: enough to tell whether a DN a directory writes is under a configured
+/// one. The empty DN (the root) has none.
+fn rdns(dn: &str) -> Vec<String> {
+    let norm = |rdn: &str| {
+        rdn.split('=').map(str::trim).collect::<Vec<_>>().join("=").to_ascii_lowercase()
+    };
+    if dn.trim().is_empty() {
+        return Vec::new();
+    }
+    let mut out = Vec::new();
+    let (mut start, mut escaped) = (0, false);
+    for (i, b) in dn.bytes().enumerate() {
+        match b {
+            _ if escaped => escaped = false,
+            b'\\' => escaped = true,
+            b',' => {
+                out.push(norm(&dn[start..i]));
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    out.push(norm(&dn[start..]));
+    out
+}
+
+/// Whether `dn` is strictly under the DN of RDNs `base`.
+fn under(dn: &str, base: &[String]) -> bool {
+    let rdns = rdns(dn);
+    rdns.len() > base.len() && rdns[rdns.len() - base.len()..] == *base
 }
 
 /// `template` with each key replaced by its value, in one pass: a value is never searched

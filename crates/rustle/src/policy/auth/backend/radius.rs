@@ -121,10 +121,7 @@ impl Radius {
     /// Access-Reject `Deny` (RADIUS does not tell an unknown user from a wrong password),
     /// Access-Challenge `Deny` too (a proxy has no way to put the challenge to its client).
     pub(crate) async fn check(&self, ask: &Ask) -> Result<Verdict, Failure> {
-        let _permit = self
-            .slots
-            .try_acquire()
-            .map_err(|_| Failure::Unreachable("too many calls in flight".into()))?;
+        let _permit = self.slots.try_acquire().map_err(|_| Failure::Overloaded)?;
         let pap = self.method == RadiusMethod::Pap;
         if ask.user.is_empty() || ask.user.len() > 253 || (pap && ask.password.len() > 128) {
             tracing::info!(

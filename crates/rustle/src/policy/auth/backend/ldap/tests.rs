@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use rustle_bench::slapd::{Slapd, PEOPLE as LDIF};
 
 use super::super::{Ask, Failure, Grant, Verdict};
-use super::{fill, group_name, Ldap};
+use super::{fill, group_name, rdns, under, Ldap};
 use crate::config::LdapBackend;
 
 const ALICE: &str = "uid=alice,ou=people,dc=example,dc=org";
@@ -88,8 +88,9 @@ async fn a_template_bind_allows_refuses_and_passes_on() {
     assert_eq!(sorted(b.check(&ask("alice", "wonderland")).await), allowed(&["admins", "staff"]));
     assert_eq!(sorted(b.check(&ask("bob", "builder")).await), allowed(&["staff"]));
     assert_eq!(b.check(&ask("alice", "wrong")).await, Ok(Verdict::Deny));
-    // No entry for the name: the next backend is asked.
-    assert_eq!(b.check(&ask("zed", "whatever")).await, Ok(Verdict::Unknown));
+    // No entry for the name, and no service account to prove it: an anonymous search
+    // cannot tell an absent entry from a hidden one, so the name is refused.
+    assert_eq!(b.check(&ask("zed", "whatever")).await, Ok(Verdict::Deny));
     // The disabled account, with its right password.
     assert_eq!(b.check(&ask("carol", "carol-pw")).await, Ok(Verdict::Deny));
 }
@@ -205,9 +206,103 @@ async fn a_silent_directory_times_out_and_calls_beyond_max_in_flight_are_refused
     let (first, second) = tokio::join!(b.check(&bob), b.check(&alice));
     slapd.resume();
     assert_eq!(first, Err(Failure::Timeout));
-    assert_eq!(second, Err(Failure::Unreachable("too many calls in flight".into())));
+    assert_eq!(second, Err(Failure::Overloaded));
     assert!(began.elapsed() < Duration::from_secs(2), "{:?}", began.elapsed());
     assert_eq!(sorted(b.check(&ask("bob", "builder")).await), allowed(&["staff"]));
+}
+
+/// The service account's password file in the server's directory, as settings lines.
+fn service(slapd: &Slapd) -> String {
+    let password = slapd.dir().join("svc.password");
+    std::fs::write(&password, "svc-secret\n").expect("write the service password");
+    format!(
+        "bind_dn = \"cn=svc,dc=example,dc=org\"\nbind_password_file = {:?}\n",
+        password.display().to_string()
+    )
+}
+
+#[tokio::test]
+async fn a_name_that_is_not_the_entrys_own_is_refused() {
+    let Some(slapd) = Slapd::start(LDIF) else { return };
+    let ad_like = settings(&format!(
+        "url = {:?}\nbind_dn_template = \"uid={{user}},ou=people,dc=example,dc=org\"\n\
+         user_attribute = \"cn\"",
+        slapd.url()
+    ));
+    let by_cn = Ldap::new(&ad_like).expect("backend");
+    for b in [template(&slapd.url(), ""), search_bind(&slapd, "")] {
+        // The directory matches these as alice, and the password is hers.
+        for name in ["ALICE", "Alice", "alice ", " alice"] {
+            assert_eq!(b.check(&ask(name, "wonderland")).await, Ok(Verdict::Deny), "{name:?}");
+        }
+        assert_eq!(sorted(b.check(&ask("bob", "builder")).await), allowed(&["staff"]));
+    }
+    // Another attribute holds the name: alice's cn is `Alice`.
+    assert_eq!(by_cn.check(&ask("alice", "wonderland")).await, Ok(Verdict::Deny));
+}
+
+#[tokio::test]
+async fn an_entry_or_attribute_the_reader_cannot_see_never_passes() {
+    let Some(slapd) = Slapd::start(LDIF) else { return };
+    let as_user = template(&slapd.url(), "");
+    let as_service = template(&slapd.url(), &service(&slapd));
+    // erin binds, but her entry is the service account's to read.
+    let v = as_user.check(&ask("erin", "erin-pw")).await;
+    assert!(
+        matches!(&v, Err(Failure::Protocol(e)) if e.contains("cannot read the user's entry")),
+        "{v:?}"
+    );
+    assert_eq!(as_service.check(&ask("erin", "erin-pw")).await, allowed(&[]));
+    // Her wrong password: hidden from the anonymous search, she is not taken as absent.
+    assert_eq!(as_user.check(&ask("erin", "wrong")).await, Ok(Verdict::Deny));
+    assert_eq!(as_service.check(&ask("erin", "wrong")).await, Ok(Verdict::Deny));
+    // The service account proves an entry absent.
+    assert_eq!(as_service.check(&ask("zed", "wrong")).await, Ok(Verdict::Unknown));
+    // frank is disabled, in an attribute only the service account reads.
+    let v = as_user.check(&ask("frank", "frank-pw")).await;
+    assert!(matches!(&v, Err(Failure::Protocol(e)) if e.contains("disabled_filter")), "{v:?}");
+    assert_eq!(as_service.check(&ask("frank", "frank-pw")).await, Ok(Verdict::Deny));
+    assert_eq!(search_bind(&slapd, "").check(&ask("frank", "frank-pw")).await, Ok(Verdict::Deny));
+}
+
+#[tokio::test]
+async fn groups_count_only_under_group_base_dn_and_only_valid_names() {
+    let Some(slapd) = Slapd::start(LDIF) else { return };
+    // dave: `Domain Users` (not a name rules can hold) and an `admins` under ou=elsewhere.
+    let anywhere = template(&slapd.url(), "");
+    assert_eq!(anywhere.check(&ask("dave", "dave-pw")).await, allowed(&["admins"]));
+    let under_groups = template(&slapd.url(), "group_base_dn = \"OU=Groups, dc=example,dc=org\"");
+    assert_eq!(under_groups.check(&ask("dave", "dave-pw")).await, allowed(&[]));
+    assert_eq!(
+        sorted(under_groups.check(&ask("alice", "wonderland")).await),
+        allowed(&["admins", "staff"])
+    );
+}
+
+#[tokio::test]
+async fn a_name_with_several_entries_is_refused() {
+    let Some(slapd) = Slapd::start(LDIF) else { return };
+    let cfg = settings(&format!(
+        "url = {:?}\n{}base_dn = \"dc=example,dc=org\"\n\
+         user_filter = \"(&(objectClass=inetOrgPerson)(uid={{user}}))\"",
+        slapd.url(),
+        service(&slapd)
+    ));
+    let b = Ldap::new(&cfg).expect("backend");
+    assert_eq!(b.check(&ask("grace", "grace-pw")).await, Ok(Verdict::Deny));
+    assert_eq!(slapd.binds("uid=grace,ou=people,dc=example,dc=org"), 0);
+    assert_eq!(b.check(&ask("bob", "builder")).await, allowed(&[]));
+}
+
+#[test]
+fn dns_under_a_base() {
+    let base = rdns("ou=groups, DC=example,dc=org");
+    assert!(under("cn=admins,ou=groups,dc=example,dc=org", &base));
+    assert!(under("CN=x,OU=Groups,DC=Example,DC=Org", &base));
+    assert!(!under("cn=admins,ou=elsewhere,dc=example,dc=org", &base));
+    assert!(!under("ou=groups,dc=example,dc=org", &base));
+    assert!(!under("cn=a\\,ou=groups,dc=example,dc=org", &rdns("ou=groups\\,dc=example,dc=org")));
+    assert!(under("cn=a,dc=org", &rdns("")));
 }
 
 #[test]
@@ -231,6 +326,18 @@ fn settings_are_checked() {
             "bind_dn and bind_password_file",
         ),
         ("url = \"ldap://h\"\nbind_dn_template = \"uid={user}\"\npool_size = 0", "pool_size"),
+        (
+            "url = \"ldap://h\"\nbind_dn_template = \"uid={user}\"\nuser_attribute = \"u id\"",
+            "user_attribute",
+        ),
+        (
+            "url = \"ldap://h\"\nbind_dn_template = \"uid={user}\"\ngroup_base_dn = \"dc=x\"",
+            "group_base_dn needs",
+        ),
+        (
+            "url = \"ldap://h\"\nbind_dn_template = \"uid={user}\"\ngroup_filter = \"(member={dn})\"",
+            "group_filter needs group_base_dn",
+        ),
     ] {
         let got = problems(text);
         assert!(got.contains(says), "{text:?}: {got:?}");
