@@ -62,6 +62,7 @@
 //! - `/ws` — WebSocket echo with `Upgrade: websocket`, else 426.
 //! - anything else — 404.
 
+pub mod auth_servers;
 pub mod callback;
 pub mod campaign;
 pub mod cost;

@@ -8,6 +8,7 @@
 //! rustle-bench campaign [...]                      (see `campaign --help`)
 //! rustle-bench report   --in DIR [...]             (see `report --help`)
 //! rustle-bench cost     [--write] [...]            (see `cost --help`)
+//! rustle-bench auth-servers [--http ADDR] [--ldap] [--radius]   (auth backends, for scripts)
 //! ```
 //! The fixtures run until SIGTERM or ctrl-c; `load` runs for its duration and
 //! prints its report (one JSON object with `--json`).
@@ -28,7 +29,9 @@ const USAGE: &str = "usage: rustle-bench <origin [--tls] | tcp-echo | udp-echo> 
                      \x20        --http: and rewrites every HTTP head with rustle's codec)\n\
                      \x20      rustle-bench campaign [options] (campaign --help)\n\
                      \x20      rustle-bench report --in DIR [options] (report --help)\n\
-                     \x20      rustle-bench cost [--write] [options] (cost --help: the cost guard)";
+                     \x20      rustle-bench cost [--write] [options] (cost --help: the cost guard)\n\
+                     \x20      rustle-bench auth-servers [--http ADDR] [--ldap] [--radius]\n\
+                     \x20        (authentication backends for benchmarks: auth-servers --help)";
 
 /// Errors are printed as one line of causes (`{:#}`), not with Debug: no backtrace for a
 /// mistyped argument.
@@ -54,6 +57,7 @@ fn run() -> Result<()> {
         "campaign" => return rustle_bench::campaign::main(args),
         "report" => return rustle_bench::report::main(args),
         "cost" => return rustle_bench::cost::main(args),
+        "auth-servers" => return rustle_bench::auth_servers::main(args),
         "floor" => {
             let rest: Vec<String> = args.collect();
             if rest.iter().any(|a| a == "-h" || a == "--help") {

@@ -360,8 +360,7 @@ impl Policy {
         let (up, down) = match self.user_rates.get(user) {
             Some(r) => *r,
             None if !self.backends.is_empty() && self.users.get(user).is_none() => {
-                let granted = crate::policy::auth::identity::get(user, &self.backends);
-                let rate = granted.and_then(|i| i.grant.bandwidth);
+                let rate = crate::policy::auth::identity::bandwidth(user, &self.backends);
                 (rate, rate)
             }
             None => (None, None),
@@ -397,7 +396,7 @@ impl Policy {
     pub(crate) fn throttle(&self, listener: &Throttle, user: Option<&str>) -> Throttle {
         let user_limits = !self.user_rates.is_empty()
             || self.default_user_rate != (None, None)
-            || !self.backends.is_empty();
+            || (!self.backends.is_empty() && crate::policy::auth::identity::any_bandwidth());
         if !user_limits && listener.is_unlimited() {
             return Throttle::default();
         }

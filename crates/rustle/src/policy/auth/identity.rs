@@ -35,6 +35,10 @@ impl Identity {
     }
 }
 
+/// Whether any backend ever granted a bandwidth: until one does, a connection's throttle
+/// looks no user up (`any_bandwidth`).
+static BANDWIDTH: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
 thread_local! {
     static TABLE: RefCell<HashMap<Rc<str>, Identity>> = RefCell::new(HashMap::new());
     static LOGIN: RefCell<Option<Identity>> = const { RefCell::new(None) };
@@ -43,6 +47,9 @@ thread_local! {
 /// Records that `slot` granted `grant` to `user` until `until` (the latest answer wins),
 /// and makes it the login the next `take_login` gives.
 pub(crate) fn set(user: &str, grant: &Rc<Grant>, slot: &Arc<Slot>, until: Instant) {
+    if grant.bandwidth.is_some() && !BANDWIDTH.load(std::sync::atomic::Ordering::Relaxed) {
+        BANDWIDTH.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
     let identity = TABLE.with_borrow_mut(|t| {
         if let Some(i) = t.get_mut(user) {
             if Rc::ptr_eq(&i.grant, grant) && Arc::ptr_eq(&i.slot, slot) {
@@ -83,6 +90,19 @@ pub(crate) fn take_login(user: &str) -> Option<Identity> {
 pub(crate) fn get(user: &str, chain: &Chain) -> Option<Identity> {
     let now = Instant::now();
     TABLE.with_borrow(|t| t.get(user).filter(|i| i.live(chain, now)).cloned())
+}
+
+/// Whether any backend ever granted any user a bandwidth.
+pub(crate) fn any_bandwidth() -> bool {
+    BANDWIDTH.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// The bandwidth a backend of `chain` granted `user`, if one did and it holds (nothing
+/// cloned: read for every connection's throttle once any grant has one).
+pub(crate) fn bandwidth(user: &str, chain: &Chain) -> Option<u64> {
+    let now = Instant::now();
+    TABLE
+        .with_borrow(|t| t.get(user).filter(|i| i.live(chain, now)).and_then(|i| i.grant.bandwidth))
 }
 
 /// The groups a backend of `chain` gave `user`, empty when none did or it no longer holds.
