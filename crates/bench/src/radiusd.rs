@@ -1,9 +1,9 @@
 //! `Radiusd`: Debian's FreeRADIUS 3 (`freeradius`) on free loopback ports, for the tests of
 //! the RADIUS backend. It runs in the foreground from a configuration of its own in a
 //! scratch directory: one client (127.0.0.1, a random secret, Message-Authenticator
-//! required), the `users` file the test gives (Cleartext-Password and reply attributes),
-//! PAP and CHAP, and accounting written by the `detail` module to a file the test reads
-//! back. It can be killed and started again on the same ports mid-test, and is killed by
+//! required, and every reply signed with one), the `users` file the test gives
+//! (Cleartext-Password and reply attributes), PAP and CHAP, and accounting written by the
+//! `detail` module to a file the test reads back. It can be killed and started again on the same ports mid-test, and is killed by
 //! its process id when dropped.
 
 use std::fs::File;
@@ -251,8 +251,16 @@ server default {
 	accounting {
 		detail
 	}
+	# Every Access-Accept and Access-Reject signed, as FreeRADIUS 3.2.5 and later sign them
+	# (BlastRADIUS): 3.2.1 signs a reply only when it lists a Message-Authenticator.
 	post-auth {
+		update reply {
+			Message-Authenticator := 0x00
+		}
 		Post-Auth-Type REJECT {
+			update reply {
+				Message-Authenticator := 0x00
+			}
 		}
 	}
 }

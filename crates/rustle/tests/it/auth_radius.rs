@@ -1,8 +1,10 @@
 //! The RADIUS backend through the proxy, against a real FreeRADIUS (rustle_bench::radiusd):
 //! right and wrong passwords over HTTP, CONNECT, SOCKS5 and the HTTPS port, a group from
 //! Filter-Id reaching a rule, Framed-IP-Address as the outgoing address, the server
-//! stopped and started mid-run, remembered answers (no second call), and the accounting
-//! of a real download read back from the server's detail file.
+//! stopped and started mid-run, remembered answers (no second call), the accounting of a
+//! real download read back from the server's detail file, logins going on while the
+//! accounting server gives no answer, and an account accepted under another User-Name
+//! refused.
 
 use std::net::TcpListener;
 use std::time::Duration;
@@ -26,6 +28,9 @@ bob	Cleartext-Password := "builder"
 
 dora	Cleartext-Password := "explorer"
 	Class = "plan-gold"
+
+eve	Cleartext-Password := "listener"
+	User-Name := "Eve"
 "#;
 
 /// Listeners (`listeners`, each with `auth = true`), a RADIUS backend on `server` with
@@ -260,4 +265,46 @@ fn a_reload_whose_secret_cannot_be_read_is_refused_and_the_backend_kept() {
     let origin = Origin::start().unwrap();
     let r = get_as(proxy.addr(), &origin.url("/bytes/10"), "alice", "wonderland");
     assert_eq!(r.status, 200, "{}{}", r.head_text(), r.text());
+}
+
+#[test]
+fn logins_go_on_while_the_accounting_server_gives_no_answer() {
+    let Some(server) = Radiusd::start(USERS) else { return };
+    let silent = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let listener = "[[listener]]\nlisten = \"127.0.0.1:0\"\nauth = true\n";
+    let text = radius_toml(&server, listener, "max_in_flight = 1", "").replace(
+        &format!("accounting_servers = [\"127.0.0.1:{}\"]", server.acct_port()),
+        &format!("accounting_servers = [\"{}\"]", silent.local_addr().unwrap()),
+    );
+    let proxy = Proxy::from_toml(&text);
+    let origin = Origin::start().unwrap();
+    // alice's tunnel held open: her Start waits on the silent server for the whole timeout.
+    let (_c, r) = connect_with(
+        proxy.addr(),
+        &origin.addr().to_string(),
+        &[&proxy_auth("alice", "wonderland")],
+    );
+    assert_eq!(r.status, 200, "{}", r.head_text());
+    let mut buf = [0u8; 4096];
+    silent.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+    let n = silent.recv(&mut buf).expect("alice's Accounting-Request Start");
+    assert_eq!((buf[0], n > 20), (4, true));
+    // Meanwhile bob's login is asked of the server and answered at once.
+    let t = std::time::Instant::now();
+    let r = get_as(proxy.addr(), &origin.url("/bytes/10"), "bob", "builder");
+    assert_eq!(r.status, 200, "{}{}", r.head_text(), r.text());
+    assert!(t.elapsed() < Duration::from_millis(700), "bob waited {:?}", t.elapsed());
+    assert_eq!(server.auth_requests(), 2, "{}", server.log());
+}
+
+#[test]
+fn an_account_accepted_under_another_user_name_is_refused() {
+    let Some(server) = Radiusd::start(USERS) else { return };
+    let listener = "[[listener]]\nlisten = \"127.0.0.1:0\"\nauth = true\n";
+    let proxy = Proxy::from_toml(&radius_toml(&server, listener, "", ""));
+    let origin = Origin::start().unwrap();
+    let r = get_as(proxy.addr(), &origin.url("/bytes/10"), "eve", "listener");
+    assert_eq!(r.status, 407, "{}{}", r.head_text(), r.text());
+    assert!(server.log().contains("Login OK: [eve]"), "{}", server.log());
+    assert_eq!(origin.requests(), 0);
 }

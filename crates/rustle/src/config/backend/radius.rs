@@ -58,6 +58,10 @@ pub struct RadiusBackend {
     /// A reply attribute (same forms) holding the user's bandwidth in bits a second.
     #[serde(default)]
     pub bandwidth_attribute: Option<String>,
+    /// Whether an Access-Accept, -Reject or -Challenge without a Message-Authenticator is
+    /// dropped (BlastRADIUS, CVE-2024-3596); false only for a legacy server that signs none.
+    #[serde(default = "default_require_message_authenticator")]
+    pub require_message_authenticator: bool,
 }
 
 /// How the password travels.
@@ -217,6 +221,9 @@ fn default_accounting() -> bool {
 }
 fn default_interim_interval() -> Duration {
     Duration::from_secs(300)
+}
+fn default_require_message_authenticator() -> bool {
+    true
 }
 fn default_group_attribute() -> String {
     "Filter-Id".into()

@@ -1,9 +1,9 @@
 //! The radius backend: Access-Request to the `servers` in order (PAP or CHAP, signed with a
-//! Message-Authenticator), Access-Accept read into a `Grant`, and the accounting of the
-//! sessions it accepted (Accounting-Request Start, Interim-Update, Stop). Each call has
-//! its own UDP socket per server, so responses are matched by the socket, then by
-//! identifier and authenticator; a server that gives no answer is passed over for
-//! `DEAD_TIME` (asked last, not never).
+//! Message-Authenticator, and replies required to carry one), Access-Accept read into a
+//! `Grant`, and the accounting of the sessions it accepted (Accounting-Request Start,
+//! Interim-Update, Stop). Each call has its own UDP socket per server, so responses are
+//! matched by the socket, then by identifier and authenticator; a server that gives no
+//! answer is passed over for `DEAD_TIME` (asked last, not never).
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::path::Path;
@@ -14,7 +14,7 @@ use argon2::password_hash::rand_core::{OsRng, RngCore};
 use tokio::net::UdpSocket;
 use tokio::sync::Semaphore;
 
-use super::{AcctKind, AcctRecord, Ask, Failure, Grant, Verdict};
+use super::{valid_group, AcctKind, AcctRecord, Ask, Failure, Grant, Verdict};
 use crate::config::{RadiusAttribute, RadiusBackend, RadiusMethod};
 
 mod packet;
@@ -50,8 +50,13 @@ pub(crate) struct Inner {
     accounting: bool,
     group: RadiusAttribute,
     bandwidth: Option<RadiusAttribute>,
-    /// `max_in_flight`: a check over it is refused at once; accounting waits its turn.
+    /// Access-Accept, -Reject and -Challenge without a Message-Authenticator are dropped.
+    require_signature: bool,
+    /// `max_in_flight` checks: one over it is refused at once.
     slots: Semaphore,
+    /// `max_in_flight` accounting records, apart from the checks' so that accounting
+    /// servers that do not answer never hold a login back: a record waits its turn.
+    acct_slots: Semaphore,
     next_id: AtomicU8,
     /// The origin of the servers' `down_until`.
     epoch: Instant,
@@ -103,7 +108,9 @@ impl Radius {
             accounting: cfg.accounting,
             group,
             bandwidth,
+            require_signature: cfg.require_message_authenticator,
             slots: Semaphore::new(cfg.max_in_flight),
+            acct_slots: Semaphore::new(cfg.max_in_flight),
             next_id: AtomicU8::new(first_id[0]),
             epoch: Instant::now(),
             name,
@@ -135,7 +142,23 @@ impl Radius {
         let reply = packet::check_response(&reply, &request, &self.secret)
             .map_err(|e| Failure::Protocol(e.to_string()))?;
         match reply.code {
-            packet::ACCESS_ACCEPT => Ok(Verdict::Allow(self.grant(&reply))),
+            packet::ACCESS_ACCEPT => {
+                // The account known under another spelling (case, a realm): limits kept
+                // per user name would not hold it, so the name as presented is refused.
+                let other = reply
+                    .attributes()
+                    .find(|(k, v)| *k == kind::USER_NAME && *v != ask.user.as_bytes());
+                if let Some((_, name)) = other {
+                    tracing::info!(
+                        "auth: radius `{}`: {:?} refused: the server accepts it as {:?}, and only the name as the server knows it is let in",
+                        self.name,
+                        ask.user,
+                        String::from_utf8_lossy(name)
+                    );
+                    return Ok(Verdict::Deny);
+                }
+                Ok(Verdict::Allow(self.grant(&reply)?))
+            }
             packet::ACCESS_REJECT => Ok(Verdict::Deny),
             packet::ACCESS_CHALLENGE => {
                 tracing::info!(
@@ -196,8 +219,9 @@ impl Radius {
         b.add(kind::CALLING_STATION_ID, client.to_string().as_bytes())
     }
 
-    /// An Access-Accept's attributes, as far as rustle has a use for them.
-    fn grant(&self, reply: &packet::Response<'_>) -> Grant {
+    /// An Access-Accept's attributes, as far as rustle has a use for them; a group that is
+    /// no group name (see `valid_group`) is a failure, as the callback's.
+    fn grant(&self, reply: &packet::Response<'_>) -> Result<Grant, Failure> {
         let mut grant = Grant::default();
         for (k, v) in reply.attributes() {
             match k {
@@ -220,9 +244,16 @@ impl Radius {
             }
             for (attribute, value) in flatten(k, v) {
                 if attribute == self.group {
-                    let g = String::from_utf8_lossy(value).trim().to_string();
-                    if !g.is_empty() && !grant.groups.contains(&g) {
-                        grant.groups.push(g);
+                    let g = std::str::from_utf8(value).ok().filter(|g| valid_group(g)).ok_or_else(
+                        || {
+                            Failure::Protocol(format!(
+                                "radius reply: group {:?} is not a group name",
+                                String::from_utf8_lossy(value)
+                            ))
+                        },
+                    )?;
+                    if !grant.groups.iter().any(|have| have == g) {
+                        grant.groups.push(g.to_string());
                     }
                 }
                 if Some(attribute) == self.bandwidth {
@@ -232,18 +263,19 @@ impl Radius {
                 }
             }
         }
-        grant
+        Ok(grant)
     }
 
     /// Sends one accounting record (Accounting-Request) and waits for its response, to the
-    /// accounting servers in order. Waits up to `timeout` for a slot of `max_in_flight`.
+    /// accounting servers in order. Waits, within `timeout`, for one of its own
+    /// `max_in_flight` slots (not the checks').
     pub(crate) async fn account(&self, rec: &AcctRecord) -> Result<(), Failure> {
         if !self.accounting {
             return Ok(());
         }
         let call = async {
             let _permit = self
-                .slots
+                .acct_slots
                 .acquire()
                 .await
                 .map_err(|_| Failure::Unreachable("the backend is closed".into()))?;
@@ -380,6 +412,13 @@ impl Radius {
                     // Connection refused: nothing listens there.
                     Ok(Err(e)) => return Err(e.to_string()),
                     Ok(Ok(n)) => match packet::check_response(&buf[..n], request, &self.secret) {
+                        Ok(r) if self.require_signature && !r.signed && is_access_reply(r.code) => {
+                            tracing::warn!(
+                                "auth: radius `{}`: a reply from {} dropped: it has no Message-Authenticator (require_message_authenticator; BlastRADIUS)",
+                                self.name,
+                                server.addr
+                            )
+                        }
                         Ok(_) => {
                             buf.truncate(n);
                             return Ok(buf);
@@ -423,6 +462,11 @@ fn flatten(k: u8, v: &[u8]) -> Vec<(RadiusAttribute, &[u8])> {
     } else {
         vec![(RadiusAttribute::Standard(k), v)]
     }
+}
+
+/// Access-Accept, -Reject, -Challenge: the replies a forger gains by (BlastRADIUS).
+fn is_access_reply(code: u8) -> bool {
+    matches!(code, packet::ACCESS_ACCEPT | packet::ACCESS_REJECT | packet::ACCESS_CHALLENGE)
 }
 
 fn be_u32(v: &[u8]) -> Option<u32> {

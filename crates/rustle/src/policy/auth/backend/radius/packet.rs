@@ -1,8 +1,9 @@
 //! RADIUS packets, I/O-free: Access-Request and Accounting-Request written with their
 //! authenticators (RFC 2865 3, RFC 2866 3), User-Password hidden (RFC 2865 5.2), CHAP
 //! answers (RFC 1994), Message-Authenticator (RFC 3579 3.2, HMAC-MD5) signed in requests
-//! and checked in responses that carry one, and responses checked against the request
-//! they answer before a single attribute is believed.
+//! and checked in responses that carry one (the caller decides whether one must), and
+//! responses checked against the request they answer before a single attribute is
+//! believed.
 
 use hmac::{Hmac, Mac};
 use md5::{Digest, Md5};
@@ -192,7 +193,7 @@ pub(crate) fn chap_password(ident: u8, password: &[u8], challenge: &[u8]) -> [u8
     out
 }
 
-fn hmac_md5(secret: &[u8], data: &[u8]) -> [u8; 16] {
+pub(crate) fn hmac_md5(secret: &[u8], data: &[u8]) -> [u8; 16] {
     // HMAC takes a key of any length.
     let mut mac = HmacMd5::new_from_slice(secret).expect("HMAC takes any key length");
     mac.update(data);
@@ -203,6 +204,8 @@ fn hmac_md5(secret: &[u8], data: &[u8]) -> [u8; 16] {
 #[derive(Debug)]
 pub(crate) struct Response<'a> {
     pub(crate) code: u8,
+    /// Whether it carries a Message-Authenticator (checked).
+    pub(crate) signed: bool,
     attributes: &'a [u8],
 }
 
@@ -263,7 +266,7 @@ pub(crate) fn check_response<'a>(
             return Err(Error::BadMessageAuthenticator);
         }
     }
-    Ok(Response { code: packet[0], attributes })
+    Ok(Response { code: packet[0], signed: signature.is_some(), attributes })
 }
 
 impl<'a> Response<'a> {

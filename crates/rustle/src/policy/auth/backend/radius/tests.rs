@@ -1,9 +1,15 @@
 //! The backend against a real FreeRADIUS (rustle_bench::radiusd): PAP and CHAP, the reply
 //! attributes in the Grant, failover, all servers down, and accounting read back from the
-//! server's detail file.
+//! server's detail file; and against a fake server on a thread for the replies FreeRADIUS
+//! does not send (no Message-Authenticator).
 
 use std::net::{IpAddr, Ipv4Addr, UdpSocket};
+use std::path::PathBuf;
+use std::sync::atomic::AtomicUsize;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+use md5::{Digest, Md5};
 
 use rustle_bench::radiusd::Radiusd;
 
@@ -288,5 +294,187 @@ fn settings_that_cannot_work_are_refused_naming_why() {
     std::fs::write(&good, "s3cret\r\n").expect("write");
     let r = Radius::new(&cfg(&good)).expect("backend");
     assert_eq!(&*r.secret, b"s3cret");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Filter-Id, the default `group_attribute`.
+const FILTER_ID: u8 = 11;
+
+/// The secret the fake servers share with the backends of these tests.
+const FAKE_SECRET: &[u8] = b"fake-s3cret";
+
+/// A scratch directory holding `FAKE_SECRET` in `secret`.
+fn fake_dir(tag: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("rustle-radius-{tag}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    std::fs::write(dir.join("secret"), [FAKE_SECRET, b"\n"].concat()).expect("write");
+    dir
+}
+
+fn fake_settings(addr: &str, dir: &std::path::Path, extra: &str) -> RadiusBackend {
+    let text = format!(
+        "servers = [{addr:?}]\nsecret_file = {:?}\nretries = 0\ntimeout = \"400ms\"\n{extra}",
+        dir.join("secret").display().to_string()
+    );
+    toml::from_str(&text).expect("settings")
+}
+
+/// A server on a thread answering every Access-Request with an Access-Accept carrying
+/// `attributes`, its Response Authenticator right, with a Message-Authenticator when
+/// `signed`; it counts the requests and stops after 5 s without one.
+fn fake_server(signed: bool, attributes: Vec<(u8, Vec<u8>)>) -> (String, Arc<AtomicUsize>) {
+    let socket = UdpSocket::bind("127.0.0.1:0").expect("bind");
+    let addr = format!("127.0.0.1:{}", socket.local_addr().expect("addr").port());
+    let count = Arc::new(AtomicUsize::new(0));
+    let seen = count.clone();
+    socket.set_read_timeout(Some(Duration::from_secs(5))).expect("timeout");
+    std::thread::spawn(move || {
+        let mut buf = [0u8; 4096];
+        while let Ok((n, from)) = socket.recv_from(&mut buf) {
+            seen.fetch_add(1, Ordering::Relaxed);
+            let reply = fake_reply(&buf[..n], packet::ACCESS_ACCEPT, signed, &attributes);
+            let _ = socket.send_to(&reply, from);
+        }
+    });
+    (addr, count)
+}
+
+/// A response to `request` as a server holding `FAKE_SECRET` writes one.
+fn fake_reply(request: &[u8], code: u8, signed: bool, attributes: &[(u8, Vec<u8>)]) -> Vec<u8> {
+    let mut p = vec![code, request[1], 0, 0];
+    p.extend_from_slice(&request[4..20]);
+    if signed {
+        p.extend_from_slice(&[kind::MESSAGE_AUTHENTICATOR, 18]);
+        p.extend_from_slice(&[0; 16]);
+    }
+    for (k, v) in attributes {
+        p.push(*k);
+        p.push(v.len() as u8 + 2);
+        p.extend_from_slice(v);
+    }
+    let len = p.len() as u16;
+    p[2..4].copy_from_slice(&len.to_be_bytes());
+    if signed {
+        // Over the packet with the Request Authenticator in place (RFC 3579 3.2).
+        let mac = packet::hmac_md5(FAKE_SECRET, &p);
+        p[22..38].copy_from_slice(&mac);
+    }
+    let auth = Md5::new().chain_update(&p).chain_update(FAKE_SECRET).finalize();
+    p[4..20].copy_from_slice(&auth);
+    p
+}
+
+#[tokio::test]
+async fn replies_without_message_authenticator_are_dropped_unless_allowed() {
+    let dir = fake_dir("blast");
+    let (unsigned, count) = fake_server(false, vec![(FILTER_ID, b"staff".to_vec())]);
+    let r = Radius::new(&fake_settings(&unsigned, &dir, "")).expect("backend");
+    // BlastRADIUS: an Access-Accept a forger could have made is no answer at all.
+    let got = r.check(&ask("alice", "any")).await;
+    assert!(matches!(got, Err(Failure::Unreachable(_) | Failure::Timeout)), "{got:?}");
+    assert_eq!(count.load(Ordering::Relaxed), 1, "the fake server answered");
+    let legacy = fake_settings(&unsigned, &dir, "require_message_authenticator = false");
+    let r = Radius::new(&legacy).expect("backend");
+    let Ok(Verdict::Allow(grant)) = r.check(&ask("alice", "any")).await else {
+        panic!("a legacy server's reply refused");
+    };
+    assert_eq!(grant.groups, ["staff"]);
+    // The same reply signed passes the default.
+    let (signed, _) = fake_server(true, vec![(FILTER_ID, b"staff".to_vec())]);
+    let r = Radius::new(&fake_settings(&signed, &dir, "")).expect("backend");
+    assert!(matches!(r.check(&ask("alice", "any")).await, Ok(Verdict::Allow(_))));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test]
+async fn logins_never_wait_for_accounting_servers_that_do_not_answer() {
+    let Some(server) = Radiusd::start(USERS) else { return };
+    let silent = UdpSocket::bind("127.0.0.1:0").expect("bind");
+    let silent_addr = format!("127.0.0.1:{}", silent.local_addr().expect("addr").port());
+    let extra = format!("accounting_servers = [{silent_addr:?}]\nmax_in_flight = 1\nretries = 0");
+    let r = Radius::new(&settings(&[on(&server)], &server, &extra)).expect("backend");
+    let rec = |id: &str| AcctRecord {
+        kind: AcctKind::Start,
+        session_id: id.into(),
+        user: "alice".into(),
+        client: IpAddr::V4(Ipv4Addr::LOCALHOST),
+        bytes_in: 0,
+        bytes_out: 0,
+        secs: 0,
+        class: None,
+    };
+    let (a, b) = (rec("s1"), rec("s2"));
+    // Two records hold and wait for the one accounting slot for the whole timeout (2 s)
+    // while logins come and go on theirs.
+    let logins = async {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let t = Instant::now();
+        for _ in 0..3 {
+            assert!(matches!(r.check(&ask("alice", "wonderland")).await, Ok(Verdict::Allow(_))));
+        }
+        assert_eq!(r.check(&ask("alice", "wrong")).await, Ok(Verdict::Deny));
+        t.elapsed()
+    };
+    let (ra, rb, took) = tokio::join!(r.account(&a), r.account(&b), logins);
+    assert!(took < Duration::from_millis(1000), "logins waited {took:?}");
+    assert!(matches!(ra, Err(Failure::Timeout | Failure::Unreachable(_))), "{ra:?}");
+    assert!(matches!(rb, Err(Failure::Timeout | Failure::Unreachable(_))), "{rb:?}");
+    let mut buf = [0u8; 4096];
+    silent.set_nonblocking(true).expect("nonblocking");
+    let n = silent.recv(&mut buf).expect("the silent server got a record");
+    assert_eq!((buf[0], n > 20), (packet::ACCOUNTING_REQUEST, true));
+    assert_eq!(server.auth_requests(), 4, "{}", server.log());
+}
+
+/// bob is accepted under another spelling (a server matching names without case, or
+/// adding a realm, says which in User-Name); dave's name comes back as given; erin's group
+/// is no group name.
+const SPELLINGS: &str = r#"
+bob	Cleartext-Password := "b0b"
+	User-Name := "Bob",
+	Filter-Id = "staff"
+
+dave	Cleartext-Password := "d4ve"
+	User-Name := "dave",
+	Filter-Id = "staff"
+
+erin	Cleartext-Password := "3rin"
+	Filter-Id = "staff, admin"
+"#;
+
+#[tokio::test]
+async fn an_accept_under_another_user_name_is_refused_and_groups_are_checked() {
+    let Some(server) = Radiusd::start(SPELLINGS) else { return };
+    let r = Radius::new(&settings(&[on(&server)], &server, "")).expect("backend");
+    assert_eq!(r.check(&ask("bob", "b0b")).await, Ok(Verdict::Deny), "{}", server.log());
+    assert!(server.log().contains("Login OK: [bob]"), "the server accepted: {}", server.log());
+    let Ok(Verdict::Allow(grant)) = r.check(&ask("dave", "d4ve")).await else {
+        panic!("dave refused: {}", server.log());
+    };
+    assert_eq!(grant.groups, ["staff"]);
+    let got = r.check(&ask("erin", "3rin")).await;
+    assert!(
+        matches!(&got, Err(Failure::Protocol(e)) if e.contains("\"staff, admin\" is not a group name")),
+        "{got:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_user_name_differing_byte_for_byte_is_refused() {
+    let dir = fake_dir("spelling");
+    for (presented, answered, allowed) in
+        [("ALICE", "alice", false), ("alice", "alice@realm", false), ("alice", "alice", true)]
+    {
+        let (addr, _) = fake_server(true, vec![(kind::USER_NAME, answered.as_bytes().to_vec())]);
+        let r = Radius::new(&fake_settings(&addr, &dir, "")).expect("backend");
+        let got = r.check(&ask(presented, "any")).await;
+        assert_eq!(matches!(got, Ok(Verdict::Allow(_))), allowed, "{presented} as {answered}");
+        if !allowed {
+            assert_eq!(got, Ok(Verdict::Deny));
+        }
+    }
+    let (addr, _) = fake_server(true, vec![(FILTER_ID, vec![b's', 0xff])]);
+    let r = Radius::new(&fake_settings(&addr, &dir, "")).expect("backend");
+    assert!(matches!(r.check(&ask("alice", "any")).await, Err(Failure::Protocol(_))));
     let _ = std::fs::remove_dir_all(&dir);
 }
