@@ -235,8 +235,11 @@ fn granted_egress<'p>(
     if policy.backends.is_empty() {
         return None;
     }
-    let user = want.user.filter(|u| policy.users.get(u).is_none())?;
-    let ip = crate::policy::auth::identity::get(user, &policy.backends)?.grant.egress?;
+    let ip = crate::policy::auth::identity::egress(want.user?, &policy.backends)?;
+    // A users-file user is never a backend's (its name may be a stale grant's).
+    if policy.users.get(want.user?).is_some() {
+        return None;
+    }
     let local = Some(crate::policy::route::egress::Local { ip, freebind: false });
     let (v4, v6) = match ip {
         IpAddr::V4(_) => (local, None),

@@ -39,6 +39,10 @@ impl Identity {
 /// looks no user up (`any_bandwidth`).
 static BANDWIDTH: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
+/// Whether any backend ever granted an outgoing address: until one does, a request looks
+/// no user up for one (`any_egress`).
+static EGRESS: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
 thread_local! {
     static TABLE: RefCell<HashMap<Rc<str>, Identity>> = RefCell::new(HashMap::new());
     static LOGIN: RefCell<Option<Identity>> = const { RefCell::new(None) };
@@ -49,6 +53,9 @@ thread_local! {
 pub(crate) fn set(user: &str, grant: &Rc<Grant>, slot: &Arc<Slot>, until: Instant) {
     if grant.bandwidth.is_some() && !BANDWIDTH.load(std::sync::atomic::Ordering::Relaxed) {
         BANDWIDTH.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+    if grant.egress.is_some() && !EGRESS.load(std::sync::atomic::Ordering::Relaxed) {
+        EGRESS.store(true, std::sync::atomic::Ordering::Relaxed);
     }
     let identity = TABLE.with_borrow_mut(|t| {
         if let Some(i) = t.get_mut(user) {
@@ -103,6 +110,16 @@ pub(crate) fn bandwidth(user: &str, chain: &Chain) -> Option<u64> {
     let now = Instant::now();
     TABLE
         .with_borrow(|t| t.get(user).filter(|i| i.live(chain, now)).and_then(|i| i.grant.bandwidth))
+}
+
+/// The outgoing address a backend of `chain` granted `user`, if one did and it holds
+/// (nothing looked up until some grant has one; nothing cloned).
+pub(crate) fn egress(user: &str, chain: &Chain) -> Option<std::net::IpAddr> {
+    if !EGRESS.load(std::sync::atomic::Ordering::Relaxed) {
+        return None;
+    }
+    let now = Instant::now();
+    TABLE.with_borrow(|t| t.get(user).filter(|i| i.live(chain, now)).and_then(|i| i.grant.egress))
 }
 
 /// The groups a backend of `chain` gave `user`, empty when none did or it no longer holds.
