@@ -52,8 +52,8 @@ pub use routing::{
 };
 
 pub use settings::{
-    Admin, Auth, ChoiceParam, Dns, Http, Http2, Limits, Prefer, Process, Relay, Timeouts, Upstream,
-    UserConfig, UserParams, DEFAULT_MAX_USER_SERIES,
+    Admin, Auth, ChoiceParam, Dns, Http, Http2, KernelForwarding, Limits, Prefer, Process, Relay,
+    Timeouts, Upstream, UserConfig, UserParams, DEFAULT_MAX_USER_SERIES,
 };
 pub(crate) use settings::{NameServer, Transport};
 pub use state::{Backend as StateBackend, OnStateLoss, State, StateRedis, DEFAULT_KEY_PREFIX};

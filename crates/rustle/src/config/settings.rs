@@ -363,12 +363,33 @@ pub struct Relay {
     pub(crate) grace_reads: u32,
     #[serde(deserialize_with = "duration")]
     pub(crate) grace_delay: Duration,
+    /// Plain tunnels forwarded inside the kernel (`io::relay::kernel`).
+    pub(crate) kernel_forwarding: KernelForwarding,
 }
 
 impl Default for Relay {
     fn default() -> Self {
-        Relay { grace_reads: 0, grace_delay: Duration::from_millis(10) }
+        Relay {
+            grace_reads: 0,
+            grace_delay: Duration::from_millis(10),
+            kernel_forwarding: KernelForwarding::Auto,
+        }
     }
+}
+
+/// Whether established plain tunnels (CONNECT, SOCKS CONNECT, TCP relays, upgrades) are
+/// forwarded inside the kernel (a sockhash and a stream verdict program) rather than
+/// through the proxy's relay.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum KernelForwarding {
+    /// Where the kernel allows it (said once at start); the relay otherwise.
+    #[default]
+    Auto,
+    /// Never: every tunnel goes through the relay.
+    Off,
+    /// Always where a tunnel qualifies; the proxy refuses to start without it.
+    Require,
 }
 
 /// A user defined in the configuration itself.

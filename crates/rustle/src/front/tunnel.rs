@@ -84,7 +84,14 @@ pub(crate) fn spawn(
             if park::here() {
                 relay = relay.parking();
             }
-            tokio::task::spawn_local(socket_task(guard, relay.throttled(&throttle), record));
+            // Where the kernel forwards, it takes the tunnel once early bytes are out;
+            // a parked tunnel stays forwarded (the park's sweep looks at it).
+            if relay.parks() {
+                relay = relay.throttled(&throttle).forwarded();
+            } else {
+                relay = relay.throttled(&throttle);
+            }
+            tokio::task::spawn_local(socket_task(guard, relay, record));
         }
         (client, upstream) => {
             let relay =

@@ -39,6 +39,7 @@ use crate::error::{Error, Phase};
 use crate::io::sys::Pipe;
 use crate::limits::{Direction, Limit, Throttle, UserTraffic};
 pub(crate) use end::End;
+use kernel::{Forwarding, State};
 
 /// Scratch buffer size, and the read size that counts as "full" for switching to splice.
 /// 16 KiB is what a busy socket usually has ready; two full reads in a row mean bulk.
@@ -237,6 +238,14 @@ impl Side {
         match self {
             Side::Client => Direction::Up,
             Side::Upstream => Direction::Down,
+        }
+    }
+
+    /// The side's socket in a forwarded tunnel's slots (`kernel`).
+    fn index(self) -> usize {
+        match self {
+            Side::Client => 0,
+            Side::Upstream => 1,
         }
     }
 
@@ -597,6 +606,96 @@ impl Dir {
         }
     }
 
+    // As `poll_move`, with the tunnel's slots in place of the limit and the settings.
+    #[allow(clippy::too_many_arguments)]
+    /// The kernel path (`kernel`): the program moves the bytes. This direction passes its
+    /// end of stream on and writes what the program passed up, each only once the
+    /// destination has sent what was redirected before it.
+    fn poll_kernel<S: End, D: End>(
+        &mut self,
+        cx: &mut Context<'_>,
+        pools: &Pools,
+        src: &mut S,
+        dst: &mut D,
+        fwd: &mut Forwarding,
+        last: &mut Instant,
+        last_out: bool,
+        user: Option<&UserTraffic>,
+    ) -> Poll<Result<(), Error>> {
+        let i = self.src.index();
+        loop {
+            if self.pending.is_some() || self.eof {
+                if let Some(out) = dst.socket() {
+                    match fwd.drained(i, out) {
+                        Ok(true) => self.pause = None,
+                        Ok(false) => {
+                            let sleep = self.pause.get_or_insert_with(|| {
+                                Box::pin(sleep_until(Instant::now() + kernel::DRAIN_POLL))
+                            });
+                            ready!(sleep.as_mut().poll(cx));
+                            self.pause = None;
+                            continue;
+                        }
+                        Err(e) => return Poll::Ready(Err(self.src.other().err(e))),
+                    }
+                }
+            }
+            if let Some(p) = &mut self.pending {
+                match ready!(dst.poll_write(cx, &p.buf[p.off..])) {
+                    Ok(0) => {
+                        return Poll::Ready(Err(self
+                            .src
+                            .other()
+                            .err(io::ErrorKind::WriteZero.into())))
+                    }
+                    Ok(n) => {
+                        p.off += n;
+                        fwd.wrote(self.src.other().index(), n);
+                    }
+                    Err(e) => return Poll::Ready(Err(self.src.other().err(e))),
+                }
+                if p.off == p.buf.len() {
+                    if let Some(p) = self.pending.take() {
+                        pools.unpark(p.buf);
+                    }
+                    fwd.open_gate(i);
+                }
+                continue;
+            }
+            if self.eof {
+                if !last_out {
+                    let _ = ready!(dst.poll_shutdown(cx));
+                }
+                self.done = true;
+                return Poll::Ready(Ok(()));
+            }
+            ready!(src.poll_read_ready(cx)).map_err(|e| self.src.err(e))?;
+            let mut scratch = pools.scratch.borrow_mut();
+            let n = match src.poll_read(cx, &mut scratch[..]) {
+                Poll::Ready(Ok(n)) => n,
+                Poll::Ready(Err(e)) => return Poll::Ready(Err(self.src.err(e))),
+                Poll::Pending => return Poll::Pending,
+            };
+            // What comes now went past the program: it waits for the destination.
+            fwd.hold(i);
+            if n == 0 {
+                self.eof = true;
+                continue;
+            }
+            fwd.took(i, n);
+            self.pending = Some(Pending { buf: pools.park(&scratch[..n]), off: 0 });
+            drop(scratch);
+            self.moved += n as u64;
+            if let Some(t) = user {
+                t.add(self.src.direction(), n as u64);
+                if t.cut() {
+                    return Poll::Ready(Err(cut(t)));
+                }
+            }
+            *last = Instant::now();
+        }
+    }
+
     /// The switching rules of the automatic mode, and the grace delay.
     fn count(&mut self, n: usize, opts: &Opts) {
         if self.splicing {
@@ -665,6 +764,8 @@ pub(crate) struct Relay<C, U> {
     closes: bool,
     /// The relay says when it has been idle long enough to be parked (see `parking`).
     parks: bool,
+    /// The relay hands the tunnel to the kernel once quiescent (see `forwarded`).
+    to_kernel: bool,
 }
 
 /// What only some relays have, boxed so that the others keep one word for it (an open
@@ -675,6 +776,24 @@ struct Extras {
     throttle: Option<Throttle>,
     /// The user's shared counters (`counting`): bytes are added as they move.
     user: Option<Arc<UserTraffic>>,
+    /// The tunnel's slots while the kernel forwards it (`kernel`).
+    kernel: Option<Forwarding>,
+}
+
+impl Extras {
+    /// The bytes the kernel moved since the last look go to the user's counters.
+    fn account(&mut self) {
+        if let (Some(k), Some(t)) = (&mut self.kernel, &self.user) {
+            let (up, down) = k.unaccounted();
+            t.add(Direction::Up, up);
+            t.add(Direction::Down, down);
+        }
+    }
+
+    /// (up, down) the kernel moved.
+    fn forwarded(&self) -> (u64, u64) {
+        self.kernel.as_ref().map_or((0, 0), |k| (k.redirected(0), k.redirected(1)))
+    }
 }
 
 /// A tunnel that has moved no byte for this long is parked (see `park`), unless its
@@ -705,7 +824,31 @@ impl Resume {
     }
 
     pub(crate) fn totals(&self) -> Totals {
-        Totals { up: self.moved.0, down: self.moved.1 }
+        let (up, down) = self.extras.as_deref().map_or((0, 0), Extras::forwarded);
+        Totals { up: self.moved.0 + up, down: self.moved.1 + down }
+    }
+
+    /// A tunnel the kernel forwards (the park's sweep looks at it every second): its idle
+    /// clock moves on if the kernel moved bytes, and those go to its user's counters.
+    /// Returns the worker's reload count the tunnel last saw, to compare and update; None
+    /// for a tunnel the relay moves.
+    pub(crate) fn forwarded(&mut self, now: Instant) -> Option<&mut u64> {
+        let e = self.extras.as_deref_mut()?;
+        e.account();
+        let k = e.kernel.as_mut().filter(|k| k.state == State::Kernel)?;
+        if k.moved_since() {
+            self.last = now;
+        }
+        Some(&mut k.reloads)
+    }
+
+    /// The tunnel leaves the kernel path with these limits (a reload gave it some).
+    pub(crate) fn leave(&mut self, throttle: &Throttle) {
+        let e = self.extras.get_or_insert_with(Box::default);
+        e.throttle = Some(throttle.clone());
+        if let Some(k) = &mut e.kernel {
+            k.leave();
+        }
     }
 
     /// Which directions (client to upstream, upstream to client) have ended.
@@ -753,6 +896,7 @@ where
         timer: IdleTimer::Unarmed,
         closes: false,
         parks: false,
+        to_kernel: false,
     }
 }
 
@@ -784,7 +928,8 @@ impl<C, U> Relay<C, U> {
     }
 
     fn totals(&self) -> Totals {
-        Totals { up: self.up.moved, down: self.down.moved }
+        let (up, down) = self.extras.as_deref().map_or((0, 0), Extras::forwarded);
+        Totals { up: self.up.moved + up, down: self.down.moved + down }
     }
 
     /// The two ends (an HTTP/2 tunnel resets its stream once the relay has ended).
@@ -806,6 +951,9 @@ impl<C, U> Relay<C, U> {
     }
 
     fn finish(&mut self, result: Result<(), Error>) -> Poll<Ended> {
+        if let Some(e) = &mut self.extras {
+            e.account();
+        }
         POOLS.with(|pools| {
             self.up.release(pools);
             self.down.release(pools);
@@ -846,6 +994,19 @@ impl Relay<TcpStream, TcpStream> {
         self
     }
 
+    /// Whether the relay may be parked (`parking`).
+    pub(crate) fn parks(&self) -> bool {
+        self.parks
+    }
+
+    /// Hands the tunnel to the kernel (`kernel`) once the bytes handed to the relay are
+    /// delivered, where the kernel path is on and the tunnel has no bandwidth limit.
+    pub(crate) fn forwarded(mut self) -> Self {
+        let limited = self.extras.as_ref().is_some_and(|e| e.throttle.is_some());
+        self.to_kernel = !limited && kernel::enabled();
+        self
+    }
+
     /// Takes an idle relay apart for parking: its sockets, off tokio's event loop, and
     /// what it needs to resume. On failure, what it had moved and the error.
     #[allow(clippy::type_complexity)]
@@ -872,6 +1033,7 @@ impl Relay<TcpStream, TcpStream> {
     /// A parked relay, running again on its sockets; `parks`: it may be parked again
     /// (not when its park refused it or is gone, which would park and resume it in a loop).
     pub(crate) fn resume(client: TcpStream, upstream: TcpStream, r: Resume, parks: bool) -> Self {
+        // `opts` of a tunnel the kernel took say never to splice (see `enter_kernel`).
         let mut relay = run(client, upstream, b"", b"", r.opts).closing();
         relay.parks = parks;
         relay.extras = r.extras;
@@ -912,14 +1074,43 @@ where
     /// `PARK_AFTER` with nothing held.
     pub(crate) fn poll_ended(&mut self, cx: &mut Context<'_>) -> Poll<Ended> {
         let this = self;
+        match this.poll_leaving(cx) {
+            Poll::Ready(Ok(())) => {}
+            Poll::Ready(Err(e)) => return this.finish(Err(e)),
+            Poll::Pending => return Poll::Pending,
+        }
         let mut last = this.last;
         let (client, upstream) = (&mut this.client, &mut this.upstream);
         let (up, down, opts) = (&mut this.up, &mut this.down, &this.opts);
-        let extras = this.extras.as_deref();
-        let throttle = extras.and_then(|e| e.throttle.as_ref());
-        let user = extras.and_then(|e| e.user.as_deref());
+        let (throttle, user, kernel) = match this.extras.as_deref_mut() {
+            Some(Extras { throttle, user, kernel }) => (
+                throttle.as_ref(),
+                user.as_deref(),
+                kernel.as_mut().filter(|k| k.state == State::Kernel),
+            ),
+            None => (None, None, None),
+        };
         let closes = this.closes;
         let failed = POOLS.with(|pools| {
+            if let Some(fwd) = kernel {
+                if !up.done {
+                    let last_out = closes && down.done;
+                    let r =
+                        up.poll_kernel(cx, pools, client, upstream, fwd, &mut last, last_out, user);
+                    if let Poll::Ready(Err(e)) = r {
+                        return Some(e);
+                    }
+                }
+                if !down.done {
+                    let last_out = closes && up.done;
+                    let r = down
+                        .poll_kernel(cx, pools, upstream, client, fwd, &mut last, last_out, user);
+                    if let Poll::Ready(Err(e)) = r {
+                        return Some(e);
+                    }
+                }
+                return None;
+            }
             if !up.done {
                 let limit = throttle.map(|t| &t.up);
                 let last_out = closes && down.done;
@@ -953,8 +1144,20 @@ where
         if let Poll::Ready(e) = this.client.poll_gone(cx) {
             return this.finish(Err(Error::Client(e)));
         }
+        if this.to_kernel && this.quiescent() {
+            this.to_kernel = false;
+            this.enter_kernel(cx);
+        }
         let park = (this.parks && this.quiescent()).then_some(PARK_AFTER);
-        match deadline(&mut this.timer, this.last, this.opts.idle, this.parks, park, cx) {
+        let mut verdict =
+            deadline(&mut this.timer, this.last, this.opts.idle, this.parks, park, cx);
+        if matches!(verdict, Deadline::Idle) && this.kernel_moved() {
+            // Idle for the relay, not for the kernel: the clock starts again.
+            this.last = Instant::now();
+            this.timer = IdleTimer::Unarmed;
+            verdict = deadline(&mut this.timer, this.last, this.opts.idle, this.parks, park, cx);
+        }
+        match verdict {
             Deadline::NotYet => Poll::Pending,
             Deadline::Idle => {
                 // The relay ends the tunnel: each end still open is told so (a TLS end
@@ -968,6 +1171,65 @@ where
                 this.finish(Err(Error::Timeout(Phase::TunnelIdle)))
             }
             Deadline::Park => Poll::Ready(Ended::Idle),
+        }
+    }
+}
+
+impl<C: End, U: End> Relay<C, U> {
+    /// Puts the tunnel under the kernel's program (`kernel`); the relay goes on as it was
+    /// if the kernel does not take it.
+    fn enter_kernel(&mut self, cx: &mut Context<'_>) {
+        let (Some(c), Some(u)) = (self.client.socket(), self.upstream.socket()) else { return };
+        let Some(f) = Forwarding::enter(c, u) else { return };
+        POOLS.with(|pools| {
+            self.up.release(pools);
+            self.down.release(pools);
+        });
+        // Whatever the relay moves from now on is read through the socket map (data the
+        // program passed up), which splice(2) does not see.
+        self.opts.splice = SpliceMode::Never;
+        self.up.splicing = false;
+        self.down.splicing = false;
+        self.extras.get_or_insert_with(Box::default).kernel = Some(f);
+        // The directions wait in the kernel path from now on.
+        cx.waker().wake_by_ref();
+    }
+
+    /// Whether the kernel forwards this tunnel and moved bytes since the last look (which
+    /// also go to the user's counters).
+    fn kernel_moved(&mut self) -> bool {
+        let Some(e) = self.extras.as_deref_mut() else { return false };
+        e.account();
+        e.kernel.as_mut().is_some_and(|k| k.state == State::Kernel && k.moved_since())
+    }
+
+    /// A tunnel leaving the kernel path (`Resume::leave`): ready once each destination has
+    /// sent what the program redirected to it, and the relay moves every byte; until
+    /// then nothing is read (and no byte can overtake another). Ready at once for any other
+    /// relay.
+    fn poll_leaving(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Error>> {
+        let Some(k) = self.extras.as_deref_mut().and_then(|e| e.kernel.as_mut()) else {
+            return Poll::Ready(Ok(()));
+        };
+        if k.state != State::Leaving {
+            return Poll::Ready(Ok(()));
+        }
+        let (Some(c), Some(u)) = (self.client.socket(), self.upstream.socket()) else {
+            return Poll::Ready(Ok(()));
+        };
+        loop {
+            let up = k.drained(0, u).map_err(Error::Upstream)?;
+            let down = k.drained(1, c).map_err(Error::Client)?;
+            if up && down && k.settle() {
+                self.up.pause = None;
+                return Poll::Ready(Ok(()));
+            }
+            let sleep = self
+                .up
+                .pause
+                .get_or_insert_with(|| Box::pin(sleep_until(Instant::now() + kernel::DRAIN_POLL)));
+            ready!(sleep.as_mut().poll(cx));
+            self.up.pause = None;
         }
     }
 }
@@ -1153,6 +1415,7 @@ async fn splice_once(
 }
 
 mod end;
+pub(crate) mod kernel;
 
 #[cfg(test)]
 mod tests;

@@ -364,6 +364,8 @@ fn splice(from: BorrowedFd<'_>, to: BorrowedFd<'_>, len: usize) -> io::Result<us
     Ok(n as usize)
 }
 
+pub(crate) mod bpf;
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -304,6 +304,8 @@ pub(crate) fn start_with(cfg: Config, mut inherited: Inherited) -> anyhow::Resul
     if bound.iter().any(|b| b.listener.tls.is_some() || b.listener.target_tls.is_some()) {
         crate::io::tls::set_ktls(ktls_available(cfg.tls.ktls));
     }
+    crate::io::relay::kernel::prepare(cfg.relay.kernel_forwarding).map_err(anyhow::Error::msg)?;
+    crate::io::relay::kernel::set(cfg.relay.kernel_forwarding, true);
     if let Some(problem) = cfg.admin.open_problem() {
         anyhow::bail!("{problem}");
     }

@@ -263,12 +263,19 @@ fn resume(mut p: Parked, parks: bool) {
 /// memory their tasks used back to the kernel.
 pub(crate) fn sweep(now: impl Into<Instant>) -> usize {
     let now = now.into();
+    let mut leaving = Vec::new();
     let (expired, parked_since) = PARK.with(|cell| {
         let mut park = cell.borrow_mut();
         let Some(park) = park.as_mut() else { return (Vec::new(), 0) };
+        let leaving = &mut leaving;
         let mut expired = Vec::new();
         for slot in 0..park.slots.len() {
-            let Some(p) = park.slots[slot].as_ref() else { continue };
+            let Some(p) = park.slots[slot].as_mut() else { continue };
+            if leaves_kernel(p, now) {
+                // Back on the loop, where the relay takes over from the kernel.
+                leaving.extend(park.remove(slot));
+                continue;
+            }
             if p.resume.deadline() <= now {
                 expired.extend(park.remove(slot).map(|p| (p, Error::Timeout(Phase::TunnelIdle))));
             } else if let Some(e) = p.resume.cut() {
@@ -291,7 +298,28 @@ pub(crate) fn sweep(now: impl Into<Instant>) -> usize {
     for (p, e) in expired {
         end(p, e);
     }
+    for p in leaving {
+        resume(p, true);
+    }
     parked_since
+}
+
+/// A tunnel the kernel forwards, as the sweep sees it: its idle clock and its user's
+/// counters follow what the kernel moved; after a reload, its limits are looked at again,
+/// and a tunnel that now has one leaves the kernel path (true: resume it).
+fn leaves_kernel(p: &mut Parked, now: Instant) -> bool {
+    let Some(seen) = p.resume.forwarded(now) else { return false };
+    let worker = p.guard.worker();
+    if *seen == worker.reloads() {
+        return false;
+    }
+    *seen = worker.reloads();
+    let throttle = worker.throttle_now(p.guard.listener(), p.rec.user.as_deref());
+    if throttle.is_unlimited() {
+        return false;
+    }
+    p.resume.leave(&throttle);
+    true
 }
 
 /// Closes every parked tunnel (the shutdown deadline has passed), each with its log line.

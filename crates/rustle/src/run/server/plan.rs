@@ -119,6 +119,7 @@ impl Running {
         if cfg.tls.ktls != old.tls.ktls {
             warnings.push("tls.ktls takes effect at the next start (or takeover)".to_string());
         }
+        crate::io::relay::kernel::prepare(cfg.relay.kernel_forwarding)?;
         if cfg.auth.hash_threads != old.auth.hash_threads {
             warnings
                 .push("auth.hash_threads takes effect at the next start (or takeover)".to_string());
@@ -163,6 +164,7 @@ impl Running {
     pub(crate) fn commit(&self, plan: Plan, policy: Policy) {
         let policy = Arc::new(policy);
         let cfg = &plan.config;
+        crate::io::relay::kernel::set(cfg.relay.kernel_forwarding, false);
         self.conn_limits
             .set_limits(cfg.limits.max_connections_per_client, cfg.limits.max_connections_per_user);
         let mut state = self.state();

@@ -155,6 +155,7 @@ pub(super) async fn worker_main(
             }
             Some(update) = updates.recv() => {
                 worker.reconfigure(update.policy, update.sink);
+                worker.set_listeners(update.listeners.iter().map(|(l, _)| l.clone()).collect());
                 serving.apply(&worker, update.listeners);
                 in_force.took(worker.id, policy_of(&worker));
             }
