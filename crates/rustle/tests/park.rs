@@ -74,6 +74,9 @@ fn idle_tunnels_are_parked_and_resume_when_either_side_speaks() {
     cfg.log.access = LogTarget::File(log.clone());
     cfg.timeouts.shutdown = Duration::from_millis(500);
     cfg.timeouts.tunnel_idle = Duration::from_secs(4);
+    // The relay's own parking: a tunnel the kernel forwards stays parked while the kernel
+    // moves its bytes (tests/it/kernel.rs).
+    cfg.relay.kernel_forwarding = rustle::config::KernelForwarding::Off;
     let running = rustle::run::server::start(cfg).expect("proxy starts");
     let (http, socks) = (running.addrs()[0].1, running.addrs()[1].1);
     let target = echo_server.addr();

@@ -364,7 +364,7 @@ pub struct Relay {
     #[serde(deserialize_with = "duration")]
     pub(crate) grace_delay: Duration,
     /// Plain tunnels forwarded inside the kernel (`io::relay::kernel`).
-    pub(crate) kernel_forwarding: KernelForwarding,
+    pub kernel_forwarding: KernelForwarding,
 }
 
 impl Default for Relay {

@@ -87,7 +87,8 @@ pub(crate) fn spawn(
             // Where the kernel forwards, it takes the tunnel once early bytes are out;
             // a parked tunnel stays forwarded (the park's sweep looks at it).
             if relay.parks() {
-                relay = relay.throttled(&throttle).forwarded();
+                let mode = guard.worker().cfg().relay.kernel_forwarding;
+                relay = relay.throttled(&throttle).forwarded(mode);
             } else {
                 relay = relay.throttled(&throttle);
             }
@@ -128,7 +129,17 @@ pub(crate) fn socket_task(
     rec: Record,
 ) -> impl Future<Output = ()> {
     async move {
-        match std::future::poll_fn(|cx| relay.poll_ended(cx)).await {
+        let ended = std::future::poll_fn(|cx| {
+            // A tunnel the kernel forwards is polled at least every `PARK_AFTER`: after a
+            // reload, its limits are looked at again.
+            if let Some(seen) = relay.forwarded_reloads() {
+                if let Some(throttle) = park::limits_after_reload(&guard, &rec, seen) {
+                    relay.leave(&throttle);
+                }
+            }
+            relay.poll_ended(cx)
+        });
+        match ended.await {
             Ended::Done(totals, result) => {
                 relay.pass_reset(&result);
                 finish(&guard, &rec, totals, result);

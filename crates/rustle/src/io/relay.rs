@@ -39,7 +39,7 @@ use crate::error::{Error, Phase};
 use crate::io::sys::Pipe;
 use crate::limits::{Direction, Limit, Throttle, UserTraffic};
 pub(crate) use end::End;
-use kernel::{Forwarding, State};
+use kernel::{Drain, Forwarding, State};
 
 /// Scratch buffer size, and the read size that counts as "full" for switching to splice.
 /// 16 KiB is what a busy socket usually has ready; two full reads in a row mean bulk.
@@ -72,12 +72,20 @@ const MAX_SPARE: usize = 64;
 pub(crate) struct Switches {
     to_splice: AtomicU64,
     to_copy: AtomicU64,
+    /// Tunnels handed to the kernel (`kernel`), and those it gave back.
+    to_kernel: AtomicU64,
+    from_kernel: AtomicU64,
 }
 
 impl Switches {
     /// (switches to splice, switches back to copy) so far.
     pub(crate) fn get(&self) -> (u64, u64) {
         (self.to_splice.load(Ordering::Relaxed), self.to_copy.load(Ordering::Relaxed))
+    }
+
+    /// (tunnels handed to the kernel, tunnels it gave back) so far.
+    pub(crate) fn kernel(&self) -> (u64, u64) {
+        (self.to_kernel.load(Ordering::Relaxed), self.from_kernel.load(Ordering::Relaxed))
     }
 }
 
@@ -626,17 +634,25 @@ impl Dir {
         loop {
             if self.pending.is_some() || self.eof {
                 if let Some(out) = dst.socket() {
-                    match fwd.drained(i, out) {
-                        Ok(true) => self.pause = None,
-                        Ok(false) => {
-                            let sleep = self.pause.get_or_insert_with(|| {
-                                Box::pin(sleep_until(Instant::now() + kernel::DRAIN_POLL))
-                            });
-                            ready!(sleep.as_mut().poll(cx));
-                            self.pause = None;
-                            continue;
-                        }
-                        Err(e) => return Poll::Ready(Err(self.src.other().err(e))),
+                    // Looked at again after 1, 2, 4... ms, at most every 64 ms while a
+                    // slow receiver takes what was queued (`full` counts the steps here).
+                    let drain = fwd.drained(i, out).map_err(|e| self.src.other().err(e))?;
+                    if drain == Drain::Moving {
+                        *last = Instant::now();
+                        self.full = 0;
+                    }
+                    if drain == Drain::Done {
+                        self.pause = None;
+                        self.full = 0;
+                    } else {
+                        let sleep = self.pause.get_or_insert_with(|| {
+                            let wait = kernel::DRAIN_POLL * (1 << self.full.min(6));
+                            Box::pin(sleep_until(Instant::now() + wait))
+                        });
+                        ready!(sleep.as_mut().poll(cx));
+                        self.pause = None;
+                        self.full = self.full.saturating_add(1);
+                        continue;
                     }
                 }
             }
@@ -846,8 +862,9 @@ impl Resume {
     pub(crate) fn leave(&mut self, throttle: &Throttle) {
         let e = self.extras.get_or_insert_with(Box::default);
         e.throttle = Some(throttle.clone());
-        if let Some(k) = &mut e.kernel {
+        if let Some(k) = e.kernel.as_mut().filter(|k| k.state == State::Kernel) {
             k.leave();
+            POOLS.with(|p| p.switches.borrow().from_kernel.fetch_add(1, Ordering::Relaxed));
         }
     }
 
@@ -994,16 +1011,35 @@ impl Relay<TcpStream, TcpStream> {
         self
     }
 
+    /// The worker's reload count this tunnel last saw, while the kernel forwards it (to
+    /// compare and update: see `Resume::forwarded`); None otherwise.
+    pub(crate) fn forwarded_reloads(&mut self) -> Option<&mut u64> {
+        let k = self.extras.as_deref_mut()?.kernel.as_mut()?;
+        (k.state == State::Kernel).then_some(&mut k.reloads)
+    }
+
+    /// The tunnel leaves the kernel path with these limits (a reload gave it some); the
+    /// next poll hands over to the relay.
+    pub(crate) fn leave(&mut self, throttle: &Throttle) {
+        let e = self.extras.get_or_insert_with(Box::default);
+        e.throttle = Some(throttle.clone());
+        if let Some(k) = e.kernel.as_mut().filter(|k| k.state == State::Kernel) {
+            k.leave();
+            POOLS.with(|p| p.switches.borrow().from_kernel.fetch_add(1, Ordering::Relaxed));
+        }
+    }
+
     /// Whether the relay may be parked (`parking`).
     pub(crate) fn parks(&self) -> bool {
         self.parks
     }
 
     /// Hands the tunnel to the kernel (`kernel`) once the bytes handed to the relay are
-    /// delivered, where the kernel path is on and the tunnel has no bandwidth limit.
-    pub(crate) fn forwarded(mut self) -> Self {
+    /// delivered, where the kernel path is on (`mode`) and the tunnel has no bandwidth
+    /// limit.
+    pub(crate) fn forwarded(mut self, mode: crate::config::KernelForwarding) -> Self {
         let limited = self.extras.as_ref().is_some_and(|e| e.throttle.is_some());
-        self.to_kernel = !limited && kernel::enabled();
+        self.to_kernel = !limited && kernel::enabled(mode);
         self
     }
 
@@ -1191,6 +1227,7 @@ impl<C: End, U: End> Relay<C, U> {
         self.up.splicing = false;
         self.down.splicing = false;
         self.extras.get_or_insert_with(Box::default).kernel = Some(f);
+        POOLS.with(|p| p.switches.borrow().to_kernel.fetch_add(1, Ordering::Relaxed));
         // The directions wait in the kernel path from now on.
         cx.waker().wake_by_ref();
     }
@@ -1218,8 +1255,8 @@ impl<C: End, U: End> Relay<C, U> {
             return Poll::Ready(Ok(()));
         };
         loop {
-            let up = k.drained(0, u).map_err(Error::Upstream)?;
-            let down = k.drained(1, c).map_err(Error::Client)?;
+            let up = k.drained(0, u).map_err(Error::Upstream)? == Drain::Done;
+            let down = k.drained(1, c).map_err(Error::Client)? == Drain::Done;
             if up && down && k.settle() {
                 self.up.pause = None;
                 return Poll::Ready(Ok(()));

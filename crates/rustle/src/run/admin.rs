@@ -670,7 +670,34 @@ impl Server {
             state_metrics(&mut text, fleet);
         }
         auth_backend_metrics(&mut text, &view.policy.backends);
+        kernel_metrics(&mut text);
         text
+    }
+}
+
+/// In-kernel forwarding: whether the kernel forwards here, and the tunnels it took.
+fn kernel_metrics(out: &mut String) {
+    use crate::io::relay::kernel;
+    use std::fmt::Write as _;
+    use std::sync::atomic::Ordering::Relaxed;
+    let name = "rustle_kernel_forwarding_available";
+    let _ = writeln!(
+        out,
+        "# HELP {name} Whether the kernel can forward tunnels here (sockhash and stream verdict).\n\
+         # TYPE {name} gauge\n{name} {}",
+        u8::from(kernel::available())
+    );
+    let name = "rustle_kernel_forwarding_tunnels_total";
+    let _ = write!(
+        out,
+        "# HELP {name} Tunnels the kernel took over (entered), gave back to the relay after a \
+         reload gave them a bandwidth limit (left), or could not take (refused).\n\
+         # TYPE {name} counter\n"
+    );
+    for (event, n) in
+        [("entered", &kernel::ENTERED), ("left", &kernel::LEFT), ("refused", &kernel::REFUSED)]
+    {
+        let _ = writeln!(out, "{name}{{event=\"{event}\"}} {}", n.load(Relaxed));
     }
 }
 

@@ -197,6 +197,13 @@ impl Running {
         self.switches.get()
     }
 
+    /// Tunnels of this proxy the kernel has taken over so far (`[relay]
+    /// kernel_forwarding`), and those it gave back to the relay (a reload gave them a
+    /// bandwidth limit).
+    pub fn kernel_tunnels(&self) -> (u64, u64) {
+        self.switches.kernel()
+    }
+
     /// The workers begin accepting (`start_with` leaves them idle), and `/readyz` says
     /// ready. Once only; later calls do nothing.
     pub(crate) fn serve(&self) {
@@ -305,7 +312,7 @@ pub(crate) fn start_with(cfg: Config, mut inherited: Inherited) -> anyhow::Resul
         crate::io::tls::set_ktls(ktls_available(cfg.tls.ktls));
     }
     crate::io::relay::kernel::prepare(cfg.relay.kernel_forwarding).map_err(anyhow::Error::msg)?;
-    crate::io::relay::kernel::set(cfg.relay.kernel_forwarding, true);
+    crate::io::relay::kernel::announce(cfg.relay.kernel_forwarding);
     if let Some(problem) = cfg.admin.open_problem() {
         anyhow::bail!("{problem}");
     }

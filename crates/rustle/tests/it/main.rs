@@ -29,6 +29,7 @@ mod forwarding;
 mod hop;
 mod http;
 mod http2;
+mod kernel;
 mod layers;
 mod lifecycle;
 mod limits;

@@ -305,21 +305,29 @@ pub(crate) fn sweep(now: impl Into<Instant>) -> usize {
 }
 
 /// A tunnel the kernel forwards, as the sweep sees it: its idle clock and its user's
-/// counters follow what the kernel moved; after a reload, its limits are looked at again,
-/// and a tunnel that now has one leaves the kernel path (true: resume it).
+/// counters follow what the kernel moved, and after a reload a tunnel that now has a
+/// bandwidth limit leaves the kernel path (true: resume it).
 fn leaves_kernel(p: &mut Parked, now: Instant) -> bool {
     let Some(seen) = p.resume.forwarded(now) else { return false };
-    let worker = p.guard.worker();
-    if *seen == worker.reloads() {
-        return false;
-    }
-    *seen = worker.reloads();
-    let throttle = worker.throttle_now(p.guard.listener(), p.rec.user.as_deref());
-    if throttle.is_unlimited() {
-        return false;
-    }
+    let Some(throttle) = limits_after_reload(&p.guard, &p.rec, seen) else { return false };
     p.resume.leave(&throttle);
     true
+}
+
+/// After a reload (the worker's count differs from `seen`, which is then updated), the
+/// bandwidth limits a forwarded tunnel now has, if it has any.
+pub(crate) fn limits_after_reload(
+    guard: &ConnGuard,
+    rec: &Record,
+    seen: &mut u64,
+) -> Option<crate::limits::Throttle> {
+    let worker = guard.worker();
+    if *seen == worker.reloads() {
+        return None;
+    }
+    *seen = worker.reloads();
+    let throttle = worker.throttle_now(guard.listener(), rec.user.as_deref());
+    (!throttle.is_unlimited()).then_some(throttle)
 }
 
 /// Closes every parked tunnel (the shutdown deadline has passed), each with its log line.

@@ -20,7 +20,7 @@
 use std::collections::VecDeque;
 use std::io;
 use std::os::fd::AsFd;
-use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock, PoisonError};
 
 use tokio::net::TcpStream;
@@ -31,9 +31,6 @@ use crate::io::sys::bpf::{self, Cells, Maps};
 /// The maps and the program, made on first use (at start, or at the reload that first
 /// asks for them); the error says why the kernel cannot forward.
 static MAPS: OnceLock<Result<Maps, String>> = OnceLock::new();
-
-/// Whether new tunnels go to the kernel (0) or not (1).
-static MODE: AtomicU8 = AtomicU8::new(1);
 
 /// Slots free to use, oldest freed first: a slot is reused as late as possible, long after
 /// any program run that still held it has ended.
@@ -54,6 +51,12 @@ pub(crate) static REFUSED: AtomicU64 = AtomicU64::new(0);
 /// How often a relay looks again whether a destination has sent what the program
 /// redirected to it (usually it has at the first look).
 pub(crate) const DRAIN_POLL: std::time::Duration = std::time::Duration::from_millis(1);
+
+/// What the program may queue on a destination beyond what the relay last saw sent: the
+/// kernel's own queue has no bound (a slow receiver would let a fast sender fill memory);
+/// past it, data is passed up and held in the source's receive buffer, whose window then
+/// holds the sender back, until the relay has seen the queue drain.
+pub(crate) const WINDOW: u64 = 2 << 20;
 
 /// Most sockets the maps hold (two per tunnel); past that, tunnels stay in the relay.
 const MAX_SOCKETS: u32 = 1 << 18;
@@ -76,18 +79,12 @@ pub(crate) fn prepare(mode: KernelForwarding) -> Result<(), String> {
     }
 }
 
-/// Puts `mode` in force for tunnels established from now on (after `prepare`); at start
-/// (`announce`) says once whether the kernel forwards.
-pub(crate) fn set(mode: KernelForwarding, announce: bool) {
-    let on = mode != KernelForwarding::Off;
-    let maps = if on { MAPS.get() } else { None };
-    let usable = matches!(maps, Some(Ok(_)));
-    MODE.store(if usable { 0 } else { 1 }, Ordering::Relaxed);
-    if !announce {
-        return;
-    }
-    match maps {
-        _ if !on => tracing::info!("kernel forwarding: off ([relay] kernel_forwarding = \"off\")"),
+/// Says once, at start, whether the kernel forwards (after `prepare`).
+pub(crate) fn announce(mode: KernelForwarding) {
+    match MAPS.get() {
+        _ if mode == KernelForwarding::Off => {
+            tracing::info!("kernel forwarding: off ([relay] kernel_forwarding = \"off\")")
+        }
         Some(Ok(m)) => tracing::info!(
             "kernel forwarding: on (plain tunnels go through a sockhash, room for {} sockets)",
             m.capacity()
@@ -99,22 +96,21 @@ pub(crate) fn set(mode: KernelForwarding, announce: bool) {
     }
 }
 
-/// Whether new tunnels go to the kernel.
-pub(crate) fn enabled() -> bool {
-    MODE.load(Ordering::Relaxed) != 1
+/// Whether the maps were made (the kernel can forward here).
+pub(crate) fn available() -> bool {
+    matches!(MAPS.get(), Some(Ok(_)))
+}
+
+/// Whether tunnels under `mode` go to the kernel: not off, and the maps were made.
+pub(crate) fn enabled(mode: KernelForwarding) -> bool {
+    mode != KernelForwarding::Off && available()
 }
 
 /// Sockets the maps are made for: the open-file limit bounds the sockets the process can
 /// have at once.
 fn capacity() -> u32 {
-    let limit = rlimit_nofile().unwrap_or(u64::from(MAX_SOCKETS));
+    let limit = rlimit::Resource::NOFILE.get().map_or(u64::from(MAX_SOCKETS), |(_, hard)| hard);
     u32::try_from(limit).unwrap_or(MAX_SOCKETS).clamp(1024, MAX_SOCKETS)
-}
-
-fn rlimit_nofile() -> Option<u64> {
-    let text = std::fs::read_to_string("/proc/self/limits").ok()?;
-    let line = text.lines().find(|l| l.starts_with("Max open files"))?;
-    line.split_whitespace().nth(3)?.parse().ok()
 }
 
 fn take_slot(maps: &Maps) -> Option<u32> {
@@ -129,6 +125,16 @@ fn take_slot(maps: &Maps) -> Option<u32> {
 
 fn give_slot(slot: u32) {
     FREE.lock().unwrap_or_else(PoisonError::into_inner).free.push_back(slot);
+}
+
+/// Whether a destination has sent what the program redirected to it (`drained`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Drain {
+    Done,
+    /// Not yet, but it sent more since the last look.
+    Moving,
+    /// Nothing more sent since the last look.
+    Waiting,
 }
 
 /// Where a forwarded tunnel is.
@@ -156,6 +162,9 @@ pub(crate) struct Forwarding {
     /// Whether each socket's destination has sent everything the program redirected to
     /// it, with no redirect possible since (the gate closed): the relay may write there.
     clear: [bool; 2],
+    /// What the destination of each socket's data had sent of the program's at the last
+    /// look (`drained`).
+    sent: [u64; 2],
     /// Redirected bytes already added to the user's counters, each direction.
     accounted: [u64; 2],
     /// Redirected bytes when activity was last looked at.
@@ -186,6 +195,7 @@ impl Forwarding {
             written: [0; 2],
             taken: [0; 2],
             clear: [true; 2],
+            sent: [0; 2],
             accounted: [0; 2],
             seen: 0,
             state: State::Kernel,
@@ -215,6 +225,7 @@ impl Forwarding {
             c.peer.store(self.cookie[1 - i], Ordering::Relaxed);
             c.gate.store(0, Ordering::Relaxed);
             c.passed.store(0, Ordering::Relaxed);
+            c.limit.store(WINDOW, Ordering::Relaxed);
             c.redirected.store(0, Ordering::Release);
         }
         for (i, s) in sockets.iter().enumerate() {
@@ -251,14 +262,19 @@ impl Forwarding {
     /// Whether the relay may write what it read from socket `i` into its peer `dst` (or
     /// pass its end of stream on): the peer has sent everything the program redirected
     /// from `i`.
-    pub(crate) fn drained(&mut self, i: usize, dst: &TcpStream) -> io::Result<bool> {
+    pub(crate) fn drained(&mut self, i: usize, dst: &TcpStream) -> io::Result<Drain> {
         if self.clear[i] {
-            return Ok(true);
+            return Ok(Drain::Done);
         }
         let by_program = bpf::tcp_written(dst.as_fd())?.wrapping_sub(self.written[1 - i]);
-        let done = by_program == self.redirected(i);
-        self.clear[i] = done;
-        Ok(done)
+        let redirected = self.redirected(i);
+        if by_program == redirected {
+            self.clear[i] = true;
+            return Ok(Drain::Done);
+        }
+        let moved = by_program != self.sent[i];
+        self.sent[i] = by_program;
+        Ok(if moved { Drain::Moving } else { Drain::Waiting })
     }
 
     /// Socket `i` has data passed up: the next write to its peer waits for `drained`.
@@ -272,7 +288,10 @@ impl Forwarding {
     /// again (in the kernel state).
     pub(crate) fn open_gate(&mut self, i: usize) {
         if self.state == State::Kernel {
-            self.cells(i).gate.store(self.taken[i], Ordering::Release);
+            // Drained just before: the program may queue a window again.
+            let c = self.cells(i);
+            c.limit.store(self.redirected(i) + WINDOW, Ordering::Relaxed);
+            c.gate.store(self.taken[i], Ordering::Release);
         }
     }
 

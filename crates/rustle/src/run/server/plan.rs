@@ -164,7 +164,6 @@ impl Running {
     pub(crate) fn commit(&self, plan: Plan, policy: Policy) {
         let policy = Arc::new(policy);
         let cfg = &plan.config;
-        crate::io::relay::kernel::set(cfg.relay.kernel_forwarding, false);
         self.conn_limits
             .set_limits(cfg.limits.max_connections_per_client, cfg.limits.max_connections_per_user);
         let mut state = self.state();
