@@ -129,23 +129,22 @@ pub(crate) fn socket_task(
     rec: Record,
 ) -> impl Future<Output = ()> {
     async move {
-        let ended = std::future::poll_fn(|cx| {
-            // A tunnel the kernel forwards is polled at least every `PARK_AFTER`: after a
-            // reload, its limits are looked at again.
-            if let Some(seen) = relay.forwarded_reloads() {
-                if let Some(throttle) = park::limits_after_reload(&guard, &rec, seen) {
-                    relay.leave(&throttle);
+        loop {
+            match std::future::poll_fn(|cx| relay.poll_ended(cx)).await {
+                Ended::Done(totals, result) => {
+                    relay.pass_reset(&result);
+                    finish(&guard, &rec, totals, result);
+                    drop(guard);
+                    return;
+                }
+                Ended::Idle => return park::park(guard, relay, rec),
+                // A tunnel the kernel forwards, after a reload: its limits again.
+                Ended::Reload => {
+                    if let Some(throttle) = park::limits_now(&guard, &rec) {
+                        relay.leave(&throttle);
+                    }
                 }
             }
-            relay.poll_ended(cx)
-        });
-        match ended.await {
-            Ended::Done(totals, result) => {
-                relay.pass_reset(&result);
-                finish(&guard, &rec, totals, result);
-                drop(guard);
-            }
-            Ended::Idle => park::park(guard, relay, rec),
         }
     }
 }

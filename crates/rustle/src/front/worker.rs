@@ -58,8 +58,6 @@ pub(crate) struct Worker {
     released: Cell<Instant>,
     /// Tunnels parked since then.
     parked_untrimmed: Cell<usize>,
-    /// Policies put in force since the start (reloads and users API changes).
-    reloads: Cell<u64>,
     /// The listeners in force, for tunnels that outlive a reload (`throttle_now`).
     listeners_now: RefCell<Vec<Arc<crate::policy::Listener>>>,
     /// Kept-alive connections waiting for their next request.
@@ -189,7 +187,6 @@ impl Worker {
             outs: RefCell::new(Vec::new()),
             bufs_low: Cell::new(0),
             parked_untrimmed: Cell::new(0),
-            reloads: Cell::new(0),
             listeners_now: RefCell::new(Vec::new()),
             released: Cell::new(
                 Instant::now().checked_sub(RELEASE_EVERY).unwrap_or_else(Instant::now),
@@ -359,17 +356,12 @@ impl Worker {
         self.auth.hasher().set_limits(a.max_pending_hashes, a.max_hashes_per_client);
         *self.cfg.borrow_mut() = Rc::new(cfg);
         *self.policy.borrow_mut() = Rc::new(policy);
-        self.reloads.set(self.reloads.get() + 1);
+        crate::io::relay::kernel::reloaded();
     }
 
     /// The listeners in force from now on (with `reconfigure`).
     pub(crate) fn set_listeners(&self, listeners: Vec<Arc<crate::policy::Listener>>) {
         *self.listeners_now.borrow_mut() = listeners;
-    }
-
-    /// Policies put in force since the start.
-    pub(crate) fn reloads(&self) -> u64 {
-        self.reloads.get()
     }
 
     /// The throttle a connection accepted on `listener` would get now, under the

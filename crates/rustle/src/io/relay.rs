@@ -356,6 +356,7 @@ impl Dir {
         last: &mut Instant,
         last_out: bool,
         user: Option<&UserTraffic>,
+        mut left: Option<&mut Forwarding>,
     ) -> Poll<Result<(), Error>> {
         let sockets = S::SOCKET && D::SOCKET;
         loop {
@@ -595,8 +596,18 @@ impl Dir {
                 }
             };
             if n == 0 {
+                // A tunnel the kernel gave back: its socket says end of stream as soon as
+                // the FIN came, while data the program passed up before it may still be
+                // on its way to the reader.
+                if left.as_deref().is_some_and(|f| f.unread(self.src.index()) > 0) {
+                    self.pause = Some(Box::pin(sleep_until(Instant::now() + kernel::DRAIN_POLL)));
+                    continue;
+                }
                 self.eof = true;
                 continue;
+            }
+            if let Some(f) = left.as_deref_mut() {
+                f.took(self.src.index(), n);
             }
             self.moved += n as u64;
             if let Some(t) = user {
@@ -695,6 +706,15 @@ impl Dir {
             // What comes now went past the program: it waits for the destination.
             fwd.hold(i);
             if n == 0 {
+                // The socket says end of stream once the FIN came, while data the program
+                // passed up before it may still be queued for the reader: wait for it.
+                if fwd.unread(i) > 0 {
+                    self.pause = Some(Box::pin(sleep_until(Instant::now() + kernel::DRAIN_POLL)));
+                    let Some(sleep) = &mut self.pause else { continue };
+                    ready!(sleep.as_mut().poll(cx));
+                    self.pause = None;
+                    continue;
+                }
                 self.eof = true;
                 continue;
             }
@@ -822,6 +842,9 @@ pub(crate) enum Ended {
     Done(Totals, Result<(), Error>),
     /// Nothing has moved for `PARK_AFTER` and nothing is held: the relay can be parked.
     Idle,
+    /// The kernel forwards the tunnel and a new policy is in force on this thread: its
+    /// owner looks at its limits again (`leave`), then polls on.
+    Reload,
 }
 
 /// What a parked relay keeps to go on where it stopped.
@@ -967,17 +990,6 @@ impl<C, U> Relay<C, U> {
         }
     }
 
-    fn finish(&mut self, result: Result<(), Error>) -> Poll<Ended> {
-        if let Some(e) = &mut self.extras {
-            e.account();
-        }
-        POOLS.with(|pools| {
-            self.up.release(pools);
-            self.down.release(pools);
-        });
-        Poll::Ready(Ended::Done(self.totals(), result))
-    }
-
     /// Nothing held in either direction: no bytes waiting for a slow destination, no
     /// pause, no low-water mark; the relay only waits for its sockets.
     fn quiescent(&self) -> bool {
@@ -1009,13 +1021,6 @@ impl Relay<TcpStream, TcpStream> {
     pub(crate) fn parking(mut self) -> Self {
         self.parks = true;
         self
-    }
-
-    /// The worker's reload count this tunnel last saw, while the kernel forwards it (to
-    /// compare and update: see `Resume::forwarded`); None otherwise.
-    pub(crate) fn forwarded_reloads(&mut self) -> Option<&mut u64> {
-        let k = self.extras.as_deref_mut()?.kernel.as_mut()?;
-        (k.state == State::Kernel).then_some(&mut k.reloads)
     }
 
     /// The tunnel leaves the kernel path with these limits (a reload gave it some); the
@@ -1090,10 +1095,16 @@ where
     type Output = (Totals, Result<(), Error>);
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        match ready!(self.get_mut().poll_ended(cx)) {
+        let this = self.get_mut();
+        let mut ended = ready!(this.poll_ended(cx));
+        // Only a tunnel task's relay goes to the kernel; this one has nothing to look at.
+        while let Ended::Reload = ended {
+            ended = ready!(this.poll_ended(cx));
+        }
+        match ended {
             Ended::Done(totals, result) => Poll::Ready((totals, result)),
             // Only a parking relay says Idle, and that one is polled with `poll_ended`.
-            Ended::Idle => {
+            Ended::Idle | Ended::Reload => {
                 debug_assert!(false, "a parking relay awaited as a plain future");
                 Poll::Pending
             }
@@ -1115,16 +1126,24 @@ where
             Poll::Ready(Err(e)) => return this.finish(Err(e)),
             Poll::Pending => return Poll::Pending,
         }
+        if let Some(k) = this.extras.as_deref_mut().and_then(|e| e.kernel.as_mut()) {
+            if k.state == State::Kernel && k.reloads != kernel::reloads() {
+                k.reloads = kernel::reloads();
+                return Poll::Ready(Ended::Reload);
+            }
+        }
         let mut last = this.last;
         let (client, upstream) = (&mut this.client, &mut this.upstream);
         let (up, down, opts) = (&mut this.up, &mut this.down, &this.opts);
-        let (throttle, user, kernel) = match this.extras.as_deref_mut() {
-            Some(Extras { throttle, user, kernel }) => (
-                throttle.as_ref(),
-                user.as_deref(),
-                kernel.as_mut().filter(|k| k.state == State::Kernel),
-            ),
-            None => (None, None, None),
+        let (throttle, user, kernel, mut left) = match this.extras.as_deref_mut() {
+            Some(Extras { throttle, user, kernel }) => {
+                let (fwd, left) = match kernel.as_mut() {
+                    Some(k) if k.state == State::Kernel => (Some(k), None),
+                    other => (None, other),
+                };
+                (throttle.as_ref(), user.as_deref(), fwd, left)
+            }
+            None => (None, None, None, None),
         };
         let closes = this.closes;
         let failed = POOLS.with(|pools| {
@@ -1150,8 +1169,18 @@ where
             if !up.done {
                 let limit = throttle.map(|t| &t.up);
                 let last_out = closes && down.done;
-                let r = up
-                    .poll_move(cx, pools, client, upstream, opts, limit, &mut last, last_out, user);
+                let r = up.poll_move(
+                    cx,
+                    pools,
+                    client,
+                    upstream,
+                    opts,
+                    limit,
+                    &mut last,
+                    last_out,
+                    user,
+                    left.as_deref_mut(),
+                );
                 if let Poll::Ready(Err(e)) = r {
                     return Some(e);
                 }
@@ -1159,8 +1188,18 @@ where
             if !down.done {
                 let limit = throttle.map(|t| &t.down);
                 let last_out = closes && up.done;
-                let r = down
-                    .poll_move(cx, pools, upstream, client, opts, limit, &mut last, last_out, user);
+                let r = down.poll_move(
+                    cx,
+                    pools,
+                    upstream,
+                    client,
+                    opts,
+                    limit,
+                    &mut last,
+                    last_out,
+                    user,
+                    left.as_deref_mut(),
+                );
                 if let Poll::Ready(Err(e)) = r {
                     return Some(e);
                 }
@@ -1212,6 +1251,27 @@ where
 }
 
 impl<C: End, U: End> Relay<C, U> {
+    fn finish(&mut self, result: Result<(), Error>) -> Poll<Ended> {
+        if let Some(e) = &mut self.extras {
+            e.account();
+            // A socket closed with data unread is reset, which tells a peer blocked
+            // writing to it that nobody reads: data the program passed up is not in the
+            // socket's own queue, where the close would look, so it is said here.
+            if let Some(k) = &e.kernel {
+                for (i, s) in [(0, self.client.socket()), (1, self.upstream.socket())] {
+                    if let Some(s) = s.filter(|_| k.unread(i) > 0) {
+                        let _ = socket2::SockRef::from(s).set_linger(Some(Duration::ZERO));
+                    }
+                }
+            }
+        }
+        POOLS.with(|pools| {
+            self.up.release(pools);
+            self.down.release(pools);
+        });
+        Poll::Ready(Ended::Done(self.totals(), result))
+    }
+
     /// Puts the tunnel under the kernel's program (`kernel`); the relay goes on as it was
     /// if the kernel does not take it.
     fn enter_kernel(&mut self, cx: &mut Context<'_>) {

@@ -454,3 +454,35 @@ fn without_the_capability_require_refuses_to_start_and_auto_relays() {
     let text = String::from_utf8_lossy(&out.stderr);
     assert!(text.contains("kernel forwarding: not available here"), "{text}");
 }
+
+/// Both directions at once past the kernel's window (the program passes data up while
+/// the peer's queue drains), then a half-close: an echo returns every byte, in order, and
+/// nothing the program passed up before the FIN is lost to the end of stream.
+#[test]
+fn an_echo_past_the_window_with_a_half_close_returns_every_byte() {
+    if !can_forward() {
+        return;
+    }
+    const N: u64 = 8 << 20;
+    let (addr, server) = targets(5, |_, mut s| {
+        let mut b = vec![0u8; 64 * 1024];
+        loop {
+            match s.read(&mut b) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => s.write_all(&b[..n]).unwrap(),
+            }
+        }
+    });
+    let proxy = proxy("require", addr, "");
+    for round in 0..5 {
+        let mut c = open(&proxy, Kind::Relay, addr);
+        let mut w = c.try_clone().unwrap();
+        let writer = std::thread::spawn(move || {
+            send_pattern(&mut w, 0, N);
+            w.shutdown(Shutdown::Write).unwrap();
+        });
+        assert_eq!(recv_pattern(&mut c, 0), N, "round {round}: echoed length");
+        writer.join().unwrap();
+    }
+    server.join().unwrap();
+}

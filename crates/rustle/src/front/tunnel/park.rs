@@ -314,19 +314,24 @@ fn leaves_kernel(p: &mut Parked, now: Instant) -> bool {
     true
 }
 
-/// After a reload (the worker's count differs from `seen`, which is then updated), the
+/// After a reload (the thread's count differs from `seen`, which is then updated), the
 /// bandwidth limits a forwarded tunnel now has, if it has any.
-pub(crate) fn limits_after_reload(
+fn limits_after_reload(
     guard: &ConnGuard,
     rec: &Record,
     seen: &mut u64,
 ) -> Option<crate::limits::Throttle> {
-    let worker = guard.worker();
-    if *seen == worker.reloads() {
+    let now = crate::io::relay::kernel::reloads();
+    if *seen == now {
         return None;
     }
-    *seen = worker.reloads();
-    let throttle = worker.throttle_now(guard.listener(), rec.user.as_deref());
+    *seen = now;
+    limits_now(guard, rec)
+}
+
+/// The bandwidth limits a tunnel would get now, if it would get any.
+pub(crate) fn limits_now(guard: &ConnGuard, rec: &Record) -> Option<crate::limits::Throttle> {
+    let throttle = guard.worker().throttle_now(guard.listener(), rec.user.as_deref());
     (!throttle.is_unlimited()).then_some(throttle)
 }
 

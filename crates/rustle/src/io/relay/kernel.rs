@@ -96,6 +96,22 @@ pub(crate) fn announce(mode: KernelForwarding) {
     }
 }
 
+thread_local! {
+    /// Policies put in force on this worker thread since it started (`reloaded`):
+    /// forwarded tunnels compare it with what they last saw, to look at their limits again.
+    static RELOADS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+/// A new policy is in force on this worker thread (a reload, a users API change).
+pub(crate) fn reloaded() {
+    RELOADS.with(|r| r.set(r.get() + 1));
+}
+
+/// Policies put in force on this thread so far.
+pub(crate) fn reloads() -> u64 {
+    RELOADS.with(std::cell::Cell::get)
+}
+
 /// Whether the maps were made (the kernel can forward here).
 pub(crate) fn available() -> bool {
     matches!(MAPS.get(), Some(Ok(_)))
@@ -199,7 +215,7 @@ impl Forwarding {
             accounted: [0; 2],
             seen: 0,
             state: State::Kernel,
-            reloads: 0,
+            reloads: reloads(),
         };
         match f.insert([client, upstream]) {
             Ok(()) => {
@@ -249,6 +265,11 @@ impl Forwarding {
         self.cells(i).redirected.load(Ordering::Acquire)
     }
 
+    /// Bytes the program passed up from socket `i` that the relay has not read yet.
+    pub(crate) fn unread(&self, i: usize) -> u64 {
+        self.cells(i).passed.load(Ordering::Acquire).saturating_sub(self.taken[i])
+    }
+
     /// The relay read `n` bytes from socket `i` (passed up by the program).
     pub(crate) fn took(&mut self, i: usize, n: usize) {
         self.taken[i] += n as u64;
@@ -274,6 +295,9 @@ impl Forwarding {
         }
         let moved = by_program != self.sent[i];
         self.sent[i] = by_program;
+        if !moved {
+            bpf::kick_writer(dst.as_fd())?;
+        }
         Ok(if moved { Drain::Moving } else { Drain::Waiting })
     }
 

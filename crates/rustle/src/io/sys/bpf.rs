@@ -14,13 +14,18 @@
 //! The program, run by the kernel for every piece of data arriving on a forwarded socket:
 //! ```text
 //! slot = slots[index[cookie(skb)]]                   (none: pass to the socket's reader)
-//! if skb.len == 0: pass                              (an end of stream, for the reader)
+//! if skb.len == 0: drop                              (an end of stream: see below)
 //! if slot.gate == slot.passed and slot.redirected + skb.len <= slot.limit
 //!         and redirect(skb, socks[slot.peer]) succeeded:
 //!     slot.redirected += skb.len                     (the data leaves on the peer)
 //! else:
 //!     slot.passed += skb.len                         (the proxy reads it, as without BPF)
 //! ```
+//! An end of stream arrives as an empty piece. The socket's reader sees it anyway (the
+//! socket is shut for reading), and an empty piece must stay out of the socket map's
+//! queues: the kernel takes a send or a delivery of 0 bytes there for a broken pipe and
+//! stops the socket's forwarding, dropping what is queued behind it. So it is dropped.
+//!
 //! The gate is how the proxy keeps order: data passed up is redirected again only once the
 //! proxy has written everything passed so far to the peer and said so (gate = passed);
 //! a gate of `u64::MAX` passes everything up (the tunnel left the kernel path). The limit
@@ -273,6 +278,31 @@ pub(crate) fn socket_cookie(socket: BorrowedFd<'_>) -> io::Result<u64> {
     }
 }
 
+/// Has the kernel look at the socket's send queue again: re-setting TCP_NOTSENT_LOWAT (to
+/// what it is) runs the socket's write-space callback, which restarts a socket map's
+/// queue for the socket. That queue retries a send the socket had no room for only when
+/// the socket says it has room again, which TCP says only to a writer that found it
+/// full: not to the kernel's queue, whose data could otherwise wait for ever.
+pub(crate) fn kick_writer(socket: BorrowedFd<'_>) -> io::Result<()> {
+    let mut value: libc::c_int = 0;
+    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: getsockopt on a descriptor kept open by the borrow, writing at most `len`
+    // bytes into `value`, which is exactly that large.
+    let rc = unsafe {
+        libc::getsockopt(
+            socket.as_raw_fd(),
+            libc::SOL_TCP,
+            libc::TCP_NOTSENT_LOWAT,
+            (&mut value as *mut libc::c_int).cast(),
+            &mut len,
+        )
+    };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    super::set_int(&socket, libc::SOL_TCP, libc::TCP_NOTSENT_LOWAT, value)
+}
+
 /// Bytes written into a TCP socket's stream so far, from one consistent TCP_INFO
 /// snapshot: those sent (without retransmissions) plus those not yet sent.
 pub(crate) fn tcp_written(socket: BorrowedFd<'_>) -> io::Result<u64> {
@@ -371,6 +401,7 @@ const MAP_LOOKUP_ELEM: i32 = 1;
 const GET_SOCKET_COOKIE: i32 = 46;
 const SK_REDIRECT_HASH: i32 = 72;
 const SK_PASS: i32 = 1;
+const SK_DROP: i32 = 0;
 
 /// The stream verdict program (see the module's text), for the maps with these
 /// descriptors. Offsets into a slot follow `Cells`.
@@ -396,7 +427,7 @@ fn program(index: i32, slots: i32, socks: i32) -> Vec<u64> {
     p.push(mov_reg(R7, R0)); // r7 = slot
     p.push(load32(R8, R6, 0)); // r8 = skb->len
     let to_pass_3 = p.len();
-    p.push(0); // if len == 0 goto pass (an end of stream: the socket's reader sees it)
+    p.push(0); // if len == 0 goto drop (an end of stream, see below)
     p.push(load64(R1, R7, 8)); // r1 = gate
     p.push(load64(R2, R7, 16)); // r2 = passed
     let to_count_1 = p.len();
@@ -424,10 +455,13 @@ fn program(index: i32, slots: i32, socks: i32) -> Vec<u64> {
     let pass = p.len();
     p.push(mov_imm(R0, SK_PASS));
     p.push(exit());
+    let drop = p.len();
+    p.push(mov_imm(R0, SK_DROP));
+    p.push(exit());
     let rel = |from: usize, to: usize| (to - from - 1) as i16;
     p[to_pass_1] = jeq_imm(R0, 0, rel(to_pass_1, pass));
     p[to_pass_2] = jeq_imm(R0, 0, rel(to_pass_2, pass));
-    p[to_pass_3] = jeq_imm(R8, 0, rel(to_pass_3, pass));
+    p[to_pass_3] = jeq_imm(R8, 0, rel(to_pass_3, drop));
     p[to_count_1] = jne_reg(R1, R2, rel(to_count_1, count_pass));
     p[to_count_2] = jne_imm(R0, SK_PASS, rel(to_count_2, count_pass));
     p[to_count_3] = insn(0x2d, R1, R2, rel(to_count_3, count_pass), 0); // jgt r1, r2
