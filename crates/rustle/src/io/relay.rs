@@ -1198,7 +1198,7 @@ where
                     &mut last,
                     last_out,
                     user,
-                    left.as_deref_mut(),
+                    left,
                 );
                 if let Poll::Ready(Err(e)) = r {
                     return Some(e);
