@@ -650,7 +650,6 @@ impl Dir {
                     let drain = fwd.drained(i, out).map_err(|e| self.src.other().err(e))?;
                     if drain == Drain::Moving {
                         *last = Instant::now();
-                        self.full = 0;
                     }
                     if drain == Drain::Done {
                         self.pause = None;
@@ -709,10 +708,13 @@ impl Dir {
                 // The socket says end of stream once the FIN came, while data the program
                 // passed up before it may still be queued for the reader: wait for it.
                 if fwd.unread(i) > 0 {
-                    self.pause = Some(Box::pin(sleep_until(Instant::now() + kernel::DRAIN_POLL)));
-                    let Some(sleep) = &mut self.pause else { continue };
+                    let step = self.full.min(6);
+                    let sleep = self.pause.get_or_insert_with(|| {
+                        Box::pin(sleep_until(Instant::now() + kernel::DRAIN_POLL * (1 << step)))
+                    });
                     ready!(sleep.as_mut().poll(cx));
                     self.pause = None;
+                    self.full = self.full.saturating_add(1);
                     continue;
                 }
                 self.eof = true;
@@ -800,8 +802,17 @@ pub(crate) struct Relay<C, U> {
     closes: bool,
     /// The relay says when it has been idle long enough to be parked (see `parking`).
     parks: bool,
-    /// The relay hands the tunnel to the kernel once quiescent (see `forwarded`).
-    to_kernel: bool,
+    /// Whether and when the relay hands the tunnel to the kernel (see `forwarded`).
+    to_kernel: ToKernel,
+}
+
+/// When a relay hands its tunnel to the kernel (`kernel`): at the first moment it holds
+/// nothing, or once it has also moved `kernel::ENTER_AFTER` bytes itself.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ToKernel {
+    No,
+    Now,
+    Busy,
 }
 
 /// What only some relays have, boxed so that the others keep one word for it (an open
@@ -871,14 +882,16 @@ impl Resume {
     /// clock moves on if the kernel moved bytes, and those go to its user's counters.
     /// Returns the worker's reload count the tunnel last saw, to compare and update; None
     /// for a tunnel the relay moves.
-    pub(crate) fn forwarded(&mut self, now: Instant) -> Option<&mut u64> {
+    /// Also says whether the kernel moved bytes since the last look.
+    pub(crate) fn forwarded(&mut self, now: Instant) -> Option<(&mut u64, bool)> {
         let e = self.extras.as_deref_mut()?;
         e.account();
         let k = e.kernel.as_mut().filter(|k| k.state == State::Kernel)?;
-        if k.moved_since() {
+        let moved = k.moved_since();
+        if moved {
             self.last = now;
         }
-        Some(&mut k.reloads)
+        Some((&mut k.reloads, moved))
     }
 
     /// The tunnel leaves the kernel path with these limits (a reload gave it some).
@@ -936,7 +949,7 @@ where
         timer: IdleTimer::Unarmed,
         closes: false,
         parks: false,
-        to_kernel: false,
+        to_kernel: ToKernel::No,
     }
 }
 
@@ -1044,7 +1057,11 @@ impl Relay<TcpStream, TcpStream> {
     /// limit.
     pub(crate) fn forwarded(mut self, mode: crate::config::KernelForwarding) -> Self {
         let limited = self.extras.as_ref().is_some_and(|e| e.throttle.is_some());
-        self.to_kernel = !limited && kernel::enabled(mode);
+        self.to_kernel = match mode {
+            _ if limited || !kernel::enabled(mode) => ToKernel::No,
+            crate::config::KernelForwarding::Require => ToKernel::Now,
+            _ => ToKernel::Busy,
+        };
         self
     }
 
@@ -1121,11 +1138,10 @@ where
     /// `PARK_AFTER` with nothing held.
     pub(crate) fn poll_ended(&mut self, cx: &mut Context<'_>) -> Poll<Ended> {
         let this = self;
-        match this.poll_leaving(cx) {
-            Poll::Ready(Ok(())) => {}
-            Poll::Ready(Err(e)) => return this.finish(Err(e)),
-            Poll::Pending => return Poll::Pending,
-        }
+        let moving = match this.leaving_done(cx) {
+            Ok(moving) => moving,
+            Err(e) => return this.finish(Err(e)),
+        };
         if let Some(k) = this.extras.as_deref_mut().and_then(|e| e.kernel.as_mut()) {
             if k.state == State::Kernel && k.reloads != kernel::reloads() {
                 k.reloads = kernel::reloads();
@@ -1147,6 +1163,9 @@ where
         };
         let closes = this.closes;
         let failed = POOLS.with(|pools| {
+            if !moving {
+                return None;
+            }
             if let Some(fwd) = kernel {
                 if !up.done {
                     let last_out = closes && down.done;
@@ -1189,16 +1208,7 @@ where
                 let limit = throttle.map(|t| &t.down);
                 let last_out = closes && up.done;
                 let r = down.poll_move(
-                    cx,
-                    pools,
-                    upstream,
-                    client,
-                    opts,
-                    limit,
-                    &mut last,
-                    last_out,
-                    user,
-                    left,
+                    cx, pools, upstream, client, opts, limit, &mut last, last_out, user, left,
                 );
                 if let Poll::Ready(Err(e)) = r {
                     return Some(e);
@@ -1219,13 +1229,29 @@ where
         if let Poll::Ready(e) = this.client.poll_gone(cx) {
             return this.finish(Err(Error::Client(e)));
         }
-        if this.to_kernel && this.quiescent() {
-            this.to_kernel = false;
+        let due = match this.to_kernel {
+            ToKernel::No => false,
+            ToKernel::Now => true,
+            ToKernel::Busy => this.up.moved + this.down.moved >= kernel::ENTER_AFTER,
+        };
+        if due && this.quiescent() && !this.up.done && !this.down.done {
+            this.to_kernel = ToKernel::No;
             this.enter_kernel(cx);
         }
         let park = (this.parks && this.quiescent()).then_some(PARK_AFTER);
         let mut verdict =
             deadline(&mut this.timer, this.last, this.opts.idle, this.parks, park, cx);
+        if !matches!(verdict, Deadline::NotYet) {
+            if let Some(e) = this.kernel_cut() {
+                return this.finish(Err(e));
+            }
+            let forwarded = this.extras.as_deref().is_some_and(|e| e.kernel.is_some());
+            if let Some(e) =
+                kernel::failed(this.client.socket(), this.upstream.socket()).filter(|_| forwarded)
+            {
+                return this.finish(Err(e));
+            }
+        }
         if matches!(verdict, Deadline::Idle) && this.kernel_moved() {
             // Idle for the relay, not for the kernel: the clock starts again.
             this.last = Instant::now();
@@ -1297,37 +1323,59 @@ impl<C: End, U: End> Relay<C, U> {
     fn kernel_moved(&mut self) -> bool {
         let Some(e) = self.extras.as_deref_mut() else { return false };
         e.account();
-        e.kernel.as_mut().is_some_and(|k| k.state == State::Kernel && k.moved_since())
+        let moved = e.kernel.as_mut().is_some_and(|k| k.state == State::Kernel && k.moved_since());
+        // Bytes for a side that failed are dropped by the kernel, not moved: its error
+        // ends the tunnel (one getsockopt per side when the timer looks).
+        moved && kernel::failed(self.client.socket(), self.upstream.socket()).is_none()
     }
 
-    /// A tunnel leaving the kernel path (`Resume::leave`): ready once each destination has
-    /// sent what the program redirected to it, and the relay moves every byte; until
-    /// then nothing is read (and no byte can overtake another). Ready at once for any other
-    /// relay.
-    fn poll_leaving(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Error>> {
+    /// A tunnel leaving the kernel path (`Relay::leave`): true once each destination of a
+    /// direction still open has sent what the program redirected to it, and the relay
+    /// moves every byte (true at once for a relay the kernel does not forward); until
+    /// then nothing is read, so no byte can overtake another, and a timer looks again
+    /// after 1, 2, 4... up to 64 ms.
+    fn leaving_done(&mut self, cx: &mut Context<'_>) -> Result<bool, Error> {
         let Some(k) = self.extras.as_deref_mut().and_then(|e| e.kernel.as_mut()) else {
-            return Poll::Ready(Ok(()));
+            return Ok(true);
         };
         if k.state != State::Leaving {
-            return Poll::Ready(Ok(()));
+            return Ok(true);
         }
         let (Some(c), Some(u)) = (self.client.socket(), self.upstream.socket()) else {
-            return Poll::Ready(Ok(()));
+            return Ok(true);
         };
         loop {
-            let up = k.drained(0, u).map_err(Error::Upstream)? == Drain::Done;
-            let down = k.drained(1, c).map_err(Error::Client)? == Drain::Done;
-            if up && down && k.settle() {
-                self.up.pause = None;
-                return Poll::Ready(Ok(()));
+            let up = self.up.done || k.drained(0, u).map_err(Error::Upstream)? == Drain::Done;
+            let down = self.down.done || k.drained(1, c).map_err(Error::Client)? == Drain::Done;
+            if up {
+                k.set_clear(0);
             }
-            let sleep = self
-                .up
-                .pause
-                .get_or_insert_with(|| Box::pin(sleep_until(Instant::now() + kernel::DRAIN_POLL)));
-            ready!(sleep.as_mut().poll(cx));
+            if down {
+                k.set_clear(1);
+            }
+            if k.settle() {
+                self.up.pause = None;
+                self.up.full = 0;
+                return Ok(true);
+            }
+            let step = self.up.full.min(6);
+            let sleep = self.up.pause.get_or_insert_with(|| {
+                Box::pin(sleep_until(Instant::now() + kernel::DRAIN_POLL * (1 << step)))
+            });
+            if sleep.as_mut().poll(cx).is_pending() {
+                return Ok(false);
+            }
             self.up.pause = None;
+            self.up.full = self.up.full.saturating_add(1);
         }
+    }
+
+    /// A tunnel the kernel forwards whose user's quota says to end it (the relay sees
+    /// the kernel's bytes only when it looks).
+    fn kernel_cut(&self) -> Option<Error> {
+        let e = self.extras.as_deref()?;
+        e.kernel.as_ref()?;
+        e.user.as_deref().filter(|t| t.cut()).map(cut)
     }
 }
 

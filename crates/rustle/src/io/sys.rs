@@ -1,5 +1,5 @@
 //! The only unsafe code in rustle: splice(2) through pipes, which no safe crate offers for
-//! tokio's sockets, the probe for kernel TLS (setsockopt TCP_ULP), handing the C
+//! tokio's sockets, in-kernel forwarding's BPF maps and program (`bpf`), the probe for kernel TLS (setsockopt TCP_ULP), handing the C
 //! allocator's free pages back to the kernel (malloc_trim), TCP_DEFER_ACCEPT on listeners
 //! and SO_RCVLOWAT on spliced sockets, and registering with tokio's event loop a listening
 //! socket (without tokio's accept, which registers every connection) and a worker's park

@@ -448,7 +448,7 @@ fn without_the_capability_require_refuses_to_start_and_auto_relays() {
     c.read_exact(&mut echo).unwrap();
     assert_eq!(&echo, b"hello");
     server.join().unwrap();
-    // SAFETY-free stop: the child is ours, stopped by its PID.
+    // The child is ours: stopped by its PID.
     let _ = std::process::Command::new("kill").arg(child.id().to_string()).status();
     let out = child.wait_with_output().unwrap();
     let text = String::from_utf8_lossy(&out.stderr);
@@ -484,5 +484,41 @@ fn an_echo_past_the_window_with_a_half_close_returns_every_byte() {
         assert_eq!(recv_pattern(&mut c, 0), N, "round {round}: echoed length");
         writer.join().unwrap();
     }
+    server.join().unwrap();
+}
+
+/// `auto` leaves a tunnel in the relay until it has moved 32 KiB, then hands it over.
+#[test]
+fn auto_hands_over_a_busy_tunnel_and_leaves_a_quiet_one() {
+    if !can_forward() {
+        return;
+    }
+    let (addr, server) = targets(1, |_, mut s| {
+        let mut b = vec![0u8; 64 * 1024];
+        loop {
+            match s.read(&mut b) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => s.write_all(&b[..n]).unwrap(),
+            }
+        }
+    });
+    let proxy = proxy("auto", addr, "");
+    let mut c = open(&proxy, Kind::Connect, addr);
+    let mut echo = |n: usize| {
+        let data = vec![7u8; n];
+        c.write_all(&data).unwrap();
+        let mut back = vec![0u8; n];
+        c.read_exact(&mut back).unwrap();
+        assert_eq!(back, data);
+    };
+    echo(1024);
+    std::thread::sleep(Duration::from_millis(200));
+    assert_eq!(proxy.running().kernel_tunnels().0, 0, "a quiet tunnel went to the kernel");
+    echo(20 * 1024);
+    echo(20 * 1024);
+    let taken = wait_until(Duration::from_secs(5), || proxy.running().kernel_tunnels().0 == 1);
+    assert!(taken, "a busy tunnel stayed in the relay");
+    echo(1 << 20);
+    drop(c);
     server.join().unwrap();
 }

@@ -271,10 +271,17 @@ pub(crate) fn sweep(now: impl Into<Instant>) -> usize {
         let mut expired = Vec::new();
         for slot in 0..park.slots.len() {
             let Some(p) = park.slots[slot].as_mut() else { continue };
-            if leaves_kernel(p, now) {
-                // Back on the loop, where the relay takes over from the kernel.
-                leaving.extend(park.remove(slot));
-                continue;
+            match kernel_tick(p, now) {
+                Tick::Stay => {}
+                Tick::Leave => {
+                    // Back on the loop, where the relay takes over from the kernel.
+                    leaving.extend(park.remove(slot));
+                    continue;
+                }
+                Tick::Failed(e) => {
+                    expired.extend(park.remove(slot).map(|p| (p, e)));
+                    continue;
+                }
             }
             if p.resume.deadline() <= now {
                 expired.extend(park.remove(slot).map(|p| (p, Error::Timeout(Phase::TunnelIdle))));
@@ -306,12 +313,29 @@ pub(crate) fn sweep(now: impl Into<Instant>) -> usize {
 
 /// A tunnel the kernel forwards, as the sweep sees it: its idle clock and its user's
 /// counters follow what the kernel moved, and after a reload a tunnel that now has a
-/// bandwidth limit leaves the kernel path (true: resume it).
-fn leaves_kernel(p: &mut Parked, now: Instant) -> bool {
-    let Some(seen) = p.resume.forwarded(now) else { return false };
-    let Some(throttle) = limits_after_reload(&p.guard, &p.rec, seen) else { return false };
-    p.resume.leave(&throttle);
-    true
+/// bandwidth limit leaves the kernel path.
+fn kernel_tick(p: &mut Parked, now: Instant) -> Tick {
+    let Some((seen, moved)) = p.resume.forwarded(now) else { return Tick::Stay };
+    if let Some(throttle) = limits_after_reload(&p.guard, &p.rec, seen) {
+        p.resume.leave(&throttle);
+        return Tick::Leave;
+    }
+    // A side that failed: the kernel drops what it moves there (looked at only while it
+    // moves bytes, one getsockopt per side).
+    if moved {
+        if let Some(e) = crate::io::relay::kernel::failed(Some(&p.client), Some(&p.upstream)) {
+            return Tick::Failed(e);
+        }
+    }
+    Tick::Stay
+}
+
+/// What the sweep does with a parked tunnel the kernel forwards.
+enum Tick {
+    Stay,
+    /// A reload gave it a bandwidth limit: resume it, to leave the kernel path.
+    Leave,
+    Failed(Error),
 }
 
 /// After a reload (the thread's count differs from `seen`, which is then updated), the

@@ -52,11 +52,17 @@ pub(crate) static REFUSED: AtomicU64 = AtomicU64::new(0);
 /// redirected to it (usually it has at the first look).
 pub(crate) const DRAIN_POLL: std::time::Duration = std::time::Duration::from_millis(1);
 
+/// Bytes a tunnel moves through the relay before `auto` hands it to the kernel: a short
+/// or idle tunnel stays in the relay, where the kernel path's setup (a dozen system calls,
+/// and a socket-map record of a few hundred bytes of kernel memory per socket) would cost
+/// more than it saves. `require` hands every tunnel over at once.
+pub(crate) const ENTER_AFTER: u64 = 32 * 1024;
+
 /// What the program may queue on a destination beyond what the relay last saw sent: the
 /// kernel's own queue has no bound (a slow receiver would let a fast sender fill memory);
 /// past it, data is passed up and held in the source's receive buffer, whose window then
 /// holds the sender back, until the relay has seen the queue drain.
-pub(crate) const WINDOW: u64 = 2 << 20;
+pub(crate) const WINDOW: u64 = 1 << 20;
 
 /// Most sockets the maps hold (two per tunnel); past that, tunnels stay in the relay.
 const MAX_SOCKETS: u32 = 1 << 18;
@@ -110,6 +116,19 @@ pub(crate) fn reloaded() {
 /// Policies put in force on this thread so far.
 pub(crate) fn reloads() -> u64 {
     RELOADS.with(std::cell::Cell::get)
+}
+
+/// The error of a forwarded tunnel's side that failed (a reset, or the kernel could not
+/// send on it), if one did: the kernel drops what it would have sent there, where the
+/// relay would have seen the write fail.
+pub(crate) fn failed<S: AsFd>(
+    client: Option<&S>,
+    upstream: Option<&S>,
+) -> Option<crate::error::Error> {
+    let err = |s: Option<&S>| s.and_then(|s| socket2::SockRef::from(s).take_error().ok().flatten());
+    err(upstream)
+        .map(crate::error::Error::Upstream)
+        .or_else(|| err(client).map(crate::error::Error::Client))
 }
 
 /// Whether the maps were made (the kernel can forward here).
@@ -215,29 +234,45 @@ impl Forwarding {
             accounted: [0; 2],
             seen: 0,
             state: State::Kernel,
-            reloads: reloads(),
+            // Looked at once after entry: a reload may have come since the tunnel's
+            // limits were taken.
+            reloads: u64::MAX,
         };
         match f.insert([client, upstream]) {
             Ok(()) => {
                 ENTERED.fetch_add(1, Ordering::Relaxed);
                 Some(f)
             }
-            Err(e) => {
+            Err((e, inserted)) => {
                 tracing::debug!("tunnel not forwarded in the kernel: {e}");
                 REFUSED.fetch_add(1, Ordering::Relaxed);
-                // Drop takes the sockets back out and frees the slots.
-                None
+                if !inserted {
+                    // Nothing went under the program: Drop frees the slots.
+                    return None;
+                }
+                // A socket in the map must stay there (taking it out drops what its
+                // queues hold): the relay takes over, as after a reload.
+                f.leave();
+                Some(f)
             }
         }
     }
 
-    fn insert(&mut self, sockets: [&TcpStream; 2]) -> io::Result<()> {
+    /// On failure, whether a socket went into the map.
+    fn insert(&mut self, sockets: [&TcpStream; 2]) -> Result<(), (io::Error, bool)> {
+        let before = |e| (e, false);
         for (i, s) in sockets.iter().enumerate() {
-            self.cookie[i] = bpf::socket_cookie(s.as_fd())?;
-            self.written[i] = bpf::tcp_written(s.as_fd())?;
+            // A socket map takes established sockets only (one whose peer has sent its
+            // FIN is not).
+            if !bpf::tcp_established(s.as_fd()).map_err(before)? {
+                return Err(before(io::Error::other("a socket is no longer established")));
+            }
+            self.cookie[i] = bpf::socket_cookie(s.as_fd()).map_err(before)?;
+            self.written[i] = bpf::tcp_written(s.as_fd()).map_err(before)?;
         }
         for i in 0..2 {
             let c = self.cells(i);
+            c.owner.store(self.cookie[i], Ordering::Relaxed);
             c.peer.store(self.cookie[1 - i], Ordering::Relaxed);
             c.gate.store(0, Ordering::Relaxed);
             c.passed.store(0, Ordering::Relaxed);
@@ -245,13 +280,13 @@ impl Forwarding {
             c.redirected.store(0, Ordering::Release);
         }
         for (i, s) in sockets.iter().enumerate() {
-            self.maps.insert(self.cookie[i], self.slot[i], s.as_fd())?;
+            self.maps.insert(self.cookie[i], self.slot[i], s.as_fd()).map_err(|e| (e, i > 0))?;
         }
         // Data that arrived before the sockets were in the map waits in their receive
         // queues until the next arrival: lowering the mark (to what it is) runs the
         // program over it now.
         for s in sockets {
-            crate::io::sys::set_rcvlowat(s, 1)?;
+            crate::io::sys::set_rcvlowat(s, 1).map_err(|e| (e, true))?;
         }
         Ok(())
     }
@@ -289,13 +324,17 @@ impl Forwarding {
         }
         let by_program = bpf::tcp_written(dst.as_fd())?.wrapping_sub(self.written[1 - i]);
         let redirected = self.redirected(i);
-        if by_program == redirected {
+        if by_program >= redirected {
             self.clear[i] = true;
             return Ok(Drain::Done);
         }
         let moved = by_program != self.sent[i];
         self.sent[i] = by_program;
         if !moved {
+            // A destination that failed takes nothing more: its error is the tunnel's.
+            if let Some(e) = dst.take_error()? {
+                return Err(e);
+            }
             bpf::kick_writer(dst.as_fd())?;
         }
         Ok(if moved { Drain::Moving } else { Drain::Waiting })
@@ -330,6 +369,11 @@ impl Forwarding {
         }
         self.state = State::Leaving;
         LEFT.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Socket `i`'s destination needs no more waiting (its direction ended).
+    pub(crate) fn set_clear(&mut self, i: usize) {
+        self.clear[i] = true;
     }
 
     /// In the leaving state, whether both destinations have been found drained (the

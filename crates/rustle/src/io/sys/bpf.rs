@@ -13,7 +13,7 @@
 //!
 //! The program, run by the kernel for every piece of data arriving on a forwarded socket:
 //! ```text
-//! slot = slots[index[cookie(skb)]]                   (none: pass to the socket's reader)
+//! slot = slots[index[cookie(skb)]]                   (none, or another socket's: pass up)
 //! if skb.len == 0: drop                              (an end of stream: see below)
 //! if slot.gate == slot.passed and slot.redirected + skb.len <= slot.limit
 //!         and redirect(skb, socks[slot.peer]) succeeded:
@@ -50,6 +50,9 @@ pub(crate) struct Cells {
     pub(crate) redirected: AtomicU64,
     /// Data is redirected only while `redirected` stays within this; past it, passed up.
     pub(crate) limit: AtomicU64,
+    /// The cookie of the socket the slot is for: a program run that looked the slot up
+    /// before it was freed and given to another socket passes its data up instead.
+    pub(crate) owner: AtomicU64,
 }
 
 const CELLS: usize = std::mem::size_of::<Cells>();
@@ -152,6 +155,10 @@ impl Maps {
     /// sockmap or mappable arrays (before 5.5), or when the verifier refuses the program
     /// (its log is in the error).
     pub(crate) fn new(capacity: u32) -> io::Result<Maps> {
+        // The instructions and TCP_INFO are read as little-endian.
+        if cfg!(target_endian = "big") {
+            return Err(io::Error::other("in-kernel forwarding is built for little-endian CPUs"));
+        }
         let capacity = capacity.max(2);
         let socks = map_create(BPF_MAP_TYPE_SOCKHASH, 8, 8, capacity, 0)?;
         let index = map_create(BPF_MAP_TYPE_HASH, 8, 4, capacity, 0)?;
@@ -197,7 +204,7 @@ impl Maps {
     pub(crate) fn cells(&self, i: u32) -> &Cells {
         assert!(i < self.capacity, "slot {i} beyond {}", self.capacity);
         // SAFETY: within the mapping (i < capacity, and the mapping holds capacity
-        // slots), aligned (page-aligned base, 32-byte slots), and only accessed through
+        // slots), aligned (page-aligned base, 48-byte slots), and only accessed through
         // atomics; the reference lives no longer than `self`, which keeps it mapped.
         unsafe { &*self.mem.add(i as usize) }
     }
@@ -303,11 +310,12 @@ pub(crate) fn kick_writer(socket: BorrowedFd<'_>) -> io::Result<()> {
     super::set_int(&socket, libc::SOL_TCP, libc::TCP_NOTSENT_LOWAT, value)
 }
 
-/// Bytes written into a TCP socket's stream so far, from one consistent TCP_INFO
-/// snapshot: those sent (without retransmissions) plus those not yet sent.
-pub(crate) fn tcp_written(socket: BorrowedFd<'_>) -> io::Result<u64> {
-    // struct tcp_info up to tcpi_bytes_retrans (Linux 4.19).
-    let mut info = [0u64; 28];
+/// A TCP socket's facts the forwarder reads: its state (`TCP_ESTABLISHED` is 1) and the
+/// bytes acknowledged by its peer.
+fn tcp_info(socket: BorrowedFd<'_>) -> io::Result<(u8, u64)> {
+    // struct tcp_info up to tcpi_bytes_acked (Linux 4.1): the state is its first byte,
+    // tcpi_bytes_acked the u64 at 120.
+    let mut info = [0u64; 16];
     let mut len = std::mem::size_of_val(&info) as libc::socklen_t;
     // SAFETY: getsockopt on a descriptor kept open by the borrow, writing at most `len`
     // bytes into `info`, which is exactly that large.
@@ -323,14 +331,38 @@ pub(crate) fn tcp_written(socket: BorrowedFd<'_>) -> io::Result<u64> {
     if rc != 0 {
         return Err(io::Error::last_os_error());
     }
-    if (len as usize) < 216 {
-        return Err(io::Error::other("TCP_INFO without tcpi_bytes_sent (Linux before 4.19)"));
+    if (len as usize) < 128 {
+        return Err(io::Error::other("TCP_INFO without tcpi_bytes_acked (Linux before 4.1)"));
     }
-    let bytes = |off: usize| info[off / 8];
-    // tcpi_notsent_bytes is the u32 at 144; tcpi_bytes_sent and tcpi_bytes_retrans the
-    // u64s at 200 and 208.
-    let notsent = u64::from((bytes(144) & 0xffff_ffff) as u32);
-    Ok(bytes(200).wrapping_sub(bytes(208)).wrapping_add(notsent))
+    Ok(((info[0] & 0xff) as u8, info[15]))
+}
+
+/// Whether the TCP socket is established (a socket map takes no other).
+pub(crate) fn tcp_established(socket: BorrowedFd<'_>) -> io::Result<bool> {
+    Ok(tcp_info(socket)?.0 == 1)
+}
+
+/// Bytes written into a TCP socket's stream so far, counted from an origin of the
+/// kernel's (compare two readings): those its peer acknowledged plus those still queued
+/// (SIOCOUTQ), read until no acknowledgement came between the two readings, so the sum is
+/// exact. After its FIN the figure counts the FIN.
+pub(crate) fn tcp_written(socket: BorrowedFd<'_>) -> io::Result<u64> {
+    let mut acked = tcp_info(socket)?.1;
+    for _ in 0..64 {
+        let mut queued: libc::c_int = 0;
+        // SAFETY: ioctl SIOCOUTQ (TIOCOUTQ) on a descriptor kept open by the borrow,
+        // writing one int into `queued`.
+        let rc = unsafe { libc::ioctl(socket.as_raw_fd(), libc::TIOCOUTQ, &mut queued) };
+        if rc != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let again = tcp_info(socket)?.1;
+        if again == acked {
+            return Ok(acked + u64::from(queued.max(0) as u32));
+        }
+        acked = again;
+    }
+    Err(io::Error::other("the send queue moved on every look"))
 }
 
 // Instruction encoding (one u64 each, little-endian: opcode, registers, offset, immediate).
@@ -350,6 +382,7 @@ const R4: u8 = 4;
 const R6: u8 = 6;
 const R7: u8 = 7;
 const R8: u8 = 8;
+const R9: u8 = 9;
 const R10: u8 = 10;
 
 fn mov_reg(dst: u8, src: u8) -> u64 {
@@ -409,6 +442,7 @@ fn program(index: i32, slots: i32, socks: i32) -> Vec<u64> {
     let mut p = Vec::with_capacity(40);
     p.push(mov_reg(R6, R1)); // r6 = skb
     p.push(call(GET_SOCKET_COOKIE)); // r0 = cookie(skb)
+    p.push(mov_reg(R9, R0)); // r9 = cookie
     p.push(store64(R10, -8, R0)); // key at fp-8
     p.extend(load_map(R1, index));
     p.push(mov_reg(R2, R10));
@@ -425,6 +459,9 @@ fn program(index: i32, slots: i32, socks: i32) -> Vec<u64> {
     let to_pass_2 = p.len();
     p.push(0); // if r0 == 0 goto pass (patched)
     p.push(mov_reg(R7, R0)); // r7 = slot
+    p.push(load64(R1, R7, 40)); // r1 = owner
+    let to_pass_4 = p.len();
+    p.push(0); // if owner != cookie goto pass (patched)
     p.push(load32(R8, R6, 0)); // r8 = skb->len
     let to_pass_3 = p.len();
     p.push(0); // if len == 0 goto drop (an end of stream, see below)
@@ -462,6 +499,7 @@ fn program(index: i32, slots: i32, socks: i32) -> Vec<u64> {
     p[to_pass_1] = jeq_imm(R0, 0, rel(to_pass_1, pass));
     p[to_pass_2] = jeq_imm(R0, 0, rel(to_pass_2, pass));
     p[to_pass_3] = jeq_imm(R8, 0, rel(to_pass_3, drop));
+    p[to_pass_4] = jne_reg(R1, R9, rel(to_pass_4, pass));
     p[to_count_1] = jne_reg(R1, R2, rel(to_count_1, count_pass));
     p[to_count_2] = jne_imm(R0, SK_PASS, rel(to_count_2, count_pass));
     p[to_count_3] = insn(0x2d, R1, R2, rel(to_count_3, count_pass), 0); // jgt r1, r2
@@ -519,6 +557,8 @@ mod tests {
             c.redirected.store(0, Ordering::SeqCst);
             c.limit.store(1 << 20, Ordering::SeqCst);
         }
+        maps.cells(0).owner.store(ca, Ordering::SeqCst);
+        maps.cells(1).owner.store(cb, Ordering::SeqCst);
         let w0 = tcp_written(pb.as_fd()).unwrap();
         maps.insert(ca, 0, pa.as_fd()).unwrap();
         maps.insert(cb, 1, pb.as_fd()).unwrap();
