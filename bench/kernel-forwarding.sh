@@ -258,7 +258,9 @@ for rep in $(seq "$REPS"); do
     i=0
     for p in "${list[@]}"; do
       i=$((i + 1))
-      command -v "${p%-splice}" >/dev/null 2>&1 || [[ $p == none || $p == kernel || $p == relay || $p == floor ]] \
+      prog=${p%-splice}
+      [[ $prog == dante ]] && prog=danted
+      command -v "$prog" >/dev/null 2>&1 || [[ $p == none || $p == kernel || $p == relay || $p == floor ]] \
         || { log "skipped $p: not installed"; continue; }
       run_one "$load" "$p" "$rep" "$i"
     done

@@ -372,21 +372,23 @@ impl Default for Relay {
         Relay {
             grace_reads: 0,
             grace_delay: Duration::from_millis(10),
-            kernel_forwarding: KernelForwarding::Auto,
+            kernel_forwarding: KernelForwarding::Off,
         }
     }
 }
 
 /// Whether established plain tunnels (CONNECT, SOCKS CONNECT, TCP relays, upgrades) are
 /// forwarded inside the kernel (a sockhash and a stream verdict program) rather than
-/// through the proxy's relay.
+/// through the proxy's relay. Off by default: the kernel path spends less of the proxy's
+/// own CPU but more of the machine's (BENCHMARKS.md, "In-kernel forwarding").
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum KernelForwarding {
-    /// Where the kernel allows it (said once at start); the relay otherwise.
-    #[default]
+    /// Where the kernel allows it (said once at start), for tunnels that have moved
+    /// 32 KiB; the relay otherwise.
     Auto,
     /// Never: every tunnel goes through the relay.
+    #[default]
     Off,
     /// Always where a tunnel qualifies; the proxy refuses to start without it.
     Require,

@@ -98,6 +98,17 @@ impl Drop for TempDir {
     }
 }
 
+/// The in-kernel forwarding of the proxies tests start in this process: every plain tunnel
+/// handed to the kernel where it can be (root), so that every tunnel test runs on the
+/// kernel path too; the binary's default (off, the relay) is what the tests that spawn
+/// `rustle` run, and `kernel.rs` runs its scenarios both ways.
+pub(crate) fn kernel_forwarding() -> rustle::config::KernelForwarding {
+    match crate::util::peers::is_root() {
+        true => rustle::config::KernelForwarding::Require,
+        false => rustle::config::KernelForwarding::Off,
+    }
+}
+
 /// A proxy running in this process: one worker on 127.0.0.1:0, access log in a temp file.
 pub(crate) struct Proxy {
     running: Option<Running>,
@@ -123,6 +134,7 @@ impl Proxy {
         };
         cfg.log.access = LogTarget::File(log.clone());
         cfg.timeouts.shutdown = Duration::from_millis(500);
+        cfg.relay.kernel_forwarding = kernel_forwarding();
         tweak(&mut cfg);
         let running = rustle::run::server::start(cfg).expect("proxy starts");
         let addrs = running.addrs();
@@ -751,6 +763,9 @@ impl Proxy {
             cfg.workers = 1;
             cfg.log.access = access;
             cfg.timeouts.shutdown = Duration::from_millis(500);
+            if !text.contains("kernel_forwarding") {
+                cfg.relay.kernel_forwarding = kernel_forwarding();
+            }
         })
     }
 
