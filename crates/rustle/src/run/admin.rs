@@ -690,8 +690,9 @@ fn kernel_metrics(out: &mut String) {
     let name = "rustle_kernel_forwarding_tunnels_total";
     let _ = write!(
         out,
-        "# HELP {name} Tunnels the kernel took over (entered), gave back to the relay after a \
-         reload gave them a bandwidth limit (left), or could not take (refused).\n\
+        "# HELP {name} Tunnels the kernel took over (entered), gave back to the relay (left: \
+         a reload gave them a bandwidth limit, or the kernel refused a socket midway), or \
+         could not take (refused).\n\
          # TYPE {name} counter\n"
     );
     for (event, n) in

@@ -173,6 +173,18 @@ fn targets(
     (addr, h)
 }
 
+/// An echo for `n` connections, each until its end of stream.
+fn echoes(n: usize) -> (SocketAddr, JoinHandle<()>) {
+    targets(n, |_, mut s| {
+        let mut b = vec![0u8; 64 * 1024];
+        while let Ok(n) = s.read(&mut b) {
+            if n == 0 || s.write_all(&b[..n]).is_err() {
+                break;
+            }
+        }
+    })
+}
+
 /// The (up, down) byte counts of the access-log line of the tunnel from `client`.
 fn logged(proxy: &Proxy, client: SocketAddr) -> (u64, u64) {
     let peer = client.to_string();
@@ -301,14 +313,7 @@ fn the_idle_timeout_closes_a_quiet_tunnel_and_not_a_busy_one() {
         return;
     }
     for mode in MODES {
-        let (addr, server) = targets(2, |_, mut s| {
-            let mut b = [0u8; 4096];
-            while let Ok(n) = s.read(&mut b) {
-                if n == 0 || s.write_all(&b[..n]).is_err() {
-                    break;
-                }
-            }
-        });
+        let (addr, server) = echoes(2);
         let proxy = proxy(mode, addr, "[timeouts]\ntunnel_idle = \"1s\"");
         let mut busy = open(&proxy, Kind::Relay, addr);
         let mut quiet = open(&proxy, Kind::Relay, addr);
@@ -464,15 +469,7 @@ fn an_echo_past_the_window_with_a_half_close_returns_every_byte() {
         return;
     }
     const N: u64 = 8 << 20;
-    let (addr, server) = targets(5, |_, mut s| {
-        let mut b = vec![0u8; 64 * 1024];
-        loop {
-            match s.read(&mut b) {
-                Ok(0) | Err(_) => break,
-                Ok(n) => s.write_all(&b[..n]).unwrap(),
-            }
-        }
-    });
+    let (addr, server) = echoes(5);
     let proxy = proxy("require", addr, "");
     for round in 0..5 {
         let mut c = open(&proxy, Kind::Relay, addr);
@@ -493,15 +490,7 @@ fn auto_hands_over_a_busy_tunnel_and_leaves_a_quiet_one() {
     if !can_forward() {
         return;
     }
-    let (addr, server) = targets(1, |_, mut s| {
-        let mut b = vec![0u8; 64 * 1024];
-        loop {
-            match s.read(&mut b) {
-                Ok(0) | Err(_) => break,
-                Ok(n) => s.write_all(&b[..n]).unwrap(),
-            }
-        }
-    });
+    let (addr, server) = echoes(1);
     let proxy = proxy("auto", addr, "");
     let mut c = open(&proxy, Kind::Connect, addr);
     let mut echo = |n: usize| {
