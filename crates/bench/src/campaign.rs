@@ -6,7 +6,8 @@
 //! CPU 1, the proxy on CPU 0, with an optional CPU quota so that the proxy
 //! sets the pace; on loopback or in network namespaces of our own.
 //!
-//! Submodules: `scenario` (names → load), `peers` (proxies and their
+//! Submodules: [`profile`] (the report's families, the full and quick
+//! profiles), `scenario` (names → load), `peers` (proxies and their
 //! configurations), `run` (one cell), `net` (namespaces), `children`
 //! (processes and cleanup on signals), `sys` (/proc and cgroups),
 //! [`record`] (the CSV row, shared with the report).
@@ -14,6 +15,7 @@
 mod children;
 mod net;
 mod peers;
+pub mod profile;
 pub mod record;
 mod run;
 mod scenario;
@@ -30,38 +32,121 @@ use net::{Net, Role};
 use peers::Proxy;
 use record::{Row, Status};
 
-pub const USAGE: &str = "\
-usage: rustle-bench campaign [options]
-  --scenarios LIST     comma-separated names or groups (quick, mix, mix-3k, stream1-down,
-                       stream16, stream16-up, udp, tls, mem-tunnels-N, all); default quick
-  --proxies LIST       rustle,nginx,haproxy,haproxy-splice,squid,tinyproxy,dante,microsocks,
-                       stunnel, floor (default: all but floor, the bare forwarder)
-  --extra-proxy SPEC   NAME[:http,connect,socks,relay,ws,udp-socks,udp-relay,tls-term,tls-orig]=
-                       'command {listen} {target}' (repeatable; {target} is the UDP echo for
-                       udp-relay, the HTTPS origin for tls-orig; TLS: {cert} {key} {combined}
-                       {origin_ca} {origin_name})
-  --sweep LIST         connection counts, e.g. 16,64,256,1024: every closed-loop scenario
-                       (not mix-*, mem-tunnels-*) runs at each, in place of its default
-  --reps N             repetitions (default 3)
-  --duration D         measured time per run (default 10s)
-  --quota F            proxy CPU quota in cores (cgroup cfs quota), e.g. 0.5
-  --netns auto|off     namespaces joined by veths, or loopback (default auto)
-  --netem 'ARGS'       tc netem on the client link, e.g. 'delay 1ms loss 0.1%' (netns only)
-  --rate-limit RATE    bandwidth of the client link, e.g. 100mbit (netns only)
-  --offload auto|on|off  GSO/TSO/GRO on the veths: auto (default) turns them off only with
-                       --netem or --rate-limit, as the reference campaign did for its
-                       emulated link; on leaves the kernel's defaults; off always
-  --out DIR            results directory (default bench/results/campaign-STAMP)
-  --rustle-bin PATH    default $RUSTLE_BIN, else target/release/rustle
-  --seed N             load generator seed (default 0)
-  --smoke              http-ka-1k, 2 s, 1 rep, rustle, nginx and floor, loopback, into a temp dir;
-                       fails unless rustle's cell ran without errors";
+const ABOUT: &str = "Run benchmark scenarios against rustle and its peers";
+const LONG_ABOUT: &str = "Runs scenarios x proxies x repetitions, each proxy started fresh, the \
+    order of the proxies rotated between repetitions; writes runs.csv and conditions.txt. With \
+    --profile, runs the report's families (bench/README.md) and, for the full profile, \
+    regenerates BENCHMARKS.md, the README's performance summary and the charts from the data \
+    it wrote.";
 
-struct Options {
-    scenarios: String,
-    proxies: Vec<String>,
-    extra: Vec<String>,
-    /// `--sweep` levels in the order given; empty: each scenario's default.
+/// `rustle-bench campaign`: runs scenarios against proxies and writes one CSV row per run.
+#[derive(Debug, Clone, clap::Args)]
+#[command(about = ABOUT, long_about = LONG_ABOUT)]
+pub struct Args {
+    /// Run the report's families: `full` (every family, every peer; under two hours) writes
+    /// bench/data/YYYYMMDD/ and regenerates the documents; `quick` (minutes) runs a few cells
+    /// into a temporary directory and checks that rustle's ran clean.
+    #[arg(long, value_enum, conflicts_with_all = ["scenarios", "proxies", "sweep"])]
+    pub profile: Option<profile::ProfileName>,
+    /// With --profile: only these families (comma-separated ids, e.g. http,tls); their rows
+    /// in an existing --out replace the old ones, the other families' rows are kept.
+    #[arg(long, value_delimiter = ',', requires = "profile")]
+    pub family: Vec<String>,
+    /// Print what would run and an estimate of the time it takes; run nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// With --profile full: leave BENCHMARKS.md, the README and the charts as they are.
+    #[arg(long)]
+    pub no_documents: bool,
+    /// Comma-separated scenario names or groups (quick, mix, mix-3k, stream1-down, stream16,
+    /// stream16-up, udp, tls, mem-tunnels-N, all).
+    #[arg(long)]
+    pub scenarios: Option<String>,
+    /// Comma-separated proxies (see bench/README.md for the list; default: every peer but
+    /// the floor and the variants).
+    #[arg(long, value_delimiter = ',')]
+    pub proxies: Option<Vec<String>>,
+    /// `NAME[:http,connect,socks,relay,ws,udp-socks,udp-relay,tls-term,tls-orig]='command
+    /// {listen} {target}'` (repeatable; {target} is the UDP echo for udp-relay, the HTTPS
+    /// origin for tls-orig; TLS: {cert} {key} {combined} {origin_ca} {origin_name}).
+    #[arg(long = "extra-proxy")]
+    pub extra: Vec<String>,
+    /// Connection counts, e.g. 16,64,256,1024: every closed-loop scenario (not mix-*,
+    /// mem-tunnels-*) runs at each, in place of its default.
+    #[arg(long, value_parser = sweep_levels)]
+    pub sweep: Option<Levels>,
+    /// Repetitions of every cell.
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..))]
+    pub reps: u32,
+    /// Measured time per run (e.g. 10s, 500ms).
+    #[arg(long, default_value = "10s", value_parser = checked_duration)]
+    pub duration: String,
+    /// Proxy CPU quota in cores (cgroup cfs quota), e.g. 0.5.
+    #[arg(long, value_parser = quota_cores)]
+    pub quota: Option<f64>,
+    /// Network namespaces joined by veths (auto), or loopback (off).
+    #[arg(long, value_enum, default_value = "auto")]
+    pub netns: NetnsMode,
+    /// tc netem on the client link, e.g. 'delay 1ms loss 0.1%' (netns only).
+    #[arg(long)]
+    pub netem: Option<String>,
+    /// Bandwidth of the client link, e.g. 100mbit (netns only).
+    #[arg(long)]
+    pub rate_limit: Option<String>,
+    /// GSO/TSO/GRO on the veths: auto turns them off only with --netem or --rate-limit (as
+    /// the reference campaign did for its emulated link); on leaves the kernel's defaults.
+    #[arg(long, value_enum, default_value = "auto")]
+    pub offload: Offload,
+    /// Results directory (default bench/results/campaign-STAMP; with --profile full
+    /// bench/data/YYYYMMDD, with --profile quick a temporary directory).
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// The rustle binary to measure (copied before the first run).
+    #[arg(long, env = "RUSTLE_BIN", default_value = "target/release/rustle")]
+    pub rustle_bin: PathBuf,
+    /// Load generator seed.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum NetnsMode {
+    Auto,
+    Off,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Offload {
+    Auto,
+    On,
+    Off,
+}
+
+/// `--sweep` levels in the order given, duplicates dropped.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Levels(pub Vec<u32>);
+
+fn checked_duration(v: &str) -> Result<String> {
+    crate::load::cli::duration(v)?;
+    Ok(v.to_string())
+}
+
+fn quota_cores(v: &str) -> Result<f64> {
+    let q: f64 = v.parse().context("a number of cores")?;
+    if !(q > 0.0 && q <= 64.0) {
+        bail!("a positive number of cores, at most 64");
+    }
+    Ok(q)
+}
+
+/// What one stage of a campaign runs: the whole of an ad hoc campaign, or
+/// one family of a profile.
+struct Stage {
+    /// The family id (`stage` column); empty for an ad hoc campaign.
+    family: String,
+    scenario_list: String,
+    scenarios: Vec<scenario::Scenario>,
+    proxies: Vec<Proxy>,
     sweep: Vec<u32>,
     reps: u32,
     duration: String,
@@ -71,83 +156,120 @@ struct Options {
     rate_limit: Option<String>,
     /// None: auto (off only with an emulated link).
     offload: Option<bool>,
-    out: Option<PathBuf>,
-    rustle_bin: Option<PathBuf>,
-    seed: u64,
-    smoke: bool,
 }
 
-fn parse(args: impl Iterator<Item = String>) -> Result<Option<Options>> {
-    let mut o = Options {
-        scenarios: "quick".into(),
-        proxies: peers::KNOWN.iter().filter(|s| **s != "floor").map(|s| s.to_string()).collect(),
-        extra: Vec::new(),
-        sweep: Vec::new(),
-        reps: 3,
-        duration: "10s".into(),
-        quota: None,
-        netns: true,
-        netem: None,
-        rate_limit: None,
-        offload: None,
-        out: None,
-        rustle_bin: std::env::var_os("RUSTLE_BIN").map(PathBuf::from),
-        seed: 0,
-        smoke: false,
+impl Stage {
+    /// The runs of this stage in order: repetition, scenario (and sweep
+    /// level), proxy rotated by repetition.
+    fn runs(&self) -> Vec<(u32, Option<u32>, scenario::Scenario, &Proxy, u32)> {
+        let mut v = Vec::new();
+        for rep in 1..=self.reps {
+            for (connections, sc) in self.scenarios.iter().flat_map(|sc| levels(sc, &self.sweep))
+            {
+                for i in 0..self.proxies.len() {
+                    // Rotate: repetition r starts r-1 places further along.
+                    let p = &self.proxies[(i + rep as usize - 1) % self.proxies.len()];
+                    v.push((rep, connections, sc.clone(), p, i as u32 + 1));
+                }
+            }
+        }
+        v
+    }
+
+    /// Seconds one run of `sc` by `proxy` should take, 0 when it will be
+    /// skipped (a protocol the proxy lacks, a peer not installed).
+    fn estimate(&self, sc: &scenario::Scenario, proxy: &Proxy) -> f64 {
+        if proxy.supports(sc.path).is_err() || proxy.installed().is_err() {
+            return 0.0;
+        }
+        let d = crate::load::cli::duration(&self.duration).map_or(10.0, |d| d.as_secs_f64());
+        scenario_seconds(sc, d)
+    }
+}
+
+/// Seconds a run of `sc` measured for `d` seconds should take, start and
+/// stop of the proxy included.
+fn scenario_seconds(sc: &scenario::Scenario, d: f64) -> f64 {
+    match sc.kind {
+        scenario::Kind::Hold(n) => 10.0 + n.min(run::TUNNEL_CAP) as f64 / 1500.0,
+        scenario::Kind::Stream => d + 4.0,
+        scenario::Kind::Rate => d + 2.5,
+    }
+}
+
+fn build_stages(a: &Args, rustle_bin: &std::path::Path) -> Result<Vec<Stage>> {
+    let offload = match a.offload {
+        Offload::Auto => None,
+        Offload::On => Some(true),
+        Offload::Off => Some(false),
     };
-    let mut args = args.peekable();
-    while let Some(arg) = args.next() {
-        let mut value = || args.next().with_context(|| format!("{arg} needs a value"));
-        match arg.as_str() {
-            "--scenarios" => o.scenarios = value()?,
-            "--proxies" => o.proxies = value()?.split(',').map(String::from).collect(),
-            "--extra-proxy" => o.extra.push(value()?),
-            "--sweep" => o.sweep = sweep_levels(&value()?)?,
-            "--reps" => o.reps = value()?.parse().context("--reps")?,
-            "--duration" => {
-                let v = value()?;
-                crate::load::cli::duration(&v)?;
-                o.duration = v;
-            }
-            "--quota" => o.quota = Some(value()?.parse().context("--quota")?),
-            "--netns" => {
-                o.netns = match value()?.as_str() {
-                    "auto" => true,
-                    "off" => false,
-                    v => bail!("--netns auto|off, not {v:?}"),
-                }
-            }
-            "--netem" => o.netem = Some(value()?),
-            "--rate-limit" => o.rate_limit = Some(value()?),
-            "--offload" => {
-                o.offload = match value()?.as_str() {
-                    "auto" => None,
-                    "on" => Some(true),
-                    "off" => Some(false),
-                    v => bail!("--offload auto|on|off, not {v:?}"),
-                }
-            }
-            "--out" => o.out = Some(value()?.into()),
-            "--rustle-bin" => o.rustle_bin = Some(value()?.into()),
-            "--seed" => o.seed = value()?.parse().context("--seed")?,
-            "--smoke" => o.smoke = true,
-            "-h" | "--help" => return Ok(None),
-            other => bail!("unknown argument {other:?}"),
+    let proxies = |names: &[String]| -> Result<Vec<Proxy>> {
+        let mut v = Vec::new();
+        for n in names {
+            v.push(Proxy::named(n, rustle_bin)?);
+        }
+        for spec in &a.extra {
+            v.push(Proxy::extra(spec)?);
+        }
+        Ok(v)
+    };
+    let Some(name) = a.profile else {
+        let scenarios = a.scenarios.clone().unwrap_or_else(|| "quick".into());
+        let names = a.proxies.clone().unwrap_or_else(|| {
+            peers::DEFAULT.iter().map(|s| s.to_string()).collect::<Vec<_>>()
+        });
+        return Ok(vec![Stage {
+            family: String::new(),
+            scenarios: scenario::expand(&scenarios)?,
+            scenario_list: scenarios,
+            proxies: proxies(&names)?,
+            sweep: a.sweep.clone().map(|l| l.0).unwrap_or_default(),
+            reps: a.reps,
+            duration: a.duration.clone(),
+            quota: a.quota,
+            netns: a.netns == NetnsMode::Auto,
+            netem: a.netem.clone(),
+            rate_limit: a.rate_limit.clone(),
+            offload,
+        }]);
+    };
+    for f in &a.family {
+        if profile::family(f).is_none() {
+            let ids: Vec<&str> = profile::FAMILIES.iter().map(|f| f.id).collect();
+            bail!("--family: no family {f:?} (families: {})", ids.join(", "));
         }
     }
-    if o.smoke {
-        o.scenarios = "http-ka-1k".into();
-        o.proxies = vec!["rustle".into(), "nginx".into(), "floor".into()];
-        (o.reps, o.duration, o.quota, o.netns) = (1, "2s".into(), None, false);
+    let mut stages = Vec::new();
+    for f in profile::FAMILIES {
+        if !a.family.is_empty() && !a.family.iter().any(|x| x == f.id) {
+            continue;
+        }
+        let Some(p) = f.plan(name) else { continue };
+        let names: Vec<String> = p.proxies.split(',').map(String::from).collect();
+        let slow = p.link == profile::Link::Slow;
+        stages.push(Stage {
+            family: f.id.to_string(),
+            scenarios: scenario::expand(p.scenarios)?,
+            scenario_list: p.scenarios.to_string(),
+            proxies: proxies(&names)?,
+            sweep: Vec::new(),
+            reps: p.reps,
+            duration: p.duration.to_string(),
+            quota: a.quota,
+            netns: p.link != profile::Link::Loopback && a.netns == NetnsMode::Auto,
+            netem: slow.then(|| profile::SLOW_NETEM.to_string()),
+            rate_limit: slow.then(|| profile::SLOW_RATE.to_string()),
+            offload,
+        });
     }
-    if o.reps == 0 || o.quota.is_some_and(|q| !(q > 0.0 && q <= 64.0)) {
-        bail!("--reps must be at least 1 and --quota a positive number of cores");
+    if stages.is_empty() {
+        bail!("--family: none of these families is in the {name:?} profile");
     }
-    Ok(Some(o))
+    Ok(stages)
 }
 
 /// `16,64,256`: positive connection counts, duplicates dropped, order kept.
-fn sweep_levels(list: &str) -> Result<Vec<u32>> {
+fn sweep_levels(list: &str) -> Result<Levels> {
     let mut levels = Vec::new();
     for item in list.split(',').map(str::trim).filter(|s| !s.is_empty()) {
         let n: u32 = item.parse().with_context(|| format!("--sweep: {item:?} is not a count"))?;
@@ -161,7 +283,7 @@ fn sweep_levels(list: &str) -> Result<Vec<u32>> {
     if levels.is_empty() {
         bail!("--sweep needs at least one connection count");
     }
-    Ok(levels)
+    Ok(Levels(levels))
 }
 
 /// The runs of one scenario: one per `--sweep` level when it applies
@@ -174,57 +296,212 @@ fn levels(sc: &scenario::Scenario, sweep: &[u32]) -> Vec<(Option<u32>, scenario:
 }
 
 /// Entry point for `rustle-bench campaign ARGS`.
+/// Parses `args` (what follows `campaign`) and runs the campaign.
 pub fn main(args: impl Iterator<Item = String>) -> Result<()> {
-    let Some(o) = parse(args).map_err(|e| anyhow::anyhow!("{e:#}\n{USAGE}"))? else {
-        println!("{USAGE}");
-        return Ok(());
-    };
+    use clap::Parser;
+    match Standalone::try_parse_from(std::iter::once("campaign".into()).chain(args)) {
+        Ok(s) => run(s.args),
+        Err(e) if !e.use_stderr() => {
+            print!("{e}");
+            Ok(())
+        }
+        Err(e) => bail!("{}", e.render().to_string().trim_end()),
+    }
+}
+
+// [`Args`] as a command of its own, for [`main`].
+#[derive(clap::Parser)]
+#[command(name = "campaign", bin_name = "rustle-bench campaign", about = ABOUT, long_about = LONG_ABOUT)]
+struct Standalone {
+    #[command(flatten)]
+    args: Args,
+}
+
+/// Runs the campaign `a` describes.
+pub fn run(a: Args) -> Result<()> {
     children::install_signal_handler()?;
-    let result = campaign(&o);
+    let result = campaign(&a);
     children::cleanup_all();
     result
 }
 
-fn campaign(o: &Options) -> Result<()> {
+fn campaign(a: &Args) -> Result<()> {
     let stamp = utc_stamp();
-    let scenarios = scenario::expand(&o.scenarios)?;
     let scratch = std::env::temp_dir().join(format!("rustle-campaign-{}", std::process::id()));
-    // Registered: removed by the cleanup at the end or on SIGINT/SIGTERM.
-    children::make_dir(&scratch, true)?;
-    let out = match (&o.out, o.smoke) {
-        (Some(d), _) => d.clone(),
-        (None, true) => std::env::temp_dir().join(format!("rustle-campaign-smoke-{stamp}")),
-        (None, false) => PathBuf::from(format!("bench/results/campaign-{stamp}")),
-    };
-    std::fs::create_dir_all(&out).with_context(|| format!("creating {}", out.display()))?;
-
     // The proxy runs from a private copy: a rebuild during the campaign
     // must not change what is measured half-way.
-    let rustle_src = o.rustle_bin.clone().unwrap_or_else(|| "target/release/rustle".into());
     let rustle_bin = scratch.join("rustle");
-    if rustle_src.exists() {
-        std::fs::copy(&rustle_src, &rustle_bin).context("copying the rustle binary")?;
+    let stages = build_stages(a, &rustle_bin)?;
+    let plan: Vec<(usize, f64)> = stages
+        .iter()
+        .enumerate()
+        .flat_map(|(i, st)| st.runs().into_iter().map(move |r| (i, st.estimate(&r.2, r.3))))
+        .collect();
+    let total: f64 = plan.iter().map(|(_, s)| s).sum();
+    if a.dry_run {
+        for st in &stages {
+            let secs: f64 = st.runs().iter().map(|r| st.estimate(&r.2, r.3)).sum();
+            let names: Vec<&str> = st.proxies.iter().map(|p| p.name.as_str()).collect();
+            println!(
+                "{:<9} {:>4} runs {:>7}  {} x {}",
+                if st.family.is_empty() { "campaign" } else { &st.family },
+                st.runs().len(),
+                hms(secs),
+                st.scenario_list,
+                names.join(",")
+            );
+        }
+        println!("total: {} runs, about {}", plan.len(), hms(total));
+        return Ok(());
     }
-    let mut proxies = Vec::new();
-    for name in &o.proxies {
-        proxies.push(Proxy::named(name, &rustle_bin)?);
+    // Registered: removed by the cleanup at the end or on SIGINT/SIGTERM.
+    children::make_dir(&scratch, true)?;
+    let quick = a.profile == Some(profile::ProfileName::Quick);
+    let full = a.profile == Some(profile::ProfileName::Full);
+    let out = match (&a.out, quick, full) {
+        (Some(d), _, _) => d.clone(),
+        (None, true, _) => std::env::temp_dir().join(format!("rustle-campaign-quick-{stamp}")),
+        (None, _, true) => {
+            if !std::path::Path::new("bench/data").is_dir() {
+                bail!("run the full profile from the repository's root (bench/data/ is not here), or give --out");
+            }
+            PathBuf::from(format!("bench/data/{}", &stamp[..8]))
+        }
+        (None, _, _) => PathBuf::from(format!("bench/results/campaign-{stamp}")),
+    };
+    // A profile's directory gathers its families: rerunning some replaces
+    // their rows and keeps the others'.
+    let csv = out.join("runs.csv");
+    let mut kept = Vec::new();
+    if a.profile.is_some() && csv.exists() {
+        if a.family.is_empty() {
+            bail!(
+                "{} exists: give --family to rerun some families into it, or another --out",
+                out.display()
+            );
+        }
+        kept = record::read(&csv)?;
+        kept.retain(|r| !a.family.contains(&r.stage));
     }
-    for spec in &o.extra {
-        proxies.push(Proxy::extra(spec)?);
+    std::fs::create_dir_all(&out).with_context(|| format!("creating {}", out.display()))?;
+    if a.rustle_bin.exists() {
+        std::fs::copy(&a.rustle_bin, &rustle_bin).context("copying the rustle binary")?;
+    }
+    write_conditions(a, &out, &stamp, &stages, &a.rustle_bin)?;
+    let mut writer = record::Writer::create(&csv)?;
+    for r in &kept {
+        writer.write(r)?;
+    }
+    let mut progress = Progress::new(total, plan.len());
+    let mut rustle_ok = false;
+    for st in &stages {
+        rustle_ok |= run_stage(a, st, &stamp, &scratch, &out, &mut writer, &mut progress)?;
+    }
+    progress.finish();
+    eprintln!("campaign: results in {}", out.display());
+    if quick {
+        crate::report::document::write(&out, &out, None)?;
+        if !rustle_ok {
+            bail!("rustle's cells are missing or show errors (see {})", out.display());
+        }
+    } else if full && a.family.is_empty() && !a.no_documents {
+        let written = crate::report::document::write_documents(std::path::Path::new("."))?;
+        for f in written {
+            eprintln!("campaign: wrote {}", f.display());
+        }
+    }
+    let _ = std::fs::remove_dir_all(&scratch);
+    Ok(())
+}
+
+/// `1h02m`, `4m05s`, `12s`.
+fn hms(secs: f64) -> String {
+    let s = secs.max(0.0).round() as u64;
+    match (s / 3600, s % 3600 / 60, s % 60) {
+        (0, 0, s) => format!("{s}s"),
+        (0, m, s) => format!("{m}m{s:02}s"),
+        (h, m, _) => format!("{h}h{m:02}m"),
+    }
+}
+
+/// The bar on standard error (when it is a terminal) and a line per run:
+/// runs done, and the time left, the plan's estimate scaled by how long the
+/// runs so far took against theirs.
+struct Progress {
+    bar: indicatif::ProgressBar,
+    total: f64,
+    done_estimate: f64,
+    runs: usize,
+    done_runs: usize,
+    start: std::time::Instant,
+}
+
+impl Progress {
+    fn new(total: f64, runs: usize) -> Progress {
+        let bar = indicatif::ProgressBar::new((total.max(1.0) * 1000.0) as u64);
+        let style = indicatif::ProgressStyle::with_template(
+            "{elapsed_precise} [{bar:32}] {percent:>3}% {msg}",
+        )
+        .map(|s| s.progress_chars("=> "));
+        if let Ok(s) = style {
+            bar.set_style(s);
+        }
+        bar.enable_steady_tick(Duration::from_millis(500));
+        Progress { bar, total, done_estimate: 0.0, runs, done_runs: 0, start: std::time::Instant::now() }
     }
 
+    /// The time left, from the estimate of what is left and how the runs
+    /// so far compared with their estimate.
+    fn left(&self) -> f64 {
+        let elapsed = self.start.elapsed().as_secs_f64();
+        let scale = if self.done_estimate > 30.0 { elapsed / self.done_estimate } else { 1.0 };
+        (self.total - self.done_estimate) * scale
+    }
+
+    fn starting(&self, what: &str) {
+        self.bar.set_message(format!(
+            "run {}/{} · {} left · {what}",
+            self.done_runs + 1,
+            self.runs,
+            hms(self.left())
+        ));
+    }
+
+    fn done(&mut self, estimate: f64, line: &str) {
+        self.done_estimate += estimate;
+        self.done_runs += 1;
+        self.bar.set_position((self.done_estimate * 1000.0) as u64);
+        let line = format!("[{}/{} · {} left] {line}", self.done_runs, self.runs, hms(self.left()));
+        self.bar.suspend(|| eprintln!("{line}"));
+    }
+
+    fn finish(&self) {
+        self.bar.finish_and_clear();
+    }
+}
+
+/// Runs one stage into `writer`; true when rustle had a clean cell.
+fn run_stage(
+    a: &Args,
+    st: &Stage,
+    stamp: &str,
+    scratch: &std::path::Path,
+    out: &std::path::Path,
+    writer: &mut record::Writer,
+    progress: &mut Progress,
+) -> Result<bool> {
     let mut notes = Vec::new();
-    if !o.sweep.is_empty() {
+    if !st.sweep.is_empty() {
         let fixed: Vec<&str> =
-            scenarios.iter().filter(|s| !s.sweepable()).map(|s| s.name.as_str()).collect();
+            st.scenarios.iter().filter(|s| !s.sweepable()).map(|s| s.name.as_str()).collect();
         if !fixed.is_empty() {
             notes.push(format!("not swept (fixed load of their own): {}", fixed.join(", ")));
         }
     }
-    let net = if o.netns {
-        let shaped = o.netem.is_some() || o.rate_limit.is_some();
-        let offload = o.offload.unwrap_or(!shaped);
-        match Net::create(o.netem.as_deref(), o.rate_limit.as_deref(), offload) {
+    let net = if st.netns {
+        let shaped = st.netem.is_some() || st.rate_limit.is_some();
+        let offload = st.offload.unwrap_or(!shaped);
+        match Net::create(st.netem.as_deref(), st.rate_limit.as_deref(), offload) {
             Ok(n) => n,
             Err(e) => {
                 notes.push(format!("network namespaces unavailable ({e:#}): loopback used"));
@@ -232,13 +509,13 @@ fn campaign(o: &Options) -> Result<()> {
             }
         }
     } else {
-        if o.netem.is_some() || o.rate_limit.is_some() {
+        if st.netem.is_some() || st.rate_limit.is_some() {
             notes.push("--netem/--rate-limit ignored on loopback".into());
         }
         Net::loopback()
     };
     notes.extend(net.notes.iter().cloned());
-    let quota = match o.quota.map(sys::Quota::create).transpose() {
+    let quota = match st.quota.map(sys::Quota::create).transpose() {
         Ok(q) => q,
         Err(e) => bail!("cannot make the quota cgroup: {e:#}"),
     };
@@ -251,29 +528,29 @@ fn campaign(o: &Options) -> Result<()> {
     let origin_addr = format!("{}:{origin_port}", net.ip(Role::Origin));
     let mut cmd = net.command(Role::Origin, "1", &exe.display().to_string());
     cmd.args(["origin", "--listen", &origin_addr]);
-    let mut origin = Proc::spawn("origin", cmd, Some(&scratch))?;
+    let mut origin = Proc::spawn("origin", cmd, Some(scratch))?;
     origin.wait_listening(origin_port, Duration::from_secs(10))?;
     // The UDP scenarios' origin: a datagram echo next to the HTTP origin.
     let udp_port = if net.is_netns() { 8081 } else { run::free_udp_port().unwrap_or(18082) };
     let udp_addr = format!("{}:{udp_port}", net.ip(Role::Origin));
     let mut cmd = net.command(Role::Origin, "1", &exe.display().to_string());
     cmd.args(["udp-echo", "--listen", &udp_addr]);
-    let mut udp_origin = Proc::spawn("udp-origin", cmd, Some(&scratch))?;
+    let mut udp_origin = Proc::spawn("udp-origin", cmd, Some(scratch))?;
     udp_origin.wait_ready(udp_port, true, Duration::from_secs(10))?;
 
     // The TLS scenarios: the proxy's certificate and an HTTPS origin next
     // to the plain one, its CA written for the proxies to verify it with.
     let (mut tls_files, mut tls_origin, mut origin_stats, mut https_origin) =
         (None, None, None, None);
-    if scenarios.iter().any(|s| s.path.is_tls()) {
-        let files = make_certificates(&rustle_bin, &scratch.join("tls"))?;
+    if st.scenarios.iter().any(|s| s.path.is_tls()) {
+        let files = make_certificates(&scratch.join("rustle"), &scratch.join("tls"))?;
         let port = if net.is_netns() { 8443 } else { run::free_port().unwrap_or(18443) };
         let addr = format!("{}:{port}", net.ip(Role::Origin));
         let stats = scratch.join("origin-tls.stats");
         let mut cmd = net.command(Role::Origin, "1", &exe.display().to_string());
         cmd.args(["origin", "--tls", "--listen", &addr, "--tickets", "--kx", "x25519"]);
         cmd.arg("--ca-out").arg(&files.origin_ca).arg("--stats").arg(&stats);
-        let mut p = Proc::spawn("https-origin", cmd, Some(&scratch))?;
+        let mut p = Proc::spawn("https-origin", cmd, Some(scratch))?;
         p.wait_listening(port, Duration::from_secs(10))?;
         let deadline = std::time::Instant::now() + Duration::from_secs(10);
         while !(files.origin_ca.exists() && stats.exists()) {
@@ -293,53 +570,49 @@ fn campaign(o: &Options) -> Result<()> {
         (tls_files, tls_origin, origin_stats, https_origin) =
             (Some(files), Some(addr), Some(stats), Some(p));
     }
+    write_stage_conditions(st, out, &net, &notes)?;
 
-    write_conditions(o, &out, &stamp, &net, &proxies, &rustle_src, &notes)?;
-    let mut writer = record::Writer::create(&out.join("runs.csv"))?;
     let mut bench = run::Bench {
         net,
-        quota_cores: quota.as_ref().and(o.quota),
+        quota_cores: quota.as_ref().and(st.quota),
         quota,
         exe: exe.clone(),
-        scratch: scratch.clone(),
+        scratch: scratch.to_path_buf(),
         origin: origin_addr,
         udp_origin: udp_addr,
         tls_origin,
         origin_stats,
         tls: tls_files,
-        duration: o.duration.clone(),
-        seed: o.seed,
+        duration: st.duration.clone(),
+        seed: a.seed,
         runs: 0,
     };
     let mut rustle_ok = false;
-    for rep in 1..=o.reps {
-        for (connections, sc) in scenarios.iter().flat_map(|sc| levels(sc, &o.sweep)) {
-            for i in 0..proxies.len() {
-                // Rotate: repetition r starts r-1 places further along.
-                let p = &proxies[(i + rep as usize - 1) % proxies.len()];
-                let mut row = Row::new(&stamp, &sc.name, &p.name, rep, i as u32 + 1);
-                row.connections = connections;
-                let row = bench.run(row, &sc, p);
-                eprintln!("{}", progress(&row));
-                if p.name == "rustle"
-                    && row.status == Status::Ok
-                    && row.errors_total == Some(0)
-                    && row.completed.unwrap_or(0) > 0
-                {
-                    rustle_ok = true;
-                }
-                writer.write(&row)?;
-                if !origin.alive() {
-                    bail!("the origin died: {}", origin.stderr_tail());
-                }
-                if !udp_origin.alive() {
-                    bail!("the UDP origin died: {}", udp_origin.stderr_tail());
-                }
-                if let Some(h) = https_origin.as_mut() {
-                    if !h.alive() {
-                        bail!("the HTTPS origin died: {}", h.stderr_tail());
-                    }
-                }
+    for (rep, connections, sc, p, order) in st.runs() {
+        let estimate = st.estimate(&sc, p);
+        progress.starting(&format!("{} {} / {}", st.family, sc.name, p.name));
+        let mut row = Row::new(stamp, &sc.name, &p.name, rep, order);
+        row.connections = connections;
+        row.stage = st.family.clone();
+        let row = bench.run(row, &sc, p);
+        progress.done(estimate, &describe(&row));
+        if p.name == "rustle"
+            && row.status == Status::Ok
+            && row.errors_total == Some(0)
+            && row.completed.unwrap_or(0) > 0
+        {
+            rustle_ok = true;
+        }
+        writer.write(&row)?;
+        if !origin.alive() {
+            bail!("the origin died: {}", origin.stderr_tail());
+        }
+        if !udp_origin.alive() {
+            bail!("the UDP origin died: {}", udp_origin.stderr_tail());
+        }
+        if let Some(h) = https_origin.as_mut() {
+            if !h.alive() {
+                bail!("the HTTPS origin died: {}", h.stderr_tail());
             }
         }
     }
@@ -353,16 +626,7 @@ fn campaign(o: &Options) -> Result<()> {
         let _ = q.remove();
         children::forget_cgroup(&q.dir);
     }
-    drop(bench);
-    eprintln!("campaign: results in {}", out.display());
-    if o.smoke {
-        crate::report::write(&out, &out.join("BENCHMARKS.md"), Some(&out.join("svg")))?;
-        if !rustle_ok {
-            bail!("smoke: rustle's cell is missing or shows errors (see {})", out.display());
-        }
-    }
-    let _ = std::fs::remove_dir_all(&scratch);
-    Ok(())
+    Ok(rustle_ok)
 }
 
 /// The name in the proxy's certificate, which the client verifies.
@@ -398,7 +662,7 @@ fn make_certificates(rustle: &std::path::Path, dir: &std::path::Path) -> Result<
     Ok(files)
 }
 
-fn progress(r: &Row) -> String {
+fn describe(r: &Row) -> String {
     let what = match r.status {
         Status::Ok => format!(
             "{:.1} {} errors {} pace {:?}",
@@ -410,17 +674,16 @@ fn progress(r: &Row) -> String {
         _ => format!("{:?}: {}", r.status, r.reason),
     };
     let conns = r.connections.map_or(String::new(), |n| format!(" ({n} conns)"));
-    format!("campaign: rep {} {}{conns} {}: {what}", r.rep, r.scenario, r.proxy)
+    format!("rep {} {}{conns} {}: {what}", r.rep, r.scenario, r.proxy)
 }
 
+/// conditions.txt: what every stage shares (machine, build, peers' versions).
 fn write_conditions(
-    o: &Options,
+    a: &Args,
     out: &std::path::Path,
     stamp: &str,
-    net: &Net,
-    proxies: &[Proxy],
+    stages: &[Stage],
     rustle: &std::path::Path,
-    notes: &[String],
 ) -> Result<()> {
     let cmd = |p: &str, a: &[&str]| {
         std::process::Command::new(p)
@@ -431,48 +694,79 @@ fn write_conditions(
     };
     let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
     let model = cpuinfo.lines().find(|l| l.starts_with("model name")).unwrap_or("").to_string();
-    let mut f = std::fs::File::create(out.join("conditions.txt"))?;
+    let mut text = String::new();
     let rev = cmd("git", &["rev-parse", "--short", "HEAD"]);
     let dirty = if cmd("git", &["status", "--porcelain", "--untracked-files=no"]).is_empty() {
         ""
     } else {
         " (with uncommitted changes)"
     };
-    writeln!(f, "campaign: {stamp} (UTC)")?;
-    writeln!(f, "cpu: {} x {}", model.split(':').nth(1).unwrap_or("?").trim(), num_cpus())?;
-    writeln!(f, "kernel: {}", cmd("uname", &["-sr"]))?;
-    writeln!(f, "rustle: {rev}{dirty}, binary {}", rustle.display())?;
-    if proxies.iter().any(|p| p.name == "floor") {
-        let exe = std::env::current_exe().map(|p| p.display().to_string()).unwrap_or_default();
-        writeln!(f, "floor: rustle-bench floor, this campaign's own binary {exe}")?;
+    let mut line = |l: String| {
+        text.push_str(&l);
+        text.push('\n');
+    };
+    line(format!("campaign: {stamp} (UTC)"));
+    if let Some(p) = a.profile {
+        let name = if p == profile::ProfileName::Full { "full" } else { "quick" };
+        line(format!("profile: {name}"));
     }
-    for p in proxies {
+    line(format!("cpu: {} x {}", model.split(':').nth(1).unwrap_or("?").trim(), num_cpus()));
+    line(format!("memory: {}", sys::mem_total()));
+    line(format!("kernel: {}", cmd("uname", &["-sr"])));
+    line(format!("rustle: {rev}{dirty}, binary {}", rustle.display()));
+    let mut seen: Vec<&str> = Vec::new();
+    for p in stages.iter().flat_map(|s| &s.proxies) {
+        if p.name == "floor" && !seen.contains(&"floor") {
+            seen.push("floor");
+            line("floor: rustle-bench floor, this campaign's own binary".to_string());
+        }
         if let Some(pkg) = p.package() {
-            writeln!(f, "{}: {} {}", p.name, pkg, sys::package_version(pkg))?;
+            if !seen.contains(&pkg) {
+                seen.push(pkg);
+                line(format!("{pkg}: {}", sys::package_version(pkg)));
+            }
         }
     }
-    if scenario::expand(&o.scenarios).is_ok_and(|v| v.iter().any(|s| s.path.is_tls())) {
-        for pkg in ["libnginx-mod-stream", "libssl3"] {
-            writeln!(f, "{pkg}: {}", sys::package_version(pkg))?;
+    if stages.iter().any(|st| st.scenarios.iter().any(|s| s.path.is_tls())) {
+        for pkg in ["libnginx-mod-stream", "libssl3", "libssl3t64"] {
+            let v = sys::package_version(pkg);
+            if !v.is_empty() && v != "?" {
+                line(format!("{pkg}: {v}"));
+            }
         }
     }
-    writeln!(
-        f,
-        "network: {}{}",
-        net.kind(),
-        if net.link.is_empty() {
-            String::new()
-        } else {
-            format!(", client link netem {}", net.link)
-        }
-    )?;
-    let q = o.quota.map_or("none".to_string(), |q| format!("{q} core (cfs quota) on the proxy"));
+    line("cpus: proxy on CPU 0, client and origin on CPU 1 (taskset)".to_string());
+    line(format!("seed: {}", a.seed));
+    std::fs::write(out.join("conditions.txt"), text).context("writing conditions.txt")
+}
+
+/// What one stage ran and over which network: appended to conditions.txt
+/// for an ad hoc campaign, conditions-FAMILY.txt for a profile's family.
+fn write_stage_conditions(
+    st: &Stage,
+    out: &std::path::Path,
+    net: &Net,
+    notes: &[String],
+) -> Result<()> {
+    let mut f = if st.family.is_empty() {
+        std::fs::OpenOptions::new().append(true).open(out.join("conditions.txt"))?
+    } else {
+        std::fs::File::create(out.join(format!("conditions-{}.txt", st.family)))?
+    };
+    let link = if net.link.is_empty() {
+        String::new()
+    } else {
+        format!(", client link netem {}", net.link)
+    };
+    writeln!(f, "network: {}{link}", net.kind())?;
+    let q = st.quota.map_or("none".to_string(), |q| format!("{q} core (cfs quota) on the proxy"));
     writeln!(f, "quota: {q}")?;
-    writeln!(f, "cpus: proxy on CPU 0, client and origin on CPU 1 (taskset)")?;
-    writeln!(f, "reps: {}, duration: {}, seed: {}", o.reps, o.duration, o.seed)?;
-    writeln!(f, "scenarios: {}", o.scenarios)?;
-    if !o.sweep.is_empty() {
-        let levels: Vec<String> = o.sweep.iter().map(u32::to_string).collect();
+    writeln!(f, "reps: {}, duration: {}", st.reps, st.duration)?;
+    writeln!(f, "scenarios: {}", st.scenario_list)?;
+    let names: Vec<&str> = st.proxies.iter().map(|p| p.name.as_str()).collect();
+    writeln!(f, "proxies: {}", names.join(","))?;
+    if !st.sweep.is_empty() {
+        let levels: Vec<String> = st.sweep.iter().map(u32::to_string).collect();
         writeln!(f, "sweep: {} connections", levels.join(", "))?;
     }
     for n in notes {
@@ -498,17 +792,22 @@ mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
 
-    fn args(s: &str) -> impl Iterator<Item = String> {
-        s.split_whitespace().map(String::from).collect::<Vec<_>>().into_iter()
+    fn parse(s: &str) -> Result<Args> {
+        use clap::Parser;
+        let argv = std::iter::once("campaign").chain(s.split_whitespace());
+        Ok(Standalone::try_parse_from(argv)?.args)
     }
 
     #[test]
     fn sweep_option_and_levels() {
-        let o = parse(args("--sweep 16,64,256,1024,64 --scenarios http-close-1k")).unwrap();
-        assert_eq!(o.unwrap().sweep, [16, 64, 256, 1024]);
-        assert!(parse(args("--sweep 16,0")).is_err());
-        assert!(parse(args("--sweep x")).is_err());
-        assert!(parse(args("--sweep ,")).is_err());
+        let o = parse("--sweep 16,64,256,1024,64 --scenarios http-close-1k").unwrap();
+        assert_eq!(o.sweep.unwrap().0, [16, 64, 256, 1024]);
+        assert!(parse("--sweep 16,0").is_err());
+        assert!(parse("--sweep x").is_err());
+        assert!(parse("--sweep ,").is_err());
+        assert!(parse("--reps 0").is_err() && parse("--quota -1").is_err());
+        assert!(parse("--profile full --scenarios http-ka-1k").is_err());
+        assert!(parse("--family http").is_err(), "--family needs --profile");
         let close = scenario::parse("http-close-1k").unwrap();
         let runs = levels(&close, &[16, 1024]);
         assert_eq!(runs.len(), 2);

@@ -16,6 +16,7 @@
 //! concurrency sweep: best clean level, its table and chart).
 
 mod charts;
+pub mod document;
 pub mod stats;
 mod svg;
 mod sweep;

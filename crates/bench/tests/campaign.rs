@@ -1,5 +1,6 @@
-//! The campaign's smoke mode end to end: rustle, nginx and the floor on loopback,
-//! http-ka-1k for 2 s, the CSV and the report written, so the harness cannot rot.
+//! The campaign's quick profile end to end (a few cells of a few families on loopback,
+//! the CSV and the report written), so the harness cannot rot; the committed documents
+//! checked against the committed data.
 //! Uses the release rustle binary if there is one, else the debug one that
 //! `cargo test --workspace` builds; a failure with `RUSTLE_REQUIRE_TOOLS=1`, and
 //! otherwise skipped, when neither, or nginx, is there. Also: SIGTERM in the middle of a run leaves no scratch
@@ -27,40 +28,64 @@ fn has(cmd: &str) -> bool {
 }
 
 #[test]
-fn smoke_campaign_writes_csv_and_report() {
+fn quick_profile_writes_csv_and_report() {
     let Some(rustle) = rustle_bin() else {
         rustle_bench::tools::missing(
             "the rustle binary (cargo build -p rustle, or set RUSTLE_BIN)",
         );
         return;
     };
-    if !has("nginx") || !has("taskset") {
+    if !has("nginx") || !has("squid") || !has("danted") || !has("taskset") {
         return;
     }
     let out = std::env::temp_dir().join(format!("rustle-campaign-test-{}", std::process::id()));
     let status = Command::new(env!("CARGO_BIN_EXE_rustle-bench"))
-        .args(["campaign", "--smoke", "--out"])
+        .args(["campaign", "--profile", "quick", "--out"])
         .arg(&out)
         .arg("--rustle-bin")
         .arg(&rustle)
         .status()
         .expect("running the campaign");
-    assert!(status.success(), "smoke campaign failed; see {}", out.display());
+    assert!(status.success(), "quick profile failed; see {}", out.display());
     let csv = std::fs::read_to_string(out.join("runs.csv")).expect("runs.csv");
-    assert!(csv.lines().any(|l| l.contains(",http-ka-1k,rustle,1,") && l.contains(",ok,")));
-    let md = std::fs::read_to_string(out.join("BENCHMARKS.md")).expect("report");
-    assert!(md.contains("| http-ka-1k, req/s |"), "{md}");
+    // Every family of the quick profile ran rustle, and each row names its family.
+    for f in rustle_bench::campaign::profile::FAMILIES {
+        let Some(plan) = f.quick else { continue };
+        let first = plan.scenarios.split(',').next().expect("a scenario");
+        let rustle = csv.lines().find(|l| l.contains(&format!(",{first},rustle,1,")));
+        let line = rustle.unwrap_or_else(|| panic!("{}: no rustle row\n{csv}", f.id));
+        assert!(line.contains(",ok,") && line.ends_with(&format!(",{}", f.id)), "{line}");
+    }
+    let md = std::fs::read_to_string(out.join("REPORT.md")).expect("report");
+    assert!(md.contains("## HTTP proxy") && md.contains("| http-ka-1k, req/s |"), "{md}");
+    assert!(md.contains("## In short") && md.contains("| HTTP proxy | req/s"), "{md}");
     // The floor forwarder ran, and as a reference it never takes the star.
     assert!(csv.lines().any(|l| l.contains(",http-ka-1k,floor,1,") && l.contains(",ok,")), "{csv}");
-    let header = md.lines().find(|l| l.starts_with("| scenario |")).expect("a table");
+    let header = md.lines().find(|l| l.starts_with("| scenario | rustle |")).expect("a table");
     let col = header.split('|').position(|c| c.trim() == "floor").expect("a floor column");
     for row in md.lines().filter(|l| l.starts_with("| http-ka-1k")) {
         assert!(!row.split('|').nth(col).unwrap_or("").contains('*'), "{row}");
     }
-    assert!(std::fs::read_to_string(out.join("conditions.txt"))
+    for chart in ["http-req-per-s.svg", "tunnels-req-per-s.svg"] {
+        assert!(out.join("charts").join(chart).exists(), "{chart}");
+    }
+    assert!(std::fs::read_to_string(out.join("conditions-http.txt"))
         .expect("conditions")
         .contains("loopback"));
     std::fs::remove_dir_all(&out).expect("cleaning up");
+}
+
+/// BENCHMARKS.md, its charts and the README's performance summary are what the report
+/// generator makes of the newest committed data set (bench/data/YYYYMMDD/).
+#[test]
+fn committed_documents_are_what_the_data_gives() {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let diffs = rustle_bench::report::document::check_documents(&root).expect("generating");
+    assert!(
+        diffs.is_empty(),
+        "regenerate with `rustle-bench report --documents` from the repository's root:\n{}",
+        diffs.join("\n")
+    );
 }
 
 #[test]

@@ -108,6 +108,11 @@ pub(super) const KNOWN: &[&str] = &[
     "floor",
 ];
 
+/// The proxies of a campaign without `--proxies`: the peers, not the floor
+/// nor rustle's variants.
+pub(super) const DEFAULT: &[&str] =
+    &["rustle", "nginx", "haproxy", "haproxy-splice", "squid", "tinyproxy", "dante", "microsocks", "stunnel"];
+
 impl Proxy {
     pub(super) fn named(name: &str, rustle_bin: &FsPath) -> Result<Proxy> {
         let kind = match name {

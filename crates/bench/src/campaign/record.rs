@@ -96,6 +96,10 @@ pub struct Row {
     pub origin_tls_handshakes: Option<u64>,
     #[serde(default)]
     pub origin_tls_resumed: Option<u64>,
+    /// The profile's family the run belongs to (`http`, `tls`, ...); empty
+    /// for an ad hoc campaign. Optional when read, like `connections`.
+    #[serde(default)]
+    pub stage: String,
 }
 
 impl Row {
@@ -140,6 +144,7 @@ impl Row {
             connections: super::scenario::default_connections(scenario),
             origin_tls_handshakes: None,
             origin_tls_resumed: None,
+            stage: String::new(),
         }
     }
 
@@ -238,7 +243,7 @@ mod tests {
         write_rows(&path, &[a.clone(), b.clone(), hold.clone()]);
         let text = std::fs::read_to_string(&path).unwrap();
         let header = text.lines().next().unwrap();
-        assert!(header.ends_with(",link,connections,origin_tls_handshakes,origin_tls_resumed"));
+        assert!(header.ends_with(",link,connections,origin_tls_handshakes,origin_tls_resumed,stage"));
         assert_eq!(read(&path).unwrap(), vec![a, b, hold]);
         std::fs::remove_dir_all(&dir).unwrap();
     }
@@ -256,13 +261,13 @@ mod tests {
         ];
         rows[0].throughput = Some(2.5);
         write_rows(&path, &rows);
-        // Drop the last three columns, as a CSV written before they existed.
+        // Drop the last four columns, as a CSV written before they existed.
         let old: String = std::fs::read_to_string(&path)
             .unwrap()
             .lines()
             .map(|l| {
                 let mut l = l;
-                for _ in 0..3 {
+                for _ in 0..4 {
                     l = l.rsplit_once(',').unwrap().0;
                 }
                 format!("{l}\n")

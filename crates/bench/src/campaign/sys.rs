@@ -182,6 +182,16 @@ impl Quota {
 }
 
 /// Version of a Debian package, or "not installed".
+/// MemTotal from /proc/meminfo, in GiB, as text.
+pub(super) fn mem_total() -> String {
+    let info = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
+    let kb = info
+        .lines()
+        .find(|l| l.starts_with("MemTotal:"))
+        .and_then(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok());
+    kb.map_or("?".to_string(), |k| format!("{:.0} GiB", k as f64 / 1024.0 / 1024.0))
+}
+
 pub(super) fn package_version(pkg: &str) -> String {
     Command::new("dpkg-query")
         .args(["-W", "-f", "${Version}", pkg])
