@@ -500,7 +500,7 @@ mod tests {
 
     fn parse(s: &str) -> Result<Options> {
         use clap::Parser;
-        options(Args::try_parse_from(std::iter::once("cost").chain(s.split_whitespace()))?)
+        super::options(Args::try_parse_from(std::iter::once("cost").chain(s.split_whitespace()))?)
     }
 
     #[test]

@@ -261,6 +261,13 @@ mod tests {
             panic!()
         };
         assert_eq!(l.connections, 2);
+        // The campaign appends its own --duration to a scenario's arguments: the last wins.
+        let twice = "rustle-bench load --target a:1 --duration 1s -c 3 --duration 2s -c 4";
+        let Command::Load(l) = parse(twice).unwrap() else { panic!() };
+        assert_eq!((l.duration.as_secs(), l.connections), (2, 4));
+        let twice = "rustle-bench origin --listen 127.0.0.1:1 --listen 127.0.0.1:2";
+        let Command::Origin(o) = parse(twice).unwrap() else { panic!() };
+        assert_eq!(o.listen.listen.port(), 2);
         assert!(parse("rustle-bench auth-servers --http 127.0.0.1:0 --ldap").is_ok());
         assert!(parse("rustle-bench floor 127.0.0.1:1").is_err());
         assert!(parse("rustle-bench nope").is_err());

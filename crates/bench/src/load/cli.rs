@@ -198,7 +198,10 @@ mod tests {
         let d = Options::new(Mode::Direct, "a:1");
         assert_eq!(o.mode, d.mode);
         assert_eq!((o.connections, o.threads, o.setup, o.size), (64, 1, 64, 64));
-        assert_eq!((o.connections, o.threads, o.setup, o.size), (d.connections, d.threads, d.setup, d.size));
+        assert_eq!(
+            (o.connections, o.threads, o.setup, o.size),
+            (d.connections, d.threads, d.setup, d.size)
+        );
         assert_eq!((o.duration, o.warmup, o.timeout), (d.duration, d.warmup, d.timeout));
         assert_eq!((o.upload, o.seed, o.rate, o.count), (d.upload, d.seed, d.rate, d.count));
         assert!(!o.close && !o.json && !o.no_resume && !o.x25519_only);
@@ -208,7 +211,8 @@ mod tests {
     #[test]
     fn a_flag_given_twice_takes_the_last_value() {
         // The campaign appends its own --duration and --timeout to a scenario's arguments.
-        let o = parse("--target a:1 --timeout 5s --duration 1s --timeout 60s --duration 3s").unwrap();
+        let o =
+            parse("--target a:1 --timeout 5s --duration 1s --timeout 60s --duration 3s").unwrap();
         assert_eq!((o.timeout, o.duration), (Duration::from_secs(60), Duration::from_secs(3)));
     }
 
