@@ -37,7 +37,7 @@ enum Command {
     UdpEcho(ListenArgs),
     /// The load generator: HTTP/1.1, HTTP/2, WebSocket or UDP load, directly or through a
     /// proxy.
-    Load(load::cli::Args),
+    Load(Box<load::cli::Args>),
     /// A TCP forwarder that only copies bytes: what an exchange costs when a proxy does
     /// nothing else (the campaign's floor peer).
     Floor(FloorArgs),
@@ -118,7 +118,7 @@ fn main() -> std::process::ExitCode {
 fn run(cli: Cli) -> Result<()> {
     // The handle must stay alive until the signal: dropping it stops the fixture.
     let _running: Box<dyn std::any::Any> = match cli.command {
-        Command::Load(args) => return run_load(args),
+        Command::Load(args) => return run_load(*args),
         Command::Campaign { args } => return rustle_bench::campaign::main(args.into_iter()),
         Command::Report(args) => return report::main(args),
         Command::Cost(args) => return cost::main(args),
@@ -147,11 +147,7 @@ fn run(cli: Cli) -> Result<()> {
 }
 
 fn start_tls_origin(args: OriginArgs) -> Result<Box<dyn std::any::Any>> {
-    let options = TlsOriginOptions {
-        tickets: args.tickets,
-        x25519_only: args.kx == "x25519",
-        ..TlsOriginOptions::default()
-    };
+    let options = TlsOriginOptions { tickets: args.tickets, x25519_only: args.kx == "x25519" };
     let o = std::sync::Arc::new(TlsOrigin::start_with_options(args.listen.listen, options)?);
     if let Some(f) = &args.ca_out {
         std::fs::write(f, o.ca_pem()).with_context(|| format!("writing {}", f.display()))?;
