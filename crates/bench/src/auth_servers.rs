@@ -20,9 +20,12 @@ use crate::radiusd::Radiusd;
 use crate::slapd::{Slapd, PEOPLE};
 use crate::{AuthCallback, Reply};
 
-/// Starts the authentication backends asked for on loopback, prints one line per backend
-/// (`http URL`, `ldap URL`, `radius ADDR SECRET_FILE`) then `ready`, and runs until
-/// SIGTERM, SIGINT or its standard input closes.
+/// The authentication backends (HTTP callback, LDAP, RADIUS) on loopback, for scripted
+/// benchmarks.
+///
+/// Starts those asked for, prints one line per backend (`http URL`, `ldap URL`, `radius
+/// ADDR SECRET_FILE`) then `ready`, and runs until SIGTERM, SIGINT or its standard input
+/// closes.
 ///
 /// Users: http alice/secret (group staff; anyone else 404), ldap and radius
 /// alice/wonderland (group staff).

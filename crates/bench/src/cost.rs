@@ -39,8 +39,8 @@ use proxy::Proxy;
 
 use crate::Origin;
 
-/// The cost guard: instructions, allocations and system calls per exchange of each family
-/// through a running rustle, and its memory at rest, compared with the baseline.
+/// The cost guard: a rustle's instructions, allocations and system calls per exchange, and
+/// its memory at rest, against the baseline.
 ///
 /// Needs valgrind (callgrind, vgdb) and strace. Exits non-zero when a figure is above its
 /// baseline by more than its tolerance (2 % unless the baseline says otherwise).

@@ -26,6 +26,8 @@ struct Cli {
     command: Command,
 }
 
+/// A command's description is the doc comment of its arguments' struct when it has one
+/// (load, report, cost, auth-servers), else the variant's.
 #[derive(Subcommand, Debug)]
 enum Command {
     /// The HTTP/1.1 origin (routes: /bytes/N, /chunked/N, /echo, /sha256, /status/NNN,
@@ -35,8 +37,6 @@ enum Command {
     TcpEcho(ListenArgs),
     /// A UDP echo (every datagram back to its sender).
     UdpEcho(ListenArgs),
-    /// The load generator: HTTP/1.1, HTTP/2, WebSocket or UDP load, directly or through a
-    /// proxy.
     Load(Box<load::cli::Args>),
     /// A TCP forwarder that only copies bytes: what an exchange costs when a proxy does
     /// nothing else (the campaign's floor peer).
@@ -48,12 +48,8 @@ enum Command {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
-    /// Markdown tables and SVG charts from a campaign directory.
     Report(report::Args),
-    /// The cost guard: instructions, allocations and system calls per exchange against
-    /// bench/cost-baseline.toml.
     Cost(cost::Args),
-    /// The authentication backends (HTTP callback, LDAP, RADIUS) for scripted benchmarks.
     AuthServers(auth_servers::Args),
 }
 

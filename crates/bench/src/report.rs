@@ -31,8 +31,9 @@ use crate::campaign::record::{self, Row, Status};
 use stats::{best_of_row, client_paced, median, Better};
 use table::{num, Cell};
 
-/// Turns a campaign directory (runs.csv, conditions.txt) into markdown tables and SVG
-/// charts: every cell the median of the repetitions of one scenario × proxy.
+/// Markdown tables and SVG charts from a campaign directory (runs.csv, conditions.txt).
+///
+/// Every cell is the median of the repetitions of one scenario × proxy.
 #[derive(clap::Parser, Debug)]
 #[command(name = "report", args_override_self = true)]
 pub struct Args {
