@@ -37,6 +37,7 @@ enum Command {
     TcpEcho(ListenArgs),
     /// A UDP echo (every datagram back to its sender).
     UdpEcho(ListenArgs),
+    // Boxed: its arguments outweigh every other command's.
     Load(Box<load::cli::Args>),
     /// A TCP forwarder that only copies bytes: what an exchange costs when a proxy does
     /// nothing else (the campaign's floor peer).
