@@ -20,12 +20,29 @@ use crate::radiusd::Radiusd;
 use crate::slapd::{Slapd, PEOPLE};
 use crate::{AuthCallback, Reply};
 
-pub const USAGE: &str = "usage: rustle-bench auth-servers [--http ADDR] [--ldap] [--radius]\n\
-    \x20 starts the backends asked for on loopback (ADDR: 127.0.0.1:0 for a free port),\n\
-    \x20 prints one line per backend (`http URL`, `ldap URL`, `radius ADDR SECRET_FILE`)\n\
-    \x20 then `ready`, and runs until SIGTERM, SIGINT or its standard input closes.\n\
-    \x20 Users: http alice/secret (group staff; anyone else 404), ldap and radius\n\
-    \x20 alice/wonderland (group staff).";
+/// The authentication backends (HTTP callback, LDAP, RADIUS) on loopback, for scripted
+/// benchmarks.
+///
+/// Starts those asked for, prints one line per backend (`http URL`, `ldap URL`, `radius
+/// ADDR SECRET_FILE`) then `ready`, and runs until SIGTERM, SIGINT or its standard input
+/// closes.
+///
+/// Users: http alice/secret (group staff; anyone else 404), ldap and radius
+/// alice/wonderland (group staff).
+#[derive(clap::Parser, Debug)]
+#[command(name = "auth-servers", args_override_self = true)]
+pub struct Args {
+    /// The HTTP callback of rustle's `kind = "http"` backend, on ADDR (127.0.0.1:0 for a
+    /// free port).
+    #[arg(long, value_name = "ADDR")]
+    pub http: Option<SocketAddr>,
+    /// slapd (OpenLDAP) on a free port.
+    #[arg(long)]
+    pub ldap: bool,
+    /// FreeRADIUS on free ports.
+    #[arg(long)]
+    pub radius: bool,
+}
 
 /// The RADIUS users file: alice in the group `staff` (Filter-Id).
 const RADIUS_USERS: &str = "alice\tCleartext-Password := \"wonderland\"\n\tFilter-Id = \"staff\"\n";
@@ -40,25 +57,10 @@ fn answer(body: &serde_json::Value) -> Reply {
     }
 }
 
-pub fn main(mut args: impl Iterator<Item = String>) -> Result<()> {
-    let (mut http, mut ldap, mut radius) = (None::<SocketAddr>, false, false);
-    while let Some(arg) = args.next() {
-        match arg.as_str() {
-            "--http" => {
-                let v = args.next().context("--http needs an address")?;
-                http = Some(v.parse().with_context(|| format!("bad address {v:?}"))?);
-            }
-            "--ldap" => ldap = true,
-            "--radius" => radius = true,
-            "-h" | "--help" => {
-                println!("{USAGE}");
-                return Ok(());
-            }
-            other => bail!("unknown argument {other:?}\n{USAGE}"),
-        }
-    }
+pub fn main(args: Args) -> Result<()> {
+    let Args { http, ldap, radius } = args;
     if http.is_none() && !ldap && !radius {
-        bail!("no backend asked for\n{USAGE}");
+        bail!("no backend asked for (--http ADDR, --ldap, --radius)");
     }
     // Held until the end: dropping them stops the servers.
     let mut running: Vec<Box<dyn std::any::Any>> = Vec::new();

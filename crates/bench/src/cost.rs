@@ -39,20 +39,41 @@ use proxy::Proxy;
 
 use crate::Origin;
 
-pub const USAGE: &str = "\
-usage: rustle-bench cost [options]
-  --rustle PATH      the rustle to measure (default: `rustle` beside this program, as
-                     cargo builds them into target/release/)
-  --baseline FILE    default bench/cost-baseline.toml
-  --write            write the figures measured as the baseline (the tolerances already
-                     in it are kept) instead of comparing with it
-  --only LIST        measure only these groups, comma-separated: the families
-                     (http-keepalive, http-close, connect, socks5, h2-stream, tls-resumed)
-                     and memory; not with --write. Also connect-bind (`connect` with every
-                     tunnel from a random 127.0.0.0/8 address), measured only when named
-                     here and printed without a baseline: --only connect,connect-bind
-Needs valgrind (callgrind, vgdb) and strace. Exits non-zero when a figure is above its
-baseline by more than its tolerance (2 % unless the baseline says otherwise).";
+/// The cost guard: a rustle's instructions, allocations and system calls per exchange, and
+/// its memory at rest, against the baseline.
+///
+/// Needs valgrind (callgrind, vgdb) and strace. Exits non-zero when a figure is above its
+/// baseline by more than its tolerance (2 % unless the baseline says otherwise).
+#[derive(clap::Parser, Debug)]
+#[command(name = "cost", args_override_self = true)]
+pub struct Args {
+    /// The rustle to measure [default: `rustle` beside this program, as cargo builds them
+    /// into target/release/, else target/release/rustle].
+    #[arg(long, value_name = "PATH")]
+    pub rustle: Option<PathBuf>,
+    /// The baseline file.
+    #[arg(long, value_name = "FILE", default_value = "bench/cost-baseline.toml")]
+    pub baseline: PathBuf,
+    /// Write the figures measured as the baseline (the tolerances already in it are kept)
+    /// instead of comparing with it.
+    #[arg(long)]
+    pub write: bool,
+    /// Measure only these groups, comma-separated: the families (http-keepalive,
+    /// http-close, connect, socks5, h2-stream, tls-resumed) and memory; not with --write.
+    /// Also connect-bind (`connect` with every tunnel from a random 127.0.0.0/8 address),
+    /// measured only when named here and printed without a baseline: --only
+    /// connect,connect-bind.
+    #[arg(long, value_name = "LIST", value_delimiter = ',', value_parser = group)]
+    pub only: Option<Vec<String>>,
+}
+
+/// A group `--only` may name: a family or `memory`.
+fn group(name: &str) -> Result<String> {
+    if name != "memory" {
+        family::named(name)?;
+    }
+    Ok(name.to_string())
+}
 
 struct Options {
     rustle: PathBuf,
@@ -61,37 +82,16 @@ struct Options {
     only: Option<Vec<String>>,
 }
 
-fn parse(args: impl Iterator<Item = String>) -> Result<Option<Options>> {
-    let mut o = Options {
-        rustle: default_rustle(),
-        baseline: PathBuf::from("bench/cost-baseline.toml"),
-        write: false,
-        only: None,
-    };
-    let mut args = args;
-    while let Some(a) = args.next() {
-        let mut value = || args.next().with_context(|| format!("{a} needs a value"));
-        match a.as_str() {
-            "--rustle" => o.rustle = PathBuf::from(value()?),
-            "--baseline" => o.baseline = PathBuf::from(value()?),
-            "--write" => o.write = true,
-            "--only" => {
-                let list: Vec<String> = value()?.split(',').map(str::to_string).collect();
-                for g in &list {
-                    if g != "memory" {
-                        family::named(g)?;
-                    }
-                }
-                o.only = Some(list);
-            }
-            "-h" | "--help" => return Ok(None),
-            other => bail!("unknown argument {other:?}"),
-        }
-    }
-    if o.write && o.only.is_some() {
+fn options(args: Args) -> Result<Options> {
+    if args.write && args.only.is_some() {
         bail!("--write measures everything: it cannot be combined with --only");
     }
-    Ok(Some(o))
+    Ok(Options {
+        rustle: args.rustle.unwrap_or_else(default_rustle),
+        baseline: args.baseline,
+        write: args.write,
+        only: args.only,
+    })
 }
 
 /// `rustle` beside this executable (target/release/rustle-bench →
@@ -104,11 +104,8 @@ fn default_rustle() -> PathBuf {
         .unwrap_or_else(|| PathBuf::from("target/release/rustle"))
 }
 
-pub fn main(args: impl Iterator<Item = String>) -> Result<()> {
-    let Some(o) = parse(args).map_err(|e| anyhow::anyhow!("{e:#}\n{USAGE}"))? else {
-        println!("{USAGE}");
-        return Ok(());
-    };
+pub fn main(args: Args) -> Result<()> {
+    let o = options(args)?;
     for tool in ["valgrind", "vgdb", "strace"] {
         if Command::new(tool).arg("--help").output().is_err() {
             bail!("cost: `{tool}` is not installed (valgrind and strace are needed)");
@@ -501,8 +498,9 @@ mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
 
-    fn args(s: &str) -> impl Iterator<Item = String> + '_ {
-        s.split_whitespace().map(String::from)
+    fn parse(s: &str) -> Result<Options> {
+        use clap::Parser;
+        super::options(Args::try_parse_from(std::iter::once("cost").chain(s.split_whitespace()))?)
     }
 
     #[test]
@@ -514,13 +512,17 @@ mod tests {
 
     #[test]
     fn options() {
-        let o =
-            parse(args("--rustle /r --baseline b.toml --only connect,memory")).unwrap().unwrap();
+        let o = parse("--rustle /r --baseline b.toml --only connect,memory").unwrap();
         assert_eq!(o.rustle, PathBuf::from("/r"));
+        assert_eq!(o.baseline, PathBuf::from("b.toml"));
         assert_eq!(o.only.unwrap(), ["connect", "memory"]);
-        assert!(parse(args("--only nope")).is_err());
-        assert!(parse(args("--write --only memory")).is_err());
-        assert!(parse(args("--help")).unwrap().is_none());
+        let o = parse("--write").unwrap();
+        assert!(o.write && o.only.is_none());
+        assert_eq!(o.baseline, PathBuf::from("bench/cost-baseline.toml"));
+        assert!(parse("--only nope").is_err());
+        assert!(parse("--only connect,").is_err());
+        assert!(parse("--write --only memory").is_err());
+        assert!(parse("--help").is_err());
     }
 
     #[test]

@@ -26,40 +26,36 @@ mod tls;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 
 use crate::campaign::record::{self, Row, Status};
 use stats::{best_of_row, client_paced, median, Better};
 use table::{num, Cell};
 
-pub const USAGE: &str = "\
-usage: rustle-bench report --in DIR [--out FILE.md] [--svg-dir DIR] [--notes FILE.md]
-  --in DIR       a campaign directory (runs.csv, conditions.txt)
-  --out FILE     markdown to write (default DIR/report.md)
-  --svg-dir DIR  where the charts go (default DIR/svg); linked relative to --out
-  --notes FILE   markdown included after the title (findings, caveats)";
+/// Markdown tables and SVG charts from a campaign directory (runs.csv, conditions.txt).
+///
+/// Every cell is the median of the repetitions of one scenario × proxy.
+#[derive(clap::Parser, Debug)]
+#[command(name = "report", args_override_self = true)]
+pub struct Args {
+    /// A campaign directory (runs.csv, conditions.txt).
+    #[arg(long = "in", value_name = "DIR")]
+    pub input: PathBuf,
+    /// The markdown to write [default: DIR/report.md].
+    #[arg(long, value_name = "FILE")]
+    pub out: Option<PathBuf>,
+    /// Where the charts go, linked relative to --out [default: DIR/svg].
+    #[arg(long, value_name = "DIR")]
+    pub svg_dir: Option<PathBuf>,
+    /// Markdown included after the title (findings, caveats).
+    #[arg(long, value_name = "FILE")]
+    pub notes: Option<PathBuf>,
+}
 
-pub fn main(args: impl Iterator<Item = String>) -> Result<()> {
-    let (mut input, mut out, mut svg, mut notes) = (None, None, None, None);
-    let mut args = args;
-    while let Some(a) = args.next() {
-        let mut value = || args.next().with_context(|| format!("{a} needs a value"));
-        match a.as_str() {
-            "--in" => input = Some(PathBuf::from(value()?)),
-            "--out" => out = Some(PathBuf::from(value()?)),
-            "--svg-dir" => svg = Some(PathBuf::from(value()?)),
-            "--notes" => notes = Some(PathBuf::from(value()?)),
-            "-h" | "--help" => {
-                println!("{USAGE}");
-                return Ok(());
-            }
-            other => bail!("unknown argument {other:?}\n{USAGE}"),
-        }
-    }
-    let Some(input) = input else { bail!("--in DIR is required\n{USAGE}") };
-    let out = out.unwrap_or_else(|| input.join("report.md"));
-    let notes = notes.map(std::fs::read_to_string).transpose().context("reading --notes")?;
-    write_with(&input, &out, svg.as_deref(), notes.as_deref())
+pub fn main(args: Args) -> Result<()> {
+    let out = args.out.unwrap_or_else(|| args.input.join("report.md"));
+    let notes = args.notes.map(std::fs::read_to_string).transpose().context("reading --notes")?;
+    write_with(&args.input, &out, args.svg_dir.as_deref(), notes.as_deref())
 }
 
 /// Writes the report of `input` to `out`, charts into `svg_dir`.

@@ -153,10 +153,16 @@ fn help_prints_the_usage_and_succeeds() {
         &["-h"],
         &["help"],
         &["origin", "--help"],
+        &["tcp-echo", "--help"],
+        &["udp-echo", "--help"],
         &["floor", "--help"],
         &["load", "--help"],
+        &["load", "-h"],
         &["campaign", "--help"],
         &["report", "--help"],
+        &["cost", "--help"],
+        &["auth-servers", "--help"],
+        &["help", "load"],
     ] {
         let out = Command::new(env!("CARGO_BIN_EXE_rustle-bench"))
             .args(args)
@@ -166,16 +172,25 @@ fn help_prints_the_usage_and_succeeds() {
         let text = String::from_utf8_lossy(&out.stdout);
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(out.status.success(), "rustle-bench {args:?}: {}\n{err}", out.status);
-        assert!(text.contains("usage"), "rustle-bench {args:?}: {text}");
+        assert!(text.to_lowercase().contains("usage"), "rustle-bench {args:?}: {text}");
         assert!(!err.contains("backtrace"), "rustle-bench {args:?}: {err}");
     }
-    // A mistake is one line on standard error, status 1, no backtrace.
+    // A mistyped command line: clap's message on standard error, status 2, no backtrace.
     let out = Command::new(env!("CARGO_BIN_EXE_rustle-bench"))
         .arg("--frobnicate")
         .env("RUST_BACKTRACE", "1")
         .output()
         .expect("run rustle-bench");
     let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.to_lowercase().contains("usage") && !err.contains("Stack backtrace"), "{err}");
+    // A failure past the command line: one line on standard error, status 1.
+    let out = Command::new(env!("CARGO_BIN_EXE_rustle-bench"))
+        .arg("auth-servers")
+        .env("RUST_BACKTRACE", "1")
+        .output()
+        .expect("run rustle-bench");
+    let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{err}");
-    assert!(err.contains("usage") && !err.contains("Stack backtrace"), "{err}");
+    assert!(err.starts_with("rustle-bench: ") && err.lines().count() == 1, "{err}");
 }
