@@ -1,4 +1,4 @@
-//! The cost guard in `cargo test` (BENCHMARKS.md, "The cost guard"): builds the shipped
+//! The cost guard in `cargo test` (bench/README.md, "The cost guard"): builds the shipped
 //! binaries (release profile), runs `rustle-bench cost` against the committed
 //! `bench/cost-baseline.toml`, and checks that the last commit that changed the baseline
 //! says why, in a line starting with `Cost:`. A test binary of its own, so that it runs

@@ -527,8 +527,8 @@ impl Worker {
 
     /// A buffer for outgoing heads (and the body bytes that go with them) from the
     /// worker's spares: a kept-alive connection gives its own back while it waits for its
-    /// next request, so that an idle client holds none (10 KB answers made each idle
-    /// connection keep 10 KB).
+    /// next request, so that an idle client holds none (otherwise each idle connection would
+    /// keep a buffer as large as its last answer made it).
     pub(crate) fn take_out(&self) -> Vec<u8> {
         self.outs.borrow_mut().pop().unwrap_or_else(|| Vec::with_capacity(OUT_SIZE))
     }

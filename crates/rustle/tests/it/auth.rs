@@ -802,7 +802,7 @@ fn all_at_once(n: usize, attempt: impl Fn(usize) -> u16 + Sync) -> Vec<u16> {
 }
 
 /// The most a flood may add to the proxy's peak memory: two hashing threads at 19 MiB
-/// each (measured: 40 MB), with room for the connections and the allocator's slack.
+/// each, with room for the connections and the allocator's slack.
 const FLOOD_PEAK_KIB: u64 = (2 * 19 + 26) * 1024;
 
 /// The most the hashes of a flood from one address may number with two workers: their

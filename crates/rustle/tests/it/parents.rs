@@ -1129,7 +1129,7 @@ fn only_exchanges_in_flight_on_a_killed_parent_fail() {
         |f: &dyn Fn(&Instant) -> bool| per_client.iter().flatten().filter(|(s, _)| f(s)).count();
     let (before, after) = (n(&|s| *s < killing), n(&|s| *s >= killed));
     assert!(before >= 10 && after >= 10, "{before} exchanges before the kill, {after} after");
-    // The exchanges begun before squid was gone (it takes ~10 ms to die and be reaped)
+    // The exchanges begun before squid was gone (it takes a moment to die and be reaped)
     // may have been on it; none begun after may fail.
     let failed = |f: &dyn Fn(&Instant) -> bool| -> Vec<String> {
         let (f, at) = (&f, &at);

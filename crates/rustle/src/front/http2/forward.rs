@@ -9,8 +9,8 @@
 //! out chunked. Response bodies lose their HTTP/1.1 framing; the trailer section of a
 //! chunked response becomes the stream's trailers.
 //!
-//! Per request, allocations are kept few (malloc and free were a tenth of the CPU time of
-//! a 1 KB exchange): the pool key is formatted on the stack, heads are written without
+//! Per request, allocations are kept few (malloc and free are a visible share of a small
+//! exchange's CPU): the pool key is formatted on the stack, heads are written without
 //! intermediate strings.
 
 use std::io::Write as _;

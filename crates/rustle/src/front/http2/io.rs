@@ -4,8 +4,8 @@
 //! RST_STREAM), so that floods of them can be stopped.
 //!
 //! It also gathers writes. The h2 crate flushes its encoder whenever a DATA frame of more
-//! than 256 bytes is queued behind another, so with the stream alone every 1 KB response
-//! cost its own write (and TLS record), even when twenty were answered in one wakeup.
+//! than 256 bytes is queued behind another, so left alone it gives every small response its
+//! own write (and TLS record), even when many are answered in one wakeup.
 //! Once the handshake is done, small writes are copied into `Out` and h2's flushes are
 //! no-ops; the connection task sends what gathered after each poll of the connection
 //! (`Out::poll_send`): one write per wakeup. Large writes with nothing gathered go

@@ -190,8 +190,8 @@ async fn a_client_that_never_reads_stops_the_reading() {
 
 #[tokio::test]
 async fn a_splice_moves_what_the_pipe_takes() {
-    // One splice into the pipe used to be capped at the scratch buffer's 16 KiB, as if it
-    // were a copy: a bulk transfer then cost a splice pair per 16 KiB.
+    // One splice into the pipe takes what the pipe has room for, not the scratch buffer's
+    // 16 KiB as a copy would: capped so, a bulk transfer would cost a splice pair per 16 KiB.
     let (client, pc, pu, origin) = pairs().await;
     let data = pattern(32 << 20, 4);
     let (cr, cw) = client.into_split();
@@ -418,7 +418,7 @@ where
 }
 
 /// Every open connection is one of these futures: keep them small. The budgets are the
-/// sizes measured when they were set, plus a little room; a change that grows one past
+/// sizes the compiler gives them, plus a little room; a change that grows one past
 /// its budget should say why. The sizes depend on the compiler's layout of async state
 /// machines, so a rustc upgrade alone can break this test: its message says what to do.
 #[test]

@@ -98,8 +98,8 @@ const TICKET_SERVERS: usize = 1024;
 
 /// TLS 1.3 tickets kept per server. rustls's own store keeps 8, and each ticket is used
 /// once: 64 connections opening at once then resume 8 times and do 56 full handshakes
-/// (the campaign measured 22% resumed against 94-100% for nginx, haproxy and stunnel,
-/// which reuse one session). Servers send a ticket or two per handshake, so a deep store
+/// (far fewer resumed than through nginx, haproxy and stunnel, which reuse one session;
+/// BENCHMARKS.md). Servers send a ticket or two per handshake, so a deep store
 /// fills during the first burst and stays full.
 const TICKETS_PER_SERVER: usize = 256;
 
