@@ -164,8 +164,7 @@ impl Stage {
     fn runs(&self) -> Vec<(u32, Option<u32>, scenario::Scenario, &Proxy, u32)> {
         let mut v = Vec::new();
         for rep in 1..=self.reps {
-            for (connections, sc) in self.scenarios.iter().flat_map(|sc| levels(sc, &self.sweep))
-            {
+            for (connections, sc) in self.scenarios.iter().flat_map(|sc| levels(sc, &self.sweep)) {
                 for i in 0..self.proxies.len() {
                     // Rotate: repetition r starts r-1 places further along.
                     let p = &self.proxies[(i + rep as usize - 1) % self.proxies.len()];
@@ -215,9 +214,10 @@ fn build_stages(a: &Args, rustle_bin: &std::path::Path) -> Result<Vec<Stage>> {
     };
     let Some(name) = a.profile else {
         let scenarios = a.scenarios.clone().unwrap_or_else(|| "quick".into());
-        let names = a.proxies.clone().unwrap_or_else(|| {
-            peers::DEFAULT.iter().map(|s| s.to_string()).collect::<Vec<_>>()
-        });
+        let names = a
+            .proxies
+            .clone()
+            .unwrap_or_else(|| peers::DEFAULT.iter().map(|s| s.to_string()).collect::<Vec<_>>());
         return Ok(vec![Stage {
             family: String::new(),
             scenarios: scenario::expand(&scenarios)?,
@@ -447,7 +447,14 @@ impl Progress {
             bar.set_style(s);
         }
         bar.enable_steady_tick(Duration::from_millis(500));
-        Progress { bar, total, done_estimate: 0.0, runs, done_runs: 0, start: std::time::Instant::now() }
+        Progress {
+            bar,
+            total,
+            done_estimate: 0.0,
+            runs,
+            done_runs: 0,
+            start: std::time::Instant::now(),
+        }
     }
 
     /// The time left, from the estimate of what is left and how the runs

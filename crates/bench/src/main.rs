@@ -42,13 +42,8 @@ enum Command {
     /// A TCP forwarder that only copies bytes: what an exchange costs when a proxy does
     /// nothing else (the campaign's floor peer).
     Floor(FloorArgs),
-    /// Every scenario × proxy × repetition, one CSV row a run, then the report.
-    #[command(disable_help_flag = true)]
-    Campaign {
-        /// The campaign's own arguments (`campaign --help`).
-        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
-        args: Vec<String>,
-    },
+    // Boxed like `Load`; its description is the one of `campaign::Args`.
+    Campaign(Box<rustle_bench::campaign::Args>),
     Report(report::Args),
     Cost(cost::Args),
     AuthServers(auth_servers::Args),
@@ -116,7 +111,7 @@ fn run(cli: Cli) -> Result<()> {
     // The handle must stay alive until the signal: dropping it stops the fixture.
     let _running: Box<dyn std::any::Any> = match cli.command {
         Command::Load(args) => return run_load(*args),
-        Command::Campaign { args } => return rustle_bench::campaign::main(args.into_iter()),
+        Command::Campaign(args) => return rustle_bench::campaign::run(*args),
         Command::Report(args) => return report::main(args),
         Command::Cost(args) => return cost::main(args),
         Command::AuthServers(args) => return auth_servers::main(args),
@@ -247,9 +242,10 @@ mod tests {
         assert!(o.tls && o.tickets && o.kx == "x25519" && o.stats.is_some());
         let Command::UdpEcho(e) = parse("rustle-bench udp-echo").unwrap() else { panic!() };
         assert_eq!(e.listen.to_string(), "127.0.0.1:0");
-        let campaign = parse("rustle-bench campaign --smoke --reps 1 --help").unwrap();
-        let Command::Campaign { args } = campaign else { panic!("{campaign:?}") };
-        assert_eq!(args, ["--smoke", "--reps", "1", "--help"]);
+        let campaign = parse("rustle-bench campaign --profile quick --family http,ws").unwrap();
+        let Command::Campaign(c) = campaign else { panic!("{campaign:?}") };
+        assert_eq!(c.family, ["http", "ws"]);
+        assert!(parse("rustle-bench campaign --profile quick --scenarios http-ka-1k").is_err());
         let Command::Load(l) = parse("rustle-bench load --target a:1 -c 2 --json").unwrap() else {
             panic!()
         };

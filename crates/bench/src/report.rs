@@ -26,7 +26,7 @@ mod tls;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
 
 use crate::campaign::record::{self, Row, Status};
 use stats::{best_of_row, client_paced, median, Better};
@@ -38,9 +38,17 @@ use table::{num, Cell};
 #[derive(clap::Parser, Debug)]
 #[command(name = "report", args_override_self = true)]
 pub struct Args {
+    /// Regenerate BENCHMARKS.md, bench/charts/ and the README's performance summary from
+    /// the newest data set in bench/data/ (run from the repository's root).
+    #[arg(long, conflicts_with_all = ["input", "check"])]
+    pub documents: bool,
+    /// Check that BENCHMARKS.md, bench/charts/ and the README's summary are what the newest
+    /// data set gives; fails naming the first difference.
+    #[arg(long, conflicts_with = "input")]
+    pub check: bool,
     /// A campaign directory (runs.csv, conditions.txt).
-    #[arg(long = "in", value_name = "DIR")]
-    pub input: PathBuf,
+    #[arg(long = "in", value_name = "DIR", required_unless_present_any = ["documents", "check"])]
+    pub input: Option<PathBuf>,
     /// The markdown to write [default: DIR/report.md].
     #[arg(long, value_name = "FILE")]
     pub out: Option<PathBuf>,
@@ -53,9 +61,25 @@ pub struct Args {
 }
 
 pub fn main(args: Args) -> Result<()> {
-    let out = args.out.unwrap_or_else(|| args.input.join("report.md"));
+    let root = Path::new(".");
+    if args.documents {
+        for f in document::write_documents(root)? {
+            println!("wrote {}", f.display());
+        }
+        return Ok(());
+    }
+    if args.check {
+        let diffs = document::check_documents(root)?;
+        if !diffs.is_empty() {
+            bail!("the documents differ from the data: {}", diffs.join("; "));
+        }
+        println!("BENCHMARKS.md, bench/charts/ and the README summary match the data");
+        return Ok(());
+    }
+    let Some(input) = args.input else { bail!("--in DIR is required") };
+    let out = args.out.unwrap_or_else(|| input.join("report.md"));
     let notes = args.notes.map(std::fs::read_to_string).transpose().context("reading --notes")?;
-    write_with(&args.input, &out, args.svg_dir.as_deref(), notes.as_deref())
+    write_with(&input, &out, args.svg_dir.as_deref(), notes.as_deref())
 }
 
 /// Writes the report of `input` to `out`, charts into `svg_dir`.

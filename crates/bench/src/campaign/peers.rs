@@ -110,8 +110,17 @@ pub(super) const KNOWN: &[&str] = &[
 
 /// The proxies of a campaign without `--proxies`: the peers, not the floor
 /// nor rustle's variants.
-pub(super) const DEFAULT: &[&str] =
-    &["rustle", "nginx", "haproxy", "haproxy-splice", "squid", "tinyproxy", "dante", "microsocks", "stunnel"];
+pub(super) const DEFAULT: &[&str] = &[
+    "rustle",
+    "nginx",
+    "haproxy",
+    "haproxy-splice",
+    "squid",
+    "tinyproxy",
+    "dante",
+    "microsocks",
+    "stunnel",
+];
 
 impl Proxy {
     pub(super) fn named(name: &str, rustle_bin: &FsPath) -> Result<Proxy> {

@@ -98,7 +98,9 @@ pub fn data_sets(root: &Path) -> Result<Vec<PathBuf>> {
         .map(|e| e.path())
         .filter(|p| {
             let name = p.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-            name.len() == 8 && name.bytes().all(|b| b.is_ascii_digit()) && p.join("runs.csv").exists()
+            name.len() == 8
+                && name.bytes().all(|b| b.is_ascii_digit())
+                && p.join("runs.csv").exists()
         })
         .collect();
     v.sort();
@@ -230,8 +232,8 @@ pub fn generate(cur: &Path, prev: Option<&Path>, reference: &str) -> Result<Docu
     let set = DataSet::read(cur)?;
     let prev = prev.map(DataSet::read).transpose()?;
     let reference: Reference = toml::from_str(reference).context("bench/reference.toml")?;
-    let charts_dir = std::env::temp_dir()
-        .join(format!("rustle-report-{}-{}", std::process::id(), set.name));
+    let charts_dir =
+        std::env::temp_dir().join(format!("rustle-report-{}-{}", std::process::id(), set.name));
     std::fs::create_dir_all(&charts_dir)?;
     let result = render(&set, prev.as_ref(), &reference, &charts_dir);
     let charts = collect_charts(&charts_dir);
@@ -536,7 +538,9 @@ fn changes(set: &DataSet, prev: Option<&DataSet>) -> String {
         );
         return md;
     };
-    let rev = |d: &DataSet| d.condition("rustle").unwrap_or("?").split(',').next().unwrap_or("?").to_string();
+    let rev = |d: &DataSet| {
+        d.condition("rustle").unwrap_or("?").split(',').next().unwrap_or("?").to_string()
+    };
     let _ = write!(
         md,
         "Against the data set of {} (rustle {}): cells whose median throughput moved by 15% or \
@@ -609,7 +613,9 @@ fn family_section(fg: &FamilyGrid, set: &DataSet, charts: &Path) -> Result<Strin
     let rate: Vec<&String> = g.scenarios.iter().filter(|s| g.unit(s) != "KB/tunnel").collect();
     let throughput = || -> Vec<(String, Vec<Cell>)> {
         rate.iter()
-            .map(|s| (format!("{s}, {}", g.unit(s)), g.row(s, Better::Higher, &|r| r.throughput, &plain)))
+            .map(|s| {
+                (format!("{s}, {}", g.unit(s)), g.row(s, Better::Higher, &|r| r.throughput, &plain))
+            })
             .collect()
     };
     let cpu = || -> Vec<(String, Vec<Cell>)> {
@@ -633,7 +639,12 @@ fn family_section(fg: &FamilyGrid, set: &DataSet, charts: &Path) -> Result<Strin
                     let q = |get: fn(&Row) -> Option<u64>| {
                         ms(g.median(s, p, |r| get(r).map(|v| v as f64)))
                     };
-                    format!("{} / {} / {}", q(|r| r.lat_p50_us), q(|r| r.lat_p99_us), q(|r| r.lat_p99_9_us))
+                    format!(
+                        "{} / {} / {}",
+                        q(|r| r.lat_p50_us),
+                        q(|r| r.lat_p99_us),
+                        q(|r| r.lat_p99_9_us)
+                    )
                 };
                 let p99 = |r: &Row| r.lat_p99_us.map(|v| v as f64);
                 (s.to_string(), g.row(s, Better::Lower, &p99, &text))
@@ -683,16 +694,26 @@ fn family_section(fg: &FamilyGrid, set: &DataSet, charts: &Path) -> Result<Strin
             md.push_str(&table("Proxy CPU per request, or per gigabyte for the streams:", cpu()));
             let held: Vec<(String, Vec<Cell>)> = rate
                 .iter()
-                .filter(|s| g.proxies.iter().any(|p| g.median(s, p, |r| r.tunnels_held.map(|h| h as f64)).is_some()))
+                .filter(|s| {
+                    g.proxies
+                        .iter()
+                        .any(|p| g.median(s, p, |r| r.tunnels_held.map(|h| h as f64)).is_some())
+                })
                 .map(|s| {
                     let text = |p: &str, v: f64| {
                         let held = g.median(s, p, |r| r.tunnels_held.map(|h| h as f64));
                         format!("{} ({})", num(v / 1024.0), held.map_or("?".into(), num))
                     };
-                    (s.to_string(), g.row(s, Better::Lower, &|r| r.rss_held_kb.map(|k| k as f64), &text))
+                    (
+                        s.to_string(),
+                        g.row(s, Better::Lower, &|r| r.rss_held_kb.map(|k| k as f64), &text),
+                    )
                 })
                 .collect();
-            md.push_str(&table("The proxy's memory with the idle tunnels held, MB (tunnels held):", held));
+            md.push_str(&table(
+                "The proxy's memory with the idle tunnels held, MB (tunnels held):",
+                held,
+            ));
         }
         View::Memory => {
             md.push_str(&versus(Metric::KbPerTunnel));
@@ -721,11 +742,19 @@ fn family_section(fg: &FamilyGrid, set: &DataSet, charts: &Path) -> Result<Strin
             md.push_str(&table("Requests per CPU-second of the proxy (all its processes):", rows));
             let mut lines = Vec::new();
             for s in &rate {
-                for (one, two) in [("rustle", "rustle-2w"), ("nginx", "nginx-2w"), ("haproxy", "haproxy-2t")] {
-                    let (a, b) = (g.median(s, one, per_cpu_second), g.median(s, two, per_cpu_second));
-                    let (ta, tb) = (g.median(s, one, |r| r.throughput), g.median(s, two, |r| r.throughput));
+                for (one, two) in
+                    [("rustle", "rustle-2w"), ("nginx", "nginx-2w"), ("haproxy", "haproxy-2t")]
+                {
+                    let (a, b) =
+                        (g.median(s, one, per_cpu_second), g.median(s, two, per_cpu_second));
+                    let (ta, tb) =
+                        (g.median(s, one, |r| r.throughput), g.median(s, two, |r| r.throughput));
                     if let (Some(a), Some(b), Some(ta), Some(tb)) = (a, b, ta, tb) {
-                        lines.push(format!("| {s} | {one} | {} | {} |", times(b / a), times(tb / ta)));
+                        lines.push(format!(
+                            "| {s} | {one} | {} | {} |",
+                            times(b / a),
+                            times(tb / ta)
+                        ));
                     }
                 }
             }
@@ -833,7 +862,9 @@ fn reference_section(fgs: &[FamilyGrid], reference: &Reference) -> String {
             fg.grid.scenarios.iter().any(|s| *s == c.scenario).then(|| fg.versus(&c.scenario, m))?
         });
         let cell = match ours {
-            Some((a, peer, b)) => ratio(a, b).map_or("–".into(), |r| format!("{} ({peer})", times(r))),
+            Some((a, peer, b)) => {
+                ratio(a, b).map_or("–".into(), |r| format!("{} ({peer})", times(r)))
+            }
             None => "– (not measured)".into(),
         };
         let _ = writeln!(md, "| {} | {} | {} | {cell} |", c.scenario, c.source, c.says);
@@ -859,9 +890,13 @@ fn caveats(set: &DataSet, fgs: &[FamilyGrid]) -> String {
     for r in &set.rows {
         match r.status {
             Status::Skipped if !r.reason.starts_with("no ") => {
-                skipped.entry((r.proxy.clone(), r.reason.clone())).or_insert_with(|| r.scenario.clone());
+                skipped
+                    .entry((r.proxy.clone(), r.reason.clone()))
+                    .or_insert_with(|| r.scenario.clone());
             }
-            Status::Failed => errors.push(format!("{} / {} / rep {}: {}", r.scenario, r.proxy, r.rep, r.reason)),
+            Status::Failed => {
+                errors.push(format!("{} / {} / rep {}: {}", r.scenario, r.proxy, r.rep, r.reason))
+            }
             Status::Ok if r.errors_total.unwrap_or(0) > 0 => {
                 errors.push(format!("{} / {} / rep {}: {}", r.scenario, r.proxy, r.rep, r.errors))
             }
