@@ -236,7 +236,7 @@ pub fn main(args: Args) -> Result<()> {
 const HEADER: &str = "\
 # The cost guard's baseline: `rustle-bench cost` measures these figures and fails when one is
 # above its value here by more than its tolerance (2 % unless [tolerance] says otherwise).
-# crates/rustle/tests/cost.rs runs it in `cargo test`; BENCHMARKS.md, \"The cost guard\", says
+# crates/rustle/tests/cost.rs runs it in `cargo test`; bench/README.md, \"The cost guard\", says
 # more.
 #
 # Each family's figures are per exchange, through target/release/rustle with one worker and

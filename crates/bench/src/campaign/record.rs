@@ -100,6 +100,10 @@ pub struct Row {
     /// for an ad hoc campaign. Optional when read, like `connections`.
     #[serde(default)]
     pub stage: String,
+    /// Busy time of every CPU of the machine over the measured window, s:
+    /// the proxy, client and origin, and the kernel's work wherever it ran.
+    #[serde(default)]
+    pub machine_cpu_s: Option<f64>,
 }
 
 impl Row {
@@ -145,6 +149,7 @@ impl Row {
             origin_tls_handshakes: None,
             origin_tls_resumed: None,
             stage: String::new(),
+            machine_cpu_s: None,
         }
     }
 
@@ -263,13 +268,13 @@ mod tests {
         ];
         rows[0].throughput = Some(2.5);
         write_rows(&path, &rows);
-        // Drop the last four columns, as a CSV written before they existed.
+        // Drop the last five columns, as a CSV written before they existed.
         let old: String = std::fs::read_to_string(&path)
             .unwrap()
             .lines()
             .map(|l| {
                 let mut l = l;
-                for _ in 0..4 {
+                for _ in 0..5 {
                     l = l.rsplit_once(',').unwrap().0;
                 }
                 format!("{l}\n")

@@ -267,6 +267,10 @@ impl Bench {
             let busy_proxy = (window > 0.0).then(|| cpu / (window * cores));
             row.busy_proxy = busy_proxy;
             row.busy_client = sys::busy_share(&j0, &after.2, 1);
+            // Every CPU's busy time: the proxy, the client, the origin and the
+            // kernel's work wherever it ran (softirq, kworkers).
+            let shares = (0..after.2.len()).filter_map(|c| sys::busy_share(&j0, &after.2, c));
+            row.machine_cpu_s = Some(shares.sum::<f64>() * window);
             row.pace = Some(pace_setter(busy_proxy, row.busy_client));
         }
         Ok(())

@@ -496,6 +496,15 @@ fn in_short(fgs: &[FamilyGrid]) -> (String, String) {
     (t, s)
 }
 
+/// The machine's busy CPU per gigabyte (streams) or per request, µs.
+fn machine_per_unit(r: &Row) -> Option<f64> {
+    let m = r.machine_cpu_s?;
+    if r.cpu_s_per_gb.is_some() {
+        return r.bytes.filter(|b| *b > 0).map(|b| m / (b as f64 / 1e9));
+    }
+    r.completed.filter(|n| *n > 0).map(|n| m * 1e6 / n as f64)
+}
+
 /// Requests (or messages) per CPU-second of the proxy.
 fn per_cpu_second(r: &Row) -> Option<f64> {
     let cpu = r.proxy_cpu_s.filter(|c| *c > 0.0)?;
@@ -777,12 +786,20 @@ fn family_section(fg: &FamilyGrid, set: &DataSet, charts: &Path) -> Result<Strin
                 ) else {
                     continue;
                 };
+                let m0 = g.median(s, "rustle", machine_per_unit);
                 for p in g.proxies.iter().filter(|p| p.as_str() != "rustle") {
                     let t = g.median(s, p, |r| r.throughput);
                     let c = g.median(s, p, |r| r.cpu_us_per_req.or(r.cpu_s_per_gb));
+                    let m = g.median(s, p, machine_per_unit);
+                    let machine = match (m, m0) {
+                        (Some(m), Some(m0)) if m0 > 0.0 => {
+                            format!("{:+.0}%", (m / m0 - 1.0) * 100.0)
+                        }
+                        _ => "–".into(),
+                    };
                     if let (Some(t), Some(c)) = (t, c) {
                         lines.push(format!(
-                            "| {s} | {p} | {} | {:+.0}% |",
+                            "| {s} | {p} | {} | {:+.0}% | {machine} |",
                             times(t / t0),
                             (c / c0 - 1.0) * 100.0
                         ));
@@ -792,9 +809,12 @@ fn family_section(fg: &FamilyGrid, set: &DataSet, charts: &Path) -> Result<Strin
             if !lines.is_empty() {
                 let _ = write!(
                     md,
-                    "\nAgainst plain rustle in the same run: throughput ratio, and the change in \
-                     CPU per request (per gigabyte for streams).\n\n\
-                     | scenario | proxy | throughput | CPU per unit |\n|:--|:--|--:|--:|\n{}\n",
+                    "\nAgainst plain rustle in the same run: throughput ratio; the change in \
+                     the proxy's CPU per request (per gigabyte for streams); the change in the \
+                     whole machine's busy CPU per unit (client, origin and the kernel's work \
+                     wherever it ran included: the same load, so the difference is the path's).\n\n\
+                     | scenario | proxy | throughput | proxy CPU per unit | machine CPU per unit |\n\
+                     |:--|:--|--:|--:|--:|\n{}\n",
                     lines.join("\n")
                 );
             }

@@ -380,7 +380,7 @@ impl Default for Relay {
 /// Whether established plain tunnels (CONNECT, SOCKS CONNECT, TCP relays, upgrades) are
 /// forwarded inside the kernel (a sockhash and a stream verdict program) rather than
 /// through the proxy's relay. Off by default: the kernel path spends less of the proxy's
-/// own CPU but more of the machine's (BENCHMARKS.md, "In-kernel forwarding").
+/// own CPU but more of the machine's (BENCHMARKS.md, "Tunnels forwarded in the kernel").
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum KernelForwarding {
