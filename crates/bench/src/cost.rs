@@ -429,13 +429,13 @@ impl Isolation {
 /// when it may (root, or CAP_SYS_NICE), with rustle above the rest.
 ///
 /// An exchange's instructions depend on how often the worker's event loop runs dry
-/// and parks, each turn about 2,000 instructions: whether a peer's bytes arrive while
-/// rustle, slowed fifty times by callgrind, is still busy decides whether they join
-/// the turn in progress. On two CPUs a tunnel's figure moved by 8 % between identical
-/// runs; on one CPU by 0.3 %, but by 2.5 % again while a build ran beside it. With
+/// and parks, each turn a few thousand instructions: whether a peer's bytes arrive
+/// while rustle, slowed many times by callgrind, is still busy decides whether they
+/// join the turn in progress. Two CPUs, or a build running beside it on one, let that
+/// interleaving vary between identical runs by more than the guard's tolerance. With
 /// rustle at a higher real-time priority than its peers on one CPU, rustle handles
-/// every event the moment it happens and nothing else on the machine can interleave:
-/// 0.1 % with the build running.
+/// every event the moment it happens and nothing else on the machine can interleave,
+/// so identical runs agree well within the tolerance, a build running or not.
 fn isolate() -> Result<Isolation> {
     let status =
         std::fs::read_to_string("/proc/self/status").context("reading /proc/self/status")?;

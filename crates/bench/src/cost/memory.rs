@@ -5,9 +5,9 @@
 //! Resident memory here is `RssAnon`, the process's own pages (heap,
 //! stacks, data). `VmRSS` adds the file-backed pages of the binary and
 //! libraries, which the kernel maps by whole runs of pages already in the
-//! page cache: between identical starts it moved by 10 % (5.9 to 6.7 MiB of
-//! 7.0 to 7.7) while `RssAnon` stayed within a page or two. It is reported,
-//! not guarded.
+//! page cache: between identical starts it moves by far more than the
+//! guard's tolerance while `RssAnon` stays within a page or two. It is
+//! reported, not guarded.
 //!
 //! Each sample is a fresh process: started, left idle ([`IDLE_AFTER`]),
 //! read; warmed up with a few exchanges on two connections, left to settle
@@ -114,8 +114,8 @@ fn one(rustle: &Path, iso: Isolation, origin: &Origin, dir: &Path, mode: Mode) -
     let mut hold = options(mode, addr, origin.addr());
     hold.hold = Some(HELD as usize);
     // One after the other: set up in bursts, what freed task state shares pages with
-    // live state varies, and with it the pages a parked tunnel keeps (±10 % between
-    // identical runs, against ±2 % this way).
+    // live state varies, and with it the pages a parked tunnel keeps, by several
+    // times the spread of one-at-a-time setups between identical runs.
     hold.setup = 1;
     // Long enough for the settling and the readings after the last exchange.
     hold.duration = SETTLE + Duration::from_secs(3);
