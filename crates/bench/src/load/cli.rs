@@ -10,13 +10,16 @@ use super::{Mode, Options};
 pub const USAGE: &str = "\
 usage: rustle-bench load --target HOST:PORT [options]
   --mode M          direct (default) | http-proxy | connect | socks5 | relay | ws | https-relay
+                    | https-proxy (TLS to the proxy, ALPN http/1.1, absolute-form requests)
                     | h2c (HTTP/2 with prior knowledge to the proxy, a stream per request)
+                    | h2-tls (HTTP/2 over TLS to the proxy, ALPN h2, a stream per request)
                     | udp-direct | udp-relay | udp-socks5 (datagrams to a UDP echo, --size each)
   --proxy HOST:PORT proxy or relay (required except for direct and udp-direct; ws without it
                     goes direct; udp-relay: a UDP relay; udp-socks5: the SOCKS5 TCP port)
   --proxy-user U:P  send Proxy-Authorization: Basic (http-proxy and connect modes)
   --path P          request path (default /bytes/1024; /sha256 with --upload; /ws in ws mode)
   --connections C   concurrent connections (default 64)
+  --streams M       HTTP/2 modes: streams in flight per connection (default 1)
   --threads N       worker threads, one current-thread runtime each (default 1)
   --duration D      measured time, e.g. 10s, 500ms, 2m (default 10s)
   --warmup D        excluded from the numbers (default 1s)
@@ -25,12 +28,15 @@ usage: rustle-bench load --target HOST:PORT [options]
   --upload BYTES    POST a body of this size
   --rate R          open loop: R requests/s in total (latency from scheduled time)
   --active M        mix: only M of the C connections active at once, rotating
-  --hold N          open N connections, one request each, keep idle for --duration
+  --hold N          open N connections, one request each, keep idle for --duration;
+                    with --rate, keep them idle while the open loop runs on C more
+  --hold-path P     hold mode: the held connections' request path (default --path)
+  --settle D        --hold with --rate: pause between the hold and the open loop (default 0)
   --setup N         hold mode: connections set up at once per thread (default 64)
   --count N         send exactly N requests in all (every connection together), then stop
                     when each is answered; --duration and --warmup do not apply
   --size BYTES      ws message / UDP datagram payload size (default 64; UDP: 12 or more)
-  --ca FILE         PEM CA to trust (https-relay)
+  --ca FILE         PEM CA to trust (https-relay, https-proxy, h2-tls)
   --sni NAME        TLS server name (default: the proxy host)
   --no-resume       https-relay: no session resumption, a full handshake per connection
   --kx GROUP        https-relay: key exchange groups offered: default (rustls's) or x25519
@@ -51,14 +57,9 @@ pub fn parse(args: impl IntoIterator<Item = String>) -> Result<Option<Options>> 
             "--target" => o.target = value()?,
             "--proxy" => o.proxy = Some(value()?),
             "--proxy-user" => o.proxy_user = Some(value()?),
-            "--path" => {
-                let v = value()?;
-                if !v.starts_with('/') {
-                    bail!("--path must start with '/'");
-                }
-                o.path = Some(v);
-            }
+            "--path" => o.path = Some(path(value()?)?),
             "--connections" | "-c" => o.connections = number(&value()?)?,
+            "--streams" => o.streams = number(&value()?)?,
             "--threads" | "-t" => o.threads = number(&value()?)?,
             "--duration" | "-d" => o.duration = duration(&value()?)?,
             "--warmup" => o.warmup = duration(&value()?)?,
@@ -71,6 +72,8 @@ pub fn parse(args: impl IntoIterator<Item = String>) -> Result<Option<Options>> 
             }
             "--active" => o.active = Some(number(&value()?)?),
             "--hold" => o.hold = Some(number(&value()?)?),
+            "--hold-path" => o.hold_path = Some(path(value()?)?),
+            "--settle" => o.settle = duration(&value()?)?,
             "--count" => o.count = Some(number(&value()?)?),
             "--setup" => o.setup = number(&value()?)?,
             "--size" => o.size = number(&value()?)?,
@@ -94,6 +97,13 @@ pub fn parse(args: impl IntoIterator<Item = String>) -> Result<Option<Options>> 
         bail!("--target HOST:PORT is required");
     }
     Ok(Some(o))
+}
+
+fn path(v: String) -> Result<String> {
+    if !v.starts_with('/') {
+        bail!("a path must start with '/', not {v:?}");
+    }
+    Ok(v)
 }
 
 fn number<T: std::str::FromStr>(v: &str) -> Result<T> {
@@ -131,7 +141,7 @@ mod tests {
         let o = parse(args(
             "--mode socks5 --target [::1]:80 --proxy 127.0.0.1:1080 --path /x -c 8 -t 2 \
              --duration 2s --warmup 100ms --timeout 1m --close --upload 10 --rate 99.5 \
-             --active 3 --hold 5 --count 9 --setup 2 --size 7 --ca ca.pem --sni localhost --no-resume --kx x25519 --seed 42 --json",
+             --active 3 --hold 5 --hold-path /y --settle 2s --streams 4 --count 9 --setup 2 --size 7 --ca ca.pem --sni localhost --no-resume --kx x25519 --seed 42 --json",
         ))
         .unwrap()
         .unwrap();
@@ -141,7 +151,8 @@ mod tests {
         assert_eq!(o.warmup, Duration::from_millis(100));
         assert_eq!(o.timeout, Duration::from_secs(60));
         assert_eq!((o.rate, o.active, o.hold), (Some(99.5), Some(3), Some(5)));
-        assert_eq!((o.count, o.setup), (Some(9), 2));
+        assert_eq!((o.count, o.setup, o.streams), (Some(9), 2, 4));
+        assert_eq!((o.hold_path.as_deref(), o.settle), (Some("/y"), Duration::from_secs(2)));
         assert!(o.close && o.json && o.no_resume && o.x25519_only);
         assert_eq!(o.path.as_deref(), Some("/x"));
         assert_eq!(o.sni.as_deref(), Some("localhost"));
@@ -154,6 +165,12 @@ mod tests {
         assert!(parse(args("--duration 1x --target a:1")).is_err());
         assert!(parse(args("--mode direct")).is_err());
         assert!(parse(args("--kx mlkem --target a:1")).is_err());
+        assert!(parse(args("--hold-path x --target a:1")).is_err());
+        for m in ["https-proxy", "h2-tls"] {
+            let o = parse(args(&format!("--mode {m} --target a:1"))).unwrap().unwrap();
+            assert_eq!(o.mode.name(), m);
+            assert!(o.mode.is_tls());
+        }
         assert!(parse(args("--help")).unwrap().is_none());
     }
 }
