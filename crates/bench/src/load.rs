@@ -344,6 +344,9 @@ fn idle_mix(o: &Options, n: usize) -> Result<Report> {
     active.hold = None;
     let result = Workers::start(&active, o.connections * o.streams, None)
         .and_then(|w| Ok((w.threads, w.join()?)));
+    // On stderr, as "holding": the measured window ends here, before the
+    // held connections close.
+    eprintln!("open loop over");
     // The hold ends whatever became of the open loop.
     let (held_stats, hold) = held.finish()?;
     let (threads, (total, elapsed)) = result?;

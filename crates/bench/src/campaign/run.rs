@@ -200,11 +200,15 @@ impl Bench {
             s
         });
         let (held_tx, held_rx) = mpsc::channel::<u64>();
+        let (over_tx, over_rx) = mpsc::channel::<()>();
         let err_thread = std::thread::spawn(move || {
             let mut all = String::new();
             for line in BufReader::new(stderr).lines().map_while(|l| l.ok()) {
                 if let Some(n) = line.strip_prefix("holding ").and_then(|r| r.split(' ').next()) {
                     let _ = held_tx.send(n.parse().unwrap_or(0));
+                }
+                if line == "open loop over" {
+                    let _ = over_tx.send(());
                 }
                 all.push_str(&line);
                 all.push('\n');
@@ -248,14 +252,21 @@ impl Bench {
         let stats = self.origin_stats.as_deref().filter(|_| sc.path == Path::TlsOrig);
         let origin_before = stats.and_then(origin_counters);
         let limit = duration_s(&self.duration) + 120.0;
+        let sample = || (Instant::now(), sys::cpu_seconds(pid), sys::cpu_jiffies());
+        // The idle mixes' window ends with their open loop, before the
+        // proxy closes the held tunnels; the others' when the load exits.
+        let mut after = None;
         while load.alive() {
             if start.elapsed().as_secs_f64() > limit {
                 load.stop();
                 bail!("load generator did not finish in {limit:.0}s");
             }
+            if after.is_none() && over_rx.try_recv().is_ok() {
+                after = Some(sample());
+            }
             std::thread::sleep(Duration::from_millis(5));
         }
-        let after = (Instant::now(), sys::cpu_seconds(pid), sys::cpu_jiffies());
+        let after = after.unwrap_or_else(sample);
         if let (Some(file), Some(b)) = (stats, origin_before) {
             // The origin rewrites its counters every 100 ms.
             std::thread::sleep(Duration::from_millis(250));
