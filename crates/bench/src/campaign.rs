@@ -58,8 +58,8 @@ pub struct Args {
     /// With --profile full: leave BENCHMARKS.md, the README and the charts as they are.
     #[arg(long)]
     pub no_documents: bool,
-    /// Comma-separated scenario names or groups (quick, mix, mix-3k, stream1-down, stream16,
-    /// stream16-up, udp, tls, mem-tunnels-N, all).
+    /// Comma-separated scenario names or groups (quick, mix, mix-3k, stream1-down, stream1-up,
+    /// stream16, stream16-up, close, idle, idle-N, h2, udp, tls, mem-tunnels-N, all).
     #[arg(long)]
     pub scenarios: Option<String>,
     /// Comma-separated proxies (see bench/README.md for the list; default: every peer but
@@ -191,6 +191,7 @@ impl Stage {
 fn scenario_seconds(sc: &scenario::Scenario, d: f64) -> f64 {
     match sc.kind {
         scenario::Kind::Hold(n) => 10.0 + n.min(run::TUNNEL_CAP) as f64 / 1500.0,
+        scenario::Kind::IdleMix(n) => d + 9.0 + n.min(run::TUNNEL_CAP) as f64 / 1500.0,
         scenario::Kind::Stream => d + 4.0,
         scenario::Kind::Rate => d + 2.5,
     }

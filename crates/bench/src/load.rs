@@ -65,10 +65,16 @@ pub enum Mode {
     Ws,
     /// TLS to a TLS-terminating relay (`--ca`, `--sni`), HTTP inside.
     HttpsRelay,
+    /// TLS to an HTTP proxy's TLS port (`--ca`, `--sni`), ALPN `http/1.1`,
+    /// absolute-form requests inside.
+    HttpsProxy,
     /// HTTP/2 with prior knowledge (h2c) to the proxy's HTTP port: a stream
-    /// per request, proxied (`:authority` the origin), one at a time per
-    /// connection.
+    /// per request, proxied (`:authority` the origin), `--streams` at a time
+    /// per connection.
     H2c,
+    /// HTTP/2 over TLS with ALPN `h2` to an HTTP proxy's TLS port (`--ca`,
+    /// `--sni`), streams as in h2c.
+    H2Tls,
     /// UDP datagrams of `--size` bytes to a UDP echo (`--target`). Counts
     /// datagrams.
     UdpDirect,
@@ -79,7 +85,7 @@ pub enum Mode {
 }
 
 impl Mode {
-    pub const ALL: [Mode; 11] = [
+    pub const ALL: [Mode; 13] = [
         Mode::Direct,
         Mode::HttpProxy,
         Mode::Connect,
@@ -87,7 +93,9 @@ impl Mode {
         Mode::Relay,
         Mode::Ws,
         Mode::HttpsRelay,
+        Mode::HttpsProxy,
         Mode::H2c,
+        Mode::H2Tls,
         Mode::UdpDirect,
         Mode::UdpRelay,
         Mode::UdpSocks5,
@@ -103,7 +111,9 @@ impl Mode {
             Mode::Relay => "relay",
             Mode::Ws => "ws",
             Mode::HttpsRelay => "https-relay",
+            Mode::HttpsProxy => "https-proxy",
             Mode::H2c => "h2c",
+            Mode::H2Tls => "h2-tls",
             Mode::UdpDirect => "udp-direct",
             Mode::UdpRelay => "udp-relay",
             Mode::UdpSocks5 => "udp-socks5",
@@ -113,6 +123,16 @@ impl Mode {
     /// One of the datagram modes.
     pub fn is_udp(self) -> bool {
         matches!(self, Mode::UdpDirect | Mode::UdpRelay | Mode::UdpSocks5)
+    }
+
+    /// HTTP/2: a stream per request.
+    pub fn is_h2(self) -> bool {
+        matches!(self, Mode::H2c | Mode::H2Tls)
+    }
+
+    /// TLS to the proxy (`--ca`, `--sni`).
+    pub fn is_tls(self) -> bool {
+        matches!(self, Mode::HttpsRelay | Mode::HttpsProxy | Mode::H2Tls)
     }
 
     pub fn parse(s: &str) -> Option<Mode> {
@@ -150,7 +170,17 @@ pub struct Options {
     /// Mix: only this many of the connections active at once, rotating.
     pub active: Option<usize>,
     /// Hold mode: open this many connections, one request each, then idle.
+    /// With `rate`, the idle mix: the connections stay open while the open
+    /// loop runs on `connections` further ones.
     pub hold: Option<usize>,
+    /// Hold mode: the path of the one request each held connection makes;
+    /// default `path`.
+    pub hold_path: Option<String>,
+    /// Idle mix: the pause between the held connections being set up and
+    /// the open loop's start (a window to read the proxy's memory in).
+    pub settle: Duration,
+    /// HTTP/2 modes: streams in flight per connection, each its own lane.
+    pub streams: usize,
     /// Hold mode: connections set up at once per thread (64 by default, so
     /// that thousands of simultaneous SYNs do not overflow the listener's
     /// backlog; 1 sets them up one after the other).
@@ -195,6 +225,9 @@ impl Options {
             rate: None,
             active: None,
             hold: None,
+            hold_path: None,
+            settle: Duration::ZERO,
+            streams: 1,
             count: None,
             setup: 64,
             size: 64,
@@ -226,12 +259,17 @@ impl Options {
             }
         }
         if let Some(n) = self.hold {
-            if n == 0 || self.mode == Mode::Ws || self.close || self.rate.is_some() {
-                bail!("--hold needs N >= 1, not ws mode, and no --close or --rate");
+            if n == 0 || self.mode == Mode::Ws || self.close {
+                bail!("--hold needs N >= 1, not ws mode, and no --close");
             }
             if self.active.is_some() {
                 bail!("--hold cannot be combined with --active");
             }
+        } else if self.hold_path.is_some() || !self.settle.is_zero() {
+            bail!("--hold-path and --settle need --hold");
+        }
+        if self.streams == 0 || self.streams > 1 && (!self.mode.is_h2() || self.close) {
+            bail!("--streams needs N >= 1; above 1, an HTTP/2 mode and no --close");
         }
         if self.setup == 0 {
             bail!("--setup must be at least 1");
@@ -241,8 +279,8 @@ impl Options {
                 bail!("--count needs N >= 1, no --hold, and not a UDP mode");
             }
         }
-        if self.mode == Mode::H2c && (self.upload > 0 || self.hold.is_some()) {
-            bail!("h2c mode takes no --upload or --hold");
+        if self.mode.is_h2() && (self.upload > 0 || self.hold.is_some()) {
+            bail!("the HTTP/2 modes take no --upload or --hold");
         }
         if self.mode == Mode::Ws && self.upload > 0 {
             bail!("--upload does not apply to ws mode");
@@ -274,76 +312,168 @@ pub fn run(o: &Options) -> Result<Report> {
             hold: None,
         });
     }
-    let lanes = o.hold.unwrap_or(o.connections);
-    // Every thread gets at least one lane (and one active slot in the mix).
-    let threads = o.threads.min(lanes).min(o.active.unwrap_or(lanes));
-    let plan = Arc::new(Plan::new(o, lanes)?);
-    let (over_tx, over_rx) = watch::channel(false);
-    let hold = o.hold.map(|_| {
-        Arc::new(HoldSync {
-            settled: Default::default(),
-            established: Default::default(),
-            open: Default::default(),
-            over: over_rx,
-        })
-    });
-
-    let mut handles = Vec::with_capacity(threads);
-    for t in 0..threads {
-        let job = Job {
-            plan: Arc::clone(&plan),
-            lanes: (t..lanes).step_by(threads).collect(),
-            active: o.active.map(|m| m / threads + usize::from(t < m % threads)),
-            hold: hold.clone(),
-        };
-        let h = std::thread::Builder::new()
-            .name(format!("rustle-load-{t}"))
-            .spawn(move || worker::run_thread(job))
-            .context("spawning a worker thread")?;
-        handles.push(h);
-    }
-
-    let mut held = None;
-    if let Some(h) = &hold {
-        while h.settled.load(Ordering::Acquire) < lanes as u64 {
-            std::thread::sleep(Duration::from_millis(10));
+    match (o.hold, o.rate) {
+        (Some(n), Some(_)) => idle_mix(o, n),
+        (Some(n), None) => {
+            let held = Held::start(o, n)?;
+            held.wait_settled();
+            let start = Instant::now();
+            std::thread::sleep(o.duration);
+            let elapsed = start.elapsed();
+            let threads = held.workers.threads;
+            let (total, hold) = held.finish()?;
+            Ok(report(o, threads, n, total, elapsed, Some(hold)))
         }
-        // On stderr so that a script can start measuring memory now while
-        // stdout stays one JSON object.
-        eprintln!("holding {} connections", h.established.load(Ordering::Relaxed));
-        let start = Instant::now();
-        std::thread::sleep(o.duration);
-        held = Some(start.elapsed());
-        // Receivers may all be gone if every lane failed; nothing to tell then.
-        let _ = over_tx.send(true);
+        (None, _) => {
+            let workers = Workers::start(o, o.connections * o.streams, None)?;
+            let threads = workers.threads;
+            let (total, elapsed) = workers.join()?;
+            Ok(report(o, threads, o.connections, total, elapsed, None))
+        }
     }
+}
 
-    let mut total = stats::ThreadStats::default();
-    let mut finished = plan.warm_end;
-    for h in handles {
-        let Ok(result) = h.join() else { bail!("a worker thread panicked") };
-        let (s, end) = result.context("starting a worker runtime")?;
-        total.merge(&s);
-        finished = finished.max(end);
-    }
-    Ok(Report {
+/// The idle mix: `n` connections set up as in hold mode stay open while the
+/// open loop (`--rate`) runs on `o.connections` further ones. The numbers
+/// are the open loop's; the held connections' failures count as errors too.
+fn idle_mix(o: &Options, n: usize) -> Result<Report> {
+    let held = Held::start(o, n)?;
+    held.wait_settled();
+    std::thread::sleep(o.settle);
+    let mut active = o.clone();
+    active.hold = None;
+    let result = Workers::start(&active, o.connections * o.streams, None)
+        .and_then(|w| Ok((w.threads, w.join()?)));
+    // On stderr, as "holding": the measured window ends here, before the
+    // held connections close.
+    eprintln!("open loop over");
+    // The hold ends whatever became of the open loop.
+    let (held_stats, hold) = held.finish()?;
+    let (threads, (total, elapsed)) = result?;
+    let mut r = report(o, threads, o.connections, total, elapsed, Some(hold));
+    r.errors.merge(&held_stats.errors);
+    Ok(r)
+}
+
+fn report(
+    o: &Options,
+    threads: usize,
+    connections: usize,
+    total: stats::ThreadStats,
+    elapsed: Duration,
+    hold: Option<HoldReport>,
+) -> Report {
+    Report {
         mode: o.mode.name(),
         unit: if o.mode == Mode::Ws { "messages" } else { "requests" },
         threads,
-        connections: lanes,
+        connections,
         completed: total.completed,
         bytes: total.bytes,
         // Only whole, answered requests count, so each sent its whole body.
         upload_bytes: total.completed * o.upload as u64,
-        elapsed: held.unwrap_or_else(|| finished - plan.warm_end),
+        elapsed,
         latency_us: Percentiles::of(&total.latency),
         errors: total.errors,
-        hold: hold.map(|h| HoldReport {
-            requested: lanes as u64,
-            established: h.established.load(Ordering::Relaxed),
-            open: h.open.load(Ordering::Relaxed),
-        }),
-    })
+        hold,
+    }
+}
+
+/// Worker threads running the lanes of one plan.
+struct Workers {
+    plan: Arc<Plan>,
+    threads: usize,
+    handles: Vec<std::thread::JoinHandle<std::io::Result<(stats::ThreadStats, Instant)>>>,
+}
+
+impl Workers {
+    /// Spreads `lanes` lanes over the threads and starts them.
+    fn start(o: &Options, lanes: usize, hold: Option<Arc<HoldSync>>) -> Result<Workers> {
+        // Every thread gets at least one lane (and one active slot in the mix).
+        let threads = o.threads.min(lanes).min(o.active.unwrap_or(lanes));
+        let plan = Arc::new(Plan::new(o, lanes)?);
+        let mut handles = Vec::with_capacity(threads);
+        for t in 0..threads {
+            let job = Job {
+                plan: Arc::clone(&plan),
+                lanes: (t..lanes).step_by(threads).collect(),
+                active: o.active.map(|m| m / threads + usize::from(t < m % threads)),
+                hold: hold.clone(),
+                streams: o.streams,
+            };
+            let h = std::thread::Builder::new()
+                .name(format!("rustle-load-{t}"))
+                .spawn(move || worker::run_thread(job))
+                .context("spawning a worker thread")?;
+            handles.push(h);
+        }
+        Ok(Workers { plan, threads, handles })
+    }
+
+    /// Waits for every thread: their statistics merged, and the measured
+    /// time (from the end of the warmup until the last thread finished).
+    fn join(self) -> Result<(stats::ThreadStats, Duration)> {
+        let mut total = stats::ThreadStats::default();
+        let mut finished = self.plan.warm_end;
+        for h in self.handles {
+            let Ok(result) = h.join() else { bail!("a worker thread panicked") };
+            let (s, end) = result.context("starting a worker runtime")?;
+            total.merge(&s);
+            finished = finished.max(end);
+        }
+        Ok((total, finished - self.plan.warm_end))
+    }
+}
+
+/// Hold mode's connections: each makes one exchange, then idles until
+/// [`Held::finish`].
+struct Held {
+    workers: Workers,
+    sync: Arc<HoldSync>,
+    over: watch::Sender<bool>,
+    requested: usize,
+}
+
+impl Held {
+    fn start(o: &Options, n: usize) -> Result<Held> {
+        let (over, over_rx) = watch::channel(false);
+        let sync = Arc::new(HoldSync {
+            settled: Default::default(),
+            established: Default::default(),
+            open: Default::default(),
+            over: over_rx,
+        });
+        let mut o = o.clone();
+        o.rate = None;
+        if let Some(p) = &o.hold_path {
+            o.path = Some(p.clone());
+        }
+        let workers = Workers::start(&o, n, Some(Arc::clone(&sync)))?;
+        Ok(Held { workers, sync, over, requested: n })
+    }
+
+    /// Waits until every connection made its exchange, then says how many
+    /// are held, on stderr, so that a script can start measuring memory now
+    /// while stdout stays one JSON object.
+    fn wait_settled(&self) {
+        while self.sync.settled.load(Ordering::Acquire) < self.requested as u64 {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        eprintln!("holding {} connections", self.sync.established.load(Ordering::Relaxed));
+    }
+
+    /// Ends the hold: the setup exchanges' statistics, and what was held.
+    fn finish(self) -> Result<(stats::ThreadStats, HoldReport)> {
+        // Receivers may all be gone if every lane failed; nothing to tell then.
+        let _ = self.over.send(true);
+        let (total, _) = self.workers.join()?;
+        let hold = HoldReport {
+            requested: self.requested as u64,
+            established: self.sync.established.load(Ordering::Relaxed),
+            open: self.sync.open.load(Ordering::Relaxed),
+        };
+        Ok((total, hold))
+    }
 }
 
 /// Hold mode needs thousands of descriptors: lift the soft limit to the

@@ -116,6 +116,31 @@ fn hold_keeps_200_connections_open() {
 }
 
 #[test]
+fn idle_mix_holds_while_the_open_loop_runs() {
+    let origin = Origin::start().unwrap();
+    let mut o = opts(Mode::Direct, origin.addr());
+    (o.hold, o.hold_path, o.rate, o.connections) =
+        (Some(100), Some("/bytes/16".into()), Some(300.0), 8);
+    o.settle = Duration::from_millis(100);
+    let r = load::run(&o).unwrap();
+    assert_clean(&r);
+    let h = r.hold.unwrap();
+    assert_eq!((h.requested, h.established, h.open), (100, 100, 100), "{}", r.human());
+    // The held connections' exchanges are not the open loop's.
+    assert!((270..=330).contains(&r.completed), "{}", r.human());
+    assert_eq!(origin.requests(), 100 + r.completed);
+    assert_eq!((origin.connections(), r.connections), (108, 8));
+    let bad = |f: fn(&mut Options)| {
+        let mut o = opts(Mode::Direct, origin.addr());
+        f(&mut o);
+        load::run(&o).is_err()
+    };
+    assert!(bad(|o| o.settle = Duration::from_secs(1)), "--settle needs --hold");
+    assert!(bad(|o| o.streams = 2), "--streams above 1 needs an HTTP/2 mode");
+    assert!(bad(|o| (o.hold, o.close) = (Some(2), true)));
+}
+
+#[test]
 fn ws_direct_counts_echoed_messages() {
     let origin = Origin::start().unwrap();
     let mut o = opts(Mode::Ws, origin.addr());

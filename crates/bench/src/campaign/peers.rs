@@ -80,6 +80,7 @@ const TINYPROXY: &str = include_str!("../../../../bench/peers/tinyproxy.conf");
 const DANTE: &str = include_str!("../../../../bench/peers/danted.conf");
 const RUSTLE_TLS_TERM: &str = include_str!("../../../../bench/peers/rustle-tls-term.toml");
 const RUSTLE_TLS_ORIG: &str = include_str!("../../../../bench/peers/rustle-tls-orig.toml");
+const RUSTLE_HTTPS_PROXY: &str = include_str!("../../../../bench/peers/rustle-https-proxy.toml");
 const NGINX_TLS_TERM: &str = include_str!("../../../../bench/peers/nginx-tls-term.conf");
 const NGINX_TLS_ORIG: &str = include_str!("../../../../bench/peers/nginx-tls-orig.conf");
 const HAPROXY_TLS_TERM: &str = include_str!("../../../../bench/peers/haproxy-tls-term.cfg");
@@ -214,7 +215,7 @@ impl Proxy {
             }
             // splice() cannot move TLS records: the TLS paths are haproxy's.
             Kind::Haproxy { splice: true } => matches!(path, Path::Http | Path::Relay | Path::Ws),
-            Kind::Stunnel => path.is_tls(),
+            Kind::Stunnel => matches!(path, Path::TlsTerm | Path::TlsOrig),
             // Neither upgrades absolute-form requests to WebSocket.
             Kind::Squid | Kind::Tinyproxy => matches!(path, Path::Http | Path::Connect),
             // dante's UDP ASSOCIATE is enabled by the rules added in `argv`.
@@ -239,6 +240,7 @@ impl Proxy {
             Path::UdpRelay => "no UDP relay measured",
             Path::TlsTerm => "no TLS termination measured",
             Path::TlsOrig => "no TLS origination measured",
+            Path::HttpsProxy => "no HTTPS proxy port measured",
         }
         .to_string())
     }
@@ -293,6 +295,7 @@ impl Proxy {
                     }
                     Path::TlsTerm => (None, RUSTLE_TLS_TERM),
                     Path::TlsOrig => (None, RUSTLE_TLS_ORIG),
+                    Path::HttpsProxy => (None, RUSTLE_HTTPS_PROXY),
                 };
                 let conf = write("rustle.toml", format!("{RUSTLE}\n{}", render(listener)))?;
                 let bin = bin.display().to_string();

@@ -248,9 +248,9 @@ mod tests {
         write_rows(&path, &[a.clone(), b.clone(), hold.clone()]);
         let text = std::fs::read_to_string(&path).unwrap();
         let header = text.lines().next().unwrap();
-        assert!(
-            header.ends_with(",link,connections,origin_tls_handshakes,origin_tls_resumed,stage")
-        );
+        assert!(header.ends_with(
+            ",link,connections,origin_tls_handshakes,origin_tls_resumed,stage,machine_cpu_s"
+        ));
         assert_eq!(read(&path).unwrap(), vec![a, b, hold]);
         std::fs::remove_dir_all(&dir).unwrap();
     }

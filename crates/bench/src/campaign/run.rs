@@ -35,6 +35,11 @@ const HOLD_FOR: &str = "6s";
 /// not what their setup burst left spare.
 const SETTLE: Duration = Duration::from_millis(2500);
 
+/// The idle mixes' pause between the tunnels being held and the open loop
+/// (`load --settle`): `SETTLE`, then half a second to read the memory in
+/// before any exchange of the open loop.
+const IDLE_SETTLE: Duration = Duration::from_millis(3000);
+
 /// The CPUs of the roles on this 2-CPU machine.
 const PROXY_CPU: &str = "0";
 const CLIENT_CPU: &str = "1";
@@ -155,9 +160,9 @@ impl Bench {
     fn load_command(&self, sc: &Scenario, proxy_addr: &str) -> Command {
         let mut cmd = self.net.command(Role::Client, CLIENT_CPU, &self.exe.display().to_string());
         let target = if sc.path.is_udp() { &self.udp_origin } else { self.origin_for(sc) };
-        cmd.args(["load", "--json", "--mode", sc.path.load_mode(), "--target", target]);
+        cmd.args(["load", "--json", "--mode", sc.mode, "--target", target]);
         cmd.args(["--proxy", proxy_addr, "--seed", &self.seed.to_string()]);
-        if let (Path::TlsTerm, Some(tls)) = (sc.path, &self.tls) {
+        if let (true, Some(tls)) = (sc.path.client_tls(), &self.tls) {
             cmd.arg("--ca").arg(&tls.ca).args(["--sni", &tls.name]);
         }
         cmd.args(&sc.load_args);
@@ -165,6 +170,11 @@ impl Bench {
             Kind::Hold(n) => {
                 let n = n.min(TUNNEL_CAP).to_string();
                 cmd.args(["--hold", &n, "--duration", HOLD_FOR, "--timeout", "60s"]);
+            }
+            Kind::IdleMix(n) => {
+                let n = n.min(idle_cap(sc)).to_string();
+                let settle = format!("{}ms", IDLE_SETTLE.as_millis());
+                cmd.args(["--hold", &n, "--settle", &settle, "--duration", &self.duration]);
             }
             // A 1 GiB answer takes seconds: one sent in the warmup would not
             // be counted at all, so streams are measured from the start.
@@ -190,11 +200,15 @@ impl Bench {
             s
         });
         let (held_tx, held_rx) = mpsc::channel::<u64>();
+        let (over_tx, over_rx) = mpsc::channel::<()>();
         let err_thread = std::thread::spawn(move || {
             let mut all = String::new();
             for line in BufReader::new(stderr).lines().map_while(|l| l.ok()) {
                 if let Some(n) = line.strip_prefix("holding ").and_then(|r| r.split(' ').next()) {
                     let _ = held_tx.send(n.parse().unwrap_or(0));
+                }
+                if line == "open loop over" {
+                    let _ = over_tx.send(());
                 }
                 all.push_str(&line);
                 all.push('\n');
@@ -204,9 +218,10 @@ impl Bench {
 
         let start = Instant::now();
         let mut before = None;
-        if let Kind::Hold(n) = sc.kind {
+        if let Kind::Hold(n) | Kind::IdleMix(n) = sc.kind {
+            let idle = matches!(sc.kind, Kind::IdleMix(_));
             row.tunnels_requested = Some(n);
-            row.tunnel_cap = Some(TUNNEL_CAP);
+            row.tunnel_cap = Some(if idle { idle_cap(sc) } else { TUNNEL_CAP });
             row.rss_before_kb = Some(rss_before);
             if let Ok(held) = held_rx.recv_timeout(Duration::from_secs(120)) {
                 // Let the last tunnels' buffers settle before reading.
@@ -217,7 +232,15 @@ impl Bench {
                 if held > 0 {
                     let kb = now.saturating_sub(rss_before) as f64 / held as f64;
                     row.kb_per_tunnel = Some(kb);
-                    row.throughput = Some(kb);
+                    if !idle {
+                        row.throughput = Some(kb);
+                    }
+                }
+                if idle {
+                    // The open loop starts `IDLE_SETTLE` after the tunnels
+                    // are held, and is measured after its warmup.
+                    std::thread::sleep(IDLE_SETTLE.saturating_sub(SETTLE) + WARMUP);
+                    before = Some((Instant::now(), sys::cpu_seconds(pid), sys::cpu_jiffies()));
                 }
             }
         } else {
@@ -229,14 +252,21 @@ impl Bench {
         let stats = self.origin_stats.as_deref().filter(|_| sc.path == Path::TlsOrig);
         let origin_before = stats.and_then(origin_counters);
         let limit = duration_s(&self.duration) + 120.0;
+        let sample = || (Instant::now(), sys::cpu_seconds(pid), sys::cpu_jiffies());
+        // The idle mixes' window ends with their open loop, before the
+        // proxy closes the held tunnels; the others' when the load exits.
+        let mut after = None;
         while load.alive() {
             if start.elapsed().as_secs_f64() > limit {
                 load.stop();
                 bail!("load generator did not finish in {limit:.0}s");
             }
+            if after.is_none() && over_rx.try_recv().is_ok() {
+                after = Some(sample());
+            }
             std::thread::sleep(Duration::from_millis(5));
         }
-        let after = (Instant::now(), sys::cpu_seconds(pid), sys::cpu_jiffies());
+        let after = after.unwrap_or_else(sample);
         if let (Some(file), Some(b)) = (stats, origin_before) {
             // The origin rewrites its counters every 100 ms.
             std::thread::sleep(Duration::from_millis(250));
@@ -297,7 +327,7 @@ fn fill_from_report(row: &mut Row, sc: &Scenario, r: &Value) {
         row.errors = parts.join(";");
     }
     match sc.kind {
-        Kind::Rate => row.throughput = r["rate_per_s"].as_f64(),
+        Kind::Rate | Kind::IdleMix(_) => row.throughput = r["rate_per_s"].as_f64(),
         // Upload streams: the request bodies are the payload, and the
         // proxy's CPU per GB is per GB uploaded.
         Kind::Stream if sc.is_upload() => {
@@ -307,6 +337,12 @@ fn fill_from_report(row: &mut Row, sc: &Scenario, r: &Value) {
         Kind::Stream => row.throughput = r["gbit_per_s"].as_f64(),
         Kind::Hold(_) => {}
     }
+}
+
+/// The most tunnels an idle mix holds: its open loop's connections take
+/// two of the proxy's descriptors each as well.
+fn idle_cap(sc: &Scenario) -> u64 {
+    TUNNEL_CAP.saturating_sub(sc.default_connections().map_or(0, u64::from))
 }
 
 /// (connections, resumed) from the HTTPS origin's `--stats` file.

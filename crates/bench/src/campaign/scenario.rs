@@ -27,6 +27,9 @@ pub(super) enum Path {
     /// A relay that takes plain TCP from the client and originates TLS to
     /// the campaign's HTTPS origin, verifying it against the origin's CA.
     TlsOrig,
+    /// The HTTP proxy inside TLS (the campaign's certificate), HTTP/1.1 or
+    /// HTTP/2 as ALPN chooses, to the HTTP origin.
+    HttpsProxy,
 }
 
 impl Path {
@@ -42,12 +45,18 @@ impl Path {
             Path::UdpRelay => "udp-relay",
             Path::TlsTerm => "https-relay",
             Path::TlsOrig => "relay",
+            Path::HttpsProxy => "https-proxy",
         }
     }
 
     /// Needs the campaign's certificates or its HTTPS origin.
     pub(super) fn is_tls(self) -> bool {
-        matches!(self, Path::TlsTerm | Path::TlsOrig)
+        matches!(self, Path::TlsTerm | Path::TlsOrig | Path::HttpsProxy)
+    }
+
+    /// The client speaks TLS to the proxy, verifying it with the campaign's CA.
+    pub(super) fn client_tls(self) -> bool {
+        matches!(self, Path::TlsTerm | Path::HttpsProxy)
     }
 
     /// Datagrams to the UDP origin rather than HTTP to the HTTP origin.
@@ -66,12 +75,18 @@ pub(super) enum Kind {
     Stream,
     /// `--hold N`: the proxy's memory per open tunnel.
     Hold(u64),
+    /// `--hold N` with `--rate`: N idle tunnels held open while an open loop
+    /// runs beside them; its requests per second and latency, and the
+    /// proxy's memory with the tunnels held.
+    IdleMix(u64),
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) struct Scenario {
     pub name: String,
     pub path: Path,
+    /// The load generator's `--mode`: the path's, or HTTP/2 on a TLS port.
+    pub mode: &'static str,
     pub kind: Kind,
     /// Arguments for `rustle-bench load` besides mode, target, proxy, duration.
     pub load_args: Vec<String>,
@@ -82,6 +97,7 @@ impl Scenario {
         match (self.kind, self.path) {
             (Kind::Stream, _) => "Gbit/s",
             (Kind::Hold(_), _) => "KB/tunnel",
+            (Kind::IdleMix(_), _) => "req/s",
             (Kind::Rate, Path::Ws) => "msg/s",
             (Kind::Rate, Path::UdpSocks | Path::UdpRelay) => "dgram/s",
             (Kind::Rate, _) => "req/s",
@@ -94,7 +110,8 @@ impl Scenario {
     }
 
     /// The value of its `--connections`: 64 for `http-ka-1k`, 2000 for the
-    /// mixes; `None` for the tunnel holds, which open `--hold N` instead.
+    /// mixes, 200 for the idle mixes (besides the tunnels they hold); `None`
+    /// for the tunnel holds, which open `--hold N` instead.
     pub(super) fn default_connections(&self) -> Option<u32> {
         let i = self.load_args.iter().position(|a| a == "--connections")?;
         self.load_args.get(i + 1)?.parse().ok()
@@ -103,10 +120,13 @@ impl Scenario {
     /// True when `--sweep` applies: a closed loop in which every connection
     /// is busy all the time, so that the connection count is the
     /// concurrency. Not the mixes (2000 open, 64 of them active or an open
-    /// loop at a fixed rate) nor the tunnel holds.
+    /// loop at a fixed rate), the tunnel holds, nor HTTP/2 with many streams
+    /// per connection.
     pub(super) fn sweepable(&self) -> bool {
         let fixed = self.load_args.iter().any(|a| a == "--active" || a == "--rate");
-        !matches!(self.kind, Kind::Hold(_)) && !fixed && self.default_connections().is_some()
+        let streams = self.load_args.iter().any(|a| a == "--streams");
+        let hold = matches!(self.kind, Kind::Hold(_) | Kind::IdleMix(_));
+        !hold && !fixed && !streams && self.default_connections().is_some()
     }
 
     /// The same load with `n` connections instead of the default.
@@ -132,8 +152,16 @@ pub(super) fn default_connections(name: &str) -> Option<u32> {
 const STREAM1_BODY: &str = "/bytes/1073741824";
 const STREAM16_BODY: &str = "/bytes/67108864";
 /// Upload streams: 16 connections each POSTing 64 MiB to `/sha256`
-/// (the load generator's default path for uploads), again and again.
+/// (the load generator's default path for uploads), again and again, or one
+/// POSTing 1 GiB, as the download streams.
 const STREAM16_UP_BODY: &str = "67108864";
+const STREAM1_UP_BODY: &str = "1073741824";
+
+/// The idle mixes' open loop: 2000 exchanges a second with 10 KB answers
+/// on 200 kept-alive connections beside the held tunnels, whose one
+/// request each is a small one.
+const IDLE_MIX_LOAD: &str =
+    "--connections 200 --rate 2000 --path /bytes/10240 --hold-path /bytes/16";
 
 /// Every name `--scenarios` accepts, groups expanded (see [`expand`]).
 pub(super) const GROUPS: &[(&str, &[&str])] = &[
@@ -143,6 +171,10 @@ pub(super) const GROUPS: &[(&str, &[&str])] = &[
     ("stream1-down", &["relay-stream1-down", "connect-stream1-down", "socks-stream1-down"]),
     ("stream16", &["relay-stream16", "connect-stream16", "socks-stream16"]),
     ("stream16-up", &["relay-stream16-up", "connect-stream16-up", "socks-stream16-up"]),
+    ("stream1-up", &["relay-stream1-up", "connect-stream1-up", "socks-stream1-up"]),
+    ("close", &["http-close-1k", "http-close-10k", "http-close-1m"]),
+    ("idle", &["idle-connect-9900", "idle-socks-9900", "idle-relay-9900"]),
+    ("h2", &["h2-tls-1k", "h1-tls-1k"]),
     ("udp", &["udp-socks-64b", "udp-relay-64b"]),
     (
         "tls",
@@ -158,7 +190,8 @@ pub(super) const GROUPS: &[(&str, &[&str])] = &[
 ];
 
 /// Expands group names (`mix`, `stream16`, `mem-tunnels-N` = the CONNECT
-/// and SOCKS variants) and `all`, keeping the order given.
+/// and SOCKS variants, `idle-N` = the CONNECT, SOCKS and relay ones) and
+/// `all`, keeping the order given.
 pub(super) fn expand(list: &str) -> Result<Vec<Scenario>> {
     let mut names: Vec<String> = Vec::new();
     for item in list.split(',').map(str::trim).filter(|s| !s.is_empty()) {
@@ -171,6 +204,8 @@ pub(super) fn expand(list: &str) -> Result<Vec<Scenario>> {
         {
             names.push(format!("mem-tunnels-connect-{n}"));
             names.push(format!("mem-tunnels-socks-{n}"));
+        } else if let Some(n) = item.strip_prefix("idle-").filter(|n| n.parse::<u64>().is_ok()) {
+            names.extend(["connect", "socks", "relay"].map(|p| format!("idle-{p}-{n}")));
         } else {
             names.push(item.to_string());
         }
@@ -187,8 +222,8 @@ pub(super) fn expand(list: &str) -> Result<Vec<Scenario>> {
 fn all_names() -> Vec<String> {
     let mut v = Vec::new();
     for p in ["http", "connect", "socks", "relay"] {
-        for s in ["ka-1k", "ka-10k", "ka-1m", "close-1k", "ka-50k-2000"] {
-            if p == "http" || s != "ka-10k" && s != "ka-1m" {
+        for s in ["ka-1k", "ka-10k", "ka-1m", "close-1k", "close-10k", "close-1m", "ka-50k-2000"] {
+            if p == "http" || !s.ends_with("-10k") && !s.ends_with("-1m") {
                 v.push(format!("{p}-{s}"));
             }
         }
@@ -197,6 +232,7 @@ fn all_names() -> Vec<String> {
         v.push(format!("{p}-stream1-down"));
         v.push(format!("{p}-stream16"));
         v.push(format!("{p}-stream16-up"));
+        v.push(format!("{p}-stream1-up"));
     }
     v.extend(["udp-socks-64b", "udp-relay-64b"].map(String::from));
     for p in ["term", "orig"] {
@@ -207,6 +243,8 @@ fn all_names() -> Vec<String> {
         v.push(format!("mem-tunnels-connect-{n}"));
         v.push(format!("mem-tunnels-socks-{n}"));
     }
+    v.extend(["connect", "socks", "relay"].map(|p| format!("idle-{p}-9900")));
+    v.extend(["h2-tls-1k", "h1-tls-1k"].map(String::from));
     for p in ["http", "connect", "socks", "relay"] {
         v.push(format!("mix-{p}"));
         v.push(format!("mix-{p}-3k"));
@@ -230,8 +268,26 @@ fn args(s: &str) -> Vec<String> {
 
 /// One scenario by its full name.
 pub(super) fn parse(name: &str) -> Result<Scenario> {
-    let make =
-        |path, kind, a: &str| Scenario { name: name.to_string(), path, kind, load_args: args(a) };
+    let make = |path: Path, kind, a: &str| Scenario {
+        name: name.to_string(),
+        path,
+        mode: path.load_mode(),
+        kind,
+        load_args: args(a),
+    };
+    // HTTP/2 against HTTP/1.1 on one TLS port of the HTTP proxy, 1 KB
+    // answers: 4 connections of 32 streams, or 64 kept-alive connections
+    // with absolute-form requests.
+    match name {
+        "h2-tls-1k" => {
+            let a = "--connections 4 --streams 32 --path /bytes/1024";
+            return Ok(Scenario { mode: "h2-tls", ..make(Path::HttpsProxy, Kind::Rate, a) });
+        }
+        "h1-tls-1k" => {
+            return Ok(make(Path::HttpsProxy, Kind::Rate, "--connections 64 --path /bytes/1024"))
+        }
+        _ => {}
+    }
     if let Some(rest) = name.strip_prefix("ws-") {
         let a = match rest {
             "64b" => "--connections 64 --size 64",
@@ -291,6 +347,17 @@ pub(super) fn parse(name: &str) -> Result<Scenario> {
         // The request each tunnel makes before idling is a small one.
         return Ok(make(path, Kind::Hold(n), "--path /bytes/16"));
     }
+    if let Some(rest) = name.strip_prefix("idle-") {
+        let (p, n) = rest.split_once('-').unwrap_or((rest, ""));
+        let path = match p {
+            "connect" => Path::Connect,
+            "socks" => Path::Socks,
+            "relay" => Path::Relay,
+            _ => bail!("unknown scenario {name:?} (idle-connect-N, -socks-N or -relay-N)"),
+        };
+        let Ok(n) = n.parse::<u64>() else { bail!("unknown scenario {name:?}") };
+        return Ok(make(path, Kind::IdleMix(n), IDLE_MIX_LOAD));
+    }
     if let Some(rest) = name.strip_prefix("mix-") {
         let (p, fixed) = match rest.strip_suffix("-3k") {
             Some(p) => (p, true),
@@ -313,15 +380,26 @@ pub(super) fn parse(name: &str) -> Result<Scenario> {
         "ka-10k" => (Kind::Rate, "--connections 64 --path /bytes/10240"),
         "ka-1m" => (Kind::Rate, "--connections 16 --path /bytes/1048576"),
         "close-1k" => (Kind::Rate, "--connections 64 --close --path /bytes/1024"),
+        "close-10k" if path == Path::Http => {
+            (Kind::Rate, "--connections 64 --close --path /bytes/10240")
+        }
+        "close-1m" if path == Path::Http => {
+            (Kind::Rate, "--connections 16 --close --path /bytes/1048576")
+        }
         "ka-50k-2000" => (Kind::Rate, "--connections 2000 --path /bytes/51200"),
         "stream1-down" if path != Path::Http => (Kind::Stream, "--connections 1"),
         "stream16" if path != Path::Http => (Kind::Stream, "--connections 16"),
         "stream16-up" if path != Path::Http => (Kind::Stream, "--connections 16"),
+        "stream1-up" if path != Path::Http => (Kind::Stream, "--connections 1"),
         _ => bail!("unknown scenario {name:?}"),
     };
     let mut s = make(path, kind, a);
-    if rest == "stream16-up" {
-        s.load_args.extend(["--upload".to_string(), STREAM16_UP_BODY.to_string()]);
+    if let Some(body) = match rest {
+        "stream16-up" => Some(STREAM16_UP_BODY),
+        "stream1-up" => Some(STREAM1_UP_BODY),
+        _ => None,
+    } {
+        s.load_args.extend(["--upload".to_string(), body.to_string()]);
     } else if kind == Kind::Stream {
         let body = if rest == "stream16" { STREAM16_BODY } else { STREAM1_BODY };
         s.load_args.extend(["--path".to_string(), body.to_string()]);
@@ -337,7 +415,7 @@ mod tests {
     #[test]
     fn every_name_in_all_parses_and_groups_expand() {
         let all = expand("all").unwrap();
-        assert_eq!(all.len(), 50);
+        assert_eq!(all.len(), 60);
         let names: Vec<String> = expand("quick,mem-tunnels-1000,stream1-down,http-ka-1k")
             .unwrap()
             .into_iter()
@@ -415,6 +493,79 @@ mod tests {
         assert!(parse("tls-orig-resume-close").is_err());
         assert!(parse("tls-term-10k").is_err() && parse("tls-mitm-1k").is_err());
         assert!(expand("all").unwrap().iter().any(|s| s.name == "tls-orig-close"));
+    }
+
+    #[test]
+    fn single_upload_streams_and_close_sizes() {
+        for p in ["relay", "connect", "socks"] {
+            let s = parse(&format!("{p}-stream1-up")).unwrap();
+            assert_eq!(
+                (s.kind, s.unit(), s.default_connections()),
+                (Kind::Stream, "Gbit/s", Some(1))
+            );
+            assert!(
+                s.is_upload() && s.load_args.windows(2).any(|w| w == ["--upload", "1073741824"])
+            );
+            assert!(!s.load_args.contains(&"--path".to_string()), "POSTs go to /sha256");
+        }
+        assert!(parse("http-stream1-up").is_err());
+        let names: Vec<String> =
+            expand("stream1-up,close").unwrap().into_iter().map(|s| s.name).collect();
+        assert_eq!(names.len(), 6);
+        let c = parse("http-close-10k").unwrap();
+        assert_eq!((c.path, c.kind, c.default_connections()), (Path::Http, Kind::Rate, Some(64)));
+        assert!(c.load_args.contains(&"--close".to_string()) && c.sweepable());
+        assert!(c.load_args.windows(2).any(|w| w == ["--path", "/bytes/10240"]));
+        let m = parse("http-close-1m").unwrap();
+        assert_eq!(m.default_connections(), Some(16));
+        assert!(m.load_args.windows(2).any(|w| w == ["--path", "/bytes/1048576"]));
+        assert!(parse("connect-close-10k").is_err() && parse("relay-close-1m").is_err());
+        for p in ["connect", "socks", "relay"] {
+            assert!(parse(&format!("{p}-close-1k"))
+                .unwrap()
+                .load_args
+                .contains(&"--close".to_string()));
+        }
+    }
+
+    #[test]
+    fn idle_mixes_hold_n_beside_an_open_loop() {
+        let s = parse("idle-connect-9900").unwrap();
+        assert_eq!(
+            (s.path, s.kind, s.unit(), s.mode),
+            (Path::Connect, Kind::IdleMix(9900), "req/s", "connect")
+        );
+        assert_eq!(s.default_connections(), Some(200));
+        assert!(!s.sweepable());
+        for w in [["--rate", "2000"], ["--path", "/bytes/10240"], ["--hold-path", "/bytes/16"]] {
+            assert!(s.load_args.windows(2).any(|a| a == w), "{w:?}");
+        }
+        assert_eq!(parse("idle-relay-1000").unwrap().kind, Kind::IdleMix(1000));
+        assert_eq!(parse("idle-socks-7").unwrap().path, Path::Socks);
+        assert!(parse("idle-http-100").is_err() && parse("idle-connect-x").is_err());
+        let names: Vec<String> = expand("idle-1000").unwrap().into_iter().map(|s| s.name).collect();
+        assert_eq!(names, ["idle-connect-1000", "idle-socks-1000", "idle-relay-1000"]);
+        assert_eq!(expand("idle").unwrap()[2].name, "idle-relay-9900");
+        assert_eq!(default_connections("idle-socks-9900"), Some(200));
+    }
+
+    #[test]
+    fn h2_against_h1_on_the_tls_port() {
+        let h2 = parse("h2-tls-1k").unwrap();
+        assert_eq!((h2.path, h2.mode, h2.unit()), (Path::HttpsProxy, "h2-tls", "req/s"));
+        assert!(h2.load_args.windows(2).any(|w| w == ["--streams", "32"]));
+        assert_eq!(h2.default_connections(), Some(4));
+        assert!(!h2.sweepable(), "4 connections are 128 streams");
+        let h1 = parse("h1-tls-1k").unwrap();
+        assert_eq!((h1.path, h1.mode), (Path::HttpsProxy, "https-proxy"));
+        assert_eq!(h1.default_connections(), Some(64));
+        assert!(h1.sweepable());
+        assert!(Path::HttpsProxy.is_tls() && Path::HttpsProxy.client_tls());
+        assert!(!Path::TlsOrig.client_tls() && Path::TlsTerm.client_tls());
+        assert_eq!(parse("tls-term-1k").unwrap().mode, "https-relay");
+        assert!(parse("h2-tls-1m").is_err() && parse("h3-tls-1k").is_err());
+        let names: Vec<String> = expand("h2").unwrap().into_iter().map(|s| s.name).collect();
+        assert_eq!(names, ["h2-tls-1k", "h1-tls-1k"]);
     }
 
     #[test]

@@ -19,9 +19,11 @@ pub struct Args {
     /// The origin, or the UDP echo in the udp modes (also the Host header).
     #[arg(long, value_name = "HOST:PORT")]
     pub target: String,
-    /// direct | http-proxy | connect | socks5 | relay | ws | https-relay | h2c (HTTP/2 with
-    /// prior knowledge to the proxy, a stream per request) | udp-direct | udp-relay |
-    /// udp-socks5 (datagrams to a UDP echo, --size bytes each).
+    /// direct | http-proxy | connect | socks5 | relay | ws | https-relay | https-proxy (TLS
+    /// to the proxy, ALPN http/1.1, absolute-form requests) | h2c (HTTP/2 with prior
+    /// knowledge to the proxy, a stream per request) | h2-tls (HTTP/2 over TLS to the
+    /// proxy, ALPN h2, a stream per request) | udp-direct | udp-relay | udp-socks5
+    /// (datagrams to a UDP echo, --size bytes each).
     #[arg(long, value_name = "M", default_value = "direct", value_parser = mode)]
     pub mode: Mode,
     /// The proxy or relay (required except for direct and udp-direct; ws without it goes
@@ -37,6 +39,9 @@ pub struct Args {
     /// Concurrent connections.
     #[arg(long, short = 'c', value_name = "C", default_value = "64", value_parser = number::<usize>)]
     pub connections: usize,
+    /// HTTP/2 modes: streams in flight per connection.
+    #[arg(long, value_name = "M", default_value = "1", value_parser = number::<usize>)]
+    pub streams: usize,
     /// Worker threads, one current-thread runtime each.
     #[arg(long, short = 't', value_name = "N", default_value = "1", value_parser = number::<usize>)]
     pub threads: usize,
@@ -62,9 +67,16 @@ pub struct Args {
     /// Mix: only M of the C connections active at once, rotating.
     #[arg(long, value_name = "M", value_parser = number::<usize>)]
     pub active: Option<usize>,
-    /// Hold mode: open N connections, one request each, and keep them idle for --duration.
+    /// Hold mode: open N connections, one request each, and keep them idle for --duration;
+    /// with --rate, keep them idle while the open loop runs on C more.
     #[arg(long, value_name = "N", value_parser = number::<usize>)]
     pub hold: Option<usize>,
+    /// Hold mode: the held connections' request path [default: --path].
+    #[arg(long, value_name = "P", value_parser = path)]
+    pub hold_path: Option<String>,
+    /// --hold with --rate: pause between the hold and the open loop.
+    #[arg(long, value_name = "D", default_value = "0s", value_parser = duration)]
+    pub settle: Duration,
     /// Hold mode: connections set up at once per thread.
     #[arg(long, value_name = "N", default_value = "64", value_parser = number::<usize>)]
     pub setup: usize,
@@ -75,7 +87,7 @@ pub struct Args {
     /// WebSocket message or UDP datagram payload size, in bytes (UDP: 12 or more).
     #[arg(long, value_name = "BYTES", default_value = "64", value_parser = number::<usize>)]
     pub size: usize,
-    /// PEM CA to trust (https-relay).
+    /// PEM CA to trust (https-relay, https-proxy, h2-tls).
     #[arg(long, value_name = "FILE")]
     pub ca: Option<PathBuf>,
     /// TLS server name [default: the proxy's host].
@@ -103,6 +115,7 @@ impl Args {
         o.proxy_user = self.proxy_user;
         o.path = self.path;
         o.connections = self.connections;
+        o.streams = self.streams;
         o.threads = self.threads;
         o.duration = self.duration;
         o.warmup = self.warmup;
@@ -112,6 +125,8 @@ impl Args {
         o.rate = self.rate;
         o.active = self.active;
         o.hold = self.hold;
+        o.hold_path = self.hold_path;
+        o.settle = self.settle;
         o.setup = self.setup;
         o.count = self.count;
         o.size = self.size;
@@ -131,7 +146,7 @@ fn mode(v: &str) -> Result<Mode> {
 
 fn path(v: &str) -> Result<String> {
     if !v.starts_with('/') {
-        bail!("--path must start with '/'");
+        bail!("a path must start with '/', not {v:?}");
     }
     Ok(v.to_string())
 }
@@ -174,8 +189,9 @@ mod tests {
         let o = parse(
             "--mode socks5 --target [::1]:80 --proxy 127.0.0.1:1080 --path /x -c 8 -t 2 \
              --duration 2s --warmup 100ms --timeout 1m --close --upload 10 --rate 99.5 \
-             --active 3 --hold 5 --count 9 --setup 2 --size 7 --ca ca.pem --sni localhost \
-             --no-resume --kx x25519 --seed 42 --json --proxy-user u:p",
+             --active 3 --hold 5 --hold-path /y --settle 2s --streams 4 --count 9 --setup 2 \
+             --size 7 --ca ca.pem --sni localhost --no-resume --kx x25519 --seed 42 --json \
+             --proxy-user u:p",
         )
         .unwrap();
         assert_eq!(o.mode, Mode::Socks5);
@@ -184,7 +200,8 @@ mod tests {
         assert_eq!(o.warmup, Duration::from_millis(100));
         assert_eq!(o.timeout, Duration::from_secs(60));
         assert_eq!((o.rate, o.active, o.hold), (Some(99.5), Some(3), Some(5)));
-        assert_eq!((o.count, o.setup), (Some(9), 2));
+        assert_eq!((o.count, o.setup, o.streams), (Some(9), 2, 4));
+        assert_eq!((o.hold_path.as_deref(), o.settle), (Some("/y"), Duration::from_secs(2)));
         assert!(o.close && o.json && o.no_resume && o.x25519_only);
         assert_eq!(o.path.as_deref(), Some("/x"));
         assert_eq!(o.sni.as_deref(), Some("localhost"));
@@ -224,6 +241,12 @@ mod tests {
         assert!(parse("--target a:1 --path x").is_err());
         assert!(parse("--mode direct").is_err());
         assert!(parse("--kx mlkem --target a:1").is_err());
+        assert!(parse("--hold-path x --target a:1").is_err());
+        for m in ["https-proxy", "h2-tls"] {
+            let o = parse(&format!("--mode {m} --target a:1")).unwrap();
+            assert_eq!(o.mode.name(), m);
+            assert!(o.mode.is_tls());
+        }
         let help = parse("--help").unwrap_err();
         assert_eq!(help.kind(), clap::error::ErrorKind::DisplayHelp);
     }

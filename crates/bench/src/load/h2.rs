@@ -1,14 +1,17 @@
-//! The h2c mode: HTTP/2 with prior knowledge to a proxy's HTTP port, one
-//! connection per lane and one stream in flight on it at a time, each stream
-//! a proxied GET (`:scheme http`, `:authority` the origin), as a browser
-//! sends one to an HTTP/2 proxy. The `h2` crate is the client; its
-//! connection task runs beside the lane on the thread's `LocalSet`.
+//! The HTTP/2 modes: h2c (prior knowledge to a proxy's HTTP port) and h2-tls
+//! (ALPN `h2` on its TLS port). A connection is shared by `--streams` lanes,
+//! each with one stream in flight at a time, each stream a proxied GET
+//! (`:scheme http`, `:authority` the origin), as a browser sends one to an
+//! HTTP/2 proxy. The `h2` crate is the client; its connection task runs
+//! beside the lanes on the thread's `LocalSet`.
 
 use bytes::Bytes;
 use h2::client::SendRequest;
 use http::Request;
 
-use super::dial::tcp;
+use super::dial::{dial, Stream};
+use super::plan::Plan;
+use super::response::Reader;
 use super::stats::ErrorKind;
 
 /// Receive windows large enough that a response body never waits for a
@@ -23,9 +26,18 @@ pub(crate) fn request(target: &str, path: &str) -> anyhow::Result<Request<()>> {
         .body(())?)
 }
 
-/// Opens an HTTP/2 connection to `proxy` and spawns its connection task.
-pub(crate) async fn connect(proxy: std::net::SocketAddr) -> Result<SendRequest<Bytes>, ErrorKind> {
-    let s = tcp(proxy).await?;
+/// Opens an HTTP/2 connection to the proxy (over TLS, it must have chosen
+/// `h2`) and spawns its connection task.
+pub(crate) async fn connect(
+    plan: &Plan,
+    reader: &mut Reader,
+) -> Result<SendRequest<Bytes>, ErrorKind> {
+    let s = dial(plan, reader).await?;
+    if let Stream::Tls(tls) = &s {
+        if tls.get_ref().1.alpn_protocol() != Some(b"h2") {
+            return Err(ErrorKind::Connect);
+        }
+    }
     let (send, conn) = h2::client::Builder::new()
         .initial_window_size(STREAM_WINDOW)
         .initial_connection_window_size(CONNECTION_WINDOW)

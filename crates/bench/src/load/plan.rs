@@ -32,27 +32,15 @@ pub(crate) enum Hop {
     Connect { proxy: SocketAddr, request: Box<[u8]> },
     /// TCP to the proxy, no-auth greeting, then this pre-built request.
     Socks5 { proxy: SocketAddr, request: Box<[u8]> },
-    /// TLS to a TLS-terminating relay.
+    /// TLS to a TLS-terminating relay or an HTTP proxy's TLS port.
     Tls { proxy: SocketAddr, connector: TlsConnector, name: ServerName<'static> },
-}
-
-impl Hop {
-    /// The address dialled first (the proxy, or the origin for direct runs).
-    pub(crate) fn addr(&self) -> SocketAddr {
-        match self {
-            Hop::Direct(a) => *a,
-            Hop::Connect { proxy, .. } | Hop::Socks5 { proxy, .. } | Hop::Tls { proxy, .. } => {
-                *proxy
-            }
-        }
-    }
 }
 
 pub(crate) struct Plan {
     pub(crate) hop: Hop,
     /// The HTTP request (or the WebSocket upgrade request), body included.
     pub(crate) request: Box<[u8]>,
-    /// h2c mode: the request each stream sends.
+    /// HTTP/2 modes: the request each stream sends.
     pub(crate) h2_request: Option<http::Request<()>>,
     /// WebSocket message size, in ws mode.
     pub(crate) ws_size: Option<usize>,
@@ -95,7 +83,7 @@ impl Plan {
             (Mode::Socks5, Some(proxy)) => {
                 Hop::Socks5 { proxy, request: socks5_request(&host, port)?.into() }
             }
-            (Mode::HttpsRelay, Some(proxy)) => {
+            (Mode::HttpsRelay | Mode::HttpsProxy | Mode::H2Tls, Some(proxy)) => {
                 let connector = tls_connector(o)?;
                 let sni = match &o.sni {
                     Some(s) => s.clone(),
@@ -108,7 +96,8 @@ impl Plan {
             (_, Some(proxy)) => Hop::Direct(proxy),
             (_, None) => bail!("--mode {} needs --proxy", o.mode.name()),
         };
-        let absolute = o.mode == Mode::HttpProxy || (o.mode == Mode::Ws && proxy.is_some());
+        let absolute = matches!(o.mode, Mode::HttpProxy | Mode::HttpsProxy)
+            || (o.mode == Mode::Ws && proxy.is_some());
         let request =
             if o.mode == Mode::Ws { ws_upgrade(o, absolute) } else { http_request(o, absolute) };
         let now = Instant::now();
@@ -117,9 +106,10 @@ impl Plan {
         Ok(Plan {
             hop,
             request: request.into(),
-            h2_request: match o.mode {
-                Mode::H2c => Some(super::h2::request(&o.target, effective_path(o))?),
-                _ => None,
+            h2_request: if o.mode.is_h2() {
+                Some(super::h2::request(&o.target, effective_path(o))?)
+            } else {
+                None
             },
             ws_size: (o.mode == Mode::Ws).then_some(o.size),
             close: o.close,
@@ -237,7 +227,7 @@ fn socks5_request(host: &str, port: u16) -> Result<Vec<u8>> {
 }
 
 fn tls_connector(o: &Options) -> Result<TlsConnector> {
-    let Some(ca) = &o.ca else { bail!("--mode https-relay needs --ca FILE") };
+    let Some(ca) = &o.ca else { bail!("--mode {} needs --ca FILE", o.mode.name()) };
     let mut roots = rustls::RootCertStore::empty();
     for cert in CertificateDer::pem_file_iter(ca)
         .with_context(|| format!("reading CA file {}", ca.display()))?
@@ -255,7 +245,8 @@ fn tls_connector(o: &Options) -> Result<TlsConnector> {
         .with_safe_default_protocol_versions()?
         .with_root_certificates(roots)
         .with_no_client_auth();
-    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    let alpn: &[u8] = if o.mode == Mode::H2Tls { b"h2" } else { b"http/1.1" };
+    config.alpn_protocols = vec![alpn.to_vec()];
     if o.no_resume {
         config.resumption = rustls::client::Resumption::disabled();
     }

@@ -94,7 +94,7 @@ impl ErrorCounts {
         self.0.iter().sum()
     }
 
-    fn merge(&mut self, other: &ErrorCounts) {
+    pub(crate) fn merge(&mut self, other: &ErrorCounts) {
         for (a, b) in self.0.iter_mut().zip(other.0.iter()) {
             *a += b;
         }

@@ -51,6 +51,20 @@ pub(crate) struct Job {
     /// Mix mode: how many of this thread's lanes may be active at once.
     pub(crate) active: Option<usize>,
     pub(crate) hold: Option<Arc<HoldSync>>,
+    /// HTTP/2 modes: lanes sharing one connection (consecutive lanes of the
+    /// thread), a stream each.
+    pub(crate) streams: usize,
+}
+
+/// An HTTP/2 connection shared by `streams` lanes: the first lane to need
+/// it opens it (the others wait on the lock meanwhile), each lane keeps a
+/// handle, and a lane whose stream failed clears it unless another lane
+/// already put a newer connection in.
+#[derive(Default)]
+struct H2Slot {
+    send: Option<::h2::client::SendRequest<bytes::Bytes>>,
+    /// Connections opened into this slot so far; names the current one.
+    opened: u64,
 }
 
 /// Runs a job to completion; returns its statistics and when it finished.
@@ -63,13 +77,23 @@ pub(crate) fn run_thread(job: Job) -> io::Result<(ThreadStats, Instant)> {
         let setup = Rc::new(Semaphore::new(job.plan.setup));
         let buf_len = if job.hold.is_some() { SMALL_BUF_LEN } else { BUF_LEN };
         let mut tasks = Vec::with_capacity(job.lanes.len());
-        for index in job.lanes {
+        let mut slot: Option<Rc<tokio::sync::Mutex<H2Slot>>> = None;
+        for (i, index) in job.lanes.into_iter().enumerate() {
+            let h2_slot = match job.plan.h2_request {
+                Some(_) if i % job.streams.max(1) == 0 => {
+                    Some(Rc::clone(slot.insert(Rc::default())))
+                }
+                Some(_) => slot.clone(),
+                None => None,
+            };
             let mut lane = Lane {
                 plan: Arc::clone(&job.plan),
                 stats: Rc::clone(&stats),
                 reader: Reader::new(buf_len),
                 conn: None,
                 h2: None,
+                h2_slot,
+                h2_opened: 0,
                 frames: job.plan.ws_size.map(|n| Frames::new(n, job.plan.seed, index)),
                 index,
             };
@@ -105,8 +129,11 @@ struct Lane {
     stats: Rc<RefCell<ThreadStats>>,
     reader: Reader,
     conn: Option<Stream>,
-    /// h2c mode: the lane's HTTP/2 connection.
+    /// HTTP/2 modes: the lane's handle on its connection, the slot it is
+    /// shared through, and which connection of the slot the handle is.
     h2: Option<::h2::client::SendRequest<bytes::Bytes>>,
+    h2_slot: Option<Rc<tokio::sync::Mutex<H2Slot>>>,
+    h2_opened: u64,
     /// ws mode only.
     frames: Option<Frames>,
     index: usize,
@@ -235,7 +262,7 @@ impl Lane {
         // already dropped it if not); any other failure leaves it unusable.
         if kind != ErrorKind::BadStatus {
             self.conn = None;
-            self.h2 = None;
+            self.drop_h2().await;
         }
         if matches!(kind, ErrorKind::Connect | ErrorKind::ProxyRefused) {
             sleep(ERROR_BACKOFF).await;
@@ -281,19 +308,48 @@ impl Lane {
         Ok(())
     }
 
+    /// One stream on the lane's HTTP/2 connection, opened first if the slot
+    /// has none.
+    async fn h2_exchange(&mut self) -> Result<Done, ErrorKind> {
+        let plan = Arc::clone(&self.plan);
+        let Some(req) = &plan.h2_request else { return Err(ErrorKind::Connect) };
+        if self.h2.is_none() {
+            let Some(slot) = self.h2_slot.clone() else { return Err(ErrorKind::Connect) };
+            let mut slot = slot.lock().await;
+            if slot.send.is_none() {
+                slot.send = Some(h2::connect(&plan, &mut self.reader).await?);
+                slot.opened += 1;
+            }
+            self.h2 = slot.send.clone();
+            self.h2_opened = slot.opened;
+        }
+        let Some(send) = &mut self.h2 else { return Err(ErrorKind::Connect) };
+        let bytes = h2::exchange(send, req).await?;
+        if plan.close {
+            // The connection task ends once no handle is left.
+            self.drop_h2().await;
+        }
+        Ok(Done { bytes, close: false })
+    }
+
+    /// Lets go of the lane's HTTP/2 connection, and of the slot's if it is
+    /// still that one.
+    async fn drop_h2(&mut self) {
+        if self.h2.take().is_none() {
+            return;
+        }
+        if let Some(slot) = &self.h2_slot {
+            let mut slot = slot.lock().await;
+            if slot.opened == self.h2_opened {
+                slot.send = None;
+            }
+        }
+    }
+
     /// One request and its complete response (or one ws message and echo).
     async fn exchange(&mut self) -> Result<Done, ErrorKind> {
-        if let Some(req) = &self.plan.h2_request {
-            let send = match &mut self.h2 {
-                Some(send) => send,
-                None => self.h2.insert(h2::connect(self.plan.hop.addr()).await?),
-            };
-            let bytes = h2::exchange(send, req).await?;
-            if self.plan.close {
-                // The connection task ends once no handle is left.
-                self.h2 = None;
-            }
-            return Ok(Done { bytes, close: false });
+        if self.plan.h2_request.is_some() {
+            return self.h2_exchange().await;
         }
         if self.conn.is_none() {
             self.connect().await?;
