@@ -16,6 +16,8 @@ use super::peers::{Proxy, Site, TlsFiles};
 use super::record::{Row, Status};
 use super::scenario::{Kind, Path, Scenario};
 use super::sys::{self, Quota};
+
+mod scrape;
 use crate::report::stats::pace_setter;
 
 /// The file limit is 20,000 per process here and a proxy holds two sockets
@@ -88,7 +90,7 @@ impl Bench {
             Ok(p) => p,
             Err(e) => return row.skipped(short(&format!("start failed: {e:#}"))),
         };
-        let res = self.measure(&mut row, sc, &mut p);
+        let res = self.measure(&mut row, sc, proxy, &mut p);
         row.rss_peak_kb = Some(sys::status_kb(p.0.pid(), "VmHWM:"));
         p.0.stop();
         let _ = std::fs::remove_dir_all(&dir);
@@ -116,12 +118,20 @@ impl Bench {
         }
     }
 
-    fn start_proxy(&self, sc: &Scenario, proxy: &Proxy, dir: &FsPath) -> Result<(Proc, String)> {
+    /// Starts the proxy: the process, its address, and the URL to scrape
+    /// while measuring ([`Proxy::scrape_url`]).
+    fn start_proxy(
+        &self,
+        sc: &Scenario,
+        proxy: &Proxy,
+        dir: &FsPath,
+    ) -> Result<(Proc, String, Option<String>)> {
         let port = self.proxy_port();
         let ip = self.net.ip(Role::Proxy);
         if sc.path == Path::TlsOrig && self.tls_origin.is_none() {
             bail!("no HTTPS origin");
         }
+        let egress_ips = self.net.egress_ips(proxy.egress_addresses())?;
         let site = Site {
             dir,
             listen_ip: ip,
@@ -130,8 +140,11 @@ impl Bench {
             udp_origin: &self.udp_origin,
             external_ip: self.net.proxy_external_ip(),
             tls: self.tls.as_ref(),
+            spare_ports: self.spare_ports(port),
+            egress_ips: &egress_ips,
         };
         let argv = proxy.argv(sc.path, &site)?;
+        let scrape = proxy.scrape_url(&site);
         let mut full: Vec<String> = Vec::new();
         if let Some(q) = &self.quota {
             // Join the cgroup before exec, so that every process the proxy
@@ -149,10 +162,26 @@ impl Bench {
         // ASSOCIATE included) starts on TCP.
         let udp = sc.path == Path::UdpRelay;
         p.wait_ready(port, udp, Duration::from_secs(10))?;
-        Ok((p, format!("{ip}:{port}")))
+        Ok((p, format!("{ip}:{port}"), scrape))
     }
 
-    fn load_command(&self, sc: &Scenario, proxy_addr: &str) -> Command {
+    /// Two ports besides the proxy's `port` (see [`Site::spare_ports`]).
+    fn spare_ports(&self, port: u16) -> [u16; 2] {
+        if self.net.is_netns() {
+            return [port + 1, port + 2];
+        }
+        let mut v: Vec<u16> = vec![port];
+        while v.len() < 3 {
+            match free_port() {
+                Some(p) if !v.contains(&p) => v.push(p),
+                Some(_) => {}
+                None => v.push(port + v.len() as u16),
+            }
+        }
+        [v[1], v[2]]
+    }
+
+    fn load_command(&self, sc: &Scenario, proxy: &Proxy, proxy_addr: &str) -> Command {
         let mut cmd = self.net.command(Role::Client, CLIENT_CPU, &self.exe.display().to_string());
         let target = if sc.path.is_udp() { &self.udp_origin } else { self.origin_for(sc) };
         cmd.args(["load", "--json", "--mode", sc.path.load_mode(), "--target", target]);
@@ -161,6 +190,7 @@ impl Bench {
             cmd.arg("--ca").arg(&tls.ca).args(["--sni", &tls.name]);
         }
         cmd.args(&sc.load_args);
+        cmd.args(proxy.load_args());
         match sc.kind {
             Kind::Hold(n) => {
                 let n = n.min(TUNNEL_CAP).to_string();
@@ -178,10 +208,16 @@ impl Bench {
         cmd
     }
 
-    fn measure(&self, row: &mut Row, sc: &Scenario, p: &mut (Proc, String)) -> Result<()> {
+    fn measure(
+        &self,
+        row: &mut Row,
+        sc: &Scenario,
+        proxy: &Proxy,
+        p: &mut (Proc, String, Option<String>),
+    ) -> Result<()> {
         let pid = p.0.pid();
         let rss_before = sys::status_kb(pid, "VmRSS:");
-        let mut load = Proc::spawn_piped("load", self.load_command(sc, &p.1))?;
+        let mut load = Proc::spawn_piped("load", self.load_command(sc, proxy, &p.1))?;
         let stdout = load.child.stdout.take().context("load stdout")?;
         let stderr = load.child.stderr.take().context("load stderr")?;
         let out_thread = std::thread::spawn(move || {
@@ -229,6 +265,10 @@ impl Bench {
         let stats = self.origin_stats.as_deref().filter(|_| sc.path == Path::TlsOrig);
         let origin_before = stats.and_then(origin_counters);
         let limit = duration_s(&self.duration) + 120.0;
+        let scraper = p.2.clone().map(|url| {
+            let via = self.net.is_netns().then(|| self.net.prefix(Role::Client, CLIENT_CPU));
+            scrape::Scraper::start(url, via)
+        });
         while load.alive() {
             if start.elapsed().as_secs_f64() > limit {
                 load.stop();
@@ -237,6 +277,12 @@ impl Bench {
             std::thread::sleep(Duration::from_millis(5));
         }
         let after = (Instant::now(), sys::cpu_seconds(pid), sys::cpu_jiffies());
+        if let Some((done, failed)) = scraper.map(scrape::Scraper::finish) {
+            if failed > 0 {
+                row.reason = format!("metrics: {failed} of {done} scrapes failed");
+                eprintln!("campaign: {}: {}", row.reason, p.2.as_deref().unwrap_or(""));
+            }
+        }
         if let (Some(file), Some(b)) = (stats, origin_before) {
             // The origin rewrites its counters every 100 ms.
             std::thread::sleep(Duration::from_millis(250));

@@ -30,8 +30,10 @@ pub(crate) enum Hop {
     Direct(SocketAddr),
     /// TCP to the proxy, then this pre-built CONNECT request.
     Connect { proxy: SocketAddr, request: Box<[u8]> },
-    /// TCP to the proxy, no-auth greeting, then this pre-built request.
-    Socks5 { proxy: SocketAddr, request: Box<[u8]> },
+    /// TCP to the proxy, the greeting (no-auth, or with `auth` the RFC 1929
+    /// user/password message to send once the proxy picks that method), then
+    /// this pre-built request.
+    Socks5 { proxy: SocketAddr, auth: Option<Box<[u8]>>, request: Box<[u8]> },
     /// TLS to a TLS-terminating relay.
     Tls { proxy: SocketAddr, connector: TlsConnector, name: ServerName<'static> },
 }
@@ -93,7 +95,11 @@ impl Plan {
                 Hop::Connect { proxy, request: request.into_bytes().into() }
             }
             (Mode::Socks5, Some(proxy)) => {
-                Hop::Socks5 { proxy, request: socks5_request(&host, port)?.into() }
+                let auth = match &o.proxy_user {
+                    Some(cred) => Some(socks5_auth(cred)?.into()),
+                    None => None,
+                };
+                Hop::Socks5 { proxy, auth, request: socks5_request(&host, port)?.into() }
             }
             (Mode::HttpsRelay, Some(proxy)) => {
                 let connector = tls_connector(o)?;
@@ -236,6 +242,20 @@ fn socks5_request(host: &str, port: u16) -> Result<Vec<u8>> {
     Ok(r)
 }
 
+/// The RFC 1929 message for `--proxy-user USER:PASS`: `VER ULEN UNAME PLEN PASSWD`.
+fn socks5_auth(cred: &str) -> Result<Vec<u8>> {
+    let Some((user, pass)) = cred.split_once(':') else {
+        bail!("--proxy-user wants USER:PASS");
+    };
+    let mut m = vec![1];
+    for field in [user, pass] {
+        let len = u8::try_from(field.len()).context("SOCKS5 user or password over 255 bytes")?;
+        m.push(len);
+        m.extend_from_slice(field.as_bytes());
+    }
+    Ok(m)
+}
+
 fn tls_connector(o: &Options) -> Result<TlsConnector> {
     let Some(ca) = &o.ca else { bail!("--mode https-relay needs --ca FILE") };
     let mut roots = rustls::RootCertStore::empty();
@@ -295,6 +315,8 @@ mod tests {
         assert_eq!(socks5_request("127.0.0.1", 80).unwrap(), [5, 1, 0, 1, 127, 0, 0, 1, 0, 80]);
         assert_eq!(socks5_request("::1", 1).unwrap().len(), 4 + 16 + 2);
         assert_eq!(&socks5_request("ab", 2).unwrap()[3..], [3, 2, b'a', b'b', 0, 2]);
+        assert_eq!(socks5_auth("ab:c").unwrap(), [1, 2, b'a', b'b', 1, b'c']);
+        assert!(socks5_auth("nocolon").is_err());
     }
 
     #[test]
