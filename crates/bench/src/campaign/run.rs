@@ -16,9 +16,9 @@ use super::peers::{Proxy, Site, TlsFiles};
 use super::record::{Row, Status};
 use super::scenario::{Kind, Path, Scenario};
 use super::sys::{self, Quota};
+use crate::report::stats::pace_setter;
 
 mod scrape;
-use crate::report::stats::pace_setter;
 
 /// The file limit is 20,000 per process here and a proxy holds two sockets
 /// per tunnel (plus a few of its own), so this many tunnels fit.

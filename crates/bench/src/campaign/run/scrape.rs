@@ -18,9 +18,10 @@ const EVERY: Duration = Duration::from_secs(1);
 /// Bound on one scrape, connection included.
 const TIMEOUT: Duration = Duration::from_secs(2);
 
+/// Scrapes until [`Scraper::finish`], or until dropped (a run that failed).
 pub(super) struct Scraper {
     stop: Arc<AtomicBool>,
-    thread: JoinHandle<(u32, u32)>,
+    thread: Option<JoinHandle<(u32, u32)>>,
 }
 
 impl Scraper {
@@ -45,13 +46,19 @@ impl Scraper {
             }
             (done, failed)
         });
-        Scraper { stop, thread }
+        Scraper { stop, thread: Some(thread) }
     }
 
     /// Stops scraping: (scrapes, failed scrapes).
-    pub(super) fn finish(self) -> (u32, u32) {
+    pub(super) fn finish(mut self) -> (u32, u32) {
         self.stop.store(true, Ordering::Relaxed);
-        self.thread.join().unwrap_or((0, 0))
+        self.thread.take().and_then(|t| t.join().ok()).unwrap_or((0, 0))
+    }
+}
+
+impl Drop for Scraper {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
     }
 }
 
