@@ -134,6 +134,7 @@ pub(super) const KNOWN: &[&str] = &[
     "rustle-parent1",
     "rustle-parent2",
     "rustle-auth",
+    "rustle-auth-http",
     "rustle-quota",
     "rustle-egress",
     "rustle-ktls",
@@ -314,6 +315,12 @@ impl Proxy {
     /// metrics endpoint of `rustle-metrics`).
     pub(super) fn scrape_url(&self, site: &Site) -> Option<String> {
         self.variant().scrape_url(site)
+    }
+
+    /// Processes to start before the proxy and stop after it (an auth
+    /// backend): (name, argv, the port each listens on once ready).
+    pub(super) fn helpers(&self, site: &Site) -> Vec<(String, Vec<String>, u16)> {
+        self.variant().helpers(site, &floor_exe())
     }
 
     /// How many addresses the proxy sends from towards the origin, to be

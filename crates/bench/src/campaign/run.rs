@@ -91,8 +91,9 @@ impl Bench {
             Err(e) => return row.skipped(short(&format!("start failed: {e:#}"))),
         };
         let res = self.measure(&mut row, sc, proxy, &mut p);
-        row.rss_peak_kb = Some(sys::status_kb(p.0.pid(), "VmHWM:"));
-        p.0.stop();
+        row.rss_peak_kb = Some(sys::status_kb(p.proc.pid(), "VmHWM:"));
+        p.proc.stop();
+        p.helpers.into_iter().for_each(Proc::stop);
         let _ = std::fs::remove_dir_all(&dir);
         if let Err(e) = res {
             row.status = Status::Failed;
@@ -118,14 +119,7 @@ impl Bench {
         }
     }
 
-    /// Starts the proxy: the process, its address, and the URL to scrape
-    /// while measuring ([`Proxy::scrape_url`]).
-    fn start_proxy(
-        &self,
-        sc: &Scenario,
-        proxy: &Proxy,
-        dir: &FsPath,
-    ) -> Result<(Proc, String, Option<String>)> {
+    fn start_proxy(&self, sc: &Scenario, proxy: &Proxy, dir: &FsPath) -> Result<Started> {
         let port = self.proxy_port();
         let ip = self.net.ip(Role::Proxy);
         if sc.path == Path::TlsOrig && self.tls_origin.is_none() {
@@ -145,6 +139,14 @@ impl Bench {
         };
         let argv = proxy.argv(sc.path, &site)?;
         let scrape = proxy.scrape_url(&site);
+        let mut helpers = Vec::new();
+        for (name, argv, ready) in proxy.helpers(&site) {
+            let mut cmd = self.net.command(Role::Proxy, CLIENT_CPU, &argv[0]);
+            cmd.args(&argv[1..]).current_dir(dir);
+            let mut h = Proc::spawn(&name, cmd, Some(dir))?;
+            h.wait_listening(ready, Duration::from_secs(10))?;
+            helpers.push(h);
+        }
         let mut full: Vec<String> = Vec::new();
         if let Some(q) = &self.quota {
             // Join the cgroup before exec, so that every process the proxy
@@ -162,7 +164,7 @@ impl Bench {
         // ASSOCIATE included) starts on TCP.
         let udp = sc.path == Path::UdpRelay;
         p.wait_ready(port, udp, Duration::from_secs(10))?;
-        Ok((p, format!("{ip}:{port}"), scrape))
+        Ok(Started { proc: p, addr: format!("{ip}:{port}"), scrape, helpers })
     }
 
     /// Two ports besides the proxy's `port` (see [`Site::spare_ports`]).
@@ -208,16 +210,10 @@ impl Bench {
         cmd
     }
 
-    fn measure(
-        &self,
-        row: &mut Row,
-        sc: &Scenario,
-        proxy: &Proxy,
-        p: &mut (Proc, String, Option<String>),
-    ) -> Result<()> {
-        let pid = p.0.pid();
+    fn measure(&self, row: &mut Row, sc: &Scenario, proxy: &Proxy, p: &mut Started) -> Result<()> {
+        let pid = p.proc.pid();
         let rss_before = sys::status_kb(pid, "VmRSS:");
-        let mut load = Proc::spawn_piped("load", self.load_command(sc, proxy, &p.1))?;
+        let mut load = Proc::spawn_piped("load", self.load_command(sc, proxy, &p.addr))?;
         let stdout = load.child.stdout.take().context("load stdout")?;
         let stderr = load.child.stderr.take().context("load stderr")?;
         let out_thread = std::thread::spawn(move || {
@@ -265,7 +261,7 @@ impl Bench {
         let stats = self.origin_stats.as_deref().filter(|_| sc.path == Path::TlsOrig);
         let origin_before = stats.and_then(origin_counters);
         let limit = duration_s(&self.duration) + 120.0;
-        let scraper = p.2.clone().map(|url| {
+        let scraper = p.scrape.clone().map(|url| {
             let via = self.net.is_netns().then(|| self.net.prefix(Role::Client, CLIENT_CPU));
             scrape::Scraper::start(url, via)
         });
@@ -280,7 +276,7 @@ impl Bench {
         if let Some((done, failed)) = scraper.map(scrape::Scraper::finish) {
             if failed > 0 {
                 row.reason = format!("metrics: {failed} of {done} scrapes failed");
-                eprintln!("campaign: {}: {}", row.reason, p.2.as_deref().unwrap_or(""));
+                eprintln!("campaign: {}: {}", row.reason, p.scrape.as_deref().unwrap_or(""));
             }
         }
         if let (Some(file), Some(b)) = (stats, origin_before) {
@@ -317,6 +313,16 @@ impl Bench {
         }
         Ok(())
     }
+}
+
+/// A started proxy: its process, its address, the URL to scrape while it is
+/// measured ([`Proxy::scrape_url`]), and the processes it relies on
+/// ([`Proxy::helpers`]), stopped after it.
+struct Started {
+    proc: Proc,
+    addr: String,
+    scrape: Option<String>,
+    helpers: Vec<Proc>,
 }
 
 fn fill_from_report(row: &mut Row, sc: &Scenario, r: &Value) {

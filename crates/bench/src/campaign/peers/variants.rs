@@ -19,6 +19,9 @@ use super::Site;
 pub(super) const USER: &str = "bench";
 pub(super) const PASSWORD: &str = "campaign-secret";
 
+/// The user `rustle-bench auth-servers --http` allows (`auth_servers::answer`).
+const CALLBACK_CREDENTIALS: &str = "alice:secret";
+
 /// Outgoing addresses `rustle-egress` rotates over.
 pub(super) const EGRESS_ADDRESSES: usize = 4;
 
@@ -48,6 +51,10 @@ pub(super) enum Variant {
     Parents(usize),
     /// A users file: clients authenticate (Basic; RFC 1929 on SOCKS5).
     Auth,
+    /// Users checked by an HTTP callback (`[[auth.backend]] kind = "http"`,
+    /// answers remembered for `cache_ttl`, 5 minutes by default), the
+    /// campaign's `rustle-bench auth-servers --http` beside the proxy.
+    AuthHttp,
     /// As `Auth`, with a traffic quota per user (far above what a run moves)
     /// whose usage is written to the run's scratch directory.
     Quota,
@@ -67,6 +74,7 @@ pub(super) const NAMES: &[(&str, Variant)] = &[
     ("rustle-parent1", Variant::Parents(1)),
     ("rustle-parent2", Variant::Parents(2)),
     ("rustle-auth", Variant::Auth),
+    ("rustle-auth-http", Variant::AuthHttp),
     ("rustle-quota", Variant::Quota),
     ("rustle-egress", Variant::Egress),
     ("rustle-ktls", Variant::Ktls),
@@ -86,7 +94,11 @@ impl Variant {
             Variant::Kernel | Variant::Grace => {
                 matches!(path, Path::Connect | Path::Socks | Path::Relay)
             }
-            Variant::Parents(_) | Variant::Auth | Variant::Quota | Variant::Egress => {
+            Variant::Parents(_)
+            | Variant::Auth
+            | Variant::AuthHttp
+            | Variant::Quota
+            | Variant::Egress => {
                 matches!(path, Path::Http | Path::Connect | Path::Socks)
             }
             Variant::Ktls => path.is_tls(),
@@ -124,6 +136,17 @@ impl Variant {
                 site.listen_ip, site.spare_ports[0]
             ),
             Variant::Parents(_) => parent_of(site.spare_ports[0]),
+            // The load's first connections arrive together from one address,
+            // each calling before the first answer is remembered: every call
+            // at once, and none counted against the address's failure budget
+            // (a check counts as failed until it succeeds), as
+            // bench/auth-cost.sh runs it.
+            Variant::AuthHttp => format!(
+                "[auth]\nfailures_burst = 1000000\nfailures_per_minute = 1000000\n\n\
+                 [[auth.backend]]\nkind = \"http\"\nurl = \"http://127.0.0.1:{}/check\"\n\
+                 max_in_flight = 4096\n",
+                site.spare_ports[0]
+            ),
             Variant::Quota => format!(
                 "[state]\npath = \"{}/usage.json\"\n\n[[quota]]\nname = \"campaign\"\n\
                  users = [\"{USER}\"]\nbytes = \"100TiB\"\nperiod = \"day\"\n",
@@ -145,10 +168,15 @@ impl Variant {
     /// the files they name into the scratch directory.
     pub(super) fn args(self, site: &Site) -> Result<Vec<String>> {
         match self {
-            Variant::Auth | Variant::Quota => {
+            Variant::Auth | Variant::Quota | Variant::AuthHttp => {
+                // Empty for the callback: `--users` makes the listeners ask
+                // for credentials, which the file lacks and the callback has.
+                let text = match self {
+                    Variant::AuthHttp => String::new(),
+                    _ => format!("{USER}:plain:{PASSWORD}\n"),
+                };
                 let p = site.dir.join("users");
-                std::fs::write(&p, format!("{USER}:plain:{PASSWORD}\n"))
-                    .with_context(|| format!("writing {}", p.display()))?;
+                std::fs::write(&p, text).with_context(|| format!("writing {}", p.display()))?;
                 Ok(vec!["--users".into(), p.display().to_string()])
             }
             _ => Ok(Vec::new()),
@@ -208,8 +236,24 @@ impl Variant {
             Variant::Auth | Variant::Quota => {
                 vec!["--proxy-user".into(), format!("{USER}:{PASSWORD}")]
             }
+            Variant::AuthHttp => vec!["--proxy-user".into(), CALLBACK_CREDENTIALS.into()],
             _ => Vec::new(),
         }
+    }
+
+    /// Processes the proxy relies on, started before it (in its namespace,
+    /// on the client's CPU: not measured as the proxy) and stopped after it:
+    /// (name, argv, the TCP port that says it is ready).
+    pub(super) fn helpers(self, site: &Site, exe: &str) -> Vec<(String, Vec<String>, u16)> {
+        if self != Variant::AuthHttp {
+            return Vec::new();
+        }
+        let port = site.spare_ports[0];
+        // auth-servers runs until its standard input ends: a pipe from a
+        // sleep that ends with it.
+        let script = format!("sleep infinity | exec \"$0\" auth-servers --http 127.0.0.1:{port}");
+        let argv = vec!["sh".into(), "-c".into(), script, exe.into()];
+        vec![("auth-callback".into(), argv, port)]
     }
 
     /// The URL the campaign scrapes once a second while measuring.
@@ -385,6 +429,18 @@ mod tests {
         assert!(argv.contains(&users));
         assert!(conf.contains(&format!("path = \"{}/usage.json\"", dir.display())));
         assert!(conf.contains("[[quota]]") && conf.contains("users = [\"bench\"]"));
+
+        let (argv, conf) = render("rustle-auth-http", Path::Connect, &s, "rustle.toml");
+        assert!(argv.contains(&users) && read("users").is_empty());
+        assert!(conf.contains("kind = \"http\"\nurl = \"http://127.0.0.1:3129/check\""));
+        let p = Proxy::named("rustle-auth-http", &PathBuf::from("/bin/rustle")).unwrap();
+        assert_eq!(p.load_args(), ["--proxy-user", "alice:secret"]);
+        let helpers = p.helpers(&s);
+        assert_eq!(helpers.len(), 1);
+        let (_, argv, ready) = &helpers[0];
+        assert_eq!(*ready, 3129);
+        assert!(argv[2].ends_with("auth-servers --http 127.0.0.1:3129"), "{argv:?}");
+        assert!(Proxy::named("rustle-auth", &PathBuf::from("/x")).unwrap().helpers(&s).is_empty());
 
         let ips: Vec<String> = (2..6).map(|i| format!("127.0.0.{i}")).collect();
         let e = site(&dir, None, &ips);
