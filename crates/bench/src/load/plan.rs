@@ -209,8 +209,9 @@ fn http_request(o: &Options, absolute: bool) -> Vec<u8> {
 }
 
 fn ws_upgrade(o: &Options, absolute: bool) -> Vec<u8> {
+    let auth = if absolute { proxy_authorization(o) } else { String::new() };
     format!(
-        "GET {} HTTP/1.1\r\nHost: {}\r\nUser-Agent: rustle-bench\r\nUpgrade: websocket\r\n\
+        "GET {} HTTP/1.1\r\nHost: {}\r\nUser-Agent: rustle-bench\r\n{auth}Upgrade: websocket\r\n\
          Connection: Upgrade\r\nSec-WebSocket-Key: {WS_KEY}\r\nSec-WebSocket-Version: 13\r\n\r\n",
         request_target(o, absolute),
         o.target
@@ -317,6 +318,16 @@ mod tests {
         assert_eq!(&socks5_request("ab", 2).unwrap()[3..], [3, 2, b'a', b'b', 0, 2]);
         assert_eq!(socks5_auth("ab:c").unwrap(), [1, 2, b'a', b'b', 1, b'c']);
         assert!(socks5_auth("nocolon").is_err());
+    }
+
+    #[test]
+    fn websocket_upgrades_carry_proxy_credentials() {
+        let mut o = Options::new(Mode::Ws, "127.0.0.1:9");
+        o.proxy_user = Some("u:p".into());
+        let through_proxy = String::from_utf8(ws_upgrade(&o, true)).unwrap();
+        assert!(through_proxy.contains("\r\nProxy-Authorization: Basic dTpw\r\nUpgrade:"));
+        let direct = String::from_utf8(ws_upgrade(&o, false)).unwrap();
+        assert!(!direct.contains("Proxy-Authorization"));
     }
 
     #[test]
