@@ -237,13 +237,13 @@ impl Proxy {
         let ok = match &self.kind {
             Kind::Rustle { variant, .. } => {
                 if !variant.serves(path) {
-                    return Err(format!("{} is measured on other paths", self.name));
+                    return Err(format!("{}: {}", self.name, variant.paths()));
                 }
                 true
             }
             Kind::Nginx { ktls: true, .. } => {
                 if !path.is_tls() {
-                    return Err(format!("{} is measured on the TLS paths", self.name));
+                    return Err(format!("{}: the TLS paths only", self.name));
                 }
                 true
             }

@@ -105,6 +105,20 @@ impl Variant {
         }
     }
 
+    /// The paths of [`Variant::serves`] in words, for a skipped cell.
+    pub(super) fn paths(self) -> &'static str {
+        match self {
+            Variant::Plain | Variant::Workers(_) | Variant::Metrics => "every path",
+            Variant::Kernel | Variant::Grace => "CONNECT, SOCKS and relay only",
+            Variant::Parents(_)
+            | Variant::Auth
+            | Variant::AuthHttp
+            | Variant::Quota
+            | Variant::Egress => "HTTP, CONNECT and SOCKS only",
+            Variant::Ktls => "the TLS paths only",
+        }
+    }
+
     pub(super) fn workers(self) -> u32 {
         match self {
             Variant::Workers(n) => n,
@@ -354,7 +368,8 @@ mod tests {
             assert!(KNOWN.contains(name), "{name} missing from KNOWN");
         }
         let named = |n: &str| Proxy::named(n, &bin).unwrap();
-        assert!(named("rustle-kernel").supports(Path::Http).is_err());
+        let skipped = named("rustle-kernel").supports(Path::Http);
+        assert_eq!(skipped, Err("rustle-kernel: CONNECT, SOCKS and relay only".to_string()));
         assert!(named("rustle-kernel").supports(Path::Relay).is_ok());
         assert!(named("rustle-grace").supports(Path::Socks).is_ok());
         assert!(named("rustle-parent1").supports(Path::Relay).is_err());
