@@ -16,14 +16,14 @@ use super::Site;
 /// (`[auth] cache_ttl`); an argon2id hash would add its one-time cost, paid
 /// for each of the load's first connections, which arrive together, and
 /// rustle's default `max_hashes_per_client` would refuse most of those.
-pub(super) const USER: &str = "bench";
-pub(super) const PASSWORD: &str = "campaign-secret";
+const USER: &str = "bench";
+const PASSWORD: &str = "campaign-secret";
 
 /// The user `rustle-bench auth-servers --http` allows (`auth_servers::answer`).
 const CALLBACK_CREDENTIALS: &str = "alice:secret";
 
 /// Outgoing addresses `rustle-egress` rotates over.
-pub(super) const EGRESS_ADDRESSES: usize = 4;
+const EGRESS_ADDRESSES: usize = 4;
 
 /// The grace delay of `rustle-grace`: as 3proxy's `-g8000,3,2`, a relay
 /// direction waits 2 ms after 3 small reads in a row.
