@@ -75,12 +75,14 @@ pub struct Args {
     /// mem-tunnels-*) runs at each, in place of its default.
     #[arg(long, value_parser = sweep_levels)]
     pub sweep: Option<Levels>,
-    /// Repetitions of every cell.
-    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..))]
-    pub reps: u32,
-    /// Measured time per run (e.g. 10s, 500ms).
-    #[arg(long, default_value = "10s", value_parser = checked_duration)]
-    pub duration: String,
+    /// Repetitions of every cell [default: 3; with --profile, each family's own, which
+    /// this replaces].
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+    pub reps: Option<u32>,
+    /// Measured time per run, e.g. 10s, 500ms [default: 10s; with --profile, each family's
+    /// own, which this replaces].
+    #[arg(long, value_parser = checked_duration)]
+    pub duration: Option<String>,
     /// Proxy CPU quota in cores (cgroup cfs quota), e.g. 0.5.
     #[arg(long, value_parser = quota_cores)]
     pub quota: Option<f64>,
@@ -225,8 +227,8 @@ fn build_stages(a: &Args, rustle_bin: &std::path::Path) -> Result<Vec<Stage>> {
             scenario_list: scenarios,
             proxies: proxies(&names)?,
             sweep: a.sweep.clone().map(|l| l.0).unwrap_or_default(),
-            reps: a.reps,
-            duration: a.duration.clone(),
+            reps: a.reps.unwrap_or(3),
+            duration: a.duration.clone().unwrap_or_else(|| "10s".into()),
             quota: a.quota,
             netns: a.netns == NetnsMode::Auto,
             netem: a.netem.clone(),
@@ -254,8 +256,8 @@ fn build_stages(a: &Args, rustle_bin: &std::path::Path) -> Result<Vec<Stage>> {
             scenario_list: p.scenarios.to_string(),
             proxies: proxies(&names)?,
             sweep: Vec::new(),
-            reps: p.reps,
-            duration: p.duration.to_string(),
+            reps: a.reps.unwrap_or(p.reps),
+            duration: a.duration.clone().unwrap_or_else(|| p.duration.to_string()),
             quota: a.quota,
             netns: p.link != profile::Link::Loopback && a.netns == NetnsMode::Auto,
             netem: slow.then(|| profile::SLOW_NETEM.to_string()),
@@ -332,7 +334,8 @@ fn campaign(a: &Args) -> Result<()> {
     // The proxy runs from a private copy: a rebuild during the campaign
     // must not change what is measured half-way.
     let rustle_bin = scratch.join("rustle");
-    let stages = build_stages(a, &rustle_bin)?;
+    // A dry run plans with the binary as given; a campaign with its copy.
+    let stages = build_stages(a, if a.dry_run { &a.rustle_bin } else { &rustle_bin })?;
     let plan: Vec<(usize, f64)> = stages
         .iter()
         .enumerate()

@@ -26,6 +26,8 @@ pub(super) enum Role {
 pub(super) struct Net {
     /// Namespace names (client, proxy, origin), or None on loopback.
     ns: Option<[String; 3]>,
+    /// The proxy's veth towards the origin (in its namespace).
+    proxy_outer: String,
     /// Link emulation applied to the client link, for the records.
     pub link: String,
     /// Notes for the conditions file (ethtool missing, ...).
@@ -34,7 +36,7 @@ pub(super) struct Net {
 
 impl Net {
     pub(super) fn loopback() -> Net {
-        Net { ns: None, link: String::new(), notes: Vec::new() }
+        Net { ns: None, proxy_outer: String::new(), link: String::new(), notes: Vec::new() }
     }
 
     pub(super) fn is_netns(&self) -> bool {
@@ -66,6 +68,25 @@ impl Net {
         } else {
             "127.0.0.1"
         }
+    }
+
+    /// `n` addresses the proxy can send from towards the origin: on loopback
+    /// 127.0.0.2 onwards (all of 127/8 is local); in the namespaces its outer
+    /// address and the ones after the origin's in 198.18.2.0/24, added to its
+    /// outer veth (again: `replace` leaves an address already there as it is).
+    pub(super) fn egress_ips(&self, n: usize) -> Result<Vec<String>> {
+        let Some(ns) = &self.ns else {
+            return Ok((0..n).map(|i| format!("127.0.0.{}", 2 + i)).collect());
+        };
+        let mut v = vec![self.proxy_external_ip().to_string()];
+        for i in 1..n {
+            let addr = format!("198.18.2.{}", 2 + i);
+            let cidr = format!("{addr}/24");
+            ip(&["-n", &ns[1], "addr", "replace", &cidr, "dev", &self.proxy_outer])?;
+            v.push(addr);
+        }
+        v.truncate(n);
+        Ok(v)
     }
 
     /// The argv prefix that runs a program inside the role's namespace (if
@@ -102,7 +123,12 @@ impl Net {
         let names = [format!("rbc-{tag}"), format!("rbp-{tag}"), format!("rbo-{tag}")];
         // Set before anything exists: on an early error Drop deletes what was
         // made (deleting a namespace that is not there is harmless).
-        let mut net = Net { ns: Some(names.clone()), link: String::new(), notes: Vec::new() };
+        let mut net = Net {
+            ns: Some(names.clone()),
+            proxy_outer: format!("rb{tag}po"),
+            link: String::new(),
+            notes: Vec::new(),
+        };
         net.notes.push(match offload {
             true => "veth offloads (GSO, TSO, GRO) left as the kernel sets them".into(),
             false => "veth offloads (GSO, TSO, GRO) turned off".into(),

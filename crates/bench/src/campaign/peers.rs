@@ -1,6 +1,9 @@
 //! The proxies under test: what each supports, and the command line (and
 //! configuration file, from the templates in bench/peers/) that starts it
-//! with one worker or thread and no logging.
+//! with one worker or thread and no logging; and their named variants
+//! (`nginx-2w`, `haproxy-2t`, `nginx-ktls`, and rustle's in [`variants`]).
+
+mod variants;
 
 use std::path::{Path as FsPath, PathBuf};
 
@@ -8,6 +11,7 @@ use anyhow::{bail, Context, Result};
 
 use super::scenario::Path;
 use super::sys;
+use variants::Variant;
 
 /// A proxy the campaign knows how to start.
 #[derive(Debug, Clone)]
@@ -18,10 +22,18 @@ pub(super) struct Proxy {
 
 #[derive(Debug, Clone)]
 enum Kind {
-    Rustle(PathBuf),
-    Nginx,
+    Rustle {
+        bin: PathBuf,
+        variant: Variant,
+    },
+    /// `workers`: worker processes; `ktls`: kernel TLS on the TLS relays.
+    Nginx {
+        workers: u32,
+        ktls: bool,
+    },
     Haproxy {
         splice: bool,
+        threads: u32,
     },
     Squid,
     Tinyproxy,
@@ -68,6 +80,12 @@ pub(super) struct Site<'a> {
     pub external_ip: &'a str,
     /// Certificates, for the TLS paths.
     pub tls: Option<&'a TlsFiles>,
+    /// Two more ports free on the proxy's side: a variant's admin listener
+    /// or its parent proxies.
+    pub spare_ports: [u16; 2],
+    /// The addresses the proxy sends from towards the origin, for a variant
+    /// that rotates them ([`Proxy::egress_addresses`]); empty otherwise.
+    pub egress_ips: &'a [String],
 }
 
 const RUSTLE: &str = include_str!("../../../../bench/peers/rustle.toml");
@@ -95,7 +113,8 @@ fn floor_exe() -> String {
         .unwrap_or_else(|_| "rustle-bench".into())
 }
 
-/// The names `--proxies` accepts.
+/// The names `--proxies` accepts: the peers, then the variants (one
+/// setting changed from the peer of the same stem).
 pub(super) const KNOWN: &[&str] = &[
     "rustle",
     "nginx",
@@ -107,6 +126,20 @@ pub(super) const KNOWN: &[&str] = &[
     "microsocks",
     "stunnel",
     "floor",
+    "rustle-2w",
+    "nginx-2w",
+    "haproxy-2t",
+    "rustle-kernel",
+    "rustle-grace",
+    "rustle-metrics",
+    "rustle-parent1",
+    "rustle-parent2",
+    "rustle-auth",
+    "rustle-auth-http",
+    "rustle-quota",
+    "rustle-egress",
+    "rustle-ktls",
+    "nginx-ktls",
 ];
 
 /// The proxies of a campaign without `--proxies`: the peers, not the floor
@@ -125,18 +158,26 @@ pub(super) const DEFAULT: &[&str] = &[
 
 impl Proxy {
     pub(super) fn named(name: &str, rustle_bin: &FsPath) -> Result<Proxy> {
+        let rustle = |variant| Kind::Rustle { bin: rustle_bin.to_path_buf(), variant };
         let kind = match name {
-            "rustle" => Kind::Rustle(rustle_bin.to_path_buf()),
-            "nginx" => Kind::Nginx,
-            "haproxy" => Kind::Haproxy { splice: false },
-            "haproxy-splice" => Kind::Haproxy { splice: true },
+            "nginx" => Kind::Nginx { workers: 1, ktls: false },
+            "nginx-2w" => Kind::Nginx { workers: 2, ktls: false },
+            "nginx-ktls" => Kind::Nginx { workers: 1, ktls: true },
+            "haproxy" => Kind::Haproxy { splice: false, threads: 1 },
+            "haproxy-2t" => Kind::Haproxy { splice: false, threads: 2 },
+            "haproxy-splice" => Kind::Haproxy { splice: true, threads: 1 },
             "squid" => Kind::Squid,
             "tinyproxy" => Kind::Tinyproxy,
             "dante" => Kind::Dante,
             "microsocks" => Kind::Microsocks,
             "stunnel" => Kind::Stunnel,
             "floor" => Kind::Floor,
-            _ => bail!("unknown proxy {name:?} (known: {}; or --extra-proxy)", KNOWN.join(", ")),
+            _ => match Variant::named(name) {
+                Some(v) => rustle(v),
+                None => {
+                    bail!("unknown proxy {name:?} (known: {}; or --extra-proxy)", KNOWN.join(", "))
+                }
+            },
         };
         Ok(Proxy { name: name.to_string(), kind })
     }
@@ -179,8 +220,8 @@ impl Proxy {
     /// The executable, for the "is it installed" check.
     fn program(&self) -> String {
         match &self.kind {
-            Kind::Rustle(p) => p.display().to_string(),
-            Kind::Nginx => "nginx".into(),
+            Kind::Rustle { bin, .. } => bin.display().to_string(),
+            Kind::Nginx { .. } => "nginx".into(),
             Kind::Haproxy { .. } => "haproxy".into(),
             Kind::Squid => "squid".into(),
             Kind::Tinyproxy => "tinyproxy".into(),
@@ -195,26 +236,39 @@ impl Proxy {
     /// The Debian package, for the versions in the conditions file.
     pub(super) fn package(&self) -> Option<&'static str> {
         Some(match self.kind {
-            Kind::Nginx => "nginx-light",
+            Kind::Nginx { .. } => "nginx-light",
             Kind::Haproxy { .. } => "haproxy",
             Kind::Squid => "squid",
             Kind::Tinyproxy => "tinyproxy",
             Kind::Dante => "dante-server",
             Kind::Microsocks => "microsocks",
             Kind::Stunnel => "stunnel4",
-            Kind::Rustle(_) | Kind::Floor | Kind::Extra { .. } => return None,
+            Kind::Rustle { .. } | Kind::Floor | Kind::Extra { .. } => return None,
         })
     }
 
     /// `Err(reason)` when this proxy cannot be measured on `path`.
     pub(super) fn supports(&self, path: Path) -> std::result::Result<(), String> {
         let ok = match &self.kind {
-            Kind::Rustle(_) => true,
-            Kind::Nginx | Kind::Haproxy { splice: false } => {
+            Kind::Rustle { variant, .. } => {
+                if !variant.serves(path) {
+                    return Err(format!("{}: {}", self.name, variant.paths()));
+                }
+                true
+            }
+            Kind::Nginx { ktls: true, .. } => {
+                if !path.is_tls() {
+                    return Err(format!("{}: the TLS paths only", self.name));
+                }
+                true
+            }
+            Kind::Nginx { .. } | Kind::Haproxy { splice: false, .. } => {
                 matches!(path, Path::Http | Path::Relay | Path::Ws | Path::TlsTerm | Path::TlsOrig)
             }
             // splice() cannot move TLS records: the TLS paths are haproxy's.
-            Kind::Haproxy { splice: true } => matches!(path, Path::Http | Path::Relay | Path::Ws),
+            Kind::Haproxy { splice: true, .. } => {
+                matches!(path, Path::Http | Path::Relay | Path::Ws)
+            }
             Kind::Stunnel => matches!(path, Path::TlsTerm | Path::TlsOrig),
             // Neither upgrades absolute-form requests to WebSocket.
             Kind::Squid | Kind::Tinyproxy => matches!(path, Path::Http | Path::Connect),
@@ -245,11 +299,70 @@ impl Proxy {
         .to_string())
     }
 
-    /// `Err(reason)` when the program is not installed.
+    /// `Err(reason)` when the program is not installed, or the kernel lacks
+    /// what the variant measures.
     pub(super) fn installed(&self) -> std::result::Result<(), String> {
-        match sys::which(&self.program()) {
-            Some(_) => Ok(()),
-            None => Err("not installed".to_string()),
+        if sys::which(&self.program()).is_none() {
+            return Err("not installed".to_string());
+        }
+        let ktls = matches!(
+            self.kind,
+            Kind::Nginx { ktls: true, .. } | Kind::Rustle { variant: Variant::Ktls, .. }
+        );
+        if ktls && !variants::kernel_tls() {
+            return Err("no kernel TLS: the kernel has no tls module".to_string());
+        }
+        Ok(())
+    }
+
+    fn variant(&self) -> Variant {
+        match self.kind {
+            Kind::Rustle { variant, .. } => variant,
+            _ => Variant::Plain,
+        }
+    }
+
+    /// Arguments the load generator needs against this proxy (credentials).
+    pub(super) fn load_args(&self) -> Vec<String> {
+        self.variant().load_args()
+    }
+
+    /// A URL the campaign fetches once a second while it measures (the
+    /// metrics endpoint of `rustle-metrics`).
+    pub(super) fn scrape_url(&self, site: &Site) -> Option<String> {
+        self.variant().scrape_url(site)
+    }
+
+    /// Processes to start before the proxy and stop after it (an auth
+    /// backend): (name, argv, the port each listens on once ready).
+    pub(super) fn helpers(&self, site: &Site) -> Vec<(String, Vec<String>, u16)> {
+        self.variant().helpers(site, &floor_exe())
+    }
+
+    /// How many addresses the proxy sends from towards the origin, to be
+    /// given in [`Site::egress_ips`] (0: its own one).
+    pub(super) fn egress_addresses(&self) -> usize {
+        self.variant().egress_addresses()
+    }
+
+    /// The CPUs the proxy runs on: CPU 0 for one worker; both for two, so
+    /// that the second worker has a CPU of its own to run on (shared with
+    /// the client and the origin).
+    pub(super) fn cpus(&self) -> &'static str {
+        if self.workers() > 1 {
+            "0,1"
+        } else {
+            "0"
+        }
+    }
+
+    /// Worker processes or threads.
+    fn workers(&self) -> u32 {
+        match self.kind {
+            Kind::Rustle { variant, .. } => variant.workers(),
+            Kind::Nginx { workers, .. } => workers,
+            Kind::Haproxy { threads, .. } => threads,
+            _ => 1,
         }
     }
 
@@ -276,6 +389,7 @@ impl Proxy {
                 .replace("@port@", &site.listen_port.to_string())
                 .replace("@origin@", site.origin)
                 .replace("@external@", site.external_ip)
+                .replace("@workers@", &self.workers().to_string())
         };
         let write = |name: &str, text: String| -> Result<String> {
             let p = site.dir.join(name);
@@ -284,7 +398,7 @@ impl Proxy {
         };
         let dir = site.dir.display().to_string();
         let v: Vec<String> = match &self.kind {
-            Kind::Rustle(bin) => {
+            Kind::Rustle { bin, variant } => {
                 // The TLS relays are listeners of the configuration file.
                 let (flag, listener) = match path {
                     Path::Http | Path::Connect | Path::Ws => (Some(format!("--http={listen}")), ""),
@@ -297,25 +411,35 @@ impl Proxy {
                     Path::TlsOrig => (None, RUSTLE_TLS_ORIG),
                     Path::HttpsProxy => (None, RUSTLE_HTTPS_PROXY),
                 };
-                let conf = write("rustle.toml", format!("{RUSTLE}\n{}", render(listener)))?;
+                let listener = render(listener).replace("@ktls@", variant.ktls());
+                let text = format!("{RUSTLE}\n{listener}\n{}", variant.config(site));
+                let conf = write("rustle.toml", text)?;
                 let bin = bin.display().to_string();
-                let mut v = vec![bin, "--config".into(), conf];
+                let mut v = vec![bin.clone(), "--config".into(), conf];
                 v.extend(flag);
-                v.extend(["--workers", "1", "--log", "off"].map(String::from));
-                v
+                let workers = variant.workers().to_string();
+                v.extend(["--workers".into(), workers, "--log".into(), "off".into()]);
+                v.extend(variant.args(site)?);
+                variant.wrap(&bin, v, site)?
             }
-            Kind::Nginx => {
+            Kind::Nginx { ktls, .. } => {
                 let t = match path {
                     Path::Relay => NGINX_STREAM,
                     Path::TlsTerm => NGINX_TLS_TERM,
                     Path::TlsOrig => NGINX_TLS_ORIG,
                     _ => NGINX_HTTP,
                 };
-                let conf = write("nginx.conf", render(t))?;
+                // OpenSSL hands the sessions to the kernel (nginx 1.21.4+).
+                let line = match (ktls, path) {
+                    (true, Path::TlsTerm) => "ssl_conf_command Options KTLS;",
+                    (true, Path::TlsOrig) => "proxy_ssl_conf_command Options KTLS;",
+                    _ => "",
+                };
+                let conf = write("nginx.conf", render(t).replace("@ktls@", line))?;
                 let log = format!("{dir}/error.log");
                 vec!["nginx".into(), "-p".into(), dir, "-c".into(), conf, "-e".into(), log]
             }
-            Kind::Haproxy { splice } => {
+            Kind::Haproxy { splice, .. } => {
                 let t = match path {
                     Path::Relay => HAPROXY_TCP,
                     Path::TlsTerm => HAPROXY_TLS_TERM,
@@ -399,6 +523,8 @@ mod tests {
             udp_origin: "127.0.0.1:8081",
             external_ip: "127.0.0.1",
             tls: None,
+            spare_ports: [3129, 3130],
+            egress_ips: &[],
         };
         let hs = Proxy::named("haproxy-splice", &bin).unwrap();
         hs.argv(Path::Relay, &site).unwrap();
@@ -454,6 +580,8 @@ mod tests {
             udp_origin: "198.18.2.2:8081",
             external_ip: "198.18.2.1",
             tls: Some(&files),
+            spare_ports: [3129, 3130],
+            egress_ips: &[],
         };
         let read = |name: &str| std::fs::read_to_string(dir.join(name)).unwrap();
         let rustle = Proxy::named("rustle", &bin).unwrap();

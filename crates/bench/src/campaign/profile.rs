@@ -79,7 +79,7 @@ pub struct Family {
 }
 
 const fn plan(scenarios: &'static str, proxies: &'static str) -> Plan {
-    Plan { scenarios, proxies, reps: 3, duration: "6s", link: Link::Plain }
+    Plan { scenarios, proxies, reps: 3, duration: "5s", link: Link::Plain }
 }
 
 const fn quick(scenarios: &'static str, proxies: &'static str) -> Option<Plan> {
@@ -305,13 +305,13 @@ pub const FAMILIES: &[Family] = &[
         id: "soak",
         title: "Soak",
         about: "9,700 idle tunnels and a steady 2,000 exchanges a second through CONNECT for \
-                five minutes: errors, latency and the proxy's memory with the tunnels held.",
+                three minutes: errors, latency and the proxy's memory with the tunnels held.",
         view: View::Latency,
         full: Plan {
             scenarios: "idle-connect-9700",
             proxies: "rustle",
             reps: 1,
-            duration: "300s",
+            duration: "180s",
             link: Link::Plain,
         },
         quick: None,

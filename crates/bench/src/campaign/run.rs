@@ -18,6 +18,8 @@ use super::scenario::{Kind, Path, Scenario};
 use super::sys::{self, Quota};
 use crate::report::stats::pace_setter;
 
+mod scrape;
+
 /// The file limit is 20,000 per process here and a proxy holds two sockets
 /// per tunnel (plus a few of its own), so this many tunnels fit.
 pub(super) const TUNNEL_CAP: u64 = 9_900;
@@ -40,8 +42,8 @@ const SETTLE: Duration = Duration::from_millis(2500);
 /// before any exchange of the open loop.
 const IDLE_SETTLE: Duration = Duration::from_millis(3000);
 
-/// The CPUs of the roles on this 2-CPU machine.
-const PROXY_CPU: &str = "0";
+/// The client's CPU on this 2-CPU machine; the proxy's is CPU 0
+/// ([`Proxy::cpus`]).
 const CLIENT_CPU: &str = "1";
 
 /// What every run shares.
@@ -93,9 +95,10 @@ impl Bench {
             Ok(p) => p,
             Err(e) => return row.skipped(short(&format!("start failed: {e:#}"))),
         };
-        let res = self.measure(&mut row, sc, &mut p);
-        row.rss_peak_kb = Some(sys::status_kb(p.0.pid(), "VmHWM:"));
-        p.0.stop();
+        let res = self.measure(&mut row, sc, proxy, &mut p);
+        row.rss_peak_kb = Some(sys::status_kb(p.proc.pid(), "VmHWM:"));
+        p.proc.stop();
+        p.helpers.into_iter().for_each(Proc::stop);
         let _ = std::fs::remove_dir_all(&dir);
         if let Err(e) = res {
             row.status = Status::Failed;
@@ -121,12 +124,13 @@ impl Bench {
         }
     }
 
-    fn start_proxy(&self, sc: &Scenario, proxy: &Proxy, dir: &FsPath) -> Result<(Proc, String)> {
+    fn start_proxy(&self, sc: &Scenario, proxy: &Proxy, dir: &FsPath) -> Result<Started> {
         let port = self.proxy_port();
         let ip = self.net.ip(Role::Proxy);
         if sc.path == Path::TlsOrig && self.tls_origin.is_none() {
             bail!("no HTTPS origin");
         }
+        let egress_ips = self.net.egress_ips(proxy.egress_addresses())?;
         let site = Site {
             dir,
             listen_ip: ip,
@@ -135,8 +139,19 @@ impl Bench {
             udp_origin: &self.udp_origin,
             external_ip: self.net.proxy_external_ip(),
             tls: self.tls.as_ref(),
+            spare_ports: self.spare_ports(port),
+            egress_ips: &egress_ips,
         };
         let argv = proxy.argv(sc.path, &site)?;
+        let scrape = proxy.scrape_url(&site);
+        let mut helpers = Vec::new();
+        for (name, argv, ready) in proxy.helpers(&site) {
+            let mut cmd = self.net.command(Role::Proxy, CLIENT_CPU, &argv[0]);
+            cmd.args(&argv[1..]).current_dir(dir);
+            let mut h = Proc::spawn(&name, cmd, Some(dir))?;
+            h.wait_listening(ready, Duration::from_secs(10))?;
+            helpers.push(h);
+        }
         let mut full: Vec<String> = Vec::new();
         if let Some(q) = &self.quota {
             // Join the cgroup before exec, so that every process the proxy
@@ -145,7 +160,7 @@ impl Bench {
             let script = format!("echo $$ > {} && exec \"$@\"", q.procs_file().display());
             full.extend(["sh".into(), "-c".into(), script, "sh".into()]);
         }
-        full.extend(self.net.prefix(Role::Proxy, PROXY_CPU));
+        full.extend(self.net.prefix(Role::Proxy, proxy.cpus()));
         full.extend(argv);
         let mut cmd = Command::new(&full[0]);
         cmd.args(&full[1..]).current_dir(dir);
@@ -154,10 +169,26 @@ impl Bench {
         // ASSOCIATE included) starts on TCP.
         let udp = sc.path == Path::UdpRelay;
         p.wait_ready(port, udp, Duration::from_secs(10))?;
-        Ok((p, format!("{ip}:{port}")))
+        Ok(Started { proc: p, addr: format!("{ip}:{port}"), scrape, helpers })
     }
 
-    fn load_command(&self, sc: &Scenario, proxy_addr: &str) -> Command {
+    /// Two ports besides the proxy's `port` (see [`Site::spare_ports`]).
+    fn spare_ports(&self, port: u16) -> [u16; 2] {
+        if self.net.is_netns() {
+            return [port + 1, port + 2];
+        }
+        let mut v: Vec<u16> = vec![port];
+        while v.len() < 3 {
+            match free_port() {
+                Some(p) if !v.contains(&p) => v.push(p),
+                Some(_) => {}
+                None => v.push(port + v.len() as u16),
+            }
+        }
+        [v[1], v[2]]
+    }
+
+    fn load_command(&self, sc: &Scenario, proxy: &Proxy, proxy_addr: &str) -> Command {
         let mut cmd = self.net.command(Role::Client, CLIENT_CPU, &self.exe.display().to_string());
         let target = if sc.path.is_udp() { &self.udp_origin } else { self.origin_for(sc) };
         cmd.args(["load", "--json", "--mode", sc.mode, "--target", target]);
@@ -166,6 +197,7 @@ impl Bench {
             cmd.arg("--ca").arg(&tls.ca).args(["--sni", &tls.name]);
         }
         cmd.args(&sc.load_args);
+        cmd.args(proxy.load_args());
         match sc.kind {
             Kind::Hold(n) => {
                 let n = n.min(TUNNEL_CAP).to_string();
@@ -188,10 +220,10 @@ impl Bench {
         cmd
     }
 
-    fn measure(&self, row: &mut Row, sc: &Scenario, p: &mut (Proc, String)) -> Result<()> {
-        let pid = p.0.pid();
+    fn measure(&self, row: &mut Row, sc: &Scenario, proxy: &Proxy, p: &mut Started) -> Result<()> {
+        let pid = p.proc.pid();
         let rss_before = sys::status_kb(pid, "VmRSS:");
-        let mut load = Proc::spawn_piped("load", self.load_command(sc, &p.1))?;
+        let mut load = Proc::spawn_piped("load", self.load_command(sc, proxy, &p.addr))?;
         let stdout = load.child.stdout.take().context("load stdout")?;
         let stderr = load.child.stderr.take().context("load stderr")?;
         let out_thread = std::thread::spawn(move || {
@@ -256,6 +288,10 @@ impl Bench {
         // The idle mixes' window ends with their open loop, before the
         // proxy closes the held tunnels; the others' when the load exits.
         let mut after = None;
+        let scraper = p.scrape.clone().map(|url| {
+            let via = self.net.is_netns().then(|| self.net.prefix(Role::Client, CLIENT_CPU));
+            scrape::Scraper::start(url, via)
+        });
         while load.alive() {
             if start.elapsed().as_secs_f64() > limit {
                 load.stop();
@@ -267,6 +303,12 @@ impl Bench {
             std::thread::sleep(Duration::from_millis(5));
         }
         let after = after.unwrap_or_else(sample);
+        if let Some((done, failed)) = scraper.map(scrape::Scraper::finish) {
+            if failed > 0 {
+                row.reason = format!("metrics: {failed} of {done} scrapes failed");
+                eprintln!("campaign: {}: {}", row.reason, p.scrape.as_deref().unwrap_or(""));
+            }
+        }
         if let (Some(file), Some(b)) = (stats, origin_before) {
             // The origin rewrites its counters every 100 ms.
             std::thread::sleep(Duration::from_millis(250));
@@ -305,6 +347,16 @@ impl Bench {
         }
         Ok(())
     }
+}
+
+/// A started proxy: its process, its address, the URL to scrape while it is
+/// measured ([`Proxy::scrape_url`]), and the processes it relies on
+/// ([`Proxy::helpers`]), stopped after it.
+struct Started {
+    proc: Proc,
+    addr: String,
+    scrape: Option<String>,
+    helpers: Vec<Proc>,
 }
 
 fn fill_from_report(row: &mut Row, sc: &Scenario, r: &Value) {

@@ -38,9 +38,9 @@ pub(crate) async fn dial(plan: &Plan, reader: &mut Reader) -> Result<Stream, Err
             }
             Ok(Stream::Tcp(s))
         }
-        Hop::Socks5 { proxy, request } => {
+        Hop::Socks5 { proxy, auth, request } => {
             let mut s = tcp(*proxy).await?;
-            socks5(&mut s, reader, request).await?;
+            socks5(&mut s, reader, auth.as_deref(), request).await?;
             Ok(Stream::Tcp(s))
         }
         Hop::Tls { proxy, connector, name } => {
@@ -59,18 +59,35 @@ pub(crate) async fn tcp(addr: SocketAddr) -> Result<TcpStream, ErrorKind> {
     Ok(s)
 }
 
-/// RFC 1928 no-auth greeting, then CONNECT. Each step waits for its answer
+/// RFC 1928 greeting offering no-auth (or, with `auth`, user/password only,
+/// then the RFC 1929 exchange), then CONNECT. Each step waits for its answer
 /// (no optimistic pipelining), as strict proxies require.
-async fn socks5(s: &mut TcpStream, reader: &mut Reader, request: &[u8]) -> Result<(), ErrorKind> {
-    s.write_all(&[5, 1, 0]).await.map_err(|_| ErrorKind::Write)?;
+async fn socks5(
+    s: &mut TcpStream,
+    reader: &mut Reader,
+    auth: Option<&[u8]>,
+    request: &[u8],
+) -> Result<(), ErrorKind> {
+    let method = if auth.is_some() { 2 } else { 0 };
+    s.write_all(&[5, 1, method]).await.map_err(|_| ErrorKind::Write)?;
     reader.need(s, 2).await?;
     let b = reader.buffered();
-    let method = [b[0], b[1]];
+    let chosen = [b[0], b[1]];
     reader.advance(2);
-    match method {
-        [5, 0] => {}
+    match chosen {
+        [5, m] if m == method => {}
         [5, _] => return Err(ErrorKind::ProxyRefused),
         _ => return Err(ErrorKind::Parse),
+    }
+    if let Some(auth) = auth {
+        s.write_all(auth).await.map_err(|_| ErrorKind::Write)?;
+        // VER STATUS: status 0 is success.
+        reader.need(s, 2).await?;
+        let status = reader.buffered()[1];
+        reader.advance(2);
+        if status != 0 {
+            return Err(ErrorKind::ProxyRefused);
+        }
     }
     s.write_all(request).await.map_err(|_| ErrorKind::Write)?;
     // VER REP RSV ATYP, then the bound address and port.

@@ -30,8 +30,10 @@ pub(crate) enum Hop {
     Direct(SocketAddr),
     /// TCP to the proxy, then this pre-built CONNECT request.
     Connect { proxy: SocketAddr, request: Box<[u8]> },
-    /// TCP to the proxy, no-auth greeting, then this pre-built request.
-    Socks5 { proxy: SocketAddr, request: Box<[u8]> },
+    /// TCP to the proxy, the greeting (no-auth, or with `auth` the RFC 1929
+    /// user/password message to send once the proxy picks that method), then
+    /// this pre-built request.
+    Socks5 { proxy: SocketAddr, auth: Option<Box<[u8]>>, request: Box<[u8]> },
     /// TLS to a TLS-terminating relay or an HTTP proxy's TLS port.
     Tls { proxy: SocketAddr, connector: TlsConnector, name: ServerName<'static> },
 }
@@ -81,7 +83,11 @@ impl Plan {
                 Hop::Connect { proxy, request: request.into_bytes().into() }
             }
             (Mode::Socks5, Some(proxy)) => {
-                Hop::Socks5 { proxy, request: socks5_request(&host, port)?.into() }
+                let auth = match &o.proxy_user {
+                    Some(cred) => Some(socks5_auth(cred)?.into()),
+                    None => None,
+                };
+                Hop::Socks5 { proxy, auth, request: socks5_request(&host, port)?.into() }
             }
             (Mode::HttpsRelay | Mode::HttpsProxy | Mode::H2Tls, Some(proxy)) => {
                 let connector = tls_connector(o)?;
@@ -193,8 +199,9 @@ fn http_request(o: &Options, absolute: bool) -> Vec<u8> {
 }
 
 fn ws_upgrade(o: &Options, absolute: bool) -> Vec<u8> {
+    let auth = if absolute { proxy_authorization(o) } else { String::new() };
     format!(
-        "GET {} HTTP/1.1\r\nHost: {}\r\nUser-Agent: rustle-bench\r\nUpgrade: websocket\r\n\
+        "GET {} HTTP/1.1\r\nHost: {}\r\nUser-Agent: rustle-bench\r\n{auth}Upgrade: websocket\r\n\
          Connection: Upgrade\r\nSec-WebSocket-Key: {WS_KEY}\r\nSec-WebSocket-Version: 13\r\n\r\n",
         request_target(o, absolute),
         o.target
@@ -224,6 +231,20 @@ fn socks5_request(host: &str, port: u16) -> Result<Vec<u8>> {
     }
     r.extend_from_slice(&port.to_be_bytes());
     Ok(r)
+}
+
+/// The RFC 1929 message for `--proxy-user USER:PASS`: `VER ULEN UNAME PLEN PASSWD`.
+fn socks5_auth(cred: &str) -> Result<Vec<u8>> {
+    let Some((user, pass)) = cred.split_once(':') else {
+        bail!("--proxy-user wants USER:PASS");
+    };
+    let mut m = vec![1];
+    for field in [user, pass] {
+        let len = u8::try_from(field.len()).context("SOCKS5 user or password over 255 bytes")?;
+        m.push(len);
+        m.extend_from_slice(field.as_bytes());
+    }
+    Ok(m)
 }
 
 fn tls_connector(o: &Options) -> Result<TlsConnector> {
@@ -286,6 +307,18 @@ mod tests {
         assert_eq!(socks5_request("127.0.0.1", 80).unwrap(), [5, 1, 0, 1, 127, 0, 0, 1, 0, 80]);
         assert_eq!(socks5_request("::1", 1).unwrap().len(), 4 + 16 + 2);
         assert_eq!(&socks5_request("ab", 2).unwrap()[3..], [3, 2, b'a', b'b', 0, 2]);
+        assert_eq!(socks5_auth("ab:c").unwrap(), [1, 2, b'a', b'b', 1, b'c']);
+        assert!(socks5_auth("nocolon").is_err());
+    }
+
+    #[test]
+    fn websocket_upgrades_carry_proxy_credentials() {
+        let mut o = Options::new(Mode::Ws, "127.0.0.1:9");
+        o.proxy_user = Some("u:p".into());
+        let through_proxy = String::from_utf8(ws_upgrade(&o, true)).unwrap();
+        assert!(through_proxy.contains("\r\nProxy-Authorization: Basic dTpw\r\nUpgrade:"));
+        let direct = String::from_utf8(ws_upgrade(&o, false)).unwrap();
+        assert!(!direct.contains("Proxy-Authorization"));
     }
 
     #[test]

@@ -829,7 +829,8 @@ fn family_section(fg: &FamilyGrid, set: &DataSet, charts: &Path) -> Result<Strin
 /// One bar chart per family and unit; its markdown link.
 fn chart(fg: &FamilyGrid, dir: &Path) -> Result<String> {
     let g = &fg.grid;
-    let (metric, ylabel): (fn(&Row) -> Option<f64>, fn(&str) -> String) = match fg.family.view {
+    type Pick = fn(&Row) -> Option<f64>;
+    let (metric, ylabel): (Pick, fn(&str) -> String) = match fg.family.view {
         View::Memory => (|r| r.kb_per_tunnel, |_| "KB per tunnel".into()),
         View::Scaling => (per_cpu_second, |_| "requests per CPU-second".into()),
         _ => (|r| r.throughput, |u| u.to_string()),
@@ -879,7 +880,7 @@ fn reference_section(fgs: &[FamilyGrid], reference: &Reference) -> String {
     for c in &reference.claim {
         let ours = fgs.iter().find_map(|fg| {
             let m = headline(fg.family.view);
-            fg.grid.scenarios.iter().any(|s| *s == c.scenario).then(|| fg.versus(&c.scenario, m))?
+            fg.grid.scenarios.contains(&c.scenario).then(|| fg.versus(&c.scenario, m))?
         });
         let cell = match ours {
             Some((a, peer, b)) => {
