@@ -336,6 +336,13 @@ fn campaign(a: &Args) -> Result<()> {
     let rustle_bin = scratch.join("rustle");
     // A dry run plans with the binary as given; a campaign with its copy.
     let stages = build_stages(a, if a.dry_run { &a.rustle_bin } else { &rustle_bin })?;
+    if !a.dry_run {
+        // Registered: removed by the cleanup at the end or on SIGINT/SIGTERM.
+        children::make_dir(&scratch, true)?;
+        if a.rustle_bin.exists() {
+            std::fs::copy(&a.rustle_bin, &rustle_bin).context("copying the rustle binary")?;
+        }
+    }
     let plan: Vec<(usize, f64)> = stages
         .iter()
         .enumerate()
@@ -358,8 +365,6 @@ fn campaign(a: &Args) -> Result<()> {
         println!("total: {} runs, about {}", plan.len(), hms(total));
         return Ok(());
     }
-    // Registered: removed by the cleanup at the end or on SIGINT/SIGTERM.
-    children::make_dir(&scratch, true)?;
     let quick = a.profile == Some(profile::ProfileName::Quick);
     let full = a.profile == Some(profile::ProfileName::Full);
     let out = match (&a.out, quick, full) {
@@ -388,20 +393,40 @@ fn campaign(a: &Args) -> Result<()> {
         kept.retain(|r| !a.family.contains(&r.stage));
     }
     std::fs::create_dir_all(&out).with_context(|| format!("creating {}", out.display()))?;
-    if a.rustle_bin.exists() {
-        std::fs::copy(&a.rustle_bin, &rustle_bin).context("copying the rustle binary")?;
+    if kept.is_empty() {
+        write_conditions(a, &out, &stamp, &stages, &a.rustle_bin)?;
+    } else {
+        // A rerun of some families keeps the data set's conditions and says
+        // when, and with which build, those families ran again.
+        let mut f = std::fs::OpenOptions::new().append(true).open(out.join("conditions.txt"))?;
+        writeln!(f, "rerun: {} at {stamp} (UTC), rustle {}", a.family.join(","), git_rev())?;
     }
-    write_conditions(a, &out, &stamp, &stages, &a.rustle_bin)?;
     let mut writer = record::Writer::create(&csv)?;
     for r in &kept {
         writer.write(r)?;
     }
     let mut progress = Progress::new(total, plan.len());
     let mut rustle_ok = false;
+    let mut failed = Vec::new();
     for st in &stages {
-        rustle_ok |= run_stage(a, st, &stamp, &scratch, &out, &mut writer, &mut progress)?;
+        // A family that cannot run (a fixture that will not start) is said
+        // and the campaign goes on with the next: a long run stays unattended.
+        match run_stage(a, st, &stamp, &scratch, &out, &mut writer, &mut progress) {
+            Ok(ok) => rustle_ok |= ok,
+            Err(e) => {
+                let what = if st.family.is_empty() { "the campaign" } else { &st.family };
+                progress.bar.suspend(|| eprintln!("campaign: {what} failed: {e:#}"));
+                failed.push(format!("{what}: {e:#}"));
+            }
+        }
     }
     progress.finish();
+    if !failed.is_empty() {
+        let mut f = std::fs::OpenOptions::new().append(true).open(out.join("conditions.txt"))?;
+        for e in &failed {
+            writeln!(f, "failed: {e}")?;
+        }
+    }
     eprintln!("campaign: results in {}", out.display());
     if quick {
         crate::report::document::write(&out, &out, None)?;
@@ -415,7 +440,28 @@ fn campaign(a: &Args) -> Result<()> {
         }
     }
     let _ = std::fs::remove_dir_all(&scratch);
+    if !failed.is_empty() {
+        bail!("{} failed: {}", failed.len(), failed.join("; "));
+    }
     Ok(())
+}
+
+/// The short commit of the working tree, marked when it has changes.
+fn git_rev() -> String {
+    let cmd = |a: &[&str]| {
+        std::process::Command::new("git")
+            .args(a)
+            .output()
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+            .unwrap_or_default()
+    };
+    let dirty = !cmd(&["status", "--porcelain", "--untracked-files=no"]).is_empty();
+    let rev = cmd(&["rev-parse", "--short", "HEAD"]);
+    if dirty {
+        format!("{rev} (with uncommitted changes)")
+    } else {
+        rev
+    }
 }
 
 /// `1h02m`, `4m05s`, `12s`.
@@ -554,7 +600,9 @@ fn run_stage(
     let (mut tls_files, mut tls_origin, mut origin_stats, mut https_origin) =
         (None, None, None, None);
     if st.scenarios.iter().any(|s| s.path.is_tls()) {
-        let files = make_certificates(&scratch.join("rustle"), &scratch.join("tls"))?;
+        let dir = scratch.join(format!("tls-{}", st.family));
+        let _ = std::fs::remove_dir_all(&dir);
+        let files = make_certificates(&scratch.join("rustle"), &dir)?;
         let port = if net.is_netns() { 8443 } else { run::free_port().unwrap_or(18443) };
         let addr = format!("{}:{port}", net.ip(Role::Origin));
         let stats = scratch.join("origin-tls.stats");
@@ -706,12 +754,6 @@ fn write_conditions(
     let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
     let model = cpuinfo.lines().find(|l| l.starts_with("model name")).unwrap_or("").to_string();
     let mut text = String::new();
-    let rev = cmd("git", &["rev-parse", "--short", "HEAD"]);
-    let dirty = if cmd("git", &["status", "--porcelain", "--untracked-files=no"]).is_empty() {
-        ""
-    } else {
-        " (with uncommitted changes)"
-    };
     let mut line = |l: String| {
         text.push_str(&l);
         text.push('\n');
@@ -724,7 +766,7 @@ fn write_conditions(
     line(format!("cpu: {} x {}", model.split(':').nth(1).unwrap_or("?").trim(), num_cpus()));
     line(format!("memory: {}", sys::mem_total()));
     line(format!("kernel: {}", cmd("uname", &["-sr"])));
-    line(format!("rustle: {rev}{dirty}, binary {}", rustle.display()));
+    line(format!("rustle: {}, binary {}", git_rev(), rustle.display()));
     let mut seen: Vec<&str> = Vec::new();
     for p in stages.iter().flat_map(|s| &s.proxies) {
         if p.name == "floor" && !seen.contains(&"floor") {

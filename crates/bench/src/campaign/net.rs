@@ -164,19 +164,25 @@ impl Net {
             ip(&["-n", n, "link", "set", "lo", "up"])?;
         }
         // The client opens tens of thousands of connections to the same proxy address in a
-        // few minutes (held tunnels, a new connection per request), each left in TIME_WAIT
-        // on its side: reuse those and widen the port range, in its namespace only, so that
-        // a run does not fail to connect because an earlier one used up the ports.
-        let tuned = Command::new("ip")
-            .args(["netns", "exec", c, "sysctl", "-q", "-w", "net.ipv4.tcp_tw_reuse=1"])
-            .args(["net.ipv4.ip_local_port_range=1024 65000"])
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success());
+        // few minutes (held tunnels, a new connection per request), and the proxy as many to
+        // the origin, each left in TIME_WAIT on the side that closed first: reuse those and
+        // widen the port range, in those two namespaces only, so that a run does not fail
+        // to connect because an earlier one used up the ports.
+        let tune = |ns: &str| {
+            Command::new("ip")
+                .args(["netns", "exec", ns, "sysctl", "-q", "-w", "net.ipv4.tcp_tw_reuse=1"])
+                .args(["net.ipv4.ip_local_port_range=1024 65000"])
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null())
+                .status()
+                .is_ok_and(|s| s.success())
+        };
+        let tuned = tune(c) & tune(p);
         net.notes.push(match tuned {
-            true => "client namespace: tcp_tw_reuse=1, local ports 1024-65000".into(),
-            false => "client namespace: could not set tcp_tw_reuse (sysctl missing?)".into(),
+            true => "client and proxy namespaces: tcp_tw_reuse=1, local ports 1024-65000".into(),
+            false => {
+                "client and proxy namespaces: could not set tcp_tw_reuse (sysctl missing?)".into()
+            }
         });
         let mut qdisc: Vec<String> = Vec::new();
         if let Some(n) = netem {

@@ -63,6 +63,9 @@ pub enum View {
     Scaling,
     /// rustle against rustle with one feature on: the cost of the feature.
     Variants,
+    /// rustle alone, its second scenario against its first (HTTP/2 against
+    /// HTTP/1.1 on one port).
+    Pair,
 }
 
 /// One section of the report.
@@ -162,7 +165,7 @@ pub const FAMILIES: &[Family] = &[
         about: "One TLS listener of rustle's HTTP proxy offering both protocols: clients \
                 speaking HTTP/2 (ALPN h2, many streams on few connections) against clients \
                 speaking HTTP/1.1 (ALPN http/1.1, kept-alive connections), 1 KB answers.",
-        view: View::Peers,
+        view: View::Pair,
         full: plan("h1-tls-1k,h2-tls-1k", "rustle"),
         quick: None,
     },

@@ -33,7 +33,10 @@ pub(crate) async fn dial(plan: &Plan, reader: &mut Reader) -> Result<Stream, Err
             let mut s = tcp(*proxy).await?;
             s.write_all(request).await.map_err(|_| ErrorKind::Write)?;
             let resp = reader.response(&mut s, Expect::Tunnel).await?;
-            if !(200..300).contains(&resp.status) || resp.close {
+            // A 2xx turns the connection into the tunnel whatever its version
+            // or Connection header say (RFC 9110 9.3.6): tinyproxy answers
+            // `HTTP/1.0 200`, which would otherwise read as closing.
+            if !(200..300).contains(&resp.status) {
                 return Err(ErrorKind::ProxyRefused);
             }
             Ok(Stream::Tcp(s))

@@ -304,7 +304,7 @@ impl Metric {
 /// The headline metric of a family: what "rustle / best peer" compares.
 fn headline(view: View) -> Metric {
     match view {
-        View::Peers | View::Scaling | View::Variants => Metric::Throughput,
+        View::Peers | View::Scaling | View::Variants | View::Pair => Metric::Throughput,
         View::Latency => Metric::CpuPerUnit,
         View::Memory => Metric::KbPerTunnel,
     }
@@ -417,6 +417,16 @@ fn in_short(fgs: &[FamilyGrid]) -> (String, String) {
         let mut ahead = 0;
         let mut unit = String::new();
         match fg.family.view {
+            View::Pair => {
+                let s = &fg.grid.scenarios;
+                if let (Some(a), Some(b)) = (s.first(), s.get(1)) {
+                    let t = |x: &str| fg.grid.median(x, "rustle", |r| r.throughput);
+                    if let Some(r) = t(b).zip(t(a)).and_then(|(b, a)| ratio(b, a)) {
+                        ratios.push(r);
+                    }
+                    unit = format!("{b} / {a}, {}", fg.grid.unit(b));
+                }
+            }
             View::Variants | View::Scaling => {
                 // rustle with a feature (or a second worker) against rustle.
                 for s in &fg.grid.scenarios {
@@ -449,19 +459,38 @@ fn in_short(fgs: &[FamilyGrid]) -> (String, String) {
                             };
                             ahead += usize::from(wins);
                             ratios.push(r);
+                            let dir = match m.better() {
+                                Better::Higher => "higher is better",
+                                Better::Lower => "lower is better",
+                            };
+                            let label = format!("{}, {dir}", m.label(&fg.grid.unit(s)));
                             if unit.is_empty() {
-                                let dir = match m.better() {
-                                    Better::Higher => "higher is better",
-                                    Better::Lower => "lower is better",
+                                unit = label;
+                            } else if unit != label {
+                                // Scenarios of several units: say what is compared.
+                                unit = match m {
+                                    Metric::Throughput => format!("throughput, {dir}"),
+                                    Metric::CpuPerUnit => format!("CPU per unit, {dir}"),
+                                    Metric::KbPerTunnel => label,
                                 };
-                                unit = format!("{}, {dir}", m.label(&fg.grid.unit(s)));
                             }
                         }
                     }
                 }
             }
         }
-        let cell = if ratios.is_empty() {
+        let alone = fg.peers().is_empty() && fg.family.view != View::Pair;
+        let cell = if ratios.is_empty() && alone {
+            // No peer: rustle's own figures for the family's first scenario.
+            let s = fg.grid.scenarios.first().map_or("", String::as_str);
+            let p99 = fg.grid.median(s, "rustle", |r| r.lat_p99_us.map(|v| v as f64 / 1000.0));
+            let errors = fg.grid.median(s, "rustle", |r| r.errors_total.map(|e| e as f64));
+            unit = "rustle alone".into();
+            match (p99, errors) {
+                (Some(p), Some(e)) => format!("p99 {} ms, {} errors", num(p), e.round()),
+                _ => "–".into(),
+            }
+        } else if ratios.is_empty() {
             "–".to_string()
         } else {
             let lo = ratios.iter().copied().fold(f64::INFINITY, f64::min);
@@ -474,8 +503,9 @@ fn in_short(fgs: &[FamilyGrid]) -> (String, String) {
             }
         };
         let lead = match fg.family.view {
-            View::Variants | View::Scaling => String::new(),
-            _ if ratios.is_empty() => "no peer measured".into(),
+            View::Variants | View::Scaling | View::Pair => String::new(),
+            _ if alone => "no peer".into(),
+            _ if ratios.is_empty() => "–".into(),
             _ => format!("{ahead} of {}", ratios.len()),
         };
         rows.push((fg.family.title.to_string(), unit, cell, lead));
@@ -604,7 +634,7 @@ fn family_section(fg: &FamilyGrid, set: &DataSet, charts: &Path) -> Result<Strin
             bits.push(n.to_string());
         }
         if let Some(r) = pick("reps") {
-            bits.push(r.to_string());
+            bits.push(format!("repetitions: {r}"));
         }
         if !bits.is_empty() {
             let _ = write!(md, "\nConditions: {}.\n", bits.join("; "));
@@ -684,7 +714,7 @@ fn family_section(fg: &FamilyGrid, set: &DataSet, charts: &Path) -> Result<Strin
         )
     };
     match f.view {
-        View::Peers => {
+        View::Peers | View::Pair => {
             md.push_str(&versus(Metric::Throughput));
             md.push_str(&table("Throughput (median of the runs):", throughput()));
             md.push_str(&table("Proxy CPU per request, or per gigabyte for the streams:", cpu()));
