@@ -44,12 +44,19 @@ const LONG_ABOUT: &str = "Runs scenarios x proxies x repetitions, each proxy sta
 #[command(about = ABOUT, long_about = LONG_ABOUT)]
 pub struct Args {
     /// Run the report's families: `full` (every family, every peer; under two hours) writes
-    /// bench/data/YYYYMMDD/ and regenerates the documents; `quick` (minutes) runs a few cells
-    /// into a temporary directory and checks that rustle's ran clean.
-    #[arg(long, value_enum, conflicts_with_all = ["scenarios", "proxies", "sweep"])]
+    /// bench/data/YYYYMMDD/ and regenerates the documents from it; `quick` (minutes) runs a
+    /// few cells into a temporary directory and checks that rustle's ran clean. Each family
+    /// has its own network, repetitions and duration (--netem, --rate-limit and --sweep do
+    /// not apply).
+    #[arg(
+        long,
+        value_enum,
+        conflicts_with_all = ["scenarios", "proxies", "sweep", "netem", "rate_limit"]
+    )]
     pub profile: Option<profile::ProfileName>,
-    /// With --profile: only these families (comma-separated ids, e.g. http,tls); their rows
-    /// in an existing --out replace the old ones, the other families' rows are kept.
+    /// With --profile: only these families (comma-separated ids, e.g. http,tls), into the
+    /// newest data set (or --out): their rows replace the old ones, the other families' rows
+    /// are kept; the documents are left for `rustle-bench report --documents`.
     #[arg(long, value_delimiter = ',', requires = "profile")]
     pub family: Vec<String>,
     /// Print what would run and an estimate of the time it takes; run nothing.
@@ -336,6 +343,13 @@ fn campaign(a: &Args) -> Result<()> {
     let rustle_bin = scratch.join("rustle");
     // A dry run plans with the binary as given; a campaign with its copy.
     let stages = build_stages(a, if a.dry_run { &a.rustle_bin } else { &rustle_bin })?;
+    let wants_rustle = stages.iter().flat_map(|st| &st.proxies).any(|p| p.is_rustle());
+    if wants_rustle && !a.rustle_bin.exists() {
+        bail!(
+            "no rustle binary at {} (cargo build --release -p rustle, or --rustle-bin)",
+            a.rustle_bin.display()
+        );
+    }
     if !a.dry_run {
         // Registered: removed by the cleanup at the end or on SIGINT/SIGTERM.
         children::make_dir(&scratch, true)?;
@@ -372,9 +386,18 @@ fn campaign(a: &Args) -> Result<()> {
         (None, true, _) => std::env::temp_dir().join(format!("rustle-campaign-quick-{stamp}")),
         (None, _, true) => {
             if !std::path::Path::new("bench/data").is_dir() {
-                bail!("run the full profile from the repository's root (bench/data/ is not here), or give --out");
+                bail!(
+                    "run the full profile from the repository's root (bench/data/ is not \
+                     here), or give --out"
+                );
             }
-            PathBuf::from(format!("bench/data/{}", &stamp[..8]))
+            // Some families rerun into the newest data set, not a new one
+            // that would hold only them.
+            let newest = crate::report::document::data_sets(std::path::Path::new("."))?.pop();
+            match newest {
+                Some(d) if !a.family.is_empty() => d,
+                _ => PathBuf::from(format!("bench/data/{}", &stamp[..8])),
+            }
         }
         (None, _, _) => PathBuf::from(format!("bench/results/campaign-{stamp}")),
     };
@@ -390,7 +413,7 @@ fn campaign(a: &Args) -> Result<()> {
             );
         }
         kept = record::read(&csv)?;
-        kept.retain(|r| !a.family.contains(&r.stage));
+        kept.retain(|r| !stages.iter().any(|st| st.family == r.stage));
     }
     std::fs::create_dir_all(&out).with_context(|| format!("creating {}", out.display()))?;
     if kept.is_empty() {
@@ -411,9 +434,15 @@ fn campaign(a: &Args) -> Result<()> {
     for st in &stages {
         // A family that cannot run (a fixture that will not start) is said
         // and the campaign goes on with the next: a long run stays unattended.
+        progress.stage_done = 0;
         match run_stage(a, st, &stamp, &scratch, &out, &mut writer, &mut progress) {
             Ok(ok) => rustle_ok |= ok,
             Err(e) => {
+                // Its runs will not happen: the time left no longer counts them.
+                for r in st.runs().iter().skip(progress.stage_done) {
+                    progress.total -= st.estimate(&r.2, r.3);
+                    progress.runs -= 1;
+                }
                 let what = if st.family.is_empty() { "the campaign" } else { &st.family };
                 progress.bar.suspend(|| eprintln!("campaign: {what} failed: {e:#}"));
                 failed.push(format!("{what}: {e:#}"));
@@ -434,9 +463,23 @@ fn campaign(a: &Args) -> Result<()> {
             bail!("rustle's cells are missing or show errors (see {})", out.display());
         }
     } else if full && a.family.is_empty() && !a.no_documents {
-        let written = crate::report::document::write_documents(std::path::Path::new("."))?;
-        for f in written {
-            eprintln!("campaign: wrote {}", f.display());
+        // The documents are those of the newest data set under ./bench/data:
+        // regenerated only when that is the one just written.
+        let newest = crate::report::document::data_sets(std::path::Path::new("."))
+            .ok()
+            .and_then(|mut v| v.pop());
+        let same = |p: &std::path::Path| std::fs::canonicalize(p).ok();
+        if newest.as_deref().and_then(same).is_some_and(|n| Some(n) == same(&out)) {
+            let written = crate::report::document::write_documents(std::path::Path::new("."))?;
+            for f in written {
+                eprintln!("campaign: wrote {}", f.display());
+            }
+        } else {
+            eprintln!(
+                "campaign: {} is not the newest data set in ./bench/data: documents left as \
+                 they are",
+                out.display()
+            );
         }
     }
     let _ = std::fs::remove_dir_all(&scratch);
@@ -483,6 +526,8 @@ struct Progress {
     done_estimate: f64,
     runs: usize,
     done_runs: usize,
+    /// Runs done in the stage under way.
+    stage_done: usize,
     start: std::time::Instant,
 }
 
@@ -503,6 +548,7 @@ impl Progress {
             done_estimate: 0.0,
             runs,
             done_runs: 0,
+            stage_done: 0,
             start: std::time::Instant::now(),
         }
     }
@@ -527,6 +573,7 @@ impl Progress {
     fn done(&mut self, estimate: f64, line: &str) {
         self.done_estimate += estimate;
         self.done_runs += 1;
+        self.stage_done += 1;
         self.bar.set_position((self.done_estimate * 1000.0) as u64);
         let line = format!("[{}/{} · {} left] {line}", self.done_runs, self.runs, hms(self.left()));
         self.bar.suspend(|| eprintln!("{line}"));
@@ -788,7 +835,11 @@ fn write_conditions(
             }
         }
     }
-    line("cpus: proxy on CPU 0, client and origin on CPU 1 (taskset)".to_string());
+    line(
+        "cpus: proxy on CPU 0 (the two-worker variants on CPUs 0 and 1), client, origin and \
+         helpers (the callback server) on CPU 1 (taskset)"
+            .to_string(),
+    );
     line(format!("seed: {}", a.seed));
     std::fs::write(out.join("conditions.txt"), text).context("writing conditions.txt")
 }

@@ -257,7 +257,7 @@ impl Proxy {
                 true
             }
             Kind::Nginx { ktls: true, .. } => {
-                if !path.is_tls() {
+                if !matches!(path, Path::TlsTerm | Path::TlsOrig) {
                     return Err(format!("{}: the TLS paths only", self.name));
                 }
                 true
@@ -313,6 +313,11 @@ impl Proxy {
             return Err("no kernel TLS: the kernel has no tls module".to_string());
         }
         Ok(())
+    }
+
+    /// rustle or one of its variants: started from the campaign's rustle binary.
+    pub(super) fn is_rustle(&self) -> bool {
+        matches!(self.kind, Kind::Rustle { .. })
     }
 
     fn variant(&self) -> Variant {

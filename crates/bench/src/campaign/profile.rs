@@ -11,8 +11,8 @@
 /// Which profile `--profile` runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum ProfileName {
-    /// Every family with every peer that supports it, three repetitions:
-    /// under two hours on a 2-core machine.
+    /// Every family with every peer that supports it, three repetitions (fewer for memory
+    /// and the soak): under two hours on a 2-core machine.
     Full,
     /// A few cells of a few families, one short repetition each, on
     /// loopback: a few minutes.

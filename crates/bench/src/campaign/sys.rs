@@ -181,7 +181,6 @@ impl Quota {
     }
 }
 
-/// Version of a Debian package, or "not installed".
 /// MemTotal from /proc/meminfo, in GiB, as text.
 pub(super) fn mem_total() -> String {
     let info = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
@@ -192,6 +191,7 @@ pub(super) fn mem_total() -> String {
     kb.map_or("?".to_string(), |k| format!("{:.0} GiB", k as f64 / 1024.0 / 1024.0))
 }
 
+/// Version of a Debian package, or "not installed".
 pub(super) fn package_version(pkg: &str) -> String {
     Command::new("dpkg-query")
         .args(["-W", "-f", "${Version}", pkg])

@@ -30,7 +30,8 @@ pub struct Args {
     /// direct; udp-relay: a UDP relay; udp-socks5: the SOCKS5 TCP port).
     #[arg(long, value_name = "HOST:PORT")]
     pub proxy: Option<String>,
-    /// Send Proxy-Authorization: Basic (http-proxy and connect modes).
+    /// Proxy credentials: Proxy-Authorization: Basic (http-proxy, connect, https-proxy, ws
+    /// through a proxy), RFC 1929 user/password (socks5).
     #[arg(long, value_name = "U:P")]
     pub proxy_user: Option<String>,
     /// Request path [default: /bytes/1024; /sha256 with --upload; /ws in ws mode].
@@ -93,10 +94,11 @@ pub struct Args {
     /// TLS server name [default: the proxy's host].
     #[arg(long, value_name = "NAME")]
     pub sni: Option<String>,
-    /// https-relay: no session resumption, a full handshake per connection.
+    /// TLS to the proxy (https-relay, https-proxy, h2-tls): no session resumption, a full
+    /// handshake per connection.
     #[arg(long)]
     pub no_resume: bool,
-    /// https-relay: the key exchange groups offered: default (rustls's) or x25519 (only).
+    /// TLS to the proxy: the key exchange groups offered: default (rustls's) or x25519 (only).
     #[arg(long, value_name = "GROUP", default_value = "default", value_parser = ["default", "x25519"])]
     pub kx: String,
     /// Seed for the WebSocket masks.

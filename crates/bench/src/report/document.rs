@@ -173,6 +173,12 @@ pub fn check_documents(root: &Path) -> Result<Vec<String>> {
             diffs.push(format!("{CHARTS}/{name} differs or is missing"));
         }
     }
+    for e in std::fs::read_dir(root.join(CHARTS)).into_iter().flatten().flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        if name.ends_with(".svg") && !d.charts.iter().any(|(n, _)| *n == name) {
+            diffs.push(format!("{CHARTS}/{name} is not a chart of the data"));
+        }
+    }
     Ok(diffs)
 }
 
@@ -213,8 +219,13 @@ pub fn write(dir: &Path, out: &Path, previous: Option<&Path>) -> Result<()> {
 /// A reference report's published claim, set beside this data (bench/reference.toml).
 #[derive(Debug, Deserialize)]
 struct Claim {
-    /// The scenario of this report it corresponds to.
+    /// The family and the scenario of this report it corresponds to.
+    family: String,
     scenario: String,
+    /// A variant of rustle to set over plain rustle instead of rustle over
+    /// the best peer (the grace delay's claim: `rustle-grace`).
+    #[serde(default)]
+    versus: Option<String>,
     /// The report it comes from.
     source: String,
     /// What it says, with its figures.
@@ -234,6 +245,7 @@ pub fn generate(cur: &Path, prev: Option<&Path>, reference: &str) -> Result<Docu
     let reference: Reference = toml::from_str(reference).context("bench/reference.toml")?;
     let charts_dir =
         std::env::temp_dir().join(format!("rustle-report-{}-{}", std::process::id(), set.name));
+    let _ = std::fs::remove_dir_all(&charts_dir);
     std::fs::create_dir_all(&charts_dir)?;
     let result = render(&set, prev.as_ref(), &reference, &charts_dir);
     let charts = collect_charts(&charts_dir);
@@ -263,8 +275,11 @@ fn is_rustle(p: &str) -> bool {
     p == "rustle" || p.starts_with("rustle-")
 }
 
+/// A peer as configured for every family; its variants (a second worker,
+/// kernel TLS) are compared with their own kind, not ranked as "best peer".
 fn is_peer(p: &str) -> bool {
-    !is_rustle(p) && p != FLOOR
+    let variant = p.ends_with("-2w") || p.ends_with("-2t") || p.ends_with("-ktls");
+    !is_rustle(p) && p != FLOOR && !variant
 }
 
 /// The figure a family's ratio is taken on, and whether more is better.
@@ -358,7 +373,7 @@ fn render(
     let fgs: Vec<FamilyGrid> =
         grids.iter().map(|(f, rows)| FamilyGrid { family: f, grid: Grid::new(rows) }).collect();
 
-    let rev = set.condition("rustle").unwrap_or("?").split(',').next().unwrap_or("?").to_string();
+    let rev = revisions(set);
     let cpu = set.condition("cpu").unwrap_or("?").to_string();
     let kernel = set.condition("kernel").unwrap_or("?").to_string();
     let when = format!("{}, rustle {rev}, {cpu}, {kernel}", set.date());
@@ -395,7 +410,7 @@ fn render(
     }
 
     md.push_str(&reference_section(&fgs, reference));
-    md.push_str(&caveats(set, &fgs));
+    md.push_str(&caveats(set));
 
     let mut summary = String::new();
     let _ = write!(
@@ -406,6 +421,21 @@ fn render(
     );
     summary.push_str(&summary_rows);
     Ok((md, summary))
+}
+
+/// The builds the data set's runs came from: the first run's, then those of
+/// the families run again (`rerun:` lines), each once.
+fn revisions(set: &DataSet) -> String {
+    let first = set.condition("rustle").unwrap_or("?").split(", binary").next().unwrap_or("?");
+    let mut revs = vec![first.to_string()];
+    for l in set.conditions.lines().filter_map(|l| l.strip_prefix("rerun: ")) {
+        if let Some((_, rev)) = l.split_once(", rustle ") {
+            if !revs.iter().any(|r| r == rev) {
+                revs.push(rev.to_string());
+            }
+        }
+    }
+    revs.join(" and ")
 }
 
 /// The "In short" table and the README's, one row per family.
@@ -544,14 +574,16 @@ fn per_cpu_second(r: &Row) -> Option<f64> {
 const METHOD: &str = "
 ## Method
 
-- **Roles and CPUs.** The proxy runs on CPU 0; the load generator (`rustle-bench load`)
+- **Roles and CPUs.** The proxy runs on CPU 0 (the two-worker variants on both CPUs);
+  the load generator (`rustle-bench load`)
   and the origin (`rustle-bench origin`, an HTTP server with fixed-size answers, an echo
   for WebSocket and UDP, an HTTPS origin for TLS origination) share CPU 1. Unless a family
   says otherwise, the three run in network namespaces of their own joined by veth pairs,
   so that traffic crosses a real network stack; the campaign makes and removes them.
 - **Cells.** Each scenario × proxy is run several times; each run starts the proxy fresh
-  from the configuration in bench/peers/ (one worker or thread, no logging), waits a
-  warm-up second, measures for the family's duration and stops it. The order of the
+  from the configuration in bench/peers/ (one worker or thread, no logging), lets a
+  warm-up second pass (streams and tunnel holds are measured from their start), measures
+  for the family's duration and stops it. The order of the
   proxies rotates between repetitions. A cell is the median of its runs.
 - **CPU.** The proxy's CPU is utime + stime of all its processes over the measured
   window, per request or per gigabyte: the work done in its system calls counts, the
@@ -583,8 +615,8 @@ fn changes(set: &DataSet, prev: Option<&DataSet>) -> String {
     let _ = write!(
         md,
         "Against the data set of {} (rustle {}): cells whose median throughput moved by 15% or \
-         more. Runs here move by 10-30% between sessions, so single changes below that say \
-         little.\n\n",
+         more. Absolute figures move between sessions on this machine, so a single change \
+         says less than a pattern across cells.\n\n",
         prev.date(),
         rev(prev)
     );
@@ -788,12 +820,11 @@ fn family_section(fg: &FamilyGrid, set: &DataSet, charts: &Path) -> Result<Strin
                         (g.median(s, one, per_cpu_second), g.median(s, two, per_cpu_second));
                     let (ta, tb) =
                         (g.median(s, one, |r| r.throughput), g.median(s, two, |r| r.throughput));
-                    if let (Some(a), Some(b), Some(ta), Some(tb)) = (a, b, ta, tb) {
-                        lines.push(format!(
-                            "| {s} | {one} | {} | {} |",
-                            times(b / a),
-                            times(tb / ta)
-                        ));
+                    if let (Some(r), Some(t)) = (
+                        b.zip(a).and_then(|(b, a)| ratio(b, a)),
+                        tb.zip(ta).and_then(|(b, a)| ratio(b, a)),
+                    ) {
+                        lines.push(format!("| {s} | {one} | {} | {} |", times(r), times(t)));
                     }
                 }
             }
@@ -827,11 +858,12 @@ fn family_section(fg: &FamilyGrid, set: &DataSet, charts: &Path) -> Result<Strin
                         }
                         _ => "–".into(),
                     };
+                    let (t, c) = (t.and_then(|t| ratio(t, t0)), c.and_then(|c| ratio(c, c0)));
                     if let (Some(t), Some(c)) = (t, c) {
                         lines.push(format!(
                             "| {s} | {p} | {} | {:+.0}% | {machine} |",
-                            times(t / t0),
-                            (c / c0 - 1.0) * 100.0
+                            times(t),
+                            (c - 1.0) * 100.0
                         ));
                     }
                 }
@@ -905,17 +937,24 @@ fn reference_section(fgs: &[FamilyGrid], reference: &Reference) -> String {
          links; this one has 2 CPUs shared by the client, the origin and the proxy, so \
          absolute figures do not compare, ratios may. 3proxy itself is not packaged for \
          Debian and is not measured here.\n\n\
-         | scenario | reference | what it says | here: rustle / best peer |\n|:--|:--|:--|--:|\n",
+         | scenario | reference | what it says | here: rustle / best peer (on what) |\n\
+         |:--|:--|:--|--:|\n",
     );
     for c in &reference.claim {
-        let ours = fgs.iter().find_map(|fg| {
+        let fg = fgs.iter().find(|fg| fg.family.id == c.family);
+        let ours = fg.and_then(|fg| {
             let m = headline(fg.family.view);
-            fg.grid.scenarios.contains(&c.scenario).then(|| fg.versus(&c.scenario, m))?
+            let on = m.label(&fg.grid.unit(&c.scenario));
+            if let Some(v) = &c.versus {
+                let pick = |p: &str| fg.grid.median(&c.scenario, p, |r| m.of(r));
+                let r = ratio(pick(v)?, pick("rustle")?)?;
+                return Some((r, format!("{v} / rustle"), on));
+            }
+            let (a, peer, b) = fg.versus(&c.scenario, m)?;
+            Some((ratio(a, b)?, peer, on))
         });
         let cell = match ours {
-            Some((a, peer, b)) => {
-                ratio(a, b).map_or("–".into(), |r| format!("{} ({peer})", times(r)))
-            }
+            Some((r, peer, on)) => format!("{} ({on}, {peer})", times(r)),
             None => "– (not measured)".into(),
         };
         let _ = writeln!(md, "| {} | {} | {} | {cell} |", c.scenario, c.source, c.says);
@@ -923,7 +962,14 @@ fn reference_section(fgs: &[FamilyGrid], reference: &Reference) -> String {
     md
 }
 
-fn caveats(set: &DataSet, fgs: &[FamilyGrid]) -> String {
+/// A skip that says what a proxy is (a protocol it lacks, the paths a
+/// variant serves), not what went wrong on this machine.
+fn by_design(reason: &str) -> bool {
+    let lacks = reason.starts_with("no ") && !reason.starts_with("no kernel TLS");
+    lacks || reason.contains(" only") || reason.contains("the TLS paths")
+}
+
+fn caveats(set: &DataSet) -> String {
     let mut md = String::from(
         "\n## Caveats\n\n\
          - Two CPUs: the client and the origin share one, so in the cheapest scenarios they, \
@@ -933,14 +979,16 @@ fn caveats(set: &DataSet, fgs: &[FamilyGrid]) -> String {
            what a second worker costs, not what a many-core machine would gain.\n\
          - 9,900 tunnels is what a 20,000-file limit per process allows with two sockets per \
            tunnel; the reference held 20,000.\n\
-         - Runs move by 10-30% between sessions on this machine; ratios within one run move \
-           less, and differences under 10% are within the noise.\n",
+         - Absolute figures move between sessions on a shared virtual machine; ratios within \
+           one run move less, and small differences between proxies are within the spread of \
+           their repetitions.\n",
     );
     let mut skipped: BTreeMap<(String, String), String> = BTreeMap::new();
     let mut errors = Vec::new();
     for r in &set.rows {
         match r.status {
-            Status::Skipped if !r.reason.starts_with("no ") => {
+            Status::Skipped if by_design(&r.reason) => {}
+            Status::Skipped => {
                 skipped
                     .entry((r.proxy.clone(), r.reason.clone()))
                     .or_insert_with(|| r.scenario.clone());
@@ -957,7 +1005,6 @@ fn caveats(set: &DataSet, fgs: &[FamilyGrid]) -> String {
     for ((p, why), s) in &skipped {
         let _ = writeln!(md, "- {p} did not run ({why}; first in {s}).");
     }
-    let _ = fgs;
     md.push_str("\n### Errors\n\n");
     if errors.is_empty() {
         md.push_str("No exchange failed in any run.\n");

@@ -101,7 +101,7 @@ impl Variant {
             | Variant::Egress => {
                 matches!(path, Path::Http | Path::Connect | Path::Socks)
             }
-            Variant::Ktls => path.is_tls(),
+            Variant::Ktls => matches!(path, Path::TlsTerm | Path::TlsOrig),
         }
     }
 
