@@ -405,6 +405,8 @@ fn campaign(a: &Args) -> Result<()> {
     // their rows and keeps the others'.
     let csv = out.join("runs.csv");
     let mut kept = Vec::new();
+    // The rows a rerun replaces: a family that fails before any run keeps them.
+    let mut replaced = Vec::new();
     if a.profile.is_some() && csv.exists() {
         if a.family.is_empty() {
             bail!(
@@ -413,7 +415,10 @@ fn campaign(a: &Args) -> Result<()> {
             );
         }
         kept = record::read(&csv)?;
-        kept.retain(|r| !stages.iter().any(|st| st.family == r.stage));
+        let (again, keep): (Vec<_>, Vec<_>) =
+            kept.into_iter().partition(|r| stages.iter().any(|st| st.family == r.stage));
+        kept = keep;
+        replaced = again;
     }
     std::fs::create_dir_all(&out).with_context(|| format!("creating {}", out.display()))?;
     if kept.is_empty() {
@@ -445,6 +450,11 @@ fn campaign(a: &Args) -> Result<()> {
                 }
                 let what = if st.family.is_empty() { "the campaign" } else { &st.family };
                 progress.bar.suspend(|| eprintln!("campaign: {what} failed: {e:#}"));
+                if progress.stage_done == 0 {
+                    for r in replaced.iter().filter(|r| r.stage == st.family) {
+                        writer.write(r)?;
+                    }
+                }
                 failed.push(format!("{what}: {e:#}"));
             }
         }
