@@ -227,7 +227,7 @@ fn build_stages(a: &Args, rustle_bin: &std::path::Path) -> Result<Vec<Stage>> {
         let names = a
             .proxies
             .clone()
-            .unwrap_or_else(|| peers::DEFAULT.iter().map(|s| s.to_string()).collect::<Vec<_>>());
+            .unwrap_or_else(|| peers::default_names().map(String::from).collect::<Vec<_>>());
         return Ok(vec![Stage {
             family: String::new(),
             scenarios: scenario::expand(&scenarios)?,
@@ -508,7 +508,12 @@ fn git_rev() -> String {
             .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
             .unwrap_or_default()
     };
-    let dirty = !cmd(&["status", "--porcelain", "--untracked-files=no"]).is_empty();
+    // Only what the binaries and the peers' configurations are made of:
+    // data sets and documents in the working tree change no measurement.
+    let paths = ["crates", "Cargo.toml", "Cargo.lock", "bench/peers"];
+    let mut status = vec!["status", "--porcelain", "--untracked-files=no", "--"];
+    status.extend(paths);
+    let dirty = !cmd(&status).is_empty();
     let rev = cmd(&["rev-parse", "--short", "HEAD"]);
     if dirty {
         format!("{rev} (with uncommitted changes)")

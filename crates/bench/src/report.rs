@@ -250,6 +250,86 @@ impl<'a> Grid<'a> {
     }
 }
 
+impl Grid<'_> {
+    /// Throughput rows, labelled with the unit.
+    pub(in crate::report) fn throughput_rows(
+        &self,
+        scenarios: &[&String],
+    ) -> Vec<(String, Vec<Cell>)> {
+        let plain = |_: &str, v: f64| num(v);
+        scenarios
+            .iter()
+            .map(|s| {
+                let label = format!("{s}, {}", self.unit(s));
+                (label, self.row(s, Better::Higher, &|r| r.throughput, &plain))
+            })
+            .collect()
+    }
+
+    /// The proxy's CPU per request, or per gigabyte for the streams.
+    pub(in crate::report) fn cpu_rows(&self, scenarios: &[&String]) -> Vec<(String, Vec<Cell>)> {
+        let plain = |_: &str, v: f64| num(v);
+        scenarios
+            .iter()
+            .map(|s| {
+                let gb = self.unit(s) == "Gbit/s";
+                let (label, f): (String, fn(&Row) -> Option<f64>) = if gb {
+                    (format!("{s}, s/GB"), |r| r.cpu_s_per_gb)
+                } else {
+                    (format!("{s}, µs/req"), |r| r.cpu_us_per_req)
+                };
+                (label, self.row(s, Better::Lower, &f, &plain))
+            })
+            .collect()
+    }
+
+    /// 50th / 99th / 99.9th percentiles in ms, ranked on the 99th.
+    pub(in crate::report) fn latency_rows(
+        &self,
+        scenarios: &[&String],
+    ) -> Vec<(String, Vec<Cell>)> {
+        let ms = |us: Option<f64>| us.map_or("?".to_string(), |v| num(v / 1000.0));
+        scenarios
+            .iter()
+            .map(|s| {
+                let text = |p: &str, _: f64| {
+                    let f = |get: fn(&Row) -> Option<u64>| {
+                        ms(self.median(s, p, |r| get(r).map(|v| v as f64)))
+                    };
+                    format!(
+                        "{} / {} / {}",
+                        f(|r| r.lat_p50_us),
+                        f(|r| r.lat_p99_us),
+                        f(|r| r.lat_p99_9_us)
+                    )
+                };
+                let p99 = |r: &Row| r.lat_p99_us.map(|v| v as f64);
+                (s.to_string(), self.row(s, Better::Lower, &p99, &text))
+            })
+            .collect()
+    }
+
+    /// A memory figure (lower is better) divided by `scale`, with the
+    /// tunnels held in brackets.
+    pub(in crate::report) fn held_rows(
+        &self,
+        scenarios: &[&String],
+        value: fn(&Row) -> Option<f64>,
+        scale: f64,
+    ) -> Vec<(String, Vec<Cell>)> {
+        scenarios
+            .iter()
+            .map(|s| {
+                let text = |p: &str, v: f64| {
+                    let held = self.median(s, p, |r| r.tunnels_held.map(|h| h as f64));
+                    format!("{} ({})", num(v / scale), held.map_or("?".into(), num))
+                };
+                (s.to_string(), self.row(s, Better::Lower, &value, &text))
+            })
+            .collect()
+    }
+}
+
 /// `rustle-bench floor`, the bare forwarder: shown, never ranked.
 const FLOOR: &str = "floor";
 
@@ -304,52 +384,20 @@ fn render(g: &Grid, conditions: &str, notes: Option<&str>) -> String {
     section(
         "Throughput",
         "Requests (or WebSocket messages) per second, or Gbit/s for the streams.",
-        rate.iter()
-            .map(|s| {
-                let label = format!("{s}, {}", g.unit(s));
-                (label, g.row(s, Better::Higher, &|r| r.throughput, &plain))
-            })
-            .collect(),
+        g.throughput_rows(&rate),
     );
-    let ms = |us: Option<f64>| us.map_or("?".to_string(), |v| num(v / 1000.0));
     section(
         "Latency",
         "The 50th / 99th / 99.9th percentile in ms; `*` marks the lowest 99th percentile. \
          The closed-loop scenarios offer a slower proxy less load, so compare the spread \
          between percentiles more than the medians.",
-        rate.iter()
-            .map(|s| {
-                let text = |p: &str, _: f64| {
-                    let f = |get: fn(&Row) -> Option<u64>| {
-                        ms(g.median(s, p, |r| get(r).map(|v| v as f64)))
-                    };
-                    format!(
-                        "{} / {} / {}",
-                        f(|r| r.lat_p50_us),
-                        f(|r| r.lat_p99_us),
-                        f(|r| r.lat_p99_9_us)
-                    )
-                };
-                let p99 = |r: &Row| r.lat_p99_us.map(|v| v as f64);
-                (s.to_string(), g.row(s, Better::Lower, &p99, &text))
-            })
-            .collect(),
+        g.latency_rows(&rate),
     );
     section(
         "Proxy CPU time",
         "utime + stime of all the proxy's processes over the measured window, per request \
          (µs) or per gigabyte moved (s).",
-        rate.iter()
-            .map(|s| {
-                let gb = g.unit(s) == "Gbit/s";
-                let (label, f): (String, fn(&Row) -> Option<f64>) = if gb {
-                    (format!("{s}, s/GB"), |r| r.cpu_s_per_gb)
-                } else {
-                    (format!("{s}, µs/req"), |r| r.cpu_us_per_req)
-                };
-                (label, g.row(s, Better::Lower, &f, &plain))
-            })
-            .collect(),
+        g.cpu_rows(&rate),
     );
     if g.proxies.iter().any(|p| p == FLOOR) {
         let mut rows = Vec::new();
@@ -393,15 +441,7 @@ fn render(g: &Grid, conditions: &str, notes: Option<&str>) -> String {
         "The proxy's RSS with the tunnels open and idle, minus its RSS before, per tunnel, \
          in KB (tunnels actually held in brackets). Tunnels are capped where the 20,000 file \
          limit per process runs out.",
-        hold.iter()
-            .map(|s| {
-                let text = |p: &str, v: f64| {
-                    let held = g.median(s, p, |r| r.tunnels_held.map(|h| h as f64));
-                    format!("{} ({})", num(v), held.map_or("?".into(), num))
-                };
-                (s.to_string(), g.row(s, Better::Lower, &|r| r.kb_per_tunnel, &text))
-            })
-            .collect(),
+        g.held_rows(&hold, |r| r.kb_per_tunnel, 1.0),
     );
     section(
         "Who set the pace",

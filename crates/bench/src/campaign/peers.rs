@@ -142,19 +142,11 @@ pub(super) const KNOWN: &[&str] = &[
     "nginx-ktls",
 ];
 
-/// The proxies of a campaign without `--proxies`: the peers, not the floor
-/// nor rustle's variants.
-pub(super) const DEFAULT: &[&str] = &[
-    "rustle",
-    "nginx",
-    "haproxy",
-    "haproxy-splice",
-    "squid",
-    "tinyproxy",
-    "dante",
-    "microsocks",
-    "stunnel",
-];
+/// The proxies of a campaign without `--proxies`: the peers, those before
+/// the floor in [`KNOWN`] (not the floor nor the variants).
+pub(super) fn default_names() -> impl Iterator<Item = &'static str> {
+    KNOWN.iter().copied().take_while(|n| *n != "floor")
+}
 
 impl Proxy {
     pub(super) fn named(name: &str, rustle_bin: &FsPath) -> Result<Proxy> {

@@ -294,7 +294,7 @@ impl Metric {
     fn of(self, r: &Row) -> Option<f64> {
         match self {
             Metric::Throughput => r.throughput,
-            Metric::CpuPerUnit => r.cpu_us_per_req.or(r.cpu_s_per_gb),
+            Metric::CpuPerUnit => cpu_per_unit(r),
             Metric::KbPerTunnel => r.kb_per_tunnel,
         }
     }
@@ -557,9 +557,18 @@ fn in_short(fgs: &[FamilyGrid]) -> (String, String) {
 }
 
 /// The machine's busy CPU per gigabyte (streams) or per request, µs.
+/// The proxy's CPU per gigabyte for the streams, per request otherwise.
+fn cpu_per_unit(r: &Row) -> Option<f64> {
+    if r.unit == "Gbit/s" {
+        r.cpu_s_per_gb
+    } else {
+        r.cpu_us_per_req
+    }
+}
+
 fn machine_per_unit(r: &Row) -> Option<f64> {
     let m = r.machine_cpu_s?;
-    if r.cpu_s_per_gb.is_some() {
+    if r.unit == "Gbit/s" {
         return r.bytes.filter(|b| *b > 0).map(|b| m / (b as f64 / 1e9));
     }
     r.completed.filter(|n| *n > 0).map(|n| m * 1e6 / n as f64)
@@ -682,46 +691,9 @@ fn family_section(fg: &FamilyGrid, set: &DataSet, charts: &Path) -> Result<Strin
         format!("\n{title}\n\n{}", markdown(&header, &rows))
     };
     let rate: Vec<&String> = g.scenarios.iter().filter(|s| g.unit(s) != "KB/tunnel").collect();
-    let throughput = || -> Vec<(String, Vec<Cell>)> {
-        rate.iter()
-            .map(|s| {
-                (format!("{s}, {}", g.unit(s)), g.row(s, Better::Higher, &|r| r.throughput, &plain))
-            })
-            .collect()
-    };
-    let cpu = || -> Vec<(String, Vec<Cell>)> {
-        rate.iter()
-            .map(|s| {
-                let gb = g.unit(s) == "Gbit/s";
-                let (label, f): (String, fn(&Row) -> Option<f64>) = if gb {
-                    (format!("{s}, s/GB"), |r| r.cpu_s_per_gb)
-                } else {
-                    (format!("{s}, µs/req"), |r| r.cpu_us_per_req)
-                };
-                (label, g.row(s, Better::Lower, &f, &plain))
-            })
-            .collect()
-    };
-    let latency = || -> Vec<(String, Vec<Cell>)> {
-        let ms = |v: Option<f64>| v.map_or("?".to_string(), |v| num(v / 1000.0));
-        rate.iter()
-            .map(|s| {
-                let text = |p: &str, _: f64| {
-                    let q = |get: fn(&Row) -> Option<u64>| {
-                        ms(g.median(s, p, |r| get(r).map(|v| v as f64)))
-                    };
-                    format!(
-                        "{} / {} / {}",
-                        q(|r| r.lat_p50_us),
-                        q(|r| r.lat_p99_us),
-                        q(|r| r.lat_p99_9_us)
-                    )
-                };
-                let p99 = |r: &Row| r.lat_p99_us.map(|v| v as f64);
-                (s.to_string(), g.row(s, Better::Lower, &p99, &text))
-            })
-            .collect()
-    };
+    let throughput = || g.throughput_rows(&rate);
+    let cpu = || g.cpu_rows(&rate);
+    let latency = || g.latency_rows(&rate);
     let versus = |m: Metric| -> String {
         let mut lines = Vec::new();
         for s in &g.scenarios {
@@ -763,24 +735,16 @@ fn family_section(fg: &FamilyGrid, set: &DataSet, charts: &Path) -> Result<Strin
             ));
             md.push_str(&table("Throughput (median of the runs):", throughput()));
             md.push_str(&table("Proxy CPU per request, or per gigabyte for the streams:", cpu()));
-            let held: Vec<(String, Vec<Cell>)> = rate
+            let holding: Vec<&String> = rate
                 .iter()
+                .copied()
                 .filter(|s| {
                     g.proxies
                         .iter()
                         .any(|p| g.median(s, p, |r| r.tunnels_held.map(|h| h as f64)).is_some())
                 })
-                .map(|s| {
-                    let text = |p: &str, v: f64| {
-                        let held = g.median(s, p, |r| r.tunnels_held.map(|h| h as f64));
-                        format!("{} ({})", num(v / 1024.0), held.map_or("?".into(), num))
-                    };
-                    (
-                        s.to_string(),
-                        g.row(s, Better::Lower, &|r| r.rss_held_kb.map(|k| k as f64), &text),
-                    )
-                })
                 .collect();
+            let held = g.held_rows(&holding, |r| r.rss_held_kb.map(|k| k as f64), 1024.0);
             md.push_str(&table(
                 "The proxy's memory with the idle tunnels held, MB (tunnels held):",
                 held,
@@ -788,17 +752,8 @@ fn family_section(fg: &FamilyGrid, set: &DataSet, charts: &Path) -> Result<Strin
         }
         View::Memory => {
             md.push_str(&versus(Metric::KbPerTunnel));
-            let rows: Vec<(String, Vec<Cell>)> = g
-                .scenarios
-                .iter()
-                .map(|s| {
-                    let text = |p: &str, v: f64| {
-                        let held = g.median(s, p, |r| r.tunnels_held.map(|h| h as f64));
-                        format!("{} ({})", num(v), held.map_or("?".into(), num))
-                    };
-                    (s.to_string(), g.row(s, Better::Lower, &|r| r.kb_per_tunnel, &text))
-                })
-                .collect();
+            let all: Vec<&String> = g.scenarios.iter().collect();
+            let rows = g.held_rows(&all, |r| r.kb_per_tunnel, 1.0);
             md.push_str(&table(
                 "KB per idle tunnel: resident memory with the tunnels open minus before, per \
                  tunnel (tunnels held in brackets):",
@@ -841,16 +796,15 @@ fn family_section(fg: &FamilyGrid, set: &DataSet, charts: &Path) -> Result<Strin
         View::Variants => {
             let mut lines = Vec::new();
             for s in &rate {
-                let (Some(t0), Some(c0)) = (
-                    g.median(s, "rustle", |r| r.throughput),
-                    g.median(s, "rustle", |r| r.cpu_us_per_req.or(r.cpu_s_per_gb)),
-                ) else {
+                let (Some(t0), Some(c0)) =
+                    (g.median(s, "rustle", |r| r.throughput), g.median(s, "rustle", cpu_per_unit))
+                else {
                     continue;
                 };
                 let m0 = g.median(s, "rustle", machine_per_unit);
                 for p in g.proxies.iter().filter(|p| p.as_str() != "rustle") {
                     let t = g.median(s, p, |r| r.throughput);
-                    let c = g.median(s, p, |r| r.cpu_us_per_req.or(r.cpu_s_per_gb));
+                    let c = g.median(s, p, cpu_per_unit);
                     let m = g.median(s, p, machine_per_unit);
                     let machine = match (m, m0) {
                         (Some(m), Some(m0)) if m0 > 0.0 => {
@@ -969,6 +923,27 @@ fn by_design(reason: &str) -> bool {
     lacks || reason.contains(" only") || reason.contains("the TLS paths")
 }
 
+/// Errors a peer shows by how it works, with what the exchanges were: a
+/// proxy and an error kind, and the explanation printed when they occur.
+const KNOWN_ERRORS: &[(&str, &str, &str)] = &[
+    (
+        "tinyproxy",
+        "closed_early",
+        "tinyproxy closes a kept-alive client connection after each answer without \
+         announcing it (no `Connection: close`); the request the client had already sent \
+         on it is lost and counted. Its kept-alive figures are those of the exchanges it \
+         completed.",
+    ),
+    (
+        "nginx",
+        "read",
+        "with `proxy_half_close on`, nginx's stream relay passes the origin's close to a TLS \
+         client as a TCP half-close without TLS close_notify; the answer was complete (and \
+         counts in its throughput), the unannounced end of the TLS stream counts as a read \
+         error.",
+    ),
+];
+
 fn caveats(set: &DataSet) -> String {
     let mut md = String::from(
         "\n## Caveats\n\n\
@@ -985,6 +960,9 @@ fn caveats(set: &DataSet) -> String {
     );
     let mut skipped: BTreeMap<(String, String), String> = BTreeMap::new();
     let mut errors = Vec::new();
+    // (family, scenario, proxy) → (runs with errors, count per kind).
+    type Cell3 = (String, String, String);
+    let mut failed: BTreeMap<Cell3, (usize, BTreeMap<String, u64>)> = BTreeMap::new();
     for r in &set.rows {
         match r.status {
             Status::Skipped if by_design(&r.reason) => {}
@@ -997,7 +975,12 @@ fn caveats(set: &DataSet) -> String {
                 errors.push(format!("{} / {} / rep {}: {}", r.scenario, r.proxy, r.rep, r.reason))
             }
             Status::Ok if r.errors_total.unwrap_or(0) > 0 => {
-                errors.push(format!("{} / {} / rep {}: {}", r.scenario, r.proxy, r.rep, r.errors))
+                let key = (r.stage.clone(), r.scenario.clone(), r.proxy.clone());
+                let e = failed.entry(key).or_default();
+                e.0 += 1;
+                for (kind, n) in r.errors.split(';').filter_map(|kv| kv.split_once('=')) {
+                    *e.1.entry(kind.to_string()).or_default() += n.parse::<u64>().unwrap_or(0);
+                }
             }
             _ => {}
         }
@@ -1006,12 +989,37 @@ fn caveats(set: &DataSet) -> String {
         let _ = writeln!(md, "- {p} did not run ({why}; first in {s}).");
     }
     md.push_str("\n### Errors\n\n");
+    let runs = |f: &str, s: &str, p: &str| {
+        set.rows.iter().filter(|r| r.stage == f && r.scenario == s && r.proxy == p).count()
+    };
+    for ((f, s, p), (n, kinds)) in &failed {
+        // Counts, not measurements: whole numbers, thousands separated.
+        let kinds: Vec<String> = kinds
+            .iter()
+            .map(|(k, v)| {
+                format!("{k} {}", if *v >= 1000 { num(*v as f64) } else { v.to_string() })
+            })
+            .collect();
+        let family = if f.is_empty() { String::new() } else { format!("{f}: ") };
+        errors.push(format!(
+            "{family}{s} / {p}: {} in {n} of {} runs",
+            kinds.join(", "),
+            runs(f, s, p)
+        ));
+    }
     if errors.is_empty() {
         md.push_str("No exchange failed in any run.\n");
     } else {
-        md.push_str("Failed exchanges by kind, per run:\n\n");
+        md.push_str("Failed exchanges by kind, summed over the runs of a cell:\n\n");
         for e in errors {
             let _ = writeln!(md, "- {e}");
+        }
+        let kinds =
+            |p: &str, k: &str| failed.iter().any(|((_, _, q), (_, m))| q == p && m.contains_key(k));
+        for (p, k, why) in KNOWN_ERRORS {
+            if kinds(p, k) {
+                let _ = writeln!(md, "\n{p}, {k}: {why}");
+            }
         }
     }
     md
@@ -1021,6 +1029,55 @@ fn caveats(set: &DataSet) -> String {
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
+
+    fn row(stage: &str, scenario: &str, proxy: &str, rep: u32, errors: &str) -> Row {
+        let mut r = Row::new("c", scenario, proxy, rep, 1);
+        r.stage = stage.into();
+        r.unit = "Gbit/s".into();
+        r.errors = errors.into();
+        r.errors_total = Some(
+            errors.split(';').filter_map(|kv| kv.split_once('=')?.1.parse::<u64>().ok()).sum(),
+        );
+        r
+    }
+
+    #[test]
+    fn errors_are_summed_per_family_and_cell_and_known_ones_explained() {
+        let rows = vec![
+            row("http", "http-ka-1k", "tinyproxy", 1, "closed_early=1500;read=2"),
+            row("http", "http-ka-1k", "tinyproxy", 2, "closed_early=600"),
+            row("http", "http-ka-1k", "tinyproxy", 3, ""),
+            row("slow", "relay-stream16-up", "nginx", 1, "timeout=3"),
+            row("streams", "relay-stream16-up", "nginx", 1, ""),
+        ];
+        let set = DataSet {
+            name: "20261203".into(),
+            rows,
+            conditions: String::new(),
+            stages: BTreeMap::new(),
+        };
+        let md = caveats(&set);
+        assert!(
+            md.contains(
+                "- http: http-ka-1k / tinyproxy: closed_early 2,100, read 2 in 2 of 3 runs"
+            ),
+            "{md}"
+        );
+        // The same scenario in another family is another cell.
+        assert!(md.contains("- slow: relay-stream16-up / nginx: timeout 3 in 1 of 1 runs"), "{md}");
+        assert!(md.contains("tinyproxy, closed_early: "), "{md}");
+        assert!(!md.contains("nginx, read: "), "{md}");
+    }
+
+    #[test]
+    fn streams_count_cpu_per_gigabyte() {
+        let mut r = row("slow", "relay-stream1-down", "rustle", 1, "");
+        r.cpu_us_per_req = Some(388_000.0);
+        r.cpu_s_per_gb = Some(0.36);
+        assert_eq!(cpu_per_unit(&r), Some(0.36));
+        r.unit = "req/s".into();
+        assert_eq!(cpu_per_unit(&r), Some(388_000.0));
+    }
 
     #[test]
     fn summary_markers_replace_only_between() {

@@ -302,20 +302,23 @@ fn shell_line(argv: &[String]) -> String {
 }
 
 /// True when the kernel can take TLS sessions: its `tls` module is loaded
-/// (loaded here with modprobe where that is installed).
+/// (loaded here with modprobe where that is installed, once per campaign).
 pub(super) fn kernel_tls() -> bool {
-    let stat = std::path::Path::new("/proc/net/tls_stat");
-    if stat.exists() {
-        return true;
-    }
-    if let Some(modprobe) = super::sys::which("modprobe") {
-        let _ = std::process::Command::new(modprobe)
-            .args(["-q", "tls"])
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .status();
-    }
-    stat.exists()
+    static ANSWER: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ANSWER.get_or_init(|| {
+        let stat = std::path::Path::new("/proc/net/tls_stat");
+        if stat.exists() {
+            return true;
+        }
+        if let Some(modprobe) = super::sys::which("modprobe") {
+            let _ = std::process::Command::new(modprobe)
+                .args(["-q", "tls"])
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null())
+                .status();
+        }
+        stat.exists()
+    })
 }
 
 #[cfg(test)]
