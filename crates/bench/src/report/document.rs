@@ -924,11 +924,13 @@ fn by_design(reason: &str) -> bool {
 }
 
 /// Errors a peer shows by how it works, with what the exchanges were: a
-/// proxy and an error kind, and the explanation printed when they occur.
-const KNOWN_ERRORS: &[(&str, &str, &str)] = &[
+/// proxy, an error kind, the scenarios they explain (by prefix), and the
+/// explanation printed when they occur there.
+const KNOWN_ERRORS: &[(&str, &str, &str, &str)] = &[
     (
         "tinyproxy",
         "closed_early",
+        "",
         "tinyproxy closes a kept-alive client connection after each answer without \
          announcing it (no `Connection: close`); the request the client had already sent \
          on it is lost and counted. Its kept-alive figures are those of the exchanges it \
@@ -937,6 +939,7 @@ const KNOWN_ERRORS: &[(&str, &str, &str)] = &[
     (
         "nginx",
         "read",
+        "tls-",
         "with `proxy_half_close on`, nginx's stream relay passes the origin's close to a TLS \
          client as a TCP half-close without TLS close_notify; the answer was complete (and \
          counts in its throughput), the unannounced end of the TLS stream counts as a read \
@@ -1014,10 +1017,13 @@ fn caveats(set: &DataSet) -> String {
         for e in errors {
             let _ = writeln!(md, "- {e}");
         }
-        let kinds =
-            |p: &str, k: &str| failed.iter().any(|((_, _, q), (_, m))| q == p && m.contains_key(k));
-        for (p, k, why) in KNOWN_ERRORS {
-            if kinds(p, k) {
+        let seen = |p: &str, k: &str, pre: &str| {
+            failed
+                .iter()
+                .any(|((_, s, q), (_, m))| q == p && s.starts_with(pre) && m.contains_key(k))
+        };
+        for (p, k, pre, why) in KNOWN_ERRORS {
+            if seen(p, k, pre) {
                 let _ = writeln!(md, "\n{p}, {k}: {why}");
             }
         }
@@ -1047,7 +1053,7 @@ mod tests {
             row("http", "http-ka-1k", "tinyproxy", 1, "closed_early=1500;read=2"),
             row("http", "http-ka-1k", "tinyproxy", 2, "closed_early=600"),
             row("http", "http-ka-1k", "tinyproxy", 3, ""),
-            row("slow", "relay-stream16-up", "nginx", 1, "timeout=3"),
+            row("slow", "relay-stream16-up", "nginx", 1, "timeout=3;read=1"),
             row("streams", "relay-stream16-up", "nginx", 1, ""),
         ];
         let set = DataSet {
@@ -1064,8 +1070,12 @@ mod tests {
             "{md}"
         );
         // The same scenario in another family is another cell.
-        assert!(md.contains("- slow: relay-stream16-up / nginx: timeout 3 in 1 of 1 runs"), "{md}");
+        assert!(
+            md.contains("- slow: relay-stream16-up / nginx: read 1, timeout 3 in 1 of 1 runs"),
+            "{md}"
+        );
         assert!(md.contains("tinyproxy, closed_early: "), "{md}");
+        // nginx's TLS read errors are explained only where they are TLS's.
         assert!(!md.contains("nginx, read: "), "{md}");
     }
 
